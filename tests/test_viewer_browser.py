@@ -1,0 +1,339 @@
+"""The HTML attention viewer in a real headless browser (Debian's chromium + chromedriver).
+
+The browser is driven over the W3C WebDriver protocol with a few lines of standard-library
+HTTP (no Selenium, no extra Python dependency): chromedriver is started on a free local
+port, mouse moves and option clicks go through WebDriver actions, so the page receives real,
+trusted DOM events. Skipped, with the install command, when chromium or chromedriver is
+missing. Install: ``sudo bash .ci/browser_setup.sh`` (apt-get install chromium
+chromium-driver).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+import torch
+
+from minitx.maps import AttentionMaps
+from minitx.viz import write_html_viewer
+
+CHROMIUM = os.environ.get("MINITX_CHROMIUM") or shutil.which("chromium")
+CHROMEDRIVER = os.environ.get("MINITX_CHROMEDRIVER") or shutil.which("chromedriver")
+INSTALL_HINT = (
+    "headless chromium + chromedriver not found; install them with "
+    "`sudo bash .ci/browser_setup.sh` (apt-get install -y chromium chromium-driver), "
+    "or point MINITX_CHROMIUM / MINITX_CHROMEDRIVER at the binaries"
+)
+pytestmark = pytest.mark.skipif(not (CHROMIUM and CHROMEDRIVER), reason=INSTALL_HINT)
+
+ELEMENT = "element-6066-11e4-a52e-4f735466cecf"  # W3C WebDriver element reference key
+TIMEOUT_S = 10.0
+NASTY = "<b>&\"x'"
+SRC = ["▁Ein", "▁Mann", NASTY, "▁fährt", "rad", "</s>"]  # S = 6
+TGT = ["<s>", "▁A", "▁man", "▁rides", "▁a", "▁bike", ".", "</s>"]  # T = 8
+N_HEADS = 3
+
+
+def softmaxed(*shape: int, causal: bool = False, seed: int = 0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    scores = 3.0 * torch.randn(*shape, generator=g)
+    if causal:
+        allowed = torch.ones(shape[-2], shape[-1], dtype=torch.bool).tril()
+        scores = scores.masked_fill(~allowed, float("-inf"))
+    return scores.softmax(-1)
+
+
+@pytest.fixture(scope="module")
+def maps() -> AttentionMaps:
+    s, t = len(SRC), len(TGT)
+    return AttentionMaps(
+        src_tokens=SRC,
+        tgt_tokens=TGT,
+        encoder_attentions=tuple(softmaxed(N_HEADS, s, s, seed=i) for i in range(2)),
+        decoder_attentions=tuple(
+            softmaxed(N_HEADS, t, t, causal=True, seed=10 + i) for i in range(3)
+        ),
+        cross_attentions=tuple(softmaxed(N_HEADS, t, s, seed=20 + i) for i in range(3)),
+    )
+
+
+# ----------------------------------------------------------------------------- WebDriver
+
+
+class WebDriverError(RuntimeError):
+    pass
+
+
+class WebDriver:
+    """The handful of W3C WebDriver commands these tests need, over plain HTTP."""
+
+    def __init__(self, base_url: str) -> None:
+        self.base = base_url
+        # never route localhost through an HTTP proxy from the environment
+        self._http = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        self.session: str | None = None
+
+    def call(self, method: str, path: str, body: dict | None = None, timeout: float = 30.0):
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(
+            self.base + path,
+            data=data,
+            method=method,
+            headers={"Content-Type": "application/json; charset=utf-8"},
+        )
+        try:
+            with self._http.open(request, timeout=timeout) as response:
+                return json.loads(response.read())["value"]
+        except urllib.error.HTTPError as err:
+            raise WebDriverError(
+                f"{method} {path}: {err.read().decode(errors='replace')}"
+            ) from None
+
+    def start(self, binary: str) -> None:
+        args = ["--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1280,1000"]
+        args += ["--disable-dev-shm-usage", "--no-first-run", "--disable-extensions"]
+        caps = {
+            "browserName": "chrome",
+            "goog:chromeOptions": {"binary": binary, "args": args},
+            "timeouts": {"implicit": 0, "pageLoad": 15_000, "script": 10_000},
+        }
+        value = self.call("POST", "/session", {"capabilities": {"alwaysMatch": caps}}, 60)
+        self.session = value["sessionId"]
+
+    def cmd(self, method: str, path: str, body: dict | None = None):
+        return self.call(method, f"/session/{self.session}{path}", body)
+
+    def get(self, url: str) -> None:
+        self.cmd("POST", "/url", {"url": url})
+
+    def js(self, script: str, *args):
+        return self.cmd("POST", "/execute/sync", {"script": script, "args": list(args)})
+
+    def find(self, css: str) -> dict:
+        return self.cmd("POST", "/element", {"using": "css selector", "value": css})
+
+    def click(self, css: str) -> None:
+        self.cmd("POST", f"/element/{self.find(css)[ELEMENT]}/click", {})
+
+    def hover(self, css: str) -> None:
+        """Move the (real, trusted) mouse pointer to the centre of an element."""
+        move = {"type": "pointerMove", "duration": 0, "origin": self.find(css), "x": 0, "y": 0}
+        pointer = {"type": "pointer", "id": "mouse", "parameters": {"pointerType": "mouse"}}
+        self.cmd("POST", "/actions", {"actions": [{**pointer, "actions": [move]}]})
+
+    def wait_for(self, script: str, *args, timeout: float = TIMEOUT_S):
+        """Poll a JS expression until it returns a truthy value (bounded)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            value = self.js(script, *args)
+            if value:
+                return value
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"timed out after {timeout}s waiting for: {script}")
+            time.sleep(0.05)
+
+    def quit(self) -> None:
+        if self.session is not None:
+            try:
+                self.call("DELETE", f"/session/{self.session}", timeout=10)
+            finally:
+                self.session = None
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def driver() -> Iterator[WebDriver]:
+    port = free_port()
+    proc = subprocess.Popen(
+        [CHROMEDRIVER, f"--port={port}", "--allowed-ips=127.0.0.1"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # own process group: teardown can end chromium with it
+    )
+    wd = WebDriver(f"http://127.0.0.1:{port}")
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                if wd.call("GET", "/status", timeout=2).get("ready"):
+                    break
+            except (OSError, WebDriverError):
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"chromedriver ({CHROMEDRIVER}) did not come up on port {port}")
+            time.sleep(0.1)
+        wd.start(CHROMIUM)
+        yield wd
+    finally:
+        try:
+            wd.quit()
+        except (OSError, WebDriverError):
+            pass
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+        try:  # any browser process left over in the group we created
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+@pytest.fixture(scope="module")
+def viewer_url(maps: AttentionMaps, tmp_path_factory: pytest.TempPathFactory) -> str:
+    path = write_html_viewer(maps, tmp_path_factory.mktemp("viewer") / "attention.html")
+    return path.resolve().as_uri()
+
+
+@pytest.fixture
+def page(driver: WebDriver, viewer_url: str) -> WebDriver:
+    driver.get(viewer_url)
+    driver.wait_for("return document.body.getAttribute('data-ready') === '1'")
+    return driver
+
+
+# ----------------------------------------------------------------------------- helpers
+
+CELLS_JS = """
+return Array.from(document.querySelectorAll('#heatmap td.cell')).map(function (td) {
+  return [+td.dataset.q, +td.dataset.k, td.dataset.w, getComputedStyle(td).backgroundColor];
+});
+"""
+
+
+def expected(maps: AttentionMaps, kind: str, layer: int, head: str) -> np.ndarray:
+    weights = maps.layers(kind)[layer].double()  # (H, Tq, Tk)
+    return (weights.mean(0) if head == "avg" else weights[int(head)]).numpy()
+
+
+def heatmap(page: WebDriver) -> tuple[np.ndarray, np.ndarray]:
+    """(weights (Tq, Tk) from data-w, luminance (Tq, Tk) of the cell background)."""
+    cells = page.js(CELLS_JS)
+    tq = max(c[0] for c in cells) + 1
+    tk = max(c[1] for c in cells) + 1
+    assert len(cells) == tq * tk
+    weights, luminance = np.full((tq, tk), np.nan), np.full((tq, tk), np.nan)
+    for q, k, w, colour in cells:
+        r, g, b = (float(x) for x in colour[colour.index("(") + 1 : -1].split(",")[:3])
+        weights[q, k], luminance[q, k] = float(w), 0.2126 * r + 0.7152 * g + 0.0722 * b
+    return weights, luminance
+
+
+def status(page: WebDriver) -> dict:
+    return page.js(
+        "var s = document.getElementById('status');"
+        "return {kind: s.dataset.kind, layer: s.dataset.layer, head: s.dataset.head};"
+    )
+
+
+def select(page: WebDriver, control: str, value: str) -> None:
+    """Pick an option the way a user does (click on it), then wait for the re-render."""
+    page.click(f'#{control} option[value="{value}"]')
+    page.wait_for(f"return document.getElementById('status').dataset.{control} === '{value}'")
+
+
+def assert_shows(page: WebDriver, maps: AttentionMaps, kind: str, layer: int, head: str) -> None:
+    assert status(page) == {"kind": kind, "layer": str(layer), "head": head}
+    want = expected(maps, kind, layer, head)
+    got, luminance = heatmap(page)
+    assert got.shape == want.shape  # one cell per (query, key)
+    np.testing.assert_allclose(got, want, atol=1.01e-4, rtol=0)  # 4 decimals
+    # the shading follows the weights: viridis gets monotonically lighter from 0 to 1
+    order = np.argsort(got, axis=None, kind="stable")
+    assert (np.diff(luminance.ravel()[order]) >= -1.5).all()
+    assert luminance.max() - luminance.min() > 40
+
+
+# ----------------------------------------------------------------------------- tests
+
+
+def test_viewer_renders_the_default_map(page: WebDriver, maps: AttentionMaps) -> None:
+    assert_shows(page, maps, "encoder", 0, "avg")
+    options = page.js(
+        "return ['kind', 'layer', 'head'].map(function (id) {"
+        "  return Array.from(document.getElementById(id).options).map(o => o.value); });"
+    )
+    assert options == [["encoder", "decoder", "cross"], ["0", "1"], ["avg", "0", "1", "2"]]
+    labels = page.js(
+        "return [Array.from(document.querySelectorAll('#heatmap th.qtok')).map(e => e.textContent),"
+        " Array.from(document.querySelectorAll('#heatmap th.ktok')).map(e => e.textContent),"
+        " document.querySelectorAll('#heatmap b, #lines b').length];"
+    )
+    assert labels == [SRC, SRC, 0]  # the nasty token is text, not markup
+
+
+def test_viewer_follows_kind_layer_and_head(page: WebDriver, maps: AttentionMaps) -> None:
+    select(page, "kind", "cross")
+    assert_shows(page, maps, "cross", 0, "avg")  # (T, S) now
+    select(page, "layer", "2")
+    assert_shows(page, maps, "cross", 2, "avg")
+    select(page, "head", "1")
+    assert_shows(page, maps, "cross", 2, "1")
+    labels = page.js(
+        "return [Array.from(document.querySelectorAll('#heatmap th.qtok')).map(e => e.textContent),"
+        " Array.from(document.querySelectorAll('#heatmap th.ktok')).map(e => e.textContent)];"
+    )
+    assert labels == [TGT, SRC]
+
+    select(page, "kind", "decoder")  # layer 2 and head 1 exist there too and are kept
+    assert_shows(page, maps, "decoder", 2, "1")
+    got, _ = heatmap(page)
+    assert (np.triu(got, k=1) == 0).all()  # causal
+    select(page, "kind", "encoder")  # the encoder has 2 layers: falls back to layer 0
+    assert_shows(page, maps, "encoder", 0, "1")
+
+
+def test_hovering_a_query_token_shows_its_row(page: WebDriver, maps: AttentionMaps) -> None:
+    readout_js = (
+        "var r = document.getElementById('readout');"
+        "return {q: r.dataset.q, ws: Array.from(r.querySelectorAll('.kw')).map(e => e.dataset.w),"
+        " toks: Array.from(r.querySelectorAll('.kw .tok')).map(e => e.textContent),"
+        " max: Array.from(r.querySelectorAll('.kw')).findIndex(e => e.classList.contains('max')),"
+        " active: Array.from(document.querySelectorAll('#heatmap tr.active')).map(e => e.dataset.q),"
+        " on: document.querySelectorAll('#lines line.on').length};"
+    )
+    assert page.js(readout_js)["q"] is None  # nothing focused yet
+    select(page, "kind", "cross")
+    select(page, "layer", "1")
+    select(page, "head", "2")
+    want = expected(maps, "cross", 1, "2")
+
+    for css, q in [
+        ('#heatmap th.qtok[data-q="3"]', 3),  # a query label of the heatmap
+        ('#lines text.qtok[data-q="5"]', 5),  # a query token of the line view
+        ('#heatmap td.cell[data-q="1"][data-k="4"]', 1),  # a cell
+    ]:
+        page.hover(css)
+        page.wait_for(f"return document.getElementById('readout').dataset.q === '{q}'")
+        readout = page.js(readout_js)
+        assert readout["toks"] == SRC
+        np.testing.assert_allclose([float(w) for w in readout["ws"]], want[q], atol=1e-4, rtol=0)
+        assert readout["max"] == int(np.argmax(want[q]))
+        assert readout["active"] == [str(q)]  # exactly that row is highlighted
+        assert readout["on"] == int((want[q].round(4) > 0).sum())  # its lines, and only them
+
+    # changing the head keeps the focused query and updates its weights
+    select(page, "head", "avg")
+    readout = page.js(readout_js)
+    assert readout["q"] == "1"
+    np.testing.assert_allclose(
+        [float(w) for w in readout["ws"]], expected(maps, "cross", 1, "avg")[1], atol=1e-4, rtol=0
+    )

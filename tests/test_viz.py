@@ -1,0 +1,349 @@
+"""Tests for minitx.viz: matplotlib heatmaps, PNG export, the HTML viewer and the CLI."""
+
+from __future__ import annotations
+
+import gc
+import importlib.util
+import json
+import re
+import sys
+import types
+from pathlib import Path
+
+import matplotlib.image as mpimg
+import numpy as np
+import pytest
+import torch
+from matplotlib.figure import Figure
+
+from minitx.maps import KINDS, AttentionMaps
+from minitx.viz import (
+    figures_for_maps,
+    plot_attention_heads,
+    save_attention_images,
+    visualize,
+    write_html_viewer,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+NASTY = "<b>&\"x'"
+SRC = ["▁Ein", "▁Mann", "▁fährt", NASTY, "rad", ".", "</s>"]  # S = 7
+TGT = ["<s>", "▁A", "▁man", "▁rides", "▁a", "▁bi", "cycle", ".", "</s>"]  # T = 9
+N_LAYERS, N_HEADS = 2, 4
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def softmaxed(*shape: int, causal: bool = False, seed: int = 0) -> torch.Tensor:
+    """Random attention weights (..., Tq, Tk), rows summing to 1 (causal: lower-triangular)."""
+    g = torch.Generator().manual_seed(seed)
+    scores = 2.0 * torch.randn(*shape, generator=g)
+    if causal:
+        allowed = torch.ones(shape[-2], shape[-1], dtype=torch.bool).tril()
+        scores = scores.masked_fill(~allowed, float("-inf"))
+    return scores.softmax(-1)
+
+
+def make_maps(
+    src: list[str] = SRC, tgt: list[str] = TGT, n_layers: int = N_LAYERS
+) -> AttentionMaps:
+    s, t = len(src), len(tgt)
+    return AttentionMaps(
+        src_tokens=list(src),
+        tgt_tokens=list(tgt),
+        encoder_attentions=tuple(softmaxed(N_HEADS, s, s, seed=i) for i in range(n_layers)),
+        decoder_attentions=tuple(
+            softmaxed(N_HEADS, t, t, causal=True, seed=10 + i) for i in range(n_layers)
+        ),
+        cross_attentions=tuple(softmaxed(N_HEADS, t, s, seed=20 + i) for i in range(n_layers)),
+    )
+
+
+@pytest.fixture(scope="module")
+def maps() -> AttentionMaps:
+    return make_maps()
+
+
+def image_axes(fig: Figure) -> list:
+    return [ax for ax in fig.axes if ax.images]
+
+
+def tick_texts(labels) -> list[str]:
+    return [label.get_text() for label in labels]
+
+
+# ----------------------------------------------------------------------------- figures
+
+
+@pytest.mark.parametrize("average", [True, False])
+def test_plot_has_one_panel_per_head_plus_average(maps: AttentionMaps, average: bool) -> None:
+    weights = maps.cross_attentions[1]  # (H, T, S)
+    fig = plot_attention_heads(weights, TGT, SRC, title="cross", average=average)
+    panels = image_axes(fig)
+    assert len(panels) == N_HEADS + int(average)
+    assert len(fig.axes) == len(panels) + 1  # exactly one shared colorbar, no empty panels
+    for ax in panels:
+        assert tick_texts(ax.get_xticklabels()) == SRC  # keys on x
+        assert tick_texts(ax.get_yticklabels()) == TGT  # queries on y
+        (image,) = ax.images
+        assert image.get_clim() == (0.0, 1.0)
+    for h in range(N_HEADS):
+        np.testing.assert_allclose(panels[h].images[0].get_array(), weights[h].numpy())
+    if average:
+        np.testing.assert_allclose(
+            panels[-1].images[0].get_array(), weights.mean(0).numpy(), rtol=1e-6
+        )
+        assert "average" in panels[-1].get_title()
+
+
+def test_figure_grows_with_tokens_and_heads() -> None:
+    def area(n_heads: int, n_tokens: int) -> float:
+        toks = [f"t{i}" for i in range(n_tokens)]
+        w, h = plot_attention_heads(
+            softmaxed(n_heads, n_tokens, n_tokens), toks, toks
+        ).get_size_inches()
+        return w * h
+
+    assert area(4, 40) > 3 * area(4, 8)
+    assert area(8, 12) > 1.4 * area(2, 12)
+
+
+def test_plot_draws_tokens_literally() -> None:
+    # a piece that would be a mathtext error if it were parsed as math
+    toks = [r"$\nosuchcommand$", "▁a", NASTY]
+    fig = plot_attention_heads(softmaxed(2, 3, 3), toks, toks)
+    fig.canvas.draw()  # raises if any label went through the mathtext parser
+    assert tick_texts(image_axes(fig)[0].get_xticklabels()) == toks
+
+
+@pytest.mark.parametrize(
+    ("shape", "n_q", "n_k", "match"),
+    [
+        ((4, 9, 7), 8, 7, "9 query tokens|8 query tokens"),
+        ((4, 9, 7), 9, 6, "6 key tokens"),
+        ((9, 7), 9, 7, r"\(H, Tq, Tk\)"),
+        ((4, 0, 0), 0, 0, "empty"),
+    ],
+)
+def test_plot_rejects_shape_mismatch(shape, n_q: int, n_k: int, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        plot_attention_heads(torch.zeros(shape), ["q"] * n_q, ["k"] * n_k)
+
+
+def test_plot_rejects_nan() -> None:
+    w = softmaxed(2, 3, 3)
+    w[0, 0, 0] = float("nan")
+    with pytest.raises(ValueError, match="NaN"):
+        plot_attention_heads(w, ["a"] * 3, ["b"] * 3)
+
+
+def test_figures_for_maps_keys_and_axes(maps: AttentionMaps) -> None:
+    figs = figures_for_maps(maps)
+    assert list(figs) == [f"{k}/layer_{i}" for k in KINDS for i in range(N_LAYERS)]
+    expected_axes = {"encoder": (SRC, SRC), "decoder": (TGT, TGT), "cross": (TGT, SRC)}
+    for key, fig in figs.items():
+        queries, keys = expected_axes[key.split("/")[0]]
+        first = image_axes(fig)[0]
+        assert tick_texts(first.get_yticklabels()) == queries
+        assert tick_texts(first.get_xticklabels()) == keys
+        assert len(image_axes(fig)) == N_HEADS + 1
+
+    only_cross = figures_for_maps(maps, kinds=("cross",), average=False)
+    assert list(only_cross) == ["cross/layer_0", "cross/layer_1"]
+    assert len(image_axes(only_cross["cross/layer_0"])) == N_HEADS
+    with pytest.raises(ValueError, match="unknown attention kind"):
+        figures_for_maps(maps, kinds=("encoder", "self"))
+
+
+def test_figures_for_maps_rejects_inconsistent_maps() -> None:
+    bad = make_maps()
+    bad.cross_attentions = (bad.cross_attentions[0], softmaxed(N_HEADS, len(TGT), len(SRC) + 1))
+    with pytest.raises(ValueError, match="cross layer 1"):
+        figures_for_maps(bad)
+
+
+# ----------------------------------------------------------------------------- PNGs
+
+
+def test_save_attention_images_writes_valid_pngs(maps: AttentionMaps, tmp_path: Path) -> None:
+    out = tmp_path / "nested" / "attn"
+    paths = save_attention_images(maps, out, prefix="step5_", dpi=50)
+    expected = [f"step5_{k}_layer{i}.png" for k in KINDS for i in range(N_LAYERS)]
+    assert [p.name for p in paths] == expected
+    assert sorted(p.name for p in out.iterdir()) == sorted(expected)  # nothing else written
+    for path in paths:
+        assert path.read_bytes()[:8] == PNG_MAGIC
+        image = mpimg.imread(path)
+        assert image.ndim == 3 and image.shape[0] > 50 and image.shape[1] > 50
+        assert image[..., :3].std() > 0.05  # not a blank canvas
+
+    subset = save_attention_images(maps, tmp_path / "sub", kinds=["decoder"], dpi=40)
+    assert [p.name for p in subset] == ["decoder_layer0.png", "decoder_layer1.png"]
+
+
+def test_save_attention_images_releases_figures(tmp_path: Path) -> None:
+    import matplotlib.pyplot as plt
+
+    maps = make_maps(n_layers=1)
+
+    def live_figures() -> int:
+        gc.collect()
+        return sum(type(obj) is Figure for obj in gc.get_objects())
+
+    before = live_figures()
+    for step in range(2):
+        save_attention_images(maps, tmp_path, prefix=f"{step}_", dpi=30)
+    assert live_figures() == before
+    assert plt.get_fignums() == []  # pyplot's global registry was never touched
+
+
+# ----------------------------------------------------------------------------- HTML
+
+
+def embedded_data(html_text: str) -> dict:
+    match = re.search(
+        r'<script type="application/json" id="attn-data">(.*?)</script>', html_text, re.S
+    )
+    assert match, "embedded JSON data not found"
+    return json.loads(match.group(1))
+
+
+def test_html_viewer_is_standalone(maps: AttentionMaps, tmp_path: Path) -> None:
+    path = write_html_viewer(maps, tmp_path / "deep" / "viewer.html")
+    assert path == tmp_path / "deep" / "viewer.html"
+    text = path.read_text(encoding="utf-8")
+    assert text.startswith("<!DOCTYPE html>")
+    assert not re.search(r"""(?:src|href|action)\s*=\s*["']?\s*(?:[a-z]+:)?//""", text, re.I)
+    assert not re.search(r"<script[^>]*\bsrc\s*=", text, re.I)
+    assert not re.search(r"<link\b|<iframe\b|<img\b|@import|url\(", text, re.I)
+    assert "https://" not in text
+    # the only URL-like string is the SVG namespace used by createElementNS
+    assert set(re.findall(r"https?://[^\s\"']+", text)) <= {"http://www.w3.org/2000/svg"}
+    assert "Content-Security-Policy" in text and "default-src 'none'" in text
+    assert len(re.findall(r"<script\b", text)) == 2  # the JSON data and the inline code
+
+
+def test_html_viewer_embeds_rounded_weights(maps: AttentionMaps, tmp_path: Path) -> None:
+    data = embedded_data(write_html_viewer(maps, tmp_path / "v.html").read_text("utf-8"))
+    assert data["src_tokens"] == SRC and data["tgt_tokens"] == TGT
+    assert set(data["kinds"]) == set(KINDS)
+    for kind in KINDS:
+        entry = data["kinds"][kind]
+        queries, keys = maps.axes(kind)
+        assert entry["query_tokens"] == queries and entry["key_tokens"] == keys
+        got = np.array(entry["layers"])  # (L, H, Tq, Tk)
+        want = torch.stack(maps.layers(kind)).numpy()
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, atol=5e-5 + 1e-9, rtol=0)
+        np.testing.assert_array_equal(got, np.round(got, 4))  # 4 decimals, no more
+    # decoder self-attention is causal: zeros above the diagonal survive the round trip
+    dec = np.array(data["kinds"]["decoder"]["layers"])
+    assert (np.triu(dec, k=1) == 0).all()
+
+
+def test_html_viewer_escapes_tokens_and_title(tmp_path: Path) -> None:
+    breakout = "</script><script>alert(1)</script>"
+    maps = make_maps(src=[*SRC[:-1], breakout], tgt=[*TGT[:-1], "<!--"])
+    text = write_html_viewer(maps, tmp_path / "v.html", title='<i>T</i> & "q"').read_text("utf-8")
+    assert NASTY not in text and "<b>" not in text
+    assert breakout not in text and "alert(1)</script>" not in text
+    assert "<!--" not in text
+    assert text.count("</script>") == 2
+    assert "<title>&lt;i&gt;T&lt;/i&gt; &amp; &quot;q&quot;</title>" in text
+    data = embedded_data(text)
+    assert data["src_tokens"][3] == NASTY and data["src_tokens"][-1] == breakout
+    assert data["tgt_tokens"][-1] == "<!--"
+    assert "▁Mann" in text  # sentencepiece pieces stay readable UTF-8
+
+
+def test_html_viewer_rejects_bad_maps(tmp_path: Path) -> None:
+    bad = make_maps()
+    bad.encoder_attentions = (softmaxed(N_HEADS, len(SRC), len(SRC) - 1),)
+    with pytest.raises(ValueError, match="encoder layer 0"):
+        write_html_viewer(bad, tmp_path / "v.html")
+    assert not (tmp_path / "v.html").exists()
+
+
+# ----------------------------------------------------------------------------- visualize + CLI
+
+
+def test_visualize_writes_pngs_and_html(tmp_path: Path) -> None:
+    maps = make_maps(n_layers=1)
+    paths = visualize(maps, tmp_path, dpi=30)
+    assert [p.name for p in paths[:-1]] == [f"{k}_layer0.png" for k in KINDS]
+    assert paths[-1] == tmp_path / "attention.html" and paths[-1].is_file()
+
+    paths = visualize(maps, tmp_path / "b", kinds=["cross"], html_viewer=False, dpi=30)
+    assert [p.name for p in paths] == ["cross_layer0.png"]
+    assert not (tmp_path / "b" / "attention.html").exists()
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location(
+        "visualize_attention_script", ROOT / "scripts" / "visualize_attention.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_script_runs_with_a_translator(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    maps = make_maps(n_layers=1)
+    calls: dict[str, object] = {}
+
+    class FakeTranslator:
+        @classmethod
+        def from_checkpoint(cls, path, device="cpu"):
+            calls["checkpoint"], calls["device"] = Path(path), device
+            return cls()
+
+        def translate(self, sentences: list[str]) -> list[str]:
+            calls["translate"] = sentences
+            return ["A man rides a bicycle."]
+
+        def attention(self, sentence: str) -> AttentionMaps:
+            calls["attention"] = sentence
+            return maps
+
+    fake = types.ModuleType("minitx.translator")
+    fake.Translator = FakeTranslator
+    monkeypatch.setitem(sys.modules, "minitx.translator", fake)
+    ckpt = tmp_path / "run.ckpt"
+    ckpt.write_bytes(b"not read by the fake")
+    out = tmp_path / "attn"
+    script = load_script()
+    argv = ["--checkpoint", str(ckpt), "Ein Mann fährt Fahrrad.", "--out-dir", str(out)]
+    assert script.main([*argv, "--kinds", "encoder", "cross", "--dpi", "30"]) == 0
+    assert calls == {
+        "checkpoint": ckpt,
+        "device": "cpu",
+        "translate": ["Ein Mann fährt Fahrrad."],
+        "attention": "Ein Mann fährt Fahrrad.",
+    }
+    printed = capsys.readouterr().out
+    assert "A man rides a bicycle." in printed
+    written = sorted(p.name for p in out.iterdir())
+    assert written == sorted(["attention.html", "encoder_layer0.png", "cross_layer0.png"])
+    for name in written:
+        assert str(out / name) in printed
+    assert "A man rides a bicycle." in (out / "attention.html").read_text("utf-8")
+
+    argv[-1] = str(tmp_path / "c")
+    assert script.main([*argv, "--no-html", "--kinds", "decoder", "--dpi", "30"]) == 0
+    assert [p.name for p in (tmp_path / "c").iterdir()] == ["decoder_layer0.png"]
+
+    with pytest.raises(SystemExit):
+        script.main(["--checkpoint", str(tmp_path / "missing.ckpt"), "x"])
+    assert "checkpoint not found" in capsys.readouterr().err
+
+
+def test_script_help_needs_no_translator(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    monkeypatch.setitem(sys.modules, "minitx.translator", None)  # any import of it would fail
+    script = load_script()
+    with pytest.raises(SystemExit) as exit_info:
+        script.main(["--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    for option in ("--checkpoint", "--out-dir", "--kinds", "--no-html", "--dpi"):
+        assert option in out
