@@ -1,0 +1,368 @@
+"""Subword tokenizer: sentencepiece training, caching and loading, with fixed special ids.
+
+One joint vocabulary serves source and target (the caller trains on both sides). The special
+ids are fixed for the whole package: ``PAD_ID=0``, ``UNK_ID=1``, ``BOS_ID=2``, ``EOS_ID=3``.
+
+A trained model is just bytes (``Tokenizer.model_bytes``), so checkpoints can carry it and
+``Tokenizer.from_bytes`` restores it. Pickling goes through the same bytes, which keeps the
+tokenizer usable in ``datasets.Dataset.map`` (which hashes the function) and DataLoader
+workers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import logging
+import os
+import re
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, Literal
+
+import sentencepiece as spm
+
+logger = logging.getLogger(__name__)
+
+PAD_ID = 0
+UNK_ID = 1
+BOS_ID = 2
+EOS_ID = 3
+
+PAD_PIECE = "<pad>"
+UNK_PIECE = "<unk>"
+BOS_PIECE = "<s>"
+EOS_PIECE = "</s>"
+
+ModelType = Literal["unigram", "bpe"]
+_MODEL_TYPES: tuple[str, ...] = ("unigram", "bpe")
+
+
+class Tokenizer:
+    """A sentencepiece model with the package's special ids (pad=0, unk=1, bos=2, eos=3).
+
+    Build one with :meth:`train`, :meth:`from_bytes` or :meth:`load`. ``encode`` and
+    ``decode`` work on batches and never add bos/eos themselves: the collate function adds
+    them, and ``decode`` strips them (and everything after the first eos).
+
+    Args:
+        model_bytes: a serialized sentencepiece model (``ModelProto``).
+
+    Raises:
+        ValueError: when the bytes are not a sentencepiece model, or the model's special ids
+            are not pad=0, unk=1, bos=2, eos=3.
+    """
+
+    def __init__(self, model_bytes: bytes) -> None:
+        self._model_bytes = bytes(model_bytes)
+        self._sp = _load_processor(self._model_bytes)
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def train(
+        cls,
+        sentences: Iterable[str],
+        *,
+        vocab_size: int = 8000,
+        model_type: ModelType = "unigram",
+        character_coverage: float = 1.0,
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_key: str | None = None,
+    ) -> Tokenizer:
+        """Train a sentencepiece model in memory (or load it from the cache).
+
+        The vocabulary size is a hard limit: when the corpus is too small for ``vocab_size``
+        pieces, a ``ValueError`` says the largest size sentencepiece can reach. (We do not use
+        sentencepiece's ``hard_vocab_limit=False``, because then the real vocabulary size
+        would silently differ from the configured one that the model is built with.)
+
+        Args:
+            sentences: training sentences; pass source and target sentences together for a
+                joint vocabulary.
+            vocab_size: number of pieces, special pieces included.
+            model_type: ``"unigram"`` or ``"bpe"``.
+            character_coverage: fraction of characters covered by the vocabulary; 1.0 keeps
+                every character seen in training (right for small European-language corpora).
+            cache_dir: when given, the model is stored as ``cache_dir/spm-{key}.model`` and a
+                later call with the same settings and data loads it instead of training.
+            cache_key: a string identifying the training data (for example a corpus hash).
+                When ``None`` the sentences themselves are hashed.
+
+        Returns:
+            The trained (or cached) tokenizer.
+
+        Raises:
+            ValueError: on bad arguments, no sentences, or a vocabulary size the data cannot
+                support.
+        """
+        if model_type not in _MODEL_TYPES:
+            raise ValueError(f"model_type must be one of {_MODEL_TYPES}, got {model_type!r}.")
+        if vocab_size < 5:
+            raise ValueError(
+                f"vocab_size must be at least 5 (4 special pieces + 1), got {vocab_size}."
+            )
+        if not 0.0 < character_coverage <= 1.0:
+            raise ValueError(f"character_coverage must be in (0, 1], got {character_coverage}.")
+        sentences = [s for s in sentences if s and not s.isspace()]
+        if not sentences:
+            raise ValueError("Tokenizer.train got no (non-empty) sentences to train on.")
+
+        settings: dict[str, Any] = {
+            "vocab_size": vocab_size,
+            "model_type": model_type,
+            "character_coverage": character_coverage,
+            "sentencepiece": spm.__version__,
+        }
+        path: Path | None = None
+        if cache_dir is not None:
+            key = _cache_key(settings, sentences, cache_key)
+            path = Path(cache_dir) / f"spm-{key}.model"
+            if path.is_file():
+                logger.info("Loaded cached tokenizer %s (no training needed).", path)
+                return cls.load(path)
+
+        start = time.perf_counter()
+        model_bytes = _train_bytes(
+            sentences,
+            vocab_size=vocab_size,
+            model_type=model_type,
+            character_coverage=character_coverage,
+        )
+        tokenizer = cls(model_bytes)
+        logger.info(
+            "Trained a %s tokenizer with %d pieces on %d sentences in %.1f s.",
+            model_type,
+            tokenizer.vocab_size,
+            len(sentences),
+            time.perf_counter() - start,
+        )
+        if path is not None:
+            _atomic_write(path, model_bytes)
+            logger.info("Cached the tokenizer at %s.", path)
+        return tokenizer
+
+    @classmethod
+    def from_bytes(cls, model_bytes: bytes) -> Tokenizer:
+        """Restore a tokenizer from ``model_bytes`` (e.g. the copy stored in a checkpoint)."""
+        return cls(model_bytes)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> Tokenizer:
+        """Load a tokenizer from a ``.model`` file written by sentencepiece or :meth:`save`.
+
+        Raises:
+            FileNotFoundError: when ``path`` does not exist.
+            ValueError: when the file is not a usable sentencepiece model.
+        """
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"Tokenizer model not found: {path}")
+        try:
+            return cls(path.read_bytes())
+        except ValueError as exc:
+            raise ValueError(f"{path}: {exc}") from exc
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the model to ``path`` (loadable with :meth:`load` or plain sentencepiece)."""
+        _atomic_write(Path(path), self._model_bytes)
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def model_bytes(self) -> bytes:
+        """The serialized sentencepiece model (what checkpoints store)."""
+        return self._model_bytes
+
+    @property
+    def vocab_size(self) -> int:
+        """Number of pieces, special pieces included."""
+        return self._sp.get_piece_size()
+
+    @property
+    def pad_id(self) -> int:
+        """Padding id (0)."""
+        return PAD_ID
+
+    @property
+    def unk_id(self) -> int:
+        """Unknown-piece id (1)."""
+        return UNK_ID
+
+    @property
+    def bos_id(self) -> int:
+        """Begin-of-sentence id (2)."""
+        return BOS_ID
+
+    @property
+    def eos_id(self) -> int:
+        """End-of-sentence id (3)."""
+        return EOS_ID
+
+    # ------------------------------------------------------------------ encode / decode
+    def encode(self, texts: list[str]) -> list[list[int]]:
+        """Encode a batch of sentences to ids (no bos/eos added).
+
+        Args:
+            texts: sentences.
+
+        Returns:
+            One list of ids per sentence.
+        """
+        if isinstance(texts, str):
+            raise TypeError("Tokenizer.encode takes a list of sentences; wrap one sentence in [].")
+        return self._sp.encode(list(texts), out_type=int)
+
+    def decode(self, ids: list[list[int]]) -> list[str]:
+        """Decode a batch of id sequences to sentences.
+
+        Each sequence is cut at its first eos; pad and bos ids are dropped. Accepts lists of
+        ints or anything with ``tolist()`` (e.g. a 2-D tensor of generated ids).
+
+        Args:
+            ids: one id sequence per sentence.
+
+        Returns:
+            The decoded sentences.
+        """
+        if hasattr(ids, "tolist"):
+            ids = ids.tolist()
+        cleaned = [self._strip_special(seq) for seq in ids]
+        return self._sp.decode(cleaned)
+
+    def id_to_piece(self, ids: list[int]) -> list[str]:
+        """Map ids to their pieces (special ids map to ``<pad>``, ``<unk>``, ``<s>``, ``</s>``).
+
+        Raises:
+            ValueError: when an id is outside ``[0, vocab_size)``.
+        """
+        if hasattr(ids, "tolist"):
+            ids = ids.tolist()
+        ids = [int(i) for i in ids]
+        bad = [i for i in ids if not 0 <= i < self.vocab_size]
+        if bad:
+            raise ValueError(f"ids {bad[:5]} are outside the vocabulary [0, {self.vocab_size}).")
+        return [self._sp.id_to_piece(i) for i in ids]
+
+    @staticmethod
+    def _strip_special(seq: Iterable[int]) -> list[int]:
+        out: list[int] = []
+        for i in seq:
+            i = int(i)
+            if i == EOS_ID:
+                break
+            if i not in (PAD_ID, BOS_ID):
+                out.append(i)
+        return out
+
+    # ------------------------------------------------------------------ pickling / misc
+    def __getstate__(self) -> dict[str, bytes]:
+        return {"model_bytes": self._model_bytes}
+
+    def __setstate__(self, state: dict[str, bytes]) -> None:
+        self._model_bytes = state["model_bytes"]
+        self._sp = _load_processor(self._model_bytes)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Tokenizer) and other._model_bytes == self._model_bytes
+
+    def __hash__(self) -> int:
+        return hash(self._model_bytes)
+
+    def __repr__(self) -> str:
+        return f"Tokenizer(vocab_size={self.vocab_size})"
+
+
+# ---------------------------------------------------------------------- helpers
+def _train_bytes(
+    sentences: list[str], *, vocab_size: int, model_type: str, character_coverage: float
+) -> bytes:
+    """Run the sentencepiece trainer in memory and return the model bytes."""
+    writer = io.BytesIO()
+    try:
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=iter(sentences),
+            model_writer=writer,
+            vocab_size=vocab_size,
+            model_type=model_type,
+            character_coverage=character_coverage,
+            pad_id=PAD_ID,
+            unk_id=UNK_ID,
+            bos_id=BOS_ID,
+            eos_id=EOS_ID,
+            pad_piece=PAD_PIECE,
+            unk_piece=UNK_PIECE,
+            bos_piece=BOS_PIECE,
+            eos_piece=EOS_PIECE,
+            num_threads=os.cpu_count() or 1,
+            minloglevel=2,  # sentencepiece's own INFO chatter goes to stderr otherwise
+        )
+    except RuntimeError as exc:
+        raise _training_error(exc, vocab_size, len(sentences)) from exc
+    return writer.getvalue()
+
+
+def _training_error(exc: RuntimeError, vocab_size: int, n_sentences: int) -> ValueError:
+    """Turn a sentencepiece trainer failure into an actionable ``ValueError``."""
+    message = str(exc)
+    too_high = re.search(r"Vocabulary size too high \((\d+)\).*<= (\d+)", message)
+    if too_high:
+        return ValueError(
+            f"vocab_size={vocab_size} is too large for this corpus ({n_sentences} sentences): "
+            f"sentencepiece can build at most {too_high.group(2)} pieces. Set vocab_size "
+            f"(data.vocab_size in configs) to {too_high.group(2)} or less."
+        )
+    too_low = re.search(r"smaller than required_chars\. (\d+) vs (\d+)", message)
+    if too_low:
+        return ValueError(
+            f"vocab_size={vocab_size} is too small: the corpus has {too_low.group(2)} required "
+            "characters plus special pieces. Increase vocab_size or lower character_coverage."
+        )
+    return ValueError(f"sentencepiece training failed: {message}")
+
+
+def _load_processor(model_bytes: bytes) -> spm.SentencePieceProcessor:
+    """Load model bytes into a processor and check the special ids."""
+    try:
+        sp = spm.SentencePieceProcessor(model_proto=model_bytes)
+    except (RuntimeError, TypeError) as exc:
+        raise ValueError(
+            f"Not a sentencepiece model ({len(model_bytes)} bytes could not be parsed)."
+        ) from exc
+    expected = {"pad": PAD_ID, "unk": UNK_ID, "bos": BOS_ID, "eos": EOS_ID}
+    found = {"pad": sp.pad_id(), "unk": sp.unk_id(), "bos": sp.bos_id(), "eos": sp.eos_id()}
+    if found != expected:
+        raise ValueError(
+            f"The sentencepiece model has special ids {found}; minitx needs {expected}. "
+            "Train it with Tokenizer.train (or spm_train --pad_id=0 --unk_id=1 --bos_id=2 "
+            "--eos_id=3)."
+        )
+    return sp
+
+
+def _cache_key(settings: dict[str, Any], sentences: list[str], cache_key: str | None) -> str:
+    """A short hash of the training settings and the data (or the caller's ``cache_key``)."""
+    digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
+    if cache_key is not None:
+        digest.update(b"key:" + cache_key.encode())
+    else:
+        digest.update(hash_texts(sentences).encode())
+    return digest.hexdigest()[:16]
+
+
+def hash_texts(texts: Iterable[str]) -> str:
+    """A sha256 hex digest of a sequence of strings (order and boundaries matter)."""
+    digest = hashlib.sha256()
+    for text in texts:
+        encoded = text.encode("utf-8", "surrogatepass")
+        digest.update(len(encoded).to_bytes(8, "little"))
+        digest.update(encoded)
+    return digest.hexdigest()
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` via a temporary file, so readers never see half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)

@@ -1,0 +1,46 @@
+"""Shared test fixtures: the toy corpus and the (optional) real Multi30k files."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+TESTS_DIR = Path(__file__).resolve().parent
+TOY_CORPUS_DIR = TESTS_DIR / "data" / "toy"
+DEFAULT_MULTI30K_DIR = TESTS_DIR.parent.parent / "shared" / "data" / "multi30k"
+"""Where DESIGN.md puts the offline Multi30k copy: ``../shared/data/multi30k`` beside the repo."""
+
+MULTI30K_FILES = [
+    f"{stem}.{lang}" for stem in ("train", "val", "test_2016_flickr") for lang in ("de", "en")
+]
+
+
+@pytest.fixture
+def toy_corpus_dir() -> Path:
+    """A tiny hand-written de-en corpus (60/10/10 pairs) in the Multi30k raw layout."""
+    return TOY_CORPUS_DIR
+
+
+@pytest.fixture
+def multi30k_dir() -> Path:
+    """The raw Multi30k directory: ``$MINITX_DATA_DIR`` if set, else ``../shared/data/multi30k``.
+
+    Skips the test, saying where it looked, when the de/en files are not there.
+    """
+    configured = os.environ.get("MINITX_DATA_DIR", "").strip()
+    directory = Path(configured) if configured else DEFAULT_MULTI30K_DIR
+    origin = "MINITX_DATA_DIR" if configured else "the default location"
+    missing = [
+        name
+        for name in MULTI30K_FILES
+        if not (directory / name).is_file() and not (directory / f"{name}.gz").is_file()
+    ]
+    if missing:
+        pytest.skip(
+            f"Multi30k raw files not found in {directory} ({origin}); missing {missing}. "
+            "Set MINITX_DATA_DIR to a directory of {split}.{lang}[.gz] files "
+            "(multi30k/dataset: data/task1/raw)."
+        )
+    return directory

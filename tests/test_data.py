@@ -1,0 +1,621 @@
+"""Tests for minitx.data: loading and validation, cleaning, bucketing, collate, DataModule."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+import pickle
+import shutil
+import time
+from collections import Counter
+from pathlib import Path
+
+import datasets
+import huggingface_hub
+import lightning as L
+import numpy as np
+import pytest
+import torch
+
+from minitx import data as data_module
+from minitx import tokenizer as tokenizer_module
+from minitx.data import (
+    DATA_DIR_ENV,
+    TokenBucketBatchSampler,
+    TranslationDataModule,
+    clean_pairs,
+    collate,
+    load_parallel_corpus,
+    resolve_data_source,
+    round_up,
+)
+from minitx.tokenizer import BOS_ID, EOS_ID, PAD_ID
+
+SPLIT_FILES = {"train": "train", "validation": "val", "test": "test_2016_flickr"}
+TOY_SIZES = {"train": 60, "validation": 10, "test": 10}
+
+
+def _lines(path: Path) -> list[str]:
+    return path.read_text(encoding="utf-8").splitlines()
+
+
+def _write_corpus(directory: Path, pairs: dict[str, tuple[list[str], list[str]]]) -> Path:
+    """Write raw ``{stem}.de`` / ``{stem}.en`` files; ``pairs`` maps split -> (de, en) lines."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for split, (de, en) in pairs.items():
+        stem = SPLIT_FILES[split]
+        (directory / f"{stem}.de").write_text("".join(f"{s}\n" for s in de), encoding="utf-8")
+        (directory / f"{stem}.en").write_text("".join(f"{s}\n" for s in en), encoding="utf-8")
+    return directory
+
+
+def _copy_toy(toy_corpus_dir: Path, directory: Path) -> Path:
+    shutil.copytree(toy_corpus_dir, directory)
+    return directory
+
+
+# ================================================================================ loading
+def test_load_raw_directory(toy_corpus_dir: Path) -> None:
+    corpus = load_parallel_corpus(str(toy_corpus_dir), "de", "en")
+    assert {split: len(ds) for split, ds in corpus.items()} == TOY_SIZES
+    assert corpus["train"].column_names == ["translation"]
+    de, en = _lines(toy_corpus_dir / "val.de"), _lines(toy_corpus_dir / "val.en")
+    assert [row["translation"] for row in corpus["validation"]] == [
+        {"de": s, "en": t} for s, t in zip(de, en, strict=True)
+    ]
+
+
+def test_load_gzip_crlf_and_bom(toy_corpus_dir: Path, tmp_path: Path) -> None:
+    for path in toy_corpus_dir.iterdir():
+        text = path.read_text(encoding="utf-8")
+        if path.name == "train.de":
+            text = "\ufeff" + text.replace("\n", "\r\n")  # BOM + Windows line ends
+        (tmp_path / f"{path.name}.gz").write_bytes(gzip.compress(text.encode("utf-8")))
+    plain = load_parallel_corpus(str(toy_corpus_dir), "de", "en")
+    zipped = load_parallel_corpus(str(tmp_path), "de", "en")
+    for split in TOY_SIZES:
+        assert zipped[split]["translation"][:] == plain[split]["translation"][:]
+
+
+def test_language_direction_is_configurable(toy_corpus_dir: Path) -> None:
+    corpus = load_parallel_corpus(str(toy_corpus_dir), "en", "de")
+    assert corpus["train"][0]["translation"] == {
+        "en": _lines(toy_corpus_dir / "train.en")[0],
+        "de": _lines(toy_corpus_dir / "train.de")[0],
+    }
+    with pytest.raises(ValueError, match="must differ"):
+        load_parallel_corpus(str(toy_corpus_dir), "de", "de")
+
+
+def test_mismatched_line_counts_name_both_files(toy_corpus_dir: Path, tmp_path: Path) -> None:
+    directory = _copy_toy(toy_corpus_dir, tmp_path / "corpus")
+    en = _lines(directory / "val.en")
+    (directory / "val.en").write_text("\n".join(en[:-2]) + "\n", encoding="utf-8")
+    with pytest.raises(ValueError) as info:
+        load_parallel_corpus(str(directory), "de", "en")
+    message = str(info.value)
+    assert "val.de" in message and "10 lines" in message
+    assert "val.en" in message and "has 8" in message
+    assert "'validation'" in message
+
+
+def test_missing_split_lists_what_was_found(toy_corpus_dir: Path, tmp_path: Path) -> None:
+    directory = _copy_toy(toy_corpus_dir, tmp_path / "corpus")
+    for lang in ("de", "en"):
+        (directory / f"test_2016_flickr.{lang}").unlink()
+    with pytest.raises(FileNotFoundError) as info:
+        load_parallel_corpus(str(directory), "de", "en")
+    message = str(info.value)
+    assert "test_2016_flickr.de[.gz]" in message
+    assert "found splits ['train', 'val']" in message
+    assert "languages ['de', 'en']" in message
+    assert "train.de" in message  # the files that are there
+
+
+def test_missing_language_lists_languages_found(toy_corpus_dir: Path) -> None:
+    with pytest.raises(FileNotFoundError) as info:
+        load_parallel_corpus(str(toy_corpus_dir), "de", "fr")
+    message = str(info.value)
+    assert "train.fr[.gz]" in message and "val.fr[.gz]" in message
+    assert "languages ['de', 'en']" in message
+
+
+def test_custom_split_names(toy_corpus_dir: Path) -> None:
+    corpus = load_parallel_corpus(
+        str(toy_corpus_dir), "de", "en", splits={"train": "train", "test": "val"}
+    )
+    assert {split: len(ds) for split, ds in corpus.items()} == {"train": 60, "test": 10}
+
+
+@pytest.mark.parametrize("compressed", [False, True])
+def test_invalid_utf8_names_file_and_line(
+    toy_corpus_dir: Path, tmp_path: Path, compressed: bool
+) -> None:
+    directory = _copy_toy(toy_corpus_dir, tmp_path / "corpus")
+    lines = _lines(directory / "train.de")
+    raw = (
+        "\n".join(lines[:2]).encode()
+        + "\nein m\u00e4dchen\n".encode("latin-1")
+        + "\n".join(lines[3:]).encode()
+    )
+    (directory / "train.de").unlink()
+    name = "train.de.gz" if compressed else "train.de"
+    (directory / name).write_bytes(gzip.compress(raw) if compressed else raw)
+    with pytest.raises(ValueError, match=rf"{name}: line 3 is not valid UTF-8"):
+        load_parallel_corpus(str(directory), "de", "en")
+
+
+def test_corrupt_gzip_is_a_clear_error(toy_corpus_dir: Path, tmp_path: Path) -> None:
+    directory = _copy_toy(toy_corpus_dir, tmp_path / "corpus")
+    (directory / "val.en").unlink()
+    (directory / "val.en.gz").write_bytes(b"\x1f\x8b not really gzip")
+    with pytest.raises(ValueError, match=r"val\.en\.gz: cannot read the file"):
+        load_parallel_corpus(str(directory), "de", "en")
+
+
+def test_directory_without_corpus_files(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("hello", encoding="utf-8")
+    with pytest.raises(FileNotFoundError, match=r"Missing corpus files .*notes\.txt"):
+        load_parallel_corpus(str(tmp_path), "de", "en")
+
+
+def test_missing_local_path(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="Data source directory not found"):
+        load_parallel_corpus(str(tmp_path / "nope"), "de", "en")
+
+
+def _toy_records(toy_corpus_dir: Path, stem: str, nested: bool) -> list[dict]:
+    de, en = _lines(toy_corpus_dir / f"{stem}.de"), _lines(toy_corpus_dir / f"{stem}.en")
+    pairs = [{"de": s, "en": t} for s, t in zip(de, en, strict=True)]
+    return [{"translation": p, "id": i} if nested else {**p, "id": i} for i, p in enumerate(pairs)]
+
+
+@pytest.mark.parametrize("nested", [True, False])
+def test_jsonl_directory_and_pattern(toy_corpus_dir: Path, tmp_path: Path, nested: bool) -> None:
+    for split, stem in SPLIT_FILES.items():
+        records = _toy_records(toy_corpus_dir, stem, nested)
+        lines = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
+        (tmp_path / f"{split}.jsonl").write_text(lines, encoding="utf-8")
+    splits = {s: s for s in SPLIT_FILES}
+    raw = load_parallel_corpus(str(toy_corpus_dir), "de", "en")
+    from_dir = load_parallel_corpus(str(tmp_path), "de", "en", splits=splits)
+    from_pattern = load_parallel_corpus(str(tmp_path / "{split}.jsonl"), "de", "en", splits=splits)
+    for split in TOY_SIZES:
+        assert from_dir[split]["translation"][:] == raw[split]["translation"][:]
+        assert from_pattern[split]["translation"][:] == raw[split]["translation"][:]
+
+
+def test_jsonl_errors_name_file_and_line(tmp_path: Path) -> None:
+    good = json.dumps({"translation": {"de": "ein hund .", "en": "a dog ."}})
+    (tmp_path / "train.jsonl").write_text(f"{good}\n{{broken\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"train\.jsonl: line 2 is not valid JSON"):
+        load_parallel_corpus(str(tmp_path / "{split}.jsonl"), "de", "en", splits={"train": "train"})
+    (tmp_path / "train.jsonl").write_text(
+        f'{good}\n{{"de": "ein hund .", "fr": "un chien ."}}\n', encoding="utf-8"
+    )
+    with pytest.raises(
+        ValueError, match=r"line 2 has no \['de', 'en'\] fields \(found \['de', 'fr'\]\)"
+    ):
+        load_parallel_corpus(str(tmp_path / "{split}.jsonl"), "de", "en", splits={"train": "train"})
+    with pytest.raises(
+        FileNotFoundError, match=r"split 'validation'.*found in .*\['train\.jsonl'\]"
+    ):
+        load_parallel_corpus(
+            str(tmp_path / "{split}.jsonl"), "de", "en", splits={"validation": "dev"}
+        )
+
+
+def test_hub_offline_error_says_what_was_tried(monkeypatch: pytest.MonkeyPatch) -> None:
+    # HF_HUB_OFFLINE is read at import time, so patch the parsed flags too.
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    start = time.perf_counter()
+    with pytest.raises(ConnectionError) as info:
+        load_parallel_corpus("minitx-tests/no-such-dataset", "de", "en")
+    assert time.perf_counter() - start < 10
+    message = str(info.value)
+    assert "'minitx-tests/no-such-dataset'" in message
+    assert DATA_DIR_ENV in message and "data.source" in message and "{split}.{lang}[.gz]" in message
+
+
+def test_hub_layouts_are_converted(monkeypatch: pytest.MonkeyPatch) -> None:
+    flat = datasets.DatasetDict(
+        {
+            split: datasets.Dataset.from_dict({"en": ["a dog ."], "de": ["ein hund ."]})
+            for split in ("train", "validation", "test")
+        }
+    )
+    nested = datasets.DatasetDict(
+        {
+            "train": datasets.Dataset.from_dict(
+                {"translation": [{"de": "ein hund .", "en": "a dog ."}]}
+            )
+        }
+    )
+    loaded = {"owner/flat": flat, "owner/nested": nested}
+    monkeypatch.setattr(datasets, "load_dataset", lambda source, *a, **k: loaded[source])
+    corpus = load_parallel_corpus("owner/flat", "de", "en")
+    assert sorted(corpus) == ["test", "train", "validation"]
+    assert corpus["train"][0] == {"translation": {"de": "ein hund .", "en": "a dog ."}}
+    corpus = load_parallel_corpus("owner/nested", "de", "en", splits={"train": "train"})
+    assert corpus["train"][0] == {"translation": {"de": "ein hund .", "en": "a dog ."}}
+    with pytest.raises(ValueError, match=r"no split 'validation' \(found \['train'\]\)"):
+        load_parallel_corpus("owner/nested", "de", "en")
+    with pytest.raises(ValueError, match=r"no language\(s\) \['fr'\]"):
+        load_parallel_corpus("owner/flat", "fr", "en")
+
+
+def test_resolve_data_source(
+    toy_corpus_dir: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.delenv(DATA_DIR_ENV, raising=False)
+    assert resolve_data_source("bentrevett/multi30k") == "bentrevett/multi30k"
+    monkeypatch.setenv(DATA_DIR_ENV, "/data/multi30k")
+    with caplog.at_level(logging.INFO, logger="minitx.data"):
+        assert resolve_data_source("bentrevett/multi30k") == "/data/multi30k"
+    assert "overrides" in caplog.text and "bentrevett/multi30k" in caplog.text
+    # an explicit local source wins over the variable
+    assert resolve_data_source(str(toy_corpus_dir)) == str(toy_corpus_dir)
+    assert resolve_data_source("corpus/{split}.jsonl") == "corpus/{split}.jsonl"
+
+
+# =============================================================================== cleaning
+def test_clean_pairs_counts_every_skip(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    train_de = ["ein hund .", "", "eine katze .", "zwei männer .", "ein kind .", "x" * 50]
+    train_en = ["a dog .", "a cat .", "a cat .", "   ", "a child .", "y"]
+    val_de, val_en = ["ein hund .", "", "y" * 50], ["a dog .", "", "z"]
+    directory = _write_corpus(
+        tmp_path / "c", {"train": (train_de, train_en), "validation": (val_de, val_en)}
+    )
+    corpus = load_parallel_corpus(
+        str(directory), "de", "en", splits={"train": "train", "validation": "val"}
+    )
+    with caplog.at_level(logging.WARNING, logger="minitx.data"):
+        cleaned, counts = clean_pairs(corpus, "de", "en", max_chars=20)
+    assert counts == {
+        "train": {"empty": 2, "too_long": 1},
+        "validation": {"empty": 1, "too_long": 0},
+    }
+    for split in counts:
+        assert len(cleaned[split]) + sum(counts[split].values()) == len(corpus[split])
+    assert cleaned["train"]["line"][:] == [1, 3, 5]
+    assert cleaned["validation"]["line"][:] == [1, 3]  # eval splits keep long pairs
+    assert "train: skipped 2 of 6 pairs with an empty side (lines 2, 4)" in caplog.text
+    assert "validation: skipped 1 of 3 pairs with an empty side (lines 2)" in caplog.text
+    assert "train: skipped 1 of 6 pairs longer than max_chars=20 (lines 6)" in caplog.text
+
+
+# ============================================================================== batching
+def _padded_len(lengths: np.ndarray, batch: list[int], multiple: int) -> int:
+    return round_up(int(lengths[batch].max()), multiple)
+
+
+@pytest.mark.parametrize(("max_tokens", "pad_multiple"), [(64, 8), (256, 8), (100, 1), (512, 16)])
+def test_bucket_batches_respect_budget_and_cover_everything(
+    max_tokens: int, pad_multiple: int
+) -> None:
+    lengths = np.random.default_rng(0).integers(1, 60, size=500)
+    sampler = TokenBucketBatchSampler(
+        lengths, max_tokens=max_tokens, pad_multiple=pad_multiple, shuffle=True
+    )
+    batches = list(sampler)
+    assert len(batches) == len(sampler)
+    assert sorted(i for batch in batches for i in batch) == list(range(500))
+    for batch in batches:
+        padded = _padded_len(lengths, batch, pad_multiple)
+        assert padded % pad_multiple == 0
+        assert len(batch) * padded <= max_tokens or (len(batch) == 1 and padded > max_tokens)
+        # one padded length per batch: no example is padded beyond its rounded length
+        assert {round_up(int(n), pad_multiple) for n in lengths[batch]} == {padded}
+    shapes = {(len(b), _padded_len(lengths, b, pad_multiple)) for b in batches}
+    buckets = len({round_up(int(n), pad_multiple) for n in lengths})
+    assert len(shapes) <= 2 * buckets  # full batches + one remainder per bucket
+
+
+def test_over_long_examples_get_their_own_batch(caplog: pytest.LogCaptureFixture) -> None:
+    lengths = np.array([5, 100, 6, 7, 90, 4])
+    with caplog.at_level(logging.WARNING, logger="minitx.data"):
+        sampler = TokenBucketBatchSampler(lengths, max_tokens=32)
+    batches = list(sampler)
+    assert [1] in batches and [4] in batches
+    assert sorted(i for b in batches for i in b) == list(range(6))
+    assert "2 examples are longer than max_tokens=32" in caplog.text
+
+
+def test_shuffle_is_seeded_per_epoch() -> None:
+    lengths = np.random.default_rng(1).integers(1, 40, size=300)
+
+    def order(seed: int, epoch: int, shuffle: bool = True) -> list[list[int]]:
+        sampler = TokenBucketBatchSampler(lengths, max_tokens=128, shuffle=shuffle, seed=seed)
+        sampler.set_epoch(epoch)
+        return list(sampler)
+
+    assert order(0, 0) == order(0, 0)  # same seed + epoch: same batches
+    assert order(0, 0) != order(0, 1)  # a new epoch reshuffles
+    assert order(0, 0) != order(1, 0)
+    first, second = order(0, 0), order(0, 1)
+    assert sorted(map(sorted, first)) != sorted(map(sorted, second))  # batch contents change too
+    assert order(0, 0, shuffle=False) == order(5, 3, shuffle=False)  # unshuffled: fixed order
+    fixed = order(0, 0, shuffle=False)
+    assert [i for b in fixed for i in b] == sorted(
+        range(300), key=lambda i: (round_up(int(lengths[i]), 8), i)
+    )
+
+
+def test_lightning_reaches_set_epoch_through_sampler_attribute() -> None:
+    sampler = TokenBucketBatchSampler([3, 4, 5], max_tokens=64, shuffle=True)
+    sampler.sampler.set_epoch(7)  # what Lightning's fit loop calls
+    assert sampler.epoch == 7
+
+
+@pytest.mark.parametrize("num_replicas", [2, 3, 4])
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_ddp_shards_are_disjoint_equal_and_covering(num_replicas: int, shuffle: bool) -> None:
+    lengths = np.random.default_rng(2).integers(1, 50, size=157)
+    shards = []
+    for rank in range(num_replicas):
+        sampler = TokenBucketBatchSampler(
+            lengths, max_tokens=128, shuffle=shuffle, seed=3, num_replicas=num_replicas, rank=rank
+        )
+        sampler.set_epoch(2)
+        shards.append(list(sampler))
+        assert len(shards[-1]) == len(sampler)
+    assert len({len(shard) for shard in shards}) == 1
+    indices = [i for shard in shards for batch in shard for i in batch]
+    assert sorted(indices) == list(range(157))  # disjoint and covering
+    for shard in shards:
+        for batch in shard:
+            assert len(batch) * _padded_len(lengths, batch, 8) <= 128
+
+
+def test_ddp_with_only_single_example_batches_repeats_rather_than_drops() -> None:
+    lengths = np.array([50, 60, 70])  # each longer than max_tokens: three single batches
+    shards = [
+        list(TokenBucketBatchSampler(lengths, max_tokens=16, num_replicas=2, rank=rank))
+        for rank in (0, 1)
+    ]
+    assert len(shards[0]) == len(shards[1]) == 2
+    assert {i for shard in shards for b in shard for i in b} == {0, 1, 2}
+    one = [
+        list(TokenBucketBatchSampler([5], max_tokens=16, num_replicas=2, rank=r)) for r in (0, 1)
+    ]
+    assert one == [[[0]], [[0]]]  # fewer examples than ranks: every rank still gets a batch
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"lengths": [], "max_tokens": 8}, "non-empty"),
+        ({"lengths": [0, 3], "max_tokens": 8}, "lengths must be >= 1"),
+        ({"lengths": [3], "max_tokens": 0}, "max_tokens and pad_multiple"),
+        ({"lengths": [3, 4], "max_tokens": 8, "num_replicas": 2, "rank": 2}, "rank must be in"),
+    ],
+)
+def test_sampler_argument_errors(kwargs: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        TokenBucketBatchSampler(**kwargs)
+
+
+def test_collate_shapes_specials_and_padding() -> None:
+    examples = [
+        {"src_ids": [10, 11, 12], "tgt_ids": [20, 21], "src_text": "a b c", "tgt_text": "x y"},
+        {"src_ids": list(range(4, 13)), "tgt_ids": [22], "src_text": "long", "tgt_text": "z"},
+    ]
+    batch = collate(examples, pad_multiple=8)
+    assert batch["src"].shape == (2, 16)  # 9 + eos = 10 -> 16
+    assert batch["tgt_in"].shape == batch["tgt_out"].shape == (2, 8)  # bos + 2 = 3 -> 8
+    assert all(batch[k].dtype == torch.long for k in ("src", "tgt_in", "tgt_out"))
+    assert batch["src"][0, :5].tolist() == [10, 11, 12, EOS_ID, PAD_ID]
+    assert batch["src"][1, :10].tolist() == [*range(4, 13), EOS_ID]
+    assert batch["tgt_in"][0, :4].tolist() == [BOS_ID, 20, 21, PAD_ID]
+    assert batch["tgt_out"][0, :4].tolist() == [20, 21, EOS_ID, PAD_ID]
+    assert batch["tgt_in"][1, :3].tolist() == [BOS_ID, 22, PAD_ID]
+    assert batch["tgt_out"][1, :3].tolist() == [22, EOS_ID, PAD_ID]
+    # teacher forcing: where tgt_in has tokens after bos, tgt_out has them one step earlier
+    real = batch["tgt_in"][:, 1:] != PAD_ID
+    assert torch.equal(batch["tgt_in"][:, 1:][real], batch["tgt_out"][:, :-1][real])
+    assert (batch["src"] != PAD_ID).sum().item() == 4 + 10
+    assert (batch["tgt_out"] != PAD_ID).sum().item() == 3 + 2
+    assert batch["src_text"] == ["a b c", "long"] and batch["tgt_text"] == ["x y", "z"]
+    exact = collate(examples, pad_multiple=1)
+    assert exact["src"].shape == (2, 10) and exact["tgt_in"].shape == (2, 3)
+    with pytest.raises(ValueError, match="empty batch"):
+        collate([])
+
+
+# ============================================================================ datamodule
+@pytest.fixture
+def toy_dm(toy_corpus_dir: Path, tmp_path: Path) -> TranslationDataModule:
+    dm = TranslationDataModule(
+        source=str(toy_corpus_dir), vocab_size=150, max_tokens=64, cache_dir=str(tmp_path / "cache")
+    )
+    dm.setup("fit")
+    return dm
+
+
+def test_datamodule_setup_on_toy_corpus(
+    toy_dm: TranslationDataModule, toy_corpus_dir: Path
+) -> None:
+    assert toy_dm.tokenizer is not None and toy_dm.tokenizer.vocab_size == 150
+    assert toy_dm.dataset is not None
+    assert {split: len(ds) for split, ds in toy_dm.dataset.items()} == TOY_SIZES
+    assert toy_dm.skipped == {split: {"empty": 0, "too_long": 0} for split in TOY_SIZES}
+    src, tgt = toy_dm.texts("test")
+    assert src == _lines(toy_corpus_dir / "test_2016_flickr.de")
+    assert tgt == _lines(toy_corpus_dir / "test_2016_flickr.en")
+    row = toy_dm.dataset["train"][0]
+    assert toy_dm.tokenizer.decode([row["src_ids"]]) == [row["src_text"]]
+    assert row["src_len"] == len(row["src_ids"]) and row["line"] == 1
+
+
+def test_datamodule_batches(toy_dm: TranslationDataModule) -> None:
+    train = toy_dm.train_dataloader()
+    batches = list(train)
+    assert len(batches) == len(train)
+    assert sum(len(b["src_text"]) for b in batches) == TOY_SIZES["train"]
+    for batch in batches:
+        for key in ("src", "tgt_in", "tgt_out"):
+            rows, width = batch[key].shape
+            assert width % 8 == 0 and rows * width <= 64
+        assert (batch["tgt_in"][:, 0] == BOS_ID).all()
+    for split, loader in (
+        ("validation", toy_dm.val_dataloader()),
+        ("test", toy_dm.test_dataloader()),
+    ):
+        served = [s for batch in loader for s in batch["src_text"]]
+        assert Counter(served) == Counter(toy_dm.texts(split)[0])
+        assert served == [s for batch in loader for s in batch["src_text"]]  # fixed order
+    assert (
+        pickle.loads(pickle.dumps(train.collate_fn))(toy_dm.dataset["train"].select([0, 1]))[
+            "src"
+        ].shape[0]
+        == 2
+    )
+
+
+def test_datamodule_caches_tokenizer_and_tokenized_data(
+    toy_dm: TranslationDataModule,
+    toy_corpus_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    def no_training(*args: object, **kwargs: object) -> bytes:
+        raise AssertionError("tokenizer trained again")
+
+    monkeypatch.setattr(tokenizer_module, "_train_bytes", no_training)
+    again = TranslationDataModule(**toy_dm.hparams)
+    with caplog.at_level(logging.INFO, logger="minitx.data"):
+        again.setup("fit")
+    assert again.tokenizer == toy_dm.tokenizer
+    assert caplog.text.count("loading tokenized data") == 3
+    assert again.dataset is not None and again.dataset["train"][:] == toy_dm.dataset["train"][:]
+
+
+def test_max_len_skips_training_pairs_only(
+    toy_corpus_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    dm = TranslationDataModule(
+        source=str(toy_corpus_dir), vocab_size=150, max_len=10, cache_dir=None
+    )
+    with caplog.at_level(logging.WARNING, logger="minitx.data"):
+        dm.setup()
+    assert dm.dataset is not None
+    skipped = dm.skipped["train"]["too_long"]
+    assert 0 < skipped < TOY_SIZES["train"]
+    assert len(dm.dataset["train"]) + skipped == TOY_SIZES["train"]
+    assert (
+        max(np.maximum(dm.dataset["train"]["src_len"][:], dm.dataset["train"]["tgt_len"][:])) + 1
+        <= 10
+    )
+    assert len(dm.dataset["validation"]) == 10 and len(dm.dataset["test"]) == 10
+    assert dm.skipped["validation"] == dm.skipped["test"] == {"empty": 0, "too_long": 0}
+    assert (
+        f"train: skipped {skipped} of 60 pairs longer than max_len=10 tokens (lines " in caplog.text
+    )
+
+
+def test_datamodule_counts_empty_lines(toy_corpus_dir: Path, tmp_path: Path) -> None:
+    directory = _copy_toy(toy_corpus_dir, tmp_path / "corpus")
+    lines = _lines(directory / "val.en")
+    lines[4] = "  "
+    (directory / "val.en").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    dm = TranslationDataModule(source=str(directory), vocab_size=150, cache_dir=None)
+    dm.setup()
+    assert dm.skipped["validation"] == {"empty": 1, "too_long": 0}
+    src, tgt = dm.texts("validation")
+    assert len(src) == 9 and lines[4] not in tgt
+
+
+def test_datamodule_uses_env_override_for_hub_default(
+    toy_corpus_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(DATA_DIR_ENV, str(toy_corpus_dir))
+    dm = TranslationDataModule(vocab_size=150, cache_dir=None)  # default source: the hub
+    dm.setup()
+    assert dm.texts("validation")[0] == _lines(toy_corpus_dir / "val.de")
+
+
+def test_datamodule_argument_errors(toy_corpus_dir: Path) -> None:
+    with pytest.raises(ValueError, match="must differ"):
+        TranslationDataModule(src_lang="en", tgt_lang="en")
+    with pytest.raises(ValueError, match="max_tokens must be >= 1"):
+        TranslationDataModule(max_tokens=0)
+    dm = TranslationDataModule(
+        source=str(toy_corpus_dir), vocab_size=150, cache_dir=None, splits={"train": "train"}
+    )
+    with pytest.raises(KeyError, match=r"No 'validation' split; this DataModule has \['train'\]"):
+        dm.val_dataloader()
+
+
+class _RecordingModule(L.LightningModule):
+    """Just enough of a LightningModule to see what the dataloader serves each epoch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.zeros(1))
+        self.seen: dict[int, list[str]] = {}
+
+    def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
+        self.seen.setdefault(self.current_epoch, []).extend(batch["src_text"])
+        return self.weight * batch["src"].float().mean()
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def test_lightning_reshuffles_every_epoch(toy_dm: TranslationDataModule) -> None:
+    module = _RecordingModule()
+    trainer = L.Trainer(
+        accelerator="cpu",
+        devices=1,
+        max_epochs=3,
+        limit_val_batches=0,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    trainer.fit(module, datamodule=toy_dm)
+    assert sorted(module.seen) == [0, 1, 2]
+    for epoch in module.seen.values():
+        assert sorted(epoch) == sorted(toy_dm.texts("train")[0])
+    assert module.seen[0] != module.seen[1] != module.seen[2]
+    assert trainer.train_dataloader.batch_sampler.epoch == 2
+
+
+# ============================================================================== multi30k
+@pytest.mark.multi30k
+def test_multi30k_loads_every_pair(multi30k_dir: Path) -> None:
+    corpus = load_parallel_corpus(str(multi30k_dir), "de", "en")
+    assert {split: len(ds) for split, ds in corpus.items()} == {
+        "train": 29000,
+        "validation": 1014,
+        "test": 1000,
+    }
+    cleaned, counts = clean_pairs(corpus, "de", "en")
+    for split in corpus:
+        assert len(cleaned[split]) + sum(counts[split].values()) == len(corpus[split])
+    assert counts == {
+        split: {"empty": 0, "too_long": 0} for split in corpus
+    }  # Multi30k has no empty lines
+
+
+@pytest.mark.multi30k
+def test_multi30k_datamodule(multi30k_dir: Path, tmp_path: Path) -> None:
+    dm = TranslationDataModule(source=str(multi30k_dir), cache_dir=str(tmp_path), max_tokens=4096)
+    dm.setup("fit")
+    assert dm.tokenizer is not None and dm.tokenizer.vocab_size == 8000
+    assert dm.dataset is not None
+    sizes = {split: len(ds) + sum(dm.skipped[split].values()) for split, ds in dm.dataset.items()}
+    assert sizes == {"train": 29000, "validation": 1014, "test": 1000}
+    assert len(dm.dataset["test"]) == 1000  # evaluation splits keep every pair
+    sampler = dm.train_dataloader().batch_sampler
+    lengths = data_module.example_lengths(dm.dataset["train"])
+    shapes = set()
+    for batch in sampler:
+        padded = _padded_len(lengths, batch, 8)
+        assert len(batch) * padded <= 4096
+        shapes.add((len(batch), padded))
+    assert len(shapes) <= 20
