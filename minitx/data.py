@@ -348,8 +348,8 @@ def _load_hub(
 
 
 # ============================================================================== cleaning
-def _texts(dataset: datasets.Dataset, lang: str) -> list[str]:
-    """One side of the ``translation`` column as a list (fast: through Arrow)."""
+def side_texts(dataset: datasets.Dataset, lang: str) -> list[str]:
+    """The ``lang`` side of a dataset's ``translation`` column, in row order (read via Arrow)."""
     flat = dataset.select_columns(["translation"]).flatten().with_format("arrow")[:]
     return flat.column(f"translation.{lang}").to_pylist()
 
@@ -397,7 +397,7 @@ def clean_pairs(
     cleaned = {}
     counts: Counts = {}
     for split, dataset in corpus.items():
-        src, tgt = _texts(dataset, src_lang), _texts(dataset, tgt_lang)
+        src, tgt = side_texts(dataset, src_lang), side_texts(dataset, tgt_lang)
         empty = [
             i
             for i, (s, t) in enumerate(zip(src, tgt, strict=True))
@@ -486,7 +486,7 @@ def tokenize_corpus(
                 split,
                 str(dataset.column_names),
             ]
-            parts += [hash_texts(_texts(dataset, lang)) for lang in (src_lang, tgt_lang)]
+            parts += [hash_texts(side_texts(dataset, lang)) for lang in (src_lang, tgt_lang)]
             if "line" in dataset.column_names:
                 parts.append(hashlib.sha256(_column(dataset, "line").tobytes()).hexdigest())
             key = hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
@@ -858,7 +858,7 @@ class TranslationDataModule(L.LightningDataModule):
         cleaned, skipped = clean_pairs(corpus, self.src_lang, self.tgt_lang)
         train = cleaned["train"]
         tokenizer = Tokenizer.train(
-            _texts(train, self.src_lang) + _texts(train, self.tgt_lang),
+            side_texts(train, self.src_lang) + side_texts(train, self.tgt_lang),
             vocab_size=self.vocab_size,
             model_type=self.tokenizer_type,
             cache_dir=self.cache_dir,
