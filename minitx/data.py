@@ -121,8 +121,10 @@ def load_parallel_corpus(
         A ``DatasetDict`` with the keys of ``splits``, rows in file order.
 
     Raises:
-        ValueError: unequal line counts, invalid UTF-8 or JSON, a missing split or language.
-        FileNotFoundError: a local path that does not exist, or a directory without corpus files.
+        ValueError: unequal line counts, invalid UTF-8 or JSON, a jsonl record or hub
+            dataset without the split or language asked for.
+        FileNotFoundError: a local path that does not exist, or missing ``{split}.{lang}`` /
+            jsonl files (the message lists the splits, languages and files that were found).
         ConnectionError: the hub could not be reached (the message says how to use local files).
     """
     if src_lang == tgt_lang:
