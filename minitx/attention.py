@@ -1,0 +1,346 @@
+"""The attention core: masks, score functions, scaled dot-product attention, heads, MHA.
+
+Everything here is explicit and readable on purpose; it is what minitx is about. The one
+concession to speed: when the caller does not need the attention weights and the score is the
+standard scaled dot product, `MultiHeadAttention` hands the work to PyTorch's fused kernel
+(`torch.nn.functional.scaled_dot_product_attention`), which the tests prove equal to ours.
+
+Conventions (see DESIGN.md):
+- Boolean masks mean **True = may attend** (as in `F.scaled_dot_product_attention`). Float masks
+  are additive (0 = attend, -inf = blocked). Masks broadcast against (B, H, Tq, Tk).
+- A query row whose keys are all masked gets all-zero weights and a zero output, never NaN.
+- Shapes: B batch, H heads, Tq / Tk query / key lengths, D model width, Dh = D / H.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+SCORES: tuple[str, ...] = ("scaled_dot", "dot", "additive", "bilinear")
+"""Names of the score functions that `make_score` builds."""
+
+# --------------------------------------------------------------------------------------------
+# Masks
+# --------------------------------------------------------------------------------------------
+
+
+def causal_mask(tq: int, tk: int | None = None, *, device: torch.device | None = None) -> Tensor:
+    """Boolean causal mask, right-aligned: query i may attend key j iff j <= i + (Tk - Tq).
+
+    Right alignment means the queries are taken to be the *last* Tq positions of the Tk keys,
+    which is what cached (incremental) decoding needs: one new query sees every cached key.
+    With Tq == Tk it is the usual lower-triangular mask.
+
+    Returns:
+        (Tq, Tk) bool tensor, True = may attend.
+    """
+    tk = tq if tk is None else tk
+    if tk < tq:
+        raise ValueError(f"causal_mask: Tk ({tk}) must be >= Tq ({tq}); queries are a suffix of keys")
+    return torch.ones(tq, tk, dtype=torch.bool, device=device).tril(diagonal=tk - tq)
+
+
+def padding_mask(ids: Tensor, pad_id: int = 0) -> Tensor:
+    """Key padding mask from token ids: True at real tokens.
+
+    Args:
+        ids: (B, T) token ids.
+
+    Returns:
+        (B, 1, 1, T) bool mask that broadcasts over heads and queries.
+    """
+    return (ids != pad_id)[:, None, None, :]
+
+
+def combine_masks(*masks: Tensor | None) -> Tensor | None:
+    """Combine masks so that a key is allowed only if every mask allows it.
+
+    Boolean masks are AND-ed; if any mask is a float (additive) mask the result is additive
+    (booleans are turned into 0 / -inf first). `None` entries are ignored.
+    """
+    present = [m for m in masks if m is not None]
+    if not present:
+        return None
+    if all(m.dtype == torch.bool for m in present):
+        out = present[0]
+        for m in present[1:]:
+            out = out & m
+        return out
+    out = None
+    for m in present:
+        m = _to_additive(m)
+        out = m if out is None else out + m
+    return out
+
+
+def _to_additive(mask: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
+    if mask.dtype != torch.bool:
+        return mask
+    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(~mask, float("-inf"))
+
+
+# --------------------------------------------------------------------------------------------
+# Score functions: (q (..., Tq, Dk), k (..., Tk, Dk)) -> scores (..., Tq, Tk)
+# --------------------------------------------------------------------------------------------
+
+
+class ScaledDotScore(nn.Module):
+    """Vaswani et al. (2017): (q / sqrt(Dk)) kᵀ. q is scaled *before* the matmul."""
+
+    def forward(self, q: Tensor, k: Tensor) -> Tensor:
+        return (q * q.size(-1) ** -0.5) @ k.transpose(-2, -1)
+
+
+class DotScore(nn.Module):
+    """Luong et al. (2015) "dot": q kᵀ, unscaled."""
+
+    def forward(self, q: Tensor, k: Tensor) -> Tensor:
+        return q @ k.transpose(-2, -1)
+
+
+class AdditiveScore(nn.Module):
+    """Bahdanau et al. (2015): vᵀ tanh(W_q q + W_k k).
+
+    Memory grows as B·H·Tq·Tk·d_attn, so it suits study, not long sequences. The parameters
+    are shared by all heads of a layer.
+    """
+
+    def __init__(self, d_head: int, d_attn: int | None = None) -> None:
+        super().__init__()
+        d_attn = d_attn or d_head
+        self.w_q = nn.Linear(d_head, d_attn, bias=False)
+        self.w_k = nn.Linear(d_head, d_attn, bias=True)
+        self.v = nn.Linear(d_attn, 1, bias=False)
+
+    def forward(self, q: Tensor, k: Tensor) -> Tensor:
+        hidden = torch.tanh(self.w_q(q).unsqueeze(-2) + self.w_k(k).unsqueeze(-3))  # (..., Tq, Tk, A)
+        return self.v(hidden).squeeze(-1)  # (..., Tq, Tk)
+
+
+class BilinearScore(nn.Module):
+    """Luong et al. (2015) "general": q W kᵀ with a learned (Dk, Dk) matrix W.
+
+    W starts as I / sqrt(Dk), so an untrained bilinear score equals the scaled dot product.
+    """
+
+    def __init__(self, d_head: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.eye(d_head) * d_head**-0.5)
+
+    def forward(self, q: Tensor, k: Tensor) -> Tensor:
+        return (q @ self.weight.to(q.dtype)) @ k.transpose(-2, -1)
+
+
+def make_score(name: str, d_head: int) -> nn.Module:
+    """Build a score function by name: one of `SCORES`."""
+    if name == "scaled_dot":
+        return ScaledDotScore()
+    if name == "dot":
+        return DotScore()
+    if name == "additive":
+        return AdditiveScore(d_head)
+    if name == "bilinear":
+        return BilinearScore(d_head)
+    raise ValueError(f"unknown attention score {name!r}; choose one of {SCORES}")
+
+
+# --------------------------------------------------------------------------------------------
+# Attention
+# --------------------------------------------------------------------------------------------
+
+
+def scaled_dot_product_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor | None = None,
+    dropout_p: float = 0.0,
+    score: nn.Module | None = None,
+) -> tuple[Tensor, Tensor]:
+    """Attention, written out: softmax(score(q, k) + mask) v.
+
+    Args:
+        q: (..., Tq, Dk) queries.
+        k: (..., Tk, Dk) keys.
+        v: (..., Tk, Dv) values; Dv may differ from Dk.
+        mask: bool (True = may attend) or additive float mask broadcastable to (..., Tq, Tk).
+        dropout_p: dropout on the attention weights (pass 0.0 in eval mode).
+        score: a score module (see `make_score`); default `ScaledDotScore`.
+
+    Returns:
+        output (..., Tq, Dv) and weights (..., Tq, Tk). The weights are the softmax over the
+        key axis *before* dropout; rows whose keys are all masked are all zeros.
+    """
+    scores = ScaledDotScore()(q, k) if score is None else score(q, k)  # (..., Tq, Tk)
+    scores = scores.float()  # softmax in fp32, also under autocast
+    if mask is not None:
+        if mask.dtype == torch.bool:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        else:
+            scores = scores + mask
+    # A row with no visible key would give softmax(-inf, ..., -inf) = NaN: give it zeros instead.
+    dead = torch.isneginf(scores).all(dim=-1, keepdim=True)  # (..., Tq, 1)
+    weights = torch.softmax(scores.masked_fill(dead, 0.0), dim=-1).masked_fill(dead, 0.0)
+    attn = F.dropout(weights, p=dropout_p) if dropout_p > 0.0 else weights
+    return attn.to(v.dtype) @ v, weights
+
+
+def split_heads(x: Tensor, n_heads: int) -> Tensor:
+    """(B, T, D) -> (B, H, T, D/H): view as (B, T, H, D/H), then transpose.
+
+    Viewing straight to (B, H, T, D/H) would mix positions across heads.
+    """
+    b, t, d = x.shape
+    if d % n_heads:
+        raise ValueError(f"split_heads: width {d} is not divisible by n_heads={n_heads}")
+    return x.view(b, t, n_heads, d // n_heads).transpose(1, 2)
+
+
+def merge_heads(x: Tensor) -> Tensor:
+    """(B, H, T, Dh) -> (B, T, H*Dh): the exact inverse of `split_heads`."""
+    b, h, t, dh = x.shape
+    return x.transpose(1, 2).reshape(b, t, h * dh)
+
+
+@dataclass
+class KVCache:
+    """Keys and values of one attention layer kept across decoding steps.
+
+    Self-attention appends the new step's keys/values; cross-attention fills it once with the
+    projected encoder output. Tensors are (B, H, T, Dh).
+    """
+
+    k: Tensor | None = None
+    v: Tensor | None = None
+
+    @property
+    def length(self) -> int:
+        """Number of cached positions."""
+        return 0 if self.k is None else self.k.size(-2)
+
+    def reorder(self, index: Tensor) -> None:
+        """Select batch rows (e.g. surviving beams): `index` is (B',) into the batch axis."""
+        if self.k is not None:
+            self.k = self.k.index_select(0, index)
+            self.v = self.v.index_select(0, index)
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention with named q/k/v/out projections (Vaswani et al., 2017, §3.2.2).
+
+    Args:
+        d_model: model width D.
+        n_heads: number of heads H; D must be divisible by H.
+        dropout: dropout on the attention weights during training.
+        bias: whether the projections have biases.
+        score: score function name (see `SCORES`).
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        *,
+        dropout: float = 0.0,
+        bias: bool = True,
+        score: str = "scaled_dot",
+    ) -> None:
+        super().__init__()
+        if d_model % n_heads:
+            raise ValueError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads})")
+        self.d_model, self.n_heads, self.d_head = d_model, n_heads, d_model // n_heads
+        self.dropout = dropout
+        self.q_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.k_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.v_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.score = make_score(score, self.d_head)
+
+    def _project(self, x: Tensor, *projections: nn.Linear) -> tuple[Tensor, ...]:
+        """Apply several projections to the same input with one matmul: (B, T, D) -> n x (B, T, D)."""
+        if len(projections) == 1:
+            return (projections[0](x),)
+        weight = torch.cat([p.weight for p in projections])
+        bias = None if projections[0].bias is None else torch.cat([p.bias for p in projections])
+        return F.linear(x, weight, bias).chunk(len(projections), dim=-1)
+
+    def forward(
+        self,
+        x: Tensor,
+        memory: Tensor | None = None,
+        *,
+        mask: Tensor | None = None,
+        is_causal: bool = False,
+        need_weights: bool = False,
+        cache: KVCache | None = None,
+    ) -> tuple[Tensor, Tensor | None]:
+        """Attend from `x` to itself (self-attention) or to `memory` (cross-attention).
+
+        Args:
+            x: (B, Tq, D) queries (and keys/values for self-attention).
+            memory: (B, Tk, D) keys/values source for cross-attention; None for self-attention.
+            mask: bool/additive mask broadcastable to (B, H, Tq, Tk), e.g. `padding_mask(src)`.
+            is_causal: add a right-aligned causal mask (self-attention in the decoder).
+            need_weights: also return the (B, H, Tq, Tk) weights (uses the explicit path).
+            cache: incremental decoding state. Self-attention appends this step's keys and
+                values; cross-attention projects `memory` once and reuses it afterwards.
+
+        Returns:
+            output (B, Tq, D) and weights (B, H, Tq, Tk) or None.
+        """
+        if memory is None:  # self-attention: one fused projection for q, k, v
+            q, k, v = self._project(x, self.q_proj, self.k_proj, self.v_proj)
+            q, k, v = (split_heads(t, self.n_heads) for t in (q, k, v))  # (B, H, T, Dh)
+            if cache is not None:
+                if cache.k is not None:
+                    k = torch.cat([cache.k, k], dim=-2)  # (B, H, Tcache + Tq, Dh)
+                    v = torch.cat([cache.v, v], dim=-2)
+                cache.k, cache.v = k, v
+        else:
+            q = split_heads(self.q_proj(x), self.n_heads)
+            if cache is not None and cache.k is not None:
+                k, v = cache.k, cache.v
+            else:
+                k, v = self._project(memory, self.k_proj, self.v_proj)
+                k, v = split_heads(k, self.n_heads), split_heads(v, self.n_heads)
+                if cache is not None:
+                    cache.k, cache.v = k, v
+
+        tq, tk = q.size(-2), k.size(-2)
+        dropout_p = self.dropout if self.training else 0.0
+        if not need_weights and isinstance(self.score, ScaledDotScore):
+            # Fused kernel. Its is_causal is top-left aligned, so use it only when Tq == Tk.
+            if is_causal and mask is None and tq == tk:
+                out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
+            else:
+                if is_causal and tq > 1:
+                    mask = combine_masks(mask, causal_mask(tq, tk, device=q.device))
+                out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+            weights = None
+        else:
+            if is_causal and tq > 1:
+                mask = combine_masks(mask, causal_mask(tq, tk, device=q.device))
+            out, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p, self.score)
+        return self.out_proj(merge_heads(out)), weights  # (B, Tq, D)
+
+
+__all__ = [
+    "SCORES",
+    "AdditiveScore",
+    "BilinearScore",
+    "DotScore",
+    "KVCache",
+    "MultiHeadAttention",
+    "ScaledDotScore",
+    "causal_mask",
+    "combine_masks",
+    "make_score",
+    "merge_heads",
+    "padding_mask",
+    "scaled_dot_product_attention",
+    "split_heads",
+]

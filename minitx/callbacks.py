@@ -1,0 +1,160 @@
+"""Lightning callbacks: attention-map logging during training."""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+from lightning.pytorch.loggers import TensorBoardLogger
+
+from minitx.maps import KINDS, AttentionMaps, attention_entropy
+from minitx.translator import teacher_forced_maps
+from minitx.viz import figures_for_maps
+
+logger = logging.getLogger(__name__)
+
+
+class AttentionMapLogger(L.Callback):
+    """Log attention heatmaps and per-head entropies for a few fixed validation sentences.
+
+    Before training and then every `every_n_epochs` epochs, runs `num_sentences` validation
+    pairs through the model with `need_weights=True` (the explicit attention path; ordinary
+    training steps keep the fused kernel), teacher-forced with the reference so that the axes
+    stay the same from epoch to epoch, and, for every layer and kind (encoder self,
+    decoder self, cross), logs a figure with one panel per head plus their average:
+    to TensorBoard (`add_figure`, tag `attention/s{i}/{kind}/layer_{l}`) and as PNG files under
+    `{log_dir}/attention/epoch_{e:03d}/`. Per-head mean entropies are logged as scalars
+    `attention_entropy/{kind}/layer_{l}/head_{h}`.
+
+    Args:
+        num_sentences: number of validation sentences to show.
+        every_n_epochs: log after every N training epochs (and once before training).
+        kinds: attention kinds to log, a subset of ("encoder", "decoder", "cross").
+        save_png: also write PNG files.
+        max_tokens: skip validation sentences whose pieces exceed this, so panels stay readable.
+    """
+
+    def __init__(
+        self,
+        num_sentences: int = 2,
+        every_n_epochs: int = 1,
+        kinds: tuple[str, ...] = KINDS,
+        save_png: bool = True,
+        max_tokens: int = 24,
+    ) -> None:
+        super().__init__()
+        unknown = set(kinds) - set(KINDS)
+        if unknown:
+            raise ValueError(f"AttentionMapLogger: unknown kinds {sorted(unknown)}; choose from {KINDS}")
+        if num_sentences < 1 or every_n_epochs < 1:
+            raise ValueError("AttentionMapLogger: num_sentences and every_n_epochs must be >= 1")
+        self.num_sentences, self.every_n_epochs = num_sentences, every_n_epochs
+        self.kinds, self.save_png, self.max_tokens = tuple(kinds), save_png, max_tokens
+        self._pairs: list[tuple[str, str]] | None = None
+        self.written: list[Path] = []
+
+    def _select_pairs(self, trainer: L.Trainer, tokenizer) -> list[tuple[str, str]]:
+        sources, references = trainer.datamodule.texts("validation")
+        pairs = []
+        for src, ref in zip(sources, references, strict=True):
+            lengths = (len(ids) + 1 for ids in tokenizer.encode([src, ref]))
+            if max(lengths) <= self.max_tokens:
+                pairs.append((src, ref))
+            if len(pairs) == self.num_sentences:
+                break
+        if not pairs:
+            logger.warning("AttentionMapLogger: no validation sentence has <= %d pieces; nothing to log", self.max_tokens)
+        return pairs
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.global_step == 0:  # not again when resuming
+            self._log(trainer, pl_module, tag="start")
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if (trainer.current_epoch + 1) % self.every_n_epochs == 0:
+            self._log(trainer, pl_module, tag=f"epoch_{trainer.current_epoch:03d}")
+
+    @torch.no_grad()
+    def _log(self, trainer: L.Trainer, pl_module: L.LightningModule, tag: str) -> None:
+        if not trainer.is_global_zero or pl_module.tokenizer is None:
+            return
+        tokenizer = pl_module.tokenizer
+        if self._pairs is None:
+            self._pairs = self._select_pairs(trainer, tokenizer)
+        was_training = pl_module.training
+        pl_module.eval()
+        step = trainer.global_step
+        scalars: dict[str, float] = {}
+        try:
+            for i, (src, ref) in enumerate(self._pairs):
+                maps = teacher_forced_maps(pl_module.model, tokenizer, src, ref)
+                for kind in self.kinds:
+                    for layer, weights in enumerate(maps.layers(kind)):
+                        for head, value in enumerate(attention_entropy(weights).tolist()):
+                            key = f"attention_entropy/{kind}/layer_{layer}/head_{head}"
+                            scalars[key] = scalars.get(key, 0.0) + value / len(self._pairs)
+                self._write_figures(trainer, maps, i, tag, step)
+        finally:
+            pl_module.train(was_training)
+        for lg in trainer.loggers:
+            lg.log_metrics(scalars, step=step)
+
+    def _write_figures(self, trainer: L.Trainer, maps: AttentionMaps, index: int, tag: str, step: int) -> None:
+        out_dir = Path(trainer.log_dir or trainer.default_root_dir) / "attention" / tag
+        tensorboards = [lg.experiment for lg in trainer.loggers if isinstance(lg, TensorBoardLogger)]
+        for name, fig in figures_for_maps(maps, kinds=self.kinds).items():  # name: "cross/layer_0"
+            for tb in tensorboards:
+                tb.add_figure(f"attention/s{index}/{name}", fig, global_step=step, close=False)
+            if self.save_png:
+                out_dir.mkdir(parents=True, exist_ok=True)
+                path = out_dir / f"s{index}_{name.replace('/', '_')}.png"
+                fig.savefig(path, dpi=100)
+                self.written.append(path)
+            fig.clear()
+
+
+class ThroughputMonitor(L.Callback):
+    """Log training speed: target tokens per second and seconds per epoch.
+
+    Logged each epoch as `train/tokens_per_sec` and `train/epoch_seconds` (validation time
+    excluded), and every `log_every_n_steps` steps as `train/tokens_per_sec_step`.
+    """
+
+    def __init__(self, pad_id: int = 0) -> None:
+        super().__init__()
+        self.pad_id = pad_id
+        self._epoch_start = self._window_start = 0.0
+        self._epoch_tokens = self._window_tokens = 0
+        self._val_seconds = 0.0
+        self._val_start = 0.0
+
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._epoch_start = self._window_start = time.perf_counter()
+        self._epoch_tokens = self._window_tokens = 0
+        self._val_seconds = 0.0
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
+        tokens = int((batch["tgt_out"] != self.pad_id).sum())
+        self._epoch_tokens += tokens
+        self._window_tokens += tokens
+        if (batch_idx + 1) % trainer.log_every_n_steps == 0:
+            now = time.perf_counter()
+            pl_module.log("train/tokens_per_sec_step", self._window_tokens / (now - self._window_start), prog_bar=True)
+            self._window_start, self._window_tokens = now, 0
+
+    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._val_start = time.perf_counter()
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._val_seconds += time.perf_counter() - self._val_start
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        seconds = time.perf_counter() - self._epoch_start - self._val_seconds
+        metrics = {"train/epoch_seconds": seconds, "train/tokens_per_sec": self._epoch_tokens / max(seconds, 1e-9)}
+        for lg in trainer.loggers:
+            lg.log_metrics(metrics, step=trainer.global_step)
+        logger.info("epoch %d: %.1f s training, %.0f target tokens/s", trainer.current_epoch, seconds, metrics["train/tokens_per_sec"])

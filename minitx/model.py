@@ -1,0 +1,292 @@
+"""The encoder–decoder Transformer (Vaswani et al., 2017) built from minitx's attention core."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+
+import torch
+from torch import Tensor, nn
+
+from minitx.attention import SCORES, KVCache, padding_mask
+from minitx.layers import DecoderLayer, EncoderLayer, make_positional_encoding
+
+
+@dataclass
+class TransformerConfig:
+    """Hyper-parameters of a `Transformer`; validated on construction.
+
+    Attributes:
+        src_vocab_size: source vocabulary size.
+        tgt_vocab_size: target vocabulary size (equal to the source one when embeddings are shared).
+        d_model: model width D.
+        n_heads: attention heads H (D must be divisible by H).
+        n_encoder_layers: encoder depth.
+        n_decoder_layers: decoder depth.
+        d_ff: feed-forward inner width.
+        dropout: dropout on embeddings and sub-layer outputs (the paper's P_drop).
+        attention_dropout: dropout on attention weights.
+        activation_dropout: dropout on the feed-forward hidden layer (off by default, as in
+            the paper; it costs about 5% of a CPU training step).
+        activation: feed-forward activation, "relu" or "gelu".
+        norm_first: pre-LN (True, default) or post-LN (False, the original paper).
+        positional: "sinusoidal" (default) or "learned".
+        max_positions: longest sequence the positional encoding covers.
+        score: attention score function, one of `minitx.attention.SCORES`.
+        share_embeddings: one embedding matrix for source and target (joint vocabulary).
+        tie_output: the output projection reuses the target embedding matrix.
+        scale_embeddings: multiply embeddings by sqrt(d_model).
+        pad_id, bos_id, eos_id: special token ids.
+    """
+
+    src_vocab_size: int = 8000
+    tgt_vocab_size: int = 8000
+    d_model: int = 256
+    n_heads: int = 4
+    n_encoder_layers: int = 3
+    n_decoder_layers: int = 3
+    d_ff: int = 1024
+    dropout: float = 0.1
+    attention_dropout: float = 0.0
+    activation_dropout: float = 0.0
+    activation: str = "relu"
+    norm_first: bool = True
+    positional: str = "sinusoidal"
+    max_positions: int = 1024
+    score: str = "scaled_dot"
+    share_embeddings: bool = True
+    tie_output: bool = True
+    scale_embeddings: bool = True
+    pad_id: int = 0
+    bos_id: int = 2
+    eos_id: int = 3
+
+    def __post_init__(self) -> None:
+        positive = ("src_vocab_size", "tgt_vocab_size", "d_model", "n_heads", "d_ff", "max_positions")
+        for name in positive:
+            if getattr(self, name) <= 0:
+                raise ValueError(f"TransformerConfig.{name} must be positive, got {getattr(self, name)}")
+        for name in ("n_encoder_layers", "n_decoder_layers"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"TransformerConfig.{name} must be at least 1, got {getattr(self, name)}")
+        if self.d_model % self.n_heads:
+            raise ValueError(
+                f"TransformerConfig: d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads}); "
+                f"e.g. d_model={self.n_heads * max(1, self.d_model // self.n_heads)}"
+            )
+        if self.positional == "sinusoidal" and self.d_model % 2:
+            raise ValueError(f"TransformerConfig: sinusoidal positions need an even d_model, got {self.d_model}")
+        for name in ("dropout", "attention_dropout", "activation_dropout"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ValueError(f"TransformerConfig.{name} must be in [0, 1), got {getattr(self, name)}")
+        choices = {"activation": ("relu", "gelu"), "positional": ("sinusoidal", "learned"), "score": SCORES}
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"TransformerConfig.{name}={getattr(self, name)!r}; choose one of {allowed}")
+        if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
+            raise ValueError(
+                f"TransformerConfig: share_embeddings needs equal vocabularies, got src {self.src_vocab_size} "
+                f"and tgt {self.tgt_vocab_size}; set share_embeddings=False for separate vocabularies"
+            )
+        ids = {"pad_id": self.pad_id, "bos_id": self.bos_id, "eos_id": self.eos_id}
+        for name, value in ids.items():
+            if not 0 <= value < min(self.src_vocab_size, self.tgt_vocab_size):
+                raise ValueError(f"TransformerConfig.{name}={value} is outside the vocabulary")
+        if len(set(ids.values())) != 3:
+            raise ValueError(f"TransformerConfig: pad/bos/eos ids must differ, got {ids}")
+
+    def to_dict(self) -> dict:
+        """Plain dict (for checkpoints and hyper-parameter logging)."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict) -> TransformerConfig:
+        """Inverse of `to_dict`; unknown keys are an error."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"TransformerConfig: unknown keys {unknown}; known keys are {sorted(known)}")
+        return cls(**values)
+
+
+@dataclass
+class EncoderOutput:
+    """memory (B, S, D), src_mask (B, 1, 1, S) and, when asked, one (B, H, S, S) map per layer."""
+
+    memory: Tensor
+    src_mask: Tensor
+    attentions: tuple[Tensor, ...] | None = None
+
+
+@dataclass
+class DecoderOutput:
+    """Decoder results.
+
+    Attributes:
+        states: (B, T, D) final decoder states (after the last LayerNorm).
+        logits: (B, T, V) next-token logits; None from `Transformer.decoder_states`.
+        self_attentions: when asked, one (B, H, T, T') self-attention map per layer.
+        cross_attentions: when asked, one (B, H, T, S) cross-attention map per layer.
+    """
+
+    states: Tensor
+    logits: Tensor | None = None
+    self_attentions: tuple[Tensor, ...] | None = None
+    cross_attentions: tuple[Tensor, ...] | None = None
+
+
+@dataclass
+class TransformerOutput:
+    """`Transformer.forward(..., need_weights=True)`: logits plus maps in the bertviz layout."""
+
+    logits: Tensor
+    encoder_attentions: tuple[Tensor, ...]
+    decoder_attentions: tuple[Tensor, ...]
+    cross_attentions: tuple[Tensor, ...]
+
+
+class DecoderCache:
+    """Per-layer KV caches for incremental decoding: (self-attention, cross-attention) pairs."""
+
+    def __init__(self, n_layers: int) -> None:
+        self.layers = [(KVCache(), KVCache()) for _ in range(n_layers)]
+
+    @property
+    def length(self) -> int:
+        """Target positions decoded so far (the position offset of the next step)."""
+        return self.layers[0][0].length
+
+    def reorder(self, index: Tensor) -> None:
+        """Keep batch rows `index` (B',) in every cache, e.g. after a beam-search step."""
+        for self_cache, cross_cache in self.layers:
+            self_cache.reorder(index)
+            cross_cache.reorder(index)
+
+
+class Transformer(nn.Module):
+    """Encoder–decoder Transformer for translation.
+
+    Usage: `logits = model(src, tgt_in)` for training; `encode` + `decode(..., cache=...)` for
+    incremental decoding; `model(src, tgt_in, need_weights=True)` for attention maps.
+    """
+
+    def __init__(self, config: TransformerConfig) -> None:
+        super().__init__()
+        self.config = c = config
+        self.src_embed = nn.Embedding(c.src_vocab_size, c.d_model, padding_idx=c.pad_id)
+        self.tgt_embed = self.src_embed if c.share_embeddings else nn.Embedding(c.tgt_vocab_size, c.d_model, padding_idx=c.pad_id)
+        self.positional = make_positional_encoding(c.positional, c.d_model, c.max_positions)
+        self.embed_dropout = nn.Dropout(c.dropout)
+        layer_args = dict(
+            dropout=c.dropout,
+            attention_dropout=c.attention_dropout,
+            activation_dropout=c.activation_dropout,
+            activation=c.activation, norm_first=c.norm_first, score=c.score
+        )
+        self.encoder_layers = nn.ModuleList(EncoderLayer(c.d_model, c.n_heads, c.d_ff, **layer_args) for _ in range(c.n_encoder_layers))
+        self.decoder_layers = nn.ModuleList(DecoderLayer(c.d_model, c.n_heads, c.d_ff, **layer_args) for _ in range(c.n_decoder_layers))
+        # Pre-LN leaves the residual stream un-normalised: normalise once at the end of each stack.
+        self.encoder_norm = nn.LayerNorm(c.d_model) if c.norm_first else nn.Identity()
+        self.decoder_norm = nn.LayerNorm(c.d_model) if c.norm_first else nn.Identity()
+        self.output = nn.Linear(c.d_model, c.tgt_vocab_size, bias=False)
+        self._init_parameters()
+        if c.tie_output:
+            self.output.weight = self.tgt_embed.weight
+
+    def _init_parameters(self) -> None:
+        for name, p in self.named_parameters():
+            if "embed" in name:
+                nn.init.normal_(p, std=self.config.d_model**-0.5)
+            elif p.dim() > 1 and "score" not in name:
+                nn.init.xavier_uniform_(p)
+        for embedding in (self.src_embed, self.tgt_embed):
+            with torch.no_grad():
+                embedding.weight[self.config.pad_id].zero_()
+
+    def _embed(self, embedding: nn.Embedding, ids: Tensor, offset: int = 0) -> Tensor:
+        x = embedding(ids)  # (B, T, D)
+        if self.config.scale_embeddings:
+            x = x * self.config.d_model**0.5
+        return self.embed_dropout(self.positional(x, offset))
+
+    def encode(self, src: Tensor, *, need_weights: bool = False) -> EncoderOutput:
+        """Encode source ids (B, S) into memory (B, S, D)."""
+        src_mask = padding_mask(src, self.config.pad_id)  # (B, 1, 1, S)
+        x = self._embed(self.src_embed, src)
+        maps = []
+        for layer in self.encoder_layers:
+            x, weights = layer(x, src_mask, need_weights)
+            maps.append(weights)
+        return EncoderOutput(self.encoder_norm(x), src_mask, tuple(maps) if need_weights else None)
+
+    def decode(
+        self,
+        tgt_in: Tensor,
+        memory: Tensor,
+        src_mask: Tensor,
+        *,
+        cache: DecoderCache | None = None,
+        need_weights: bool = False,
+    ) -> DecoderOutput:
+        """Decode target ids into next-token logits.
+
+        Args:
+            tgt_in: (B, T) decoder input ids (bos first). With a cache: only the new ids,
+                usually (B, 1); positions continue from `cache.length`.
+            memory: (B, S, D) encoder output.
+            src_mask: (B, 1, 1, S) source padding mask from `encode`.
+            cache: a `DecoderCache` (see `new_cache`), updated in place.
+            need_weights: also return the per-layer attention maps.
+        """
+        out = self.decoder_states(tgt_in, memory, src_mask, cache=cache, need_weights=need_weights)
+        out.logits = self.output(out.states)  # (B, T, D) -> (B, T, V)
+        return out
+
+    def decoder_states(
+        self,
+        tgt_in: Tensor,
+        memory: Tensor,
+        src_mask: Tensor,
+        *,
+        cache: DecoderCache | None = None,
+        need_weights: bool = False,
+    ) -> DecoderOutput:
+        """Like `decode` but without the output projection (`logits` is None), so that a loss
+        can project only the positions it needs with `self.output`."""
+        offset = cache.length if cache is not None else 0
+        x = self._embed(self.tgt_embed, tgt_in, offset)
+        self_maps, cross_maps = [], []
+        for i, layer in enumerate(self.decoder_layers):
+            layer_cache = cache.layers[i] if cache is not None else None
+            x, self_w, cross_w = layer(x, memory, src_mask, need_weights=need_weights, cache=layer_cache)
+            self_maps.append(self_w)
+            cross_maps.append(cross_w)
+        x = self.decoder_norm(x)  # (B, T, D)
+        if not need_weights:
+            return DecoderOutput(x)
+        return DecoderOutput(x, None, tuple(self_maps), tuple(cross_maps))
+
+    def new_cache(self) -> DecoderCache:
+        """An empty cache for incremental decoding."""
+        return DecoderCache(len(self.decoder_layers))
+
+    def forward(self, src: Tensor, tgt_in: Tensor, need_weights: bool = False) -> Tensor | TransformerOutput:
+        """Teacher-forced forward pass.
+
+        Args:
+            src: (B, S) source ids, right-padded with pad_id.
+            tgt_in: (B, T) decoder input ids (bos + target), right-padded.
+            need_weights: also return every attention map.
+
+        Returns:
+            logits (B, T, V); with `need_weights` a `TransformerOutput` whose maps are tuples
+            with one (B, H, Tq, Tk) tensor per layer.
+        """
+        enc = self.encode(src, need_weights=need_weights)
+        dec = self.decode(tgt_in, enc.memory, enc.src_mask, need_weights=need_weights)
+        if not need_weights:
+            return dec.logits
+        return TransformerOutput(dec.logits, enc.attentions, dec.self_attentions, dec.cross_attentions)
+
+    def num_parameters(self) -> int:
+        """Number of distinct trainable parameters (tied matrices counted once)."""
+        return sum(p.numel() for p in self.parameters() if p.requires_grad)
