@@ -1,0 +1,116 @@
+"""Shared fixtures: a tiny minitx checkpoint trained on the toy corpus (a few seconds, offline).
+
+Register the fixtures in a test module by assignment (an import would do too, but ruff then
+flags every test argument that shadows the imported name)::
+
+    import fixtures_ckpt
+
+    tiny_run = fixtures_ckpt.tiny_run
+    tiny_checkpoint = fixtures_ckpt.tiny_checkpoint
+
+pytest registers such a fixture once per module that names it, so the training itself is
+cached here: every module gets the same run (trained once per session).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO_DIR = Path(__file__).resolve().parent.parent
+SCRIPTS_DIR = REPO_DIR / "scripts"
+TINY_CONFIG = REPO_DIR / "configs" / "tiny.yaml"
+TOY_CORPUS_DIR = REPO_DIR / "tests" / "data" / "toy"
+TOY_TEST_SOURCES = (TOY_CORPUS_DIR / "test_2016_flickr.de").read_text(encoding="utf-8").splitlines()
+
+
+@dataclass(frozen=True)
+class TinyRun:
+    """A finished `configs/tiny.yaml` training run.
+
+    Attributes:
+        run_dir: the run directory (`runs/tiny/<version>`).
+        checkpoint: its `checkpoints/last.ckpt`.
+        best_checkpoint: the best-BLEU checkpoint that `ModelCheckpoint` kept.
+        global_step: the trainer's step count when fitting ended.
+        max_epochs: epochs trained.
+    """
+
+    run_dir: Path
+    checkpoint: Path
+    best_checkpoint: Path
+    global_step: int
+    max_epochs: int
+
+
+_RUNS: dict[str, TinyRun] = {}
+"""Runs by pytest base temp dir: one training per test session."""
+
+
+def train_tiny(workdir: Path, *, max_epochs: int = 2) -> TinyRun:
+    """Train the tiny config on the toy corpus inside `workdir` (the loggers write `runs/` under the CWD)."""
+    from minitx.cli import main
+
+    previous_cwd, previous_env = Path.cwd(), dict(os.environ)
+    os.chdir(workdir)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings(
+                "ignore", message="LightningCLI's args parameter"
+            )  # pytest's argv
+            cli = main(
+                [
+                    "--config", str(TINY_CONFIG),
+                    "--data.source", str(TOY_CORPUS_DIR),
+                    "--trainer.default_root_dir", str(workdir),
+                    "--trainer.max_epochs", str(max_epochs),
+                    "--trainer.enable_progress_bar", "false",
+                    "--test", "false",
+                ]
+            )  # fmt: skip
+    finally:
+        os.chdir(previous_cwd)
+        os.environ.clear()  # Lightning sets PL_GLOBAL_SEED & co.; keep other tests unaffected
+        os.environ.update(previous_env)
+    found = sorted(workdir.glob("runs/tiny/*/checkpoints/last.ckpt"))
+    assert len(found) == 1, f"expected one last.ckpt under {workdir}/runs/tiny, found {found}"
+    best = Path(cli.trainer.checkpoint_callback.best_model_path)
+    return TinyRun(
+        run_dir=found[0].parent.parent,
+        checkpoint=found[0],
+        best_checkpoint=best if best.is_absolute() else workdir / best,
+        global_step=cli.trainer.global_step,
+        max_epochs=max_epochs,
+    )
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> TinyRun:
+    """The tiny training run, trained once per session (about 3 s after the imports)."""
+    key = str(tmp_path_factory.getbasetemp())
+    if key not in _RUNS:
+        _RUNS[key] = train_tiny(tmp_path_factory.mktemp("tiny_run"))
+    return _RUNS[key]
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tiny_run: TinyRun) -> Path:
+    """Path of the tiny run's `last.ckpt`."""
+    return tiny_run.checkpoint
+
+
+def subprocess_env() -> dict[str, str]:
+    """Environment for child Python processes: one thread, the repository importable."""
+    env = dict(os.environ)
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_DIR), env.get("PYTHONPATH", "")) if p)
+    env["PYTHONIOENCODING"] = "utf-8"
+    return env
+
+
+PYTHON = sys.executable

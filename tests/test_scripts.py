@@ -1,0 +1,464 @@
+"""scripts/translate.py, scripts/evaluate.py and scripts/visualize_attention.py on the tiny checkpoint.
+
+Most tests call the scripts' `main(argv)` in-process (fast); a few run them as real
+subprocesses, for piped standard input and exit statuses.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import json
+import shutil
+import subprocess
+from pathlib import Path
+from types import ModuleType
+
+import fixtures_ckpt
+import pytest
+from fixtures_ckpt import PYTHON, SCRIPTS_DIR, TOY_CORPUS_DIR, TOY_TEST_SOURCES, subprocess_env
+
+from minitx.translator import Translator
+
+# the shared session fixtures (an assignment registers them in this module for pytest)
+tiny_run = fixtures_ckpt.tiny_run
+tiny_checkpoint = fixtures_ckpt.tiny_checkpoint
+
+TOY_TEST_REFERENCES = (
+    (TOY_CORPUS_DIR / "test_2016_flickr.en").read_text(encoding="utf-8").splitlines()
+)
+
+
+def load_script(name: str) -> ModuleType:
+    """Import scripts/<name>.py as a module (the scripts directory is no package)."""
+    spec = importlib.util.spec_from_file_location(
+        f"minitx_scripts_{name}", SCRIPTS_DIR / f"{name}.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def translate_script() -> ModuleType:
+    return load_script("translate")
+
+
+@pytest.fixture(scope="module")
+def evaluate_script() -> ModuleType:
+    return load_script("evaluate")
+
+
+@pytest.fixture(scope="module")
+def translator(tiny_checkpoint: Path) -> Translator:
+    return Translator.from_checkpoint(tiny_checkpoint)
+
+
+def run_script(
+    name: str, args: list[str], *, stdin: bytes | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [PYTHON, str(SCRIPTS_DIR / f"{name}.py"), *args],
+        input=stdin if stdin is not None else b"",
+        capture_output=True,
+        cwd=cwd,
+        env=subprocess_env(),
+        timeout=180,
+    )
+
+
+class FakeStdin(io.TextIOWrapper):
+    """Standard input over bytes; `tty=True` makes it look like a terminal."""
+
+    def __init__(self, data: bytes, *, tty: bool = False) -> None:
+        super().__init__(io.BytesIO(data), encoding="utf-8")
+        self.tty = tty
+
+    def isatty(self) -> bool:
+        return self.tty
+
+
+# ------------------------------------------------------------------------------ translate
+def test_translate_arguments(translate_script, translator, tiny_checkpoint, capsys) -> None:
+    sentences = [TOY_TEST_SOURCES[0], "ein hund", TOY_TEST_SOURCES[5]]
+    assert translate_script.main(["--checkpoint", str(tiny_checkpoint), *sentences]) == 0
+    out, err = capsys.readouterr()
+    assert out.splitlines() == translator.translate(
+        sentences, beam_size=translate_script.DEFAULT_BEAM
+    )
+    assert "Traceback" not in err
+
+    assert (
+        translate_script.main(
+            ["--checkpoint", str(tiny_checkpoint), "--beam", "1", "--batch-size", "1", *sentences]
+        )
+        == 0
+    )
+    assert capsys.readouterr().out.splitlines() == translator.translate(sentences)
+
+
+def test_translate_input_file_keeps_lines(
+    translate_script, translator, tiny_checkpoint, tmp_path, capsys
+) -> None:
+    """Empty lines stay empty lines; CRLF endings and a BOM are tolerated; --output writes a file."""
+    lines = [TOY_TEST_SOURCES[0], "", TOY_TEST_SOURCES[1], "   ", TOY_TEST_SOURCES[2]]
+    source = tmp_path / "input.de"
+    source.write_bytes(("\ufeff" + "\r\n".join(lines) + "\r\n").encode("utf-8"))
+    output = tmp_path / "output.en"
+    args = [
+        "--checkpoint",
+        str(tiny_checkpoint),
+        "--input",
+        str(source),
+        "--output",
+        str(output),
+        "--beam",
+        "2",
+        "--alpha",
+        "0.6",
+    ]
+    assert translate_script.main(args) == 0
+    assert capsys.readouterr().out == ""
+    written = output.read_text(encoding="utf-8")
+    assert written.endswith("\n")
+    got = written.split("\n")[:-1]
+    assert len(got) == len(lines)
+    assert got[1] == got[3] == ""
+    assert got == translator.translate(lines, beam_size=2, alpha=0.6)
+
+
+def test_translate_stdin_pipe_subprocess(translator, tiny_checkpoint) -> None:
+    lines = [TOY_TEST_SOURCES[0], "", TOY_TEST_SOURCES[4]]
+    proc = run_script(
+        "translate",
+        ["--checkpoint", str(tiny_checkpoint), "--beam", "1"],
+        stdin="\n".join(lines).encode() + b"\n",
+    )
+    assert proc.returncode == 0, proc.stderr.decode()
+    out = proc.stdout.decode("utf-8")
+    assert out.count("\n") == 3
+    assert out.split("\n")[:-1] == translator.translate(lines)
+    assert out.split("\n")[1] == ""
+
+
+def test_translate_stdin_in_process(
+    translate_script, translator, tiny_checkpoint, monkeypatch, capsys
+) -> None:
+    monkeypatch.setattr("sys.stdin", FakeStdin(b"eine frau\n\nzwei hunde"))  # no final newline
+    assert translate_script.main(["--checkpoint", str(tiny_checkpoint), "--beam", "1"]) == 0
+    assert capsys.readouterr().out.split("\n")[:-1] == translator.translate(
+        ["eine frau", "", "zwei hunde"]
+    )
+
+
+def test_translate_empty_stdin(translate_script, tiny_checkpoint, monkeypatch, capsys) -> None:
+    monkeypatch.setattr("sys.stdin", FakeStdin(b""))
+    assert translate_script.main(["--checkpoint", str(tiny_checkpoint)]) == 0
+    assert capsys.readouterr().out == ""
+
+
+def test_translate_interactive_prompt(
+    translate_script, translator, tiny_checkpoint, monkeypatch, capsys
+) -> None:
+    monkeypatch.setattr("sys.stdin", FakeStdin(b"eine frau\n\nzwei hunde\n", tty=True))
+    assert translate_script.main(["--checkpoint", str(tiny_checkpoint), "--beam", "1"]) == 0
+    out, err = capsys.readouterr()
+    assert out.split("\n")[:-1] == translator.translate(["eine frau", "", "zwei hunde"])
+    assert err.count(translate_script.PROMPT) == 4  # three lines, then EOF at the fourth prompt
+
+
+def test_translate_n_best(translate_script, translator, tiny_checkpoint, capsys) -> None:
+    sentences = [TOY_TEST_SOURCES[0], "", TOY_TEST_SOURCES[8]]
+    assert (
+        translate_script.main(
+            ["--checkpoint", str(tiny_checkpoint), "--beam", "4", "--n-best", "3", *sentences]
+        )
+        == 0
+    )
+    rows = [line.split("\t") for line in capsys.readouterr().out.split("\n")[:-1]]
+    assert all(len(row) == 3 for row in rows)
+    by_index: dict[int, list[tuple[float, str]]] = {}
+    for index, score, text in rows:
+        by_index.setdefault(int(index), []).append((float(score), text))
+    assert sorted(by_index) == [0, 1, 2]
+    assert by_index[1] == [(0.0, "")]  # an empty input line: one empty hypothesis
+    best = translator.translate(sentences, beam_size=4)
+    for i in (0, 2):
+        hyps = by_index[i]
+        assert len(hyps) == 3
+        assert [s for s, _ in hyps] == sorted((s for s, _ in hyps), reverse=True)
+        assert hyps[0][1] == best[i]
+
+
+def test_translate_missing_checkpoint_subprocess(tmp_path) -> None:
+    proc = run_script("translate", ["--checkpoint", str(tmp_path / "no_such.ckpt"), "ein mann"])
+    err = proc.stderr.decode()
+    assert proc.returncode == 2
+    assert err.startswith("error: ") and "no_such.ckpt" in err
+    assert "Traceback" not in err
+    assert proc.stdout == b""
+
+
+@pytest.mark.parametrize("kind", ["truncated", "foreign", "text"])
+def test_translate_bad_checkpoint(
+    translate_script, tiny_checkpoint, tmp_path, capsys, kind
+) -> None:
+    path = tmp_path / f"{kind}.ckpt"
+    if kind == "truncated":
+        data = tiny_checkpoint.read_bytes()
+        path.write_bytes(data[: len(data) // 2])
+    elif kind == "foreign":
+        import torch
+
+        torch.save({"state_dict": {}}, path)
+    else:
+        path.write_text("hello world\n")
+    assert translate_script.main(["--checkpoint", str(path), "ein mann"]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.startswith("error: ") and str(path) in err and err.count("\n") == 1
+
+
+def test_translate_invalid_utf8_names_the_line(
+    translate_script, tiny_checkpoint, tmp_path, capsys
+) -> None:
+    source = tmp_path / "latin1.de"
+    source.write_bytes("ein mann\nzwei hunde\nein mädchen\n".encode("latin-1"))
+    assert (
+        translate_script.main(["--checkpoint", str(tiny_checkpoint), "--input", str(source)]) == 2
+    )
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and str(source) in err and "line 3" in err and "UTF-8" in err
+
+
+def test_translate_invalid_utf8_on_stdin(
+    translate_script, tiny_checkpoint, monkeypatch, capsys
+) -> None:
+    monkeypatch.setattr("sys.stdin", FakeStdin(b"ok\n\xff\xfe\n"))
+    assert translate_script.main(["--checkpoint", str(tiny_checkpoint)]) == 2
+    assert "<stdin>: line 2" in capsys.readouterr().err
+
+
+def test_translate_missing_input_file(translate_script, tiny_checkpoint, tmp_path, capsys) -> None:
+    assert (
+        translate_script.main(
+            ["--checkpoint", str(tiny_checkpoint), "--input", str(tmp_path / "none.de")]
+        )
+        == 2
+    )
+    assert "input file not found" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--beam", "2", "--n-best", "3", "x"], "--n-best"),
+        (["--beam", "0", "x"], "--beam"),
+        (["--batch-size", "0", "x"], "--batch-size"),
+        (["--input", "f.txt", "x"], "not both"),
+    ],
+)
+def test_translate_bad_arguments(translate_script, tiny_checkpoint, capsys, args, message) -> None:
+    with pytest.raises(SystemExit) as exc:
+        translate_script.main(["--checkpoint", str(tiny_checkpoint), *args])
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------- evaluate
+def test_evaluate_toy_corpus(
+    evaluate_script, translator, tiny_checkpoint, tmp_path, capsys
+) -> None:
+    hyp = tmp_path / "hyp.beam{beam}.txt"
+    args = [
+        "--checkpoint",
+        str(tiny_checkpoint),
+        "--data",
+        str(TOY_CORPUS_DIR),
+        "--hyp-out",
+        str(hyp),
+    ]
+    assert evaluate_script.main(args) == 0
+    out, err = capsys.readouterr()
+    lines = out.splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith("beam 1: BLEU ")
+    assert "tok:13a" in lines[0] and "chrF" in lines[0] and "sentences in" in lines[0]
+    written = (tmp_path / "hyp.beam1.txt").read_text(encoding="utf-8").split("\n")[:-1]
+    assert len(written) == len(TOY_TEST_SOURCES) == 10
+    assert written == translator.translate(TOY_TEST_SOURCES)
+    assert "de -> en" in err and "10 of 10 pairs" in err
+
+
+def test_evaluate_two_beams_and_json(evaluate_script, tiny_checkpoint, tmp_path, capsys) -> None:
+    report = tmp_path / "scores.json"
+    args = ["--checkpoint", str(tiny_checkpoint), "--data", str(TOY_CORPUS_DIR), "--beam", "1", "2"]
+    args += [
+        "--hyp-out",
+        str(tmp_path / "b{beam}.hyp"),
+        "--json",
+        str(report),
+        "--split",
+        "validation",
+    ]
+    assert evaluate_script.main(args) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(":")[0] for line in lines] == ["beam 1", "beam 2"]
+    data = json.loads(report.read_text(encoding="utf-8"))
+    assert (data["split"], data["src_lang"], data["tgt_lang"], data["sentences"]) == (
+        "validation",
+        "de",
+        "en",
+        10,
+    )
+    assert [r["beam"] for r in data["results"]] == [1, 2]
+    for result in data["results"]:
+        assert "tok:13a" in result["signature"]
+        assert 0.0 <= result["bleu"] <= 100.0 and 0.0 <= result["chrf"] <= 100.0
+        assert result["sentences_per_second"] > 0
+        assert len(Path(result["hypotheses_file"]).read_text(encoding="utf-8").splitlines()) == 10
+
+
+def test_evaluate_default_hypothesis_path_and_limit(
+    evaluate_script, tiny_checkpoint, tmp_path, capsys
+) -> None:
+    checkpoint = tmp_path / "model.ckpt"
+    shutil.copyfile(tiny_checkpoint, checkpoint)
+    assert (
+        evaluate_script.main(
+            ["--checkpoint", str(checkpoint), "--data", str(TOY_CORPUS_DIR), "--limit", "3"]
+        )
+        == 0
+    )
+    assert "3 sentences" in capsys.readouterr().out
+    hyp = tmp_path / "model.test.first3.beam1.hyp"
+    assert len(hyp.read_text(encoding="utf-8").splitlines()) == 3
+
+
+def test_evaluate_counts_empty_pairs(evaluate_script, tiny_checkpoint, tmp_path, capsys) -> None:
+    """Pairs with an empty side are dropped and counted (as in training); only the split's files are needed."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    src, ref = list(TOY_TEST_SOURCES), list(TOY_TEST_REFERENCES)
+    src[2], ref[5] = "", "  "
+    (corpus / "test_2016_flickr.de").write_text("\n".join(src) + "\n", encoding="utf-8")
+    (corpus / "test_2016_flickr.en").write_text("\n".join(ref) + "\n", encoding="utf-8")
+    hyp = tmp_path / "out.hyp"
+    assert (
+        evaluate_script.main(
+            ["--checkpoint", str(tiny_checkpoint), "--data", str(corpus), "--hyp-out", str(hyp)]
+        )
+        == 0
+    )
+    out, err = capsys.readouterr()
+    assert "8 sentences" in out
+    assert "8 of 8 pairs (skipped: 2 empty)" in err
+    assert len(hyp.read_text(encoding="utf-8").splitlines()) == 8
+
+
+def test_evaluate_default_data_follows_minitx_data_dir(
+    evaluate_script, tiny_checkpoint, tmp_path, monkeypatch, capsys
+) -> None:
+    monkeypatch.setenv("MINITX_DATA_DIR", str(TOY_CORPUS_DIR))
+    args = [
+        "--checkpoint",
+        str(tiny_checkpoint),
+        "--hyp-out",
+        str(tmp_path / "h.txt"),
+        "--limit",
+        "2",
+    ]
+    assert evaluate_script.main(args) == 0
+    assert str(TOY_CORPUS_DIR) in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("problem", ["no-data", "bad-checkpoint", "wrong-langs", "hyp-dir"])
+def test_evaluate_errors(evaluate_script, tiny_checkpoint, tmp_path, capsys, problem) -> None:
+    args = [
+        "--checkpoint",
+        str(tiny_checkpoint),
+        "--data",
+        str(TOY_CORPUS_DIR),
+        "--hyp-out",
+        str(tmp_path / "h"),
+    ]
+    if problem == "no-data":
+        args[3] = str(tmp_path / "missing_corpus")
+    elif problem == "bad-checkpoint":
+        (tmp_path / "bad.ckpt").write_bytes(tiny_checkpoint.read_bytes()[:1000])
+        args[1] = str(tmp_path / "bad.ckpt")
+    elif problem == "wrong-langs":
+        args += ["--src-lang", "fr"]
+    else:
+        args[-1] = str(tmp_path / "no_dir" / "h")
+    assert evaluate_script.main(args) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert "error: " in err and "Traceback" not in err
+
+
+def test_evaluate_several_beams_need_a_pattern(
+    evaluate_script, tiny_checkpoint, tmp_path, capsys
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        evaluate_script.main(
+            [
+                "--checkpoint",
+                str(tiny_checkpoint),
+                "--beam",
+                "1",
+                "5",
+                "--hyp-out",
+                str(tmp_path / "h.txt"),
+            ]
+        )
+    assert exc.value.code == 2
+    assert "{beam}" in capsys.readouterr().err
+
+
+def test_evaluate_subprocess(tiny_checkpoint, tmp_path) -> None:
+    """As a real command: exit status 0, standard output holds exactly the score line."""
+    args = [
+        "--checkpoint",
+        str(tiny_checkpoint),
+        "--data",
+        str(TOY_CORPUS_DIR),
+        "--limit",
+        "2",
+        "--hyp-out",
+        str(tmp_path / "h"),
+    ]
+    proc = run_script("evaluate", args, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr.decode()
+    lines = proc.stdout.decode("utf-8").splitlines()
+    assert len(lines) == 1 and lines[0].startswith("beam 1: BLEU ") and "tok:13a" in lines[0]
+    assert "Traceback" not in proc.stderr.decode()
+
+
+# ---------------------------------------------------------------------- visualize_attention
+def test_visualize_attention_writes_pngs_and_viewer(tiny_checkpoint, tmp_path, capsys) -> None:
+    script = load_script("visualize_attention")
+    out_dir = tmp_path / "attn"
+    assert (
+        script.main(
+            [
+                "--checkpoint",
+                str(tiny_checkpoint),
+                TOY_TEST_SOURCES[0],
+                "--out-dir",
+                str(out_dir),
+                "--dpi",
+                "40",
+            ]
+        )
+        == 0
+    )
+    pngs = sorted(p.name for p in out_dir.glob("*.png"))
+    assert len(pngs) == 3  # encoder, decoder, cross: one layer each in the tiny model
+    assert all((out_dir / name).read_bytes().startswith(b"\x89PNG") for name in pngs)
+    assert any("cross" in name for name in pngs)
+    html = (out_dir / "attention.html").read_text(encoding="utf-8")
+    assert html.startswith("<!DOCTYPE html>") and "</html>" in html
+    out = capsys.readouterr().out
+    assert "translation:" in out and "attention.html" in out
