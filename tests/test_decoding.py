@@ -1,0 +1,334 @@
+"""Tests for minitx.decoding: greedy and beam search, with and without the KV cache, and an
+overfit run that greedy decoding must reproduce exactly."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from minitx.decoding import (
+    Hypothesis,
+    beam_search,
+    greedy_decode,
+    hypotheses_to_tensor,
+    length_penalty,
+    max_target_lengths,
+)
+from minitx.model import Transformer, TransformerConfig
+
+PAD, BOS, EOS = 0, 2, 3
+LOGITS = {"atol": 1e-4, "rtol": 1e-4}
+
+
+def make_model(seed: int = 0, **overrides) -> Transformer:
+    values = dict(
+        src_vocab_size=12,
+        tgt_vocab_size=12,
+        d_model=16,
+        n_heads=2,
+        n_encoder_layers=1,
+        n_decoder_layers=2,
+        d_ff=32,
+        dropout=0.0,
+        max_positions=40,
+    )
+    torch.manual_seed(seed)
+    return Transformer(TransformerConfig(**{**values, **overrides})).eval()
+
+
+def pad_batch(seqs: list[list[int]]) -> torch.Tensor:
+    width = max(len(s) for s in seqs)
+    return torch.tensor([s + [PAD] * (width - len(s)) for s in seqs])
+
+
+def row_tokens(row: torch.Tensor) -> list[int]:
+    """Generated ids of one output row without the trailing padding."""
+    tokens = row.tolist()
+    while tokens and tokens[-1] == PAD:
+        tokens.pop()
+    return tokens
+
+
+def check_generated_rows(ids: torch.Tensor, limits: list[int]) -> None:
+    """Every row: no bos; pad only after eos (or after the cap); eos at most once, last; length <= cap."""
+    for row, limit in zip(ids.tolist(), limits, strict=True):
+        assert BOS not in row
+        if EOS in row:
+            end = row.index(EOS) + 1
+            assert all(t == PAD for t in row[end:]), row
+            assert PAD not in row[: end - 1], row
+            assert end <= limit
+        else:
+            assert PAD not in row[:limit], row  # ran to its cap
+            assert all(t == PAD for t in row[limit:]), row
+
+
+@pytest.fixture(scope="module")
+def model() -> Transformer:
+    return make_model(seed=1)
+
+
+@pytest.fixture(scope="module")
+def sources() -> torch.Tensor:
+    g = torch.Generator().manual_seed(2)
+    return pad_batch([torch.randint(4, 12, (n,), generator=g).tolist() for n in (5, 2, 4, 3)])
+
+
+# --------------------------------------------------------------------------------------------
+# Greedy
+# --------------------------------------------------------------------------------------------
+
+
+def test_max_target_lengths():
+    model = make_model(max_positions=12)
+    src = pad_batch([[5, 6, 7], [5, 6, 7, 8, 9], [5]])
+    assert max_target_lengths(src, model, 1.5, 2).tolist() == [6, 9, 3]  # floor(1.5 n) + 2
+    assert max_target_lengths(src, model, 0.0, 0).tolist() == [1, 1, 1]  # at least one token
+    assert max_target_lengths(src, model, 3.0, 5).tolist() == [11, 11, 8]  # bos takes a position
+
+
+def test_greedy_with_and_without_cache_identical(model, sources):
+    cached = greedy_decode(model, sources, max_len_a=1.0, max_len_b=4, use_cache=True)
+    full = greedy_decode(model, sources, max_len_a=1.0, max_len_b=4, use_cache=False)
+    assert torch.equal(cached, full)
+    check_generated_rows(cached, max_target_lengths(sources, model, 1.0, 4).tolist())
+
+
+def test_greedy_cached_logits_equal_full_recomputation_step_by_step(model, sources):
+    enc = model.encode(sources)
+    cache = model.new_cache()
+    tokens = torch.full((sources.size(0), 1), BOS)
+    with torch.no_grad():
+        for _ in range(6):
+            step = model.decode(tokens[:, -1:], enc.memory, enc.src_mask, cache=cache).logits[:, -1]
+            full = model.decode(tokens, enc.memory, enc.src_mask).logits[:, -1]
+            torch.testing.assert_close(step, full, **LOGITS)
+            tokens = torch.cat([tokens, full.argmax(-1, keepdim=True).clamp(min=4)], dim=1)
+    # greedy_decode itself: each token is the argmax (pad/bos excluded) of the teacher-forced logits.
+    ids = greedy_decode(model, sources, max_len_a=1.0, max_len_b=4)
+    with torch.no_grad():
+        logits = model(sources, torch.cat([torch.full((sources.size(0), 1), BOS), ids[:, :-1]], dim=1))
+    logits[..., [PAD, BOS]] = float("-inf")
+    for i, row in enumerate(ids.tolist()):
+        n = len(row_tokens(ids[i]))
+        assert logits[i, :n].argmax(-1).tolist() == row[:n]
+
+
+def test_batched_greedy_equals_one_at_a_time(model, sources):
+    batched = greedy_decode(model, sources, max_len_a=1.0, max_len_b=4)
+    for i in range(sources.size(0)):
+        alone = sources[i : i + 1, : int((sources[i] != PAD).sum())]  # no padding at all
+        single = greedy_decode(model, alone, max_len_a=1.0, max_len_b=4)
+        assert row_tokens(batched[i]) == row_tokens(single[0])
+
+
+def test_greedy_respects_per_sentence_caps(model, sources):
+    for a, b in [(0.0, 3), (1.0, 0), (0.5, 2)]:
+        ids = greedy_decode(model, sources, max_len_a=a, max_len_b=b)
+        limits = max_target_lengths(sources, model, a, b).tolist()
+        assert ids.size(1) <= max(limits)
+        check_generated_rows(ids, limits)
+
+
+@pytest.fixture(scope="module")
+def pad_loving_model() -> Transformer:
+    """A model whose unconstrained argmax is always pad, then bos; eos is never likely."""
+    m = make_model(seed=3, tie_output=False)
+    g = torch.Generator().manual_seed(4)
+    direction = torch.randn(16, generator=g)
+    with torch.no_grad():
+        m.decoder_norm.weight.fill_(0.01)  # decoder states ~= the LayerNorm bias
+        m.decoder_norm.bias.copy_(direction)
+        m.output.weight.copy_(0.1 * torch.randn(12, 16, generator=g))
+        m.output.weight[PAD] = 10 * direction
+        m.output.weight[BOS] = 9 * direction
+        m.output.weight[EOS] = -10 * direction
+    return m
+
+
+def test_never_emits_pad_or_bos(pad_loving_model, sources):
+    m = pad_loving_model
+    with torch.no_grad():
+        raw = m(sources, torch.full((sources.size(0), 3), BOS)).argmax(-1)
+    assert (raw == PAD).all(), "test setup: pad must be the model's favourite token"
+    limits = max_target_lengths(sources, m, 1.0, 2).tolist()
+    for use_cache in (True, False):
+        ids = greedy_decode(m, sources, max_len_a=1.0, max_len_b=2, use_cache=use_cache)
+        check_generated_rows(ids, limits)
+        assert [len(row_tokens(r)) for r in ids] == limits  # no eos: every row runs to its cap
+    hyps = beam_search(m, sources, beam_size=3, n_best=3, max_len_a=1.0, max_len_b=2)
+    for sentence in hyps:
+        for h in sentence:
+            assert PAD not in h.tokens and BOS not in h.tokens
+
+
+# --------------------------------------------------------------------------------------------
+# Beam search
+# --------------------------------------------------------------------------------------------
+
+
+def test_beam_size_one_equals_greedy(model, sources):
+    for a, b in [(1.0, 4), (0.0, 2)]:
+        greedy = greedy_decode(model, sources, max_len_a=a, max_len_b=b)
+        hyps = beam_search(model, sources, beam_size=1, max_len_a=a, max_len_b=b)
+        assert [h[0].tokens for h in hyps] == [row_tokens(r) for r in greedy]
+        assert torch.equal(hypotheses_to_tensor(hyps), greedy)
+
+
+def _assert_same_hypotheses(a, b):
+    assert len(a) == len(b)
+    for hyps_a, hyps_b in zip(a, b, strict=True):
+        assert [h.tokens for h in hyps_a] == [h.tokens for h in hyps_b]
+        for ha, hb in zip(hyps_a, hyps_b, strict=True):
+            assert ha.score == pytest.approx(hb.score, abs=1e-4)
+            assert ha.log_prob == pytest.approx(hb.log_prob, abs=1e-4)
+
+
+def test_beam_cached_equals_uncached(model, sources):
+    kwargs = dict(beam_size=4, n_best=4, alpha=0.6, max_len_a=1.0, max_len_b=3)
+    _assert_same_hypotheses(
+        beam_search(model, sources, use_cache=True, **kwargs),
+        beam_search(model, sources, use_cache=False, **kwargs),
+    )
+
+
+def test_beam_n_best_sorted_and_distinct(model, sources):
+    hyps = beam_search(model, sources, beam_size=4, n_best=3, max_len_a=1.0, max_len_b=3)
+    assert len(hyps) == sources.size(0)
+    limits = max_target_lengths(sources, model, 1.0, 3).tolist()
+    for sentence, limit in zip(hyps, limits, strict=True):
+        assert len(sentence) == 3
+        scores = [h.score for h in sentence]
+        assert scores == sorted(scores, reverse=True)
+        assert len({tuple(h.tokens) for h in sentence}) == 3
+        for h in sentence:
+            assert 1 <= len(h.tokens) <= limit
+            assert EOS not in h.tokens[:-1]
+            assert len(h.tokens) == limit or h.tokens[-1] == EOS  # finished by eos or by the cap
+    # n_best is a prefix of the larger n_best list.
+    more = beam_search(model, sources, beam_size=4, n_best=4, max_len_a=1.0, max_len_b=3)
+    assert [[h.tokens for h in s] for s in hyps] == [[h.tokens for h in s[:3]] for s in more]
+
+
+def test_batched_beam_equals_one_at_a_time(model, sources):
+    kwargs = dict(beam_size=3, n_best=2, max_len_a=1.0, max_len_b=3)
+    batched = beam_search(model, sources, **kwargs)
+    for i in range(sources.size(0)):
+        alone = sources[i : i + 1, : int((sources[i] != PAD).sum())]
+        _assert_same_hypotheses([batched[i]], beam_search(model, alone, **kwargs))
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.6, 1.0])
+def test_beam_scores_are_teacher_forced_log_probs(model, sources, alpha):
+    hyps = beam_search(model, sources, beam_size=3, n_best=3, alpha=alpha, max_len_a=1.0, max_len_b=3)
+    for i, sentence in enumerate(hyps):
+        src = sources[i : i + 1, : int((sources[i] != PAD).sum())]
+        for h in sentence:
+            tokens = torch.tensor([h.tokens])
+            tgt_in = torch.cat([torch.tensor([[BOS]]), tokens[:, :-1]], dim=1)
+            with torch.no_grad():
+                logp = torch.log_softmax(model(src, tgt_in), dim=-1)
+            expected = logp.gather(-1, tokens[..., None]).sum().item()
+            assert h.log_prob == pytest.approx(expected, abs=1e-4)
+            assert h.score == pytest.approx(h.log_prob / length_penalty(len(h.tokens), alpha), rel=1e-6)
+
+
+def test_length_penalty():
+    assert length_penalty(7, 0.0) == 1.0
+    assert length_penalty(1, 1.0) == pytest.approx(1.0)
+    assert length_penalty(7, 1.0) == pytest.approx(2.0)
+    assert length_penalty(7, 0.5) == pytest.approx(2.0**0.5)
+    assert length_penalty(10, 1.0) > length_penalty(3, 1.0)
+
+
+@pytest.mark.parametrize(("beam_size", "n_best"), [(0, 1), (-1, 1), (3, 0), (3, 4), (1, 2)])
+def test_beam_search_rejects_bad_arguments(model, sources, beam_size, n_best):
+    with pytest.raises(ValueError, match="beam_size >= 1 and 1 <= n_best <= beam_size"):
+        beam_search(model, sources, beam_size=beam_size, n_best=n_best)
+
+
+def test_hypotheses_to_tensor():
+    def hyp(tokens):
+        return Hypothesis(tokens, -1.0, -1.0)
+
+    hyps = [[hyp([5, 6, EOS]), hyp([5])], [hyp([7, EOS])], []]
+    assert hypotheses_to_tensor(hyps).tolist() == [[5, 6, EOS], [7, EOS, PAD], [PAD, PAD, PAD]]
+    assert hypotheses_to_tensor(hyps, pad_id=9).tolist() == [[5, 6, EOS], [7, EOS, 9], [9, 9, 9]]
+    out = hypotheses_to_tensor([[], []])
+    assert out.dtype == torch.long and out.tolist() == [[PAD], [PAD]]
+
+
+# --------------------------------------------------------------------------------------------
+# Overfit a handful of pairs, then decode them
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def overfit():
+    """A tiny model trained to reverse 6 short id sequences (lengths 3-6)."""
+    g = torch.Generator().manual_seed(5)
+    srcs = [torch.randint(4, 20, (n,), generator=g).tolist() for n in (3, 4, 5, 6, 4, 5)]
+    tgts = [s[::-1] for s in srcs]
+    src = pad_batch(srcs)
+    tgt_in = pad_batch([[BOS] + t for t in tgts])
+    tgt_out = pad_batch([t + [EOS] for t in tgts])
+    config = TransformerConfig(
+        src_vocab_size=20, tgt_vocab_size=20, d_model=32, n_heads=2, n_encoder_layers=1,
+        n_decoder_layers=1, d_ff=64, dropout=0.0, max_positions=32,
+    )
+    torch.manual_seed(6)
+    m = Transformer(config)
+    opt = torch.optim.Adam(m.parameters(), lr=3e-3)
+    losses = []
+    for _ in range(200):
+        loss = F.cross_entropy(m(src, tgt_in).reshape(-1, 20), tgt_out.reshape(-1), ignore_index=PAD)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    m.eval()
+    with torch.no_grad():
+        final = F.cross_entropy(m(src, tgt_in).reshape(-1, 20), tgt_out.reshape(-1), ignore_index=PAD).item()
+    return m, src, tgts, losses, final
+
+
+def test_overfit_reaches_near_zero_loss_and_greedy_reproduces_targets(overfit):
+    m, src, tgts, losses, final = overfit
+    assert losses[0] > 2.0
+    assert final < 0.05, losses[::20]
+    for use_cache in (True, False):
+        ids = greedy_decode(m, src, use_cache=use_cache)
+        assert [row_tokens(r) for r in ids] == [t + [EOS] for t in tgts]
+    # Each sentence alone decodes the same.
+    for i, t in enumerate(tgts):
+        alone = src[i : i + 1, : len(t)]
+        assert row_tokens(greedy_decode(m, alone)[0]) == t + [EOS]
+
+
+def test_overfit_model_stops_each_sentence_at_its_eos(overfit):
+    m, src, tgts, _, _ = overfit
+    ids = greedy_decode(m, src, max_len_a=2.0, max_len_b=5)
+    assert ids.size(1) == max(len(t) for t in tgts) + 1  # stops once every row has its eos
+    for row, t in zip(ids.tolist(), tgts, strict=True):
+        assert row[len(t)] == EOS
+        assert row[len(t) + 1 :] == [PAD] * (ids.size(1) - len(t) - 1)
+
+
+def test_overfit_model_truncated_at_per_sentence_cap(overfit):
+    m, src, tgts, _, _ = overfit
+    # cap = |src| = |target|: the target fits, its eos does not.
+    ids = greedy_decode(m, src, max_len_a=1.0, max_len_b=0)
+    assert [row_tokens(r) for r in ids] == tgts
+    ids = greedy_decode(m, src, max_len_a=0.0, max_len_b=2)
+    assert ids.tolist() == [t[:2] for t in tgts]
+
+
+def test_overfit_model_beam_search_finds_targets(overfit):
+    m, src, tgts, _, _ = overfit
+    for use_cache in (True, False):
+        hyps = beam_search(m, src, beam_size=3, n_best=2, use_cache=use_cache)
+        assert [h[0].tokens for h in hyps] == [t + [EOS] for t in tgts]
+        for sentence in hyps:
+            assert sentence[0].log_prob > -0.5  # nearly certain
+            assert sentence[0].score > sentence[1].score
