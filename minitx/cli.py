@@ -74,6 +74,16 @@ def _last_run_checkpoint(run_root: Path) -> Path | None:
     return found[-1] if found else None
 
 
+def _new_version(run_root: Path) -> str:
+    """A timestamp, with a counter when a run of that second exists already."""
+    stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
+    version, n = stamp, 1
+    while (run_root / version).exists():
+        n += 1
+        version = f"{stamp}_{n}"
+    return version
+
+
 class MinitxCLI(LightningCLI):
     """LightningCLI with minitx's links, run directories and resume logic."""
 
@@ -96,7 +106,7 @@ class MinitxCLI(LightningCLI):
                 if last is None:
                     raise FileNotFoundError(f"--ckpt_path last: no {run_root}/*/checkpoints/last.ckpt to resume from")
                 version, self.resume_path = last.parent.parent.name, str(last)
-            version = version or first.version or time.strftime("%Y-%m-%d_%H-%M-%S")
+            version = version or first.version or _new_version(run_root)
             first.version = version
             for lg in loggers[1:]:  # the others write into subdirectories of the run directory
                 lg.init_args.save_dir = str(run_root / version)
@@ -105,9 +115,9 @@ class MinitxCLI(LightningCLI):
         self.run_version = version
 
 
-def main(args: list[str] | None = None) -> MinitxCLI:
-    """Parse the command line, train, and (unless `--test false`) score on the test split."""
-    cli = MinitxCLI(
+def build_cli(args: list[str] | None = None) -> MinitxCLI:
+    """Parse `args` (default: sys.argv) over the default config and instantiate everything."""
+    return MinitxCLI(
         TranslationModule,
         TranslationDataModule,
         run=False,
@@ -118,6 +128,11 @@ def main(args: list[str] | None = None) -> MinitxCLI:
         trainer_defaults={"callbacks": [CheckpointOnInterrupt()]},
         args=args,
     )
+
+
+def main(args: list[str] | None = None) -> MinitxCLI:
+    """Parse the command line, train, and (unless `--test false`) score on the test split."""
+    cli = build_cli(args)
     trainer = cli.trainer
     start = time.perf_counter()
     trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=cli.resume_path)

@@ -185,11 +185,11 @@ def beam_search(
     return [sorted(hyps, key=lambda h: h.score, reverse=True)[:n_best] for hyps in finished]
 
 
-def hypotheses_to_tensor(hyps: list[list[Hypothesis]], pad_id: int = 0) -> Tensor:
-    """Best hypothesis of each sentence as a (B, L) right-padded id tensor (like `greedy_decode`)."""
+def hypotheses_to_tensor(hyps: list[list[Hypothesis]], pad_id: int = 0, device: torch.device | str = "cpu") -> Tensor:
+    """Best hypothesis of each sentence as a (B, L) right-padded id tensor on `device` (like `greedy_decode`)."""
     best = [h[0].tokens if h else [] for h in hyps]
     width = max(1, max(len(t) for t in best))
     out = torch.full((len(best), width), pad_id, dtype=torch.long)
     for i, t in enumerate(best):
         out[i, : len(t)] = torch.tensor(t, dtype=torch.long)
-    return out
+    return out.to(device)

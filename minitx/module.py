@@ -124,6 +124,7 @@ class TranslationModule(L.LightningModule):
     # ---------------------------------------------------------------- wiring
 
     def setup(self, stage: str) -> None:
+        self._check_bleu_schedule()
         datamodule = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
         if datamodule is not None and getattr(datamodule, "tokenizer", None) is not None:
             self.tokenizer = datamodule.tokenizer
@@ -131,6 +132,19 @@ class TranslationModule(L.LightningModule):
                 raise ValueError(
                     f"model vocab_size={self.hparams.vocab_size} but the tokenizer has {self.tokenizer.vocab_size} pieces; "
                     "set model.vocab_size to the tokenizer's size (scripts/train.py links it to data.vocab_size)"
+                )
+
+    def _check_bleu_schedule(self) -> None:
+        """A checkpoint callback watching val/bleu needs BLEU in every epoch it runs in."""
+        every = self.hparams.bleu_every_n_epochs
+        if self._trainer is None:
+            return
+        for cb in self.trainer.checkpoint_callbacks:
+            if getattr(cb, "monitor", None) == "val/bleu" and (every <= 0 or cb._every_n_epochs % every):
+                raise ValueError(
+                    f"model.bleu_every_n_epochs={every} but a ModelCheckpoint monitors val/bleu every "
+                    f"{cb._every_n_epochs} epoch(s); set that callback's every_n_epochs to a multiple of {every} "
+                    "(or monitor val/loss instead)"
                 )
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:

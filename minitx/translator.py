@@ -42,22 +42,22 @@ def load_checkpoint(path: str | Path) -> dict:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint not found: {path} (pass the .ckpt written under <run dir>/checkpoints/)")
+    if not zipfile.is_zipfile(path):
+        raise CheckpointError(f"{path}: not a minitx checkpoint: not a PyTorch zip archive (truncated, corrupt or another kind of file)")
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
         raise CheckpointError(
-            f"{path}: refused to load, the file holds objects other than tensors and plain data "
-            f"(loading it could execute code). Details: {str(exc).splitlines()[0]}"
+            f"{path}: refused to load: the file holds objects other than tensors and plain data, "
+            f"and loading them could execute code. Details: {str(exc).splitlines()[0]}"
         ) from exc
-    except (RuntimeError, EOFError, zipfile.BadZipFile, OSError) as exc:
-        raise CheckpointError(f"{path}: not a readable PyTorch checkpoint (truncated or corrupt?): {exc}") from exc
-    if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
-        raise CheckpointError(f"{path}: not a Lightning checkpoint (no 'state_dict' entry)")
-    payload = checkpoint.get(CHECKPOINT_KEY)
-    if not isinstance(payload, dict) or "model_config" not in payload or "tokenizer" not in payload:
+    except Exception as exc:  # torch raises many types for damaged archives
+        raise CheckpointError(f"{path}: not a readable minitx checkpoint (truncated or corrupt?): {type(exc).__name__}: {exc}") from exc
+    payload = checkpoint.get(CHECKPOINT_KEY) if isinstance(checkpoint, dict) else None
+    if not isinstance(payload, dict) or "model_config" not in payload or "tokenizer" not in payload or "state_dict" not in checkpoint:
         raise CheckpointError(
             f"{path}: not a minitx checkpoint: it lacks the '{CHECKPOINT_KEY}' entry with the model config "
-            "and tokenizer (checkpoints written by scripts/train.py have it)"
+            "and tokenizer, or the 'state_dict' (checkpoints written by scripts/train.py have both)"
         )
     return checkpoint
 
@@ -83,14 +83,15 @@ class Translator:
         """Build a Translator from a `.ckpt` file alone (see `load_checkpoint` for errors)."""
         checkpoint = load_checkpoint(path)
         payload = checkpoint[CHECKPOINT_KEY]
-        config = TransformerConfig.from_dict(payload["model_config"])
-        model = Transformer(config)
-        state = {k[len(MODEL_PREFIX) :]: v for k, v in checkpoint["state_dict"].items() if k.startswith(MODEL_PREFIX)}
         try:
+            config = TransformerConfig.from_dict(payload["model_config"])
+            tokenizer = Tokenizer.from_bytes(payload["tokenizer"])
+            model = Transformer(config)
+            state = {k[len(MODEL_PREFIX) :]: v for k, v in checkpoint["state_dict"].items() if k.startswith(MODEL_PREFIX)}
             model.load_state_dict(state)
-        except RuntimeError as exc:
-            raise CheckpointError(f"{path}: the weights do not match the stored model config: {exc}") from exc
-        return cls(model, Tokenizer.from_bytes(payload["tokenizer"]), device=device, bf16=bf16)
+        except (ValueError, TypeError, RuntimeError, AttributeError) as exc:
+            raise CheckpointError(f"{path}: damaged minitx checkpoint: {type(exc).__name__}: {exc}") from exc
+        return cls(model, tokenizer, device=device, bf16=bf16)
 
     def _autocast(self):
         return torch.autocast(self.device.type, dtype=torch.bfloat16) if self.bf16 else nullcontext()
@@ -179,18 +180,33 @@ class Translator:
     def attention(self, sentence: str, *, translation: str | None = None, beam_size: int = 1) -> AttentionMaps:
         """Attention maps of the model translating `sentence`.
 
-        The sentence is translated first (or `translation` is used, e.g. a reference), then
-        one teacher-forced pass over that output with `need_weights=True` collects every map.
-        `tgt_tokens` are the decoder inputs: bos followed by the translation's pieces.
+        The sentence is translated first (greedy or beam search) or `translation` is used
+        (e.g. a reference); then one teacher-forced pass over those pieces with
+        `need_weights=True` collects every map. `tgt_tokens` are the decoder inputs: bos
+        followed by the generated pieces exactly as decoded (not re-tokenised text).
         """
-        if translation is None:
-            translation = self.translate([sentence], beam_size=beam_size)[0]
-        return teacher_forced_maps(self.model, self.tokenizer, sentence, translation)
+        target: str | list[int] = translation if translation is not None else self._generate_ids(sentence, beam_size)
+        return teacher_forced_maps(self.model, self.tokenizer, sentence, target)
+
+    def _generate_ids(self, sentence: str, beam_size: int) -> list[int]:
+        """Generated target ids for one sentence, without eos and padding."""
+        src_ids = self.tokenizer.encode([sentence.strip()])[0]
+        if not src_ids:
+            raise ValueError("attention maps need a non-empty source sentence")
+        src = self._src_tensor([src_ids])
+        with self._autocast():
+            if beam_size > 1:
+                ids = beam_search(self.model, src, beam_size=beam_size)[0][0].tokens
+            else:
+                ids = greedy_decode(self.model, src)[0].tolist()
+        eos = self.tokenizer.eos_id
+        return ids[: ids.index(eos)] if eos in ids else [i for i in ids if i != self.tokenizer.pad_id]
 
 
 @torch.inference_mode()
-def teacher_forced_maps(model: Transformer, tokenizer: Tokenizer, source: str, target: str) -> AttentionMaps:
-    """Every attention map of `model` reading `source` with `target` as decoder input.
+def teacher_forced_maps(model: Transformer, tokenizer: Tokenizer, source: str, target: str | list[int]) -> AttentionMaps:
+    """Every attention map of `model` reading `source` with `target` (text, or target ids
+    without bos/eos) as decoder input.
 
     One sentence at a time, so no padding appears on the axes. Source pieces end with eos;
     target pieces (the decoder inputs) start with bos.
@@ -201,7 +217,8 @@ def teacher_forced_maps(model: Transformer, tokenizer: Tokenizer, source: str, t
     src_ids = tokenizer.encode([source.strip()])[0] + [tokenizer.eos_id]
     if len(src_ids) == 1:
         raise ValueError("attention maps need a non-empty source sentence")
-    tgt_ids = [tokenizer.bos_id] + tokenizer.encode([target.strip()])[0]
+    target_ids = tokenizer.encode([target.strip()])[0] if isinstance(target, str) else list(target)
+    tgt_ids = [tokenizer.bos_id] + target_ids
     device = next(model.parameters()).device
     out = model(torch.tensor([src_ids], device=device), torch.tensor([tgt_ids], device=device), need_weights=True)
 

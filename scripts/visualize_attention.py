@@ -50,6 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--dpi", type=int, default=DEFAULT_DPI, help=f"PNG resolution (default: {DEFAULT_DPI})"
     )
     parser.add_argument("--device", default="cpu", help="torch device (default: cpu)")
+    parser.add_argument("--beam", type=int, default=1, help="beam size for the translation whose maps are drawn (default: 1, greedy)")
     return parser
 
 
@@ -66,11 +67,15 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
     # imported here so that --help works without (or before) the inference stack
-    from minitx.translator import Translator
+    from minitx.translator import CheckpointError, Translator
 
-    translator = Translator.from_checkpoint(args.checkpoint, device=args.device)
-    translation = translator.translate([args.sentence])[0]
-    maps = translator.attention(args.sentence)
+    try:
+        translator = Translator.from_checkpoint(args.checkpoint, device=args.device)
+    except CheckpointError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    maps = translator.attention(args.sentence, beam_size=args.beam)  # maps of the generated pieces
+    translation = "".join(maps.tgt_tokens[1:]).replace("\u2581", " ").strip()  # sentencepiece detokenisation
     paths = visualize(
         maps,
         args.out_dir,

@@ -1,0 +1,275 @@
+#!/usr/bin/env python
+"""Speed figures for minitx, measured in one run (compare only numbers from the same run).
+
+Sections (all by default; pick with --sections):
+  train      full training step (forward, backward, AdamW) in target tokens/s: minitx vs
+             torch.nn.Transformer (+ embeddings + output projection), same sizes, fp32 and bf16
+             autocast, on token-bucketed batches of Multi30k-like lengths; A/B interleaved.
+  attention  the attention core: explicit weights path vs the fused kernel
+             (F.scaled_dot_product_attention, flash and math backends), lengths 16..512.
+  decode     greedy and beam search, with vs without the KV cache, in sentences/s.
+
+    python scripts/benchmark.py                         # everything, about 4 minutes here
+    python scripts/benchmark.py --sections decode --checkpoint RUN.ckpt --data DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+from contextlib import nullcontext
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from minitx.attention import padding_mask, scaled_dot_product_attention
+from minitx.data import TokenBucketBatchSampler, collate
+from minitx.decoding import beam_search, greedy_decode
+from minitx.layers import SinusoidalPositionalEncoding
+from minitx.model import Transformer, TransformerConfig
+from minitx.module import TranslationModule
+
+SIZES = dict(d_model=256, n_heads=4, n_encoder_layers=3, n_decoder_layers=3, d_ff=1024, vocab_size=8000)
+
+
+# ------------------------------------------------------------------------------------ data
+
+
+def multi30k_like_batches(n_examples: int, max_tokens: int, seed: int = 0) -> list[dict]:
+    """Token-bucketed batches of random ids whose lengths follow Multi30k's (mean ~15 pieces)."""
+    rng = np.random.default_rng(seed)
+    src_len = np.clip(np.rint(rng.normal(15.2, 5.5, n_examples)), 3, 50).astype(int)
+    tgt_len = np.clip(np.rint(src_len + rng.normal(-0.5, 2.5, n_examples)), 3, 50).astype(int)
+    examples = [
+        {"src_ids": rng.integers(4, SIZES["vocab_size"], s).tolist(), "tgt_ids": rng.integers(4, SIZES["vocab_size"], t).tolist(), "src_text": "", "tgt_text": ""}
+        for s, t in zip(src_len, tgt_len, strict=True)
+    ]
+    lengths = np.maximum(src_len, tgt_len) + 1
+    sampler = TokenBucketBatchSampler(lengths, max_tokens=max_tokens, shuffle=True, seed=seed)
+    return [collate([examples[i] for i in batch]) for batch in sampler]
+
+
+# ------------------------------------------------------------------------------------ train
+
+
+class TorchTransformerBaseline(nn.Module):
+    """torch.nn.Transformer with shared, scaled embeddings, sinusoidal positions and a tied output."""
+
+    def __init__(self, dropout: float = 0.1) -> None:
+        super().__init__()
+        d = SIZES["d_model"]
+        self.embed = nn.Embedding(SIZES["vocab_size"], d, padding_idx=0)
+        self.positional = SinusoidalPositionalEncoding(d)
+        self.dropout = nn.Dropout(dropout)
+        self.transformer = nn.Transformer(
+            d, SIZES["n_heads"], SIZES["n_encoder_layers"], SIZES["n_decoder_layers"], SIZES["d_ff"], dropout, batch_first=True, norm_first=True
+        )
+        self.output = nn.Linear(d, SIZES["vocab_size"], bias=False)
+        self.output.weight = self.embed.weight
+
+    def loss(self, batch: dict) -> torch.Tensor:
+        src, tgt_in, tgt_out = batch["src"], batch["tgt_in"], batch["tgt_out"]
+        scale = SIZES["d_model"] ** 0.5
+        s = self.dropout(self.positional(self.embed(src) * scale))
+        t = self.dropout(self.positional(self.embed(tgt_in) * scale))
+        causal = nn.Transformer.generate_square_subsequent_mask(tgt_in.size(1))
+        h = self.transformer(
+            s, t, tgt_mask=causal, tgt_is_causal=True, src_key_padding_mask=src == 0, memory_key_padding_mask=src == 0
+        )
+        logits = self.output(h)
+        return F.cross_entropy(logits.flatten(0, 1).float(), tgt_out.flatten(), ignore_index=0, label_smoothing=0.1)
+
+
+def bench_train(args: argparse.Namespace) -> None:
+    torch.manual_seed(0)
+    batches = multi30k_like_batches(args.train_examples, args.max_tokens)
+    shapes = {(tuple(b["src"].shape), tuple(b["tgt_in"].shape)) for b in batches}
+    n_tokens = [int((b["tgt_out"] != 0).sum()) for b in batches]
+    print(f"\n== training step: {len(batches)} batches, {len(shapes)} shapes, max_tokens {args.max_tokens}, "
+          f"avg {statistics.mean(n_tokens):.0f} target tokens/batch ==")
+
+    minitx = TranslationModule(**SIZES, dropout=0.1)
+    minitx.train()
+    baseline = TorchTransformerBaseline().train()
+
+    def minitx_loss(batch: dict) -> torch.Tensor:
+        with minitx._sdpa_kernel():
+            return minitx._losses(batch)[0]
+
+    def minitx_plain_loss(batch: dict) -> torch.Tensor:  # minitx model, the baseline's loss recipe
+        logits = minitx.model(batch["src"], batch["tgt_in"])
+        return F.cross_entropy(logits.flatten(0, 1).float(), batch["tgt_out"].flatten(), ignore_index=0, label_smoothing=0.1)
+
+    contenders: dict[str, tuple[nn.Module, Callable]] = {
+        "minitx": (minitx, minitx_loss),
+        "minitx (full-logits loss)": (minitx, minitx_plain_loss),
+        "torch.nn.Transformer": (baseline, baseline.loss),
+    }
+    for precision in args.precisions:
+        rate = _train_rates(contenders, batches, n_tokens, precision, args.train_steps)
+        for name in contenders:
+            print(f"  {precision:5s} {name:28s} {rate[name]:8.0f} target tokens/s")
+        print(f"  {precision:5s} ratio minitx / torch.nn.Transformer = {rate['minitx'] / rate['torch.nn.Transformer']:.2f}x "
+              f"(model alone, same loss: {rate['minitx (full-logits loss)'] / rate['torch.nn.Transformer']:.2f}x)")
+
+
+def _train_rates(contenders: dict, batches: list[dict], n_tokens: list[int], precision: str, steps: int) -> dict[str, float]:
+    """Target tokens/s of each contender; every batch shape is run once first (bf16 builds
+    kernels per shape), then the contenders take turns on the same batches."""
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16) if precision == "bf16" else nullcontext()
+    optimizers = {name: torch.optim.AdamW(m.parameters(), lr=1e-4) for name, (m, _) in contenders.items()}
+
+    def step(name: str, batch: dict) -> None:
+        loss_fn = contenders[name][1]
+        with autocast:
+            loss = loss_fn(batch)
+        loss.backward()
+        optimizers[name].step()
+        optimizers[name].zero_grad(set_to_none=True)
+
+    seen: set = set()
+    for batch in batches:
+        key = (tuple(batch["src"].shape), tuple(batch["tgt_in"].shape))
+        if key not in seen:
+            seen.add(key)
+            for name in contenders:
+                step(name, batch)
+    seconds = dict.fromkeys(contenders, 0.0)
+    tokens = dict.fromkeys(contenders, 0)
+    for i in range(steps):
+        batch = batches[i % len(batches)]
+        for name in contenders:
+            start = time.perf_counter()
+            step(name, batch)
+            seconds[name] += time.perf_counter() - start
+            tokens[name] += n_tokens[i % len(batches)]
+    return {name: tokens[name] / seconds[name] for name in contenders}
+
+
+# ------------------------------------------------------------------------------------ attention
+
+
+def _time(fn: Callable[[], object], repeats: int) -> float:
+    """Median milliseconds of `fn` after two warm-up calls."""
+    fn()
+    fn()
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples) * 1e3
+
+
+def bench_attention(args: argparse.Namespace) -> None:
+    print("\n== attention core: B*T = 4096 tokens, 4 heads of 64; median ms per call ==")
+    print(f"  {'dtype':5s} {'T':>4s} | {'explicit':>9s} {'fused':>9s} (forward) | {'explicit':>9s} {'flash':>9s} {'math':>9s} (forward+backward)")
+    for dtype in (torch.bfloat16, torch.float32):
+        for t in (16, 32, 64, 128, 256, 512):
+            fwd, both = _attention_times(dtype, t, args.repeats)
+            name = "bf16" if dtype == torch.bfloat16 else "fp32"
+            print(f"  {name:5s} {t:4d} | {fwd[0]:9.2f} {fwd[1]:9.2f}           | {both[0]:9.2f} {both[1]:9.2f} {both[2]:9.2f}")
+
+
+def _attention_times(dtype: torch.dtype, t: int, repeats: int) -> tuple[list[float], list[float]]:
+    """([explicit, fused] forward ms, [explicit, flash, math] forward+backward ms) at length t."""
+    b = max(1, 4096 // t)
+    q, k, v = (torch.randn(b, 4, t, 64, dtype=dtype, requires_grad=True) for _ in range(3))
+    grad = torch.randn(b, 4, t, 64, dtype=dtype)
+    ids = torch.ones(b, t, dtype=torch.long)
+    ids[: b // 2, t - t // 4 :] = 0  # half the batch padded by a quarter
+    mask = padding_mask(ids)
+
+    def explicit() -> torch.Tensor:
+        return scaled_dot_product_attention(q, k, v, mask)[0]
+
+    def fused() -> torch.Tensor:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+    with torch.no_grad():
+        fwd = [_time(explicit, repeats), _time(fused, repeats)]
+    both = [_time(lambda: explicit().backward(grad), repeats)]
+    for backend in (SDPBackend.FLASH_ATTENTION, SDPBackend.MATH):
+        with sdpa_kernel(backend):
+            both.append(_time(lambda: fused().backward(grad), repeats))
+    return fwd, both
+
+
+# ------------------------------------------------------------------------------------ decode
+
+
+def _decode_inputs(args: argparse.Namespace) -> tuple[Transformer, list[torch.Tensor], str]:
+    if args.checkpoint:
+        from minitx.data import load_parallel_corpus, resolve_data_source
+        from minitx.translator import Translator
+
+        translator = Translator.from_checkpoint(args.checkpoint)
+        corpus = load_parallel_corpus(resolve_data_source(args.data), args.src_lang, args.tgt_lang)
+        sources = [p[args.src_lang] for p in corpus["test"]["translation"]][: args.decode_sentences]
+        ids = translator.tokenizer.encode(sources)
+        order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+        batches = [translator._src_tensor([ids[i] for i in order[j : j + args.decode_batch]]) for j in range(0, len(order), args.decode_batch)]
+        return translator.model, batches, f"{len(sources)} test sentences, trained model"
+    torch.manual_seed(0)
+    cfg = {k: v for k, v in SIZES.items() if k != "vocab_size"}
+    model = Transformer(TransformerConfig(src_vocab_size=SIZES["vocab_size"], tgt_vocab_size=SIZES["vocab_size"], **cfg)).eval()
+    rng = np.random.default_rng(0)
+    lengths = np.sort(np.clip(np.rint(rng.normal(15.2, 5.5, args.decode_sentences)), 3, 50).astype(int))
+    batches = []
+    for j in range(0, len(lengths), args.decode_batch):
+        chunk = lengths[j : j + args.decode_batch]
+        src = torch.zeros(len(chunk), int(chunk.max()) + 1, dtype=torch.long)
+        for row, n in enumerate(chunk):
+            src[row, :n] = torch.from_numpy(rng.integers(4, SIZES["vocab_size"], n))
+            src[row, n] = 3
+        batches.append(src)
+    return model, batches, f"{args.decode_sentences} random sentences, untrained model (decodes to the length cap)"
+
+
+def bench_decode(args: argparse.Namespace) -> None:
+    model, batches, what = _decode_inputs(args)
+    n = sum(len(b) for b in batches)
+    print(f"\n== decoding: {what}, batches of {args.decode_batch}, fp32; sentences/s ==")
+    runs = [("greedy", lambda src, cache: greedy_decode(model, src, use_cache=cache))]
+    runs.append((f"beam {args.beam}", lambda src, cache: beam_search(model, src, beam_size=args.beam, use_cache=cache)))
+    with torch.inference_mode():
+        for name, fn in runs:
+            rate = {}
+            for cache in (True, False):
+                start = time.perf_counter()
+                for src in batches:
+                    fn(src, cache)
+                rate[cache] = n / (time.perf_counter() - start)
+            print(f"  {name:8s} with KV cache {rate[True]:7.1f} | without {rate[False]:7.1f} | speed-up {rate[True] / rate[False]:.2f}x")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sections", nargs="+", default=["train", "attention", "decode"], choices=["train", "attention", "decode"])
+    parser.add_argument("--precisions", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16"])
+    parser.add_argument("--max-tokens", type=int, default=2048, help="token budget per training batch (default config: 2048)")
+    parser.add_argument("--train-examples", type=int, default=3000, help="synthetic sentence pairs to batch")
+    parser.add_argument("--train-steps", type=int, default=20, help="timed steps per contender and precision")
+    parser.add_argument("--repeats", type=int, default=5, help="timed calls per attention measurement")
+    parser.add_argument("--checkpoint", help="decode with this trained model on the test split (else: untrained model)")
+    parser.add_argument("--data", default="bentrevett/multi30k", help="corpus for --checkpoint (MINITX_DATA_DIR applies)")
+    parser.add_argument("--src-lang", default="de")
+    parser.add_argument("--tgt-lang", default="en")
+    parser.add_argument("--decode-sentences", type=int, default=128)
+    parser.add_argument("--decode-batch", type=int, default=64)
+    parser.add_argument("--beam", type=int, default=5)
+    args = parser.parse_args()
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+    start = time.perf_counter()
+    for section in args.sections:
+        {"train": bench_train, "attention": bench_attention, "decode": bench_decode}[section](args)
+    print(f"\ntotal {time.perf_counter() - start:.0f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,281 @@
+"""Training: the Lightning module, the CLI and configs, logging, checkpoints, resume, DDP.
+
+Fast: everything trains the tiny config on the toy corpus (tests/data/toy).
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from lightning.pytorch.callbacks import Callback
+
+import minitx.attention
+from minitx.cli import build_cli, main
+from minitx.module import InverseSqrtSchedule, TranslationModule
+from minitx.translator import CHECKPOINT_KEY, Translator, load_checkpoint
+
+REPO = Path(__file__).resolve().parent.parent
+CONFIGS = sorted((REPO / "configs").glob("*.yaml"))
+TOY = REPO / "tests" / "data" / "toy"
+TINY = ["--config", str(REPO / "configs" / "tiny.yaml"), "--data.source", str(TOY)]
+
+
+def run_dirs(root: Path, name: str = "tiny") -> list[Path]:
+    return sorted((root / "runs" / name).glob("*"))
+
+
+def metrics(run_dir: Path) -> list[dict[str, str]]:
+    with open(run_dir / "csv" / "metrics.csv", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def logged(rows: list[dict[str, str]], key: str) -> list[float]:
+    return [float(r[key]) for r in rows if r.get(key)]
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One 2-epoch tiny training run (in its own working directory); returns the run dir."""
+    root = tmp_path_factory.mktemp("tiny_run")
+    cwd = os.getcwd()
+    os.chdir(root)
+    try:
+        main(TINY + ["--trainer.enable_progress_bar", "false"])
+    finally:
+        os.chdir(cwd)
+    (run_dir,) = run_dirs(root)
+    return run_dir
+
+
+# ---------------------------------------------------------------------------- configs
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda p: p.name)
+def test_every_config_parses_and_instantiates(config: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    cli = build_cli(["--config", str(config), "--trainer.logger", "false"])
+    assert cli.model.hparams.vocab_size == cli.datamodule.hparams.vocab_size  # linked
+    assert cli.model.model.config.d_model == cli.config.model.d_model
+
+
+def test_default_config_is_found_from_any_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    cli = build_cli(["--trainer.logger", "false"])
+    defaults = yaml.safe_load((REPO / "configs" / "multi30k_de_en.yaml").read_text())
+    assert cli.config.data.src_lang == defaults["data"]["src_lang"] == "de"
+    assert cli.config.model.d_model == defaults["model"]["d_model"]
+    assert cli.config.trainer.precision == defaults["trainer"]["precision"]
+
+
+def test_en_de_config_flips_the_direction(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    cli = build_cli(["--config", str(REPO / "configs" / "multi30k_en_de.yaml"), "--trainer.logger", "false"])
+    assert (cli.config.data.src_lang, cli.config.data.tgt_lang) == ("en", "de")
+
+
+def test_dotted_override(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    cli = build_cli(["--trainer.max_epochs", "3", "--model.dropout", "0.25", "--trainer.logger", "false"])
+    assert cli.trainer.max_epochs == 3
+    assert cli.model.model.config.dropout == 0.25
+
+
+@pytest.mark.parametrize("section,key", [("model", "d_modle"), ("data", "vocab"), ("trainer", "max_epoch")])
+def test_unknown_config_keys_fail(section: str, key: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    monkeypatch.chdir(tmp_path)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(f"{section}:\n  {key}: 3\n")
+    with pytest.raises(SystemExit) as exc:
+        build_cli(["--config", str(bad)])
+    assert exc.value.code != 0
+    assert key in capsys.readouterr().err
+
+
+def test_invalid_model_value_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises((ValueError, SystemExit)) as exc:
+        build_cli(["--model.n_heads", "3", "--trainer.logger", "false"])
+    assert "divisible" in str(exc.value) or exc.type is SystemExit
+
+
+# ---------------------------------------------------------------------------- module
+
+
+def test_inverse_sqrt_schedule_warms_up_then_decays() -> None:
+    schedule = InverseSqrtSchedule(warmup_steps=100)
+    assert schedule(50) == pytest.approx(0.5)
+    assert schedule(100) == pytest.approx(1.0)
+    assert schedule(400) == pytest.approx(0.5)
+    assert max(schedule(s) for s in range(1, 1000)) == pytest.approx(1.0)
+
+
+def test_loss_matches_torch_label_smoothed_cross_entropy() -> None:
+    torch.manual_seed(0)
+    module = TranslationModule(vocab_size=40, d_model=16, n_heads=2, n_encoder_layers=1, n_decoder_layers=1, d_ff=32, label_smoothing=0.2).eval()
+    batch = {"src": torch.randint(4, 40, (3, 8)), "tgt_in": torch.randint(4, 40, (3, 6)), "tgt_out": torch.randint(4, 40, (3, 6))}
+    batch["tgt_out"][0, 3:] = 0  # padding is ignored
+    loss, nll, n_tokens = module._losses(batch)
+    logits = module.model(batch["src"], batch["tgt_in"]).flatten(0, 1)
+    target = batch["tgt_out"].flatten()
+    torch.testing.assert_close(loss, torch.nn.functional.cross_entropy(logits, target, ignore_index=0, label_smoothing=0.2))
+    torch.testing.assert_close(nll, torch.nn.functional.cross_entropy(logits, target, ignore_index=0))
+    assert int(n_tokens) == 15
+
+
+@pytest.mark.parametrize("precision", ["32", "bf16"])
+def test_training_step_never_computes_attention_weights(precision: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ordinary steps use the fused kernel; the explicit weights path runs only when maps are asked for."""
+    calls = []
+    original = minitx.attention.scaled_dot_product_attention
+    monkeypatch.setattr(minitx.attention, "scaled_dot_product_attention", lambda *a, **k: calls.append(1) or original(*a, **k))
+    module = TranslationModule(vocab_size=40, d_model=16, n_heads=2, n_encoder_layers=1, n_decoder_layers=1, d_ff=32)
+    batch = {"src": torch.randint(4, 40, (2, 8)), "tgt_in": torch.randint(4, 40, (2, 8)), "tgt_out": torch.randint(4, 40, (2, 8))}
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"), module._sdpa_kernel():
+        module._losses(batch)[0].backward()
+    assert calls == []
+    module.model(batch["src"], batch["tgt_in"], need_weights=True)
+    assert len(calls) == 3  # encoder self, decoder self, cross
+
+
+# ---------------------------------------------------------------------------- smoke fit
+
+
+def test_smoke_fit_logs_loss_bleu_chrf_perplexity_lr(tiny_run: Path) -> None:
+    rows = metrics(tiny_run)
+    for key in ("train/loss", "val/loss", "val/ppl", "val/bleu", "val/chrf", "train/tokens_per_sec", "train/epoch_seconds"):
+        assert logged(rows, key), f"{key} was not logged"
+    assert any(k.startswith("lr-") for k in rows[0]), "learning rate was not logged"
+    assert len(logged(rows, "val/bleu")) == 2  # every epoch
+    train_loss = logged(rows, "train/loss")
+    assert train_loss[-1] < train_loss[0]
+    assert (tiny_run / "config.yaml").is_file()
+
+
+def test_smoke_fit_writes_attention_figures_to_tensorboard_and_png(tiny_run: Path) -> None:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(tiny_run), size_guidance={"images": 0, "scalars": 0})
+    events.Reload()
+    images = set(events.Tags()["images"])
+    for kind in ("encoder", "decoder", "cross"):
+        tag = f"attention/s0/{kind}/layer_0"
+        assert tag in images
+        steps = [e.step for e in events.Images(tag)]
+        assert steps[0] == 0 and len(steps) == 3  # before training + after each of 2 epochs
+        assert events.Images(tag)[0].encoded_image_string.startswith(b"\x89PNG")
+    entropy = [t for t in events.Tags()["scalars"] if t.startswith("attention_entropy/")]
+    assert len(entropy) == 3 * 2  # 3 kinds x 1 layer x 2 heads
+    for tag in ("start", "epoch_000", "epoch_001"):
+        pngs = sorted((tiny_run / "attention" / tag).glob("*.png"))
+        assert [p.name for p in pngs] == ["s0_cross_layer_0.png", "s0_decoder_layer_0.png", "s0_encoder_layer_0.png"]
+        assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
+
+
+def test_checkpoint_carries_model_config_tokenizer_and_training_config(tiny_run: Path) -> None:
+    best = [p for p in (tiny_run / "checkpoints").glob("*.ckpt") if p.name != "last.ckpt"]
+    assert len(best) == 1 and "bleu" in best[0].name
+    checkpoint = load_checkpoint(best[0])
+    payload = checkpoint[CHECKPOINT_KEY]
+    assert payload["model_config"]["d_model"] == 32
+    assert payload["data"] == {"src_lang": "de", "tgt_lang": "en"}
+    train_config = yaml.safe_load(payload["train_config"])
+    assert train_config["model"]["d_model"] == 32 and train_config["data"]["vocab_size"] == 120
+    translator = Translator.from_checkpoint(best[0])
+    assert translator.tokenizer.vocab_size == 120
+    assert translator.tokenizer.model_bytes == payload["tokenizer"]
+
+
+# ---------------------------------------------------------------------------- resume, interrupt
+
+
+class RecordLr(Callback):
+    """Remembers the learning rate at the start of fitting."""
+
+    def __init__(self) -> None:
+        self.lrs: list[float] = []
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        self.lrs.append(trainer.optimizers[0].param_groups[0]["lr"])
+
+
+def test_resume_last_continues_at_the_saved_step_epoch_and_lr(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    common = TINY + ["--trainer.enable_progress_bar", "false", "--test", "false"]
+    first = main(common + ["--trainer.max_epochs", "1"])
+    steps_per_epoch = first.trainer.global_step
+    assert steps_per_epoch > 0
+    (run_dir,) = run_dirs(tmp_path)
+    saved = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)
+    saved_lr = saved["lr_schedulers"][0]["_last_lr"][0]
+
+    second = build_cli(common + ["--trainer.max_epochs", "2", "--ckpt_path", "last"])
+    record = RecordLr()
+    second.trainer.callbacks.append(record)
+    second.trainer.fit(second.model, datamodule=second.datamodule, ckpt_path=second.resume_path)
+    assert second.resume_path == str(run_dir / "checkpoints" / "last.ckpt")
+    assert run_dirs(tmp_path) == [run_dir]  # same run directory, no new one
+    assert record.lrs == [pytest.approx(saved_lr)]
+    assert saved_lr < TranslationModule().hparams.lr  # still warming up: a restart at step 0 would differ
+    assert second.trainer.global_step == 2 * steps_per_epoch
+    assert second.trainer.current_epoch == 2
+
+
+def test_resume_last_without_a_previous_run_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(FileNotFoundError, match="no .*last.ckpt to resume from"):
+        build_cli(TINY + ["--ckpt_path", "last"])
+
+
+def test_sigterm_leaves_a_usable_last_checkpoint(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, str(REPO / "scripts" / "train.py"), *TINY, "--trainer.max_epochs", "100000", "--trainer.enable_progress_bar", "false", "--test", "false"]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and not list((tmp_path / "runs").glob("tiny/*/checkpoints/epoch*.ckpt")):
+            time.sleep(0.2)  # wait until training is well under way (first epoch done)
+        assert proc.poll() is None, proc.stdout.read()
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    (last,) = list((tmp_path / "runs").glob("tiny/*/checkpoints/last.ckpt"))
+    assert "training interrupted (SIGTERMException)" in out
+    checkpoint = torch.load(last, weights_only=True)
+    assert checkpoint["global_step"] > 0
+    assert Translator.from_checkpoint(last).translate(["ein mann ."])[0] is not None
+
+
+# ---------------------------------------------------------------------------- precision, DDP
+
+
+def test_bf16_mixed_trains_on_cpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    cli = main(TINY + ["--trainer.precision", "bf16-mixed", "--trainer.max_epochs", "1", "--trainer.enable_progress_bar", "false", "--test", "false"])
+    assert cli.trainer.precision == "bf16-mixed"
+    (run_dir,) = run_dirs(tmp_path)
+    assert torch.isfinite(torch.tensor(logged(metrics(run_dir), "val/loss"))).all()
+
+
+def test_ddp_two_cpu_processes(tmp_path: Path) -> None:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    cmd = [
+        sys.executable, str(REPO / "scripts" / "train.py"), *TINY,
+        "--trainer.strategy", "ddp", "--trainer.devices", "2", "--trainer.accelerator", "cpu",
+        "--trainer.max_epochs", "1", "--trainer.enable_progress_bar", "false", "--test", "false",
+    ]  # fmt: skip
+    result = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "distributed_backend=gloo" in result.stdout + result.stderr
+    (run_dir,) = run_dirs(tmp_path)
+    assert (run_dir / "checkpoints" / "last.ckpt").is_file()
+    assert logged(metrics(run_dir), "val/bleu")
