@@ -80,6 +80,7 @@ class AttentionMapLogger(L.Callback):
 
     @torch.no_grad()
     def _log(self, trainer: L.Trainer, pl_module: L.LightningModule, tag: str) -> None:
+        log_dir = trainer.log_dir  # a collective under DDP: every rank must ask
         if not trainer.is_global_zero or pl_module.tokenizer is None:
             return
         tokenizer = pl_module.tokenizer
@@ -97,14 +98,13 @@ class AttentionMapLogger(L.Callback):
                         for head, value in enumerate(attention_entropy(weights).tolist()):
                             key = f"attention_entropy/{kind}/layer_{layer}/head_{head}"
                             scalars[key] = scalars.get(key, 0.0) + value / len(self._pairs)
-                self._write_figures(trainer, maps, i, tag, step)
+                self._write_figures(trainer, maps, Path(log_dir or trainer.default_root_dir) / "attention" / tag, i, step)
         finally:
             pl_module.train(was_training)
         for lg in trainer.loggers:
             lg.log_metrics(scalars, step=step)
 
-    def _write_figures(self, trainer: L.Trainer, maps: AttentionMaps, index: int, tag: str, step: int) -> None:
-        out_dir = Path(trainer.log_dir or trainer.default_root_dir) / "attention" / tag
+    def _write_figures(self, trainer: L.Trainer, maps: AttentionMaps, out_dir: Path, index: int, step: int) -> None:
         tensorboards = [lg.experiment for lg in trainer.loggers if isinstance(lg, TensorBoardLogger)]
         for name, fig in figures_for_maps(maps, kinds=self.kinds).items():  # name: "cross/layer_0"
             for tb in tensorboards:

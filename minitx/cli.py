@@ -36,12 +36,13 @@ DEFAULT_CONFIG = CONFIG_DIR / "multi30k_de_en.yaml"
 class CheckpointOnInterrupt(L.Callback):
     """Save `last.ckpt` when training is interrupted (Ctrl-C, SIGTERM, or an error).
 
-    Lightning notices SIGTERM only at the end of an epoch; this callback checks after every
-    batch, so a stop request is honoured within one step.
+    In a single process Lightning notices SIGTERM only at the end of an epoch; this callback
+    checks after every batch, so a stop request is honoured within one step. (Under DDP,
+    Lightning already checks every batch on all ranks.)
     """
 
     def on_train_batch_end(self, trainer: L.Trainer, *args: Any, **kwargs: Any) -> None:
-        if trainer.received_sigterm:
+        if trainer.received_sigterm and trainer.world_size == 1:
             raise SIGTERMException
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
@@ -138,13 +139,14 @@ def main(args: list[str] | None = None) -> MinitxCLI:
     trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=cli.resume_path)
     minutes = (time.perf_counter() - start) / 60
     best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
+    run_dir = trainer.log_dir  # a collective under DDP: every rank must ask
     if trainer.is_global_zero:
-        print(f"fit finished in {minutes:.1f} min; best checkpoint: {best or '(none)'}; run dir: {trainer.log_dir}")
+        print(f"fit finished in {minutes:.1f} min; best checkpoint: {best or '(none)'}; run dir: {run_dir}")
     if cli.config.test and best and trainer.is_global_zero:
         translator = Translator.from_checkpoint(best, device=cli.model.device)
         sources, references = cli.datamodule.texts("test")
         result = evaluate(translator, sources, references, beam_size=cli.config.test_beam_size)
-        hyp_path = Path(trainer.log_dir) / f"test_hypotheses_beam{cli.config.test_beam_size}.txt"
+        hyp_path = Path(run_dir) / f"test_hypotheses_beam{cli.config.test_beam_size}.txt"
         hyp_path.write_text("\n".join(result.hypotheses) + "\n", encoding="utf-8")
         print(f"test ({len(sources)} sentences, beam {cli.config.test_beam_size}): {result.summary()}")
         print(f"hypotheses written to {hyp_path}")

@@ -78,7 +78,8 @@ def resolve_data_source(configured: str) -> str:
     When ``MINITX_DATA_DIR`` is set (and non-empty) it replaces a configured *hub* source,
     such as the default ``bentrevett/multi30k``, so offline machines and CI train on local
     files without editing configs. A configured local path (an existing file or directory,
-    or a ``{split}`` pattern) is explicit and wins over the variable.
+    a ``{split}`` pattern, or anything that cannot be a hub id such as ``/data/x`` or
+    ``./x``) is explicit and wins over the variable.
 
     Args:
         configured: the source from the config (``data.source``).
@@ -89,7 +90,7 @@ def resolve_data_source(configured: str) -> str:
     override = os.environ.get(DATA_DIR_ENV, "").strip()
     if not override:
         return configured
-    if "{split}" in configured or Path(configured).expanduser().exists():
+    if not is_hub_id(configured) or Path(configured).expanduser().exists():
         logger.info(
             "%s is set but the configured source %r is local; using it.", DATA_DIR_ENV, configured
         )
@@ -98,6 +99,11 @@ def resolve_data_source(configured: str) -> str:
         "%s=%s overrides the configured data source %r.", DATA_DIR_ENV, override, configured
     )
     return override
+
+
+def is_hub_id(source: str) -> bool:
+    """Whether `source` has the form of a Hugging Face hub id: ``name`` or ``owner/name``."""
+    return re.fullmatch(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?", source) is not None
 
 
 def load_parallel_corpus(
@@ -143,7 +149,7 @@ def load_parallel_corpus(
             f"Data source {source!r} is a single file. Use a directory of {{split}}.{{lang}}[.gz] "
             f"files, or a pattern such as '{path.parent / '{split}.jsonl'}' for jsonl splits."
         )
-    if not re.fullmatch(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?", source):
+    if not is_hub_id(source):
         raise FileNotFoundError(
             f"Data source directory not found: {path.resolve()} (from {source!r}). Point "
             f"data.source or {DATA_DIR_ENV} at a directory of {{split}}.{{lang}}[.gz] files."

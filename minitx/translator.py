@@ -8,7 +8,6 @@ nothing else. Loading uses `torch.load(weights_only=True)`: no code from the fil
 from __future__ import annotations
 
 import pickle
-import zipfile
 from collections.abc import Sequence
 from contextlib import nullcontext
 from pathlib import Path
@@ -42,17 +41,19 @@ def load_checkpoint(path: str | Path) -> dict:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint not found: {path} (pass the .ckpt written under <run dir>/checkpoints/)")
-    if not zipfile.is_zipfile(path):
-        raise CheckpointError(f"{path}: not a minitx checkpoint: not a PyTorch zip archive (truncated, corrupt or another kind of file)")
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
+        if "Weights only load failed" in str(exc):
+            raise CheckpointError(
+                f"{path}: refused to load: the file holds objects other than tensors and plain data, "
+                f"and loading them could execute code; a minitx checkpoint never does. Details: {str(exc).splitlines()[0]}"
+            ) from exc
+        raise CheckpointError(f"{path}: not a readable minitx checkpoint (truncated, corrupt or another kind of file): {exc}") from exc
+    except Exception as exc:  # torch raises KeyError, RuntimeError, EOFError, ... for damaged files
         raise CheckpointError(
-            f"{path}: refused to load: the file holds objects other than tensors and plain data, "
-            f"and loading them could execute code. Details: {str(exc).splitlines()[0]}"
+            f"{path}: not a readable minitx checkpoint (truncated, corrupt or another kind of file): {type(exc).__name__}: {exc}"
         ) from exc
-    except Exception as exc:  # torch raises many types for damaged archives
-        raise CheckpointError(f"{path}: not a readable minitx checkpoint (truncated or corrupt?): {type(exc).__name__}: {exc}") from exc
     payload = checkpoint.get(CHECKPOINT_KEY) if isinstance(checkpoint, dict) else None
     if not isinstance(payload, dict) or "model_config" not in payload or "tokenizer" not in payload or "state_dict" not in checkpoint:
         raise CheckpointError(
@@ -87,10 +88,13 @@ class Translator:
             config = TransformerConfig.from_dict(payload["model_config"])
             tokenizer = Tokenizer.from_bytes(payload["tokenizer"])
             model = Transformer(config)
-            state = {k[len(MODEL_PREFIX) :]: v for k, v in checkpoint["state_dict"].items() if k.startswith(MODEL_PREFIX)}
-            model.load_state_dict(state)
         except (ValueError, TypeError, RuntimeError, AttributeError) as exc:
             raise CheckpointError(f"{path}: damaged minitx checkpoint: {type(exc).__name__}: {exc}") from exc
+        state = {k[len(MODEL_PREFIX) :]: v for k, v in checkpoint["state_dict"].items() if k.startswith(MODEL_PREFIX)}
+        try:
+            model.load_state_dict(state)
+        except RuntimeError as exc:
+            raise CheckpointError(f"{path}: damaged minitx checkpoint: the weights do not match the stored model config: {exc}") from exc
         return cls(model, tokenizer, device=device, bf16=bf16)
 
     def _autocast(self):

@@ -52,7 +52,7 @@ _RUNS: dict[str, TinyRun] = {}
 """Runs by pytest base temp dir: one training per test session."""
 
 
-def train_tiny(workdir: Path, *, max_epochs: int = 2) -> TinyRun:
+def train_tiny(workdir: Path, *, max_epochs: int = 6) -> TinyRun:
     """Train the tiny config on the toy corpus inside `workdir` (the loggers write `runs/` under the CWD)."""
     from minitx.cli import main
 

@@ -298,36 +298,29 @@ def test_script_runs_with_a_translator(
             calls["checkpoint"], calls["device"] = Path(path), device
             return cls()
 
-        def translate(self, sentences: list[str]) -> list[str]:
-            calls["translate"] = sentences
-            return ["A man rides a bicycle."]
-
-        def attention(self, sentence: str) -> AttentionMaps:
-            calls["attention"] = sentence
+        def attention(self, sentence: str, beam_size: int = 1) -> AttentionMaps:
+            calls["attention"], calls["beam_size"] = sentence, beam_size
             return maps
 
     fake = types.ModuleType("minitx.translator")
     fake.Translator = FakeTranslator
+    fake.CheckpointError = ValueError
     monkeypatch.setitem(sys.modules, "minitx.translator", fake)
     ckpt = tmp_path / "run.ckpt"
     ckpt.write_bytes(b"not read by the fake")
     out = tmp_path / "attn"
     script = load_script()
     argv = ["--checkpoint", str(ckpt), "Ein Mann fährt Fahrrad.", "--out-dir", str(out)]
-    assert script.main([*argv, "--kinds", "encoder", "cross", "--dpi", "30"]) == 0
-    assert calls == {
-        "checkpoint": ckpt,
-        "device": "cpu",
-        "translate": ["Ein Mann fährt Fahrrad."],
-        "attention": "Ein Mann fährt Fahrrad.",
-    }
+    assert script.main([*argv, "--kinds", "encoder", "cross", "--dpi", "30", "--beam", "3"]) == 0
+    assert calls == {"checkpoint": ckpt, "device": "cpu", "attention": "Ein Mann fährt Fahrrad.", "beam_size": 3}
+    translation = "".join(maps.tgt_tokens[1:]).replace("\u2581", " ").strip()
     printed = capsys.readouterr().out
-    assert "A man rides a bicycle." in printed
+    assert f"translation: {translation}" in printed
     written = sorted(p.name for p in out.iterdir())
     assert written == sorted(["attention.html", "encoder_layer0.png", "cross_layer0.png"])
     for name in written:
         assert str(out / name) in printed
-    assert "A man rides a bicycle." in (out / "attention.html").read_text("utf-8")
+    assert "\u2192 A man rides a bicycle." in (out / "attention.html").read_text("utf-8")  # in the title
 
     argv[-1] = str(tmp_path / "c")
     assert script.main([*argv, "--no-html", "--kinds", "decoder", "--dpi", "30"]) == 0
