@@ -48,6 +48,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Sampler
 
+from minitx.textio import decode_utf8
 from minitx.tokenizer import BOS_ID, EOS_ID, PAD_ID, ModelType, Tokenizer, hash_texts
 
 logger = logging.getLogger(__name__)
@@ -237,16 +238,7 @@ def _read_text(path: Path) -> str:
         raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
     except (OSError, EOFError, zlib.error) as exc:
         raise ValueError(f"{path}: cannot read the file ({exc}).") from exc
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = raw.count(b"\n", 0, exc.start) + 1
-        column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
-        raise ValueError(
-            f"{path}: line {line} is not valid UTF-8 ({exc.reason} at byte {column} of the line). "
-            "Re-encode the file as UTF-8, e.g. `iconv -f latin1 -t utf-8`."
-        ) from None
-    return text.removeprefix("\ufeff")
+    return decode_utf8(raw, str(path))
 
 
 def _read_lines(path: Path) -> list[str]:

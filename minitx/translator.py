@@ -78,6 +78,8 @@ class Translator:
         self.model = model.to(self.device).eval()
         self.tokenizer = tokenizer
         self.bf16 = bf16
+        self.languages: tuple[str | None, str | None] = (None, None)
+        """(source, target) language codes the model was trained on, when the checkpoint says."""
 
     @classmethod
     def from_checkpoint(cls, path: str | Path, *, device: str | torch.device = "cpu", bf16: bool = False) -> Translator:
@@ -95,7 +97,10 @@ class Translator:
             model.load_state_dict(state)
         except RuntimeError as exc:
             raise CheckpointError(f"{path}: damaged minitx checkpoint: the weights do not match the stored model config: {exc}") from exc
-        return cls(model, tokenizer, device=device, bf16=bf16)
+        translator = cls(model, tokenizer, device=device, bf16=bf16)
+        data = payload.get("data") or {}
+        translator.languages = (data.get("src_lang"), data.get("tgt_lang"))
+        return translator
 
     def _autocast(self):
         return torch.autocast(self.device.type, dtype=torch.bfloat16) if self.bf16 else nullcontext()

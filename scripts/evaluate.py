@@ -29,10 +29,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import sys
 from pathlib import Path
-from typing import Any
+
+from minitx.scripting import UsageError, load_translator, run_cli
 
 DEFAULT_DATA = "bentrevett/multi30k"
 """The default corpus (the Multi30k hub copy; MINITX_DATA_DIR points it at local files)."""
@@ -48,10 +48,6 @@ standard output: one line per beam size, `beam N: BLEU ... | <sacreBLEU signatur
 notes (corpus, pair counts, hypothesis files) go to standard error.
 exit status: 0 ok, 2 usage or input error (message on stderr), 130 interrupted
 """
-
-
-class UsageError(Exception):
-    """A problem with the user's input; reported as ``error: ...`` with exit status 2."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -136,36 +132,6 @@ def hypothesis_path(args: argparse.Namespace, beam: int) -> Path:
     return args.checkpoint.parent / f"{args.checkpoint.stem}.{args.split}{limit}.beam{beam}.hyp"
 
 
-def checkpoint_langs(checkpoint: dict[str, Any]) -> tuple[str | None, str | None]:
-    """(src_lang, tgt_lang) stored in a minitx checkpoint, None where missing."""
-    data = checkpoint.get("minitx", {}).get("data") or {}
-    return data.get("src_lang"), data.get("tgt_lang")
-
-
-def load_model(args: argparse.Namespace):
-    """(Translator, checkpoint languages); loading problems become `UsageError`s."""
-    import torch
-
-    from minitx.translator import CheckpointError, Translator, load_checkpoint
-
-    try:
-        device = torch.device(args.device)
-    except RuntimeError as exc:
-        raise UsageError(f"--device {args.device!r}: {exc}") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise UsageError(f"--device {args.device}: CUDA is not available on this machine")
-    try:
-        langs = checkpoint_langs(load_checkpoint(args.checkpoint))
-        translator = Translator.from_checkpoint(args.checkpoint, device=device, bf16=args.bf16)
-    except (FileNotFoundError, CheckpointError) as exc:
-        raise UsageError(str(exc)) from None
-    except Exception as exc:  # a damaged payload can fail deep inside torch / sentencepiece
-        raise UsageError(
-            f"{args.checkpoint}: cannot load the checkpoint ({type(exc).__name__}: {exc})"
-        ) from None
-    return translator, langs
-
-
 def load_pairs(
     source: str, split: str, src_lang: str, tgt_lang: str
 ) -> tuple[list[str], list[str], dict[str, int], str]:
@@ -200,7 +166,8 @@ def load_pairs(
 
 def run(args: argparse.Namespace) -> int:
     """Load, translate, score, write. Raises `UsageError` for input problems."""
-    translator, (ckpt_src, ckpt_tgt) = load_model(args)
+    translator = load_translator(args.checkpoint, device=args.device, bf16=args.bf16)
+    ckpt_src, ckpt_tgt = translator.languages
     src_lang = args.src_lang or ckpt_src or DEFAULT_LANGS[0]
     tgt_lang = args.tgt_lang or ckpt_tgt or DEFAULT_LANGS[1]
     if ckpt_src and ckpt_tgt and (src_lang, tgt_lang) != (ckpt_src, ckpt_tgt):
@@ -285,31 +252,12 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def show_library_warnings() -> None:
-    """Print minitx's warnings (e.g. skipped lines) on standard error, once per process."""
-    log = logging.getLogger("minitx")
-    if not log.handlers:
-        handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
-        log.addHandler(handler)
-    if log.level == logging.NOTSET:
-        log.setLevel(logging.WARNING)
-
-
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the process exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
     check_args(parser, args)
-    show_library_warnings()
-    try:
-        return run(args)
-    except UsageError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print(file=sys.stderr)
-        return 130
+    return run_cli(run, args)
 
 
 if __name__ == "__main__":

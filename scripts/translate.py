@@ -32,12 +32,14 @@ standard error and no traceback; 130 when interrupted with Ctrl-C.
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
+
+from minitx.scripting import UsageError, load_translator, run_cli
+from minitx.textio import decode_utf8
 
 if TYPE_CHECKING:  # the inference stack is imported in main(), so that --help stays fast
     from minitx.translator import Translator
@@ -57,10 +59,6 @@ examples:
 exit status: 0 ok, 2 usage or input error (message on stderr), 130 interrupted
 """
 DEFAULT_BEAM = 5
-
-
-class UsageError(Exception):
-    """A problem with the user's input; reported as ``error: ...`` with exit status 2."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -138,15 +136,10 @@ def decode_lines(data: bytes, name: str) -> list[str]:
         UsageError: invalid UTF-8, naming `name` and the 1-based line.
     """
     try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
-        raise UsageError(
-            f"{name}: line {line} is not valid UTF-8 ({exc.reason} at byte {column} of the line); "
-            "re-encode the file as UTF-8, e.g. with `iconv -f latin1 -t utf-8`"
-        ) from None
-    lines = text.removeprefix("\ufeff").split("\n")
+        text = decode_utf8(data, name)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    lines = text.split("\n")
     if lines[-1] == "":
         lines.pop()
     return [line.removesuffix("\r") for line in lines]
@@ -174,33 +167,6 @@ def read_stdin() -> list[str]:
     if buffer is not None:
         return decode_lines(buffer.read(), "<stdin>")
     return decode_lines(stream.read().encode("utf-8", "surrogateescape"), "<stdin>")
-
-
-def check_device(name: str) -> None:
-    """Fail early, with a clear message, on a device this machine does not have."""
-    import torch
-
-    try:
-        device = torch.device(name)
-    except RuntimeError as exc:
-        raise UsageError(f"--device {name!r}: {exc}") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise UsageError(f"--device {name}: CUDA is not available on this machine")
-
-
-def load_translator(path: Path, *, device: str, bf16: bool) -> Translator:
-    """`Translator.from_checkpoint`, with every loading problem turned into a `UsageError`."""
-    from minitx.translator import CheckpointError, Translator
-
-    check_device(device)
-    try:
-        return Translator.from_checkpoint(path, device=device, bf16=bf16)
-    except (FileNotFoundError, CheckpointError) as exc:
-        raise UsageError(str(exc)) from None
-    except Exception as exc:  # a damaged payload can fail deep inside torch / sentencepiece
-        raise UsageError(
-            f"{path}: cannot load the checkpoint ({type(exc).__name__}: {exc})"
-        ) from None
 
 
 def check_output(path: Path | None) -> None:
@@ -283,31 +249,13 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def show_library_warnings() -> None:
-    """Print minitx's warnings (e.g. skipped lines) on standard error, once per process."""
-    log = logging.getLogger("minitx")
-    if not log.handlers:
-        handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
-        log.addHandler(handler)
-    if log.level == logging.NOTSET:
-        log.setLevel(logging.WARNING)
-
-
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the process exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
     check_args(parser, args)
-    show_library_warnings()
     try:
-        return run(args)
-    except UsageError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print(file=sys.stderr)
-        return 130
+        return run_cli(run, args)
     except BrokenPipeError:  # e.g. `... | head -1`: the reader has gone, nothing left to do
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
