@@ -1,4 +1,4 @@
-"""The training command line (`scripts/train.py`, `minitx-train`), built on `LightningCLI`.
+"""The training command line behind `scripts/train.py`, built on `LightningCLI`.
 
 What it adds to LightningCLI:
 - the default config `configs/multi30k_de_en.yaml` (found next to the package, not in the
