@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, TextIO
 from minitx.scripting import UsageError, load_translator, run_cli
 from minitx.textio import decode_utf8
 
-if TYPE_CHECKING:  # the inference stack is imported in main(), so that --help stays fast
+if TYPE_CHECKING:  # torch and the inference stack load lazily (load_translator), so --help stays fast
     from minitx.translator import Translator
 
 PROMPT = "> "
