@@ -5,7 +5,7 @@ concession to speed: when the caller does not need the attention weights and the
 standard scaled dot product, `MultiHeadAttention` hands the work to PyTorch's fused kernel
 (`torch.nn.functional.scaled_dot_product_attention`), which the tests prove equal to ours.
 
-Conventions (see DESIGN.md):
+Conventions (docs/ARCHITECTURE.md, "Contracts"):
 - Boolean masks mean **True = may attend** (as in `F.scaled_dot_product_attention`). Float masks
   are additive (0 = attend, -inf = blocked). Masks broadcast against (B, H, Tq, Tk).
 - A query row whose keys are all masked gets all-zero weights and a zero output, never NaN.
@@ -14,14 +14,18 @@ Conventions (see DESIGN.md):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-SCORES: tuple[str, ...] = ("scaled_dot", "dot", "additive", "bilinear")
-"""Names of the score functions that `make_score` builds."""
+from minitx.registry import Registry
+
+SCORES: Registry[Callable[..., nn.Module]] = Registry("attention score")
+"""Score functions by name. An entry is a module class built as `cls(d_head=...)` whose
+`forward(q (..., Tq, Dk), k (..., Tk, Dk))` returns scores (..., Tq, Tk)."""
 
 # --------------------------------------------------------------------------------------------
 # Masks
@@ -88,20 +92,32 @@ def _to_additive(mask: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
 # --------------------------------------------------------------------------------------------
 
 
+@SCORES.register("scaled_dot")
 class ScaledDotScore(nn.Module):
-    """Vaswani et al. (2017): (q / sqrt(Dk)) kᵀ. q is scaled *before* the matmul."""
+    """Vaswani et al. (2017): (q / sqrt(Dk)) kᵀ. q is scaled *before* the matmul.
+
+    `MultiHeadAttention` hands this score to PyTorch's fused kernel when no weights are asked for.
+    """
+
+    def __init__(self, *, d_head: int | None = None) -> None:
+        super().__init__()
 
     def forward(self, q: Tensor, k: Tensor) -> Tensor:
         return (q * q.size(-1) ** -0.5) @ k.transpose(-2, -1)
 
 
+@SCORES.register("dot")
 class DotScore(nn.Module):
     """Luong et al. (2015) "dot": q kᵀ, unscaled."""
+
+    def __init__(self, *, d_head: int | None = None) -> None:
+        super().__init__()
 
     def forward(self, q: Tensor, k: Tensor) -> Tensor:
         return q @ k.transpose(-2, -1)
 
 
+@SCORES.register("additive")
 class AdditiveScore(nn.Module):
     """Bahdanau et al. (2015): vᵀ tanh(W_q q + W_k k).
 
@@ -109,7 +125,7 @@ class AdditiveScore(nn.Module):
     are shared by all heads of a layer.
     """
 
-    def __init__(self, d_head: int, d_attn: int | None = None) -> None:
+    def __init__(self, *, d_head: int, d_attn: int | None = None) -> None:
         super().__init__()
         d_attn = d_attn or d_head
         self.w_q = nn.Linear(d_head, d_attn, bias=False)
@@ -121,13 +137,14 @@ class AdditiveScore(nn.Module):
         return self.v(hidden).squeeze(-1)  # (..., Tq, Tk)
 
 
+@SCORES.register("bilinear")
 class BilinearScore(nn.Module):
     """Luong et al. (2015) "general": q W kᵀ with a learned (Dk, Dk) matrix W.
 
     W starts as I / sqrt(Dk), so an untrained bilinear score equals the scaled dot product.
     """
 
-    def __init__(self, d_head: int) -> None:
+    def __init__(self, *, d_head: int) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.eye(d_head) * d_head**-0.5)
 
@@ -136,16 +153,8 @@ class BilinearScore(nn.Module):
 
 
 def make_score(name: str, d_head: int) -> nn.Module:
-    """Build a score function by name: one of `SCORES`."""
-    if name == "scaled_dot":
-        return ScaledDotScore()
-    if name == "dot":
-        return DotScore()
-    if name == "additive":
-        return AdditiveScore(d_head)
-    if name == "bilinear":
-        return BilinearScore(d_head)
-    raise ValueError(f"unknown attention score {name!r}; choose one of {SCORES}")
+    """Build the score function registered as `name` in `SCORES` for heads of width `d_head`."""
+    return SCORES[name](d_head=d_head)
 
 
 # --------------------------------------------------------------------------------------------
@@ -238,6 +247,11 @@ class MultiHeadAttention(nn.Module):
         dropout: dropout on the attention weights during training.
         bias: whether the projections have biases.
         score: score function name (see `SCORES`).
+        positions: an optional position hook applied to queries and keys of
+            *self*-attention after the heads are split, e.g. rotary encodings: any module with
+            `rotate(x (B, H, T, Dh), offset: int) -> (B, H, T, Dh)`, where `offset` is the
+            position of x's first step. Not used by cross-attention (source and target
+            positions do not share a frame).
     """
 
     def __init__(
@@ -248,6 +262,7 @@ class MultiHeadAttention(nn.Module):
         dropout: float = 0.0,
         bias: bool = True,
         score: str = "scaled_dot",
+        positions: nn.Module | None = None,
     ) -> None:
         super().__init__()
         if d_model % n_heads:
@@ -259,6 +274,7 @@ class MultiHeadAttention(nn.Module):
         self.v_proj = nn.Linear(d_model, d_model, bias=bias)
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
         self.score = make_score(score, self.d_head)
+        self.positions = positions
 
     def _project(self, x: Tensor, *projections: nn.Linear) -> tuple[Tensor, ...]:
         """Apply several projections to the same input with one matmul: (B, T, D) -> n x (B, T, D)."""
@@ -295,6 +311,9 @@ class MultiHeadAttention(nn.Module):
         if memory is None:  # self-attention: one fused projection for q, k, v
             q, k, v = self._project(x, self.q_proj, self.k_proj, self.v_proj)
             q, k, v = (split_heads(t, self.n_heads) for t in (q, k, v))  # (B, H, T, Dh)
+            if self.positions is not None:  # new steps start after the cached ones
+                offset = cache.length if cache is not None else 0
+                q, k = self.positions.rotate(q, offset), self.positions.rotate(k, offset)
             if cache is not None:
                 if cache.k is not None:
                     k = torch.cat([cache.k, k], dim=-2)  # (B, H, Tcache + Tq, Dh)

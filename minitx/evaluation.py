@@ -6,9 +6,12 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from typing import Any
+
 from sacrebleu.metrics import BLEU, CHRF
 
-from minitx.translator import Translator
+from minitx.decoding import DecodingConfig
+from minitx.translator import Translator, resolve_decoding
 
 
 @dataclass
@@ -22,6 +25,7 @@ class EvaluationResult:
         chrf: chrF2 (sacreBLEU defaults).
         seconds: wall-clock time spent translating.
         hypotheses: the translations, in input order.
+        decoding: how they were decoded, e.g. "beam 5 (alpha 1)" (empty when unknown).
     """
 
     bleu: float
@@ -30,6 +34,7 @@ class EvaluationResult:
     chrf: float
     seconds: float
     hypotheses: list[str] = field(repr=False)
+    decoding: str = ""
 
     @property
     def sentences_per_second(self) -> float:
@@ -38,8 +43,9 @@ class EvaluationResult:
 
     def summary(self) -> str:
         """One human-readable line."""
+        label = f"{self.decoding}: " if self.decoding else ""
         return (
-            f"BLEU {self.bleu:.2f} (lowercased {self.bleu_lowercase:.2f}), chrF {self.chrf:.2f} | "
+            f"{label}BLEU {self.bleu:.2f} (lowercased {self.bleu_lowercase:.2f}), chrF {self.chrf:.2f} | "
             f"{len(self.hypotheses)} sentences in {self.seconds:.1f} s ({self.sentences_per_second:.1f}/s) | {self.signature}"
         )
 
@@ -59,14 +65,26 @@ def evaluate(
     translator: Translator,
     sources: Sequence[str],
     references: Sequence[str],
+    decoding: DecodingConfig | None = None,
     *,
-    beam_size: int = 1,
-    alpha: float = 1.0,
     batch_size: int = 64,
+    **changes: Any,
 ) -> EvaluationResult:
-    """Translate `sources` and score them against `references` (greedy when beam_size == 1)."""
+    """Translate `sources` and score them against `references`.
+
+    Args:
+        translator: the model to score.
+        sources: source sentences.
+        references: one reference per source.
+        decoding: decoding settings (default `DecodingConfig()`).
+        batch_size: sentences per batch.
+        **changes: `DecodingConfig` fields to override, e.g. `beam_size=1` for greedy.
+    """
     if len(sources) != len(references):
         raise ValueError(f"evaluate: {len(sources)} sources but {len(references)} references")
+    config = resolve_decoding(decoding, **changes)
     start = time.perf_counter()
-    hypotheses = translator.translate(sources, beam_size=beam_size, alpha=alpha, batch_size=batch_size)
-    return score(hypotheses, references, time.perf_counter() - start)
+    hypotheses = translator.translate(sources, config, batch_size=batch_size)
+    result = score(hypotheses, references, time.perf_counter() - start)
+    result.decoding = config.describe()
+    return result

@@ -1,4 +1,4 @@
-"""Transformer building blocks: positional encodings, feed-forward, encoder and decoder layers.
+"""Transformer building blocks: feed-forward (with its activation registry), encoder and decoder layers.
 
 Pre-LN (default) normalises the input of each sub-layer, x + f(LN(x)), and needs a final
 LayerNorm after the stack; post-LN is the original paper's LN(x + f(x)).
@@ -6,70 +6,32 @@ LayerNorm after the stack; post-LN is the original paper's LN(x + f(x)).
 
 from __future__ import annotations
 
-import math
+from collections.abc import Callable
 
-import torch
 from torch import Tensor, nn
 
 from minitx.attention import KVCache, MultiHeadAttention
+from minitx.registry import Registry
 
 
-class SinusoidalPositionalEncoding(nn.Module):
-    """Fixed sinusoids (Vaswani et al., 2017, §3.5): PE[p, 2i] = sin(p / 10000^(2i/D)), cos for 2i+1."""
-
-    def __init__(self, d_model: int, max_len: int = 1024) -> None:
-        super().__init__()
-        position = torch.arange(max_len, dtype=torch.float32)[:, None]  # (L, 1)
-        inv_freq = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model))
-        pe = torch.zeros(max_len, d_model)
-        pe[:, 0::2] = torch.sin(position * inv_freq)
-        pe[:, 1::2] = torch.cos(position * inv_freq[: d_model // 2])
-        self.register_buffer("pe", pe, persistent=False)  # derived, so not saved in checkpoints
-
-    def forward(self, x: Tensor, offset: int = 0) -> Tensor:
-        """Add encodings for positions offset .. offset+T-1 to x (B, T, D)."""
-        end = offset + x.size(1)
-        if end > self.pe.size(0):
-            raise ValueError(f"sequence of length {end} exceeds max_len={self.pe.size(0)}; raise max_positions in the model config")
-        return x + self.pe[offset:end].to(x.dtype)
-
-
-class LearnedPositionalEncoding(nn.Module):
-    """A learned embedding per absolute position (Gehring et al., 2017)."""
-
-    def __init__(self, d_model: int, max_len: int = 1024) -> None:
-        super().__init__()
-        self.embedding = nn.Embedding(max_len, d_model)
-        nn.init.normal_(self.embedding.weight, std=d_model**-0.5)
-
-    def forward(self, x: Tensor, offset: int = 0) -> Tensor:
-        """Add encodings for positions offset .. offset+T-1 to x (B, T, D)."""
-        end = offset + x.size(1)
-        if end > self.embedding.num_embeddings:
-            raise ValueError(f"sequence of length {end} exceeds max_len={self.embedding.num_embeddings}; raise max_positions in the model config")
-        positions = torch.arange(offset, end, device=x.device)
-        return x + self.embedding(positions).to(x.dtype)
-
-
-def make_positional_encoding(kind: str, d_model: int, max_len: int) -> nn.Module:
-    """"sinusoidal" or "learned"."""
-    if kind == "sinusoidal":
-        return SinusoidalPositionalEncoding(d_model, max_len)
-    if kind == "learned":
-        return LearnedPositionalEncoding(d_model, max_len)
-    raise ValueError(f"unknown positional encoding {kind!r}; choose 'sinusoidal' or 'learned'")
+ACTIVATIONS: Registry[Callable[[], nn.Module]] = Registry("activation")
+"""Feed-forward activations by name; an entry is built with no arguments."""
+ACTIVATIONS.register("relu")(nn.ReLU)
+ACTIVATIONS.register("gelu")(nn.GELU)
+ACTIVATIONS.register("silu")(nn.SiLU)
 
 
 class FeedForward(nn.Module):
     """Position-wise feed-forward: W2 · dropout(act(W1 x)), D -> d_ff -> D."""
 
-    def __init__(self, d_model: int, d_ff: int, *, activation: str = "relu", dropout: float = 0.0) -> None:
+    def __init__(
+        self, d_model: int, d_ff: int, *, activation: str = "relu", dropout: float = 0.0
+    ) -> None:
         super().__init__()
-        if activation not in ("relu", "gelu"):
-            raise ValueError(f"unknown activation {activation!r}; choose 'relu' or 'gelu'")
+        ACTIVATIONS.check(activation)
         self.w1 = nn.Linear(d_model, d_ff)
         self.w2 = nn.Linear(d_ff, d_model)
-        self.activation = nn.ReLU() if activation == "relu" else nn.GELU()
+        self.activation = ACTIVATIONS[activation]()
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: Tensor) -> Tensor:
@@ -110,9 +72,12 @@ class EncoderLayer(nn.Module):
         activation: str = "relu",
         norm_first: bool = True,
         score: str = "scaled_dot",
+        positions: nn.Module | None = None,
     ) -> None:
         super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout=attention_dropout, score=score)
+        self.self_attn = MultiHeadAttention(
+            d_model, n_heads, dropout=attention_dropout, score=score, positions=positions
+        )
         self.feed_forward = FeedForward(d_model, d_ff, activation=activation, dropout=activation_dropout)
         self.attn_block = _SubLayer(d_model, dropout, norm_first)
         self.ff_block = _SubLayer(d_model, dropout, norm_first)
@@ -140,10 +105,15 @@ class DecoderLayer(nn.Module):
         activation: str = "relu",
         norm_first: bool = True,
         score: str = "scaled_dot",
+        positions: nn.Module | None = None,
     ) -> None:
         super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout=attention_dropout, score=score)
-        self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout=attention_dropout, score=score)
+        self.self_attn = MultiHeadAttention(
+            d_model, n_heads, dropout=attention_dropout, score=score, positions=positions
+        )
+        self.cross_attn = MultiHeadAttention(
+            d_model, n_heads, dropout=attention_dropout, score=score
+        )
         self.feed_forward = FeedForward(d_model, d_ff, activation=activation, dropout=activation_dropout)
         self.self_block = _SubLayer(d_model, dropout, norm_first)
         self.cross_block = _SubLayer(d_model, dropout, norm_first)

@@ -2,13 +2,22 @@
 
 The maps follow the Hugging Face / bertviz layout (one tensor per layer) with the batch
 dimension removed, so that plotting and the HTML viewer work on a single sentence.
+`teacher_forced_maps` collects them from a model; training callbacks and `Translator` both
+use it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
+
+from minitx.vocab import BOS_ID, EOS_ID
+
+if TYPE_CHECKING:
+    from minitx.model import Transformer
+    from minitx.tokenizer import Tokenizer
 
 KINDS: tuple[str, ...] = ("encoder", "decoder", "cross")
 """Attention kinds: encoder self-attention, decoder (causal) self-attention, cross-attention."""
@@ -61,3 +70,42 @@ def attention_entropy(weights: torch.Tensor) -> torch.Tensor:
     p = weights.float()
     ent = -(p * torch.log(p.clamp_min(1e-12))).sum(-1)  # (..., H, Tq)
     return ent.mean(-1)
+
+
+@torch.inference_mode()
+def teacher_forced_maps(
+    model: Transformer, tokenizer: Tokenizer, source: str, target: str | list[int]
+) -> AttentionMaps:
+    """Every attention map of `model` reading `source` with `target` as decoder input.
+
+    Args:
+        model: the Transformer (its device is used; call `.eval()` first).
+        tokenizer: the tokenizer it was trained with.
+        source: the source sentence.
+        target: target text, or target ids without bos/eos (e.g. generated ids).
+
+    One sentence at a time, so no padding appears on the axes. Source pieces end with eos;
+    target pieces (the decoder inputs) start with bos.
+
+    Raises:
+        ValueError: when the source is empty.
+    """
+    src_ids = tokenizer.encode([source.strip()])[0] + [EOS_ID]
+    if len(src_ids) == 1:
+        raise ValueError("attention maps need a non-empty source sentence")
+    target_ids = tokenizer.encode([target.strip()])[0] if isinstance(target, str) else list(target)
+    tgt_ids = [BOS_ID] + target_ids
+    device = next(model.parameters()).device
+    src = torch.tensor([src_ids], device=device)
+    out = model(src, torch.tensor([tgt_ids], device=device), need_weights=True)
+
+    def first(maps: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+        return tuple(m[0].float().cpu() for m in maps)  # drop the batch axis: (H, Tq, Tk)
+
+    return AttentionMaps(
+        src_tokens=tokenizer.id_to_piece(src_ids),
+        tgt_tokens=tokenizer.id_to_piece(tgt_ids),
+        encoder_attentions=first(out.encoder_attentions),
+        decoder_attentions=first(out.decoder_attentions),
+        cross_attentions=first(out.cross_attentions),
+    )

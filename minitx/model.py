@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
+from typing import ClassVar
 
 import torch
 from torch import Tensor, nn
 
 from minitx.attention import SCORES, KVCache, padding_mask
-from minitx.layers import DecoderLayer, EncoderLayer, make_positional_encoding
+from minitx.layers import ACTIVATIONS, DecoderLayer, EncoderLayer
+from minitx.positional import POSITIONAL_ENCODINGS, make_positional_encoding
+from minitx.vocab import BOS_ID, EOS_ID, PAD_ID
+
+_LEGACY_ID_KEYS = {"pad_id": PAD_ID, "bos_id": BOS_ID, "eos_id": EOS_ID}
+"""Special ids that checkpoints written before minitx.vocab carried in the model config."""
 
 
 @dataclass
@@ -27,15 +33,17 @@ class TransformerConfig:
         attention_dropout: dropout on attention weights.
         activation_dropout: dropout on the feed-forward hidden layer (off by default, as in
             the paper; it costs about 5% of a CPU training step).
-        activation: feed-forward activation, "relu" or "gelu".
+        activation: feed-forward activation, a name in `minitx.layers.ACTIVATIONS`.
         norm_first: pre-LN (True, default) or post-LN (False, the original paper).
-        positional: "sinusoidal" (default) or "learned".
+        positional: a name in `minitx.positional.POSITIONAL_ENCODINGS` ("sinusoidal",
+            "learned", "rotary", "none").
         max_positions: longest sequence the positional encoding covers.
-        score: attention score function, one of `minitx.attention.SCORES`.
+        score: attention score function, a name in `minitx.attention.SCORES`.
         share_embeddings: one embedding matrix for source and target (joint vocabulary).
         tie_output: the output projection reuses the target embedding matrix.
         scale_embeddings: multiply embeddings by sqrt(d_model).
-        pad_id, bos_id, eos_id: special token ids.
+
+    The special token ids (pad, bos, eos) are not settings: they come from `minitx.vocab`.
     """
 
     src_vocab_size: int = 8000
@@ -56,9 +64,10 @@ class TransformerConfig:
     share_embeddings: bool = True
     tie_output: bool = True
     scale_embeddings: bool = True
-    pad_id: int = 0
-    bos_id: int = 2
-    eos_id: int = 3
+
+    pad_id: ClassVar[int] = PAD_ID
+    bos_id: ClassVar[int] = BOS_ID
+    eos_id: ClassVar[int] = EOS_ID
 
     def __post_init__(self) -> None:
         positive = ("src_vocab_size", "tgt_vocab_size", "d_model", "n_heads", "d_ff", "max_positions")
@@ -73,26 +82,32 @@ class TransformerConfig:
                 f"TransformerConfig: d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads}); "
                 f"e.g. d_model={self.n_heads * max(1, self.d_model // self.n_heads)}"
             )
-        if self.positional == "sinusoidal" and self.d_model % 2:
-            raise ValueError(f"TransformerConfig: sinusoidal positions need an even d_model, got {self.d_model}")
         for name in ("dropout", "attention_dropout", "activation_dropout"):
             if not 0.0 <= getattr(self, name) < 1.0:
-                raise ValueError(f"TransformerConfig.{name} must be in [0, 1), got {getattr(self, name)}")
-        choices = {"activation": ("relu", "gelu"), "positional": ("sinusoidal", "learned"), "score": SCORES}
-        for name, allowed in choices.items():
-            if getattr(self, name) not in allowed:
-                raise ValueError(f"TransformerConfig.{name}={getattr(self, name)!r}; choose one of {allowed}")
+                raise ValueError(
+                    f"TransformerConfig.{name} must be in [0, 1), got {getattr(self, name)}"
+                )
+        registries = {"activation": ACTIVATIONS, "positional": POSITIONAL_ENCODINGS, "score": SCORES}
+        for name, registry in registries.items():
+            registry.check(getattr(self, name), where=f"TransformerConfig.{name}")
+        try:
+            POSITIONAL_ENCODINGS[self.positional].check_config(
+                d_model=self.d_model, n_heads=self.n_heads
+            )
+        except ValueError as exc:
+            raise ValueError(f"TransformerConfig: {exc}") from None
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
             raise ValueError(
-                f"TransformerConfig: share_embeddings needs equal vocabularies, got src {self.src_vocab_size} "
-                f"and tgt {self.tgt_vocab_size}; set share_embeddings=False for separate vocabularies"
+                f"TransformerConfig: share_embeddings needs equal vocabularies, got src "
+                f"{self.src_vocab_size} and tgt {self.tgt_vocab_size}; set share_embeddings=False "
+                "for separate vocabularies"
             )
-        ids = {"pad_id": self.pad_id, "bos_id": self.bos_id, "eos_id": self.eos_id}
-        for name, value in ids.items():
-            if not 0 <= value < min(self.src_vocab_size, self.tgt_vocab_size):
-                raise ValueError(f"TransformerConfig.{name}={value} is outside the vocabulary")
-        if len(set(ids.values())) != 3:
-            raise ValueError(f"TransformerConfig: pad/bos/eos ids must differ, got {ids}")
+        smallest = min(self.src_vocab_size, self.tgt_vocab_size)
+        if smallest <= max(_LEGACY_ID_KEYS.values()):
+            raise ValueError(
+                f"TransformerConfig: vocabularies must be larger than the special ids "
+                f"(pad {PAD_ID}, bos {BOS_ID}, eos {EOS_ID}), got {smallest}"
+            )
 
     def to_dict(self) -> dict:
         """Plain dict (for checkpoints and hyper-parameter logging)."""
@@ -101,6 +116,12 @@ class TransformerConfig:
     @classmethod
     def from_dict(cls, values: dict) -> TransformerConfig:
         """Inverse of `to_dict`; unknown keys are an error."""
+        values = dict(values)
+        for key, expected in _LEGACY_ID_KEYS.items():  # older checkpoints stored the fixed ids
+            if key in values and values.pop(key) != expected:
+                raise ValueError(
+                    f"TransformerConfig: {key} must be {expected} (minitx.vocab), got {values}"
+                )
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
@@ -172,18 +193,29 @@ class Transformer(nn.Module):
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
         self.config = c = config
-        self.src_embed = nn.Embedding(c.src_vocab_size, c.d_model, padding_idx=c.pad_id)
+        self.src_embed = nn.Embedding(c.src_vocab_size, c.d_model, padding_idx=PAD_ID)
         self.tgt_embed = self.src_embed if c.share_embeddings else nn.Embedding(c.tgt_vocab_size, c.d_model, padding_idx=c.pad_id)
-        self.positional = make_positional_encoding(c.positional, c.d_model, c.max_positions)
+        self.positional = make_positional_encoding(
+            c.positional, c.d_model, c.max_positions, n_heads=c.n_heads
+        )
         self.embed_dropout = nn.Dropout(c.dropout)
         layer_args = dict(
             dropout=c.dropout,
             attention_dropout=c.attention_dropout,
             activation_dropout=c.activation_dropout,
-            activation=c.activation, norm_first=c.norm_first, score=c.score
+            activation=c.activation,
+            norm_first=c.norm_first,
+            score=c.score,
+            positions=self.positional if self.positional.uses_qk_hook else None,
         )
-        self.encoder_layers = nn.ModuleList(EncoderLayer(c.d_model, c.n_heads, c.d_ff, **layer_args) for _ in range(c.n_encoder_layers))
-        self.decoder_layers = nn.ModuleList(DecoderLayer(c.d_model, c.n_heads, c.d_ff, **layer_args) for _ in range(c.n_decoder_layers))
+        self.encoder_layers = nn.ModuleList(
+            EncoderLayer(c.d_model, c.n_heads, c.d_ff, **layer_args)
+            for _ in range(c.n_encoder_layers)
+        )
+        self.decoder_layers = nn.ModuleList(
+            DecoderLayer(c.d_model, c.n_heads, c.d_ff, **layer_args)
+            for _ in range(c.n_decoder_layers)
+        )
         # Pre-LN leaves the residual stream un-normalised: normalise once at the end of each stack.
         self.encoder_norm = nn.LayerNorm(c.d_model) if c.norm_first else nn.Identity()
         self.decoder_norm = nn.LayerNorm(c.d_model) if c.norm_first else nn.Identity()
@@ -193,14 +225,17 @@ class Transformer(nn.Module):
             self.output.weight = self.tgt_embed.weight
 
     def _init_parameters(self) -> None:
-        for name, p in self.named_parameters():
-            if "embed" in name:
-                nn.init.normal_(p, std=self.config.d_model**-0.5)
-            elif p.dim() > 1 and "score" not in name:
-                nn.init.xavier_uniform_(p)
+        """Embeddings ~ N(0, 1/D); every linear map's weight Xavier-uniform; the rest (biases,
+        norms, a bilinear score's matrix) keep their own initialisation. Selected by module
+        type, in module order, so that a seed gives the same weights on every machine."""
+        for module in self.modules():
+            if isinstance(module, nn.Embedding):
+                nn.init.normal_(module.weight, std=self.config.d_model**-0.5)
+            elif isinstance(module, nn.Linear):
+                nn.init.xavier_uniform_(module.weight)
         for embedding in (self.src_embed, self.tgt_embed):
             with torch.no_grad():
-                embedding.weight[self.config.pad_id].zero_()
+                embedding.weight[PAD_ID].zero_()
 
     def _embed(self, embedding: nn.Embedding, ids: Tensor, offset: int = 0) -> Tensor:
         x = embedding(ids)  # (B, T, D)

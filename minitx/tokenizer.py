@@ -24,17 +24,10 @@ from typing import Any, Literal
 
 import sentencepiece as spm
 
+from minitx.vocab import BOS_ID, BOS_PIECE, EOS_ID, EOS_PIECE, PAD_ID, PAD_PIECE, UNK_ID, UNK_PIECE
+
 logger = logging.getLogger(__name__)
 
-PAD_ID = 0
-UNK_ID = 1
-BOS_ID = 2
-EOS_ID = 3
-
-PAD_PIECE = "<pad>"
-UNK_PIECE = "<unk>"
-BOS_PIECE = "<s>"
-EOS_PIECE = "</s>"
 
 ModelType = Literal["unigram", "bpe"]
 _MODEL_TYPES: tuple[str, ...] = ("unigram", "bpe")

@@ -1,66 +1,54 @@
 """`Translator`: a trained checkpoint -> translations and attention maps (the inference API).
 
-A minitx checkpoint is self-contained: the Lightning checkpoint's `minitx` entry carries the
-model config and the sentencepiece model bytes, so `Translator.from_checkpoint(path)` needs
-nothing else. Loading uses `torch.load(weights_only=True)`: no code from the file is executed.
+`Translator.from_checkpoint(path)` needs nothing but the `.ckpt` (see `minitx.checkpoint`).
+Every translation goes through `minitx.decoding.decode` with a `DecodingConfig`; the default
+config (beam search, `DEFAULT_BEAM_SIZE`) is the one every minitx command uses.
 """
 
 from __future__ import annotations
 
-import pickle
 from collections.abc import Sequence
-from contextlib import nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
+from typing import Any
 
 import torch
 
-from minitx.decoding import beam_search, greedy_decode
-from minitx.maps import AttentionMaps
-from minitx.model import Transformer, TransformerConfig
+from minitx.checkpoint import (
+    CHECKPOINT_KEY,
+    MODEL_PREFIX,
+    CheckpointError,
+    languages_of,
+    load_checkpoint,
+    model_from_checkpoint,
+)
+from minitx.decoding import DecodingConfig, Hypothesis, decode
+from minitx.maps import AttentionMaps, teacher_forced_maps
+from minitx.model import Transformer
 from minitx.tokenizer import Tokenizer
+from minitx.vocab import EOS_ID, PAD_ID
 
-CHECKPOINT_KEY = "minitx"
-"""Key of the inference payload in a checkpoint (written by `TranslationModule.on_save_checkpoint`)."""
+__all__ = [
+    "CHECKPOINT_KEY",
+    "MODEL_PREFIX",
+    "CheckpointError",
+    "Translator",
+    "load_checkpoint",
+    "resolve_decoding",
+    "teacher_forced_maps",
+]
 
-MODEL_PREFIX = "model."
-"""Prefix of the Transformer's parameters in the LightningModule's state dict."""
 
+def resolve_decoding(decoding: DecodingConfig | None = None, **changes: Any) -> DecodingConfig:
+    """`decoding` (default: `DecodingConfig()`) with `changes` applied.
 
-class CheckpointError(ValueError):
-    """A file that is not a usable minitx checkpoint (missing, truncated, foreign)."""
-
-
-def load_checkpoint(path: str | Path) -> dict:
-    """Read a checkpoint safely (`weights_only=True`) and check that it is a minitx one.
-
-    Raises:
-        FileNotFoundError: no file at `path`.
-        CheckpointError: unreadable (truncated / not a torch file), holds non-data objects, or
-            lacks the minitx payload (e.g. a checkpoint of another project).
+    A `beam_size` change without a `strategy` picks greedy for 1 and beam search otherwise,
+    so `beam_size=1` means greedy everywhere, as `--beam 1` does on the command line.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"checkpoint not found: {path} (pass the .ckpt written under <run dir>/checkpoints/)")
-    try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as exc:
-        if "Weights only load failed" in str(exc):
-            raise CheckpointError(
-                f"{path}: refused to load: the file holds objects other than tensors and plain data, "
-                f"and loading them could execute code; a minitx checkpoint never does. Details: {str(exc).splitlines()[0]}"
-            ) from exc
-        raise CheckpointError(f"{path}: not a readable minitx checkpoint (truncated, corrupt or another kind of file): {exc}") from exc
-    except Exception as exc:  # torch raises KeyError, RuntimeError, EOFError, ... for damaged files
-        raise CheckpointError(
-            f"{path}: not a readable minitx checkpoint (truncated, corrupt or another kind of file): {type(exc).__name__}: {exc}"
-        ) from exc
-    payload = checkpoint.get(CHECKPOINT_KEY) if isinstance(checkpoint, dict) else None
-    if not isinstance(payload, dict) or "model_config" not in payload or "tokenizer" not in payload or "state_dict" not in checkpoint:
-        raise CheckpointError(
-            f"{path}: not a minitx checkpoint: it lacks the '{CHECKPOINT_KEY}' entry with the model config "
-            "and tokenizer, or the 'state_dict' (checkpoints written by scripts/train.py have both)"
-        )
-    return checkpoint
+    config = decoding or DecodingConfig()
+    if "beam_size" in changes and "strategy" not in changes:
+        changes["strategy"] = "greedy" if changes["beam_size"] == 1 else "beam"
+    return config.replace(**changes) if changes else config
 
 
 class Translator:
@@ -71,39 +59,44 @@ class Translator:
         tokenizer: the joint sentencepiece tokenizer it was trained with.
         device: "cpu", "cuda", ...
         bf16: run the model under bfloat16 autocast (faster on CPUs with bf16 units and GPUs).
+        languages: (source, target) language codes, when known.
     """
 
-    def __init__(self, model: Transformer, tokenizer: Tokenizer, *, device: str | torch.device = "cpu", bf16: bool = False) -> None:
+    def __init__(
+        self,
+        model: Transformer,
+        tokenizer: Tokenizer,
+        *,
+        device: str | torch.device = "cpu",
+        bf16: bool = False,
+        languages: tuple[str | None, str | None] = (None, None),
+    ) -> None:
         self.device = torch.device(device)
         self.model = model.to(self.device).eval()
         self.tokenizer = tokenizer
         self.bf16 = bf16
-        self.languages: tuple[str | None, str | None] = (None, None)
+        self.languages = languages
         """(source, target) language codes the model was trained on, when the checkpoint says."""
 
     @classmethod
-    def from_checkpoint(cls, path: str | Path, *, device: str | torch.device = "cpu", bf16: bool = False) -> Translator:
-        """Build a Translator from a `.ckpt` file alone (see `load_checkpoint` for errors)."""
-        checkpoint = load_checkpoint(path)
-        payload = checkpoint[CHECKPOINT_KEY]
-        try:
-            config = TransformerConfig.from_dict(payload["model_config"])
-            tokenizer = Tokenizer.from_bytes(payload["tokenizer"])
-            model = Transformer(config)
-        except (ValueError, TypeError, RuntimeError, AttributeError) as exc:
-            raise CheckpointError(f"{path}: damaged minitx checkpoint: {type(exc).__name__}: {exc}") from exc
-        state = {k[len(MODEL_PREFIX) :]: v for k, v in checkpoint["state_dict"].items() if k.startswith(MODEL_PREFIX)}
-        try:
-            model.load_state_dict(state)
-        except RuntimeError as exc:
-            raise CheckpointError(f"{path}: damaged minitx checkpoint: the weights do not match the stored model config: {exc}") from exc
-        translator = cls(model, tokenizer, device=device, bf16=bf16)
-        data = payload.get("data") or {}
-        translator.languages = (data.get("src_lang"), data.get("tgt_lang"))
-        return translator
+    def from_checkpoint(
+        cls, path: str | Path, *, device: str | torch.device = "cpu", bf16: bool = False
+    ) -> Translator:
+        """Build a Translator from a `.ckpt` file alone.
 
-    def _autocast(self):
-        return torch.autocast(self.device.type, dtype=torch.bfloat16) if self.bf16 else nullcontext()
+        Raises:
+            FileNotFoundError: no such file.
+            CheckpointError: not a usable minitx checkpoint (see `minitx.checkpoint`).
+        """
+        checkpoint = load_checkpoint(path)
+        model, tokenizer = model_from_checkpoint(checkpoint, path)
+        languages = languages_of(checkpoint)
+        return cls(model, tokenizer, device=device, bf16=bf16, languages=languages)
+
+    def _autocast(self) -> AbstractContextManager:
+        if self.bf16:
+            return torch.autocast(self.device.type, dtype=torch.bfloat16)
+        return nullcontext()
 
     def _batches(self, ids: list[list[int]], batch_size: int) -> list[list[int]]:
         """Indices of non-empty sentences, sorted by length, cut into batches."""
@@ -113,131 +106,95 @@ class Translator:
     def _src_tensor(self, ids: list[list[int]]) -> torch.Tensor:
         """(B, S) right-padded source ids with eos appended."""
         width = max(len(seq) for seq in ids) + 1
-        src = torch.full((len(ids), width), self.tokenizer.pad_id, dtype=torch.long)
+        src = torch.full((len(ids), width), PAD_ID, dtype=torch.long)
         for row, seq in enumerate(ids):
-            src[row, : len(seq) + 1] = torch.tensor(seq + [self.tokenizer.eos_id])
+            src[row, : len(seq) + 1] = torch.tensor(seq + [EOS_ID])
         return src.to(self.device)
+
+    def _hypotheses(
+        self, sentences: Sequence[str], decoding: DecodingConfig, batch_size: int
+    ) -> list[list[Hypothesis] | None]:
+        """Hypotheses per sentence (None for an empty sentence), in input order."""
+        ids = self.tokenizer.encode([s.strip() for s in sentences])
+        results: list[list[Hypothesis] | None] = [None] * len(sentences)
+        for batch in self._batches(ids, batch_size):
+            with self._autocast():
+                hyps = decode(self.model, self._src_tensor([ids[i] for i in batch]), decoding)
+            for i, sentence_hyps in zip(batch, hyps, strict=True):
+                results[i] = sentence_hyps
+        return results
 
     @torch.inference_mode()
     def translate_n_best(
         self,
         sentences: Sequence[str],
+        decoding: DecodingConfig | None = None,
         *,
-        beam_size: int = 5,
-        n_best: int = 1,
-        alpha: float = 1.0,
         batch_size: int = 64,
-        max_len_a: float = 1.5,
-        max_len_b: int = 10,
-        use_cache: bool = True,
+        **changes: Any,
     ) -> list[list[tuple[str, float]]]:
-        """Beam search; for each sentence its `n_best` (translation, score) pairs, best first.
+        """For each sentence its `n_best` (translation, score) pairs, best first.
+
+        Args:
+            sentences: source sentences.
+            decoding: decoding settings (default `DecodingConfig()`).
+            batch_size: sentences per batch (sorted by length internally).
+            **changes: `DecodingConfig` fields to override, e.g. `beam_size=5, n_best=3`.
 
         An empty (or whitespace-only) sentence gets `[("", 0.0)]`.
         """
-        ids = self.tokenizer.encode([s.strip() for s in sentences])
-        results: list[list[tuple[str, float]]] = [[("", 0.0)] for _ in sentences]
-        for batch in self._batches(ids, batch_size):
-            with self._autocast():
-                hyps = beam_search(
-                    self.model,
-                    self._src_tensor([ids[i] for i in batch]),
-                    beam_size=beam_size,
-                    n_best=n_best,
-                    alpha=alpha,
-                    max_len_a=max_len_a,
-                    max_len_b=max_len_b,
-                    use_cache=use_cache,
-                )
-            for i, sentence_hyps in zip(batch, hyps, strict=True):
-                texts = self.tokenizer.decode([h.tokens for h in sentence_hyps])
-                results[i] = [(text, h.score) for text, h in zip(texts, sentence_hyps, strict=True)]
-        return results
+        config = resolve_decoding(decoding, **changes)
+        out: list[list[tuple[str, float]]] = []
+        for hyps in self._hypotheses(sentences, config, batch_size):
+            if hyps is None:
+                out.append([("", 0.0)])
+                continue
+            texts = self.tokenizer.decode([h.tokens for h in hyps])
+            out.append([(text, h.score) for text, h in zip(texts, hyps, strict=True)])
+        return out
 
     @torch.inference_mode()
     def translate(
         self,
         sentences: Sequence[str],
+        decoding: DecodingConfig | None = None,
         *,
-        beam_size: int = 1,
-        alpha: float = 1.0,
         batch_size: int = 64,
-        max_len_a: float = 1.5,
-        max_len_b: int = 10,
-        use_cache: bool = True,
+        **changes: Any,
     ) -> list[str]:
-        """Translate sentences (batched, sorted by length internally); results in input order.
+        """Translate sentences; results in input order, "" for an empty sentence.
 
-        `beam_size=1` is greedy decoding; larger values use beam search (best hypothesis).
-        Empty sentences translate to "".
+        Args:
+            sentences: source sentences.
+            decoding: decoding settings (default `DecodingConfig()`: beam search).
+            batch_size: sentences per batch (sorted by length internally).
+            **changes: `DecodingConfig` fields to override, e.g. `beam_size=1` for greedy.
         """
-        if beam_size > 1:
-            n_best = self.translate_n_best(
-                sentences, beam_size=beam_size, alpha=alpha, batch_size=batch_size, max_len_a=max_len_a, max_len_b=max_len_b, use_cache=use_cache
-            )
-            return [hyps[0][0] for hyps in n_best]
-        ids = self.tokenizer.encode([s.strip() for s in sentences])
-        results = [""] * len(sentences)
-        for batch in self._batches(ids, batch_size):
-            with self._autocast():
-                out = greedy_decode(self.model, self._src_tensor([ids[i] for i in batch]), max_len_a=max_len_a, max_len_b=max_len_b, use_cache=use_cache)
-            for i, text in zip(batch, self.tokenizer.decode(out.tolist()), strict=True):
-                results[i] = text
-        return results
+        config = resolve_decoding(decoding, **changes).replace(n_best=1)
+        return [hyps[0][0] for hyps in self.translate_n_best(sentences, config, batch_size=batch_size)]
 
     @torch.inference_mode()
-    def attention(self, sentence: str, *, translation: str | None = None, beam_size: int = 1) -> AttentionMaps:
+    def attention(
+        self,
+        sentence: str,
+        *,
+        translation: str | None = None,
+        decoding: DecodingConfig | None = None,
+        **changes: Any,
+    ) -> AttentionMaps:
         """Attention maps of the model translating `sentence`.
 
-        The sentence is translated first (greedy or beam search) or `translation` is used
-        (e.g. a reference); then one teacher-forced pass over those pieces with
-        `need_weights=True` collects every map. `tgt_tokens` are the decoder inputs: bos
-        followed by the generated pieces exactly as decoded (not re-tokenised text).
+        The sentence is translated first (with `decoding`, default `DecodingConfig()`) or
+        `translation` is used (e.g. a reference); then one teacher-forced pass over those
+        pieces with `need_weights=True` collects every map. `tgt_tokens` are the decoder
+        inputs: bos followed by the generated pieces exactly as decoded (not re-tokenised).
         """
-        target: str | list[int] = translation if translation is not None else self._generate_ids(sentence, beam_size)
-        return teacher_forced_maps(self.model, self.tokenizer, sentence, target)
-
-    def _generate_ids(self, sentence: str, beam_size: int) -> list[int]:
-        """Generated target ids for one sentence, without eos and padding."""
-        src_ids = self.tokenizer.encode([sentence.strip()])[0]
-        if not src_ids:
+        if translation is not None:
+            return teacher_forced_maps(self.model, self.tokenizer, sentence, translation)
+        config = resolve_decoding(decoding, **changes).replace(n_best=1)
+        if not sentence.strip():
             raise ValueError("attention maps need a non-empty source sentence")
-        src = self._src_tensor([src_ids])
-        with self._autocast():
-            if beam_size > 1:
-                ids = beam_search(self.model, src, beam_size=beam_size)[0][0].tokens
-            else:
-                ids = greedy_decode(self.model, src)[0].tolist()
-        eos = self.tokenizer.eos_id
-        return ids[: ids.index(eos)] if eos in ids else [i for i in ids if i != self.tokenizer.pad_id]
-
-
-@torch.inference_mode()
-def teacher_forced_maps(model: Transformer, tokenizer: Tokenizer, source: str, target: str | list[int]) -> AttentionMaps:
-    """Every attention map of `model` reading `source` with `target` (text, or target ids
-    without bos/eos) as decoder input.
-
-    One sentence at a time, so no padding appears on the axes. Source pieces end with eos;
-    target pieces (the decoder inputs) start with bos.
-
-    Raises:
-        ValueError: when the source is empty.
-    """
-    src_ids = tokenizer.encode([source.strip()])[0] + [tokenizer.eos_id]
-    if len(src_ids) == 1:
-        raise ValueError("attention maps need a non-empty source sentence")
-    target_ids = tokenizer.encode([target.strip()])[0] if isinstance(target, str) else list(target)
-    tgt_ids = [tokenizer.bos_id] + target_ids
-    device = next(model.parameters()).device
-    out = model(torch.tensor([src_ids], device=device), torch.tensor([tgt_ids], device=device), need_weights=True)
-
-    def first(maps: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
-        return tuple(m[0].float().cpu() for m in maps)  # drop the batch axis: (H, Tq, Tk)
-
-    return AttentionMaps(
-        src_tokens=tokenizer.id_to_piece(src_ids),
-        tgt_tokens=tokenizer.id_to_piece(tgt_ids),
-        encoder_attentions=first(out.encoder_attentions),
-        decoder_attentions=first(out.decoder_attentions),
-        cross_attentions=first(out.cross_attentions),
-    )
+        hyps = self._hypotheses([sentence], config, batch_size=1)[0]
+        ids = hyps[0].tokens if hyps else []
+        ids = [i for i in ids if i not in (EOS_ID, PAD_ID)]
+        return teacher_forced_maps(self.model, self.tokenizer, sentence, ids)

@@ -1,4 +1,5 @@
-"""Shared test fixtures: the toy corpus and the (optional) real Multi30k files."""
+"""Shared test fixtures: the toy corpus, the (optional) real Multi30k files, and one tiny
+training run per test session."""
 
 from __future__ import annotations
 
@@ -7,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from helpers import TOY_CORPUS_DIR, TinyRun, train_tiny
+
 TESTS_DIR = Path(__file__).resolve().parent
-TOY_CORPUS_DIR = TESTS_DIR / "data" / "toy"
 DEFAULT_MULTI30K_DIR = TESTS_DIR.parent.parent / "shared" / "data" / "multi30k"
-"""Where DESIGN.md puts the offline Multi30k copy: ``../shared/data/multi30k`` beside the repo."""
+"""Where CI keeps the offline Multi30k copy: ``../shared/data/multi30k`` beside the checkout."""
 
 MULTI30K_FILES = [
     f"{stem}.{lang}" for stem in ("train", "val", "test_2016_flickr") for lang in ("de", "en")
@@ -44,3 +46,15 @@ def multi30k_dir() -> Path:
             "(multi30k/dataset: data/task1/raw)."
         )
     return directory
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> TinyRun:
+    """The tiny config trained on the toy corpus: once per test session (a few seconds)."""
+    return train_tiny(tmp_path_factory.mktemp("tiny_run"))
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tiny_run: TinyRun) -> Path:
+    """Path of the tiny run's `last.ckpt`."""
+    return tiny_run.checkpoint

@@ -306,7 +306,7 @@ def test_bilinear_at_init_equals_scaled_dot():
     torch.testing.assert_close(out_b, out_s, **FP32)
     torch.testing.assert_close(w_b, w_s, **FP32)
     # ... and it is a real bilinear form: changing W changes the scores as q W kᵀ.
-    bilinear = BilinearScore(8)
+    bilinear = BilinearScore(d_head=8)
     with torch.no_grad():
         bilinear.weight.copy_(torch.randn(8, 8, generator=gen(11)))
     torch.testing.assert_close(bilinear(q, k), q @ bilinear.weight @ k.transpose(-2, -1), **FP32)
@@ -324,7 +324,7 @@ def test_dot_equals_scaled_dot_on_rescaled_queries():
 
 def test_additive_score_matches_formula():
     torch.manual_seed(13)
-    score = AdditiveScore(4, 6)
+    score = AdditiveScore(d_head=4, d_attn=6)
     q, k, _ = qkv((2, 2), 3, 5, 4, 4, seed=13)
     scores = score(q, k)
     assert scores.shape == (2, 2, 3, 5)

@@ -1,4 +1,4 @@
-"""Tests for minitx.layers: positional encodings, feed-forward, encoder and decoder layers.
+"""Tests for minitx.layers: feed-forward (and its activation registry), encoder and decoder layers.
 
 The layers are checked against PyTorch's `nn.TransformerEncoderLayer` /
 `nn.TransformerDecoderLayer` after copying weights (pre-LN and post-LN, relu and gelu).
@@ -6,79 +6,15 @@ The layers are checked against PyTorch's `nn.TransformerEncoderLayer` /
 
 from __future__ import annotations
 
-import math
-
 import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from minitx.attention import KVCache, MultiHeadAttention, causal_mask
-from minitx.layers import (
-    DecoderLayer,
-    EncoderLayer,
-    FeedForward,
-    LearnedPositionalEncoding,
-    SinusoidalPositionalEncoding,
-    make_positional_encoding,
-)
+from minitx.layers import DecoderLayer, EncoderLayer, FeedForward
 
 FP32 = {"atol": 1e-5, "rtol": 1e-5}
-
-
-# --------------------------------------------------------------------------------------------
-# Positional encodings
-# --------------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("d_model", [8, 16])
-def test_sinusoidal_values_match_formula(d_model):
-    pe = SinusoidalPositionalEncoding(d_model, max_len=64)
-    table = pe(torch.zeros(1, 64, d_model))[0]  # (L, D)
-    for p in (0, 1, 7, 63):
-        for i in range(d_model // 2):
-            angle = p / 10000 ** (2 * i / d_model)
-            assert table[p, 2 * i].item() == pytest.approx(math.sin(angle), abs=1e-5)
-            assert table[p, 2 * i + 1].item() == pytest.approx(math.cos(angle), abs=1e-5)
-    # It is added to the input, not concatenated or multiplied.
-    x = torch.randn(2, 5, d_model, generator=torch.Generator().manual_seed(0))
-    torch.testing.assert_close(pe(x), x + table[:5], **FP32)
-
-
-def test_sinusoidal_offset_and_limits():
-    pe = SinusoidalPositionalEncoding(8, max_len=10)
-    table = pe(torch.zeros(1, 10, 8))[0]
-    torch.testing.assert_close(pe(torch.zeros(2, 3, 8), offset=4), table[4:7].expand(2, 3, 8), **FP32)
-    torch.testing.assert_close(pe(torch.zeros(1, 1, 8), offset=9)[0], table[9:10], **FP32)
-    with pytest.raises(ValueError, match="exceeds max_len=10"):
-        pe(torch.zeros(1, 11, 8))
-    with pytest.raises(ValueError, match="length 11 exceeds max_len=10"):
-        pe(torch.zeros(1, 3, 8), offset=8)
-    # Derived, so not in the state dict; follows the input dtype.
-    assert "pe" not in pe.state_dict()
-    assert pe(torch.zeros(1, 2, 8, dtype=torch.bfloat16)).dtype == torch.bfloat16
-
-
-def test_learned_positional_encoding():
-    torch.manual_seed(1)
-    pe = LearnedPositionalEncoding(8, max_len=6)
-    x = torch.randn(2, 3, 8)
-    torch.testing.assert_close(pe(x), x + pe.embedding.weight[:3], **FP32)
-    torch.testing.assert_close(pe(x, offset=3), x + pe.embedding.weight[3:6], **FP32)
-    with pytest.raises(ValueError, match="exceeds max_len=6"):
-        pe(x, offset=4)
-    # Trainable: gradient reaches exactly the rows that were used.
-    pe(x, offset=2).sum().backward()
-    used = pe.embedding.weight.grad.abs().sum(-1) > 0
-    assert used.tolist() == [False, False, True, True, True, False]
-
-
-def test_make_positional_encoding():
-    assert isinstance(make_positional_encoding("sinusoidal", 8, 16), SinusoidalPositionalEncoding)
-    learned = make_positional_encoding("learned", 8, 16)
-    assert isinstance(learned, LearnedPositionalEncoding) and learned.embedding.num_embeddings == 16
-    with pytest.raises(ValueError, match="unknown positional encoding 'rotary'"):
-        make_positional_encoding("rotary", 8, 16)
 
 
 # --------------------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from torch import nn
 
 from minitx.attention import MultiHeadAttention, causal_mask
 from minitx.model import Transformer, TransformerConfig
+from minitx.vocab import BOS_ID, EOS_ID, PAD_ID
 
 FP32 = {"atol": 1e-5, "rtol": 1e-5}
 LOGITS = {"atol": 1e-4, "rtol": 1e-4}
@@ -58,16 +59,14 @@ BAD_CONFIGS = [
     (dict(dropout=-0.1), r"dropout must be in \[0, 1\)"),
     (dict(attention_dropout=1.5), r"attention_dropout must be in \[0, 1\)"),
     (dict(activation_dropout=-0.5), r"activation_dropout must be in \[0, 1\)"),
-    (dict(activation="tanh"), r"activation='tanh'; choose one of \('relu', 'gelu'\)"),
-    (dict(positional="rotary"), r"positional='rotary'; choose one of"),
-    (dict(score="cosine"), r"score='cosine'; choose one of \('scaled_dot', 'dot', 'additive', 'bilinear'\)"),
+    (dict(activation="tanh"), r"activation: unknown activation 'tanh'; choose one of \('relu', 'gelu'"),
+    (dict(positional="alibi"), r"positional: unknown positional encoding 'alibi'; choose one of"),
+    (dict(score="cosine"), r"score: unknown attention score 'cosine'; choose one of \('scaled_dot', 'dot', 'additive', 'bilinear'\)"),
     (dict(d_model=9, n_heads=3), r"sinusoidal positions need an even d_model, got 9"),
+    (dict(d_model=12, n_heads=4, positional="rotary"), r"rotary positions need an even head width"),
     (dict(src_vocab_size=20, tgt_vocab_size=30, share_embeddings=True), r"share_embeddings needs equal vocabularies.*20.*30"),
-    (dict(pad_id=3, eos_id=3), r"pad/bos/eos ids must differ"),
-    (dict(bos_id=0), r"pad/bos/eos ids must differ"),
-    (dict(eos_id=20), r"eos_id=20 is outside the vocabulary"),
-    (dict(pad_id=-1), r"pad_id=-1 is outside the vocabulary"),
-    (dict(src_vocab_size=10, tgt_vocab_size=30, share_embeddings=False, bos_id=12), r"bos_id=12 is outside"),
+    (dict(src_vocab_size=3, tgt_vocab_size=3), r"vocabularies must be larger than the special ids"),
+    (dict(src_vocab_size=3, tgt_vocab_size=30, share_embeddings=False), r"larger than the special ids.*got 3"),
 ]
 
 
@@ -96,6 +95,16 @@ def test_config_dict_round_trip_and_unknown_keys():
         TransformerConfig.from_dict({**values, "n_layers": 2, "width": 3})
     with pytest.raises(ValueError, match="must be positive"):  # from_dict validates too
         TransformerConfig.from_dict({**values, "d_ff": 0})
+
+
+def test_special_ids_come_from_minitx_vocab_and_old_checkpoints_still_load():
+    config = TransformerConfig(**TINY)
+    assert (config.pad_id, config.bos_id, config.eos_id) == (PAD_ID, BOS_ID, EOS_ID)
+    assert "pad_id" not in config.to_dict()  # not a setting
+    legacy = {**config.to_dict(), "pad_id": 0, "bos_id": 2, "eos_id": 3}  # before minitx.vocab
+    assert TransformerConfig.from_dict(legacy) == config
+    with pytest.raises(ValueError, match="pad_id must be 0"):
+        TransformerConfig.from_dict({**legacy, "pad_id": 1})
 
 
 # --------------------------------------------------------------------------------------------
@@ -150,13 +159,26 @@ def test_embedding_sharing_and_tying(share, tie):
 
 @pytest.mark.parametrize("share", [True, False])
 def test_pad_embedding_row_is_zero_at_init(share):
-    model = tiny(seed=1, share_embeddings=share, pad_id=1, bos_id=2, eos_id=3)
+    model = tiny(seed=1, share_embeddings=share)
     for embedding in (model.src_embed, model.tgt_embed):
-        assert (embedding.weight[1] == 0).all()
-        assert embedding.weight[0].abs().sum() > 0  # other rows are not
+        assert (embedding.weight[PAD_ID] == 0).all()
+        assert embedding.weight[PAD_ID + 1].abs().sum() > 0  # other rows are not
     # Pad tokens in the source then contribute only their positional encoding.
-    x = model._embed(model.src_embed, torch.tensor([[1, 1]]))
+    x = model._embed(model.src_embed, torch.tensor([[PAD_ID, PAD_ID]]))
     torch.testing.assert_close(x[0], model.positional.pe[:2], **FP32)
+
+
+def test_initialisation_is_chosen_by_module_type():
+    """Embeddings (the learned positions too) ~ N(0, 1/D); every nn.Linear Xavier-uniform,
+    including an additive score's; a bilinear score keeps its own identity start."""
+    model = tiny(score="additive", positional="learned", d_model=64, n_heads=2)
+    std = 64**-0.5
+    for embedding in (model.src_embed.weight[PAD_ID + 1 :], model.positional.embedding.weight):
+        assert abs(embedding.std().item() - std) < 0.15 * std
+    for linear in [model.encoder_layers[0].self_attn.q_proj, model.encoder_layers[0].self_attn.score.w_q]:
+        bound = math.sqrt(6 / (linear.in_features + linear.out_features))
+        assert linear.weight.abs().max() <= bound
+        assert linear.weight.abs().max() > 0.8 * bound  # Xavier's range, not nn.Linear's default
 
 
 def test_bilinear_score_is_not_reinitialised_by_the_model():

@@ -1,4 +1,4 @@
-"""Lightning callbacks: attention-map logging during training."""
+"""Lightning callbacks of minitx: attention maps, token throughput, saving on interrupt."""
 
 from __future__ import annotations
 
@@ -10,10 +10,11 @@ from typing import Any
 import lightning as L
 import torch
 from lightning.pytorch.loggers import TensorBoardLogger
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from minitx.maps import KINDS, AttentionMaps, attention_entropy
-from minitx.translator import teacher_forced_maps
+from minitx.maps import KINDS, AttentionMaps, attention_entropy, teacher_forced_maps
 from minitx.viz import figures_for_maps
+from minitx.vocab import PAD_ID
 
 logger = logging.getLogger(__name__)
 
@@ -117,16 +118,16 @@ class AttentionMapLogger(L.Callback):
             fig.clear()
 
 
-class ThroughputMonitor(L.Callback):
+class TokenThroughput(L.Callback):
     """Log training speed: target tokens per second and seconds per epoch.
 
     Logged each epoch as `train/tokens_per_sec` and `train/epoch_seconds` (validation time
     excluded), and every `log_every_n_steps` steps as `train/tokens_per_sec_step`.
+    (Lightning's own `ThroughputMonitor` counts samples and FLOPs, not target tokens.)
     """
 
-    def __init__(self, pad_id: int = 0) -> None:
+    def __init__(self) -> None:
         super().__init__()
-        self.pad_id = pad_id
         self._epoch_start = self._window_start = 0.0
         self._epoch_tokens = self._window_tokens = 0
         self._val_seconds = 0.0
@@ -138,7 +139,7 @@ class ThroughputMonitor(L.Callback):
         self._val_seconds = 0.0
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
-        tokens = int((batch["tgt_out"] != self.pad_id).sum())
+        tokens = int((batch["tgt_out"] != PAD_ID).sum())
         self._epoch_tokens += tokens
         self._window_tokens += tokens
         if (batch_idx + 1) % trainer.log_every_n_steps == 0:
@@ -158,3 +159,30 @@ class ThroughputMonitor(L.Callback):
         for lg in trainer.loggers:
             lg.log_metrics(metrics, step=trainer.global_step)
         logger.info("epoch %d: %.1f s training, %.0f target tokens/s", trainer.current_epoch, seconds, metrics["train/tokens_per_sec"])
+
+
+class CheckpointOnInterrupt(L.Callback):
+    """Save `last.ckpt` when training is interrupted (Ctrl-C, SIGTERM, or an error).
+
+    In a single process Lightning notices SIGTERM only at the end of an epoch; this callback
+    checks after every batch, so a stop request is honoured within one step. (Under DDP,
+    Lightning already checks every batch on all ranks.)
+    """
+
+    def on_train_batch_end(self, trainer: L.Trainer, *args: Any, **kwargs: Any) -> None:
+        if trainer.received_sigterm and trainer.world_size == 1:
+            raise SIGTERMException
+
+    def on_exception(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
+    ) -> None:
+        callback = trainer.checkpoint_callback
+        if callback is None or callback.dirpath is None or trainer.global_step == 0:
+            return
+        path = Path(callback.dirpath) / "last.ckpt"
+        trainer.save_checkpoint(path)
+        logger.warning(
+            "training interrupted (%s): saved %s; resume with --ckpt_path last",
+            type(exception).__name__,
+            path,
+        )

@@ -1,6 +1,8 @@
-"""Training: the Lightning module, the CLI and configs, logging, checkpoints, resume, DDP.
+"""The training command (minitx-train): configs, run directories, logging, checkpoints,
+resume, interrupts, precision, DDP.
 
-Fast: everything trains the tiny config on the toy corpus (tests/data/toy).
+Fast: everything trains the tiny config on the toy corpus (minitx/data/toy); the smoke-fit
+tests share the session's one tiny run (conftest.py).
 """
 
 from __future__ import annotations
@@ -16,17 +18,16 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from helpers import CONFIG_DIR, REPO_DIR, TINY_CONFIG, TinyRun
 from lightning.pytorch.callbacks import Callback
 
-import minitx.attention
-from minitx.cli import build_cli, main
-from minitx.module import InverseSqrtSchedule, TranslationModule
-from minitx.translator import CHECKPOINT_KEY, Translator, load_checkpoint
+from minitx.checkpoint import CHECKPOINT_KEY, load_checkpoint
+from minitx.cli.train import build_cli, main
+from minitx.translator import Translator
 
-REPO = Path(__file__).resolve().parent.parent
-CONFIGS = sorted((REPO / "configs").glob("*.yaml"))
-TOY = REPO / "tests" / "data" / "toy"
-TINY = ["--config", str(REPO / "configs" / "tiny.yaml"), "--data.source", str(TOY)]
+REPO = REPO_DIR
+CONFIGS = sorted(CONFIG_DIR.glob("*.yaml"))
+TINY = ["--config", str(TINY_CONFIG)]
 
 
 def run_dirs(root: Path, name: str = "tiny") -> list[Path]:
@@ -42,54 +43,73 @@ def logged(rows: list[dict[str, str]], key: str) -> list[float]:
     return [float(r[key]) for r in rows if r.get(key)]
 
 
-@pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One 2-epoch tiny training run (in its own working directory); returns the run dir."""
-    root = tmp_path_factory.mktemp("tiny_run")
-    cwd = os.getcwd()
-    os.chdir(root)
-    try:
-        main(TINY + ["--trainer.enable_progress_bar", "false"])
-    finally:
-        os.chdir(cwd)
-    (run_dir,) = run_dirs(root)
-    return run_dir
-
-
 # ---------------------------------------------------------------------------- configs
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda p: p.name)
-def test_every_config_parses_and_instantiates(config: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_every_config_parses_and_instantiates(
+    config: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     cli = build_cli(["--config", str(config), "--trainer.logger", "false"])
-    assert cli.model.hparams.vocab_size == cli.datamodule.hparams.vocab_size  # linked
-    assert cli.model.model.config.d_model == cli.config.model.d_model
+    vocab = cli.datamodule.hparams.vocab_size
+    assert cli.model.model_config.src_vocab_size == cli.model.model_config.tgt_vocab_size == vocab
+    assert cli.model.model.config.d_model == cli.config.model.transformer.d_model
+
+
+@pytest.mark.parametrize("name", ["tiny", "multi30k_en_de", "multi30k_de_en"])
+def test_packaged_config_by_name(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    cli = build_cli(["--config", name, "--trainer.logger", "false"])
+    expected = yaml.safe_load((CONFIG_DIR / f"{name}.yaml").read_text())
+    assert cli.config.run_name == expected["run_name"]
+
+
+def test_run_name_alone_names_the_run_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    cli = build_cli(["--config", "tiny", "--run_name", "mine", "--runs_dir", "out"])
+    tb, csv_logger = cli.trainer.loggers
+    assert Path(tb.log_dir).parent == Path("out") / "mine"
+    assert Path(csv_logger.log_dir) == Path(tb.log_dir) / "csv"
+
+
+def test_configs_do_not_repeat_loggers_or_callbacks() -> None:
+    for path in CONFIGS:
+        if path.name == "multi30k_de_en.yaml":
+            continue
+        trainer = yaml.safe_load(path.read_text()).get("trainer") or {}
+        assert "logger" not in trainer and "callbacks" not in trainer, path.name
 
 
 def test_default_config_is_found_from_any_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     cli = build_cli(["--trainer.logger", "false"])
-    defaults = yaml.safe_load((REPO / "configs" / "multi30k_de_en.yaml").read_text())
+    defaults = yaml.safe_load((CONFIG_DIR / "multi30k_de_en.yaml").read_text())
     assert cli.config.data.src_lang == defaults["data"]["src_lang"] == "de"
-    assert cli.config.model.d_model == defaults["model"]["d_model"]
+    assert cli.config.model.transformer.d_model == defaults["model"]["transformer"]["d_model"]
     assert cli.config.trainer.precision == defaults["trainer"]["precision"]
 
 
 def test_en_de_config_flips_the_direction(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    cli = build_cli(["--config", str(REPO / "configs" / "multi30k_en_de.yaml"), "--trainer.logger", "false"])
+    config = str(CONFIG_DIR / "multi30k_en_de.yaml")
+    cli = build_cli(["--config", config, "--trainer.logger", "false"])
     assert (cli.config.data.src_lang, cli.config.data.tgt_lang) == ("en", "de")
 
 
 def test_dotted_override(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    cli = build_cli(["--trainer.max_epochs", "3", "--model.dropout", "0.25", "--trainer.logger", "false"])
+    cli = build_cli(
+        ["--trainer.max_epochs", "3", "--model.transformer.dropout", "0.25", "--trainer.logger", "false"]
+    )
     assert cli.trainer.max_epochs == 3
     assert cli.model.model.config.dropout == 0.25
 
 
-@pytest.mark.parametrize("section,key", [("model", "d_modle"), ("data", "vocab"), ("trainer", "max_epoch")])
+@pytest.mark.parametrize(
+    "section,key",
+    [("model", "d_modle"), ("model:\n  transformer", "d_modle"), ("data", "vocab"), ("trainer", "max_epoch")],
+)
 def test_unknown_config_keys_fail(section: str, key: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
     monkeypatch.chdir(tmp_path)
     bad = tmp_path / "bad.yaml"
@@ -103,92 +123,57 @@ def test_unknown_config_keys_fail(section: str, key: str, tmp_path: Path, monkey
 def test_invalid_model_value_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     with pytest.raises((ValueError, SystemExit)) as exc:
-        build_cli(["--model.n_heads", "3", "--trainer.logger", "false"])
+        build_cli(["--model.transformer.n_heads", "3", "--trainer.logger", "false"])
     assert "divisible" in str(exc.value) or exc.type is SystemExit
-
-
-# ---------------------------------------------------------------------------- module
-
-
-def test_inverse_sqrt_schedule_warms_up_then_decays() -> None:
-    schedule = InverseSqrtSchedule(warmup_steps=100)
-    assert schedule(50) == pytest.approx(0.5)
-    assert schedule(100) == pytest.approx(1.0)
-    assert schedule(400) == pytest.approx(0.5)
-    assert max(schedule(s) for s in range(1, 1000)) == pytest.approx(1.0)
-
-
-def test_loss_matches_torch_label_smoothed_cross_entropy() -> None:
-    torch.manual_seed(0)
-    module = TranslationModule(vocab_size=40, d_model=16, n_heads=2, n_encoder_layers=1, n_decoder_layers=1, d_ff=32, label_smoothing=0.2).eval()
-    batch = {"src": torch.randint(4, 40, (3, 8)), "tgt_in": torch.randint(4, 40, (3, 6)), "tgt_out": torch.randint(4, 40, (3, 6))}
-    batch["tgt_out"][0, 3:] = 0  # padding is ignored
-    loss, nll, n_tokens = module._losses(batch)
-    logits = module.model(batch["src"], batch["tgt_in"]).flatten(0, 1)
-    target = batch["tgt_out"].flatten()
-    torch.testing.assert_close(loss, torch.nn.functional.cross_entropy(logits, target, ignore_index=0, label_smoothing=0.2))
-    torch.testing.assert_close(nll, torch.nn.functional.cross_entropy(logits, target, ignore_index=0))
-    assert int(n_tokens) == 15
-
-
-@pytest.mark.parametrize("precision", ["32", "bf16"])
-def test_training_step_never_computes_attention_weights(precision: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Ordinary steps use the fused kernel; the explicit weights path runs only when maps are asked for."""
-    calls = []
-    original = minitx.attention.scaled_dot_product_attention
-    monkeypatch.setattr(minitx.attention, "scaled_dot_product_attention", lambda *a, **k: calls.append(1) or original(*a, **k))
-    module = TranslationModule(vocab_size=40, d_model=16, n_heads=2, n_encoder_layers=1, n_decoder_layers=1, d_ff=32)
-    batch = {"src": torch.randint(4, 40, (2, 8)), "tgt_in": torch.randint(4, 40, (2, 8)), "tgt_out": torch.randint(4, 40, (2, 8))}
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"), module._sdpa_kernel():
-        module._losses(batch)[0].backward()
-    assert calls == []
-    module.model(batch["src"], batch["tgt_in"], need_weights=True)
-    assert len(calls) == 3  # encoder self, decoder self, cross
 
 
 # ---------------------------------------------------------------------------- smoke fit
 
 
-def test_smoke_fit_logs_loss_bleu_chrf_perplexity_lr(tiny_run: Path) -> None:
-    rows = metrics(tiny_run)
+def test_smoke_fit_logs_loss_bleu_chrf_perplexity_lr(tiny_run: TinyRun) -> None:
+    rows = metrics(tiny_run.run_dir)
     for key in ("train/loss", "val/loss", "val/ppl", "val/bleu", "val/chrf", "train/tokens_per_sec", "train/epoch_seconds"):
         assert logged(rows, key), f"{key} was not logged"
     assert any(k.startswith("lr-") for k in rows[0]), "learning rate was not logged"
-    assert len(logged(rows, "val/bleu")) == 2  # every epoch
+    assert len(logged(rows, "val/bleu")) == tiny_run.max_epochs  # every epoch
     train_loss = logged(rows, "train/loss")
     assert train_loss[-1] < train_loss[0]
-    assert (tiny_run / "config.yaml").is_file()
+    assert (tiny_run.run_dir / "config.yaml").is_file()
+    for name in ("greedy", "beam5"):  # the end-of-training test: greedy and the default beam
+        hypotheses = (tiny_run.run_dir / f"test_hypotheses_{name}.txt").read_text().splitlines()
+        assert len(hypotheses) == 10
 
 
-def test_smoke_fit_writes_attention_figures_to_tensorboard_and_png(tiny_run: Path) -> None:
+def test_smoke_fit_writes_attention_figures_to_tensorboard_and_png(tiny_run: TinyRun) -> None:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    events = EventAccumulator(str(tiny_run), size_guidance={"images": 0, "scalars": 0})
+    events = EventAccumulator(str(tiny_run.run_dir), size_guidance={"images": 0, "scalars": 0})
     events.Reload()
     images = set(events.Tags()["images"])
     for kind in ("encoder", "decoder", "cross"):
         tag = f"attention/s0/{kind}/layer_0"
         assert tag in images
         steps = [e.step for e in events.Images(tag)]
-        assert steps[0] == 0 and len(steps) == 3  # before training + after each of 2 epochs
+        assert steps[0] == 0 and len(steps) == 1 + tiny_run.max_epochs  # start + every epoch
         assert events.Images(tag)[0].encoded_image_string.startswith(b"\x89PNG")
     entropy = [t for t in events.Tags()["scalars"] if t.startswith("attention_entropy/")]
     assert len(entropy) == 3 * 2  # 3 kinds x 1 layer x 2 heads
     for tag in ("start", "epoch_000", "epoch_001"):
-        pngs = sorted((tiny_run / "attention" / tag).glob("*.png"))
+        pngs = sorted((tiny_run.run_dir / "attention" / tag).glob("*.png"))
         assert [p.name for p in pngs] == ["s0_cross_layer_0.png", "s0_decoder_layer_0.png", "s0_encoder_layer_0.png"]
         assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
 
 
-def test_checkpoint_carries_model_config_tokenizer_and_training_config(tiny_run: Path) -> None:
-    best = [p for p in (tiny_run / "checkpoints").glob("*.ckpt") if p.name != "last.ckpt"]
+def test_checkpoint_carries_model_config_tokenizer_and_training_config(tiny_run: TinyRun) -> None:
+    best = [p for p in (tiny_run.run_dir / "checkpoints").glob("*.ckpt") if p.name != "last.ckpt"]
     assert len(best) == 1 and "bleu" in best[0].name
     checkpoint = load_checkpoint(best[0])
     payload = checkpoint[CHECKPOINT_KEY]
     assert payload["model_config"]["d_model"] == 64
     assert payload["data"] == {"src_lang": "de", "tgt_lang": "en"}
     train_config = yaml.safe_load(payload["train_config"])
-    assert train_config["model"]["d_model"] == 64 and train_config["data"]["vocab_size"] == 120
+    assert train_config["model"]["transformer"]["d_model"] == 64
+    assert train_config["data"]["vocab_size"] == 120
     translator = Translator.from_checkpoint(best[0])
     assert translator.tokenizer.vocab_size == 120
     assert translator.tokenizer.model_bytes == payload["tokenizer"]
@@ -236,7 +221,10 @@ def test_resume_last_without_a_previous_run_is_a_clear_error(tmp_path: Path, mon
 
 def test_sigterm_leaves_a_usable_last_checkpoint(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, str(REPO / "scripts" / "train.py"), *TINY, "--trainer.max_epochs", "100000", "--trainer.enable_progress_bar", "false", "--test", "false"]
+    cmd = [
+        sys.executable, str(REPO / "scripts" / "train.py"), *TINY, "--trainer.max_epochs", "100000",
+        "--trainer.enable_progress_bar", "false", "--test", "false",
+    ]  # fmt: skip
     proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         deadline = time.time() + 120
@@ -259,7 +247,11 @@ def test_sigterm_leaves_a_usable_last_checkpoint(tmp_path: Path) -> None:
 
 def test_bf16_mixed_trains_on_cpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    cli = main(TINY + ["--trainer.precision", "bf16-mixed", "--trainer.max_epochs", "1", "--trainer.enable_progress_bar", "false", "--test", "false"])
+    cli = main(
+        TINY
+        + ["--trainer.precision", "bf16-mixed", "--trainer.max_epochs", "1"]
+        + ["--trainer.enable_progress_bar", "false", "--test", "false"]
+    )
     assert cli.trainer.precision == "bf16-mixed"
     (run_dir,) = run_dirs(tmp_path)
     assert torch.isfinite(torch.tensor(logged(metrics(run_dir), "val/loss"))).all()

@@ -1,4 +1,4 @@
-"""Pieces shared by the command-line scripts (translate, evaluate): errors, logging, loading."""
+"""Pieces shared by the commands: the user-error exception, logging, loading a checkpoint."""
 
 from __future__ import annotations
 

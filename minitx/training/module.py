@@ -3,13 +3,16 @@
 It is thin on purpose: the loop, precision, clipping, checkpointing, logging and DDP are the
 Trainer's. It owns the loss (label-smoothed cross-entropy without padding), AdamW with the
 inverse-square-root ("Noam") warm-up schedule, and the validation metrics: loss, perplexity,
-and corpus BLEU / chrF of greedy translations.
+and corpus BLEU / chrF of translations decoded as `validation.decoding` says (greedy in
+the shipped configs).
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
+from collections.abc import Mapping
+from dataclasses import asdict
 from typing import Any
 
 import lightning as L
@@ -19,9 +22,11 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torchmetrics import MeanMetric
 from torchmetrics.text import CHRFScore, SacreBLEUScore
 
-from minitx.decoding import greedy_decode
+from minitx.checkpoint import write_payload
+from minitx.decoding import decode
 from minitx.model import Transformer, TransformerConfig
-from minitx.translator import CHECKPOINT_KEY
+from minitx.training.config import OptimConfig, ValidationConfig
+from minitx.vocab import PAD_ID
 
 
 class InverseSqrtSchedule:
@@ -39,80 +44,48 @@ class InverseSqrtSchedule:
         return min(step / self.warmup_steps, math.sqrt(self.warmup_steps / step))
 
 
+def _coerce(value: Any, cls: type) -> Any:
+    """Accept a config dataclass, a plain mapping of its fields, or None (the defaults)."""
+    if value is None:
+        return cls()
+    if isinstance(value, Mapping):
+        return cls(**value)
+    return value
+
+
+_DEFAULTS = (TransformerConfig(), OptimConfig(), ValidationConfig())
+"""Default argument values (never mutated; typed defaults let the CLI expand each group)."""
+
+
 class TranslationModule(L.LightningModule):
     """Train a Transformer on batches from `minitx.data.TranslationDataModule`.
 
     Args:
-        vocab_size: joint vocabulary size (linked from the data config by `scripts/train.py`).
-        d_model, n_heads, n_encoder_layers, n_decoder_layers, d_ff, dropout, attention_dropout,
-            activation_dropout, activation, norm_first, positional, score, share_embeddings, tie_output,
-            scale_embeddings, max_positions: the `TransformerConfig` fields of the same names.
-        label_smoothing: label-smoothing epsilon of the training loss.
-        lr: peak learning rate (reached at the end of warm-up).
-        warmup_steps: optimizer steps of linear warm-up.
-        weight_decay: AdamW decoupled weight decay (not applied to biases, norms, embeddings).
-        betas: AdamW betas.
-        bleu_every_n_epochs: translate the validation set and compute BLEU/chrF every N epochs
-            (and always in the last epoch); 0 disables it.
-        max_len_a, max_len_b: decoding length cap a·|src| + b for validation translations.
-        sdpa_backend: kernel behind `F.scaled_dot_product_attention` in training steps:
-            "flash", "math", "default" (PyTorch's choice) or "auto" = "math" on CPU under bf16
-            autocast (there the fused flash backward is about 2x slower than the math one for
-            sequences up to 128 tokens, see scripts/benchmark.py), else "default".
+        transformer: the model's settings; its vocabulary sizes are linked to
+            `data.vocab_size` by the training command.
+        optim: loss, optimiser, schedule and attention-kernel settings.
+        validation: BLEU/chrF schedule and the decoding used for it.
+
+    Each accepts its dataclass or a plain dict of its fields (missing fields: defaults).
     """
 
     def __init__(
         self,
-        vocab_size: int = 8000,
-        d_model: int = 256,
-        n_heads: int = 4,
-        n_encoder_layers: int = 3,
-        n_decoder_layers: int = 3,
-        d_ff: int = 1024,
-        dropout: float = 0.1,
-        attention_dropout: float = 0.0,
-        activation_dropout: float = 0.0,
-        activation: str = "relu",
-        norm_first: bool = True,
-        positional: str = "sinusoidal",
-        score: str = "scaled_dot",
-        share_embeddings: bool = True,
-        tie_output: bool = True,
-        scale_embeddings: bool = True,
-        max_positions: int = 1024,
-        label_smoothing: float = 0.1,
-        lr: float = 1e-3,
-        warmup_steps: int = 1000,
-        weight_decay: float = 0.0,
-        betas: tuple[float, float] = (0.9, 0.98),
-        bleu_every_n_epochs: int = 1,
-        max_len_a: float = 1.5,
-        max_len_b: int = 10,
-        sdpa_backend: str = "auto",
+        transformer: TransformerConfig = _DEFAULTS[0],
+        optim: OptimConfig = _DEFAULTS[1],
+        validation: ValidationConfig = _DEFAULTS[2],
     ) -> None:
         super().__init__()
-        if sdpa_backend not in ("auto", "flash", "math", "default"):
-            raise ValueError(f"sdpa_backend={sdpa_backend!r}; choose 'auto', 'flash', 'math' or 'default'")
-        self.save_hyperparameters()
-        self.model_config = TransformerConfig(
-            src_vocab_size=vocab_size,
-            tgt_vocab_size=vocab_size,
-            d_model=d_model,
-            n_heads=n_heads,
-            n_encoder_layers=n_encoder_layers,
-            n_decoder_layers=n_decoder_layers,
-            d_ff=d_ff,
-            dropout=dropout,
-            attention_dropout=attention_dropout,
-            activation_dropout=activation_dropout,
-            activation=activation,
-            norm_first=norm_first,
-            positional=positional,
-            max_positions=max_positions,
-            score=score,
-            share_embeddings=share_embeddings,
-            tie_output=tie_output,
-            scale_embeddings=scale_embeddings,
+        self.model_config: TransformerConfig = _coerce(transformer, TransformerConfig)
+        self.optim: OptimConfig = _coerce(optim, OptimConfig)
+        self.validation: ValidationConfig = _coerce(validation, ValidationConfig)
+        # Plain data only, so that checkpoints load with weights_only=True.
+        self.save_hyperparameters(
+            {
+                "transformer": self.model_config.to_dict(),
+                "optim": asdict(self.optim),
+                "validation": asdict(self.validation),
+            }
         )
         self.model = Transformer(self.model_config)
         self.val_loss = MeanMetric()
@@ -128,34 +101,36 @@ class TranslationModule(L.LightningModule):
         datamodule = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
         if datamodule is not None and getattr(datamodule, "tokenizer", None) is not None:
             self.tokenizer = datamodule.tokenizer
-            if self.tokenizer.vocab_size != self.hparams.vocab_size:
+            sizes = {self.model_config.src_vocab_size, self.model_config.tgt_vocab_size}
+            if sizes != {self.tokenizer.vocab_size}:
                 raise ValueError(
-                    f"model vocab_size={self.hparams.vocab_size} but the tokenizer has {self.tokenizer.vocab_size} pieces; "
-                    "set model.vocab_size to the tokenizer's size (scripts/train.py links it to data.vocab_size)"
+                    f"the model's vocabulary sizes {sorted(sizes)} differ from the tokenizer's "
+                    f"{self.tokenizer.vocab_size} pieces; minitx-train links "
+                    "model.transformer.src_vocab_size/tgt_vocab_size to data.vocab_size"
                 )
 
     def _check_bleu_schedule(self) -> None:
         """A checkpoint callback watching val/bleu needs BLEU in every epoch it runs in."""
-        every = self.hparams.bleu_every_n_epochs
+        every = self.validation.bleu_every_n_epochs
         if self._trainer is None:
             return
         for cb in self.trainer.checkpoint_callbacks:
             if getattr(cb, "monitor", None) == "val/bleu" and (every <= 0 or cb._every_n_epochs % every):
                 raise ValueError(
-                    f"model.bleu_every_n_epochs={every} but a ModelCheckpoint monitors val/bleu every "
+                    f"model.validation.bleu_every_n_epochs={every} but a ModelCheckpoint monitors val/bleu every "
                     f"{cb._every_n_epochs} epoch(s); set that callback's every_n_epochs to a multiple of {every} "
                     "(or monitor val/loss instead)"
                 )
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Make the checkpoint self-contained: model config and tokenizer travel inside it."""
-        payload = checkpoint.setdefault(CHECKPOINT_KEY, {})
-        payload["model_config"] = self.model_config.to_dict()
-        if self.tokenizer is not None:
-            payload["tokenizer"] = self.tokenizer.model_bytes
         datamodule = getattr(self.trainer, "datamodule", None)
+        languages = None
         if datamodule is not None:
-            payload["data"] = {"src_lang": datamodule.hparams.get("src_lang"), "tgt_lang": datamodule.hparams.get("tgt_lang")}
+            languages = (datamodule.hparams.get("src_lang"), datamodule.hparams.get("tgt_lang"))
+        write_payload(
+            checkpoint, model_config=self.model_config, tokenizer=self.tokenizer, languages=languages
+        )
 
     def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
         """Logits (B, T, V) for source ids (B, S) and decoder inputs (B, T)."""
@@ -168,18 +143,18 @@ class TranslationModule(L.LightningModule):
         enc = self.model.encode(batch["src"])
         states = self.model.decoder_states(batch["tgt_in"], enc.memory, enc.src_mask).states  # (B, T, D)
         target = batch["tgt_out"]  # (B, T)
-        real = target != self.model_config.pad_id
+        real = target != PAD_ID
         # Project only real target positions: the (N, V) logits are the largest tensors of a step.
         log_probs = torch.log_softmax(self.model.output(states[real]).float(), dim=-1)  # (N, V)
         nll = -log_probs.gather(-1, target[real][:, None]).squeeze(-1)  # (N,)
         # Label smoothing as in F.cross_entropy: mix the one-hot target with a uniform one.
-        eps = self.hparams.label_smoothing
+        eps = self.optim.label_smoothing
         loss = ((1.0 - eps) * nll - eps * log_probs.mean(-1)).mean()
         return loss, nll.detach().mean(), real.sum()
 
     def _sdpa_kernel(self) -> contextlib.AbstractContextManager:
-        """The attention-kernel choice for a training step (see `sdpa_backend`)."""
-        choice = self.hparams.sdpa_backend
+        """The attention-kernel choice for a training step (see `OptimConfig.sdpa_backend`)."""
+        choice = self.optim.sdpa_backend
         if choice == "auto":
             on_cpu_bf16 = self.device.type == "cpu" and torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16
             choice = "math" if on_cpu_bf16 else "default"
@@ -197,7 +172,7 @@ class TranslationModule(L.LightningModule):
     # ---------------------------------------------------------------- validation
 
     def _bleu_this_epoch(self) -> bool:
-        every = self.hparams.bleu_every_n_epochs
+        every = self.validation.bleu_every_n_epochs
         if every <= 0 or self.tokenizer is None:
             return False
         last = self.trainer.max_epochs is not None and self.current_epoch + 1 >= self.trainer.max_epochs
@@ -226,20 +201,29 @@ class TranslationModule(L.LightningModule):
             self.val_chrf.reset()
 
     def translate_ids(self, src: Tensor) -> list[str]:
-        """Greedy translations (detokenised strings) of a batch of source ids."""
-        ids = greedy_decode(self.model, src, max_len_a=self.hparams.max_len_a, max_len_b=self.hparams.max_len_b)
-        return self.tokenizer.decode(ids.tolist())
+        """Translations (detokenised strings) of a batch of source ids (B, S), decoded as
+        `validation.decoding` says."""
+        hypotheses = decode(self.model, src, self.validation.decoding)
+        return self.tokenizer.decode([hyps[0].tokens for hyps in hypotheses])
 
     # ---------------------------------------------------------------- optimisation
 
-    def configure_optimizers(self) -> dict[str, Any]:
+    def parameter_groups(self) -> list[dict[str, Any]]:
+        """AdamW groups: weight matrices of linear layers decay; embeddings, biases, norms and
+        everything else do not. Chosen by module type; a tied output matrix is the embedding."""
+        linear_weights = {id(m.weight) for m in self.model.modules() if isinstance(m, torch.nn.Linear)}
+        embeddings = {id(m.weight) for m in self.model.modules() if isinstance(m, torch.nn.Embedding)}
         decay, no_decay = [], []
-        for name, p in self.model.named_parameters():
-            (decay if p.dim() > 1 and "embed" not in name else no_decay).append(p)
-        groups = [
-            {"params": decay, "weight_decay": self.hparams.weight_decay},
+        for p in self.model.parameters():  # module order: the same groups on every run
+            is_decayed = id(p) in linear_weights and id(p) not in embeddings
+            (decay if is_decayed else no_decay).append(p)
+        return [
+            {"params": decay, "weight_decay": self.optim.weight_decay},
             {"params": no_decay, "weight_decay": 0.0},
         ]
-        optimizer = torch.optim.AdamW(groups, lr=self.hparams.lr, betas=tuple(self.hparams.betas), eps=1e-9)
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, InverseSqrtSchedule(self.hparams.warmup_steps))
+
+    def configure_optimizers(self) -> dict[str, Any]:
+        o = self.optim
+        optimizer = torch.optim.AdamW(self.parameter_groups(), lr=o.lr, betas=tuple(o.betas), eps=1e-9)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, InverseSqrtSchedule(o.warmup_steps))
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}

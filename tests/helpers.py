@@ -1,15 +1,6 @@
-"""Shared fixtures: a tiny minitx checkpoint trained on the toy corpus (a few seconds, offline).
+"""Helpers shared by the tests (constants, the tiny training run, subprocess settings).
 
-Register the fixtures in a test module by assignment (an import would do too, but ruff then
-flags every test argument that shadows the imported name)::
-
-    import fixtures_ckpt
-
-    tiny_run = fixtures_ckpt.tiny_run
-    tiny_checkpoint = fixtures_ckpt.tiny_checkpoint
-
-pytest registers such a fixture once per module that names it, so the training itself is
-cached here: every module gets the same run (trained once per session).
+The fixtures that use them live in conftest.py; test modules import the constants from here.
 """
 
 from __future__ import annotations
@@ -20,12 +11,11 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
-
 REPO_DIR = Path(__file__).resolve().parent.parent
 SCRIPTS_DIR = REPO_DIR / "scripts"
-TINY_CONFIG = REPO_DIR / "configs" / "tiny.yaml"
-TOY_CORPUS_DIR = REPO_DIR / "tests" / "data" / "toy"
+CONFIG_DIR = REPO_DIR / "minitx" / "configs"
+TINY_CONFIG = CONFIG_DIR / "tiny.yaml"
+TOY_CORPUS_DIR = REPO_DIR / "minitx" / "data" / "toy"
 TOY_TEST_SOURCES = (TOY_CORPUS_DIR / "test_2016_flickr.de").read_text(encoding="utf-8").splitlines()
 
 
@@ -48,13 +38,9 @@ class TinyRun:
     max_epochs: int
 
 
-_RUNS: dict[str, TinyRun] = {}
-"""Runs by pytest base temp dir: one training per test session."""
-
-
 def train_tiny(workdir: Path, *, max_epochs: int = 6) -> TinyRun:
     """Train the tiny config on the toy corpus inside `workdir` (the loggers write `runs/` under the CWD)."""
-    from minitx.cli import main
+    from minitx.cli.train import main
 
     previous_cwd, previous_env = Path.cwd(), dict(os.environ)
     os.chdir(workdir)
@@ -66,11 +52,10 @@ def train_tiny(workdir: Path, *, max_epochs: int = 6) -> TinyRun:
             cli = main(
                 [
                     "--config", str(TINY_CONFIG),
-                    "--data.source", str(TOY_CORPUS_DIR),
                     "--trainer.default_root_dir", str(workdir),
                     "--trainer.max_epochs", str(max_epochs),
                     "--trainer.enable_progress_bar", "false",
-                    "--test", "false",
+                    "--test", "true",
                 ]
             )  # fmt: skip
     finally:
@@ -87,21 +72,6 @@ def train_tiny(workdir: Path, *, max_epochs: int = 6) -> TinyRun:
         global_step=cli.trainer.global_step,
         max_epochs=max_epochs,
     )
-
-
-@pytest.fixture(scope="session")
-def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> TinyRun:
-    """The tiny training run, trained once per session (about 3 s after the imports)."""
-    key = str(tmp_path_factory.getbasetemp())
-    if key not in _RUNS:
-        _RUNS[key] = train_tiny(tmp_path_factory.mktemp("tiny_run"))
-    return _RUNS[key]
-
-
-@pytest.fixture(scope="session")
-def tiny_checkpoint(tiny_run: TinyRun) -> Path:
-    """Path of the tiny run's `last.ckpt`."""
-    return tiny_run.checkpoint
 
 
 def subprocess_env() -> dict[str, str]:

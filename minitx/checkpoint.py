@@ -1,0 +1,129 @@
+"""Checkpoint files: what minitx puts into Lightning's `.ckpt` and how it reads it back safely.
+
+A minitx checkpoint is self-contained. Beside Lightning's own entries (`state_dict`,
+optimizer and loop state, ...) it holds a `minitx` entry with:
+- `model_config`: the `TransformerConfig` as a plain dict;
+- `tokenizer`: the sentencepiece model bytes;
+- `data`: the source and target language codes;
+- `train_config`: the resolved training config (YAML text), when trained by the CLI.
+
+Loading uses `torch.load(weights_only=True)`: no code stored in the file is ever executed.
+This module imports torch, the model and the tokenizer; never Lightning.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from minitx.model import Transformer, TransformerConfig
+from minitx.tokenizer import Tokenizer
+
+CHECKPOINT_KEY = "minitx"
+"""Key of the minitx payload in a checkpoint."""
+
+MODEL_PREFIX = "model."
+"""Prefix of the Transformer's parameters in the LightningModule's state dict."""
+
+
+class CheckpointError(ValueError):
+    """A file that is not a usable minitx checkpoint (truncated, foreign, damaged)."""
+
+
+def write_payload(
+    checkpoint: dict[str, Any],
+    *,
+    model_config: TransformerConfig,
+    tokenizer: Tokenizer | None,
+    languages: tuple[str | None, str | None] | None = None,
+) -> None:
+    """Add the minitx entry to a checkpoint dict that Lightning is about to save."""
+    payload = checkpoint.setdefault(CHECKPOINT_KEY, {})
+    payload["model_config"] = model_config.to_dict()
+    if tokenizer is not None:
+        payload["tokenizer"] = tokenizer.model_bytes
+    if languages is not None:
+        payload["data"] = {"src_lang": languages[0], "tgt_lang": languages[1]}
+
+
+def load_checkpoint(path: str | Path) -> dict[str, Any]:
+    """Read a checkpoint safely (`weights_only=True`) and check that it is a minitx one.
+
+    Raises:
+        FileNotFoundError: no file at `path`.
+        CheckpointError: unreadable (truncated / not a torch file), holds non-data objects, or
+            lacks the minitx payload (e.g. a checkpoint of another project).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"checkpoint not found: {path} (pass the .ckpt written under <run dir>/checkpoints/)"
+        )
+    unreadable = f"{path}: not a readable minitx checkpoint (truncated, corrupt or another kind of file)"
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        if "Weights only load failed" in str(exc):
+            raise CheckpointError(
+                f"{path}: refused to load: the file holds objects other than tensors and plain "
+                "data, and loading them could execute code; a minitx checkpoint never does. "
+                f"Details: {str(exc).splitlines()[0]}"
+            ) from exc
+        raise CheckpointError(f"{unreadable}: {exc}") from exc
+    except Exception as exc:  # torch raises KeyError, RuntimeError, EOFError, ... for damaged files
+        raise CheckpointError(f"{unreadable}: {type(exc).__name__}: {exc}") from exc
+    payload = checkpoint.get(CHECKPOINT_KEY) if isinstance(checkpoint, dict) else None
+    if (
+        not isinstance(payload, dict)
+        or "model_config" not in payload
+        or "tokenizer" not in payload
+        or "state_dict" not in checkpoint
+    ):
+        raise CheckpointError(
+            f"{path}: not a minitx checkpoint: it lacks the '{CHECKPOINT_KEY}' entry with the "
+            "model config and tokenizer, or the 'state_dict' (checkpoints written by "
+            "minitx-train have both)"
+        )
+    return checkpoint
+
+
+def languages_of(checkpoint: Mapping[str, Any]) -> tuple[str | None, str | None]:
+    """(source, target) language codes stored in a checkpoint, or Nones."""
+    data = checkpoint[CHECKPOINT_KEY].get("data") or {}
+    return data.get("src_lang"), data.get("tgt_lang")
+
+
+def model_from_checkpoint(
+    checkpoint: Mapping[str, Any], path: str | Path = "<checkpoint>"
+) -> tuple[Transformer, Tokenizer]:
+    """Rebuild the Transformer (weights loaded) and its tokenizer from a loaded checkpoint.
+
+    Raises:
+        CheckpointError: the config, tokenizer or weights are damaged or do not fit together.
+    """
+    payload = checkpoint[CHECKPOINT_KEY]
+    try:
+        config = TransformerConfig.from_dict(payload["model_config"])
+        tokenizer = Tokenizer.from_bytes(payload["tokenizer"])
+        model = Transformer(config)
+    except (ValueError, TypeError, RuntimeError, AttributeError) as exc:
+        raise CheckpointError(
+            f"{path}: damaged minitx checkpoint: {type(exc).__name__}: {exc}"
+        ) from exc
+    state = {
+        k[len(MODEL_PREFIX) :]: v
+        for k, v in checkpoint["state_dict"].items()
+        if k.startswith(MODEL_PREFIX)
+    }
+    try:
+        model.load_state_dict(state)
+    except RuntimeError as exc:
+        raise CheckpointError(
+            f"{path}: damaged minitx checkpoint: the weights do not match the stored model "
+            f"config: {exc}"
+        ) from exc
+    return model, tokenizer

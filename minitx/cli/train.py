@@ -1,0 +1,226 @@
+"""`minitx-train` (also `python scripts/train.py`): train a Transformer with `LightningCLI`.
+
+What it adds to LightningCLI:
+- the default config `multi30k_de_en.yaml`, shipped inside the package (`minitx/configs/`),
+  so the command works from any directory after `pip install`; `--config other.yaml` goes on
+  top of it, and `--config NAME` also finds a packaged config by name (`tiny`,
+  `multi30k_en_de`); dotted flags override single keys;
+- one directory per run, `{runs_dir}/{run_name}/{version}` (version: a timestamp), holding
+  the TensorBoard events, `csv/metrics.csv`, the checkpoints, the resolved config and the
+  attention images; `run_name` and `runs_dir` are plain top-level keys;
+- the minitx callbacks: `checkpoint` (best validation BLEU), `attention_maps`, plus, always,
+  `last.ckpt` after every epoch, target tokens/s, and saving on Ctrl-C / SIGTERM;
+- `--ckpt_path last` resumes the newest run of the same name, in its own directory;
+- after fitting, the best checkpoint is scored on the test split with greedy decoding and
+  with the default beam search (sacreBLEU with its signature).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar, RichProgressBar
+from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
+from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+
+from minitx.checkpoint import CHECKPOINT_KEY
+from minitx.data import TranslationDataModule
+from minitx.decoding import DecodingConfig
+from minitx.training import (
+    AttentionMapLogger,
+    CheckpointOnInterrupt,
+    TokenThroughput,
+    TranslationModule,
+)
+
+logger = logging.getLogger(__name__)
+
+CONFIG_DIR = Path(str(resources.files("minitx") / "configs"))
+"""The configs shipped with the package."""
+DEFAULT_CONFIG = CONFIG_DIR / "multi30k_de_en.yaml"
+
+
+class ConfigInCheckpoint(SaveConfigCallback):
+    """Write the resolved config to the run directory and into every checkpoint."""
+
+    def on_save_checkpoint(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
+        text = self.parser.dump(self.config, skip_none=False)
+        checkpoint.setdefault(CHECKPOINT_KEY, {})["train_config"] = text
+
+
+def _last_run_checkpoint(run_root: Path) -> Path | None:
+    """Newest `{run_root}/*/checkpoints/last.ckpt`."""
+    found = sorted(run_root.glob("*/checkpoints/last.ckpt"), key=lambda p: p.stat().st_mtime)
+    return found[-1] if found else None
+
+
+def _new_version(run_root: Path) -> str:
+    """A timestamp, with a counter when a run of that second exists already."""
+    stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
+    version, n = stamp, 1
+    while (run_root / version).exists():
+        n += 1
+        version = f"{stamp}_{n}"
+    return version
+
+
+def resolve_config_names(args: list[str]) -> list[str]:
+    """Replace `--config NAME` by the packaged config `NAME[.yaml]` when no such file exists."""
+    out = list(args)
+    for i, arg in enumerate(out):
+        if arg == "--config" and i + 1 < len(out):
+            value, index = out[i + 1], i + 1
+        elif arg.startswith("--config="):
+            value, index = arg.split("=", 1)[1], i
+        else:
+            continue
+        packaged = CONFIG_DIR / (value if value.endswith(".yaml") else f"{value}.yaml")
+        if not Path(value).exists() and "/" not in value and packaged.is_file():
+            out[index] = str(packaged) if index == i + 1 else f"--config={packaged}"
+    return out
+
+
+class MinitxCLI(LightningCLI):
+    """LightningCLI with minitx's links, run directories, callbacks and resume logic."""
+
+    def add_arguments_to_parser(self, parser: Any) -> None:
+        parser.link_arguments("data.vocab_size", "model.transformer.src_vocab_size")
+        parser.link_arguments("data.vocab_size", "model.transformer.tgt_vocab_size")
+        parser.add_argument(
+            "--run_name", type=str, default="run", help="run family: {runs_dir}/{run_name}/<timestamp>"
+        )
+        parser.add_argument("--runs_dir", type=str, default="runs", help="root of all runs")
+        parser.add_argument(
+            "--ckpt_path",
+            type=str | None,
+            default=None,
+            help="resume from this checkpoint; 'last' = the newest run of this run_name",
+        )
+        parser.add_argument(
+            "--test",
+            type=bool,
+            default=True,
+            help="after fitting, score the best checkpoint on the test split (greedy and beam)",
+        )
+        parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
+        parser.add_lightning_class_args(AttentionMapLogger, "attention_maps")
+
+    def before_instantiate_classes(self) -> None:
+        config = self.config
+        self.resume_path: str | None = config.ckpt_path
+        self.run_version: str | None = None
+        if config.trainer.logger in (False, []):
+            if config.ckpt_path == "last":
+                raise FileNotFoundError("--ckpt_path last needs the run directory of a logger")
+            return
+        explicit = config.trainer.logger not in (None, True)
+        if explicit:  # the user's loggers: the first one names the run directory
+            loggers = config.trainer.logger
+            loggers = loggers if isinstance(loggers, list) else [loggers]
+            first = loggers[0].init_args
+            run_root = Path(first.save_dir) / (first.name or "")
+        else:
+            run_root = Path(config.runs_dir) / config.run_name
+        version = None
+        if config.ckpt_path == "last":
+            last = _last_run_checkpoint(run_root)
+            if last is None:
+                raise FileNotFoundError(
+                    f"--ckpt_path last: no {run_root}/*/checkpoints/last.ckpt to resume from"
+                )
+            version, self.resume_path = last.parent.parent.name, str(last)
+        if explicit:
+            version = version or first.version or _new_version(run_root)
+            first.version = version
+            for lg in loggers[1:]:  # the others write into subdirectories of the run directory
+                lg.init_args.save_dir = str(run_root / version)
+                lg.init_args.name = ""
+                lg.init_args.version = lg.class_path.rsplit(".", 1)[-1].lower().removesuffix("logger")
+        self.run_root, self.run_version = run_root, version or _new_version(run_root)
+        self.default_loggers = not explicit
+
+    def instantiate_trainer(self, **kwargs: Any) -> L.Trainer:
+        """The trainer, with the default loggers (TensorBoard + CSV in one run directory) and
+        the rich progress bar (unless `trainer.enable_progress_bar` is false)."""
+        trainer_config = self._get(self.config_init, "trainer", default={})
+        if trainer_config.get("enable_progress_bar") is not False:
+            configured = trainer_config.get("callbacks") or []
+            if not any(isinstance(cb, ProgressBar) for cb in configured):
+                kwargs["callbacks"] = [*configured, RichProgressBar()]
+        if getattr(self, "default_loggers", False):
+            run_dir = self.run_root / self.run_version
+            kwargs["logger"] = [
+                TensorBoardLogger(
+                    save_dir=str(self.run_root.parent),
+                    name=self.run_root.name,
+                    version=self.run_version,
+                    default_hp_metric=False,
+                ),
+                CSVLogger(save_dir=str(run_dir), name="", version="csv"),
+            ]
+        return super().instantiate_trainer(**kwargs)
+
+
+def build_cli(args: list[str] | None = None) -> MinitxCLI:
+    """Parse `args` (default: sys.argv) over the default config and instantiate everything."""
+    args = resolve_config_names(sys.argv[1:] if args is None else args)
+    return MinitxCLI(
+        TranslationModule,
+        TranslationDataModule,
+        run=False,
+        save_config_callback=ConfigInCheckpoint,
+        save_config_kwargs={"overwrite": True},
+        parser_kwargs={"default_config_files": [str(DEFAULT_CONFIG)]},
+        seed_everything_default=0,
+        trainer_defaults={
+            "callbacks": [
+                ModelCheckpoint(filename="last", save_top_k=1, enable_version_counter=False),
+                TokenThroughput(),
+                CheckpointOnInterrupt(),
+            ]
+        },
+        args=args,
+    )
+
+
+def main(args: list[str] | None = None) -> MinitxCLI:
+    """Parse the command line, train, and (unless `--test false`) score on the test split."""
+    from minitx.evaluation import evaluate  # the inference API, used only after training
+    from minitx.translator import Translator
+
+    cli = build_cli(args)
+    trainer = cli.trainer
+    start = time.perf_counter()
+    trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=cli.resume_path)
+    minutes = (time.perf_counter() - start) / 60
+    best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
+    run_dir = trainer.log_dir  # a collective under DDP: every rank must ask
+    if trainer.is_global_zero:
+        print(
+            f"fit finished in {minutes:.1f} min; best checkpoint: {best or '(none)'}; "
+            f"run dir: {run_dir}"
+        )
+    if cli.config.test and best and trainer.is_global_zero:
+        translator = Translator.from_checkpoint(best, device=cli.model.device)
+        sources, references = cli.datamodule.texts("test")
+        print(f"test ({len(sources)} sentences), best checkpoint:")
+        for decoding in (DecodingConfig(strategy="greedy"), DecodingConfig()):
+            result = evaluate(translator, sources, references, decoding)
+            name = "greedy" if decoding.strategy == "greedy" else f"beam{decoding.beam_size}"
+            hyp_path = Path(run_dir) / f"test_hypotheses_{name}.txt"
+            hyp_path.write_text("\n".join(result.hypotheses) + "\n", encoding="utf-8")
+            print(f"  {result.summary()}")
+            print(f"  hypotheses written to {hyp_path}")
+    return cli
+
+
+if __name__ == "__main__":
+    main()

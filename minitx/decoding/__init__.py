@@ -1,0 +1,31 @@
+"""Decoding: turning source ids into target ids with a trained `Transformer`.
+
+One entry point, `decode(model, src, DecodingConfig(...))`, used by validation, `Translator`
+and every command; strategies (greedy, beam, ...) are entries of the `STRATEGIES` registry.
+All of them work on a batch, stop each sentence at its own eos, cap the output length at
+max_len_a·|src| + max_len_b, and never generate pad or bos.
+"""
+
+from minitx.decoding.beam import beam_search
+from minitx.decoding.common import (
+    Hypothesis,
+    hypotheses_to_tensor,
+    length_penalty,
+    max_target_lengths,
+)
+from minitx.decoding.config import DEFAULT_BEAM_SIZE, DecodingConfig
+from minitx.decoding.greedy import greedy_decode
+from minitx.decoding.strategies import STRATEGIES, decode
+
+__all__ = [
+    "DEFAULT_BEAM_SIZE",
+    "STRATEGIES",
+    "DecodingConfig",
+    "Hypothesis",
+    "beam_search",
+    "decode",
+    "greedy_decode",
+    "hypotheses_to_tensor",
+    "length_penalty",
+    "max_target_lengths",
+]

@@ -1,0 +1,90 @@
+"""Name -> class registries: the one-file extension points of minitx.
+
+Score functions, positional encodings, activations and decoding strategies are each looked
+up by name in a `Registry`. Adding one is a decorated class in any file that is imported
+before the model is built; config validation reads the registry, so the new name is
+accepted everywhere at once::
+
+    from minitx.attention import SCORES
+
+    @SCORES.register("cosine")
+    class CosineScore(nn.Module):
+        def __init__(self, *, d_head: int) -> None: ...
+        def forward(self, q, k): ...
+
+This module imports only the standard library.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+
+class Registry(Generic[T]):
+    """A named collection of classes (or factories) of one kind.
+
+    Args:
+        kind: what the entries are, used in error messages (e.g. "attention score").
+    """
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self._entries: dict[str, T] = {}
+
+    def register(self, name: str) -> Callable[[T], T]:
+        """Class decorator: make the class available under `name`.
+
+        Raises:
+            ValueError: `name` is taken already (unregister the old entry first).
+        """
+
+        def add(entry: T) -> T:
+            if name in self._entries:
+                raise ValueError(f"{self.kind} {name!r} is registered already")
+            self._entries[name] = entry
+            return entry
+
+        return add
+
+    def unregister(self, name: str) -> None:
+        """Remove an entry (tests and interactive sessions)."""
+        del self._entries[name]
+
+    @contextmanager
+    def temporarily(self, name: str, entry: T) -> Iterator[T]:
+        """Register `entry` for the duration of a `with` block (handy in tests)."""
+        self.register(name)(entry)
+        try:
+            yield entry
+        finally:
+            self.unregister(name)
+
+    def names(self) -> tuple[str, ...]:
+        """Registered names, in registration order."""
+        return tuple(self._entries)
+
+    def check(self, name: str, *, where: str = "") -> None:
+        """Raise a `ValueError` naming the choices when `name` is not registered."""
+        if name not in self._entries:
+            prefix = f"{where}: " if where else ""
+            raise ValueError(f"{prefix}unknown {self.kind} {name!r}; choose one of {self.names()}")
+
+    def __getitem__(self, name: str) -> T:
+        self.check(name)
+        return self._entries[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._entries
+
+    def __repr__(self) -> str:
+        return f"Registry({self.kind!r}, {list(self._entries)})"

@@ -1,0 +1,19 @@
+"""Training: the LightningModule, its grouped settings, the LR schedule and the callbacks.
+
+Imports the model, the data layer, decoding and viz; never the inference API
+(`minitx.translator`), so training code cannot depend on how models are served.
+"""
+
+from minitx.training.callbacks import AttentionMapLogger, CheckpointOnInterrupt, TokenThroughput
+from minitx.training.config import OptimConfig, ValidationConfig
+from minitx.training.module import InverseSqrtSchedule, TranslationModule
+
+__all__ = [
+    "AttentionMapLogger",
+    "CheckpointOnInterrupt",
+    "InverseSqrtSchedule",
+    "OptimConfig",
+    "TokenThroughput",
+    "TranslationModule",
+    "ValidationConfig",
+]

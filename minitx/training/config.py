@@ -1,0 +1,79 @@
+"""Settings of the training module, grouped: optimisation and validation.
+
+The model's own settings are `minitx.model.TransformerConfig`; decoding settings are
+`minitx.decoding.DecodingConfig`. Each setting is defined once, here or there, and the YAML
+configs use the same names (`model.transformer.*`, `model.optim.*`, `model.validation.*`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from minitx.decoding import DecodingConfig
+
+SDPA_BACKENDS: tuple[str, ...] = ("auto", "flash", "math", "default")
+"""Choices of `OptimConfig.sdpa_backend`."""
+
+
+@dataclass
+class OptimConfig:
+    """How the model is trained.
+
+    Attributes:
+        label_smoothing: label-smoothing epsilon of the training loss.
+        lr: peak learning rate (reached at the end of warm-up).
+        warmup_steps: optimizer steps of linear warm-up, then lr ~ 1/sqrt(step).
+        weight_decay: AdamW decoupled weight decay, applied to the weight matrices of linear
+            layers only (not to embeddings, biases, norms or score parameters).
+        betas: AdamW betas.
+        sdpa_backend: kernel behind `F.scaled_dot_product_attention` in training steps:
+            "flash", "math", "default" (PyTorch's choice) or "auto" = "math" on CPU under
+            bf16 autocast (there the fused flash backward is about 2x slower than the math
+            one for sequences up to 128 tokens, see scripts/benchmark.py), else "default".
+    """
+
+    label_smoothing: float = 0.1
+    lr: float = 1e-3
+    warmup_steps: int = 1000
+    weight_decay: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.98)
+    sdpa_backend: str = "auto"
+
+    def __post_init__(self) -> None:
+        self.betas = tuple(self.betas)
+        if self.sdpa_backend not in SDPA_BACKENDS:
+            raise ValueError(f"OptimConfig.sdpa_backend={self.sdpa_backend!r}; choose one of {SDPA_BACKENDS}")
+        if not 0.0 <= self.label_smoothing < 1.0:
+            raise ValueError(f"OptimConfig.label_smoothing must be in [0, 1), got {self.label_smoothing}")
+        if self.lr <= 0 or self.warmup_steps < 0 or self.weight_decay < 0:
+            raise ValueError(
+                "OptimConfig: lr must be > 0, warmup_steps and weight_decay >= 0, got "
+                f"lr={self.lr}, warmup_steps={self.warmup_steps}, weight_decay={self.weight_decay}"
+            )
+
+
+def _greedy() -> DecodingConfig:
+    return DecodingConfig(strategy="greedy")
+
+
+@dataclass
+class ValidationConfig:
+    """What validation measures besides the loss.
+
+    Attributes:
+        bleu_every_n_epochs: translate the validation set and compute BLEU/chrF every N epochs
+            (and always in the last epoch); 0 disables it.
+        decoding: how validation translates. Greedy by default: BLEU after every epoch
+            stays cheap; the end-of-training test reports beam search too.
+    """
+
+    bleu_every_n_epochs: int = 1
+    decoding: DecodingConfig = field(default_factory=_greedy)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.decoding, dict):
+            self.decoding = DecodingConfig.from_dict(self.decoding)
+        if self.bleu_every_n_epochs < 0:
+            raise ValueError(
+                f"ValidationConfig.bleu_every_n_epochs must be >= 0, got {self.bleu_every_n_epochs}"
+            )

@@ -1,0 +1,110 @@
+"""The LightningModule: grouped settings, loss, attention kernel choice, parameter groups."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import minitx.attention
+from minitx.model import TransformerConfig
+from minitx.training import InverseSqrtSchedule, OptimConfig, TranslationModule, ValidationConfig
+
+SMALL = dict(
+    src_vocab_size=40,
+    tgt_vocab_size=40,
+    d_model=16,
+    n_heads=2,
+    n_encoder_layers=1,
+    n_decoder_layers=1,
+    d_ff=32,
+)
+
+
+def test_inverse_sqrt_schedule_warms_up_then_decays() -> None:
+    schedule = InverseSqrtSchedule(warmup_steps=100)
+    assert schedule(50) == pytest.approx(0.5)
+    assert schedule(100) == pytest.approx(1.0)
+    assert schedule(400) == pytest.approx(0.5)
+    assert max(schedule(s) for s in range(1, 1000)) == pytest.approx(1.0)
+
+
+def test_loss_matches_torch_label_smoothed_cross_entropy() -> None:
+    torch.manual_seed(0)
+    module = TranslationModule(transformer=SMALL, optim={"label_smoothing": 0.2}).eval()
+    batch = {"src": torch.randint(4, 40, (3, 8)), "tgt_in": torch.randint(4, 40, (3, 6)), "tgt_out": torch.randint(4, 40, (3, 6))}
+    batch["tgt_out"][0, 3:] = 0  # padding is ignored
+    loss, nll, n_tokens = module._losses(batch)
+    logits = module.model(batch["src"], batch["tgt_in"]).flatten(0, 1)
+    target = batch["tgt_out"].flatten()
+    torch.testing.assert_close(loss, torch.nn.functional.cross_entropy(logits, target, ignore_index=0, label_smoothing=0.2))
+    torch.testing.assert_close(nll, torch.nn.functional.cross_entropy(logits, target, ignore_index=0))
+    assert int(n_tokens) == 15
+
+
+@pytest.mark.parametrize("precision", ["32", "bf16"])
+def test_training_step_never_computes_attention_weights(precision: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ordinary steps use the fused kernel; the explicit weights path runs only when maps are asked for."""
+    calls = []
+    original = minitx.attention.scaled_dot_product_attention
+    monkeypatch.setattr(minitx.attention, "scaled_dot_product_attention", lambda *a, **k: calls.append(1) or original(*a, **k))
+    module = TranslationModule(transformer=SMALL)
+    batch = {"src": torch.randint(4, 40, (2, 8)), "tgt_in": torch.randint(4, 40, (2, 8)), "tgt_out": torch.randint(4, 40, (2, 8))}
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"), module._sdpa_kernel():
+        module._losses(batch)[0].backward()
+    assert calls == []
+    module.model(batch["src"], batch["tgt_in"], need_weights=True)
+    assert len(calls) == 3  # encoder self, decoder self, cross
+
+
+def test_settings_are_accepted_as_dataclasses_or_dicts_and_saved_as_plain_data() -> None:
+    a = TranslationModule(transformer=TransformerConfig(**SMALL), optim=OptimConfig(lr=0.5))
+    b = TranslationModule(transformer=SMALL, optim={"lr": 0.5})
+    assert a.model_config == b.model_config and a.optim == b.optim
+    assert a.validation == ValidationConfig() and a.validation.decoding.strategy == "greedy"
+    hparams = dict(b.hparams)
+    assert hparams["transformer"]["d_model"] == 16 and hparams["optim"]["lr"] == 0.5
+    assert hparams["validation"]["decoding"]["strategy"] == "greedy"
+
+    def plain(value) -> bool:
+        if isinstance(value, dict):
+            return all(isinstance(k, str) and plain(v) for k, v in value.items())
+        if isinstance(value, list | tuple):
+            return all(plain(v) for v in value)
+        return isinstance(value, str | int | float | bool | type(None))
+
+    assert plain(hparams)  # so that checkpoints load with weights_only=True
+
+
+@pytest.mark.parametrize(
+    ("optim", "message"),
+    [({"sdpa_backend": "fast"}, "sdpa_backend='fast'"), ({"lr": 0}, "lr must be > 0")],
+)
+def test_bad_optim_settings_are_clear_errors(optim: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        TranslationModule(transformer=SMALL, optim=optim)
+
+
+def test_parameter_groups_are_chosen_by_module_type() -> None:
+    """Decay: weights of linear layers (an additive score's too). No decay: embeddings
+    (learned positions and the tied output matrix included), biases, norms, a bilinear W."""
+    module = TranslationModule(
+        transformer={**SMALL, "score": "additive", "positional": "learned"},
+        optim={"weight_decay": 0.1},
+    )
+    model = module.model
+    decay, no_decay = module.parameter_groups()
+    assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
+    decayed = {id(p) for p in decay["params"]}
+    names = {id(p): n for n, p in model.named_parameters()}
+    assert len(decay["params"]) + len(no_decay["params"]) == len(names)  # each parameter once
+    for name, p in model.named_parameters():
+        should_decay = name.endswith(".weight") and (
+            "_proj." in name or ".w1." in name or ".w2." in name or ".score." in name
+        )
+        assert (id(p) in decayed) == should_decay, name
+    assert id(model.positional.embedding.weight) not in decayed
+    assert id(model.output.weight) not in decayed  # tied to the embedding
+
+    bilinear = TranslationModule(transformer={**SMALL, "score": "bilinear"}, optim={"weight_decay": 0.1})
+    w = bilinear.model.encoder_layers[0].self_attn.score.weight
+    assert id(w) not in {id(p) for p in bilinear.parameter_groups()[0]["params"]}
