@@ -44,7 +44,9 @@ def causal_mask(tq: int, tk: int | None = None, *, device: torch.device | None =
     """
     tk = tq if tk is None else tk
     if tk < tq:
-        raise ValueError(f"causal_mask: Tk ({tk}) must be >= Tq ({tq}); queries are a suffix of keys")
+        raise ValueError(
+            f"causal_mask: Tk ({tk}) must be >= Tq ({tq}); queries are a suffix of keys"
+        )
     return torch.ones(tq, tk, dtype=torch.bool, device=device).tril(diagonal=tk - tq)
 
 
@@ -84,7 +86,9 @@ def combine_masks(*masks: Tensor | None) -> Tensor | None:
 def _to_additive(mask: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
     if mask.dtype != torch.bool:
         return mask
-    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(~mask, float("-inf"))
+    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(
+        ~mask, float("-inf")
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -133,7 +137,9 @@ class AdditiveScore(nn.Module):
         self.v = nn.Linear(d_attn, 1, bias=False)
 
     def forward(self, q: Tensor, k: Tensor) -> Tensor:
-        hidden = torch.tanh(self.w_q(q).unsqueeze(-2) + self.w_k(k).unsqueeze(-3))  # (..., Tq, Tk, A)
+        hidden = torch.tanh(
+            self.w_q(q).unsqueeze(-2) + self.w_k(k).unsqueeze(-3)
+        )  # (..., Tq, Tk, A)
         return self.v(hidden).squeeze(-1)  # (..., Tq, Tk)
 
 
@@ -277,7 +283,7 @@ class MultiHeadAttention(nn.Module):
         self.positions = positions
 
     def _project(self, x: Tensor, *projections: nn.Linear) -> tuple[Tensor, ...]:
-        """Apply several projections to the same input with one matmul: (B, T, D) -> n x (B, T, D)."""
+        """Several projections of one input in one matmul: (B, T, D) -> n x (B, T, D)."""
         if len(projections) == 1:
             return (projections[0](x),)
         weight = torch.cat([p.weight for p in projections])

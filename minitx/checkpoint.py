@@ -63,7 +63,9 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
         raise FileNotFoundError(
             f"checkpoint not found: {path} (pass the .ckpt written under <run dir>/checkpoints/)"
         )
-    unreadable = f"{path}: not a readable minitx checkpoint (truncated, corrupt or another kind of file)"
+    unreadable = (
+        f"{path}: not a readable minitx checkpoint (truncated, corrupt or another kind of file)"
+    )
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-
 from typing import Any
 
 from sacrebleu.metrics import BLEU, CHRF
@@ -45,20 +44,32 @@ class EvaluationResult:
         """One human-readable line."""
         label = f"{self.decoding}: " if self.decoding else ""
         return (
-            f"{label}BLEU {self.bleu:.2f} (lowercased {self.bleu_lowercase:.2f}), chrF {self.chrf:.2f} | "
-            f"{len(self.hypotheses)} sentences in {self.seconds:.1f} s ({self.sentences_per_second:.1f}/s) | {self.signature}"
+            f"{label}BLEU {self.bleu:.2f} (lowercased {self.bleu_lowercase:.2f}), "
+            f"chrF {self.chrf:.2f} | {len(self.hypotheses)} sentences in {self.seconds:.1f} s "
+            f"({self.sentences_per_second:.1f}/s) | {self.signature}"
         )
 
 
-def score(hypotheses: Sequence[str], references: Sequence[str], seconds: float = 0.0) -> EvaluationResult:
+def score(
+    hypotheses: Sequence[str], references: Sequence[str], seconds: float = 0.0
+) -> EvaluationResult:
     """Score translations against one reference each."""
     if len(hypotheses) != len(references):
         raise ValueError(f"score: {len(hypotheses)} hypotheses but {len(references)} references")
     bleu = BLEU(tokenize="13a")
     cased = bleu.corpus_score(list(hypotheses), [list(references)])
-    lowercase = BLEU(tokenize="13a", lowercase=True).corpus_score(list(hypotheses), [list(references)])
+    lowercase = BLEU(tokenize="13a", lowercase=True).corpus_score(
+        list(hypotheses), [list(references)]
+    )
     chrf = CHRF().corpus_score(list(hypotheses), [list(references)])
-    return EvaluationResult(cased.score, str(bleu.get_signature()), lowercase.score, chrf.score, seconds, list(hypotheses))
+    return EvaluationResult(
+        cased.score,
+        str(bleu.get_signature()),
+        lowercase.score,
+        chrf.score,
+        seconds,
+        list(hypotheses),
+    )
 
 
 def evaluate(

@@ -1,4 +1,5 @@
-"""Transformer building blocks: feed-forward (with its activation registry), encoder and decoder layers.
+"""Transformer building blocks: feed-forward (and its activation registry), encoder and
+decoder layers.
 
 Pre-LN (default) normalises the input of each sub-layer, x + f(LN(x)), and needs a final
 LayerNorm after the stack; post-LN is the original paper's LN(x + f(x)).
@@ -12,7 +13,6 @@ from torch import Tensor, nn
 
 from minitx.attention import KVCache, MultiHeadAttention
 from minitx.registry import Registry
-
 
 ACTIVATIONS: Registry[Callable[[], nn.Module]] = Registry("activation")
 """Feed-forward activations by name; an entry is built with no arguments."""
@@ -78,13 +78,19 @@ class EncoderLayer(nn.Module):
         self.self_attn = MultiHeadAttention(
             d_model, n_heads, dropout=attention_dropout, score=score, positions=positions
         )
-        self.feed_forward = FeedForward(d_model, d_ff, activation=activation, dropout=activation_dropout)
+        self.feed_forward = FeedForward(
+            d_model, d_ff, activation=activation, dropout=activation_dropout
+        )
         self.attn_block = _SubLayer(d_model, dropout, norm_first)
         self.ff_block = _SubLayer(d_model, dropout, norm_first)
 
-    def forward(self, x: Tensor, src_mask: Tensor | None, need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+    def forward(
+        self, x: Tensor, src_mask: Tensor | None, need_weights: bool = False
+    ) -> tuple[Tensor, Tensor | None]:
         """x (B, S, D), src_mask (B, 1, 1, S) -> (B, S, D) and weights (B, H, S, S) or None."""
-        y, weights = self.self_attn(self.attn_block.pre(x), mask=src_mask, need_weights=need_weights)
+        y, weights = self.self_attn(
+            self.attn_block.pre(x), mask=src_mask, need_weights=need_weights
+        )
         x = self.attn_block.post(x, y)
         x = self.ff_block.post(x, self.feed_forward(self.ff_block.pre(x)))
         return x, weights
@@ -114,7 +120,9 @@ class DecoderLayer(nn.Module):
         self.cross_attn = MultiHeadAttention(
             d_model, n_heads, dropout=attention_dropout, score=score
         )
-        self.feed_forward = FeedForward(d_model, d_ff, activation=activation, dropout=activation_dropout)
+        self.feed_forward = FeedForward(
+            d_model, d_ff, activation=activation, dropout=activation_dropout
+        )
         self.self_block = _SubLayer(d_model, dropout, norm_first)
         self.cross_block = _SubLayer(d_model, dropout, norm_first)
         self.ff_block = _SubLayer(d_model, dropout, norm_first)
@@ -142,9 +150,17 @@ class DecoderLayer(nn.Module):
             (B, H, T, S) or None.
         """
         self_cache, cross_cache = cache if cache is not None else (None, None)
-        y, self_w = self.self_attn(self.self_block.pre(x), is_causal=True, need_weights=need_weights, cache=self_cache)
+        y, self_w = self.self_attn(
+            self.self_block.pre(x), is_causal=True, need_weights=need_weights, cache=self_cache
+        )
         x = self.self_block.post(x, y)
-        y, cross_w = self.cross_attn(self.cross_block.pre(x), memory, mask=src_mask, need_weights=need_weights, cache=cross_cache)
+        y, cross_w = self.cross_attn(
+            self.cross_block.pre(x),
+            memory,
+            mask=src_mask,
+            need_weights=need_weights,
+            cache=cross_cache,
+        )
         x = self.cross_block.post(x, y)
         x = self.ff_block.post(x, self.feed_forward(self.ff_block.pre(x)))
         return x, self_w, cross_w

@@ -70,16 +70,28 @@ class TransformerConfig:
     eos_id: ClassVar[int] = EOS_ID
 
     def __post_init__(self) -> None:
-        positive = ("src_vocab_size", "tgt_vocab_size", "d_model", "n_heads", "d_ff", "max_positions")
+        positive = (
+            "src_vocab_size",
+            "tgt_vocab_size",
+            "d_model",
+            "n_heads",
+            "d_ff",
+            "max_positions",
+        )
         for name in positive:
             if getattr(self, name) <= 0:
-                raise ValueError(f"TransformerConfig.{name} must be positive, got {getattr(self, name)}")
+                raise ValueError(
+                    f"TransformerConfig.{name} must be positive, got {getattr(self, name)}"
+                )
         for name in ("n_encoder_layers", "n_decoder_layers"):
             if getattr(self, name) < 1:
-                raise ValueError(f"TransformerConfig.{name} must be at least 1, got {getattr(self, name)}")
+                raise ValueError(
+                    f"TransformerConfig.{name} must be at least 1, got {getattr(self, name)}"
+                )
         if self.d_model % self.n_heads:
             raise ValueError(
-                f"TransformerConfig: d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads}); "
+                f"TransformerConfig: d_model ({self.d_model}) must be divisible by n_heads "
+                f"({self.n_heads}); "
                 f"e.g. d_model={self.n_heads * max(1, self.d_model // self.n_heads)}"
             )
         for name in ("dropout", "attention_dropout", "activation_dropout"):
@@ -87,7 +99,11 @@ class TransformerConfig:
                 raise ValueError(
                     f"TransformerConfig.{name} must be in [0, 1), got {getattr(self, name)}"
                 )
-        registries = {"activation": ACTIVATIONS, "positional": POSITIONAL_ENCODINGS, "score": SCORES}
+        registries = {
+            "activation": ACTIVATIONS,
+            "positional": POSITIONAL_ENCODINGS,
+            "score": SCORES,
+        }
         for name, registry in registries.items():
             registry.check(getattr(self, name), where=f"TransformerConfig.{name}")
         try:
@@ -125,7 +141,9 @@ class TransformerConfig:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
-            raise ValueError(f"TransformerConfig: unknown keys {unknown}; known keys are {sorted(known)}")
+            raise ValueError(
+                f"TransformerConfig: unknown keys {unknown}; known keys are {sorted(known)}"
+            )
         return cls(**values)
 
 
@@ -194,7 +212,11 @@ class Transformer(nn.Module):
         super().__init__()
         self.config = c = config
         self.src_embed = nn.Embedding(c.src_vocab_size, c.d_model, padding_idx=PAD_ID)
-        self.tgt_embed = self.src_embed if c.share_embeddings else nn.Embedding(c.tgt_vocab_size, c.d_model, padding_idx=c.pad_id)
+        self.tgt_embed = (
+            self.src_embed
+            if c.share_embeddings
+            else nn.Embedding(c.tgt_vocab_size, c.d_model, padding_idx=c.pad_id)
+        )
         self.positional = make_positional_encoding(
             c.positional, c.d_model, c.max_positions, n_heads=c.n_heads
         )
@@ -292,7 +314,9 @@ class Transformer(nn.Module):
         self_maps, cross_maps = [], []
         for i, layer in enumerate(self.decoder_layers):
             layer_cache = cache.layers[i] if cache is not None else None
-            x, self_w, cross_w = layer(x, memory, src_mask, need_weights=need_weights, cache=layer_cache)
+            x, self_w, cross_w = layer(
+                x, memory, src_mask, need_weights=need_weights, cache=layer_cache
+            )
             self_maps.append(self_w)
             cross_maps.append(cross_w)
         x = self.decoder_norm(x)  # (B, T, D)
@@ -304,7 +328,9 @@ class Transformer(nn.Module):
         """An empty cache for incremental decoding."""
         return DecoderCache(len(self.decoder_layers))
 
-    def forward(self, src: Tensor, tgt_in: Tensor, need_weights: bool = False) -> Tensor | TransformerOutput:
+    def forward(
+        self, src: Tensor, tgt_in: Tensor, need_weights: bool = False
+    ) -> Tensor | TransformerOutput:
         """Teacher-forced forward pass.
 
         Args:
@@ -320,7 +346,9 @@ class Transformer(nn.Module):
         dec = self.decode(tgt_in, enc.memory, enc.src_mask, need_weights=need_weights)
         if not need_weights:
             return dec.logits
-        return TransformerOutput(dec.logits, enc.attentions, dec.self_attentions, dec.cross_attentions)
+        return TransformerOutput(
+            dec.logits, enc.attentions, dec.self_attentions, dec.cross_attentions
+        )
 
     def num_parameters(self) -> int:
         """Number of distinct trainable parameters (tied matrices counted once)."""

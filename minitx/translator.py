@@ -171,7 +171,9 @@ class Translator:
             **changes: `DecodingConfig` fields to override, e.g. `beam_size=1` for greedy.
         """
         config = resolve_decoding(decoding, **changes).replace(n_best=1)
-        return [hyps[0][0] for hyps in self.translate_n_best(sentences, config, batch_size=batch_size)]
+        return [
+            hyps[0][0] for hyps in self.translate_n_best(sentences, config, batch_size=batch_size)
+        ]
 
     @torch.inference_mode()
     def attention(

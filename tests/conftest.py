@@ -7,7 +7,6 @@ import os
 from pathlib import Path
 
 import pytest
-
 from helpers import TOY_CORPUS_DIR, TinyRun, train_tiny
 
 TESTS_DIR = Path(__file__).resolve().parent

@@ -39,7 +39,7 @@ class TinyRun:
 
 
 def train_tiny(workdir: Path, *, max_epochs: int = 6) -> TinyRun:
-    """Train the tiny config on the toy corpus inside `workdir` (the loggers write `runs/` under the CWD)."""
+    """Train the tiny config on the toy corpus inside `workdir` (runs/ is written under the CWD)."""
     from minitx.cli.train import main
 
     previous_cwd, previous_env = Path.cwd(), dict(os.environ)

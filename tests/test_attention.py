@@ -39,7 +39,9 @@ def gen(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
-def make_mask(kind: str, lead: tuple[int, ...], tq: int, tk: int, seed: int = 0) -> tuple[Tensor | None, Tensor]:
+def make_mask(
+    kind: str, lead: tuple[int, ...], tq: int, tk: int, seed: int = 0
+) -> tuple[Tensor | None, Tensor]:
     """A mask of `kind` broadcastable to lead + (tq, tk), and the full bool 'may attend' tensor.
 
     Padding: sentence i of the first batch axis has max(1, tk - 2i - 1) real keys, so every
@@ -78,7 +80,15 @@ def make_mask(kind: str, lead: tuple[int, ...], tq: int, tk: int, seed: int = 0)
     return mask, allowed
 
 
-def qkv(lead: tuple[int, ...], tq: int, tk: int, dk: int, dv: int, seed: int = 0, requires_grad: bool = False):
+def qkv(
+    lead: tuple[int, ...],
+    tq: int,
+    tk: int,
+    dk: int,
+    dv: int,
+    seed: int = 0,
+    requires_grad: bool = False,
+):
     g = gen(seed)
     q = torch.randn(lead + (tq, dk), generator=g)
     k = torch.randn(lead + (tk, dk), generator=g)
@@ -101,7 +111,9 @@ SHAPES = [
 
 
 @pytest.mark.parametrize("kind", MASK_KINDS)
-@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"lead{len(s[0])}-tq{s[1]}-tk{s[2]}-dk{s[3]}-dv{s[4]}")
+@pytest.mark.parametrize(
+    "shape", SHAPES, ids=lambda s: f"lead{len(s[0])}-tq{s[1]}-tk{s[2]}-dk{s[3]}-dv{s[4]}"
+)
 def test_sdpa_equals_torch_fp32(shape, kind):
     lead, tq, tk, dk, dv = shape
     q, k, v = qkv(lead, tq, tk, dk, dv, seed=1)
@@ -150,7 +162,9 @@ def test_sdpa_fp16_large_inputs_do_not_overflow():
     q = (100.0 + torch.randn(1, 3, d, generator=g)).half()
     k = (100.0 + torch.randn(1, 4, d, generator=g)).half()
     v = torch.randn(1, 4, 2, generator=g).half()
-    assert torch.isinf(q @ k.transpose(-2, -1)).any(), "test setup: the unscaled product must overflow"
+    assert torch.isinf(q @ k.transpose(-2, -1)).any(), (
+        "test setup: the unscaled product must overflow"
+    )
     out, weights = scaled_dot_product_attention(q, k, v)
     assert torch.isfinite(out).all() and torch.isfinite(weights).all()
     torch.testing.assert_close(weights.sum(-1), torch.ones(1, 3), **FP32)
@@ -165,7 +179,11 @@ def test_fully_masked_row_gives_zeros_and_finite_gradients(mask_dtype):
     allowed = torch.ones(2, 3, 4, dtype=torch.bool)
     allowed[0, 1] = False  # query 1 of sentence 0 sees nothing
     allowed[1, :, 2] = False
-    mask = allowed if mask_dtype == "bool" else torch.zeros(allowed.shape).masked_fill(~allowed, float("-inf"))
+    mask = (
+        allowed
+        if mask_dtype == "bool"
+        else torch.zeros(allowed.shape).masked_fill(~allowed, float("-inf"))
+    )
     out, weights = scaled_dot_product_attention(q, k, v, mask)
     assert not torch.isnan(out).any() and not torch.isnan(weights).any()
     assert (out[0, 1] == 0).all() and (weights[0, 1] == 0).all()
@@ -184,7 +202,9 @@ def test_mha_fully_masked_row_is_zero_and_finite_grads(need_weights):
     mha = MultiHeadAttention(8, 2)
     x = torch.randn(2, 3, 8, requires_grad=True)
     memory = torch.randn(2, 4, 8, requires_grad=True)
-    keep = torch.tensor([[False] * 4, [True, True, False, False]])[:, None, None, :]  # sentence 0: all padding
+    keep = torch.tensor([[False] * 4, [True, True, False, False]])[
+        :, None, None, :
+    ]  # sentence 0: all padding
     out, _ = mha(x, memory, mask=keep, need_weights=need_weights)
     assert torch.isfinite(out).all()
     # Attention output is zero, so the block output is the out_proj bias.
@@ -331,7 +351,11 @@ def test_additive_score_matches_formula():
     expected = torch.empty(2, 2, 3, 5)
     for i in range(3):
         for j in range(5):
-            hidden = torch.tanh(q[..., i, :] @ score.w_q.weight.T + k[..., j, :] @ score.w_k.weight.T + score.w_k.bias)
+            hidden = torch.tanh(
+                q[..., i, :] @ score.w_q.weight.T
+                + k[..., j, :] @ score.w_k.weight.T
+                + score.w_k.bias
+            )
             expected[..., i, j] = (hidden @ score.v.weight.T).squeeze(-1)
     torch.testing.assert_close(scores, expected, **FP32)
 
@@ -342,7 +366,14 @@ def test_mha_with_each_score_trains(name):
     vocab, t, d = 8, 6, 16
     torch.manual_seed(14)
     tokens = torch.randint(0, vocab, (64, t))
-    x = torch.cat([F.one_hot(tokens, vocab).float(), torch.eye(t).expand(64, t, t), torch.zeros(64, t, d - vocab - t)], -1)
+    x = torch.cat(
+        [
+            F.one_hot(tokens, vocab).float(),
+            torch.eye(t).expand(64, t, t),
+            torch.zeros(64, t, d - vocab - t),
+        ],
+        -1,
+    )
     target = tokens.roll(1, dims=1)  # target at t is the token at t - 1 (cyclically)
     mha = MultiHeadAttention(d, 2, score=name)
     opt = torch.optim.Adam(mha.parameters(), lr=0.03)
@@ -413,7 +444,9 @@ def test_head_projections_at_position_depend_only_on_that_token(t):
 def _buggy_mha_forward(mha: MultiHeadAttention, x: Tensor, mask: Tensor) -> Tensor:
     """MHA with the tutorial bug: view (B, T, D) straight to (B, H, T, Dh)."""
     b, t, d = x.shape
-    q, k, v = (p(x).view(b, mha.n_heads, t, d // mha.n_heads) for p in (mha.q_proj, mha.k_proj, mha.v_proj))
+    q, k, v = (
+        p(x).view(b, mha.n_heads, t, d // mha.n_heads) for p in (mha.q_proj, mha.k_proj, mha.v_proj)
+    )
     out, _ = scaled_dot_product_attention(q, k, v, mask)
     return mha.out_proj(out.reshape(b, t, d))
 
@@ -454,7 +487,9 @@ def test_mha_head_output_at_t_depends_only_on_token_t(need_weights):
 def torch_mha_from(ours: MultiHeadAttention) -> nn.MultiheadAttention:
     ref = nn.MultiheadAttention(ours.d_model, ours.n_heads, batch_first=True)
     with torch.no_grad():
-        ref.in_proj_weight.copy_(torch.cat([ours.q_proj.weight, ours.k_proj.weight, ours.v_proj.weight]))
+        ref.in_proj_weight.copy_(
+            torch.cat([ours.q_proj.weight, ours.k_proj.weight, ours.v_proj.weight])
+        )
         ref.in_proj_bias.copy_(torch.cat([ours.q_proj.bias, ours.k_proj.bias, ours.v_proj.bias]))
         ref.out_proj.weight.copy_(ours.out_proj.weight)
         ref.out_proj.bias.copy_(ours.out_proj.bias)
@@ -480,7 +515,9 @@ def test_mha_equals_torch_multihead_attention(case):
     causal = "causal" in case
     kv = memory if cross else x
     ref_out, ref_w = ref(
-        x, kv, kv,
+        x,
+        kv,
+        kv,
         key_padding_mask=~keep if mask is not None else None,  # nn.MHA: True = ignore
         attn_mask=~causal_mask(tq) if causal else None,  # nn.MHA: True = not allowed
         need_weights=True,
@@ -502,7 +539,11 @@ def test_mha_projections_match_manual_computation(bias):
     assert (mha.q_proj.bias is None) == (not bias)
     x, mem = torch.randn(2, 3, 8), torch.randn(2, 5, 8)
     out, w = mha(x, mem, need_weights=True)
-    q, k, v = split_heads(mha.q_proj(x), 2), split_heads(mha.k_proj(mem), 2), split_heads(mha.v_proj(mem), 2)
+    q, k, v = (
+        split_heads(mha.q_proj(x), 2),
+        split_heads(mha.k_proj(mem), 2),
+        split_heads(mha.v_proj(mem), 2),
+    )
     manual = mha.out_proj(merge_heads(torch.softmax(q @ k.transpose(-2, -1) / 2.0, -1) @ v))
     torch.testing.assert_close(out, manual, **FP32)
 
@@ -544,7 +585,9 @@ def _paths(mha, *args, **kwargs):
     return results
 
 
-@pytest.mark.parametrize("case", ["self", "causal", "cross+padding", "self+float", "causal+padding"])
+@pytest.mark.parametrize(
+    "case", ["self", "causal", "cross+padding", "self+float", "causal+padding"]
+)
 def test_fused_and_explicit_paths_agree(case):
     torch.manual_seed(23)
     mha = MultiHeadAttention(16, 4).eval()
@@ -561,7 +604,7 @@ def test_fused_and_explicit_paths_agree(case):
 
 
 def test_fused_and_explicit_paths_agree_with_cache():
-    """Causal self-attention with Tq < Tk (cached prefix) and cross-attention with a filled cache."""
+    """Causal self-attention with Tq < Tk (cached prefix); cross-attention with a filled cache."""
     torch.manual_seed(25)
     mha = MultiHeadAttention(16, 4).eval()
     x = torch.randn(2, 6, 16)
@@ -575,7 +618,13 @@ def test_fused_and_explicit_paths_agree_with_cache():
     torch.testing.assert_close(fused, full[:, 4:], **FP32)  # right-aligned causal mask
     cross = KVCache()
     mha(x[:, :1], memory, cache=cross)
-    fused, explicit = _paths(mha, x[:, 1:3], memory, cache=cross, mask=padding_mask(torch.tensor([[1, 1, 1, 0, 0], [1] * 5])))
+    fused, explicit = _paths(
+        mha,
+        x[:, 1:3],
+        memory,
+        cache=cross,
+        mask=padding_mask(torch.tensor([[1, 1, 1, 0, 0], [1] * 5])),
+    )
     torch.testing.assert_close(fused, explicit, **FP32)
 
 
@@ -631,7 +680,8 @@ def test_kv_cache_reorder():
 
 
 def test_kv_cache_reorder_then_continue_equals_reordered_full_pass():
-    """Beam-search style: decode 2 steps, reorder rows, decode a third: same as full pass on reordered rows."""
+    """Beam-search style: decode 2 steps, reorder rows, decode a third: equal to a full pass
+    over the reordered rows."""
     torch.manual_seed(30)
     mha = MultiHeadAttention(8, 2).eval()
     x = torch.randn(3, 3, 8)

@@ -58,14 +58,18 @@ def test_every_config_parses_and_instantiates(
 
 
 @pytest.mark.parametrize("name", ["tiny", "multi30k_en_de", "multi30k_de_en"])
-def test_packaged_config_by_name(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_packaged_config_by_name(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     cli = build_cli(["--config", name, "--trainer.logger", "false"])
     expected = yaml.safe_load((CONFIG_DIR / f"{name}.yaml").read_text())
     assert cli.config.run_name == expected["run_name"]
 
 
-def test_run_name_alone_names_the_run_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_run_name_alone_names_the_run_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     cli = build_cli(["--config", "tiny", "--run_name", "mine", "--runs_dir", "out"])
     tb, csv_logger = cli.trainer.loggers
@@ -81,7 +85,9 @@ def test_configs_do_not_repeat_loggers_or_callbacks() -> None:
         assert "logger" not in trainer and "callbacks" not in trainer, path.name
 
 
-def test_default_config_is_found_from_any_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_default_config_is_found_from_any_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     cli = build_cli(["--trainer.logger", "false"])
     defaults = yaml.safe_load((CONFIG_DIR / "multi30k_de_en.yaml").read_text())
@@ -100,7 +106,14 @@ def test_en_de_config_flips_the_direction(tmp_path: Path, monkeypatch: pytest.Mo
 def test_dotted_override(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     cli = build_cli(
-        ["--trainer.max_epochs", "3", "--model.transformer.dropout", "0.25", "--trainer.logger", "false"]
+        [
+            "--trainer.max_epochs",
+            "3",
+            "--model.transformer.dropout",
+            "0.25",
+            "--trainer.logger",
+            "false",
+        ]
     )
     assert cli.trainer.max_epochs == 3
     assert cli.model.model.config.dropout == 0.25
@@ -108,9 +121,20 @@ def test_dotted_override(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
 
 @pytest.mark.parametrize(
     "section,key",
-    [("model", "d_modle"), ("model:\n  transformer", "d_modle"), ("data", "vocab"), ("trainer", "max_epoch")],
+    [
+        ("model", "d_modle"),
+        ("model:\n  transformer", "d_modle"),
+        ("data", "vocab"),
+        ("trainer", "max_epoch"),
+    ],
 )
-def test_unknown_config_keys_fail(section: str, key: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+def test_unknown_config_keys_fail(
+    section: str,
+    key: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+) -> None:
     monkeypatch.chdir(tmp_path)
     bad = tmp_path / "bad.yaml"
     bad.write_text(f"{section}:\n  {key}: 3\n")
@@ -120,7 +144,9 @@ def test_unknown_config_keys_fail(section: str, key: str, tmp_path: Path, monkey
     assert key in capsys.readouterr().err
 
 
-def test_invalid_model_value_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_invalid_model_value_is_a_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     with pytest.raises((ValueError, SystemExit)) as exc:
         build_cli(["--model.transformer.n_heads", "3", "--trainer.logger", "false"])
@@ -132,7 +158,15 @@ def test_invalid_model_value_is_a_clear_error(tmp_path: Path, monkeypatch: pytes
 
 def test_smoke_fit_logs_loss_bleu_chrf_perplexity_lr(tiny_run: TinyRun) -> None:
     rows = metrics(tiny_run.run_dir)
-    for key in ("train/loss", "val/loss", "val/ppl", "val/bleu", "val/chrf", "train/tokens_per_sec", "train/epoch_seconds"):
+    for key in (
+        "train/loss",
+        "val/loss",
+        "val/ppl",
+        "val/bleu",
+        "val/chrf",
+        "train/tokens_per_sec",
+        "train/epoch_seconds",
+    ):
         assert logged(rows, key), f"{key} was not logged"
     assert any(k.startswith("lr-") for k in rows[0]), "learning rate was not logged"
     assert len(logged(rows, "val/bleu")) == tiny_run.max_epochs  # every epoch
@@ -160,7 +194,11 @@ def test_smoke_fit_writes_attention_figures_to_tensorboard_and_png(tiny_run: Tin
     assert len(entropy) == 3 * 2  # 3 kinds x 1 layer x 2 heads
     for tag in ("start", "epoch_000", "epoch_001"):
         pngs = sorted((tiny_run.run_dir / "attention" / tag).glob("*.png"))
-        assert [p.name for p in pngs] == ["s0_cross_layer_0.png", "s0_decoder_layer_0.png", "s0_encoder_layer_0.png"]
+        assert [p.name for p in pngs] == [
+            "s0_cross_layer_0.png",
+            "s0_decoder_layer_0.png",
+            "s0_encoder_layer_0.png",
+        ]
         assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
 
 
@@ -192,7 +230,9 @@ class RecordLr(Callback):
         self.lrs.append(trainer.optimizers[0].param_groups[0]["lr"])
 
 
-def test_resume_last_continues_at_the_saved_step_epoch_and_lr(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_resume_last_continues_at_the_saved_step_epoch_and_lr(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     common = TINY + ["--trainer.enable_progress_bar", "false", "--test", "false"]
     first = main(common + ["--trainer.max_epochs", "1"])
@@ -213,7 +253,9 @@ def test_resume_last_continues_at_the_saved_step_epoch_and_lr(tmp_path: Path, mo
     assert second.trainer.current_epoch == 2
 
 
-def test_resume_last_without_a_previous_run_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_resume_last_without_a_previous_run_is_a_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     with pytest.raises(FileNotFoundError, match="no .*last.ckpt to resume from"):
         build_cli(TINY + ["--ckpt_path", "last"])
@@ -225,10 +267,14 @@ def test_sigterm_leaves_a_usable_last_checkpoint(tmp_path: Path) -> None:
         sys.executable, str(REPO / "scripts" / "train.py"), *TINY, "--trainer.max_epochs", "100000",
         "--trainer.enable_progress_bar", "false", "--test", "false",
     ]  # fmt: skip
-    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     try:
         deadline = time.time() + 120
-        while time.time() < deadline and not list((tmp_path / "runs").glob("tiny/*/checkpoints/epoch*.ckpt")):
+        while time.time() < deadline and not list(
+            (tmp_path / "runs").glob("tiny/*/checkpoints/epoch*.ckpt")
+        ):
             time.sleep(0.2)  # wait until training is well under way (first epoch done)
         assert proc.poll() is None, proc.stdout.read()
         proc.send_signal(signal.SIGTERM)

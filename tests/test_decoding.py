@@ -51,7 +51,7 @@ def row_tokens(row: torch.Tensor) -> list[int]:
 
 
 def check_generated_rows(ids: torch.Tensor, limits: list[int]) -> None:
-    """Every row: no bos; pad only after eos (or after the cap); eos at most once, last; length <= cap."""
+    """Every row: no bos; pad only after eos (or the cap); eos at most once, last; length <= cap."""
     for row, limit in zip(ids.tolist(), limits, strict=True):
         assert BOS not in row
         if EOS in row:
@@ -105,10 +105,13 @@ def test_greedy_cached_logits_equal_full_recomputation_step_by_step(model, sourc
             full = model.decode(tokens, enc.memory, enc.src_mask).logits[:, -1]
             torch.testing.assert_close(step, full, **LOGITS)
             tokens = torch.cat([tokens, full.argmax(-1, keepdim=True).clamp(min=4)], dim=1)
-    # greedy_decode itself: each token is the argmax (pad/bos excluded) of the teacher-forced logits.
+    # greedy_decode itself: each token is the argmax (pad/bos excluded) of the teacher-forced
+    # logits.
     ids = greedy_decode(model, sources, max_len_a=1.0, max_len_b=4)
     with torch.no_grad():
-        logits = model(sources, torch.cat([torch.full((sources.size(0), 1), BOS), ids[:, :-1]], dim=1))
+        logits = model(
+            sources, torch.cat([torch.full((sources.size(0), 1), BOS), ids[:, :-1]], dim=1)
+        )
     logits[..., [PAD, BOS]] = float("-inf")
     for i, row in enumerate(ids.tolist()):
         n = len(row_tokens(ids[i]))
@@ -221,7 +224,9 @@ def test_batched_beam_equals_one_at_a_time(model, sources):
 
 @pytest.mark.parametrize("alpha", [0.0, 0.6, 1.0])
 def test_beam_scores_are_teacher_forced_log_probs(model, sources, alpha):
-    hyps = beam_search(model, sources, beam_size=3, n_best=3, alpha=alpha, max_len_a=1.0, max_len_b=3)
+    hyps = beam_search(
+        model, sources, beam_size=3, n_best=3, alpha=alpha, max_len_a=1.0, max_len_b=3
+    )
     for i, sentence in enumerate(hyps):
         src = sources[i : i + 1, : int((sources[i] != PAD).sum())]
         for h in sentence:
@@ -231,7 +236,9 @@ def test_beam_scores_are_teacher_forced_log_probs(model, sources, alpha):
                 logp = torch.log_softmax(model(src, tgt_in), dim=-1)
             expected = logp.gather(-1, tokens[..., None]).sum().item()
             assert h.log_prob == pytest.approx(expected, abs=1e-4)
-            assert h.score == pytest.approx(h.log_prob / length_penalty(len(h.tokens), alpha), rel=1e-6)
+            assert h.score == pytest.approx(
+                h.log_prob / length_penalty(len(h.tokens), alpha), rel=1e-6
+            )
 
 
 def test_length_penalty():
@@ -274,22 +281,33 @@ def overfit():
     tgt_in = pad_batch([[BOS] + t for t in tgts])
     tgt_out = pad_batch([t + [EOS] for t in tgts])
     config = TransformerConfig(
-        src_vocab_size=20, tgt_vocab_size=20, d_model=32, n_heads=2, n_encoder_layers=1,
-        n_decoder_layers=1, d_ff=64, dropout=0.0, max_positions=32,
+        src_vocab_size=20,
+        tgt_vocab_size=20,
+        d_model=32,
+        n_heads=2,
+        n_encoder_layers=1,
+        n_decoder_layers=1,
+        d_ff=64,
+        dropout=0.0,
+        max_positions=32,
     )
     torch.manual_seed(6)
     m = Transformer(config)
     opt = torch.optim.Adam(m.parameters(), lr=3e-3)
     losses = []
     for _ in range(200):
-        loss = F.cross_entropy(m(src, tgt_in).reshape(-1, 20), tgt_out.reshape(-1), ignore_index=PAD)
+        loss = F.cross_entropy(
+            m(src, tgt_in).reshape(-1, 20), tgt_out.reshape(-1), ignore_index=PAD
+        )
         opt.zero_grad()
         loss.backward()
         opt.step()
         losses.append(loss.item())
     m.eval()
     with torch.no_grad():
-        final = F.cross_entropy(m(src, tgt_in).reshape(-1, 20), tgt_out.reshape(-1), ignore_index=PAD).item()
+        final = F.cross_entropy(
+            m(src, tgt_in).reshape(-1, 20), tgt_out.reshape(-1), ignore_index=PAD
+        ).item()
     return m, src, tgts, losses, final
 
 

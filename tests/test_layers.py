@@ -60,7 +60,9 @@ def test_bad_activation_raises():
 
 
 def _copy_mha(ours: MultiHeadAttention, ref: nn.MultiheadAttention) -> None:
-    ref.in_proj_weight.copy_(torch.cat([ours.q_proj.weight, ours.k_proj.weight, ours.v_proj.weight]))
+    ref.in_proj_weight.copy_(
+        torch.cat([ours.q_proj.weight, ours.k_proj.weight, ours.v_proj.weight])
+    )
     ref.in_proj_bias.copy_(torch.cat([ours.q_proj.bias, ours.k_proj.bias, ours.v_proj.bias]))
     ref.out_proj.weight.copy_(ours.out_proj.weight)
     ref.out_proj.bias.copy_(ours.out_proj.bias)
@@ -161,7 +163,9 @@ def test_pre_and_post_ln_differ_and_post_ln_output_is_normalised(layer_cls):
     assert not torch.allclose(out_pre, out_post, atol=1e-2)
     # Post-LN ends in a LayerNorm (identity affine at init): each position has mean 0, var 1.
     torch.testing.assert_close(out_post.mean(-1), torch.zeros(2, 5), atol=1e-5, rtol=0)
-    torch.testing.assert_close(out_post.var(-1, unbiased=False), torch.ones(2, 5), atol=1e-3, rtol=0)
+    torch.testing.assert_close(
+        out_post.var(-1, unbiased=False), torch.ones(2, 5), atol=1e-3, rtol=0
+    )
     # Pre-LN keeps the residual stream un-normalised.
     assert out_pre.mean(-1).abs().max() > 0.1
 

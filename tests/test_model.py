@@ -59,19 +59,34 @@ BAD_CONFIGS = [
     (dict(dropout=-0.1), r"dropout must be in \[0, 1\)"),
     (dict(attention_dropout=1.5), r"attention_dropout must be in \[0, 1\)"),
     (dict(activation_dropout=-0.5), r"activation_dropout must be in \[0, 1\)"),
-    (dict(activation="tanh"), r"activation: unknown activation 'tanh'; choose one of \('relu', 'gelu'"),
+    (
+        dict(activation="tanh"),
+        r"activation: unknown activation 'tanh'; choose one of \('relu', 'gelu'",
+    ),
     (dict(positional="alibi"), r"positional: unknown positional encoding 'alibi'; choose one of"),
-    (dict(score="cosine"), r"score: unknown attention score 'cosine'; choose one of \('scaled_dot', 'dot', 'additive', 'bilinear'\)"),
+    (
+        dict(score="cosine"),
+        r"score: unknown attention score 'cosine'; "
+        r"choose one of \('scaled_dot', 'dot', 'additive', 'bilinear'\)",
+    ),
     (dict(d_model=9, n_heads=3), r"sinusoidal positions need an even d_model, got 9"),
     (dict(d_model=12, n_heads=4, positional="rotary"), r"rotary positions need an even head width"),
-    (dict(src_vocab_size=20, tgt_vocab_size=30, share_embeddings=True), r"share_embeddings needs equal vocabularies.*20.*30"),
+    (
+        dict(src_vocab_size=20, tgt_vocab_size=30, share_embeddings=True),
+        r"share_embeddings needs equal vocabularies.*20.*30",
+    ),
     (dict(src_vocab_size=3, tgt_vocab_size=3), r"vocabularies must be larger than the special ids"),
-    (dict(src_vocab_size=3, tgt_vocab_size=30, share_embeddings=False), r"larger than the special ids.*got 3"),
+    (
+        dict(src_vocab_size=3, tgt_vocab_size=30, share_embeddings=False),
+        r"larger than the special ids.*got 3",
+    ),
 ]
 
 
 @pytest.mark.parametrize(
-    ("overrides", "message"), BAD_CONFIGS, ids=[",".join(f"{k}={v}" for k, v in o.items()) for o, _ in BAD_CONFIGS]
+    ("overrides", "message"),
+    BAD_CONFIGS,
+    ids=[",".join(f"{k}={v}" for k, v in o.items()) for o, _ in BAD_CONFIGS],
 )
 def test_config_validation(overrides, message):
     with pytest.raises(ValueError, match=message):
@@ -79,14 +94,20 @@ def test_config_validation(overrides, message):
 
 
 def test_config_valid_corner_cases():
-    TransformerConfig(**{**TINY, "d_model": 9, "n_heads": 3, "positional": "learned"})  # odd D is fine when learned
-    TransformerConfig(**{**TINY, "src_vocab_size": 10, "tgt_vocab_size": 30, "share_embeddings": False})
+    TransformerConfig(
+        **{**TINY, "d_model": 9, "n_heads": 3, "positional": "learned"}
+    )  # odd D is fine when learned
+    TransformerConfig(
+        **{**TINY, "src_vocab_size": 10, "tgt_vocab_size": 30, "share_embeddings": False}
+    )
     TransformerConfig(**{**TINY, "dropout": 0.0, "attention_dropout": 0.999})
     TransformerConfig()  # the defaults are valid
 
 
 def test_config_dict_round_trip_and_unknown_keys():
-    config = TransformerConfig(**{**TINY, "score": "bilinear", "norm_first": False, "share_embeddings": False})
+    config = TransformerConfig(
+        **{**TINY, "score": "bilinear", "norm_first": False, "share_embeddings": False}
+    )
     values = config.to_dict()
     assert set(values) == {f.name for f in fields(TransformerConfig)}
     assert values["score"] == "bilinear" and values["norm_first"] is False
@@ -114,7 +135,12 @@ def test_special_ids_come_from_minitx_vocab_and_old_checkpoints_still_load():
 
 def expected_parameter_count(c: TransformerConfig) -> int:
     d, dh, f = c.d_model, c.d_model // c.n_heads, c.d_ff
-    score = {"scaled_dot": 0, "dot": 0, "bilinear": dh * dh, "additive": dh * dh + (dh * dh + dh) + dh}[c.score]
+    score = {
+        "scaled_dot": 0,
+        "dot": 0,
+        "bilinear": dh * dh,
+        "additive": dh * dh + (dh * dh + dh) + dh,
+    }[c.score]
     mha = 4 * (d * d + d) + score
     ff = (d * f + f) + (f * d + d)
     ln = 2 * d
@@ -143,7 +169,9 @@ def test_num_parameters_matches_formula(overrides):
     assert model.num_parameters() == expected_parameter_count(model.config)
 
 
-@pytest.mark.parametrize(("share", "tie"), [(True, True), (True, False), (False, True), (False, False)])
+@pytest.mark.parametrize(
+    ("share", "tie"), [(True, True), (True, False), (False, True), (False, False)]
+)
 def test_embedding_sharing_and_tying(share, tie):
     model = tiny(share_embeddings=share, tie_output=tie)
     assert (model.src_embed is model.tgt_embed) == share
@@ -175,7 +203,10 @@ def test_initialisation_is_chosen_by_module_type():
     std = 64**-0.5
     for embedding in (model.src_embed.weight[PAD_ID + 1 :], model.positional.embedding.weight):
         assert abs(embedding.std().item() - std) < 0.15 * std
-    for linear in [model.encoder_layers[0].self_attn.q_proj, model.encoder_layers[0].self_attn.score.w_q]:
+    for linear in [
+        model.encoder_layers[0].self_attn.q_proj,
+        model.encoder_layers[0].self_attn.score.w_q,
+    ]:
         bound = math.sqrt(6 / (linear.in_features + linear.out_features))
         assert linear.weight.abs().max() <= bound
         assert linear.weight.abs().max() > 0.8 * bound  # Xavier's range, not nn.Linear's default
@@ -202,7 +233,11 @@ def test_forward_shapes_and_attention_maps(score):
     assert logits.shape == (2, 5, 20)
     out = model(src, tgt, need_weights=True)
     torch.testing.assert_close(out.logits, logits, **LOGITS)
-    assert len(out.encoder_attentions) == 2 and len(out.decoder_attentions) == 3 and len(out.cross_attentions) == 3
+    assert (
+        len(out.encoder_attentions) == 2
+        and len(out.decoder_attentions) == 3
+        and len(out.cross_attentions) == 3
+    )
     for enc in out.encoder_attentions:
         assert enc.shape == (2, 2, 6, 6)
         assert (enc[1, :, :, 4:] == 0).all()  # padded source keys
@@ -251,14 +286,20 @@ def _sinusoid_table(length: int, d: int) -> torch.Tensor:
 
 
 def _copy_mha(ours: MultiHeadAttention, ref: nn.MultiheadAttention) -> None:
-    ref.in_proj_weight.copy_(torch.cat([ours.q_proj.weight, ours.k_proj.weight, ours.v_proj.weight]))
+    ref.in_proj_weight.copy_(
+        torch.cat([ours.q_proj.weight, ours.k_proj.weight, ours.v_proj.weight])
+    )
     ref.in_proj_bias.copy_(torch.cat([ours.q_proj.bias, ours.k_proj.bias, ours.v_proj.bias]))
     ref.out_proj.load_state_dict(ours.out_proj.state_dict())
 
 
 @pytest.mark.parametrize(
     "overrides",
-    [dict(), dict(norm_first=False, scale_embeddings=False), dict(positional="learned", share_embeddings=False, tie_output=False)],
+    [
+        dict(),
+        dict(norm_first=False, scale_embeddings=False),
+        dict(positional="learned", share_embeddings=False, tie_output=False),
+    ],
     ids=["preLN", "postLN-unscaled", "learned-untied"],
 )
 def test_transformer_equals_torch_encoder_decoder_stacks(overrides):
@@ -273,9 +314,14 @@ def test_transformer_equals_torch_encoder_decoder_stacks(overrides):
         return cls(d, c.n_heads, c.d_ff, dropout=0.0, batch_first=True, norm_first=c.norm_first)
 
     encoder = nn.TransformerEncoder(
-        ref_layer("enc"), c.n_encoder_layers, norm=nn.LayerNorm(d) if c.norm_first else None, enable_nested_tensor=False
+        ref_layer("enc"),
+        c.n_encoder_layers,
+        norm=nn.LayerNorm(d) if c.norm_first else None,
+        enable_nested_tensor=False,
     )
-    decoder = nn.TransformerDecoder(ref_layer("dec"), c.n_decoder_layers, norm=nn.LayerNorm(d) if c.norm_first else None)
+    decoder = nn.TransformerDecoder(
+        ref_layer("dec"), c.n_decoder_layers, norm=nn.LayerNorm(d) if c.norm_first else None
+    )
     with torch.no_grad():
         for ours, ref in zip(model.encoder_layers, encoder.layers, strict=True):
             _copy_mha(ours.self_attn, ref.self_attn)
@@ -309,7 +355,12 @@ def test_transformer_equals_torch_encoder_decoder_stacks(overrides):
     tgt = rand_ids((2, 5), seed=8)
     ignore = src == 0  # PyTorch: True = ignore
     memory = encoder(embed(model.src_embed, src), src_key_padding_mask=ignore)
-    states = decoder(embed(model.tgt_embed, tgt), memory, tgt_mask=~causal_mask(5), memory_key_padding_mask=ignore)
+    states = decoder(
+        embed(model.tgt_embed, tgt),
+        memory,
+        tgt_mask=~causal_mask(5),
+        memory_key_padding_mask=ignore,
+    )
     expected = states @ model.output.weight.T
     torch.testing.assert_close(model.encode(src).memory, memory, **LOGITS)
     torch.testing.assert_close(model(src, tgt), expected, **LOGITS)
@@ -320,7 +371,12 @@ def test_transformer_equals_torch_encoder_decoder_stacks(overrides):
 # --------------------------------------------------------------------------------------------
 
 
-CAUSAL_VARIANTS = [dict(), dict(norm_first=False), dict(score="additive", positional="learned"), dict(score="dot")]
+CAUSAL_VARIANTS = [
+    dict(),
+    dict(norm_first=False),
+    dict(score="additive", positional="learned"),
+    dict(score="dot"),
+]
 
 
 @pytest.mark.parametrize("need_weights", [False, True], ids=["fused", "explicit"])
@@ -341,10 +397,16 @@ def test_causality_future_targets_do_not_change_past_logits(overrides, need_weig
         assert not torch.equal(changed, tgt)
         new = logits(changed)
         torch.testing.assert_close(new[:, : t + 1], base[:, : t + 1], **LOGITS)
-        assert not torch.allclose(new[:, t + 1], base[:, t + 1], atol=1e-3)  # the change is seen later
+        assert not torch.allclose(
+            new[:, t + 1], base[:, t + 1], atol=1e-3
+        )  # the change is seen later
 
 
-PAD_VARIANTS = [dict(), dict(norm_first=False, score="additive"), dict(positional="learned", score="bilinear")]
+PAD_VARIANTS = [
+    dict(),
+    dict(norm_first=False, score="additive"),
+    dict(positional="learned", score="bilinear"),
+]
 
 
 @pytest.mark.parametrize("overrides", PAD_VARIANTS, ids=range(len(PAD_VARIANTS)))
@@ -356,7 +418,9 @@ def test_source_padding_invariance(overrides):
     enc, enc_padded = model.encode(src), model.encode(padded)
     torch.testing.assert_close(enc_padded.memory[:, :4], enc.memory, **LOGITS)
     torch.testing.assert_close(model(padded, tgt), model(src, tgt), **LOGITS)
-    torch.testing.assert_close(model(padded, tgt, need_weights=True).logits, model(src, tgt), **LOGITS)
+    torch.testing.assert_close(
+        model(padded, tgt, need_weights=True).logits, model(src, tgt), **LOGITS
+    )
     # Sanity: a real token in place of the padding does change the result.
     other = padded.clone()
     other[0, 4] = 7
@@ -386,10 +450,14 @@ def test_decode_with_cache_equals_full_decode():
     cache = model.new_cache()
     for t in range(6):
         assert cache.length == t
-        step = model.decode(tgt[:, t : t + 1], enc.memory, enc.src_mask, cache=cache, need_weights=True)
+        step = model.decode(
+            tgt[:, t : t + 1], enc.memory, enc.src_mask, cache=cache, need_weights=True
+        )
         torch.testing.assert_close(step.logits[:, 0], full.logits[:, t], **LOGITS)
         assert step.self_attentions[0].shape == (2, 2, 1, t + 1)
-        torch.testing.assert_close(step.cross_attentions[1][:, :, 0], full.cross_attentions[1][:, :, t], **FP32)
+        torch.testing.assert_close(
+            step.cross_attentions[1][:, :, 0], full.cross_attentions[1][:, :, t], **FP32
+        )
     assert cache.length == 6
     # decoder_states is decode without the projection.
     states = model.decoder_states(tgt, enc.memory, enc.src_mask)

@@ -40,7 +40,9 @@ def test_sinusoidal_values_match_formula(d_model):
 def test_sinusoidal_offset_and_limits():
     pe = SinusoidalPositionalEncoding(d_model=8, max_len=10)
     table = pe(torch.zeros(1, 10, 8))[0]
-    torch.testing.assert_close(pe(torch.zeros(2, 3, 8), offset=4), table[4:7].expand(2, 3, 8), **FP32)
+    torch.testing.assert_close(
+        pe(torch.zeros(2, 3, 8), offset=4), table[4:7].expand(2, 3, 8), **FP32
+    )
     torch.testing.assert_close(pe(torch.zeros(1, 1, 8), offset=9)[0], table[9:10], **FP32)
     with pytest.raises(ValueError, match="exceeds max_len=10"):
         pe(torch.zeros(1, 11, 8))
@@ -70,7 +72,9 @@ def test_make_positional_encoding():
     learned = make_positional_encoding("learned", 8, 16)
     assert isinstance(learned, LearnedPositionalEncoding) and learned.embedding.num_embeddings == 16
     assert type(make_positional_encoding("none", 8, 16)) is PositionalEncoding
-    assert isinstance(make_positional_encoding("rotary", 8, 16, n_heads=2), RotaryPositionalEncoding)
+    assert isinstance(
+        make_positional_encoding("rotary", 8, 16, n_heads=2), RotaryPositionalEncoding
+    )
     with pytest.raises(ValueError, match="unknown positional encoding 'alibi'"):
         make_positional_encoding("alibi", 8, 16)
 
@@ -105,5 +109,3 @@ def test_rotary_scores_depend_only_on_the_relative_position():
 def test_rotary_needs_an_even_head_width():
     with pytest.raises(ValueError, match="even head width"):
         RotaryPositionalEncoding(d_model=12, n_heads=4, max_len=8)
-
-

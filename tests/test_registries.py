@@ -54,7 +54,9 @@ def train_one_step(module: TranslationModule) -> None:
     loss.backward()
     optimizer.step()
     assert torch.isfinite(loss)
-    changed = [not torch.equal(a, b) for a, b in zip(before, module.model.parameters(), strict=True)]
+    changed = [
+        not torch.equal(a, b) for a, b in zip(before, module.model.parameters(), strict=True)
+    ]
     assert any(changed)
 
 
@@ -155,4 +157,6 @@ def test_rotary_model_is_causal_and_caches_like_full_recomputation() -> None:
     shuffled = src.clone()
     shuffled[:, [0, 1]] = shuffled[:, [1, 0]]
     with torch.no_grad():
-        assert not torch.allclose(model.encode(src).memory[:, 2:], model.encode(shuffled).memory[:, 2:])
+        assert not torch.allclose(
+            model.encode(src).memory[:, 2:], model.encode(shuffled).memory[:, 2:]
+        )

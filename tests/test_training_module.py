@@ -31,25 +31,46 @@ def test_inverse_sqrt_schedule_warms_up_then_decays() -> None:
 def test_loss_matches_torch_label_smoothed_cross_entropy() -> None:
     torch.manual_seed(0)
     module = TranslationModule(transformer=SMALL, optim={"label_smoothing": 0.2}).eval()
-    batch = {"src": torch.randint(4, 40, (3, 8)), "tgt_in": torch.randint(4, 40, (3, 6)), "tgt_out": torch.randint(4, 40, (3, 6))}
+    batch = {
+        "src": torch.randint(4, 40, (3, 8)),
+        "tgt_in": torch.randint(4, 40, (3, 6)),
+        "tgt_out": torch.randint(4, 40, (3, 6)),
+    }
     batch["tgt_out"][0, 3:] = 0  # padding is ignored
     loss, nll, n_tokens = module._losses(batch)
     logits = module.model(batch["src"], batch["tgt_in"]).flatten(0, 1)
     target = batch["tgt_out"].flatten()
-    torch.testing.assert_close(loss, torch.nn.functional.cross_entropy(logits, target, ignore_index=0, label_smoothing=0.2))
-    torch.testing.assert_close(nll, torch.nn.functional.cross_entropy(logits, target, ignore_index=0))
+    torch.testing.assert_close(
+        loss, torch.nn.functional.cross_entropy(logits, target, ignore_index=0, label_smoothing=0.2)
+    )
+    torch.testing.assert_close(
+        nll, torch.nn.functional.cross_entropy(logits, target, ignore_index=0)
+    )
     assert int(n_tokens) == 15
 
 
 @pytest.mark.parametrize("precision", ["32", "bf16"])
-def test_training_step_never_computes_attention_weights(precision: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Ordinary steps use the fused kernel; the explicit weights path runs only when maps are asked for."""
+def test_training_step_never_computes_attention_weights(
+    precision: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ordinary steps use the fused kernel; the explicit weights path runs only for maps."""
     calls = []
     original = minitx.attention.scaled_dot_product_attention
-    monkeypatch.setattr(minitx.attention, "scaled_dot_product_attention", lambda *a, **k: calls.append(1) or original(*a, **k))
+    monkeypatch.setattr(
+        minitx.attention,
+        "scaled_dot_product_attention",
+        lambda *a, **k: calls.append(1) or original(*a, **k),
+    )
     module = TranslationModule(transformer=SMALL)
-    batch = {"src": torch.randint(4, 40, (2, 8)), "tgt_in": torch.randint(4, 40, (2, 8)), "tgt_out": torch.randint(4, 40, (2, 8))}
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"), module._sdpa_kernel():
+    batch = {
+        "src": torch.randint(4, 40, (2, 8)),
+        "tgt_in": torch.randint(4, 40, (2, 8)),
+        "tgt_out": torch.randint(4, 40, (2, 8)),
+    }
+    with (
+        torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"),
+        module._sdpa_kernel(),
+    ):
         module._losses(batch)[0].backward()
     assert calls == []
     module.model(batch["src"], batch["tgt_in"], need_weights=True)
@@ -105,6 +126,8 @@ def test_parameter_groups_are_chosen_by_module_type() -> None:
     assert id(model.positional.embedding.weight) not in decayed
     assert id(model.output.weight) not in decayed  # tied to the embedding
 
-    bilinear = TranslationModule(transformer={**SMALL, "score": "bilinear"}, optim={"weight_decay": 0.1})
+    bilinear = TranslationModule(
+        transformer={**SMALL, "score": "bilinear"}, optim={"weight_decay": 0.1}
+    )
     w = bilinear.model.encoder_layers[0].self_attn.score.weight
     assert id(w) not in {id(p) for p in bilinear.parameter_groups()[0]["params"]}

@@ -95,7 +95,10 @@ class MinitxCLI(LightningCLI):
         parser.link_arguments("data.vocab_size", "model.transformer.src_vocab_size")
         parser.link_arguments("data.vocab_size", "model.transformer.tgt_vocab_size")
         parser.add_argument(
-            "--run_name", type=str, default="run", help="run family: {runs_dir}/{run_name}/<timestamp>"
+            "--run_name",
+            type=str,
+            default="run",
+            help="run family: {runs_dir}/{run_name}/<timestamp>",
         )
         parser.add_argument("--runs_dir", type=str, default="runs", help="root of all runs")
         parser.add_argument(
@@ -143,7 +146,9 @@ class MinitxCLI(LightningCLI):
             for lg in loggers[1:]:  # the others write into subdirectories of the run directory
                 lg.init_args.save_dir = str(run_root / version)
                 lg.init_args.name = ""
-                lg.init_args.version = lg.class_path.rsplit(".", 1)[-1].lower().removesuffix("logger")
+                lg.init_args.version = (
+                    lg.class_path.rsplit(".", 1)[-1].lower().removesuffix("logger")
+                )
         self.run_root, self.run_version = run_root, version or _new_version(run_root)
         self.default_loggers = not explicit
 

@@ -47,7 +47,10 @@ def beam_search(
         For each sentence, its `n_best` hypotheses, best (highest score) first.
     """
     if beam_size < 1 or not 1 <= n_best <= beam_size:
-        raise ValueError(f"beam_search: need beam_size >= 1 and 1 <= n_best <= beam_size, got {beam_size}, {n_best}")
+        raise ValueError(
+            "beam_search: need beam_size >= 1 and 1 <= n_best <= beam_size, "
+            f"got {beam_size}, {n_best}"
+        )
     k = beam_size
     device = src.device
     enc = model.encode(src)
@@ -69,27 +72,39 @@ def beam_search(
         candidates = (beam_scores.view(-1, 1) + logp).view(len(active), k * vocab)  # (N, K*V)
         top_scores, top_index = candidates.topk(2 * k, dim=-1)  # (N, 2K): enough for K non-eos
         top_beam, top_token = top_index // vocab, top_index % vocab
-        top_scores_l, top_beam_l, top_token_l = top_scores.tolist(), top_beam.tolist(), top_token.tolist()
+        top_scores_l, top_beam_l, top_token_l = (
+            top_scores.tolist(),
+            top_beam.tolist(),
+            top_token.tolist(),
+        )
 
         keep_rows, next_tokens, next_scores, still_active = [], [], [], []
         for row, sent in enumerate(active):
             length = step + 1  # generated tokens including this step's
             live: list[tuple[int, int, float]] = []  # (source row, token, score)
             for rank in range(2 * k):
-                score, beam, token = top_scores_l[row][rank], top_beam_l[row][rank], top_token_l[row][rank]
+                score, beam, token = (
+                    top_scores_l[row][rank],
+                    top_beam_l[row][rank],
+                    top_token_l[row][rank],
+                )
                 if score == float("-inf"):
                     break
                 if token == EOS_ID:
                     if rank < k:
                         seq = tokens[row * k + beam, 1:].tolist() + [token]
-                        finished[sent].append(Hypothesis(seq, score, score / length_penalty(length, alpha)))
+                        finished[sent].append(
+                            Hypothesis(seq, score, score / length_penalty(length, alpha))
+                        )
                 elif len(live) < k:
                     live.append((row * k + beam, token, score))
             at_cap = length >= limits[sent]
             if at_cap:  # finish the live beams as they are
                 for src_row, token, score in live:
                     seq = tokens[src_row, 1:].tolist() + [token]
-                    finished[sent].append(Hypothesis(seq, score, score / length_penalty(length, alpha)))
+                    finished[sent].append(
+                        Hypothesis(seq, score, score / length_penalty(length, alpha))
+                    )
             if at_cap or len(finished[sent]) >= k or not live:
                 continue
             still_active.append(sent)
@@ -102,7 +117,10 @@ def beam_search(
         if not still_active:
             break
         index = torch.tensor(keep_rows, device=device)
-        tokens = torch.cat([tokens.index_select(0, index), torch.tensor(next_tokens, device=device)[:, None]], dim=1)
+        tokens = torch.cat(
+            [tokens.index_select(0, index), torch.tensor(next_tokens, device=device)[:, None]],
+            dim=1,
+        )
         beam_scores = torch.tensor(next_scores, device=device).view(len(still_active), k)
         if len(still_active) != len(active):  # drop finished sentences from the encoder outputs
             sent_rows = torch.tensor([active.index(s) for s in still_active], device=device)
@@ -113,5 +131,3 @@ def beam_search(
         active = still_active
 
     return [sorted(hyps, key=lambda h: h.score, reverse=True)[:n_best] for hyps in finished]
-
-

@@ -79,5 +79,7 @@ class DecodingConfig:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
-            raise ValueError(f"DecodingConfig: unknown keys {unknown}; known keys are {sorted(known)}")
+            raise ValueError(
+                f"DecodingConfig: unknown keys {unknown}; known keys are {sorted(known)}"
+            )
         return cls(**values)

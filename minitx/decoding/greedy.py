@@ -39,7 +39,9 @@ def greedy_decode(
     cache = model.new_cache() if use_cache else None
     for step in range(int(limits.max())):
         step_in = tokens[:, -1:] if use_cache else tokens
-        logits = model.decode(step_in, enc.memory, enc.src_mask, cache=cache).logits[:, -1]  # (B, V)
+        logits = model.decode(step_in, enc.memory, enc.src_mask, cache=cache).logits[
+            :, -1
+        ]  # (B, V)
         next_token = _next_token_scores(logits, model).argmax(-1)  # (B,)
         next_token = next_token.masked_fill(finished, PAD_ID)
         tokens = torch.cat([tokens, next_token[:, None]], dim=1)
@@ -47,5 +49,3 @@ def greedy_decode(
         if bool(finished.all()):
             break
     return tokens[:, 1:]
-
-

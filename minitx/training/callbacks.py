@@ -50,7 +50,9 @@ class AttentionMapLogger(L.Callback):
         super().__init__()
         unknown = set(kinds) - set(KINDS)
         if unknown:
-            raise ValueError(f"AttentionMapLogger: unknown kinds {sorted(unknown)}; choose from {KINDS}")
+            raise ValueError(
+                f"AttentionMapLogger: unknown kinds {sorted(unknown)}; choose from {KINDS}"
+            )
         if num_sentences < 1 or every_n_epochs < 1:
             raise ValueError("AttentionMapLogger: num_sentences and every_n_epochs must be >= 1")
         self.num_sentences, self.every_n_epochs = num_sentences, every_n_epochs
@@ -68,7 +70,10 @@ class AttentionMapLogger(L.Callback):
             if len(pairs) == self.num_sentences:
                 break
         if not pairs:
-            logger.warning("AttentionMapLogger: no validation sentence has <= %d pieces; nothing to log", self.max_tokens)
+            logger.warning(
+                "AttentionMapLogger: no validation sentence has <= %d pieces; nothing to log",
+                self.max_tokens,
+            )
         return pairs
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -99,14 +104,24 @@ class AttentionMapLogger(L.Callback):
                         for head, value in enumerate(attention_entropy(weights).tolist()):
                             key = f"attention_entropy/{kind}/layer_{layer}/head_{head}"
                             scalars[key] = scalars.get(key, 0.0) + value / len(self._pairs)
-                self._write_figures(trainer, maps, Path(log_dir or trainer.default_root_dir) / "attention" / tag, i, step)
+                self._write_figures(
+                    trainer,
+                    maps,
+                    Path(log_dir or trainer.default_root_dir) / "attention" / tag,
+                    i,
+                    step,
+                )
         finally:
             pl_module.train(was_training)
         for lg in trainer.loggers:
             lg.log_metrics(scalars, step=step)
 
-    def _write_figures(self, trainer: L.Trainer, maps: AttentionMaps, out_dir: Path, index: int, step: int) -> None:
-        tensorboards = [lg.experiment for lg in trainer.loggers if isinstance(lg, TensorBoardLogger)]
+    def _write_figures(
+        self, trainer: L.Trainer, maps: AttentionMaps, out_dir: Path, index: int, step: int
+    ) -> None:
+        tensorboards = [
+            lg.experiment for lg in trainer.loggers if isinstance(lg, TensorBoardLogger)
+        ]
         for name, fig in figures_for_maps(maps, kinds=self.kinds).items():  # name: "cross/layer_0"
             for tb in tensorboards:
                 tb.add_figure(f"attention/s{index}/{name}", fig, global_step=step, close=False)
@@ -138,13 +153,24 @@ class TokenThroughput(L.Callback):
         self._epoch_tokens = self._window_tokens = 0
         self._val_seconds = 0.0
 
-    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+    ) -> None:
         tokens = int((batch["tgt_out"] != PAD_ID).sum())
         self._epoch_tokens += tokens
         self._window_tokens += tokens
         if (batch_idx + 1) % trainer.log_every_n_steps == 0:
             now = time.perf_counter()
-            pl_module.log("train/tokens_per_sec_step", self._window_tokens / (now - self._window_start), prog_bar=True)
+            pl_module.log(
+                "train/tokens_per_sec_step",
+                self._window_tokens / (now - self._window_start),
+                prog_bar=True,
+            )
             self._window_start, self._window_tokens = now, 0
 
     def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -155,10 +181,18 @@ class TokenThroughput(L.Callback):
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         seconds = time.perf_counter() - self._epoch_start - self._val_seconds
-        metrics = {"train/epoch_seconds": seconds, "train/tokens_per_sec": self._epoch_tokens / max(seconds, 1e-9)}
+        metrics = {
+            "train/epoch_seconds": seconds,
+            "train/tokens_per_sec": self._epoch_tokens / max(seconds, 1e-9),
+        }
         for lg in trainer.loggers:
             lg.log_metrics(metrics, step=trainer.global_step)
-        logger.info("epoch %d: %.1f s training, %.0f target tokens/s", trainer.current_epoch, seconds, metrics["train/tokens_per_sec"])
+        logger.info(
+            "epoch %d: %.1f s training, %.0f target tokens/s",
+            trainer.current_epoch,
+            seconds,
+            metrics["train/tokens_per_sec"],
+        )
 
 
 class CheckpointOnInterrupt(L.Callback):

@@ -42,9 +42,13 @@ class OptimConfig:
     def __post_init__(self) -> None:
         self.betas = tuple(self.betas)
         if self.sdpa_backend not in SDPA_BACKENDS:
-            raise ValueError(f"OptimConfig.sdpa_backend={self.sdpa_backend!r}; choose one of {SDPA_BACKENDS}")
+            raise ValueError(
+                f"OptimConfig.sdpa_backend={self.sdpa_backend!r}; choose one of {SDPA_BACKENDS}"
+            )
         if not 0.0 <= self.label_smoothing < 1.0:
-            raise ValueError(f"OptimConfig.label_smoothing must be in [0, 1), got {self.label_smoothing}")
+            raise ValueError(
+                f"OptimConfig.label_smoothing must be in [0, 1), got {self.label_smoothing}"
+            )
         if self.lr <= 0 or self.warmup_steps < 0 or self.weight_decay < 0:
             raise ValueError(
                 "OptimConfig: lr must be > 0, warmup_steps and weight_decay >= 0, got "

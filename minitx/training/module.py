@@ -98,7 +98,9 @@ class TranslationModule(L.LightningModule):
 
     def setup(self, stage: str) -> None:
         self._check_bleu_schedule()
-        datamodule = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+        datamodule = (
+            getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+        )
         if datamodule is not None and getattr(datamodule, "tokenizer", None) is not None:
             self.tokenizer = datamodule.tokenizer
             sizes = {self.model_config.src_vocab_size, self.model_config.tgt_vocab_size}
@@ -115,10 +117,13 @@ class TranslationModule(L.LightningModule):
         if self._trainer is None:
             return
         for cb in self.trainer.checkpoint_callbacks:
-            if getattr(cb, "monitor", None) == "val/bleu" and (every <= 0 or cb._every_n_epochs % every):
+            if getattr(cb, "monitor", None) == "val/bleu" and (
+                every <= 0 or cb._every_n_epochs % every
+            ):
                 raise ValueError(
-                    f"model.validation.bleu_every_n_epochs={every} but a ModelCheckpoint monitors val/bleu every "
-                    f"{cb._every_n_epochs} epoch(s); set that callback's every_n_epochs to a multiple of {every} "
+                    f"model.validation.bleu_every_n_epochs={every} but a ModelCheckpoint monitors "
+                    f"val/bleu every {cb._every_n_epochs} epoch(s); set that callback's "
+                    f"every_n_epochs to a multiple of {every} "
                     "(or monitor val/loss instead)"
                 )
 
@@ -129,7 +134,10 @@ class TranslationModule(L.LightningModule):
         if datamodule is not None:
             languages = (datamodule.hparams.get("src_lang"), datamodule.hparams.get("tgt_lang"))
         write_payload(
-            checkpoint, model_config=self.model_config, tokenizer=self.tokenizer, languages=languages
+            checkpoint,
+            model_config=self.model_config,
+            tokenizer=self.tokenizer,
+            languages=languages,
         )
 
     def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
@@ -141,7 +149,9 @@ class TranslationModule(L.LightningModule):
     def _losses(self, batch: dict[str, Any]) -> tuple[Tensor, Tensor, Tensor]:
         """(label-smoothed loss, plain NLL, number of target tokens), both losses per token."""
         enc = self.model.encode(batch["src"])
-        states = self.model.decoder_states(batch["tgt_in"], enc.memory, enc.src_mask).states  # (B, T, D)
+        states = self.model.decoder_states(
+            batch["tgt_in"], enc.memory, enc.src_mask
+        ).states  # (B, T, D)
         target = batch["tgt_out"]  # (B, T)
         real = target != PAD_ID
         # Project only real target positions: the (N, V) logits are the largest tensors of a step.
@@ -156,7 +166,11 @@ class TranslationModule(L.LightningModule):
         """The attention-kernel choice for a training step (see `OptimConfig.sdpa_backend`)."""
         choice = self.optim.sdpa_backend
         if choice == "auto":
-            on_cpu_bf16 = self.device.type == "cpu" and torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16
+            on_cpu_bf16 = (
+                self.device.type == "cpu"
+                and torch.is_autocast_enabled("cpu")
+                and torch.get_autocast_dtype("cpu") == torch.bfloat16
+            )
             choice = "math" if on_cpu_bf16 else "default"
         if choice == "default":
             return contextlib.nullcontext()
@@ -166,7 +180,14 @@ class TranslationModule(L.LightningModule):
         with self._sdpa_kernel():
             loss, _, n_tokens = self._losses(batch)
         self.log("train/loss", loss, prog_bar=True, batch_size=int(n_tokens))
-        self.log("train/tokens", n_tokens.float(), reduce_fx="sum", on_step=False, on_epoch=True, batch_size=1)
+        self.log(
+            "train/tokens",
+            n_tokens.float(),
+            reduce_fx="sum",
+            on_step=False,
+            on_epoch=True,
+            batch_size=1,
+        )
         return loss
 
     # ---------------------------------------------------------------- validation
@@ -175,7 +196,10 @@ class TranslationModule(L.LightningModule):
         every = self.validation.bleu_every_n_epochs
         if every <= 0 or self.tokenizer is None:
             return False
-        last = self.trainer.max_epochs is not None and self.current_epoch + 1 >= self.trainer.max_epochs
+        last = (
+            self.trainer.max_epochs is not None
+            and self.current_epoch + 1 >= self.trainer.max_epochs
+        )
         return (self.current_epoch + 1) % every == 0 or last or self.trainer.sanity_checking
 
     def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
@@ -211,8 +235,12 @@ class TranslationModule(L.LightningModule):
     def parameter_groups(self) -> list[dict[str, Any]]:
         """AdamW groups: weight matrices of linear layers decay; embeddings, biases, norms and
         everything else do not. Chosen by module type; a tied output matrix is the embedding."""
-        linear_weights = {id(m.weight) for m in self.model.modules() if isinstance(m, torch.nn.Linear)}
-        embeddings = {id(m.weight) for m in self.model.modules() if isinstance(m, torch.nn.Embedding)}
+        linear_weights = {
+            id(m.weight) for m in self.model.modules() if isinstance(m, torch.nn.Linear)
+        }
+        embeddings = {
+            id(m.weight) for m in self.model.modules() if isinstance(m, torch.nn.Embedding)
+        }
         decay, no_decay = [], []
         for p in self.model.parameters():  # module order: the same groups on every run
             is_decayed = id(p) in linear_weights and id(p) not in embeddings
@@ -224,6 +252,13 @@ class TranslationModule(L.LightningModule):
 
     def configure_optimizers(self) -> dict[str, Any]:
         o = self.optim
-        optimizer = torch.optim.AdamW(self.parameter_groups(), lr=o.lr, betas=tuple(o.betas), eps=1e-9)
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, InverseSqrtSchedule(o.warmup_steps))
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+        optimizer = torch.optim.AdamW(
+            self.parameter_groups(), lr=o.lr, betas=tuple(o.betas), eps=1e-9
+        )
+        scheduler = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, InverseSqrtSchedule(o.warmup_steps)
+        )
+        return {
+            "optimizer": optimizer,
+            "lr_scheduler": {"scheduler": scheduler, "interval": "step"},
+        }
