@@ -1,0 +1,206 @@
+"""Length-bucketed batching: `TokenBucketBatchSampler` groups examples of equal padded
+length into batches of at most ``max_tokens`` padded tokens (sharded per rank under DDP);
+`collate` pads them into tensors (eos after the source, bos/eos around the target)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import Sampler
+
+from minitx.vocab import BOS_ID, EOS_ID, PAD_ID
+
+logger = logging.getLogger(__name__)
+
+
+def round_up(length: int, multiple: int) -> int:
+    """``length`` rounded up to a multiple of ``multiple``."""
+    return -(-length // multiple) * multiple
+
+
+class _EpochHook:
+    """Forwards ``set_epoch`` to a batch sampler.
+
+    Lightning's fit loop calls ``set_epoch`` on ``dataloader.sampler`` and on
+    ``dataloader.batch_sampler.sampler``, never on the batch sampler itself (Lightning 2.6,
+    ``lightning.fabric.utilities.data._set_sampler_epoch``). The batch sampler exposes this
+    object as its ``sampler`` attribute so that the loop reaches it.
+    """
+
+    def __init__(self, owner: TokenBucketBatchSampler) -> None:
+        self._owner = owner
+
+    def set_epoch(self, epoch: int) -> None:
+        self._owner.set_epoch(epoch)
+
+
+class TokenBucketBatchSampler(Sampler[list[int]]):
+    """Batches of similar-length examples with at most ``max_tokens`` padded tokens each.
+
+    Every length is rounded up to a multiple of ``pad_multiple``; examples with the same
+    rounded length form a bucket and are cut into batches of ``max_tokens // length``
+    examples, so ``batch_size * padded_length <= max_tokens``. Batch shapes therefore come
+    from a small fixed set (one full size and one remainder per bucket), which matters on CPU
+    bf16 where oneDNN builds a kernel per new shape. An example longer than ``max_tokens``
+    gets a batch of its own; nothing is dropped.
+
+    With ``shuffle=True`` the examples within each bucket and the order of the batches are
+    shuffled from ``(seed, epoch)``: call :meth:`set_epoch` every epoch (Lightning does it,
+    through the ``sampler`` attribute). With ``shuffle=False`` the order is fixed: buckets
+    from short to long, file order inside a bucket.
+
+    Distributed: with ``num_replicas > 1`` each rank yields a disjoint share of the batches,
+    the same number on every rank (when the batch count does not divide evenly, the largest
+    batches are halved until it does; see :func:`_even_out`). Construct the sampler after the
+    process group is initialised (Lightning's ``*_dataloader`` hooks are) and train with
+    ``Trainer(use_distributed_sampler=False)``.
+
+    Args:
+        lengths: per-example lengths, e.g. :func:`example_lengths`.
+        max_tokens: upper bound on ``batch_size * padded_length``.
+        pad_multiple: lengths are rounded up to a multiple of this.
+        shuffle: shuffle within buckets and the batch order, per epoch.
+        seed: base seed for shuffling (the same on every rank).
+        num_replicas: number of ranks; default: the ``torch.distributed`` world size, else 1.
+        rank: this rank; default: the ``torch.distributed`` rank, else 0.
+    """
+
+    def __init__(
+        self,
+        lengths: Sequence[int] | np.ndarray,
+        *,
+        max_tokens: int,
+        pad_multiple: int = 8,
+        shuffle: bool = False,
+        seed: int = 0,
+        num_replicas: int | None = None,
+        rank: int | None = None,
+    ) -> None:
+        lengths = np.asarray(lengths, dtype=np.int64)
+        if lengths.ndim != 1 or len(lengths) == 0:
+            raise ValueError("lengths must be a non-empty 1-D sequence of example lengths.")
+        if lengths.min() < 1:
+            raise ValueError(f"lengths must be >= 1, got a minimum of {lengths.min()}.")
+        if max_tokens < 1 or pad_multiple < 1:
+            raise ValueError(
+                f"max_tokens and pad_multiple must be >= 1, got {max_tokens} and {pad_multiple}."
+            )
+        if seed < 0:
+            raise ValueError(f"seed must be >= 0, got {seed}.")
+        distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
+        if num_replicas is None:
+            num_replicas = torch.distributed.get_world_size() if distributed else 1
+        if rank is None:
+            rank = torch.distributed.get_rank() if distributed else 0
+        if not 0 <= rank < num_replicas:
+            raise ValueError(f"rank must be in [0, num_replicas={num_replicas}), got {rank}.")
+
+        self.max_tokens = max_tokens
+        self.pad_multiple = pad_multiple
+        self.shuffle = shuffle
+        self.seed = seed
+        self.num_replicas = num_replicas
+        self.rank = rank
+        self.epoch = 0
+        self.sampler = _EpochHook(self)
+        self._padded = -(-lengths // pad_multiple) * pad_multiple
+
+        over = int((self._padded > max_tokens).sum())
+        if over:
+            logger.warning(
+                "%d examples are longer than max_tokens=%d (padded); each gets a batch of its own.",
+                over,
+                max_tokens,
+            )
+        total = len(self._all_batches(None))
+        self._num_batches = total // num_replicas
+
+    def set_epoch(self, epoch: int) -> None:
+        """Set the epoch that seeds the shuffle (same value on every rank)."""
+        self.epoch = int(epoch)
+
+    def __len__(self) -> int:
+        return self._num_batches
+
+    def __iter__(self) -> Iterator[list[int]]:
+        rng = np.random.default_rng([self.seed, self.epoch]) if self.shuffle else None
+        batches = self._all_batches(rng)
+        for batch in batches[self.rank :: self.num_replicas]:
+            yield batch.tolist()
+
+    def _all_batches(self, rng: np.random.Generator | None) -> list[np.ndarray]:
+        """All batches of one epoch (every rank), evened out to a multiple of num_replicas."""
+        batches: list[np.ndarray] = []
+        for padded_length in np.unique(self._padded):
+            indices = np.flatnonzero(self._padded == padded_length)
+            if rng is not None:
+                indices = rng.permutation(indices)
+            size = max(1, self.max_tokens // int(padded_length))
+            batches.extend(indices[start : start + size] for start in range(0, len(indices), size))
+        batches = _even_out(batches, self.num_replicas)
+        if rng is not None:
+            batches = [batches[i] for i in rng.permutation(len(batches))]
+        return batches
+
+
+def _even_out(batches: list[np.ndarray], num_replicas: int) -> list[np.ndarray]:
+    """Halve the largest batches until the batch count is a multiple of ``num_replicas``.
+
+    Halving keeps every example exactly once and each batch within ``max_tokens``. Only when
+    every batch holds a single example is that impossible; then the first batches are
+    repeated (as ``DistributedSampler`` does) so the ranks stay in step, with a warning.
+    """
+    batches = list(batches)
+    while len(batches) % num_replicas:
+        largest = max(range(len(batches)), key=lambda i: len(batches[i]))
+        if len(batches[largest]) < 2:
+            extra = num_replicas - len(batches) % num_replicas
+            logger.warning(
+                "Cannot split %d single-example batches evenly over %d ranks; repeating %d "
+                "of them this epoch.",
+                len(batches),
+                num_replicas,
+                extra,
+            )
+            return batches + batches[:extra]
+        half = len(batches[largest]) // 2
+        batch = batches[largest]
+        batches[largest : largest + 1] = [batch[:half], batch[half:]]
+    return batches
+
+
+def collate(examples: Sequence[Mapping[str, Any]], pad_multiple: int = 8) -> dict[str, Any]:
+    """Pad a list of tokenized examples into model-ready tensors.
+
+    Args:
+        examples: rows with ``src_ids``, ``tgt_ids``, ``src_text`` and ``tgt_text``.
+        pad_multiple: padded lengths are rounded up to a multiple of this.
+
+    Returns:
+        ``src`` (B, S) = src_ids + [eos]; ``tgt_in`` (B, T) = [bos] + tgt_ids;
+        ``tgt_out`` (B, T) = tgt_ids + [eos]; all ``torch.long``, padded with ``PAD_ID`` (0) to
+        lengths rounded up to ``pad_multiple``; plus ``src_text`` and ``tgt_text``, the raw
+        strings (for BLEU).
+    """
+    if not examples:
+        raise ValueError("collate got an empty batch.")
+    src_rows = [list(ex["src_ids"]) + [EOS_ID] for ex in examples]
+    tgt_in_rows = [[BOS_ID] + list(ex["tgt_ids"]) for ex in examples]
+    tgt_out_rows = [list(ex["tgt_ids"]) + [EOS_ID] for ex in examples]
+    src_len = round_up(max(map(len, src_rows)), pad_multiple)
+    tgt_len = round_up(max(map(len, tgt_in_rows)), pad_multiple)
+    return {
+        "src": _pad(src_rows, src_len),  # (B, S)
+        "tgt_in": _pad(tgt_in_rows, tgt_len),  # (B, T)
+        "tgt_out": _pad(tgt_out_rows, tgt_len),  # (B, T)
+        "src_text": [ex["src_text"] for ex in examples],
+        "tgt_text": [ex["tgt_text"] for ex in examples],
+    }
+
+
+def _pad(rows: list[list[int]], length: int) -> torch.Tensor:
+    return torch.tensor([row + [PAD_ID] * (length - len(row)) for row in rows], dtype=torch.long)

@@ -1,0 +1,211 @@
+"""`TranslationDataModule`: corpus -> tokenizer -> token-bucketed batches, for Lightning.
+
+Distributed training: the batch sampler shards itself (each rank gets its own batches), so
+Lightning must not inject a ``DistributedSampler``: use ``Trainer(use_distributed_sampler=False)``.
+Lightning raises a ``TypeError`` saying so if you forget.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+
+import datasets
+import lightning as L
+from torch.utils.data import DataLoader
+
+from minitx.data.batching import TokenBucketBatchSampler, collate
+from minitx.data.cleaning import Counts, clean_pairs, side_texts
+from minitx.data.sources import load_parallel_corpus, resolve_data_source
+from minitx.data.tokenization import example_lengths, filter_long_pairs, tokenize_corpus
+from minitx.tokenizer import ModelType, Tokenizer
+
+logger = logging.getLogger(__name__)
+
+
+class TranslationDataModule(L.LightningDataModule):
+    """Corpus -> tokenizer -> token-bucketed batches, for Lightning (or plain loops).
+
+    ``setup()`` loads the corpus (through :func:`resolve_data_source`), drops empty pairs
+    (every split) and over-long training pairs, trains or loads the cached joint tokenizer
+    and tokenizes (cached too). It works without a Trainer: ``dm.setup("fit")`` then
+    ``dm.train_dataloader()``. After setup: ``dm.tokenizer``, ``dm.dataset`` (the tokenized
+    ``DatasetDict``) and ``dm.skipped`` (per split ``{"empty": n, "too_long": m}``).
+
+    Batches are dicts from :func:`collate`. Training batches are reshuffled every epoch
+    (Lightning calls ``set_epoch`` through the sampler); evaluation batches come in a fixed
+    order. For multi-device training pass ``Trainer(use_distributed_sampler=False)``: the
+    batch sampler shards itself.
+
+    Args:
+        source: hub id, directory of ``{split}.{lang}[.gz]`` / ``{split}.jsonl`` files, or a
+            ``{split}`` jsonl pattern; ``MINITX_DATA_DIR`` replaces a hub id.
+        src_lang: source language code.
+        tgt_lang: target language code.
+        splits: split name -> file stem / hub split (None: Multi30k raw names for local
+            files, train/validation/test for the hub).
+        vocab_size: joint sentencepiece vocabulary size (a hard limit; too large errors).
+        tokenizer_type: sentencepiece model type, ``unigram`` or ``bpe``.
+        max_tokens: training batch budget, batch_size x padded length.
+        max_len: longest training sequence in tokens (bos/eos included); longer training
+            pairs are skipped and counted, evaluation splits keep everything.
+        pad_multiple: pad lengths up to a multiple of this (keeps batch shapes few).
+        num_workers: DataLoader worker processes.
+        cache_dir: directory for the tokenizer and tokenized data caches (None: no cache).
+        seed: shuffling seed.
+        eval_max_tokens: batch budget for validation/test (None: same as max_tokens).
+    """
+
+    def __init__(
+        self,
+        source: str = "bentrevett/multi30k",
+        src_lang: str = "de",
+        tgt_lang: str = "en",
+        splits: dict[str, str] | None = None,
+        vocab_size: int = 8000,
+        tokenizer_type: ModelType = "unigram",
+        max_tokens: int = 4096,
+        max_len: int = 128,
+        pad_multiple: int = 8,
+        num_workers: int = 0,
+        cache_dir: str | None = ".cache/minitx",
+        seed: int = 0,
+        eval_max_tokens: int | None = None,
+    ) -> None:
+        super().__init__()
+        if src_lang == tgt_lang:
+            raise ValueError(f"src_lang and tgt_lang are both {src_lang!r}; they must differ.")
+        for name, value in (("max_tokens", max_tokens), ("pad_multiple", pad_multiple)):
+            if value < 1:
+                raise ValueError(f"{name} must be >= 1, got {value}.")
+        if eval_max_tokens is not None and eval_max_tokens < 1:
+            raise ValueError(f"eval_max_tokens must be >= 1 or None, got {eval_max_tokens}.")
+        if max_len < 2:
+            raise ValueError(f"max_len must be >= 2, got {max_len}.")
+        if num_workers < 0:
+            raise ValueError(f"num_workers must be >= 0, got {num_workers}.")
+        self.save_hyperparameters()
+        self.source = source
+        self.src_lang = src_lang
+        self.tgt_lang = tgt_lang
+        self.splits = splits
+        self.vocab_size = vocab_size
+        self.tokenizer_type = tokenizer_type
+        self.max_tokens = max_tokens
+        self.max_len = max_len
+        self.pad_multiple = pad_multiple
+        self.num_workers = num_workers
+        self.cache_dir = cache_dir
+        self.seed = seed
+        self.eval_max_tokens = eval_max_tokens
+        self.tokenizer: Tokenizer | None = None
+        self.dataset: datasets.DatasetDict | None = None
+        self.skipped: Counts = {}
+        self._prepared: tuple[Tokenizer, datasets.DatasetDict, Counts] | None = None
+
+    # -------------------------------------------------------------------------- setup
+    def prepare_data(self) -> None:
+        """Fill the caches (hub download, tokenizer, tokenized data); once per node.
+
+        The result is also kept for :meth:`setup` in this process; other processes build from
+        the caches in their own ``setup``.
+        """
+        self._prepared = self._build()
+
+    def setup(self, stage: str | None = None) -> None:
+        """Load everything (from the caches when :meth:`prepare_data` ran). Idempotent."""
+        if self.dataset is None:
+            built, self._prepared = self._prepared or self._build(), None
+            self.tokenizer, self.dataset, self.skipped = built
+
+    def _build(self) -> tuple[Tokenizer, datasets.DatasetDict, Counts]:
+        start = time.perf_counter()
+        source = resolve_data_source(self.source)
+        corpus = load_parallel_corpus(source, self.src_lang, self.tgt_lang, splits=self.splits)
+        if "train" not in corpus:
+            raise ValueError(
+                f"The corpus has no 'train' split (found {sorted(corpus)}); "
+                "it trains the tokenizer."
+            )
+        cleaned, skipped = clean_pairs(corpus, self.src_lang, self.tgt_lang)
+        train = cleaned["train"]
+        tokenizer = Tokenizer.train(
+            side_texts(train, self.src_lang) + side_texts(train, self.tgt_lang),
+            vocab_size=self.vocab_size,
+            model_type=self.tokenizer_type,
+            cache_dir=self.cache_dir,
+        )
+        tokenized = tokenize_corpus(
+            cleaned, tokenizer, self.src_lang, self.tgt_lang, cache_dir=self.cache_dir
+        )
+        tokenized, too_long = filter_long_pairs(tokenized, self.max_len, splits=("train",))
+        for split, count in too_long.items():
+            skipped[split]["too_long"] += count
+        logger.info(
+            "Data ready in %.1f s: %s pairs (skipped: %s).",
+            time.perf_counter() - start,
+            {split: len(ds) for split, ds in tokenized.items()},
+            skipped,
+        )
+        return tokenizer, tokenized, skipped
+
+    # -------------------------------------------------------------------- dataloaders
+    def train_dataloader(self) -> DataLoader:
+        """Shuffled token-bucket batches of the training split."""
+        loader = self._loader("train", shuffle=True, max_tokens=self.max_tokens)
+        if self.trainer is not None:
+            loader.batch_sampler.set_epoch(self.trainer.current_epoch)
+        return loader
+
+    def val_dataloader(self) -> DataLoader:
+        """Validation batches in a fixed order (every pair, none dropped)."""
+        return self._loader(
+            "validation", shuffle=False, max_tokens=self.eval_max_tokens or self.max_tokens
+        )
+
+    def test_dataloader(self) -> DataLoader:
+        """Test batches in a fixed order (every pair, none dropped)."""
+        return self._loader(
+            "test", shuffle=False, max_tokens=self.eval_max_tokens or self.max_tokens
+        )
+
+    def _loader(self, split: str, *, shuffle: bool, max_tokens: int) -> DataLoader:
+        dataset = self._split(split)
+        sampler = TokenBucketBatchSampler(
+            example_lengths(dataset),
+            max_tokens=max_tokens,
+            pad_multiple=self.pad_multiple,
+            shuffle=shuffle,
+            seed=self.seed,
+        )
+        return DataLoader(
+            dataset,
+            batch_sampler=sampler,
+            collate_fn=functools.partial(collate, pad_multiple=self.pad_multiple),
+            num_workers=self.num_workers,
+            persistent_workers=self.num_workers > 0,
+        )
+
+    def _split(self, split: str) -> datasets.Dataset:
+        self.setup()
+        assert self.dataset is not None
+        if split not in self.dataset:
+            raise KeyError(
+                f"No {split!r} split; this DataModule has {sorted(self.dataset)} (see data.splits)."
+            )
+        if len(self.dataset[split]) == 0:
+            raise ValueError(
+                f"The {split!r} split is empty after cleaning (skipped: {self.skipped.get(split)})."
+            )
+        return self.dataset[split]
+
+    def texts(self, split: str) -> tuple[list[str], list[str]]:
+        """All source sentences and references of a split, in file order.
+
+        These are exactly the pairs the split's dataloader serves (for evaluation splits:
+        every non-empty pair), so BLEU over them covers the full set.
+        """
+        dataset = self._split(split)
+        data = dataset.select_columns(["src_text", "tgt_text"]).with_format("arrow")[:]
+        return data.column("src_text").to_pylist(), data.column("tgt_text").to_pylist()

@@ -1,0 +1,42 @@
+"""Corpora shipped inside the package: `builtin:toy` works from any directory, and
+MINITX_DATA_DIR (which replaces hub ids) never replaces it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from minitx.data import (
+    BUILTIN_CORPORA,
+    builtin_corpus_dir,
+    load_parallel_corpus,
+    resolve_data_source,
+)
+
+
+def test_builtin_toy_loads_from_any_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.chdir(tmp_path)
+    corpus = load_parallel_corpus("builtin:toy", "de", "en")
+    assert {split: len(corpus[split]) for split in corpus} == {
+        "train": 60,
+        "validation": 10,
+        "test": 10,
+    }
+    assert builtin_corpus_dir("toy").is_dir() and "toy" in BUILTIN_CORPORA
+    assert Path(resolve_data_source("builtin:toy")) == builtin_corpus_dir("toy")
+
+
+def test_data_dir_variable_does_not_replace_a_builtin_corpus(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setenv("MINITX_DATA_DIR", str(tmp_path))
+    assert Path(resolve_data_source("builtin:toy")) == builtin_corpus_dir("toy")
+    assert resolve_data_source("bentrevett/multi30k") == str(tmp_path)  # a hub id: replaced
+
+
+def test_unknown_builtin_corpus_names_the_choices():
+    with pytest.raises(ValueError, match=r"unknown builtin corpus 'wmt'; minitx ships \['toy'\]"):
+        load_parallel_corpus("builtin:wmt", "de", "en")
+    with pytest.raises(ValueError, match="unknown builtin corpus"):
+        resolve_data_source("builtin:wmt")
