@@ -312,7 +312,12 @@ def test_script_runs_with_a_translator(
     script = load_script()
     argv = ["--checkpoint", str(ckpt), "Ein Mann fährt Fahrrad.", "--out-dir", str(out)]
     assert script.main([*argv, "--kinds", "encoder", "cross", "--dpi", "30", "--beam", "3"]) == 0
-    assert calls == {"checkpoint": ckpt, "device": "cpu", "attention": "Ein Mann fährt Fahrrad.", "beam_size": 3}
+    assert calls == {
+        "checkpoint": ckpt,
+        "device": "cpu",
+        "attention": "Ein Mann fährt Fahrrad.",
+        "beam_size": 3,
+    }
     translation = "".join(maps.tgt_tokens[1:]).replace("\u2581", " ").strip()
     printed = capsys.readouterr().out
     assert f"translation: {translation}" in printed
@@ -320,7 +325,9 @@ def test_script_runs_with_a_translator(
     assert written == sorted(["attention.html", "encoder_layer0.png", "cross_layer0.png"])
     for name in written:
         assert str(out / name) in printed
-    assert "\u2192 A man rides a bicycle." in (out / "attention.html").read_text("utf-8")  # in the title
+    assert "\u2192 A man rides a bicycle." in (out / "attention.html").read_text(
+        "utf-8"
+    )  # in the title
 
     argv[-1] = str(tmp_path / "c")
     assert script.main([*argv, "--no-html", "--kinds", "decoder", "--dpi", "30"]) == 0
@@ -340,3 +347,19 @@ def test_script_help_needs_no_translator(monkeypatch: pytest.MonkeyPatch, capsys
     out = capsys.readouterr().out
     for option in ("--checkpoint", "--out-dir", "--kinds", "--no-html", "--dpi"):
         assert option in out
+
+
+def test_viewer_files_are_package_data_inlined_into_the_page(
+    maps: AttentionMaps, tmp_path: Path
+) -> None:
+    """viewer.html, viewer.css and viewer.js are found through importlib.resources (so they
+    travel with a non-editable install) and end up inline in the written page."""
+    from importlib import resources
+
+    static = resources.files("minitx.viz") / "static"
+    text = write_html_viewer(maps, tmp_path / "v.html").read_text(encoding="utf-8")
+    for name in ("viewer.css", "viewer.js"):
+        body = (static / name).read_text(encoding="utf-8")
+        assert len(body) > 500 and body in text, name
+    template = (static / "viewer.html").read_text(encoding="utf-8")
+    assert "__DATA__" in template and "__DATA__" not in text

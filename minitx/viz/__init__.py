@@ -1,0 +1,20 @@
+"""Seeing attention: matplotlib heatmaps (heatmaps.py) and a standalone HTML viewer
+(viewer.py, with its page, styles and script in static/). Everything works on
+`minitx.maps.AttentionMaps`, i.e. one sentence pair with per-layer tensors (H, Tq, Tk).
+Nothing here imports the model, the training code or Lightning.
+"""
+
+from minitx.viz.common import DEFAULT_DPI, KIND_LABELS
+from minitx.viz.heatmaps import figures_for_maps, plot_attention_heads, save_attention_images
+from minitx.viz.viewer import viewer_data, visualize, write_html_viewer
+
+__all__ = [
+    "DEFAULT_DPI",
+    "KIND_LABELS",
+    "figures_for_maps",
+    "plot_attention_heads",
+    "save_attention_images",
+    "viewer_data",
+    "visualize",
+    "write_html_viewer",
+]

@@ -1,0 +1,229 @@
+"""Attention heatmaps with matplotlib (Agg): one figure per kind and layer, a panel per head
+plus their average, subword tokens on the axes, colour scale 0-1.
+
+Figures are plain `matplotlib.figure.Figure` objects with an Agg canvas attached: pyplot (and
+its global figure registry) is never used, so nothing is kept alive after a figure goes out
+of scope.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.font_manager import FontProperties
+from matplotlib.textpath import TextToPath
+
+from minitx.maps import KINDS, AttentionMaps
+from minitx.viz.common import DEFAULT_DPI, KIND_LABELS, check_kinds, check_map
+
+logger = logging.getLogger(__name__)
+
+_CELL_IN = 0.19  # inches per token along each heatmap axis (~14 pt: room for 7 pt labels)
+_MIN_PANEL_IN = 1.6  # smallest heatmap side, so that tiny maps stay legible
+_PANEL_TITLE_IN = 0.28  # room above each heatmap for "head h"
+_PANEL_GAP_IN = 0.25  # gap between neighbouring panels
+_TICK_FONTSIZE = 7
+
+
+# --------------------------------------------------------------------------------------
+# matplotlib heatmaps
+
+
+def _max_text_width_in(texts: Sequence[str], fontsize: float = _TICK_FONTSIZE) -> float:
+    """Width in inches of the widest of ``texts`` when drawn as plain text (no mathtext)."""
+    font, measure = FontProperties(size=fontsize), TextToPath()
+    widths = [measure.get_text_width_height_descent(t, font, ismath=False)[0] for t in set(texts)]
+    return max(widths, default=0.0) / 72.0
+
+
+def _grid_columns(n_panels: int, n_tokens: int) -> int:
+    """Columns of the panel grid: wide for short sentences, near-square for long ones."""
+    if n_tokens <= 16:
+        return min(n_panels, 5)
+    return max(1, math.ceil(math.sqrt(n_panels)))
+
+
+def plot_attention_heads(
+    weights: torch.Tensor,
+    query_tokens: Sequence[str],
+    key_tokens: Sequence[str],
+    *,
+    title: str = "",
+    average: bool = True,
+    cmap: str = "viridis",
+) -> Figure:
+    """Plot every head of one attention layer as a grid of heatmaps.
+
+    Keys run along the x axis (labels rotated), queries down the y axis. All panels share
+    one fixed colour scale from 0 to 1 and one colorbar, so heads are directly comparable.
+    The figure grows with the number of tokens and heads (about 0.19 inch per token), which
+    keeps sentences of up to ~40 subword pieces readable.
+
+    Args:
+        weights: (H, Tq, Tk) attention weights of one layer, rows summing to 1 (or zero).
+        query_tokens: Tq query pieces (y axis).
+        key_tokens: Tk key pieces (x axis).
+        title: figure title (omitted when empty).
+        average: also draw the head average (Tq, Tk) as a last panel.
+        cmap: matplotlib colormap name.
+
+    Returns:
+        A Figure with an Agg canvas: H (+1 with ``average``) image panels and a colorbar.
+
+    Raises:
+        ValueError: if ``weights`` is not (H, Tq, Tk) with Tq = len(query_tokens) and
+            Tk = len(key_tokens), is empty, or contains NaN / inf.
+    """
+    check_map(weights, query_tokens, key_tokens, "plot_attention_heads")
+    w = weights.detach().to(device="cpu", dtype=torch.float32).numpy()  # (H, Tq, Tk)
+    n_heads, tq, tk = w.shape
+    panels: list[tuple[str, np.ndarray]] = [(f"head {h}", w[h]) for h in range(n_heads)]
+    if average:
+        panels.append(("average of heads", w.mean(axis=0)))
+
+    n_panels = len(panels)
+    ncols = _grid_columns(n_panels, max(tq, tk))
+    nrows = math.ceil(n_panels / ncols)
+
+    # Explicit layout in inches (no layout engine: constrained layout doubled the cost of a
+    # figure). Tick-label room is measured from the actual text extents.
+    ylab = _max_text_width_in(query_tokens) + 0.08  # query labels, left of each heatmap
+    xlab = _max_text_width_in(key_tokens) + 0.08  # rotated key labels, below each heatmap
+    heat_w = max(_MIN_PANEL_IN, _CELL_IN * tk)
+    heat_h = max(_MIN_PANEL_IN, _CELL_IN * tq)
+    cell_w = ylab + heat_w + _PANEL_GAP_IN
+    cell_h = _PANEL_TITLE_IN + heat_h + xlab + _PANEL_GAP_IN
+    left, bottom, right = 0.3, 0.3, 1.0  # "queries" label, "keys" label, colorbar
+    top = 0.45 if title else 0.1
+    fig_w = left + ncols * cell_w - _PANEL_GAP_IN + right
+    fig_h = top + nrows * cell_h - _PANEL_GAP_IN + bottom
+
+    def rect(x: float, y_top: float, w: float, h: float) -> list[float]:
+        """Inches from the top-left corner -> figure fractions [left, bottom, width, height]."""
+        return [x / fig_w, 1.0 - (y_top + h) / fig_h, w / fig_w, h / fig_h]
+
+    fig = Figure(figsize=(fig_w, fig_h))
+    FigureCanvasAgg(fig)
+    image = None
+    for i, (name, matrix) in enumerate(panels):
+        row, col = divmod(i, ncols)
+        x0 = left + col * cell_w + ylab
+        y0 = top + row * cell_h + _PANEL_TITLE_IN
+        ax = fig.add_axes(rect(x0, y0, heat_w, heat_h))
+        image = ax.imshow(
+            matrix, vmin=0.0, vmax=1.0, cmap=cmap, aspect="auto", interpolation="nearest"
+        )
+        ax.set_title(name, fontsize=9, pad=4)
+        # parse_math=False: a piece like "$5$" must be shown as is, not as mathtext
+        ax.set_xticks(range(tk), list(key_tokens), rotation=90, parse_math=False)
+        ax.set_yticks(range(tq), list(query_tokens), parse_math=False)
+        ax.tick_params(length=0, pad=2, labelsize=_TICK_FONTSIZE)
+    assert image is not None  # n_panels >= 1 (checked above)
+
+    grid_top = top + _PANEL_TITLE_IN
+    grid_h = (nrows - 1) * cell_h + heat_h
+    cbar_h = min(grid_h, max(1.5, 0.6 * grid_h))
+    cax = fig.add_axes(rect(fig_w - right + 0.25, grid_top + (grid_h - cbar_h) / 2, 0.14, cbar_h))
+    colorbar = fig.colorbar(image, cax=cax)
+    colorbar.set_label("attention weight", fontsize=8)
+    colorbar.ax.tick_params(labelsize=7)
+    grid_mid_x = (left + (ncols * cell_w - _PANEL_GAP_IN) / 2) / fig_w
+    fig.text(grid_mid_x, 0.08 / fig_h, "keys", ha="center", va="bottom", fontsize=8)
+    fig.text(
+        0.08 / fig_w,
+        1.0 - (grid_top + grid_h / 2) / fig_h,
+        "queries",
+        rotation=90,
+        ha="left",
+        va="center",
+        fontsize=8,
+    )
+    if title:
+        fig.suptitle(title, x=grid_mid_x, y=1.0 - 0.1 / fig_h, va="top", fontsize=11)
+    return fig
+
+
+def figures_for_maps(
+    maps: AttentionMaps,
+    *,
+    kinds: Sequence[str] = KINDS,
+    average: bool = True,
+) -> dict[str, Figure]:
+    """One heads-grid figure per (kind, layer) of a sentence's attention maps.
+
+    Args:
+        maps: the attention maps of one translation.
+        kinds: which kinds to plot, a subset of ``("encoder", "decoder", "cross")``.
+        average: add a head-average panel to every figure.
+
+    Returns:
+        Figures keyed ``"{kind}/layer_{i}"``, e.g. ``"encoder/layer_0"``, ``"cross/layer_2"``,
+        in kind order then layer order.
+
+    Raises:
+        ValueError: on an unknown kind or a map whose shape does not match the tokens.
+    """
+    figures: dict[str, Figure] = {}
+    for kind, layer, fig in _iter_figures(maps, check_kinds(kinds), average):
+        figures[f"{kind}/layer_{layer}"] = fig
+    return figures
+
+
+def _iter_figures(
+    maps: AttentionMaps, kinds: tuple[str, ...], average: bool
+) -> Iterator[tuple[str, int, Figure]]:
+    """Yield (kind, layer index, Figure), building each figure only when asked for."""
+    for kind in kinds:
+        queries, keys = maps.axes(kind)
+        for layer, weights in enumerate(maps.layers(kind)):
+            check_map(weights, queries, keys, f"{kind} layer {layer}")
+            title = f"{KIND_LABELS[kind]} — layer {layer}"
+            yield (
+                kind,
+                layer,
+                plot_attention_heads(weights, queries, keys, title=title, average=average),
+            )
+
+
+def save_attention_images(
+    maps: AttentionMaps,
+    out_dir: Path | str,
+    *,
+    prefix: str = "",
+    dpi: int = DEFAULT_DPI,
+    kinds: Sequence[str] = KINDS,
+    average: bool = True,
+) -> list[Path]:
+    """Write one PNG heatmap grid per (kind, layer), e.g. ``{prefix}encoder_layer0.png``.
+
+    Figures are built, saved and released one at a time, so memory stays flat however many
+    layers (or calls) there are.
+
+    Args:
+        maps: the attention maps of one translation.
+        out_dir: directory for the images (created if missing).
+        prefix: prepended to every file name.
+        dpi: resolution of the PNGs.
+        kinds: which kinds to write, a subset of ``("encoder", "decoder", "cross")``.
+        average: add a head-average panel to every image.
+
+    Returns:
+        The written paths, in kind order then layer order.
+    """
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths: list[Path] = []
+    for kind, layer, fig in _iter_figures(maps, check_kinds(kinds), average):
+        path = out_dir / f"{prefix}{kind}_layer{layer}.png"
+        fig.savefig(path, dpi=dpi)
+        fig.clear()  # drop artists now; the figure itself is unreferenced after this
+        paths.append(path)
+        logger.debug("wrote %s", path)
+    return paths

@@ -1,0 +1,170 @@
+"""The standalone HTML attention viewer: one self-contained, offline file per sentence.
+
+The page is assembled from minitx/viz/static/viewer.html, viewer.css and viewer.js (package
+data, read with importlib.resources), with the maps embedded as JSON and a
+Content-Security-Policy that forbids any network access. Open it with any browser.
+"""
+
+from __future__ import annotations
+
+import functools
+import html
+import json
+import logging
+import re
+from collections.abc import Sequence
+from importlib import resources
+from pathlib import Path
+
+import torch
+
+from minitx.maps import KINDS, AttentionMaps
+from minitx.viz.common import DEFAULT_DPI, KIND_LABELS, check_map
+from minitx.viz.heatmaps import save_attention_images
+
+logger = logging.getLogger(__name__)
+
+_HTML_DECIMALS = 4
+
+
+@functools.cache
+def _static(name: str) -> str:
+    """The text of one of the viewer's files in minitx/viz/static (package data)."""
+    return (resources.files("minitx.viz") / "static" / name).read_text(encoding="utf-8")
+
+
+# --------------------------------------------------------------------------------------
+# standalone HTML viewer
+
+
+def _rounded(weights: torch.Tensor, decimals: int = _HTML_DECIMALS) -> list:
+    """(H, Tq, Tk) tensor -> nested lists of floats rounded to ``decimals`` places."""
+    return weights.detach().to(device="cpu", dtype=torch.float64).round(decimals=decimals).tolist()
+
+
+def _json_for_script(obj: object) -> str:
+    """JSON that is safe inside an HTML ``<script>`` element (no ``</script>``, ``<!--``)."""
+    text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    return (
+        text.replace("&", "\\u0026")
+        .replace("<", "\\u003c")
+        .replace(">", "\\u003e")
+        .replace("\u2028", "\\u2028")
+        .replace("\u2029", "\\u2029")
+    )
+
+
+def viewer_data(maps: AttentionMaps, *, decimals: int = _HTML_DECIMALS) -> dict[str, object]:
+    """The JSON document embedded in the HTML viewer.
+
+    Args:
+        maps: the attention maps of one translation.
+        decimals: weights are rounded to this many decimal places.
+
+    Returns:
+        ``{"src_tokens", "tgt_tokens", "decimals", "kinds": {kind: {"label",
+        "query_tokens", "key_tokens", "layers"}}}`` where ``layers[l][h][q][k]`` is the
+        weight of query q on key k in head h of layer l (kinds without layers are left out).
+
+    Raises:
+        ValueError: if a map's shape does not match the tokens or contains NaN / inf.
+    """
+    kinds: dict[str, object] = {}
+    for kind in KINDS:
+        queries, keys = maps.axes(kind)
+        layers = []
+        for layer, weights in enumerate(maps.layers(kind)):
+            check_map(weights, queries, keys, f"{kind} layer {layer}")
+            layers.append(_rounded(weights, decimals))
+        if layers:
+            kinds[kind] = {
+                "label": KIND_LABELS[kind],
+                "query_tokens": list(queries),
+                "key_tokens": list(keys),
+                "layers": layers,
+            }
+    return {
+        "src_tokens": list(maps.src_tokens),
+        "tgt_tokens": list(maps.tgt_tokens),
+        "decimals": decimals,
+        "kinds": kinds,
+    }
+
+
+def write_html_viewer(
+    maps: AttentionMaps, path: Path | str, *, title: str = "minitx attention"
+) -> Path:
+    """Write a standalone, offline HTML viewer for one sentence's attention maps.
+
+    The page lets the user pick the attention kind (``#kind``), layer (``#layer``) and head
+    (``#head``; value ``"avg"`` = average of heads) and shows the map as a heatmap table
+    (cells ``#heatmap td.cell`` with ``data-q``, ``data-k``, ``data-w``) next to a
+    bertviz-style line view (``#lines``). Hovering (or focusing) a query token, a cell or a
+    line highlights that query's row and fills ``#readout`` (``data-q``) with its weights
+    over the key tokens (``#readout .kw`` with ``data-k``, ``data-w``). ``#status`` carries
+    ``data-kind``, ``data-layer``, ``data-head`` of the map on screen.
+
+    The file needs no network: CSS and JavaScript are inline, the maps are embedded as JSON
+    (``<script type="application/json" id="attn-data">``, see :func:`viewer_data`) and a
+    Content-Security-Policy blocks every external load. Tokens are only ever inserted as
+    text, so pieces such as ``<b>&"x'`` are shown literally.
+
+    Args:
+        maps: the attention maps of one translation; encoder maps (H, S, S), decoder maps
+            (H, T, T), cross maps (H, T, S).
+        path: the HTML file to write (parent directories are created).
+        title: page title and heading.
+
+    Returns:
+        ``path`` as a Path.
+
+    Raises:
+        ValueError: if a map's shape does not match the tokens or contains NaN / inf.
+    """
+    path = Path(path)
+    data = viewer_data(maps)
+    parts = {
+        "TITLE": html.escape(title),
+        "CSS": _static("viewer.css"),
+        "JS": _static("viewer.js"),
+        "DATA": _json_for_script(data),
+    }
+    # one pass: text substituted in (title, data) is never scanned for placeholders again
+    template = _static("viewer.html")
+    page = re.sub(r"__(TITLE|CSS|JS|DATA)__", lambda m: parts[m.group(1)], template)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(page, encoding="utf-8")
+    logger.debug("wrote %s (%d bytes)", path, len(page))
+    return path
+
+
+def visualize(
+    maps: AttentionMaps,
+    out_dir: Path | str,
+    *,
+    kinds: Sequence[str] = KINDS,
+    html_viewer: bool = True,
+    dpi: int = DEFAULT_DPI,
+    average: bool = True,
+    title: str = "minitx attention",
+) -> list[Path]:
+    """Write PNG heatmaps (per kind and layer) and, optionally, ``attention.html``.
+
+    This is the whole of ``scripts/visualize_attention.py`` after inference.
+
+    Args:
+        maps: the attention maps of one translation.
+        out_dir: output directory (created if missing).
+        kinds: which kinds get PNGs (the HTML viewer always holds all kinds).
+        html_viewer: also write ``out_dir/attention.html``.
+        dpi: resolution of the PNGs.
+        average: add a head-average panel to every PNG.
+        title: title of the HTML viewer.
+
+    Returns:
+        The PNG paths (kind order, then layer order), then the HTML path if written.
+    """
+    paths = save_attention_images(maps, out_dir, dpi=dpi, kinds=kinds, average=average)
+    if html_viewer:
+        paths.append(write_html_viewer(maps, Path(out_dir) / "attention.html", title=title))
+    return paths
