@@ -30,11 +30,13 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from minitx.attention import padding_mask, scaled_dot_product_attention
 from minitx.data import TokenBucketBatchSampler, collate
 from minitx.decoding import beam_search, greedy_decode
-from minitx.layers import SinusoidalPositionalEncoding
 from minitx.model import Transformer, TransformerConfig
-from minitx.module import TranslationModule
+from minitx.positional import SinusoidalPositionalEncoding
+from minitx.training import TranslationModule
 
-SIZES = dict(d_model=256, n_heads=4, n_encoder_layers=3, n_decoder_layers=3, d_ff=1024, vocab_size=8000)
+SIZES = dict(
+    d_model=256, n_heads=4, n_encoder_layers=3, n_decoder_layers=3, d_ff=1024, vocab_size=8000
+)
 
 
 # ------------------------------------------------------------------------------------ data
@@ -46,7 +48,12 @@ def multi30k_like_batches(n_examples: int, max_tokens: int, seed: int = 0) -> li
     src_len = np.clip(np.rint(rng.normal(15.2, 5.5, n_examples)), 3, 50).astype(int)
     tgt_len = np.clip(np.rint(src_len + rng.normal(-0.5, 2.5, n_examples)), 3, 50).astype(int)
     examples = [
-        {"src_ids": rng.integers(4, SIZES["vocab_size"], s).tolist(), "tgt_ids": rng.integers(4, SIZES["vocab_size"], t).tolist(), "src_text": "", "tgt_text": ""}
+        {
+            "src_ids": rng.integers(4, SIZES["vocab_size"], s).tolist(),
+            "tgt_ids": rng.integers(4, SIZES["vocab_size"], t).tolist(),
+            "src_text": "",
+            "tgt_text": "",
+        }
         for s, t in zip(src_len, tgt_len, strict=True)
     ]
     lengths = np.maximum(src_len, tgt_len) + 1
@@ -58,16 +65,23 @@ def multi30k_like_batches(n_examples: int, max_tokens: int, seed: int = 0) -> li
 
 
 class TorchTransformerBaseline(nn.Module):
-    """torch.nn.Transformer with shared, scaled embeddings, sinusoidal positions and a tied output."""
+    """torch.nn.Transformer with shared, scaled embeddings, sinusoidal positions, tied output."""
 
     def __init__(self, dropout: float = 0.1) -> None:
         super().__init__()
         d = SIZES["d_model"]
         self.embed = nn.Embedding(SIZES["vocab_size"], d, padding_idx=0)
-        self.positional = SinusoidalPositionalEncoding(d)
+        self.positional = SinusoidalPositionalEncoding(d_model=d)
         self.dropout = nn.Dropout(dropout)
         self.transformer = nn.Transformer(
-            d, SIZES["n_heads"], SIZES["n_encoder_layers"], SIZES["n_decoder_layers"], SIZES["d_ff"], dropout, batch_first=True, norm_first=True
+            d,
+            SIZES["n_heads"],
+            SIZES["n_encoder_layers"],
+            SIZES["n_decoder_layers"],
+            SIZES["d_ff"],
+            dropout,
+            batch_first=True,
+            norm_first=True,
         )
         self.output = nn.Linear(d, SIZES["vocab_size"], bias=False)
         self.output.weight = self.embed.weight
@@ -79,10 +93,17 @@ class TorchTransformerBaseline(nn.Module):
         t = self.dropout(self.positional(self.embed(tgt_in) * scale))
         causal = nn.Transformer.generate_square_subsequent_mask(tgt_in.size(1))
         h = self.transformer(
-            s, t, tgt_mask=causal, tgt_is_causal=True, src_key_padding_mask=src == 0, memory_key_padding_mask=src == 0
+            s,
+            t,
+            tgt_mask=causal,
+            tgt_is_causal=True,
+            src_key_padding_mask=src == 0,
+            memory_key_padding_mask=src == 0,
         )
         logits = self.output(h)
-        return F.cross_entropy(logits.flatten(0, 1).float(), tgt_out.flatten(), ignore_index=0, label_smoothing=0.1)
+        return F.cross_entropy(
+            logits.flatten(0, 1).float(), tgt_out.flatten(), ignore_index=0, label_smoothing=0.1
+        )
 
 
 def bench_train(args: argparse.Namespace) -> None:
@@ -90,10 +111,15 @@ def bench_train(args: argparse.Namespace) -> None:
     batches = multi30k_like_batches(args.train_examples, args.max_tokens)
     shapes = {(tuple(b["src"].shape), tuple(b["tgt_in"].shape)) for b in batches}
     n_tokens = [int((b["tgt_out"] != 0).sum()) for b in batches]
-    print(f"\n== training step: {len(batches)} batches, {len(shapes)} shapes, max_tokens {args.max_tokens}, "
-          f"avg {statistics.mean(n_tokens):.0f} target tokens/batch ==")
+    print(
+        f"\n== training step: {len(batches)} batches, {len(shapes)} shapes, "
+        f"max_tokens {args.max_tokens}, "
+        f"avg {statistics.mean(n_tokens):.0f} target tokens/batch =="
+    )
 
-    minitx = TranslationModule(**SIZES, dropout=0.1)
+    sizes = {k: v for k, v in SIZES.items() if k != "vocab_size"}
+    vocab = {"src_vocab_size": SIZES["vocab_size"], "tgt_vocab_size": SIZES["vocab_size"]}
+    minitx = TranslationModule(transformer={**sizes, **vocab, "dropout": 0.1})
     minitx.train()
     baseline = TorchTransformerBaseline().train()
 
@@ -103,7 +129,12 @@ def bench_train(args: argparse.Namespace) -> None:
 
     def minitx_plain_loss(batch: dict) -> torch.Tensor:  # minitx model, the baseline's loss recipe
         logits = minitx.model(batch["src"], batch["tgt_in"])
-        return F.cross_entropy(logits.flatten(0, 1).float(), batch["tgt_out"].flatten(), ignore_index=0, label_smoothing=0.1)
+        return F.cross_entropy(
+            logits.flatten(0, 1).float(),
+            batch["tgt_out"].flatten(),
+            ignore_index=0,
+            label_smoothing=0.1,
+        )
 
     contenders: dict[str, tuple[nn.Module, Callable]] = {
         "minitx": (minitx, minitx_loss),
@@ -114,15 +145,22 @@ def bench_train(args: argparse.Namespace) -> None:
         rate = _train_rates(contenders, batches, n_tokens, precision, args.train_steps)
         for name in contenders:
             print(f"  {precision:5s} {name:28s} {rate[name]:8.0f} target tokens/s")
-        print(f"  {precision:5s} ratio minitx / torch.nn.Transformer = {rate['minitx'] / rate['torch.nn.Transformer']:.2f}x "
-              f"(model alone, same loss: {rate['minitx (full-logits loss)'] / rate['torch.nn.Transformer']:.2f}x)")
+        print(
+            f"  {precision:5s} ratio minitx / torch.nn.Transformer = "
+            f"{rate['minitx'] / rate['torch.nn.Transformer']:.2f}x (model alone, same loss: "
+            f"{rate['minitx (full-logits loss)'] / rate['torch.nn.Transformer']:.2f}x)"
+        )
 
 
-def _train_rates(contenders: dict, batches: list[dict], n_tokens: list[int], precision: str, steps: int) -> dict[str, float]:
+def _train_rates(
+    contenders: dict, batches: list[dict], n_tokens: list[int], precision: str, steps: int
+) -> dict[str, float]:
     """Target tokens/s of each contender; every batch shape is run once first (bf16 builds
     kernels per shape), then the contenders take turns on the same batches."""
     autocast = torch.autocast("cpu", dtype=torch.bfloat16) if precision == "bf16" else nullcontext()
-    optimizers = {name: torch.optim.AdamW(m.parameters(), lr=1e-4) for name, (m, _) in contenders.items()}
+    optimizers = {
+        name: torch.optim.AdamW(m.parameters(), lr=1e-4) for name, (m, _) in contenders.items()
+    }
 
     def step(name: str, batch: dict) -> None:
         loss_fn = contenders[name][1]
@@ -168,12 +206,18 @@ def _time(fn: Callable[[], object], repeats: int) -> float:
 
 def bench_attention(args: argparse.Namespace) -> None:
     print("\n== attention core: B*T = 4096 tokens, 4 heads of 64; median ms per call ==")
-    print(f"  {'dtype':5s} {'T':>4s} | {'explicit':>9s} {'fused':>9s} (forward) | {'explicit':>9s} {'flash':>9s} {'math':>9s} (forward+backward)")
+    print(
+        f"  {'dtype':5s} {'T':>4s} | {'explicit':>9s} {'fused':>9s} (forward) | "
+        f"{'explicit':>9s} {'flash':>9s} {'math':>9s} (forward+backward)"
+    )
     for dtype in (torch.bfloat16, torch.float32):
         for t in (16, 32, 64, 128, 256, 512):
             fwd, both = _attention_times(dtype, t, args.repeats)
             name = "bf16" if dtype == torch.bfloat16 else "fp32"
-            print(f"  {name:5s} {t:4d} | {fwd[0]:9.2f} {fwd[1]:9.2f}           | {both[0]:9.2f} {both[1]:9.2f} {both[2]:9.2f}")
+            print(
+                f"  {name:5s} {t:4d} | {fwd[0]:9.2f} {fwd[1]:9.2f}           | "
+                f"{both[0]:9.2f} {both[1]:9.2f} {both[2]:9.2f}"
+            )
 
 
 def _attention_times(dtype: torch.dtype, t: int, repeats: int) -> tuple[list[float], list[float]]:
@@ -213,13 +257,22 @@ def _decode_inputs(args: argparse.Namespace) -> tuple[Transformer, list[torch.Te
         sources = [p[args.src_lang] for p in corpus["test"]["translation"]][: args.decode_sentences]
         ids = translator.tokenizer.encode(sources)
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
-        batches = [translator._src_tensor([ids[i] for i in order[j : j + args.decode_batch]]) for j in range(0, len(order), args.decode_batch)]
+        batches = [
+            translator._src_tensor([ids[i] for i in order[j : j + args.decode_batch]])
+            for j in range(0, len(order), args.decode_batch)
+        ]
         return translator.model, batches, f"{len(sources)} test sentences, trained model"
     torch.manual_seed(0)
     cfg = {k: v for k, v in SIZES.items() if k != "vocab_size"}
-    model = Transformer(TransformerConfig(src_vocab_size=SIZES["vocab_size"], tgt_vocab_size=SIZES["vocab_size"], **cfg)).eval()
+    model = Transformer(
+        TransformerConfig(
+            src_vocab_size=SIZES["vocab_size"], tgt_vocab_size=SIZES["vocab_size"], **cfg
+        )
+    ).eval()
     rng = np.random.default_rng(0)
-    lengths = np.sort(np.clip(np.rint(rng.normal(15.2, 5.5, args.decode_sentences)), 3, 50).astype(int))
+    lengths = np.sort(
+        np.clip(np.rint(rng.normal(15.2, 5.5, args.decode_sentences)), 3, 50).astype(int)
+    )
     batches = []
     for j in range(0, len(lengths), args.decode_batch):
         chunk = lengths[j : j + args.decode_batch]
@@ -228,7 +281,11 @@ def _decode_inputs(args: argparse.Namespace) -> tuple[Transformer, list[torch.Te
             src[row, :n] = torch.from_numpy(rng.integers(4, SIZES["vocab_size"], n))
             src[row, n] = 3
         batches.append(src)
-    return model, batches, f"{args.decode_sentences} random sentences, untrained model (decodes to the length cap)"
+    return (
+        model,
+        batches,
+        f"{args.decode_sentences} random sentences, untrained model (decodes to the length cap)",
+    )
 
 
 def bench_decode(args: argparse.Namespace) -> None:
@@ -236,7 +293,12 @@ def bench_decode(args: argparse.Namespace) -> None:
     n = sum(len(b) for b in batches)
     print(f"\n== decoding: {what}, batches of {args.decode_batch}, fp32; sentences/s ==")
     runs = [("greedy", lambda src, cache: greedy_decode(model, src, use_cache=cache))]
-    runs.append((f"beam {args.beam}", lambda src, cache: beam_search(model, src, beam_size=args.beam, use_cache=cache)))
+    runs.append(
+        (
+            f"beam {args.beam}",
+            lambda src, cache: beam_search(model, src, beam_size=args.beam, use_cache=cache),
+        )
+    )
     with torch.inference_mode():
         for name, fn in runs:
             rate = {}
@@ -245,19 +307,49 @@ def bench_decode(args: argparse.Namespace) -> None:
                 for src in batches:
                     fn(src, cache)
                 rate[cache] = n / (time.perf_counter() - start)
-            print(f"  {name:8s} with KV cache {rate[True]:7.1f} | without {rate[False]:7.1f} | speed-up {rate[True] / rate[False]:.2f}x")
+            print(
+                f"  {name:8s} with KV cache {rate[True]:7.1f} | without {rate[False]:7.1f} | "
+                f"speed-up {rate[True] / rate[False]:.2f}x"
+            )
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sections", nargs="+", default=["train", "attention", "decode"], choices=["train", "attention", "decode"])
-    parser.add_argument("--precisions", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16"])
-    parser.add_argument("--max-tokens", type=int, default=2048, help="token budget per training batch (default config: 2048)")
-    parser.add_argument("--train-examples", type=int, default=3000, help="synthetic sentence pairs to batch")
-    parser.add_argument("--train-steps", type=int, default=20, help="timed steps per contender and precision")
-    parser.add_argument("--repeats", type=int, default=5, help="timed calls per attention measurement")
-    parser.add_argument("--checkpoint", help="decode with this trained model on the test split (else: untrained model)")
-    parser.add_argument("--data", default="bentrevett/multi30k", help="corpus for --checkpoint (MINITX_DATA_DIR applies)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--sections",
+        nargs="+",
+        default=["train", "attention", "decode"],
+        choices=["train", "attention", "decode"],
+    )
+    parser.add_argument(
+        "--precisions", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16"]
+    )
+    parser.add_argument(
+        "--max-tokens",
+        type=int,
+        default=2048,
+        help="token budget per training batch (default config: 2048)",
+    )
+    parser.add_argument(
+        "--train-examples", type=int, default=3000, help="synthetic sentence pairs to batch"
+    )
+    parser.add_argument(
+        "--train-steps", type=int, default=20, help="timed steps per contender and precision"
+    )
+    parser.add_argument(
+        "--repeats", type=int, default=5, help="timed calls per attention measurement"
+    )
+    parser.add_argument(
+        "--checkpoint",
+        help="decode with this trained model on the test split (else: untrained model)",
+    )
+    parser.add_argument(
+        "--data",
+        default="bentrevett/multi30k",
+        help="corpus for --checkpoint (MINITX_DATA_DIR applies)",
+    )
     parser.add_argument("--src-lang", default="de")
     parser.add_argument("--tgt-lang", default="en")
     parser.add_argument("--decode-sentences", type=int, default=128)

@@ -1,95 +1,10 @@
-"""Translate one sentence with a checkpoint and draw its attention maps.
+#!/usr/bin/env python
+"""The `minitx-visualize` command (see minitx/cli/visualize.py), runnable from a checkout as
+`python scripts/visualize_attention.py` so that the commands in README.md work either way."""
 
-Writes PNG heatmaps (one per attention kind and layer: every head as a panel, plus the head
-average) and a standalone HTML viewer ``attention.html`` into ``--out-dir``, then prints the
-translation and the written paths.
-
-Example:
-    python scripts/visualize_attention.py --checkpoint runs/best.ckpt \\
-        "Ein Mann fährt Fahrrad." --out-dir attn/
-"""
-
-from __future__ import annotations
-
-import argparse
-import logging
 import sys
-from pathlib import Path
 
-from minitx.maps import KINDS
-from minitx.viz import DEFAULT_DPI, visualize
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """The command-line interface."""
-    parser = argparse.ArgumentParser(
-        description=(
-            "Translate SENTENCE with a minitx checkpoint and write its attention maps as PNG "
-            "heatmaps (per kind and layer) and a standalone HTML viewer."
-        ),
-    )
-    parser.add_argument("sentence", help="source sentence to translate")
-    parser.add_argument(
-        "--checkpoint", required=True, type=Path, help="self-contained minitx .ckpt file"
-    )
-    parser.add_argument(
-        "--out-dir", type=Path, default=Path("attn"), help="output directory (default: attn/)"
-    )
-    parser.add_argument(
-        "--kinds",
-        nargs="+",
-        choices=KINDS,
-        default=list(KINDS),
-        metavar="KIND",
-        help=f"attention kinds to plot as PNGs, any of {', '.join(KINDS)} (default: all)",
-    )
-    parser.add_argument(
-        "--no-html", action="store_true", help="do not write the HTML viewer attention.html"
-    )
-    parser.add_argument(
-        "--dpi", type=int, default=DEFAULT_DPI, help=f"PNG resolution (default: {DEFAULT_DPI})"
-    )
-    parser.add_argument("--device", default="cpu", help="torch device (default: cpu)")
-    parser.add_argument("--beam", type=int, default=1, help="beam size for the translation whose maps are drawn (default: 1, greedy)")
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Run the CLI; returns the process exit code."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if not args.checkpoint.is_file():
-        parser.error(f"checkpoint not found: {args.checkpoint}")
-    if not args.sentence.strip():
-        parser.error("the sentence is empty")
-    if args.dpi <= 0:
-        parser.error(f"--dpi must be positive, got {args.dpi}")
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-
-    # imported here so that --help works without (or before) the inference stack
-    from minitx.translator import CheckpointError, Translator
-
-    try:
-        translator = Translator.from_checkpoint(args.checkpoint, device=args.device)
-    except CheckpointError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    maps = translator.attention(args.sentence, beam_size=args.beam)  # maps of the generated pieces
-    translation = "".join(maps.tgt_tokens[1:]).replace("\u2581", " ").strip()  # sentencepiece detokenisation
-    paths = visualize(
-        maps,
-        args.out_dir,
-        kinds=args.kinds,
-        html_viewer=not args.no_html,
-        dpi=args.dpi,
-        title=f"minitx attention: {args.sentence} \u2192 {translation}",
-    )
-    print(f"source:      {args.sentence}")
-    print(f"translation: {translation}")
-    for path in paths:
-        print(f"wrote {path}")
-    return 0
-
+from minitx.cli.visualize import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,7 +1,8 @@
-"""scripts/translate.py, scripts/evaluate.py and scripts/visualize_attention.py on the tiny checkpoint.
+"""The inference commands (minitx/cli: translate, evaluate, visualize) on the tiny checkpoint.
 
-Most tests call the scripts' `main(argv)` in-process (fast); a few run them as real
-subprocesses, for piped standard input and exit statuses.
+Most tests call a command's `main(argv)` in-process (fast); a few run the scripts/ wrappers,
+the console scripts and `python -m minitx` as real subprocesses, for piped standard input,
+exit statuses and the entry points themselves.
 """
 
 from __future__ import annotations
@@ -14,30 +15,27 @@ import subprocess
 from pathlib import Path
 from types import ModuleType
 
-import fixtures_ckpt
 import pytest
-from fixtures_ckpt import PYTHON, SCRIPTS_DIR, TOY_CORPUS_DIR, TOY_TEST_SOURCES, subprocess_env
+from helpers import PYTHON, SCRIPTS_DIR, TOY_CORPUS_DIR, TOY_TEST_SOURCES, subprocess_env
 
 from minitx.translator import Translator
-
-# the shared session fixtures (an assignment registers them in this module for pytest)
-tiny_run = fixtures_ckpt.tiny_run
-tiny_checkpoint = fixtures_ckpt.tiny_checkpoint
 
 TOY_TEST_REFERENCES = (
     (TOY_CORPUS_DIR / "test_2016_flickr.en").read_text(encoding="utf-8").splitlines()
 )
 
 
+COMMAND_MODULES = {
+    "translate": "minitx.cli.translate",
+    "evaluate": "minitx.cli.evaluate",
+    "visualize_attention": "minitx.cli.visualize",
+}
+"""scripts/<name>.py -> the module of the command it wraps."""
+
+
 def load_script(name: str) -> ModuleType:
-    """Import scripts/<name>.py as a module (the scripts directory is no package)."""
-    spec = importlib.util.spec_from_file_location(
-        f"minitx_scripts_{name}", SCRIPTS_DIR / f"{name}.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """The command module behind scripts/<name>.py."""
+    return importlib.import_module(COMMAND_MODULES[name])
 
 
 @pytest.fixture(scope="module")
@@ -95,13 +93,13 @@ def test_translate_arguments(translate_script, translator, tiny_checkpoint, caps
         )
         == 0
     )
-    assert capsys.readouterr().out.splitlines() == translator.translate(sentences)
+    assert capsys.readouterr().out.splitlines() == translator.translate(sentences, beam_size=1)
 
 
 def test_translate_input_file_keeps_lines(
     translate_script, translator, tiny_checkpoint, tmp_path, capsys
 ) -> None:
-    """Empty lines stay empty lines; CRLF endings and a BOM are tolerated; --output writes a file."""
+    """Empty lines stay empty; CRLF endings and a BOM are tolerated; --output writes a file."""
     lines = [TOY_TEST_SOURCES[0], "", TOY_TEST_SOURCES[1], "   ", TOY_TEST_SOURCES[2]]
     source = tmp_path / "input.de"
     source.write_bytes(("\ufeff" + "\r\n".join(lines) + "\r\n").encode("utf-8"))
@@ -138,7 +136,7 @@ def test_translate_stdin_pipe_subprocess(translator, tiny_checkpoint) -> None:
     assert proc.returncode == 0, proc.stderr.decode()
     out = proc.stdout.decode("utf-8")
     assert out.count("\n") == 3
-    assert out.split("\n")[:-1] == translator.translate(lines)
+    assert out.split("\n")[:-1] == translator.translate(lines, beam_size=1)
     assert out.split("\n")[1] == ""
 
 
@@ -148,7 +146,7 @@ def test_translate_stdin_in_process(
     monkeypatch.setattr("sys.stdin", FakeStdin(b"eine frau\n\nzwei hunde"))  # no final newline
     assert translate_script.main(["--checkpoint", str(tiny_checkpoint), "--beam", "1"]) == 0
     assert capsys.readouterr().out.split("\n")[:-1] == translator.translate(
-        ["eine frau", "", "zwei hunde"]
+        ["eine frau", "", "zwei hunde"], beam_size=1
     )
 
 
@@ -164,7 +162,9 @@ def test_translate_interactive_prompt(
     monkeypatch.setattr("sys.stdin", FakeStdin(b"eine frau\n\nzwei hunde\n", tty=True))
     assert translate_script.main(["--checkpoint", str(tiny_checkpoint), "--beam", "1"]) == 0
     out, err = capsys.readouterr()
-    assert out.split("\n")[:-1] == translator.translate(["eine frau", "", "zwei hunde"])
+    assert out.split("\n")[:-1] == translator.translate(
+        ["eine frau", "", "zwei hunde"], beam_size=1
+    )
     assert err.count(translate_script.PROMPT) == 4  # three lines, then EOF at the fourth prompt
 
 
@@ -283,9 +283,9 @@ def test_evaluate_toy_corpus(
     out, err = capsys.readouterr()
     lines = out.splitlines()
     assert len(lines) == 1
-    assert lines[0].startswith("beam 1: BLEU ")
+    assert lines[0].startswith("beam 5 (alpha 1): BLEU ")  # the default decoding, named
     assert "tok:13a" in lines[0] and "chrF" in lines[0] and "sentences in" in lines[0]
-    written = (tmp_path / "hyp.beam1.txt").read_text(encoding="utf-8").split("\n")[:-1]
+    written = (tmp_path / "hyp.beam5.txt").read_text(encoding="utf-8").split("\n")[:-1]
     assert len(written) == len(TOY_TEST_SOURCES) == 10
     assert written == translator.translate(TOY_TEST_SOURCES)
     assert "de -> en" in err and "10 of 10 pairs" in err
@@ -304,7 +304,7 @@ def test_evaluate_two_beams_and_json(evaluate_script, tiny_checkpoint, tmp_path,
     ]
     assert evaluate_script.main(args) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert [line.split(":")[0] for line in lines] == ["beam 1", "beam 2"]
+    assert [line.split(":")[0] for line in lines] == ["greedy", "beam 2 (alpha 1)"]
     data = json.loads(report.read_text(encoding="utf-8"))
     assert (data["split"], data["src_lang"], data["tgt_lang"], data["sentences"]) == (
         "validation",
@@ -332,12 +332,13 @@ def test_evaluate_default_hypothesis_path_and_limit(
         == 0
     )
     assert "3 sentences" in capsys.readouterr().out
-    hyp = tmp_path / "model.test.first3.beam1.hyp"
+    hyp = tmp_path / "model.test.first3.beam5.hyp"
     assert len(hyp.read_text(encoding="utf-8").splitlines()) == 3
 
 
 def test_evaluate_counts_empty_pairs(evaluate_script, tiny_checkpoint, tmp_path, capsys) -> None:
-    """Pairs with an empty side are dropped and counted (as in training); only the split's files are needed."""
+    """Pairs with an empty side are dropped and counted (as in training); only the split's
+    files are needed."""
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     src, ref = list(TOY_TEST_SOURCES), list(TOY_TEST_REFERENCES)
@@ -432,7 +433,8 @@ def test_evaluate_subprocess(tiny_checkpoint, tmp_path) -> None:
     proc = run_script("evaluate", args, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr.decode()
     lines = proc.stdout.decode("utf-8").splitlines()
-    assert len(lines) == 1 and lines[0].startswith("beam 1: BLEU ") and "tok:13a" in lines[0]
+    assert len(lines) == 1 and lines[0].startswith("beam 5 (alpha 1): BLEU ")
+    assert "tok:13a" in lines[0]
     assert "Traceback" not in proc.stderr.decode()
 
 
@@ -462,3 +464,47 @@ def test_visualize_attention_writes_pngs_and_viewer(tiny_checkpoint, tmp_path, c
     assert html.startswith("<!DOCTYPE html>") and "</html>" in html
     out = capsys.readouterr().out
     assert "translation:" in out and "attention.html" in out
+
+
+# ---------------------------------------------------------------------- entry points
+@pytest.mark.parametrize("name", ["translate", "evaluate", "visualize_attention"])
+def test_every_inference_command_defaults_to_the_same_beam(name: str) -> None:
+    from minitx.cli.common import decoding_from_args
+    from minitx.decoding import DEFAULT_BEAM_SIZE, DecodingConfig
+
+    parser = load_script(name).build_parser()
+    sentence = [] if name == "evaluate" else ["a sentence"]
+    args = parser.parse_args(["--checkpoint", "x.ckpt", *sentence])
+    beam = args.beam[0] if isinstance(args.beam, list) else args.beam
+    assert beam == DEFAULT_BEAM_SIZE == DecodingConfig().beam_size == 5
+    assert decoding_from_args(args, beam) == DecodingConfig()
+    assert decoding_from_args(args, 1) == DecodingConfig(strategy="greedy", beam_size=1)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["-m", "minitx", "translate", "--help"],
+        ["-m", "minitx.cli.evaluate", "--help"],
+        [str(SCRIPTS_DIR / "visualize_attention.py"), "--help"],
+    ],
+)
+def test_module_and_script_entry_points(command: list[str]) -> None:
+    proc = subprocess.run(
+        [PYTHON, *command], capture_output=True, env=subprocess_env(), timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert b"--checkpoint" in proc.stdout and b"--beam" in proc.stdout
+
+
+def test_console_scripts_and_unknown_command() -> None:
+    bin_dir = Path(PYTHON).parent
+    if not (bin_dir / "minitx-translate").exists():
+        pytest.skip(f"console scripts not installed in {bin_dir} (pip install -e . makes them)")
+    proc = subprocess.run(
+        [str(bin_dir / "minitx-translate"), "--help"], capture_output=True, timeout=120
+    )
+    assert proc.returncode == 0 and b"--n-best" in proc.stdout
+    proc = subprocess.run([str(bin_dir / "minitx"), "bogus"], capture_output=True, timeout=60)
+    assert proc.returncode == 2
+    assert b"unknown command 'bogus'" in proc.stderr and b"usage: minitx" in proc.stderr

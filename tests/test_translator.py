@@ -15,19 +15,14 @@ import subprocess
 import textwrap
 from pathlib import Path
 
-import fixtures_ckpt
 import pytest
 import torch
 import yaml
-from fixtures_ckpt import PYTHON, TOY_TEST_SOURCES, TinyRun, subprocess_env
+from helpers import PYTHON, TOY_TEST_SOURCES, TinyRun, subprocess_env
 
 from minitx.decoding import greedy_decode
 from minitx.maps import AttentionMaps
 from minitx.translator import CHECKPOINT_KEY, CheckpointError, Translator, load_checkpoint
-
-# the shared session fixtures (an assignment registers them in this module for pytest)
-tiny_run = fixtures_ckpt.tiny_run
-tiny_checkpoint = fixtures_ckpt.tiny_checkpoint
 
 # Sentences of very different lengths (a long one made of several toy sentences, one word,
 # characters the toy tokenizer has never seen), mixed with the toy test set.
@@ -50,7 +45,7 @@ def translator(tiny_checkpoint: Path) -> Translator:
 
 
 def fixed_logits(translator: Translator) -> torch.Tensor:
-    """Logits (1, T, V) of a fixed source / decoder input (the same recipe runs in a child process)."""
+    """Logits (1, T, V) of a fixed source / decoder input (a child process runs the same)."""
     tok = translator.tokenizer
     src = tok.encode([TOY_TEST_SOURCES[0]])[0] + [tok.eos_id]
     tgt = [tok.bos_id] + tok.encode(["a woman rides a bicycle ."])[0]
@@ -86,9 +81,9 @@ def test_checkpoint_is_self_contained(tiny_checkpoint: Path) -> None:
     assert payload["data"] == {"src_lang": "de", "tgt_lang": "en"}
     train_config = yaml.safe_load(payload["train_config"])
     assert {"model", "data", "trainer"} <= set(train_config)
-    assert train_config["model"]["d_model"] == 64
+    assert train_config["model"]["transformer"]["d_model"] == 64
     assert train_config["data"]["vocab_size"] == 120
-    assert Path(train_config["data"]["source"]).name == "toy"
+    assert train_config["data"]["source"] == "builtin:toy"
 
 
 def test_copied_checkpoint_alone_translates_identically(
@@ -129,7 +124,7 @@ CHILD = textwrap.dedent(
 def test_round_trip_in_a_fresh_process(
     translator: Translator, tiny_checkpoint: Path, tmp_path: Path
 ) -> None:
-    """DESIGN pattern 9: a new interpreter loading the file gets the same logits and translations."""
+    """A new interpreter loading the file gets the same logits and translations."""
     sentences = [TOY_TEST_SOURCES[0], *SENTENCES[1:]]
     proc = subprocess.run(
         [PYTHON, "-c", CHILD, str(tiny_checkpoint), json.dumps(sentences)],
@@ -254,7 +249,8 @@ def test_attention_follows_the_generated_pieces(translator: Translator) -> None:
             for i in greedy_decode(translator.model, src)[0].tolist()
             if i not in (tok.pad_id, tok.eos_id)
         ]
-        assert translator.attention(sentence).tgt_tokens[1:] == tok.id_to_piece(generated), sentence
+        maps = translator.attention(sentence, beam_size=1)  # greedy, as generated above
+        assert maps.tgt_tokens[1:] == tok.id_to_piece(generated), sentence
 
 
 # ------------------------------------------------------------------------------- errors
@@ -326,7 +322,9 @@ def test_foreign_lightning_checkpoint_mentions_minitx(tmp_path: Path) -> None:
 
 def test_weights_that_do_not_match_the_config(tiny_checkpoint: Path, tmp_path: Path) -> None:
     checkpoint = load_checkpoint(tiny_checkpoint)
-    checkpoint[CHECKPOINT_KEY]["model_config"]["d_ff"] = 4 * checkpoint[CHECKPOINT_KEY]["model_config"]["d_ff"]
+    checkpoint[CHECKPOINT_KEY]["model_config"]["d_ff"] = (
+        4 * checkpoint[CHECKPOINT_KEY]["model_config"]["d_ff"]
+    )
     path = tmp_path / "mismatch.ckpt"
     torch.save(checkpoint, path)
     with pytest.raises(CheckpointError, match="do not match"):

@@ -307,7 +307,8 @@ def test_hovering_a_query_token_shows_its_row(page: WebDriver, maps: AttentionMa
         "return {q: r.dataset.q, ws: Array.from(r.querySelectorAll('.kw')).map(e => e.dataset.w),"
         " toks: Array.from(r.querySelectorAll('.kw .tok')).map(e => e.textContent),"
         " max: Array.from(r.querySelectorAll('.kw')).findIndex(e => e.classList.contains('max')),"
-        " active: Array.from(document.querySelectorAll('#heatmap tr.active')).map(e => e.dataset.q),"
+        " active: Array.from(document.querySelectorAll('#heatmap tr.active'))"
+        ".map(e => e.dataset.q),"
         " on: document.querySelectorAll('#lines line.on').length};"
     )
     assert page.js(readout_js)["q"] is None  # nothing focused yet

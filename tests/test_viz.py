@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gc
-import importlib.util
 import json
 import re
 import sys
@@ -16,6 +15,7 @@ import pytest
 import torch
 from matplotlib.figure import Figure
 
+from minitx.decoding import DecodingConfig
 from minitx.maps import KINDS, AttentionMaps
 from minitx.viz import (
     figures_for_maps,
@@ -278,12 +278,10 @@ def test_visualize_writes_pngs_and_html(tmp_path: Path) -> None:
 
 
 def load_script():
-    spec = importlib.util.spec_from_file_location(
-        "visualize_attention_script", ROOT / "scripts" / "visualize_attention.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """The visualize command (minitx-visualize; scripts/visualize_attention.py wraps it)."""
+    import minitx.cli.visualize
+
+    return minitx.cli.visualize
 
 
 def test_script_runs_with_a_translator(
@@ -294,12 +292,12 @@ def test_script_runs_with_a_translator(
 
     class FakeTranslator:
         @classmethod
-        def from_checkpoint(cls, path, device="cpu"):
+        def from_checkpoint(cls, path, device="cpu", bf16=False):
             calls["checkpoint"], calls["device"] = Path(path), device
             return cls()
 
-        def attention(self, sentence: str, beam_size: int = 1) -> AttentionMaps:
-            calls["attention"], calls["beam_size"] = sentence, beam_size
+        def attention(self, sentence: str, decoding=None) -> AttentionMaps:
+            calls["attention"], calls["decoding"] = sentence, decoding
             return maps
 
     fake = types.ModuleType("minitx.translator")
@@ -316,7 +314,7 @@ def test_script_runs_with_a_translator(
         "checkpoint": ckpt,
         "device": "cpu",
         "attention": "Ein Mann fährt Fahrrad.",
-        "beam_size": 3,
+        "decoding": DecodingConfig(beam_size=3),
     }
     translation = "".join(maps.tgt_tokens[1:]).replace("\u2581", " ").strip()
     printed = capsys.readouterr().out
@@ -332,6 +330,8 @@ def test_script_runs_with_a_translator(
     argv[-1] = str(tmp_path / "c")
     assert script.main([*argv, "--no-html", "--kinds", "decoder", "--dpi", "30"]) == 0
     assert [p.name for p in (tmp_path / "c").iterdir()] == ["decoder_layer0.png"]
+    assert calls["decoding"] == DecodingConfig()  # the default beam of every command
+    assert "(beam 5 (alpha 1))" in capsys.readouterr().out
 
     with pytest.raises(SystemExit):
         script.main(["--checkpoint", str(tmp_path / "missing.ckpt"), "x"])
@@ -339,8 +339,8 @@ def test_script_runs_with_a_translator(
 
 
 def test_script_help_needs_no_translator(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
-    monkeypatch.setitem(sys.modules, "minitx.translator", None)  # any import of it would fail
     script = load_script()
+    monkeypatch.setitem(sys.modules, "minitx.translator", None)  # any import of it would fail
     with pytest.raises(SystemExit) as exit_info:
         script.main(["--help"])
     assert exit_info.value.code == 0

@@ -197,7 +197,10 @@ def build_cli(args: list[str] | None = None) -> MinitxCLI:
 
 
 def main(args: list[str] | None = None) -> MinitxCLI:
-    """Parse the command line, train, and (unless `--test false`) score on the test split."""
+    """Parse the command line, train, and (unless `--test false`) score on the test split.
+
+    Returns the CLI object (trainer, model, datamodule), which tests inspect.
+    """
     from minitx.evaluation import evaluate  # the inference API, used only after training
     from minitx.translator import Translator
 
@@ -227,5 +230,11 @@ def main(args: list[str] | None = None) -> MinitxCLI:
     return cli
 
 
-if __name__ == "__main__":
+def run() -> int:
+    """Console-script entry (`minitx-train`): train, then exit with status 0."""
     main()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run())

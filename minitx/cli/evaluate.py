@@ -1,0 +1,247 @@
+"""Score a checkpoint on a corpus split: sacreBLEU (cased, 13a) with its signature, lowercased
+BLEU, chrF, the decoding time and sentences per second.
+
+Examples:
+    minitx-evaluate --checkpoint RUN.ckpt                  # Multi30k test, beam 5 (the default)
+    minitx-evaluate --checkpoint RUN.ckpt --beam 1 5       # greedy vs beam 5
+    minitx-evaluate --checkpoint RUN.ckpt --data builtin:toy --split validation
+    MINITX_DATA_DIR=../shared/data/multi30k minitx-evaluate --checkpoint RUN.ckpt
+(``python scripts/evaluate.py`` is the same command.)
+
+Corpus: ``--data`` takes anything ``minitx.data.load_parallel_corpus`` reads (a directory of
+``{split}.{lang}[.gz]`` files, a ``{split}`` jsonl pattern, a hub id) with the loader's default
+split names. The default is the Multi30k hub id, which ``MINITX_DATA_DIR`` (when set) replaces
+by a local directory, as in training. The languages default to the ones stored in the
+checkpoint (de -> en when it has none). Pairs with an empty side are dropped and counted, as
+in training (``minitx.data.clean_pairs``), so every score covers all remaining pairs.
+
+Output: standard output gets one line per beam size, starting with the decoding
+(``greedy: BLEU ... | signature`` or ``beam 5 (alpha 1): BLEU ...``);
+progress notes go to standard error. The hypotheses of each beam size are written to
+``--hyp-out`` (default: next to the checkpoint, ``<checkpoint stem>.<split>.beam<N>.hyp``, with
+``.first<L>`` before ``.beam`` under ``--limit L``), one line per source sentence, in corpus order.
+``--json FILE`` writes every figure (and the file names) as JSON.
+
+Exit status: 0 on success; 2 on a usage or input error (bad checkpoint, missing corpus,
+unreadable files), with a one-line ``error: ...`` message and no traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from minitx.cli.common import (
+    UsageError,
+    add_decoding_arguments,
+    check_decoding_args,
+    decoding_from_args,
+    load_translator,
+    run_cli,
+)
+
+DEFAULT_DATA = "bentrevett/multi30k"
+"""The default corpus (the Multi30k hub copy; MINITX_DATA_DIR points it at local files)."""
+DEFAULT_LANGS = ("de", "en")
+SPLITS = ("test", "validation", "train")
+EPILOG = """\
+examples:
+  evaluate.py --checkpoint RUN.ckpt                      # Multi30k test split, greedy
+  evaluate.py --checkpoint RUN.ckpt --beam 1 5           # greedy vs beam 5, one line each
+  evaluate.py --checkpoint RUN.ckpt --data builtin:toy --split validation --limit 5
+
+standard output: one line per beam size, `greedy: BLEU ... | <sacreBLEU signature>`;
+notes (corpus, pair counts, hypothesis files) go to standard error.
+exit status: 0 ok, 2 usage or input error (message on stderr), 130 interrupted
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command-line interface."""
+    parser = argparse.ArgumentParser(
+        description=(
+            "Translate a corpus split with a minitx checkpoint and score it with sacreBLEU "
+            "(BLEU cased 13a + signature, lowercased BLEU, chrF) and the decoding speed."
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=EPILOG,
+    )
+    parser.add_argument(
+        "--checkpoint", required=True, type=Path, help="self-contained minitx .ckpt file"
+    )
+    parser.add_argument(
+        "--data",
+        default=DEFAULT_DATA,
+        metavar="DIR_OR_HUB_ID",
+        help="corpus: directory of {split}.{lang}[.gz] files, a {split} jsonl pattern, "
+        "builtin:toy or a hub id "
+        f"(default: {DEFAULT_DATA}; MINITX_DATA_DIR replaces a hub id)",
+    )
+    parser.add_argument(
+        "--split", choices=SPLITS, default="test", help="split to translate (default: test)"
+    )
+    parser.add_argument("--src-lang", help="source language (default: the checkpoint's, else de)")
+    parser.add_argument("--tgt-lang", help="target language (default: the checkpoint's, else en)")
+    add_decoding_arguments(parser, several_beams=True)
+    parser.add_argument(
+        "--limit", type=int, metavar="N", help="score only the first N pairs (quick checks)"
+    )
+    parser.add_argument(
+        "--hyp-out",
+        type=Path,
+        metavar="PATH",
+        help="hypotheses file; must contain {beam} when several beam sizes are given "
+        "(default: <checkpoint dir>/<checkpoint stem>.<split>.beam{beam}.hyp)",
+    )
+    parser.add_argument(
+        "--json", type=Path, metavar="FILE", help="also write the results to FILE as JSON"
+    )
+    return parser
+
+
+def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Reject impossible values (argparse exits with status 2)."""
+    check_decoding_args(parser, args)
+    if args.limit is not None and args.limit < 1:
+        parser.error(f"--limit must be >= 1, got {args.limit}")
+    if args.hyp_out is not None and len(set(args.beam)) > 1 and "{beam}" not in str(args.hyp_out):
+        parser.error("--hyp-out must contain {beam} when several --beam values are given")
+
+
+def hypothesis_path(args: argparse.Namespace, beam: int) -> Path:
+    """Where the hypotheses of one beam size go."""
+    if args.hyp_out is not None:
+        return Path(str(args.hyp_out).replace("{beam}", str(beam)))
+    limit = f".first{args.limit}" if args.limit is not None else ""
+    return args.checkpoint.parent / f"{args.checkpoint.stem}.{args.split}{limit}.beam{beam}.hyp"
+
+
+def load_pairs(
+    source: str, split: str, src_lang: str, tgt_lang: str
+) -> tuple[list[str], list[str], dict[str, int], str]:
+    """(sources, references, skip counts, resolved source) of one cleaned split."""
+    import datasets
+
+    from minitx.data import (
+        HUB_SPLITS,
+        MULTI30K_SPLITS,
+        clean_pairs,
+        load_parallel_corpus,
+        resolve_data_source,
+        side_texts,
+    )
+
+    resolved = resolve_data_source(source)
+    # Read only the wanted split, under the loader's default name for it (local files or hub).
+    local = "{split}" in resolved or Path(resolved).expanduser().exists()
+    names = MULTI30K_SPLITS if local else HUB_SPLITS
+    try:
+        corpus = load_parallel_corpus(resolved, src_lang, tgt_lang, splits={split: names[split]})
+    except (FileNotFoundError, ValueError, ConnectionError) as exc:
+        raise UsageError(str(exc)) from None
+    if split not in corpus:
+        raise UsageError(f"{resolved}: no {split!r} split (found {sorted(corpus)})")
+    cleaned, skipped = clean_pairs(datasets.DatasetDict({split: corpus[split]}), src_lang, tgt_lang)
+    pairs = cleaned[split]
+    if len(pairs) == 0:
+        raise UsageError(f"{resolved}: the {split!r} split has no non-empty sentence pairs")
+    return side_texts(pairs, src_lang), side_texts(pairs, tgt_lang), skipped[split], resolved
+
+
+def run(args: argparse.Namespace) -> int:
+    """Load, translate, score, write. Raises `UsageError` for input problems."""
+    translator = load_translator(args.checkpoint, device=args.device, bf16=args.bf16)
+    ckpt_src, ckpt_tgt = translator.languages
+    src_lang = args.src_lang or ckpt_src or DEFAULT_LANGS[0]
+    tgt_lang = args.tgt_lang or ckpt_tgt or DEFAULT_LANGS[1]
+    if ckpt_src and ckpt_tgt and (src_lang, tgt_lang) != (ckpt_src, ckpt_tgt):
+        print(
+            f"warning: the checkpoint was trained {ckpt_src} -> {ckpt_tgt}, "
+            f"scoring {src_lang} -> {tgt_lang}",
+            file=sys.stderr,
+        )
+
+    sources, references, skipped, resolved = load_pairs(args.data, args.split, src_lang, tgt_lang)
+    total = len(sources)
+    if args.limit is not None:
+        sources, references = sources[: args.limit], references[: args.limit]
+    skipped_note = ", ".join(f"{n} {reason}" for reason, n in skipped.items() if n) or "none"
+    print(
+        f"{args.checkpoint}: {args.split} split of {resolved} ({src_lang} -> {tgt_lang}): "
+        f"scoring {len(sources)} of "
+        f"{total} pairs (skipped: {skipped_note})",
+        file=sys.stderr,
+    )
+
+    for path in [hypothesis_path(args, beam) for beam in args.beam] + [args.json]:
+        if path is not None and not path.parent.is_dir():
+            raise UsageError(f"cannot write {path}: directory {path.parent} does not exist")
+
+    from minitx.evaluation import evaluate
+
+    results = []
+    for beam in dict.fromkeys(args.beam):  # each beam size once, in the order given
+        decoding = decoding_from_args(args, beam)
+        result = evaluate(translator, sources, references, decoding, batch_size=args.batch_size)
+        path = hypothesis_path(args, beam)
+        try:
+            path.write_text("".join(h + "\n" for h in result.hypotheses), encoding="utf-8")
+        except OSError as exc:
+            raise UsageError(
+                f"cannot write the hypotheses to {path}: {exc.strerror or exc}"
+            ) from None
+        print(result.summary(), flush=True)  # starts with the decoding, e.g. "greedy: BLEU"
+        print(f"hypotheses written to {path}", file=sys.stderr)
+        results.append(
+            {
+                "beam": beam,
+                "alpha": args.alpha,
+                "decoding": result.decoding,
+                "bleu": result.bleu,
+                "bleu_lowercase": result.bleu_lowercase,
+                "chrf": result.chrf,
+                "signature": result.signature,
+                "seconds": result.seconds,
+                "sentences_per_second": result.sentences_per_second,
+                "hypotheses_file": str(path),
+            }
+        )
+
+    if args.json is not None:
+        report = {
+            "checkpoint": str(args.checkpoint),
+            "data": args.data,
+            "resolved_data": resolved,
+            "split": args.split,
+            "src_lang": src_lang,
+            "tgt_lang": tgt_lang,
+            "sentences": len(sources),
+            "split_sentences": total,
+            "skipped": skipped,
+            "limit": args.limit,
+            "device": args.device,
+            "bf16": args.bf16,
+            "batch_size": args.batch_size,
+            "results": results,
+        }
+        try:
+            args.json.write_text(
+                json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+            )
+        except OSError as exc:
+            raise UsageError(f"cannot write --json {args.json}: {exc.strerror or exc}") from None
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; returns the process exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    check_args(parser, args)
+    return run_cli(run, args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
