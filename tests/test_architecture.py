@@ -1,0 +1,86 @@
+"""The one-way dependency direction of docs/ARCHITECTURE.md, checked on the source: every
+import statement of every module is read (module level and inside functions)."""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import REPO_DIR
+
+PACKAGE = REPO_DIR / "minitx"
+CORE = ("attention", "positional", "layers", "model", "decoding", "registry", "vocab")
+
+
+def modules() -> dict[str, Path]:
+    """'minitx.data.sources' -> its file, for every module of the package."""
+    found = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(REPO_DIR).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        found[name] = path
+    return found
+
+
+def imports(path: Path) -> set[str]:
+    """Every module name an import statement in `path` names (absolute imports only)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    return names
+
+
+def top(name: str) -> str:
+    return name.split(".")[0]
+
+
+def minitx_part(name: str) -> str | None:
+    """'minitx.data.sources' -> 'data'; None for other packages."""
+    parts = name.split(".")
+    return parts[1] if parts[0] == "minitx" and len(parts) > 1 else None
+
+
+MODULES = modules()
+
+
+def in_part(*parts: str) -> list[str]:
+    return sorted(m for m in MODULES if minitx_part(m) in parts)
+
+
+@pytest.mark.parametrize("module", in_part(*CORE))
+def test_core_imports_only_torch_the_standard_library_and_the_core(module: str) -> None:
+    for name in imports(MODULES[module]):
+        allowed = top(name) in sys.stdlib_module_names or top(name) == "torch"
+        assert allowed or minitx_part(name) in CORE, f"{module} imports {name}"
+
+
+@pytest.mark.parametrize("module", in_part("data", "tokenizer"))
+def test_data_never_imports_the_model(module: str) -> None:
+    forbidden = {*CORE} - {"vocab", "registry"} | {"training", "translator", "viz", "cli"}
+    for name in imports(MODULES[module]):
+        assert minitx_part(name) not in forbidden, f"{module} imports {name}"
+
+
+@pytest.mark.parametrize("module", in_part("training"))
+def test_training_never_imports_the_inference_api(module: str) -> None:
+    for name in imports(MODULES[module]):
+        assert minitx_part(name) not in ("translator", "evaluation", "cli"), f"{module}: {name}"
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_only_training_data_module_and_cli_import_lightning(module: str) -> None:
+    may = minitx_part(module) in ("training", "cli") or module == "minitx.data.datamodule"
+    if not may:
+        assert not {top(n) for n in imports(MODULES[module])} & {"lightning", "pytorch_lightning"}
+
+
+@pytest.mark.parametrize("module", in_part("viz"))
+def test_viz_works_on_maps_only(module: str) -> None:
+    for name in imports(MODULES[module]):
+        assert minitx_part(name) in (None, "viz", "maps"), f"{module} imports {name}"
+        assert top(name) != "lightning"
