@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -316,3 +317,40 @@ def test_ddp_two_cpu_processes(tmp_path: Path) -> None:
     (run_dir,) = run_dirs(tmp_path)
     assert (run_dir / "checkpoints" / "last.ckpt").is_file()
     assert logged(metrics(run_dir), "val/bleu")
+
+
+def test_default_comments_in_the_yaml_match_the_code() -> None:
+    """Each `key: value  # meaning (default)` line of the model groups names the default the
+    code really has, so the documentation cannot drift from the dataclasses."""
+    from dataclasses import fields
+
+    from minitx.model import TransformerConfig
+    from minitx.training import OptimConfig, ValidationConfig
+
+    groups = {
+        "transformer": TransformerConfig(),
+        "optim": OptimConfig(),
+        "validation": ValidationConfig(),
+        "decoding": ValidationConfig().decoding,
+    }
+    checked, group = 0, None
+    for line in (CONFIG_DIR / "multi30k_de_en.yaml").read_text().splitlines():
+        match = re.match(r"^\s+(\w+):\s*(.*?)\s*(?:#(.*))?$", line)
+        if not match:
+            group = None
+            continue
+        key, _, comment = match.groups()
+        if key in groups:
+            group = key
+            continue
+        found = re.search(r"\(([^()]*)\)\s*$", comment or "")
+        if group is None or found is None or key not in {f.name for f in fields(groups[group])}:
+            continue
+        default = getattr(groups[group], key)
+        documented = yaml.safe_load(found.group(1))
+        expected = list(default) if isinstance(default, tuple) else default
+        assert documented == expected, (
+            f"{group}.{key}: YAML says ({found.group(1)}), code {default}"
+        )
+        checked += 1
+    assert checked >= 20
