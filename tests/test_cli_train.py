@@ -262,7 +262,14 @@ def test_resume_last_without_a_previous_run_is_a_clear_error(
         build_cli(TINY + ["--ckpt_path", "last"])
 
 
-def test_sigterm_leaves_a_usable_last_checkpoint(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("sig", "status", "reason"),
+    [(signal.SIGTERM, 143, "SIGTERMException"), (signal.SIGINT, 130, "KeyboardInterrupt")],
+    ids=["SIGTERM", "SIGINT"],
+)
+def test_a_signal_leaves_a_usable_last_checkpoint_and_a_nonzero_status(
+    sig: int, status: int, reason: str, tmp_path: Path
+) -> None:
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
     cmd = [
         sys.executable, str(REPO / "scripts" / "train.py"), *TINY, "--trainer.max_epochs", "100000",
@@ -278,12 +285,13 @@ def test_sigterm_leaves_a_usable_last_checkpoint(tmp_path: Path) -> None:
         ):
             time.sleep(0.2)  # wait until training is well under way (first epoch done)
         assert proc.poll() is None, proc.stdout.read()
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(sig)
         out, _ = proc.communicate(timeout=60)
     finally:
         proc.kill()
     (last,) = list((tmp_path / "runs").glob("tiny/*/checkpoints/last.ckpt"))
-    assert "training interrupted (SIGTERMException)" in out
+    assert f"training interrupted ({reason})" in out
+    assert proc.returncode == status, out[-2000:]  # not 0: the run did not finish
     checkpoint = torch.load(last, weights_only=True)
     assert checkpoint["global_step"] > 0
     assert Translator.from_checkpoint(last).translate(["ein mann ."])[0] is not None

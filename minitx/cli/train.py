@@ -11,6 +11,8 @@ What it adds to LightningCLI:
 - the minitx callbacks: `checkpoint` (best validation BLEU), `attention_maps`, plus, always,
   `last.ckpt` after every epoch, target tokens/s, and saving on Ctrl-C / SIGTERM;
 - `--ckpt_path last` resumes the newest run of the same name, in its own directory;
+- Ctrl-C and SIGTERM save `last.ckpt`, then end the process with status 130 / 143, so that
+  schedulers and `train && evaluate` chains see an unfinished run;
 - after fitting, the best checkpoint is scored on the test split with greedy decoding and
   with the default beam search (sacreBLEU with its signature).
 """
@@ -28,6 +30,7 @@ import lightning as L
 from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar, RichProgressBar
 from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from minitx.checkpoint import CHECKPOINT_KEY
 from minitx.data import TranslationDataModule
@@ -40,6 +43,11 @@ from minitx.training import (
 )
 
 logger = logging.getLogger(__name__)
+
+EXIT_SIGINT = 130
+"""Exit status after Ctrl-C (last.ckpt saved first), as shells report a SIGINT death."""
+EXIT_SIGTERM = 143
+"""Exit status after SIGTERM (last.ckpt saved first), as shells report a SIGTERM death."""
 
 CONFIG_DIR = Path(str(resources.files("minitx") / "configs"))
 """The configs shipped with the package."""
@@ -176,7 +184,10 @@ class MinitxCLI(LightningCLI):
 
 def build_cli(args: list[str] | None = None) -> MinitxCLI:
     """Parse `args` (default: sys.argv) over the default config and instantiate everything."""
-    args = resolve_config_names(sys.argv[1:] if args is None else args)
+    if args is None:  # LightningCLI reads sys.argv itself (and warns when given both)
+        sys.argv[1:] = resolve_config_names(sys.argv[1:])
+    else:
+        args = resolve_config_names(args)
     return MinitxCLI(
         TranslationModule,
         TranslationDataModule,
@@ -207,7 +218,14 @@ def main(args: list[str] | None = None) -> MinitxCLI:
     cli = build_cli(args)
     trainer = cli.trainer
     start = time.perf_counter()
-    trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=cli.resume_path)
+    try:
+        trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=cli.resume_path)
+    except SIGTERMException:  # a bare SystemExit: it would end the process with status 0
+        raise SystemExit(EXIT_SIGTERM) from None
+    except SystemExit as exc:  # Lightning ends a Ctrl-C interrupted fit with sys.exit(1)
+        if trainer.interrupted and exc.code == 1:
+            raise SystemExit(EXIT_SIGINT) from None
+        raise
     minutes = (time.perf_counter() - start) / 60
     best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
     run_dir = trainer.log_dir  # a collective under DDP: every rank must ask
