@@ -121,6 +121,12 @@ def model_from_checkpoint(
         for k, v in checkpoint["state_dict"].items()
         if k.startswith(MODEL_PREFIX)
     }
+    bad = [k for k, v in state.items() if v.is_floating_point() and not torch.isfinite(v).all()]
+    if bad:
+        raise CheckpointError(
+            f"{path}: the weights hold NaN or inf ({len(bad)} tensors, e.g. {bad[0]}): training "
+            "had diverged when this file was written; use an earlier checkpoint"
+        )
     try:
         model.load_state_dict(state)
     except RuntimeError as exc:

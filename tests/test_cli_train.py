@@ -362,3 +362,17 @@ def test_default_comments_in_the_yaml_match_the_code() -> None:
         )
         checked += 1
     assert checked >= 20
+
+
+def test_divergence_stops_at_the_step_with_a_clear_error_and_no_bad_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    args = TINY + ["--model.optim.lr", "1000", "--trainer.enable_progress_bar", "false"]
+    with pytest.raises(SystemExit) as exit_info:
+        main(args)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "error: training diverged at step" in err and "lower model.optim.lr" in err
+    for path in (tmp_path / "runs").rglob("*.ckpt"):  # whatever was written is usable
+        Translator.from_checkpoint(path)

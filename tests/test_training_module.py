@@ -131,3 +131,21 @@ def test_parameter_groups_are_chosen_by_module_type() -> None:
     )
     w = bilinear.model.encoder_layers[0].self_attn.score.weight
     assert id(w) not in {id(p) for p in bilinear.parameter_groups()[0]["params"]}
+
+
+def test_non_finite_loss_and_weights_are_caught() -> None:
+    from minitx.training import DivergenceError
+
+    module = TranslationModule(transformer=SMALL)
+    batch = {
+        "src": torch.randint(4, 40, (2, 8)),
+        "tgt_in": torch.randint(4, 40, (2, 8)),
+        "tgt_out": torch.randint(4, 40, (2, 8)),
+    }
+    module.on_save_checkpoint({})  # finite weights: fine
+    with torch.no_grad():
+        module.model.encoder_layers[0].feed_forward.w1.weight[0, 0] = float("inf")
+    with pytest.raises(DivergenceError, match="refusing to write a checkpoint"):
+        module.on_save_checkpoint({})
+    with pytest.raises(DivergenceError, match="training diverged at step 0: the loss is nan"):
+        module.training_step(batch, 0)

@@ -385,3 +385,15 @@ def test_last_checkpoint_holds_the_last_step(tiny_run: TinyRun) -> None:
     checkpoint = torch.load(tiny_run.checkpoint, map_location="cpu", weights_only=True)
     assert checkpoint["global_step"] == tiny_run.global_step
     assert checkpoint["epoch"] == tiny_run.max_epochs - 1
+
+
+def test_checkpoint_with_non_finite_weights_is_refused(
+    tiny_checkpoint: Path, tmp_path: Path
+) -> None:
+    checkpoint = torch.load(tiny_checkpoint, weights_only=True)
+    name = next(k for k in checkpoint["state_dict"] if k.endswith("q_proj.weight"))
+    checkpoint["state_dict"][name][0, 0] = float("nan")
+    broken = tmp_path / "nan.ckpt"
+    torch.save(checkpoint, broken)
+    with pytest.raises(CheckpointError, match=r"NaN or inf .*diverged"):
+        Translator.from_checkpoint(broken)

@@ -38,6 +38,7 @@ from minitx.decoding import DecodingConfig
 from minitx.training import (
     AttentionMapLogger,
     CheckpointOnInterrupt,
+    DivergenceError,
     TokenThroughput,
     TranslationModule,
 )
@@ -222,6 +223,9 @@ def main(args: list[str] | None = None) -> MinitxCLI:
         trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=cli.resume_path)
     except SIGTERMException:  # a bare SystemExit: it would end the process with status 0
         raise SystemExit(EXIT_SIGTERM) from None
+    except DivergenceError as exc:  # caused by the settings (learning rate, warm-up): no bug
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
     except SystemExit as exc:  # Lightning ends a Ctrl-C interrupted fit with sys.exit(1)
         if trainer.interrupted and exc.code == 1:
             raise SystemExit(EXIT_SIGINT) from None

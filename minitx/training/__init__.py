@@ -6,11 +6,12 @@ Imports the model, the data layer, decoding and viz; never the inference API
 
 from minitx.training.callbacks import AttentionMapLogger, CheckpointOnInterrupt, TokenThroughput
 from minitx.training.config import OptimConfig, ValidationConfig
-from minitx.training.module import InverseSqrtSchedule, TranslationModule
+from minitx.training.module import DivergenceError, InverseSqrtSchedule, TranslationModule
 
 __all__ = [
     "AttentionMapLogger",
     "CheckpointOnInterrupt",
+    "DivergenceError",
     "InverseSqrtSchedule",
     "OptimConfig",
     "TokenThroughput",

@@ -213,6 +213,12 @@ class CheckpointOnInterrupt(L.Callback):
         callback = trainer.checkpoint_callback
         if callback is None or callback.dirpath is None or trainer.global_step == 0:
             return
+        weights = pl_module.parameters()
+        if not all(bool(torch.isfinite(p).all()) for p in weights):  # diverged: keep the old one
+            logger.error(
+                "weights are not finite: last.ckpt left as it was (%s)", type(exception).__name__
+            )
+            return
         path = Path(callback.dirpath) / "last.ckpt"
         trainer.save_checkpoint(path)
         logger.warning(

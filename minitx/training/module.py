@@ -44,6 +44,10 @@ class InverseSqrtSchedule:
         return min(step / self.warmup_steps, math.sqrt(self.warmup_steps / step))
 
 
+class DivergenceError(RuntimeError):
+    """Training produced a non-finite loss or non-finite weights."""
+
+
 def _coerce(value: Any, cls: type) -> Any:
     """Accept a config dataclass, a plain mapping of its fields, or None (the defaults)."""
     if value is None:
@@ -127,9 +131,24 @@ class TranslationModule(L.LightningModule):
                     "(or monitor val/loss instead)"
                 )
 
+    def _current_lr(self) -> float:
+        if self._trainer is None or not self.trainer.optimizers:
+            return float("nan")
+        return float(self.trainer.optimizers[0].param_groups[0]["lr"])
+
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Make the checkpoint self-contained: model config and tokenizer travel inside it."""
-        datamodule = getattr(self.trainer, "datamodule", None)
+        """Make the checkpoint self-contained: model config and tokenizer travel inside it.
+
+        Raises:
+            DivergenceError: a weight is NaN or infinite; such a checkpoint is never written.
+        """
+        bad = [name for name, p in self.model.named_parameters() if not torch.isfinite(p).all()]
+        if bad:
+            raise DivergenceError(
+                f"refusing to write a checkpoint at step {self.global_step}: {len(bad)} weight "
+                f"tensors hold NaN or inf (e.g. {bad[0]}); the earlier checkpoints are kept"
+            )
+        datamodule = getattr(self._trainer, "datamodule", None)
         languages = None
         if datamodule is not None:
             languages = (datamodule.hparams.get("src_lang"), datamodule.hparams.get("tgt_lang"))
@@ -179,6 +198,13 @@ class TranslationModule(L.LightningModule):
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> Tensor:
         with self._sdpa_kernel():
             loss, _, n_tokens = self._losses(batch)
+        if not torch.isfinite(loss):
+            raise DivergenceError(
+                f"training diverged at step {self.global_step}: the loss is {loss.item()} "
+                f"(learning rate {self._current_lr():.3g}); lower model.optim.lr or raise "
+                "model.optim.warmup_steps, then train again from the last good checkpoint "
+                "(checkpoints never hold non-finite weights)"
+            )
         self.log("train/loss", loss, prog_bar=True, batch_size=int(n_tokens))
         self.log(
             "train/tokens",
