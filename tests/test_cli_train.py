@@ -376,3 +376,46 @@ def test_divergence_stops_at_the_step_with_a_clear_error_and_no_bad_checkpoint(
     assert "error: training diverged at step" in err and "lower model.optim.lr" in err
     for path in (tmp_path / "runs").rglob("*.ckpt"):  # whatever was written is usable
         Translator.from_checkpoint(path)
+
+
+KILLED_DURING_SAVE = """
+import sys, time
+from pathlib import Path
+import torch
+from fsspec.implementations.local import LocalFileOpener
+from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
+
+path, marker = Path(sys.argv[1]), Path(sys.argv[2])
+io = TorchCheckpointIO()  # what Trainer.save_checkpoint uses
+io.save_checkpoint({"step": 1, "w": torch.ones(1000)}, path)  # the good, older checkpoint
+write = LocalFileOpener.write
+
+def write_half_then_hang(self, data):
+    write(self, bytes(data)[: len(data) // 2])
+    self.flush()
+    marker.write_text("writing")
+    time.sleep(60)  # killed here, half of the new checkpoint on disk
+
+LocalFileOpener.write = write_half_then_hang
+io.save_checkpoint({"step": 2, "w": torch.zeros(100000)}, path)
+"""
+
+
+def test_a_kill_during_a_checkpoint_save_leaves_the_previous_file_loadable(
+    tmp_path: Path,
+) -> None:
+    """Checkpoints are written to a temporary file and renamed (Lightning's fsspec
+    transaction), so `kill -9` in the middle of a save never truncates last.ckpt."""
+    path, marker = tmp_path / "last.ckpt", tmp_path / "marker"
+    proc = subprocess.Popen([sys.executable, "-c", KILLED_DURING_SAVE, str(path), str(marker)])
+    try:
+        deadline = time.time() + 120
+        while not marker.exists() and time.time() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+        assert marker.exists(), "the save never started"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        proc.kill()
+    checkpoint = torch.load(path, weights_only=True)
+    assert checkpoint["step"] == 1 and torch.equal(checkpoint["w"], torch.ones(1000))
