@@ -238,6 +238,8 @@ def test_resume_last_continues_at_the_saved_step_epoch_and_lr(
     common = TINY + ["--trainer.enable_progress_bar", "false", "--test", "false"]
     first = main(common + ["--trainer.max_epochs", "1"])
     steps_per_epoch = first.trainer.global_step
+    first.trainer.loggers[1].experiment.log_metrics({"train/loss": 9.0}, step=10**6)
+    first.trainer.loggers[1].save()  # a row logged after the checkpoint: dropped on resume
     assert steps_per_epoch > 0
     (run_dir,) = run_dirs(tmp_path)
     saved = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)
@@ -252,6 +254,11 @@ def test_resume_last_continues_at_the_saved_step_epoch_and_lr(
     assert record.lrs == [pytest.approx(saved_lr)]
     assert second.trainer.global_step == 2 * steps_per_epoch
     assert second.trainer.current_epoch == 2
+    # The history continues: epoch 0's rows are kept, nothing is logged twice.
+    rows = metrics(run_dir)
+    assert [int(float(r["epoch"])) for r in rows if r.get("val/bleu")] == [0, 1]
+    train_steps = [int(r["step"]) for r in rows if r.get("train/loss")]
+    assert train_steps == sorted(set(train_steps)) and len(train_steps) == 2 * steps_per_epoch
 
 
 def test_resume_last_without_a_previous_run_is_a_clear_error(

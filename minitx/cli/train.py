@@ -27,9 +27,10 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
+import torch
 from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar, RichProgressBar
 from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
-from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from minitx.checkpoint import CHECKPOINT_KEY
@@ -42,6 +43,7 @@ from minitx.training import (
     TokenThroughput,
     TranslationModule,
 )
+from minitx.training.loggers import ContinuingCSVLogger
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +71,15 @@ def _last_run_checkpoint(run_root: Path) -> Path | None:
     """Newest `{run_root}/*/checkpoints/last.ckpt`."""
     found = sorted(run_root.glob("*/checkpoints/last.ckpt"), key=lambda p: p.stat().st_mtime)
     return found[-1] if found else None
+
+
+def _global_step(checkpoint: Path) -> int | None:
+    """The global step a Lightning checkpoint was saved at (None when unreadable)."""
+    try:
+        state = torch.load(checkpoint, map_location="cpu", weights_only=True, mmap=True)
+    except Exception:  # Lightning reports a damaged checkpoint itself when it resumes
+        return None
+    return int(state.get("global_step", 0))
 
 
 def _new_version(run_root: Path) -> str:
@@ -129,6 +140,7 @@ class MinitxCLI(LightningCLI):
         config = self.config
         self.resume_path: str | None = config.ckpt_path
         self.run_version: str | None = None
+        self.resume_step: int | None = None
         if config.trainer.logger in (False, []):
             if config.ckpt_path == "last":
                 raise FileNotFoundError("--ckpt_path last needs the run directory of a logger")
@@ -149,6 +161,7 @@ class MinitxCLI(LightningCLI):
                     f"--ckpt_path last: no {run_root}/*/checkpoints/last.ckpt to resume from"
                 )
             version, self.resume_path = last.parent.parent.name, str(last)
+            self.resume_step = _global_step(last)
         if explicit:
             version = version or first.version or _new_version(run_root)
             first.version = version
@@ -177,8 +190,12 @@ class MinitxCLI(LightningCLI):
                     name=self.run_root.name,
                     version=self.run_version,
                     default_hp_metric=False,
+                    # resuming: drop events logged after the checkpoint (they come again)
+                    **({"purge_step": self.resume_step + 1} if self.resume_step else {}),
                 ),
-                CSVLogger(save_dir=str(run_dir), name="", version="csv"),
+                ContinuingCSVLogger(
+                    save_dir=str(run_dir), name="", version="csv", resume_step=self.resume_step
+                ),
             ]
         return super().instantiate_trainer(**kwargs)
 

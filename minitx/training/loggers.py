@@ -1,0 +1,58 @@
+"""Loggers that continue a run's history when training resumes (`--ckpt_path last`).
+
+Lightning's `CSVLogger` deletes an existing ``metrics.csv`` when its directory is reused, so
+a resumed run would lose every earlier row. `ContinuingCSVLogger` keeps the rows up to the
+step the checkpoint was saved at (later rows were logged after it and are logged again by
+the resumed run) and appends from there. TensorBoard does the same with `purge_step`.
+"""
+
+from __future__ import annotations
+
+import csv
+from typing import Any
+
+from lightning.pytorch.loggers import CSVLogger
+from lightning.pytorch.loggers.csv_logs import ExperimentWriter
+
+
+class _ContinuingWriter(ExperimentWriter):
+    """`ExperimentWriter` that keeps ``metrics.csv`` rows with ``step <= resume_step``."""
+
+    def __init__(self, log_dir: str, resume_step: int | None) -> None:
+        self.resume_step = resume_step
+        super().__init__(log_dir=log_dir)
+
+    def _check_log_dir_exists(self) -> None:
+        if self.resume_step is None or not self._fs.isfile(self.metrics_file_path):
+            super()._check_log_dir_exists()
+            return
+        with self._fs.open(self.metrics_file_path, "r", newline="") as file:
+            reader = csv.DictReader(file)
+            header = list(reader.fieldnames or [])
+            rows = [r for r in reader if r.get("step") and int(r["step"]) <= self.resume_step]
+        with self._fs.open(self.metrics_file_path, "w", newline="") as file:
+            writer = csv.DictWriter(file, fieldnames=header)
+            writer.writeheader()
+            writer.writerows(rows)
+        self.metrics_keys = header
+
+
+class ContinuingCSVLogger(CSVLogger):
+    """`CSVLogger` that, given `resume_step`, continues ``metrics.csv`` instead of deleting it.
+
+    Args:
+        resume_step: the global step of the checkpoint training resumes from; None for a new
+            run (then it behaves exactly like `CSVLogger`).
+        **kwargs: `CSVLogger` arguments.
+    """
+
+    def __init__(self, *args: Any, resume_step: int | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.resume_step = resume_step
+
+    @property
+    def experiment(self) -> ExperimentWriter:
+        if self._experiment is None:
+            self._fs.makedirs(self.root_dir, exist_ok=True)
+            self._experiment = _ContinuingWriter(self.log_dir, self.resume_step)
+        return self._experiment
