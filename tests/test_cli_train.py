@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -19,7 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from helpers import CONFIG_DIR, REPO_DIR, TINY_CONFIG, TinyRun
+from helpers import CONFIG_DIR, REPO_DIR, TINY_CONFIG, TOY_CORPUS_DIR, TinyRun
 from lightning.pytorch.callbacks import Callback
 
 from minitx.checkpoint import CHECKPOINT_KEY, load_checkpoint
@@ -426,3 +427,36 @@ def test_a_kill_during_a_checkpoint_save_leaves_the_previous_file_loadable(
         proc.kill()
     checkpoint = torch.load(path, weights_only=True)
     assert checkpoint["step"] == 1 and torch.equal(checkpoint["w"], torch.ones(1000))
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (["--model.transformer.d_ff", "256"], r"model config differs .*d_ff: 128 -> 256"),
+        (["--data.vocab_size", "100"], r"model config differs"),
+        (["--data.source", "{other_corpus}"], r"tokenizer .* differs"),
+    ],
+    ids=["model", "vocabulary", "corpus"],
+)
+def test_resuming_with_other_settings_is_refused(
+    change: list[str],
+    message: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    common = TINY + ["--trainer.enable_progress_bar", "false", "--test", "false"]
+    main(common + ["--trainer.max_epochs", "1"])
+    capsys.readouterr()
+    other_corpus = tmp_path / "other"  # the toy corpus with other training sentences
+    shutil.copytree(TOY_CORPUS_DIR, other_corpus)
+    for lang in ("de", "en"):
+        lines = (other_corpus / f"train.{lang}").read_text(encoding="utf-8").splitlines()
+        (other_corpus / f"train.{lang}").write_text("\n".join(lines[:30]) + "\n", encoding="utf-8")
+    change = [arg.format(other_corpus=other_corpus) for arg in change]
+    with pytest.raises(SystemExit) as exit_info:
+        main(common + ["--trainer.max_epochs", "2", "--ckpt_path", "last", *change])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert re.search(r"error: cannot resume: .*" + message, err), err[-2000:]

@@ -40,6 +40,7 @@ from minitx.training import (
     AttentionMapLogger,
     CheckpointOnInterrupt,
     DivergenceError,
+    ResumeMismatchError,
     TokenThroughput,
     TranslationModule,
 )
@@ -240,7 +241,7 @@ def main(args: list[str] | None = None) -> MinitxCLI:
         trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=cli.resume_path)
     except SIGTERMException:  # a bare SystemExit: it would end the process with status 0
         raise SystemExit(EXIT_SIGTERM) from None
-    except DivergenceError as exc:  # caused by the settings (learning rate, warm-up): no bug
+    except (DivergenceError, ResumeMismatchError) as exc:  # the settings' doing, not a bug
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
     except SystemExit as exc:  # Lightning ends a Ctrl-C interrupted fit with sys.exit(1)

@@ -6,7 +6,12 @@ Imports the model, the data layer, decoding and viz; never the inference API
 
 from minitx.training.callbacks import AttentionMapLogger, CheckpointOnInterrupt, TokenThroughput
 from minitx.training.config import OptimConfig, ValidationConfig
-from minitx.training.module import DivergenceError, InverseSqrtSchedule, TranslationModule
+from minitx.training.module import (
+    DivergenceError,
+    InverseSqrtSchedule,
+    ResumeMismatchError,
+    TranslationModule,
+)
 
 __all__ = [
     "AttentionMapLogger",
@@ -14,6 +19,7 @@ __all__ = [
     "DivergenceError",
     "InverseSqrtSchedule",
     "OptimConfig",
+    "ResumeMismatchError",
     "TokenThroughput",
     "TranslationModule",
     "ValidationConfig",

@@ -22,7 +22,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torchmetrics import MeanMetric
 from torchmetrics.text import CHRFScore, SacreBLEUScore
 
-from minitx.checkpoint import write_payload
+from minitx.checkpoint import CHECKPOINT_KEY, write_payload
 from minitx.decoding import decode
 from minitx.model import Transformer, TransformerConfig
 from minitx.training.config import OptimConfig, ValidationConfig
@@ -46,6 +46,10 @@ class InverseSqrtSchedule:
 
 class DivergenceError(RuntimeError):
     """Training produced a non-finite loss or non-finite weights."""
+
+
+class ResumeMismatchError(ValueError):
+    """The checkpoint to resume from was trained with another model config or tokenizer."""
 
 
 def _coerce(value: Any, cls: type) -> Any:
@@ -129,6 +133,33 @@ class TranslationModule(L.LightningModule):
                     f"val/bleu every {cb._every_n_epochs} epoch(s); set that callback's "
                     f"every_n_epochs to a multiple of {every} "
                     "(or monitor val/loss instead)"
+                )
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Refuse to resume from a checkpoint whose model config or tokenizer differ from this
+        run's (the checkpoint's tokenizer is the one its weights were trained with)."""
+        payload = checkpoint.get(CHECKPOINT_KEY) or {}
+        saved = payload.get("model_config")
+        if saved is not None:
+            current = self.model_config.to_dict()
+            saved = TransformerConfig.from_dict(saved).to_dict()
+            differ = [
+                f"{k}: {saved[k]!r} -> {current[k]!r}" for k in current if saved[k] != current[k]
+            ]
+            if differ:
+                raise ResumeMismatchError(
+                    "cannot resume: the checkpoint's model config differs from this run's "
+                    f"({'; '.join(differ)}); resume with the checkpoint's settings or start a "
+                    "new run (--run_name)"
+                )
+        tokenizer = payload.get("tokenizer")
+        if tokenizer is not None and self.tokenizer is not None:
+            if tokenizer != self.tokenizer.model_bytes:
+                raise ResumeMismatchError(
+                    "cannot resume: this run's tokenizer (trained on its corpus and settings: "
+                    "data.source, languages, vocab_size, tokenizer_type) differs from the "
+                    "checkpoint's, so its token ids would mean other pieces; resume with the "
+                    "checkpoint's data settings or start a new run (--run_name)"
                 )
 
     def _current_lr(self) -> float:
