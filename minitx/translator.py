@@ -7,6 +7,7 @@ config (beam search, `DEFAULT_BEAM_SIZE`) is the one every minitx command uses.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
@@ -27,6 +28,8 @@ from minitx.maps import AttentionMaps, teacher_forced_maps
 from minitx.model import Transformer
 from minitx.tokenizer import Tokenizer
 from minitx.vocab import EOS_ID, PAD_ID
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "CHECKPOINT_KEY",
@@ -114,8 +117,27 @@ class Translator:
     def _hypotheses(
         self, sentences: Sequence[str], decoding: DecodingConfig, batch_size: int
     ) -> list[list[Hypothesis] | None]:
-        """Hypotheses per sentence (None for an empty sentence), in input order."""
+        """Hypotheses per sentence (None for an empty sentence), in input order.
+
+        A sentence longer than the model's positions is cut to fit (the rest is not
+        translated), counted and logged with its line numbers; every other line is unaffected.
+        """
         ids = self.tokenizer.encode([s.strip() for s in sentences])
+        limit = self.model.config.max_positions - 1  # eos takes one source position
+        too_long = [i for i, seq in enumerate(ids) if len(seq) > limit]
+        if too_long:
+            logger.warning(
+                "%d of %d sentences have more than %d pieces, the model's limit "
+                "(max_positions - 1): translated their first %d pieces only (lines %s)",
+                len(too_long),
+                len(ids),
+                limit,
+                limit,
+                ", ".join(str(i + 1) for i in too_long[:5])
+                + (", ..." if len(too_long) > 5 else ""),
+            )
+            for i in too_long:
+                ids[i] = ids[i][:limit]
         results: list[list[Hypothesis] | None] = [None] * len(sentences)
         for batch in self._batches(ids, batch_size):
             with self._autocast():

@@ -397,3 +397,17 @@ def test_checkpoint_with_non_finite_weights_is_refused(
     torch.save(checkpoint, broken)
     with pytest.raises(CheckpointError, match=r"NaN or inf .*diverged"):
         Translator.from_checkpoint(broken)
+
+
+def test_a_sentence_longer_than_the_model_is_cut_and_counted_not_fatal(
+    translator: Translator, caplog: pytest.LogCaptureFixture
+) -> None:
+    limit = translator.model.config.max_positions - 1
+    huge = " ".join(["mann"] * (limit + 50))  # far more pieces than positions
+    assert len(translator.tokenizer.encode([huge])[0]) > limit
+    normal = TOY_TEST_SOURCES[0]
+    with caplog.at_level("WARNING", logger="minitx.translator"):
+        out = translator.translate([normal, huge, ""], beam_size=1)
+    assert out[0] == translator.translate([normal], beam_size=1)[0]  # the others unchanged
+    assert isinstance(out[1], str) and out[2] == ""
+    assert "1 of 3 sentences have more than" in caplog.text and "(lines 2)" in caplog.text
