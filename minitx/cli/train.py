@@ -20,6 +20,7 @@ What it adds to LightningCLI:
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import time
 from importlib import resources
@@ -72,6 +73,23 @@ def _last_run_checkpoint(run_root: Path) -> Path | None:
     """Newest `{run_root}/*/checkpoints/last.ckpt`."""
     found = sorted(run_root.glob("*/checkpoints/last.ckpt"), key=lambda p: p.stat().st_mtime)
     return found[-1] if found else None
+
+
+_VERSION_ENV = "MINITX_RUN_VERSION"
+"""Hands rank 0's run directory name to the DDP worker processes it launches."""
+
+
+def _shared_version(run_root: Path) -> str:
+    """A new run's directory name, the same in every DDP process.
+
+    Lightning starts the other ranks as copies of this command after rank 0 has parsed it;
+    they inherit rank 0's environment, so rank 0 publishes its choice there.
+    """
+    if os.environ.get("LOCAL_RANK", "0") != "0" and os.environ.get(_VERSION_ENV):
+        return os.environ[_VERSION_ENV]
+    version = _new_version(run_root)
+    os.environ[_VERSION_ENV] = version
+    return version
 
 
 def _global_step(checkpoint: Path) -> int | None:
@@ -164,7 +182,7 @@ class MinitxCLI(LightningCLI):
             version, self.resume_path = last.parent.parent.name, str(last)
             self.resume_step = _global_step(last)
         if explicit:
-            version = version or first.version or _new_version(run_root)
+            version = version or first.version or _shared_version(run_root)
             first.version = version
             for lg in loggers[1:]:  # the others write into subdirectories of the run directory
                 lg.init_args.save_dir = str(run_root / version)
@@ -172,7 +190,7 @@ class MinitxCLI(LightningCLI):
                 lg.init_args.version = (
                     lg.class_path.rsplit(".", 1)[-1].lower().removesuffix("logger")
                 )
-        self.run_root, self.run_version = run_root, version or _new_version(run_root)
+        self.run_root, self.run_version = run_root, version or _shared_version(run_root)
         self.default_loggers = not explicit
 
     def instantiate_trainer(self, **kwargs: Any) -> L.Trainer:
