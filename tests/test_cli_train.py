@@ -460,3 +460,35 @@ def test_resuming_with_other_settings_is_refused(
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert re.search(r"error: cannot resume: .*" + message, err), err[-2000:]
+
+
+@pytest.mark.parametrize(
+    ("files", "message"),
+    [
+        ({"train.de": "a\nb\n", "train.en": "a\n"}, r"line"),
+        ({"train.de": b"ok\n\xff\n", "train.en": "ok\nfine\n"}, r"not valid UTF-8"),
+        ({}, r"not found|no such|missing"),
+    ],
+    ids=["unequal-lines", "bad-utf8", "missing-files"],
+)
+def test_bad_corpus_through_the_training_command_is_one_error_line(
+    files: dict, message: str, tmp_path: Path
+) -> None:
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for stem in ("val", "test_2016_flickr"):
+        for lang in ("de", "en"):
+            (corpus / f"{stem}.{lang}").write_text("ein satz\n" if lang == "de" else "a sentence\n")
+    for name, content in files.items():
+        path = corpus / name
+        path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    if not files:
+        corpus = tmp_path / "no_such_dir"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env.pop("MINITX_DEBUG", None)
+    cmd = [sys.executable, str(REPO / "scripts" / "train.py"), *TINY, "--data.source", str(corpus)]
+    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and re.search(message, errors[0], re.I), proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr

@@ -23,6 +23,7 @@ import logging
 import os
 import sys
 import time
+import traceback
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -73,6 +74,28 @@ def _last_run_checkpoint(run_root: Path) -> Path | None:
     """Newest `{run_root}/*/checkpoints/last.ckpt`."""
     found = sorted(run_root.glob("*/checkpoints/last.ckpt"), key=lambda p: p.stat().st_mtime)
     return found[-1] if found else None
+
+
+DEBUG_ENV = "MINITX_DEBUG"
+"""Set it (to anything) to see the traceback behind a one-line data error."""
+
+_USER_ERRORS = (OSError, ConnectionError, UnicodeError, ValueError)
+"""Exception types that the data layer raises for problems with the user's files."""
+
+
+def _is_user_data_error(exc: BaseException) -> bool:
+    """Whether `exc` is the data layer reporting a problem with the user's corpus or paths
+    (raised from minitx/data/, minitx/tokenizer.py or minitx/textio.py with its own message),
+    as opposed to a bug.
+    """
+    if not isinstance(exc, _USER_ERRORS):
+        return False
+    frames = traceback.extract_tb(exc.__traceback__)
+    minitx_frames = [f for f in frames if f"{os.sep}minitx{os.sep}" in f.filename]
+    if not minitx_frames:
+        return False
+    origin = Path(minitx_frames[-1].filename)
+    return origin.parent.name == "data" or origin.name in ("tokenizer.py", "textio.py")
 
 
 _VERSION_ENV = "MINITX_RUN_VERSION"
@@ -261,6 +284,11 @@ def main(args: list[str] | None = None) -> MinitxCLI:
         raise SystemExit(EXIT_SIGTERM) from None
     except (DivergenceError, ResumeMismatchError) as exc:  # the settings' doing, not a bug
         print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except Exception as exc:
+        if not _is_user_data_error(exc) or os.environ.get(DEBUG_ENV):
+            raise
+        print(f"error: {exc}  (set {DEBUG_ENV}=1 for the traceback)", file=sys.stderr)
         raise SystemExit(2) from None
     except SystemExit as exc:  # Lightning ends a Ctrl-C interrupted fit with sys.exit(1)
         if trainer.interrupted and exc.code == 1:
