@@ -27,9 +27,7 @@ SCORES: Registry[Callable[..., nn.Module]] = Registry("attention score")
 """Score functions by name. An entry is a module class built as `cls(d_head=...)` whose
 `forward(q (..., Tq, Dk), k (..., Tk, Dk))` returns scores (..., Tq, Tk)."""
 
-# --------------------------------------------------------------------------------------------
-# Masks
-# --------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------- Masks
 
 
 def causal_mask(tq: int, tk: int | None = None, *, device: torch.device | None = None) -> Tensor:
@@ -91,9 +89,7 @@ def _to_additive(mask: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
     )
 
 
-# --------------------------------------------------------------------------------------------
-# Score functions: (q (..., Tq, Dk), k (..., Tk, Dk)) -> scores (..., Tq, Tk)
-# --------------------------------------------------------------------------------------------
+# --------------------- Score functions: (q (..., Tq, Dk), k (..., Tk, Dk)) -> scores (..., Tq, Tk)
 
 
 @SCORES.register("scaled_dot")
@@ -163,9 +159,7 @@ def make_score(name: str, d_head: int) -> nn.Module:
     return SCORES[name](d_head=d_head)
 
 
-# --------------------------------------------------------------------------------------------
-# Attention
-# --------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------- Attention
 
 
 def scaled_dot_product_attention(

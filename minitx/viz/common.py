@@ -20,10 +20,6 @@ KIND_LABELS: dict[str, str] = {
 """Human-readable name of each attention kind."""
 
 
-# --------------------------------------------------------------------------------------
-# validation helpers
-
-
 def check_kinds(kinds: Sequence[str]) -> tuple[str, ...]:
     """The kinds as a tuple; ValueError when empty or not a subset of ``KINDS``."""
     kinds = tuple(kinds)

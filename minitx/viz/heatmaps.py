@@ -32,10 +32,6 @@ _PANEL_GAP_IN = 0.25  # gap between neighbouring panels
 _TICK_FONTSIZE = 7
 
 
-# --------------------------------------------------------------------------------------
-# matplotlib heatmaps
-
-
 def _max_text_width_in(texts: Sequence[str], fontsize: float = _TICK_FONTSIZE) -> float:
     """Width in inches of the widest of ``texts`` when drawn as plain text (no mathtext)."""
     font, measure = FontProperties(size=fontsize), TextToPath()

@@ -33,10 +33,6 @@ def _static(name: str) -> str:
     return (resources.files("minitx.viz") / "static" / name).read_text(encoding="utf-8")
 
 
-# --------------------------------------------------------------------------------------
-# standalone HTML viewer
-
-
 def _rounded(weights: torch.Tensor, decimals: int = _HTML_DECIMALS) -> list:
     """(H, Tq, Tk) tensor -> nested lists of floats rounded to ``decimals`` places."""
     return weights.detach().to(device="cpu", dtype=torch.float64).round(decimals=decimals).tolist()
