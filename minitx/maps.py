@@ -8,12 +8,15 @@ use it.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
 
 from minitx.vocab import BOS_ID, EOS_ID
+
+logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from minitx.model import Transformer
@@ -85,16 +88,29 @@ def teacher_forced_maps(
         target: target text, or target ids without bos/eos (e.g. generated ids).
 
     One sentence at a time, so no padding appears on the axes. Source pieces end with eos;
-    target pieces (the decoder inputs) start with bos.
+    target pieces (the decoder inputs) start with bos. A side longer than the model's
+    positions is cut to fit, with a warning.
 
     Raises:
         ValueError: when the source is empty.
     """
-    src_ids = tokenizer.encode([source.strip()])[0] + [EOS_ID]
-    if len(src_ids) == 1:
+    source_ids = tokenizer.encode([source.strip()])[0]
+    if not source_ids:
         raise ValueError("attention maps need a non-empty source sentence")
     target_ids = tokenizer.encode([target.strip()])[0] if isinstance(target, str) else list(target)
-    tgt_ids = [BOS_ID] + target_ids
+    limit = model.config.max_positions - 1  # eos / bos take one position
+    for side, ids in (("source", source_ids), ("target", target_ids)):
+        if len(ids) > limit:
+            logger.warning(
+                "attention maps: the %s has %d pieces, more than the model's %d positions "
+                "allow; its first %d pieces are shown",
+                side,
+                len(ids),
+                limit + 1,
+                limit,
+            )
+    src_ids = source_ids[:limit] + [EOS_ID]
+    tgt_ids = [BOS_ID] + target_ids[:limit]
     device = next(model.parameters()).device
     src = torch.tensor([src_ids], device=device)
     out = model(src, torch.tensor([tgt_ids], device=device), need_weights=True)

@@ -9,12 +9,25 @@ import torch
 from torch import Tensor, nn
 
 from minitx.attention import SCORES, KVCache, padding_mask
+from minitx.errors import ConfigError
 from minitx.layers import ACTIVATIONS, DecoderLayer, EncoderLayer
 from minitx.positional import POSITIONAL_ENCODINGS, make_positional_encoding
 from minitx.vocab import BOS_ID, EOS_ID, PAD_ID
 
 _LEGACY_ID_KEYS = {"pad_id": PAD_ID, "bos_id": BOS_ID, "eos_id": EOS_ID}
 """Special ids that checkpoints written before minitx.vocab carried in the model config."""
+
+
+def _heads_hint(d_model: int, n_heads: int) -> str:
+    """Valid nearby choices: head counts dividing d_model, and d_model values for n_heads
+    that keep the head width even (rotary positions need that; sinusoidal ones an even d_model).
+    """
+    heads = [h for h in range(1, 2 * n_heads + 3) if d_model % h == 0]
+    nearest = sorted(heads, key=lambda h: (abs(h - n_heads), h))[:2]
+    step = 2 * n_heads
+    below, above = (d_model // step) * step, (d_model // step + 1) * step
+    widths = [w for w in (below, above) if w > 0]
+    return f"choose n_heads from {sorted(nearest)} or d_model from {widths}"
 
 
 @dataclass
@@ -80,23 +93,22 @@ class TransformerConfig:
         )
         for name in positive:
             if getattr(self, name) <= 0:
-                raise ValueError(
+                raise ConfigError(
                     f"TransformerConfig.{name} must be positive, got {getattr(self, name)}"
                 )
         for name in ("n_encoder_layers", "n_decoder_layers"):
             if getattr(self, name) < 1:
-                raise ValueError(
+                raise ConfigError(
                     f"TransformerConfig.{name} must be at least 1, got {getattr(self, name)}"
                 )
         if self.d_model % self.n_heads:
-            raise ValueError(
+            raise ConfigError(
                 f"TransformerConfig: d_model ({self.d_model}) must be divisible by n_heads "
-                f"({self.n_heads}); "
-                f"e.g. d_model={self.n_heads * max(1, self.d_model // self.n_heads)}"
+                f"({self.n_heads}); {_heads_hint(self.d_model, self.n_heads)}"
             )
         for name in ("dropout", "attention_dropout", "activation_dropout"):
             if not 0.0 <= getattr(self, name) < 1.0:
-                raise ValueError(
+                raise ConfigError(
                     f"TransformerConfig.{name} must be in [0, 1), got {getattr(self, name)}"
                 )
         registries = {
@@ -111,16 +123,16 @@ class TransformerConfig:
                 d_model=self.d_model, n_heads=self.n_heads
             )
         except ValueError as exc:
-            raise ValueError(f"TransformerConfig: {exc}") from None
+            raise ConfigError(f"TransformerConfig: {exc}") from None
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
-            raise ValueError(
+            raise ConfigError(
                 f"TransformerConfig: share_embeddings needs equal vocabularies, got src "
                 f"{self.src_vocab_size} and tgt {self.tgt_vocab_size}; set share_embeddings=False "
                 "for separate vocabularies"
             )
         smallest = min(self.src_vocab_size, self.tgt_vocab_size)
         if smallest <= max(_LEGACY_ID_KEYS.values()):
-            raise ValueError(
+            raise ConfigError(
                 f"TransformerConfig: vocabularies must be larger than the special ids "
                 f"(pad {PAD_ID}, bos {BOS_ID}, eos {EOS_ID}), got {smallest}"
             )
@@ -135,13 +147,13 @@ class TransformerConfig:
         values = dict(values)
         for key, expected in _LEGACY_ID_KEYS.items():  # older checkpoints stored the fixed ids
             if key in values and values.pop(key) != expected:
-                raise ValueError(
+                raise ConfigError(
                     f"TransformerConfig: {key} must be {expected} (minitx.vocab), got {values}"
                 )
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
-            raise ValueError(
+            raise ConfigError(
                 f"TransformerConfig: unknown keys {unknown}; known keys are {sorted(known)}"
             )
         return cls(**values)

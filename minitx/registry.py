@@ -21,6 +21,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Generic, TypeVar
 
+from minitx.errors import ConfigError
+
 T = TypeVar("T")
 
 
@@ -68,10 +70,10 @@ class Registry(Generic[T]):
         return tuple(self._entries)
 
     def check(self, name: str, *, where: str = "") -> None:
-        """Raise a `ValueError` naming the choices when `name` is not registered."""
+        """Raise a `ConfigError` (a `ValueError`) naming the choices when `name` is unknown."""
         if name not in self._entries:
             prefix = f"{where}: " if where else ""
-            raise ValueError(f"{prefix}unknown {self.kind} {name!r}; choose one of {self.names()}")
+            raise ConfigError(f"{prefix}unknown {self.kind} {name!r}; choose one of {self.names()}")
 
     def __getitem__(self, name: str) -> T:
         self.check(name)

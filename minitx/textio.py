@@ -1,6 +1,14 @@
-"""Reading user text: UTF-8 with errors that name the file and the line."""
+"""Reading and writing user text: UTF-8 with errors that name the file and the line; output
+files that appear whole or not at all."""
 
 from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TextIO
 
 
 def decode_utf8(raw: bytes, name: str) -> str:
@@ -20,3 +28,56 @@ def decode_utf8(raw: bytes, name: str) -> str:
             "Re-encode the file as UTF-8, e.g. `iconv -f latin1 -t utf-8`."
         ) from None
     return text.removeprefix("\ufeff")
+
+
+def check_utf8_argument(text: str, what: str) -> None:
+    """Reject a command-line argument that was not valid UTF-8.
+
+    Python decodes such bytes to lone surrogates ("surrogateescape"); no tokenizer can read them.
+
+    Raises:
+        ValueError: naming `what` and the offending byte.
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        byte = text[exc.start].encode("utf-8", "surrogateescape")
+        raise ValueError(
+            f"{what} is not valid UTF-8 (byte 0x{byte.hex()} at character {exc.start + 1}); "
+            "set a UTF-8 locale or pass the text in a UTF-8 file with --input"
+        ) from None
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+@contextlib.contextmanager
+def atomic_output(path: str | Path) -> Iterator[TextIO]:
+    """Open `path` for writing UTF-8 text so that it changes only when the block succeeds.
+
+    The text goes to a temporary file in the same directory, which replaces `path` (an atomic
+    rename) when the block ends without an exception; otherwise it is deleted and an existing
+    `path` is left untouched. Lines end in ``\\n`` on every platform.
+    """
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as out:
+            yield out
+            out.flush()
+            os.fsync(out.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600; give the usual mode
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def write_text_atomic(path: str | Path, text: str) -> None:
+    """Write `text` to `path` as UTF-8 through `atomic_output` (whole file or no change)."""
+    with atomic_output(path) as out:
+        out.write(text)

@@ -11,7 +11,7 @@ import pytest
 from helpers import REPO_DIR
 
 PACKAGE = REPO_DIR / "minitx"
-CORE = ("attention", "positional", "layers", "model", "decoding", "registry", "vocab")
+CORE = ("attention", "positional", "layers", "model", "decoding", "registry", "vocab", "errors")
 
 
 def modules() -> dict[str, Path]:
@@ -61,7 +61,7 @@ def test_core_imports_only_torch_the_standard_library_and_the_core(module: str) 
 
 @pytest.mark.parametrize("module", in_part("data", "tokenizer"))
 def test_data_never_imports_the_model(module: str) -> None:
-    forbidden = {*CORE} - {"vocab", "registry"} | {"training", "translator", "viz", "cli"}
+    forbidden = {*CORE} - {"vocab", "registry", "errors"} | {"training", "translator", "viz", "cli"}
     for name in imports(MODULES[module]):
         assert minitx_part(name) not in forbidden, f"{module} imports {name}"
 

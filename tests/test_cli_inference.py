@@ -337,8 +337,9 @@ def test_evaluate_default_hypothesis_path_and_limit(
 
 
 def test_evaluate_counts_empty_pairs(evaluate_script, tiny_checkpoint, tmp_path, capsys) -> None:
-    """Pairs with an empty side are dropped and counted (as in training); only the split's
-    files are needed."""
+    """Pairs with an empty side are not scored and are counted (as in training); their line
+    in the hypotheses file is empty, so it stays aligned with the source file. Only the
+    split's files are needed."""
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     src, ref = list(TOY_TEST_SOURCES), list(TOY_TEST_REFERENCES)
@@ -354,8 +355,13 @@ def test_evaluate_counts_empty_pairs(evaluate_script, tiny_checkpoint, tmp_path,
     )
     out, err = capsys.readouterr()
     assert "8 sentences" in out
-    assert "8 of 8 pairs (skipped: 2 empty)" in err
-    assert len(hyp.read_text(encoding="utf-8").splitlines()) == 8
+    assert "scoring 8 of 10 pairs" in err and "empty line in the hypotheses: 2 empty" in err
+    lines = hyp.read_text(encoding="utf-8").split("\n")
+    assert len(lines) == 11 and lines[-1] == ""  # 10 lines, each ended by a newline
+    assert lines[2] == lines[5] == ""
+    kept = [s for i, s in enumerate(src) if i not in (2, 5)]
+    expected = Translator.from_checkpoint(tiny_checkpoint).translate(kept)
+    assert [line for i, line in enumerate(lines[:10]) if i not in (2, 5)] == expected
 
 
 def test_evaluate_default_data_follows_minitx_data_dir(

@@ -10,18 +10,14 @@ from __future__ import annotations
 import csv
 import os
 import re
-import shutil
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
-from helpers import CONFIG_DIR, REPO_DIR, TINY_CONFIG, TOY_CORPUS_DIR, TinyRun
-from lightning.pytorch.callbacks import Callback
+from helpers import CONFIG_DIR, REPO_DIR, TINY_CONFIG, TinyRun
 
 from minitx.checkpoint import CHECKPOINT_KEY, load_checkpoint
 from minitx.cli.train import build_cli, main
@@ -222,89 +218,6 @@ def test_checkpoint_carries_model_config_tokenizer_and_training_config(tiny_run:
 # ---------------------------------------------------------------------------- resume, interrupt
 
 
-class RecordLr(Callback):
-    """Remembers the learning rate at the start of fitting."""
-
-    def __init__(self) -> None:
-        self.lrs: list[float] = []
-
-    def on_train_start(self, trainer, pl_module) -> None:
-        self.lrs.append(trainer.optimizers[0].param_groups[0]["lr"])
-
-
-def test_resume_last_continues_at_the_saved_step_epoch_and_lr(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.chdir(tmp_path)
-    common = TINY + ["--trainer.enable_progress_bar", "false", "--test", "false"]
-    first = main(common + ["--trainer.max_epochs", "1"])
-    steps_per_epoch = first.trainer.global_step
-    first.trainer.loggers[1].experiment.log_metrics({"train/loss": 9.0}, step=10**6)
-    first.trainer.loggers[1].save()  # a row logged after the checkpoint: dropped on resume
-    assert steps_per_epoch > 0
-    (run_dir,) = run_dirs(tmp_path)
-    saved = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)
-    saved_lr = saved["lr_schedulers"][0]["_last_lr"][0]
-
-    second = build_cli(common + ["--trainer.max_epochs", "2", "--ckpt_path", "last"])
-    record = RecordLr()
-    second.trainer.callbacks.append(record)
-    second.trainer.fit(second.model, datamodule=second.datamodule, ckpt_path=second.resume_path)
-    assert Path(second.resume_path).resolve() == (run_dir / "checkpoints" / "last.ckpt").resolve()
-    assert run_dirs(tmp_path) == [run_dir]  # same run directory, no new one
-    assert record.lrs == [pytest.approx(saved_lr)]
-    assert second.trainer.global_step == 2 * steps_per_epoch
-    assert second.trainer.current_epoch == 2
-    # The history continues: epoch 0's rows are kept, nothing is logged twice.
-    rows = metrics(run_dir)
-    assert [int(float(r["epoch"])) for r in rows if r.get("val/bleu")] == [0, 1]
-    train_steps = [int(r["step"]) for r in rows if r.get("train/loss")]
-    assert train_steps == sorted(set(train_steps)) and len(train_steps) == 2 * steps_per_epoch
-
-
-def test_resume_last_without_a_previous_run_is_a_clear_error(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.chdir(tmp_path)
-    with pytest.raises(FileNotFoundError, match="no .*last.ckpt to resume from"):
-        build_cli(TINY + ["--ckpt_path", "last"])
-
-
-@pytest.mark.parametrize(
-    ("sig", "status", "reason"),
-    [(signal.SIGTERM, 143, "SIGTERMException"), (signal.SIGINT, 130, "KeyboardInterrupt")],
-    ids=["SIGTERM", "SIGINT"],
-)
-def test_a_signal_leaves_a_usable_last_checkpoint_and_a_nonzero_status(
-    sig: int, status: int, reason: str, tmp_path: Path
-) -> None:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
-    cmd = [
-        sys.executable, str(REPO / "scripts" / "train.py"), *TINY, "--trainer.max_epochs", "100000",
-        "--trainer.enable_progress_bar", "false", "--test", "false",
-    ]  # fmt: skip
-    proc = subprocess.Popen(
-        cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
-    try:
-        deadline = time.time() + 120
-        while time.time() < deadline and not list(
-            (tmp_path / "runs").glob("tiny/*/checkpoints/epoch*.ckpt")
-        ):
-            time.sleep(0.2)  # wait until training is well under way (first epoch done)
-        assert proc.poll() is None, proc.stdout.read()
-        proc.send_signal(sig)
-        out, _ = proc.communicate(timeout=60)
-    finally:
-        proc.kill()
-    (last,) = list((tmp_path / "runs").glob("tiny/*/checkpoints/last.ckpt"))
-    assert f"training interrupted ({reason})" in out
-    assert proc.returncode == status, out[-2000:]  # not 0: the run did not finish
-    checkpoint = torch.load(last, weights_only=True)
-    assert checkpoint["global_step"] > 0
-    assert Translator.from_checkpoint(last).translate(["ein mann ."])[0] is not None
-
-
 # ---------------------------------------------------------------------------- precision, DDP
 
 
@@ -370,125 +283,3 @@ def test_default_comments_in_the_yaml_match_the_code() -> None:
         )
         checked += 1
     assert checked >= 20
-
-
-def test_divergence_stops_at_the_step_with_a_clear_error_and_no_bad_checkpoint(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
-) -> None:
-    monkeypatch.chdir(tmp_path)
-    args = TINY + ["--model.optim.lr", "1000", "--trainer.enable_progress_bar", "false"]
-    with pytest.raises(SystemExit) as exit_info:
-        main(args)
-    assert exit_info.value.code == 2
-    err = capsys.readouterr().err
-    assert "error: training diverged at step" in err and "lower model.optim.lr" in err
-    for path in (tmp_path / "runs").rglob("*.ckpt"):  # whatever was written is usable
-        Translator.from_checkpoint(path)
-
-
-KILLED_DURING_SAVE = """
-import sys, time
-from pathlib import Path
-import torch
-from fsspec.implementations.local import LocalFileOpener
-from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
-
-path, marker = Path(sys.argv[1]), Path(sys.argv[2])
-io = TorchCheckpointIO()  # what Trainer.save_checkpoint uses
-io.save_checkpoint({"step": 1, "w": torch.ones(1000)}, path)  # the good, older checkpoint
-write = LocalFileOpener.write
-
-def write_half_then_hang(self, data):
-    write(self, bytes(data)[: len(data) // 2])
-    self.flush()
-    marker.write_text("writing")
-    time.sleep(60)  # killed here, half of the new checkpoint on disk
-
-LocalFileOpener.write = write_half_then_hang
-io.save_checkpoint({"step": 2, "w": torch.zeros(100000)}, path)
-"""
-
-
-def test_a_kill_during_a_checkpoint_save_leaves_the_previous_file_loadable(
-    tmp_path: Path,
-) -> None:
-    """Checkpoints are written to a temporary file and renamed (Lightning's fsspec
-    transaction), so `kill -9` in the middle of a save never truncates last.ckpt."""
-    path, marker = tmp_path / "last.ckpt", tmp_path / "marker"
-    proc = subprocess.Popen([sys.executable, "-c", KILLED_DURING_SAVE, str(path), str(marker)])
-    try:
-        deadline = time.time() + 120
-        while not marker.exists() and time.time() < deadline and proc.poll() is None:
-            time.sleep(0.05)
-        assert marker.exists(), "the save never started"
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=30)
-    finally:
-        proc.kill()
-    checkpoint = torch.load(path, weights_only=True)
-    assert checkpoint["step"] == 1 and torch.equal(checkpoint["w"], torch.ones(1000))
-
-
-@pytest.mark.parametrize(
-    ("change", "message"),
-    [
-        (["--model.transformer.d_ff", "256"], r"model config differs .*d_ff: 128 -> 256"),
-        (["--data.vocab_size", "100"], r"model config differs"),
-        (["--data.source", "{other_corpus}"], r"tokenizer .* differs"),
-    ],
-    ids=["model", "vocabulary", "corpus"],
-)
-def test_resuming_with_other_settings_is_refused(
-    change: list[str],
-    message: str,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture,
-) -> None:
-    monkeypatch.chdir(tmp_path)
-    common = TINY + ["--trainer.enable_progress_bar", "false", "--test", "false"]
-    main(common + ["--trainer.max_epochs", "1"])
-    capsys.readouterr()
-    other_corpus = tmp_path / "other"  # the toy corpus with other training sentences
-    shutil.copytree(TOY_CORPUS_DIR, other_corpus)
-    for lang in ("de", "en"):
-        lines = (other_corpus / f"train.{lang}").read_text(encoding="utf-8").splitlines()
-        (other_corpus / f"train.{lang}").write_text("\n".join(lines[:30]) + "\n", encoding="utf-8")
-    change = [arg.format(other_corpus=other_corpus) for arg in change]
-    with pytest.raises(SystemExit) as exit_info:
-        main(common + ["--trainer.max_epochs", "2", "--ckpt_path", "last", *change])
-    assert exit_info.value.code == 2
-    err = capsys.readouterr().err
-    assert re.search(r"error: cannot resume: .*" + message, err), err[-2000:]
-
-
-@pytest.mark.parametrize(
-    ("files", "message"),
-    [
-        ({"train.de": "a\nb\n", "train.en": "a\n"}, r"line"),
-        ({"train.de": b"ok\n\xff\n", "train.en": "ok\nfine\n"}, r"not valid UTF-8"),
-        ({}, r"not found|no such|missing"),
-    ],
-    ids=["unequal-lines", "bad-utf8", "missing-files"],
-)
-def test_bad_corpus_through_the_training_command_is_one_error_line(
-    files: dict, message: str, tmp_path: Path
-) -> None:
-    corpus = tmp_path / "corpus"
-    corpus.mkdir()
-    for stem in ("val", "test_2016_flickr"):
-        for lang in ("de", "en"):
-            (corpus / f"{stem}.{lang}").write_text("ein satz\n" if lang == "de" else "a sentence\n")
-    for name, content in files.items():
-        path = corpus / name
-        path.write_bytes(content if isinstance(content, bytes) else content.encode())
-    if not files:
-        corpus = tmp_path / "no_such_dir"
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    env.pop("MINITX_DEBUG", None)
-    cmd = [sys.executable, str(REPO / "scripts" / "train.py"), *TINY, "--data.source", str(corpus)]
-    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
-    assert proc.returncode == 2, proc.stderr[-3000:]
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
-    assert len(errors) == 1 and re.search(message, errors[0], re.I), proc.stderr[-3000:]
-    assert "Traceback" not in proc.stderr

@@ -1,28 +1,100 @@
-"""Pieces shared by the commands: the user-error exception, logging, loading a checkpoint."""
+"""Pieces shared by the commands: one-line user errors, logging, loading a checkpoint.
+
+Exit statuses of every minitx command: 0 success; 2 a problem with the user's input, files,
+settings or environment, reported as one line ``error: <what, where, how to fix>`` on standard
+error (``MINITX_DEBUG=1`` shows the traceback); 130 Ctrl-C; 143 SIGTERM (training only, after
+saving ``last.ckpt``); 1 with a traceback: a bug in minitx.
+"""
 
 from __future__ import annotations
 
 import logging
+import os
 import sys
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from minitx.errors import DEBUG_ENV, ConfigError, debug_requested
 
 if TYPE_CHECKING:
     import argparse
 
     from minitx.translator import Translator
 
+EXIT_USER_ERROR = 2
+"""Exit status for a problem with the user's input, files, settings or environment."""
+EXIT_SIGINT = 130
+"""Exit status after Ctrl-C, as shells report a SIGINT death."""
+
 
 class UsageError(Exception):
     """A problem with the user's input; reported as ``error: ...`` with exit status 2."""
+
+
+_DATA_ERRORS = (OSError, ConnectionError, UnicodeError, ValueError)
+"""Exception types that the data layer raises, with its own message, for the user's files."""
+
+
+def _raised_by_data_layer(exc: BaseException) -> bool:
+    """Whether `exc` comes from minitx/data/, tokenizer.py or textio.py (the innermost minitx
+    frame), i.e. the data layer reporting a problem with the user's corpus or paths."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    ours = [f for f in frames if f"{os.sep}minitx{os.sep}" in f.filename]
+    if not ours:
+        return False
+    origin = Path(ours[-1].filename)
+    return origin.parent.name == "data" or origin.name in ("tokenizer.py", "textio.py")
+
+
+def user_error_message(exc: BaseException) -> str | None:
+    """The one-line message for an error caused by the user's input, files, settings or
+    environment; None for anything else (a bug, which keeps its traceback).
+
+    User errors: `UsageError`; `ConfigError` (an impossible setting); errors with a
+    ``user_error = True`` class attribute (training's divergence and resume checks); errors
+    the data layer raises for a corpus or path; operating-system errors naming a file (no
+    permission, disk full, missing directory).
+    """
+    if isinstance(exc, (UsageError, ConfigError)) or getattr(exc, "user_error", False):
+        return str(exc)
+    if isinstance(exc, _DATA_ERRORS) and _raised_by_data_layer(exc):
+        return str(exc)
+    if isinstance(exc, OSError) and exc.filename is not None:
+        return f"{exc.filename}: {exc.strerror or exc}"
+    return None
+
+
+def report_user_error(exc: BaseException) -> int | None:
+    """Print ``error: ...`` for a user error and return exit status 2; None for a bug (or
+    when ``MINITX_DEBUG`` asks for tracebacks): re-raise it then."""
+    message = user_error_message(exc)
+    if message is None or debug_requested():
+        return None
+    one_line = " ".join(message.split())
+    hint = "" if isinstance(exc, UsageError) else f"  (set {DEBUG_ENV}=1 for the traceback)"
+    print(f"error: {one_line}{hint}", file=sys.stderr)
+    return EXIT_USER_ERROR
+
+
+class _CurrentStderr(logging.StreamHandler):
+    """A handler that writes to whatever `sys.stderr` is when a record is emitted."""
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:  # StreamHandler.__init__ sets it; always stderr
+        pass
 
 
 def show_library_warnings() -> None:
     """Print minitx's warnings (e.g. skipped lines) on standard error, once per process."""
     log = logging.getLogger("minitx")
     if not log.handlers:
-        handler = logging.StreamHandler()
+        handler = _CurrentStderr()
         handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
         log.addHandler(handler)
     if log.level == logging.NOTSET:
@@ -30,16 +102,19 @@ def show_library_warnings() -> None:
 
 
 def run_cli(run: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
-    """Call `run(args)`; a `UsageError` becomes ``error: ...`` and exit status 2, Ctrl-C 130."""
+    """Call `run(args)`; a user error becomes ``error: ...`` and exit status 2 (see
+    `user_error_message`), Ctrl-C exit status 130; bugs keep their traceback."""
     show_library_warnings()
     try:
         return run(args)
-    except UsageError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         print(file=sys.stderr)
-        return 130
+        return EXIT_SIGINT
+    except Exception as exc:
+        status = report_user_error(exc)
+        if status is None:
+            raise
+        return status
 
 
 def load_translator(path: Path, *, device: str, bf16: bool) -> Translator:

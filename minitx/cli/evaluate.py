@@ -12,15 +12,17 @@ Corpus: ``--data`` takes anything ``minitx.data.load_parallel_corpus`` reads (a 
 ``{split}.{lang}[.gz]`` files, a ``{split}`` jsonl pattern, a hub id) with the loader's default
 split names. The default is the Multi30k hub id, which ``MINITX_DATA_DIR`` (when set) replaces
 by a local directory, as in training. The languages default to the ones stored in the
-checkpoint (de -> en when it has none). Pairs with an empty side are dropped and counted, as
-in training (``minitx.data.clean_pairs``), so every score covers all remaining pairs.
+checkpoint (de -> en when it has none). Pairs with an empty side are not scored and are
+counted, as in training (``minitx.data.clean_pairs``), so every score covers all other pairs;
+their line in the hypotheses file is empty, so that file stays line-aligned with the source.
 
 Output: standard output gets one line per beam size, starting with the decoding
 (``greedy: BLEU ... | signature`` or ``beam 5 (alpha 1): BLEU ...``);
 progress notes go to standard error. The hypotheses of each beam size are written to
 ``--hyp-out`` (default: next to the checkpoint, ``<checkpoint stem>.<split>.beam<N>.hyp``, with
-``.first<L>`` before ``.beam`` under ``--limit L``), one line per source sentence, in corpus order.
-``--json FILE`` writes every figure (and the file names) as JSON.
+``.first<L>`` before ``.beam`` under ``--limit L``), one line per line of the split's source
+file, in order (empty for a pair with an empty side). ``--json FILE`` writes every figure (and
+the file names) as JSON. Output files are replaced only once they are complete.
 
 Exit status: 0 on success; 2 on a usage or input error (bad checkpoint, missing corpus,
 unreadable files), with a one-line ``error: ...`` message and no traceback.
@@ -32,6 +34,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 from minitx.cli.common import (
     UsageError,
@@ -41,6 +44,7 @@ from minitx.cli.common import (
     load_translator,
     run_cli,
 )
+from minitx.textio import write_text_atomic
 
 DEFAULT_DATA = "bentrevett/multi30k"
 """The default corpus (the Multi30k hub copy; MINITX_DATA_DIR points it at local files)."""
@@ -86,7 +90,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--tgt-lang", help="target language (default: the checkpoint's, else en)")
     add_decoding_arguments(parser, several_beams=True)
     parser.add_argument(
-        "--limit", type=int, metavar="N", help="score only the first N pairs (quick checks)"
+        "--limit",
+        type=int,
+        metavar="N",
+        help="use only the first N lines of the split (quick checks)",
     )
     parser.add_argument(
         "--hyp-out",
@@ -118,10 +125,22 @@ def hypothesis_path(args: argparse.Namespace, beam: int) -> Path:
     return args.checkpoint.parent / f"{args.checkpoint.stem}.{args.split}{limit}.beam{beam}.hyp"
 
 
-def load_pairs(
-    source: str, split: str, src_lang: str, tgt_lang: str
-) -> tuple[list[str], list[str], dict[str, int], str]:
-    """(sources, references, skip counts, resolved source) of one cleaned split."""
+class Split(NamedTuple):
+    """One corpus split, ready to score: the usable pairs and where they sit in the files."""
+
+    sources: list[str]
+    references: list[str]
+    lines: list[int]
+    """1-based line (row) of each pair in the split's files."""
+    n_lines: int
+    """Lines (rows) of the split, usable or not."""
+    skipped: dict[str, int]
+    resolved: str
+
+
+def load_split(source: str, split: str, src_lang: str, tgt_lang: str, limit: int | None) -> Split:
+    """The pairs of one split (the first `limit` lines only, when given) with both sides
+    non-empty, their line numbers and the skip counts."""
     import datasets
 
     from minitx.data import (
@@ -143,11 +162,29 @@ def load_pairs(
         raise UsageError(str(exc)) from None
     if split not in corpus:
         raise UsageError(f"{resolved}: no {split!r} split (found {sorted(corpus)})")
-    cleaned, skipped = clean_pairs(datasets.DatasetDict({split: corpus[split]}), src_lang, tgt_lang)
+    rows = corpus[split]
+    if limit is not None and limit < len(rows):
+        rows = rows.select(range(limit))
+    cleaned, skipped = clean_pairs(datasets.DatasetDict({split: rows}), src_lang, tgt_lang)
     pairs = cleaned[split]
     if len(pairs) == 0:
         raise UsageError(f"{resolved}: the {split!r} split has no non-empty sentence pairs")
-    return side_texts(pairs, src_lang), side_texts(pairs, tgt_lang), skipped[split], resolved
+    return Split(
+        sources=side_texts(pairs, src_lang),
+        references=side_texts(pairs, tgt_lang),
+        lines=[int(n) for n in pairs["line"]],
+        n_lines=len(rows),
+        skipped=skipped[split],
+        resolved=resolved,
+    )
+
+
+def aligned_lines(data: Split, hypotheses: list[str]) -> str:
+    """The hypotheses file: one line per line of the split, empty where a pair was skipped."""
+    out = [""] * data.n_lines
+    for line, hypothesis in zip(data.lines, hypotheses, strict=True):
+        out[line - 1] = hypothesis
+    return "".join(text + "\n" for text in out)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -163,15 +200,13 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
 
-    sources, references, skipped, resolved = load_pairs(args.data, args.split, src_lang, tgt_lang)
-    total = len(sources)
-    if args.limit is not None:
-        sources, references = sources[: args.limit], references[: args.limit]
-    skipped_note = ", ".join(f"{n} {reason}" for reason, n in skipped.items() if n) or "none"
+    data = load_split(args.data, args.split, src_lang, tgt_lang, args.limit)
+    skipped_note = ", ".join(f"{n} {reason}" for reason, n in data.skipped.items() if n) or "none"
     print(
-        f"{args.checkpoint}: {args.split} split of {resolved} ({src_lang} -> {tgt_lang}): "
-        f"scoring {len(sources)} of "
-        f"{total} pairs (skipped: {skipped_note})",
+        f"{args.checkpoint}: {args.split} split of {data.resolved} ({src_lang} -> {tgt_lang}): "
+        f"scoring {len(data.sources)} of {data.n_lines} pairs"
+        + (f" (the first {args.limit} lines)" if args.limit else "")
+        + f"; skipped, with an empty line in the hypotheses: {skipped_note}",
         file=sys.stderr,
     )
 
@@ -184,10 +219,12 @@ def run(args: argparse.Namespace) -> int:
     results = []
     for beam in dict.fromkeys(args.beam):  # each beam size once, in the order given
         decoding = decoding_from_args(args, beam)
-        result = evaluate(translator, sources, references, decoding, batch_size=args.batch_size)
+        result = evaluate(
+            translator, data.sources, data.references, decoding, batch_size=args.batch_size
+        )
         path = hypothesis_path(args, beam)
         try:
-            path.write_text("".join(h + "\n" for h in result.hypotheses), encoding="utf-8")
+            write_text_atomic(path, aligned_lines(data, result.hypotheses))
         except OSError as exc:
             raise UsageError(
                 f"cannot write the hypotheses to {path}: {exc.strerror or exc}"
@@ -213,13 +250,13 @@ def run(args: argparse.Namespace) -> int:
         report = {
             "checkpoint": str(args.checkpoint),
             "data": args.data,
-            "resolved_data": resolved,
+            "resolved_data": data.resolved,
             "split": args.split,
             "src_lang": src_lang,
             "tgt_lang": tgt_lang,
-            "sentences": len(sources),
-            "split_sentences": total,
-            "skipped": skipped,
+            "sentences": len(data.sources),
+            "lines": data.n_lines,
+            "skipped": data.skipped,
             "limit": args.limit,
             "device": args.device,
             "bf16": args.bf16,
@@ -227,9 +264,7 @@ def run(args: argparse.Namespace) -> int:
             "results": results,
         }
         try:
-            args.json.write_text(
-                json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
-            )
+            write_text_atomic(args.json, json.dumps(report, indent=2, ensure_ascii=False) + "\n")
         except OSError as exc:
             raise UsageError(f"cannot write --json {args.json}: {exc.strerror or exc}") from None
     return 0

@@ -22,8 +22,8 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import tempfile
 import time
-import traceback
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -36,13 +36,14 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from minitx.checkpoint import CHECKPOINT_KEY
+from minitx.cli.common import EXIT_SIGINT, UsageError, report_user_error
 from minitx.data import TranslationDataModule
 from minitx.decoding import DecodingConfig
+from minitx.errors import ConfigError
+from minitx.textio import write_text_atomic
 from minitx.training import (
     AttentionMapLogger,
     CheckpointOnInterrupt,
-    DivergenceError,
-    ResumeMismatchError,
     TokenThroughput,
     TranslationModule,
 )
@@ -50,8 +51,6 @@ from minitx.training.loggers import ContinuingCSVLogger
 
 logger = logging.getLogger(__name__)
 
-EXIT_SIGINT = 130
-"""Exit status after Ctrl-C (last.ckpt saved first), as shells report a SIGINT death."""
 EXIT_SIGTERM = 143
 """Exit status after SIGTERM (last.ckpt saved first), as shells report a SIGTERM death."""
 
@@ -76,28 +75,6 @@ def _last_run_checkpoint(run_root: Path) -> Path | None:
     return found[-1] if found else None
 
 
-DEBUG_ENV = "MINITX_DEBUG"
-"""Set it (to anything) to see the traceback behind a one-line data error."""
-
-_USER_ERRORS = (OSError, ConnectionError, UnicodeError, ValueError)
-"""Exception types that the data layer raises for problems with the user's files."""
-
-
-def _is_user_data_error(exc: BaseException) -> bool:
-    """Whether `exc` is the data layer reporting a problem with the user's corpus or paths
-    (raised from minitx/data/, minitx/tokenizer.py or minitx/textio.py with its own message),
-    as opposed to a bug.
-    """
-    if not isinstance(exc, _USER_ERRORS):
-        return False
-    frames = traceback.extract_tb(exc.__traceback__)
-    minitx_frames = [f for f in frames if f"{os.sep}minitx{os.sep}" in f.filename]
-    if not minitx_frames:
-        return False
-    origin = Path(minitx_frames[-1].filename)
-    return origin.parent.name == "data" or origin.name in ("tokenizer.py", "textio.py")
-
-
 _VERSION_ENV = "MINITX_RUN_VERSION"
 """Hands rank 0's run directory name to the DDP worker processes it launches."""
 
@@ -113,6 +90,23 @@ def _shared_version(run_root: Path) -> str:
     version = _new_version(run_root)
     os.environ[_VERSION_ENV] = version
     return version
+
+
+def _check_writable(directory: Path, what: str, setting: str) -> None:
+    """Fail now, not after an epoch, when `directory` cannot be created or written.
+
+    Raises:
+        UsageError: naming the directory, the reason and the setting to change.
+    """
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=directory):
+            pass
+    except OSError as exc:
+        raise UsageError(
+            f"cannot write {what} {directory}: {exc.strerror or exc}; "
+            f"point {setting} at a writable directory"
+        ) from None
 
 
 def _global_step(checkpoint: Path) -> int | None:
@@ -156,6 +150,12 @@ class MinitxCLI(LightningCLI):
     def add_arguments_to_parser(self, parser: Any) -> None:
         parser.link_arguments("data.vocab_size", "model.transformer.src_vocab_size")
         parser.link_arguments("data.vocab_size", "model.transformer.tgt_vocab_size")
+        parser.link_arguments(  # the data module cuts evaluation pairs to the model's length
+            "model.model_config",
+            "data.max_positions",
+            compute_fn=lambda config: config.max_positions,
+            apply_on="instantiate",
+        )
         parser.add_argument(
             "--run_name",
             type=str,
@@ -185,7 +185,7 @@ class MinitxCLI(LightningCLI):
         self.resume_step: int | None = None
         if config.trainer.logger in (False, []):
             if config.ckpt_path == "last":
-                raise FileNotFoundError("--ckpt_path last needs the run directory of a logger")
+                raise UsageError("--ckpt_path last needs the run directory of a logger")
             return
         explicit = config.trainer.logger not in (None, True)
         if explicit:  # the user's loggers: the first one names the run directory
@@ -199,8 +199,9 @@ class MinitxCLI(LightningCLI):
         if config.ckpt_path == "last":
             last = _last_run_checkpoint(run_root)
             if last is None:
-                raise FileNotFoundError(
-                    f"--ckpt_path last: no {run_root}/*/checkpoints/last.ckpt to resume from"
+                raise UsageError(
+                    f"--ckpt_path last: no {run_root}/*/checkpoints/last.ckpt to resume from; "
+                    "check run_name and runs_dir, or start a new run without --ckpt_path"
                 )
             version, self.resume_path = last.parent.parent.name, str(last)
             self.resume_step = _global_step(last)
@@ -213,6 +214,7 @@ class MinitxCLI(LightningCLI):
                 lg.init_args.version = (
                     lg.class_path.rsplit(".", 1)[-1].lower().removesuffix("logger")
                 )
+        _check_writable(run_root, "the run directory", "runs_dir (or the logger's save_dir)")
         self.run_root, self.run_version = run_root, version or _shared_version(run_root)
         self.default_loggers = not explicit
 
@@ -267,29 +269,56 @@ def build_cli(args: list[str] | None = None) -> MinitxCLI:
     )
 
 
+def _config_message(exc: ConfigError) -> ConfigError:
+    """`exc` with the config classes named by their YAML keys (``model.transformer.n_heads``)."""
+    text = str(exc)
+    for cls, key in _CONFIG_KEYS.items():
+        text = text.replace(f"{cls}.", f"{key}.").replace(f"{cls}:", f"{key}:")
+    return ConfigError(text)
+
+
+_CONFIG_KEYS = {
+    "TransformerConfig": "model.transformer",
+    "OptimConfig": "model.optim",
+    "ValidationConfig": "model.validation",
+    "DecodingConfig": "model.validation.decoding",
+}
+
+
 def main(args: list[str] | None = None) -> MinitxCLI:
     """Parse the command line, train, and (unless `--test false`) score on the test split.
 
-    Returns the CLI object (trainer, model, datamodule), which tests inspect.
+    Returns the CLI object (trainer, model, datamodule), which tests inspect. Ends the
+    process (`SystemExit`) with status 2 and one ``error: ...`` line for a user error (config,
+    corpus, paths, divergence, a resume that does not match), 130 after Ctrl-C and 143 after
+    SIGTERM (both after saving last.ckpt); bugs keep their traceback.
     """
+    try:
+        return _train_and_test(args)
+    except ConfigError as exc:
+        status = report_user_error(_config_message(exc))
+        if status is None:
+            raise
+        raise SystemExit(status) from None
+    except Exception as exc:
+        status = report_user_error(exc)
+        if status is None:
+            raise
+        raise SystemExit(status) from None
+
+
+def _train_and_test(args: list[str] | None) -> MinitxCLI:
     from minitx.evaluation import evaluate  # the inference API, used only after training
     from minitx.translator import Translator
 
     cli = build_cli(args)
     trainer = cli.trainer
+    _check_checkpoint_dirs(trainer)
     start = time.perf_counter()
     try:
         trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=cli.resume_path)
     except SIGTERMException:  # a bare SystemExit: it would end the process with status 0
         raise SystemExit(EXIT_SIGTERM) from None
-    except (DivergenceError, ResumeMismatchError) as exc:  # the settings' doing, not a bug
-        print(f"error: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
-    except Exception as exc:
-        if not _is_user_data_error(exc) or os.environ.get(DEBUG_ENV):
-            raise
-        print(f"error: {exc}  (set {DEBUG_ENV}=1 for the traceback)", file=sys.stderr)
-        raise SystemExit(2) from None
     except SystemExit as exc:  # Lightning ends a Ctrl-C interrupted fit with sys.exit(1)
         if trainer.interrupted and exc.code == 1:
             raise SystemExit(EXIT_SIGINT) from None
@@ -310,10 +339,19 @@ def main(args: list[str] | None = None) -> MinitxCLI:
             result = evaluate(translator, sources, references, decoding)
             name = "greedy" if decoding.strategy == "greedy" else f"beam{decoding.beam_size}"
             hyp_path = Path(run_dir) / f"test_hypotheses_{name}.txt"
-            hyp_path.write_text("\n".join(result.hypotheses) + "\n", encoding="utf-8")
+            write_text_atomic(hyp_path, "".join(h + "\n" for h in result.hypotheses))
             print(f"  {result.summary()}")
             print(f"  hypotheses written to {hyp_path}")
     return cli
+
+
+def _check_checkpoint_dirs(trainer: L.Trainer) -> None:
+    """Checkpoint directories set explicitly (``checkpoint.dirpath``) must be writable now."""
+    for callback in trainer.checkpoint_callbacks:
+        if callback.dirpath:
+            _check_writable(
+                Path(callback.dirpath), "the checkpoint directory", "checkpoint.dirpath"
+            )
 
 
 def run() -> int:

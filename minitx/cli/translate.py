@@ -13,6 +13,9 @@ interactive ``> `` prompt when it is a terminal (each line is translated as it i
 Ctrl-D on an empty line ends).
 
 Output (standard output, or ``--output FILE``): one translation per input line, in input order.
+``--output FILE`` is replaced only when every line is translated (a failure or Ctrl-C leaves
+an existing FILE as it was). A sentence longer than the model's positions is cut to fit, with
+a warning that counts such lines; every other line is translated as usual.
 An empty input line gives an empty output line, so the line counts of input and output match.
 With ``--n-best K`` each input line gives up to K lines ``INDEX<TAB>SCORE<TAB>TRANSLATION``,
 best first: INDEX is the 0-based number of the input line, SCORE the length-normalised
@@ -23,13 +26,15 @@ Decoding: beam search with ``--beam 5`` by default, the default of every minitx 
 (better translations; ``--beam 1`` is greedy decoding, faster).
 
 Exit status: 0 on success; 2 on a usage or input error (missing, corrupt or foreign
-checkpoint, unreadable input file, invalid UTF-8), with a one-line ``error: ...`` message on
-standard error and no traceback; 130 when interrupted with Ctrl-C.
+checkpoint, unreadable input file, invalid UTF-8 in a file, on standard input or in an argument,
+unwritable output), with a one-line ``error: ...`` message on standard error and no traceback;
+130 when interrupted with Ctrl-C.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from collections.abc import Sequence
@@ -45,7 +50,7 @@ from minitx.cli.common import (
     run_cli,
 )
 from minitx.decoding import DEFAULT_BEAM_SIZE
-from minitx.textio import decode_utf8
+from minitx.textio import atomic_output, check_utf8_argument, decode_utf8
 
 if (
     TYPE_CHECKING
@@ -205,6 +210,11 @@ def run(args: argparse.Namespace) -> int:
     """Read, translate, write. Raises `UsageError` for input problems."""
     check_output(args.output)
     if args.sentences:
+        for i, sentence in enumerate(args.sentences, 1):
+            try:
+                check_utf8_argument(sentence, f"SENTENCE argument {i}")
+            except ValueError as exc:
+                raise UsageError(str(exc)) from None
         lines: list[str] | None = list(args.sentences)
     elif args.input is not None:
         lines = read_input_file(args.input)
@@ -214,23 +224,20 @@ def run(args: argparse.Namespace) -> int:
         lines = read_stdin()
 
     translator = load_translator(args.checkpoint, device=args.device, bf16=args.bf16)
-    try:
-        out = (
-            sys.stdout
-            if args.output is None
-            else args.output.open("w", encoding="utf-8", newline="\n")
-        )
-    except OSError as exc:
-        raise UsageError(f"cannot write --output {args.output}: {exc.strerror or exc}") from None
-    try:
+    with contextlib.ExitStack() as stack:
+        out: TextIO = sys.stdout
+        if args.output is not None:  # replaced only once every line is translated
+            try:
+                out = stack.enter_context(atomic_output(args.output))
+            except OSError as exc:
+                raise UsageError(
+                    f"cannot write --output {args.output}: {exc.strerror or exc}"
+                ) from None
         if lines is None:
             interactive(translator, args, out)
         else:
             for text in format_results(translator, lines, args):
                 print(text, file=out)
-    finally:
-        if out is not sys.stdout:
-            out.close()
     return 0
 
 

@@ -9,17 +9,29 @@ Example:
 
 (``python scripts/visualize_attention.py`` is the same command.) The sentence is translated
 with the default decoding of every minitx command (beam 5) unless ``--beam`` says otherwise.
+A sentence longer than the model's positions is cut to fit (with a warning). PNGs of long
+sentences are drawn at a bounded size with every k-th token labelled; the HTML viewer has
+every token.
+
+Exit status: 0 ok; 2 a usage or input error (one ``error: ...`` line); 130 Ctrl-C.
 """
 
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from pathlib import Path
 
-from minitx.cli.common import add_decoding_arguments, check_decoding_args, decoding_from_args
+from minitx.cli.common import (
+    UsageError,
+    add_decoding_arguments,
+    check_decoding_args,
+    decoding_from_args,
+    load_translator,
+    run_cli,
+)
 from minitx.maps import KINDS
+from minitx.textio import check_utf8_argument
 from minitx.viz import DEFAULT_DPI, visualize
 
 
@@ -56,45 +68,52 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the CLI; returns the process exit code."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if not args.checkpoint.is_file():
-        parser.error(f"checkpoint not found: {args.checkpoint}")
-    if not args.sentence.strip():
-        parser.error("the sentence is empty")
-    check_decoding_args(parser, args)
-    if args.dpi <= 0:
-        parser.error(f"--dpi must be positive, got {args.dpi}")
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+def _shorten(text: str, limit: int = 100) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
 
-    # imported here so that --help works without (or before) the inference stack
-    from minitx.translator import CheckpointError, Translator
 
+def run(args: argparse.Namespace) -> int:
+    """Load, translate, draw, write. Raises `UsageError` for input problems."""
     try:
-        translator = Translator.from_checkpoint(args.checkpoint, device=args.device, bf16=args.bf16)
-    except CheckpointError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        check_utf8_argument(args.sentence, "SENTENCE")
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    translator = load_translator(args.checkpoint, device=args.device, bf16=args.bf16)
     decoding = decoding_from_args(args)
     maps = translator.attention(args.sentence, decoding=decoding)  # maps of the generated pieces
     translation = (
         "".join(maps.tgt_tokens[1:]).replace("\u2581", " ").strip()
     )  # sentencepiece detokenisation
-    paths = visualize(
-        maps,
-        args.out_dir,
-        kinds=args.kinds,
-        html_viewer=not args.no_html,
-        dpi=args.dpi,
-        title=f"minitx attention: {args.sentence} \u2192 {translation}",
-    )
+    try:
+        paths = visualize(
+            maps,
+            args.out_dir,
+            kinds=args.kinds,
+            html_viewer=not args.no_html,
+            dpi=args.dpi,
+            title=f"minitx attention: {_shorten(args.sentence)} \u2192 {_shorten(translation)}",
+        )
+    except OSError as exc:
+        raise UsageError(
+            f"cannot write into --out-dir {args.out_dir}: {exc.strerror or exc}"
+        ) from None
     print(f"source:      {args.sentence}")
     print(f"translation: {translation}  ({decoding.describe()})")
     for path in paths:
         print(f"wrote {path}")
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; returns the process exit status (0 ok, 2 user error, 130 Ctrl-C)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not args.sentence.strip():
+        parser.error("the sentence is empty")
+    check_decoding_args(parser, args)
+    if args.dpi <= 0:
+        parser.error(f"--dpi must be positive, got {args.dpi}")
+    return run_cli(run, args)
 
 
 if __name__ == "__main__":

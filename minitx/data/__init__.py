@@ -29,7 +29,12 @@ from minitx.data.sources import (
     load_parallel_corpus,
     resolve_data_source,
 )
-from minitx.data.tokenization import example_lengths, filter_long_pairs, tokenize_corpus
+from minitx.data.tokenization import (
+    example_lengths,
+    filter_long_pairs,
+    tokenize_corpus,
+    truncate_long_pairs,
+)
 
 __all__ = [
     "BUILTIN_CORPORA",
@@ -51,4 +56,5 @@ __all__ = [
     "round_up",
     "side_texts",
     "tokenize_corpus",
+    "truncate_long_pairs",
 ]

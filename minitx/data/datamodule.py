@@ -18,7 +18,13 @@ from torch.utils.data import DataLoader
 from minitx.data.batching import TokenBucketBatchSampler, collate
 from minitx.data.cleaning import Counts, clean_pairs, side_texts
 from minitx.data.sources import load_parallel_corpus, resolve_data_source
-from minitx.data.tokenization import example_lengths, filter_long_pairs, tokenize_corpus
+from minitx.data.tokenization import (
+    example_lengths,
+    filter_long_pairs,
+    tokenize_corpus,
+    truncate_long_pairs,
+)
+from minitx.errors import ConfigError
 from minitx.tokenizer import ModelType, Tokenizer
 
 logger = logging.getLogger(__name__)
@@ -31,7 +37,8 @@ class TranslationDataModule(L.LightningDataModule):
     (every split) and over-long training pairs, trains or loads the cached joint tokenizer
     and tokenizes (cached too). It works without a Trainer: ``dm.setup("fit")`` then
     ``dm.train_dataloader()``. After setup: ``dm.tokenizer``, ``dm.dataset`` (the tokenized
-    ``DatasetDict``) and ``dm.skipped`` (per split ``{"empty": n, "too_long": m}``).
+    ``DatasetDict``) and ``dm.skipped`` (per split ``{"empty": n, "too_long": m}``, plus
+    ``"truncated"`` for evaluation splits cut to the model's ``max_positions``).
 
     Batches are dicts from :func:`collate`. Training batches are reshuffled every epoch
     (Lightning calls ``set_epoch`` through the sampler); evaluation batches come in a fixed
@@ -55,6 +62,10 @@ class TranslationDataModule(L.LightningDataModule):
         cache_dir: directory for the tokenizer and tokenized data caches (None: no cache).
         seed: shuffling seed.
         eval_max_tokens: batch budget for validation/test (None: same as max_tokens).
+        max_positions: the model's position limit (``minitx-train`` links it from
+            ``model.transformer.max_positions``). Evaluation pairs longer than that are cut to
+            fit when the data is loaded (counted and logged), instead of failing the first
+            validation; ``max_len`` must not exceed it. None: no check.
     """
 
     def __init__(
@@ -72,6 +83,7 @@ class TranslationDataModule(L.LightningDataModule):
         cache_dir: str | None = ".cache/minitx",
         seed: int = 0,
         eval_max_tokens: int | None = None,
+        max_positions: int | None = None,
     ) -> None:
         super().__init__()
         if src_lang == tgt_lang:
@@ -85,6 +97,11 @@ class TranslationDataModule(L.LightningDataModule):
             raise ValueError(f"max_len must be >= 2, got {max_len}.")
         if num_workers < 0:
             raise ValueError(f"num_workers must be >= 0, got {num_workers}.")
+        if max_positions is not None and max_len > max_positions:
+            raise ConfigError(
+                f"data.max_len ({max_len}) exceeds the model's max_positions ({max_positions}); "
+                "lower data.max_len or raise model.transformer.max_positions"
+            )
         self.save_hyperparameters()
         self.source = source
         self.src_lang = src_lang
@@ -99,6 +116,7 @@ class TranslationDataModule(L.LightningDataModule):
         self.cache_dir = cache_dir
         self.seed = seed
         self.eval_max_tokens = eval_max_tokens
+        self.max_positions = max_positions
         self.tokenizer: Tokenizer | None = None
         self.dataset: datasets.DatasetDict | None = None
         self.skipped: Counts = {}
@@ -142,6 +160,11 @@ class TranslationDataModule(L.LightningDataModule):
         tokenized, too_long = filter_long_pairs(tokenized, self.max_len, splits=("train",))
         for split, count in too_long.items():
             skipped[split]["too_long"] += count
+        if self.max_positions is not None:
+            evaluation = [split for split in tokenized if split != "train"]
+            tokenized, cut = truncate_long_pairs(tokenized, self.max_positions, splits=evaluation)
+            for split, count in cut.items():
+                skipped[split]["truncated"] = count
         logger.info(
             "Data ready in %.1f s: %s pairs (skipped: %s).",
             time.perf_counter() - start,

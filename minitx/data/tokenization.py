@@ -150,6 +150,56 @@ def filter_long_pairs(
     return datasets.DatasetDict(result), dropped
 
 
+def truncate_long_pairs(
+    tokenized: datasets.DatasetDict,
+    max_positions: int,
+    *,
+    splits: Collection[str],
+) -> tuple[datasets.DatasetDict, dict[str, int]]:
+    """Cut pairs that the model cannot read whole to ``max_positions`` (eos / bos included),
+    in ``splits`` only; the cut pairs are counted and logged with their line numbers.
+
+    Evaluation splits keep every pair so that BLEU covers the whole set; this makes them
+    fit the model instead of failing the first validation after an epoch of training. Only
+    the ids are cut (the loss covers the first ``max_positions - 1`` pieces of each side); the
+    texts stay whole, so BLEU still compares with the full reference.
+
+    Returns:
+        The corpus and, per split in ``splits``, the number of pairs cut.
+    """
+    limit = max_positions - 1
+    result = dict(tokenized)
+    cut: dict[str, int] = {}
+    for split in splits:
+        if split not in tokenized:
+            continue
+        dataset = tokenized[split]
+        rows = np.flatnonzero(example_lengths(dataset) > max_positions)
+        cut[split] = len(rows)
+        if not len(rows):
+            continue
+        lines = _column(dataset, "line")[rows] if "line" in dataset.column_names else rows + 1
+        shown = ", ".join(str(n) for n in lines[:5].tolist()) + (", ..." if len(rows) > 5 else "")
+        logger.warning(
+            "%s: %d of %d pairs are longer than the model's max_positions=%d; their ids are cut "
+            "to fit for the loss, their texts stay whole for BLEU (lines %s).",
+            split,
+            len(rows),
+            len(dataset),
+            max_positions,
+            shown,
+        )
+
+        def cut_batch(batch: dict[str, list]) -> dict[str, list]:
+            for side in ("src", "tgt"):
+                batch[f"{side}_ids"] = [ids[:limit] for ids in batch[f"{side}_ids"]]
+                batch[f"{side}_len"] = [len(ids) for ids in batch[f"{side}_ids"]]
+            return batch
+
+        result[split] = dataset.map(cut_batch, batched=True, desc=f"Cutting long {split} pairs")
+    return datasets.DatasetDict(result), cut
+
+
 def example_lengths(dataset: datasets.Dataset) -> np.ndarray:
     """Per-example batching length: ``max(src_len + 1, tgt_len + 1)`` (eos / bos included)."""
     if len(dataset) == 0:

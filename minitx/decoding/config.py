@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
+from minitx.errors import ConfigError
+
 DEFAULT_BEAM_SIZE = 5
 """The beam size minitx uses wherever none is given (translate, evaluate, Translator, test)."""
 
@@ -36,14 +38,14 @@ class DecodingConfig:
 
         STRATEGIES.check(self.strategy, where="DecodingConfig.strategy")
         if self.beam_size < 1:
-            raise ValueError(f"DecodingConfig.beam_size must be >= 1, got {self.beam_size}")
+            raise ConfigError(f"DecodingConfig.beam_size must be >= 1, got {self.beam_size}")
         if not 1 <= self.n_best <= self.width:
-            raise ValueError(
+            raise ConfigError(
                 f"DecodingConfig.n_best must be between 1 and the beam size ({self.width}) "
                 f"for strategy {self.strategy!r}, got {self.n_best}"
             )
         if self.max_len_a < 0 or self.max_len_b < 0 or (self.max_len_a == 0 and self.max_len_b < 1):
-            raise ValueError(
+            raise ConfigError(
                 f"DecodingConfig: the length cap max_len_a·|src| + max_len_b must allow at least "
                 f"one token, got a={self.max_len_a}, b={self.max_len_b}"
             )
@@ -79,7 +81,7 @@ class DecodingConfig:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
-            raise ValueError(
+            raise ConfigError(
                 f"DecodingConfig: unknown keys {unknown}; known keys are {sorted(known)}"
             )
         return cls(**values)

@@ -221,6 +221,9 @@ class CheckpointOnInterrupt(L.Callback):
             return
         path = Path(callback.dirpath) / "last.ckpt"
         trainer.save_checkpoint(path)
+        if getattr(exception, "user_error", False):  # e.g. divergence: resuming would repeat it
+            logger.warning("training stopped: saved %s (the weights before this step)", path)
+            return
         logger.warning(
             "training interrupted (%s): saved %s; resume with --ckpt_path last",
             type(exception).__name__,

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from minitx.decoding import DecodingConfig
+from minitx.errors import ConfigError
 
 SDPA_BACKENDS: tuple[str, ...] = ("auto", "flash", "math", "default")
 """Choices of `OptimConfig.sdpa_backend`."""
@@ -30,6 +31,10 @@ class OptimConfig:
             "flash", "math", "default" (PyTorch's choice) or "auto" = "math" on CPU under
             bf16 autocast (there the fused flash backward is about 2x slower than the math
             one for sequences up to 128 tokens, see scripts/benchmark.py), else "default".
+        skip_bad_batches: opt-in tolerance, as fairseq has: skip up to this many batches
+            whose loss or gradient norm is NaN or infinite (no update; each one logged and
+            counted in ``train/skipped_batches``); the next one stops the run. 0 (default):
+            the first one stops it. Single-process training only.
     """
 
     label_smoothing: float = 0.1
@@ -38,19 +43,24 @@ class OptimConfig:
     weight_decay: float = 0.0
     betas: tuple[float, float] = (0.9, 0.98)
     sdpa_backend: str = "auto"
+    skip_bad_batches: int = 0
 
     def __post_init__(self) -> None:
         self.betas = tuple(self.betas)
+        if self.skip_bad_batches < 0:
+            raise ConfigError(
+                f"OptimConfig.skip_bad_batches must be >= 0, got {self.skip_bad_batches}"
+            )
         if self.sdpa_backend not in SDPA_BACKENDS:
-            raise ValueError(
+            raise ConfigError(
                 f"OptimConfig.sdpa_backend={self.sdpa_backend!r}; choose one of {SDPA_BACKENDS}"
             )
         if not 0.0 <= self.label_smoothing < 1.0:
-            raise ValueError(
+            raise ConfigError(
                 f"OptimConfig.label_smoothing must be in [0, 1), got {self.label_smoothing}"
             )
         if self.lr <= 0 or self.warmup_steps < 0 or self.weight_decay < 0:
-            raise ValueError(
+            raise ConfigError(
                 "OptimConfig: lr must be > 0, warmup_steps and weight_decay >= 0, got "
                 f"lr={self.lr}, warmup_steps={self.warmup_steps}, weight_decay={self.weight_decay}"
             )
@@ -78,6 +88,6 @@ class ValidationConfig:
         if isinstance(self.decoding, dict):
             self.decoding = DecodingConfig.from_dict(self.decoding)
         if self.bleu_every_n_epochs < 0:
-            raise ValueError(
+            raise ConfigError(
                 f"ValidationConfig.bleu_every_n_epochs must be >= 0, got {self.bleu_every_n_epochs}"
             )

@@ -10,6 +10,7 @@ the shipped configs).
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 from collections.abc import Mapping
 from dataclasses import asdict
@@ -24,9 +25,12 @@ from torchmetrics.text import CHRFScore, SacreBLEUScore
 
 from minitx.checkpoint import CHECKPOINT_KEY, write_payload
 from minitx.decoding import decode
+from minitx.errors import ConfigError
 from minitx.model import Transformer, TransformerConfig
 from minitx.training.config import OptimConfig, ValidationConfig
 from minitx.vocab import PAD_ID
+
+logger = logging.getLogger(__name__)
 
 
 class InverseSqrtSchedule:
@@ -47,9 +51,13 @@ class InverseSqrtSchedule:
 class DivergenceError(RuntimeError):
     """Training produced a non-finite loss or non-finite weights."""
 
+    user_error = True  # the settings' doing (learning rate, warm-up), not a bug: one-line error
+
 
 class ResumeMismatchError(ValueError):
     """The checkpoint to resume from was trained with another model config or tokenizer."""
+
+    user_error = True
 
 
 def _coerce(value: Any, cls: type) -> Any:
@@ -101,11 +109,21 @@ class TranslationModule(L.LightningModule):
         self.val_bleu = SacreBLEUScore(tokenize="13a", lowercase=False)
         self.val_chrf = CHRFScore()
         self.tokenizer = None  # set from the datamodule in `setup`; needed for BLEU and checkpoints
+        self._skipped_batches = 0  # bad batches skipped so far (OptimConfig.skip_bad_batches)
 
     # ---------------------------------------------------------------- wiring
 
     def setup(self, stage: str) -> None:
         self._check_bleu_schedule()
+        if (
+            self.optim.skip_bad_batches
+            and self._trainer is not None
+            and self.trainer.world_size > 1
+        ):
+            raise ConfigError(
+                "model.optim.skip_bad_batches works in single-process training only (a rank "
+                "that skips a batch would leave the others waiting); set it to 0 for DDP"
+            )
         datamodule = (
             getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
         )
@@ -226,16 +244,38 @@ class TranslationModule(L.LightningModule):
             return contextlib.nullcontext()
         return sdpa_kernel(SDPBackend.MATH if choice == "math" else SDPBackend.FLASH_ATTENTION)
 
-    def training_step(self, batch: dict[str, Any], batch_idx: int) -> Tensor:
+    def _bad_batch(self, what: str) -> None:
+        """A batch gave a non-finite `what`: skip it while `skip_bad_batches` allows, else stop.
+
+        Raises:
+            DivergenceError: no skips left (the default allows none).
+        """
+        if self._skipped_batches < self.optim.skip_bad_batches:
+            self._skipped_batches += 1
+            logger.warning(
+                "step %d: %s; batch skipped, no update (%d of at most %d, "
+                "model.optim.skip_bad_batches)",
+                self.global_step,
+                what,
+                self._skipped_batches,
+                self.optim.skip_bad_batches,
+            )
+            return
+        allowed = self.optim.skip_bad_batches
+        skipped = f" after skipping {allowed} bad batches" if allowed else ""
+        raise DivergenceError(
+            f"training diverged at step {self.global_step}{skipped}: {what} "
+            f"(learning rate {self._current_lr():.3g}); lower model.optim.lr or raise "
+            "model.optim.warmup_steps, then train again from the last good checkpoint "
+            "(checkpoints never hold non-finite weights)"
+        )
+
+    def training_step(self, batch: dict[str, Any], batch_idx: int) -> Tensor | None:
         with self._sdpa_kernel():
             loss, _, n_tokens = self._losses(batch)
         if not torch.isfinite(loss):
-            raise DivergenceError(
-                f"training diverged at step {self.global_step}: the loss is {loss.item()} "
-                f"(learning rate {self._current_lr():.3g}); lower model.optim.lr or raise "
-                "model.optim.warmup_steps, then train again from the last good checkpoint "
-                "(checkpoints never hold non-finite weights)"
-            )
+            self._bad_batch(f"the loss is {loss.item()}")
+            return None  # skipped: Lightning then runs no backward and the optimizer no update
         self.log("train/loss", loss, prog_bar=True, batch_size=int(n_tokens))
         self.log(
             "train/tokens",
@@ -246,6 +286,36 @@ class TranslationModule(L.LightningModule):
             batch_size=1,
         )
         return loss
+
+    def configure_gradient_clipping(
+        self,
+        optimizer: torch.optim.Optimizer,
+        gradient_clip_val: float | None = None,
+        gradient_clip_algorithm: str | None = None,
+    ) -> None:
+        """Clip as the Trainer is configured, and catch a non-finite gradient norm before the
+        optimizer applies it (see `OptimConfig.skip_bad_batches`).
+
+        A skipped batch leaves every gradient unset, so the optimizer updates nothing.
+        """
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        grads = [p.grad for p in params if p.grad is not None]
+        if not grads:
+            return
+        if gradient_clip_val and gradient_clip_algorithm in (None, "norm"):
+            norm = torch.nn.utils.clip_grad_norm_(params, gradient_clip_val)  # as Lightning does
+        else:
+            self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
+            norm = torch.nn.utils.get_total_norm(grads)
+        self.log("train/grad_norm", norm, on_step=True, on_epoch=False, batch_size=1)
+        if not torch.isfinite(norm):
+            self._bad_batch(f"the gradient norm is {norm.item()}")
+            for p in params:
+                p.grad = None
+
+    def on_train_epoch_end(self) -> None:
+        if self.optim.skip_bad_batches:
+            self.log("train/skipped_batches", float(self._skipped_batches), batch_size=1)
 
     # ---------------------------------------------------------------- validation
 

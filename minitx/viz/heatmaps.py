@@ -27,6 +27,8 @@ logger = logging.getLogger(__name__)
 
 _CELL_IN = 0.19  # inches per token along each heatmap axis (~14 pt: room for 7 pt labels)
 _MIN_PANEL_IN = 1.6  # smallest heatmap side, so that tiny maps stay legible
+_MAX_PANEL_IN = 8.0  # largest heatmap side: long sentences shrink cells and thin the labels
+_MAX_LABEL_CHARS = 16  # longer pieces are shortened with an ellipsis on the axes
 _PANEL_TITLE_IN = 0.28  # room above each heatmap for "head h"
 _PANEL_GAP_IN = 0.25  # gap between neighbouring panels
 _TICK_FONTSIZE = 7
@@ -37,6 +39,19 @@ def _max_text_width_in(texts: Sequence[str], fontsize: float = _TICK_FONTSIZE) -
     font, measure = FontProperties(size=fontsize), TextToPath()
     widths = [measure.get_text_width_height_descent(t, font, ismath=False)[0] for t in set(texts)]
     return max(widths, default=0.0) / 72.0
+
+
+def _axis_labels(tokens: Sequence[str], side_in: float) -> tuple[list[int], list[str]]:
+    """Tick positions and labels for one heatmap axis `side_in` inches long: every token
+    while they fit at `_CELL_IN` each, else every k-th; pieces are shortened to
+    `_MAX_LABEL_CHARS` characters."""
+    step = max(1, math.ceil(len(tokens) * _CELL_IN / side_in - 1e-9))
+    ticks = list(range(0, len(tokens), step))
+    labels = [
+        t if len(t) <= _MAX_LABEL_CHARS else t[: _MAX_LABEL_CHARS - 1] + "\u2026"
+        for t in (tokens[i] for i in ticks)
+    ]
+    return ticks, labels
 
 
 def _grid_columns(n_panels: int, n_tokens: int) -> int:
@@ -60,7 +75,9 @@ def plot_attention_heads(
     Keys run along the x axis (labels rotated), queries down the y axis. All panels share
     one fixed colour scale from 0 to 1 and one colorbar, so heads are directly comparable.
     The figure grows with the number of tokens and heads (about 0.19 inch per token), which
-    keeps sentences of up to ~40 subword pieces readable.
+    keeps sentences of up to ~40 subword pieces readable. Longer ones are drawn at a bounded
+    size (8 inches per heatmap side) with every k-th token labelled, so the image stays small
+    enough to open; the HTML viewer shows every token.
 
     Args:
         weights: (H, Tq, Tk) attention weights of one layer, rows summing to 1 (or zero).
@@ -90,10 +107,12 @@ def plot_attention_heads(
 
     # Explicit layout in inches (no layout engine: constrained layout doubled the cost of a
     # figure). Tick-label room is measured from the actual text extents.
-    ylab = _max_text_width_in(query_tokens) + 0.08  # query labels, left of each heatmap
-    xlab = _max_text_width_in(key_tokens) + 0.08  # rotated key labels, below each heatmap
-    heat_w = max(_MIN_PANEL_IN, _CELL_IN * tk)
-    heat_h = max(_MIN_PANEL_IN, _CELL_IN * tq)
+    heat_w = min(_MAX_PANEL_IN, max(_MIN_PANEL_IN, _CELL_IN * tk))
+    heat_h = min(_MAX_PANEL_IN, max(_MIN_PANEL_IN, _CELL_IN * tq))
+    x_ticks, x_labels = _axis_labels(key_tokens, heat_w)
+    y_ticks, y_labels = _axis_labels(query_tokens, heat_h)
+    ylab = _max_text_width_in(y_labels) + 0.08  # query labels, left of each heatmap
+    xlab = _max_text_width_in(x_labels) + 0.08  # rotated key labels, below each heatmap
     cell_w = ylab + heat_w + _PANEL_GAP_IN
     cell_h = _PANEL_TITLE_IN + heat_h + xlab + _PANEL_GAP_IN
     left, bottom, right = 0.3, 0.3, 1.0  # "queries" label, "keys" label, colorbar
@@ -118,8 +137,8 @@ def plot_attention_heads(
         )
         ax.set_title(name, fontsize=9, pad=4)
         # parse_math=False: a piece like "$5$" must be shown as is, not as mathtext
-        ax.set_xticks(range(tk), list(key_tokens), rotation=90, parse_math=False)
-        ax.set_yticks(range(tq), list(query_tokens), parse_math=False)
+        ax.set_xticks(x_ticks, x_labels, rotation=90, parse_math=False)
+        ax.set_yticks(y_ticks, y_labels, parse_math=False)
         ax.tick_params(length=0, pad=2, labelsize=_TICK_FONTSIZE)
     assert image is not None  # n_panels >= 1 (checked above)
 

@@ -1,0 +1,25 @@
+"""Exception types that mean "the user's settings or environment", not "a bug in minitx".
+
+Every command turns these into one line, ``error: <what, where, how to fix>``, and exit
+status 2; set ``MINITX_DEBUG=1`` to see the traceback instead. Anything else that escapes a
+command is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import os
+
+DEBUG_ENV = "MINITX_DEBUG"
+"""Set it (to anything but "" or "0") to see tracebacks behind one-line errors."""
+
+
+class ConfigError(ValueError):
+    """A setting has a value minitx cannot use; the message names it and what to choose.
+
+    A `ValueError`, so code that catches invalid values in general keeps working.
+    """
+
+
+def debug_requested() -> bool:
+    """Whether ``MINITX_DEBUG`` asks for tracebacks behind one-line errors."""
+    return os.environ.get(DEBUG_ENV, "") not in ("", "0")

@@ -1,0 +1,524 @@
+"""Off the happy path: every bad input, fault and interruption a user can meet, each with
+the behaviour a careful user expects (README: "Exit statuses, errors and resuming").
+
+- user errors end in one line ``error: <what, where, how to fix>`` and exit status 2, from
+  the real entry points (subprocess where the process boundary matters);
+- divergence stops at the step (or skips up to N bad batches, opt-in), never writing a
+  non-finite checkpoint; SIGTERM / Ctrl-C save last.ckpt and exit 143 / 130; a kill during a
+  checkpoint save leaves the previous file loadable;
+- resuming keeps the metrics history and refuses a checkpoint of another model or corpus;
+- inference never loses a line: over-long and odd inputs, output files replaced only on
+  success, evaluation files aligned with the source, attention images of bounded size.
+
+Everything trains the tiny config on the toy corpus.
+"""
+
+from __future__ import annotations
+
+import csv
+import logging
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import REPO_DIR, TINY_CONFIG, TOY_CORPUS_DIR, subprocess_env
+from lightning.pytorch.callbacks import Callback
+from PIL import Image
+
+from minitx.cli import evaluate as evaluate_cli
+from minitx.cli import translate as translate_cli
+from minitx.cli import visualize as visualize_cli
+from minitx.cli.common import UsageError
+from minitx.cli.train import build_cli, main
+from minitx.errors import ConfigError
+from minitx.model import TransformerConfig
+from minitx.training import DivergenceError, OptimConfig, TranslationModule
+from minitx.translator import Translator
+from minitx.viz import plot_attention_heads
+
+REPO = REPO_DIR
+TINY = ["--config", str(TINY_CONFIG)]
+QUIET = ["--trainer.enable_progress_bar", "false", "--test", "false"]
+LONG_WORDS = 1500  # more pieces than the tiny model's 1024 positions
+
+
+def run_dirs(root: Path, name: str = "tiny") -> list[Path]:
+    return sorted((root / "runs" / name).glob("*"))
+
+
+def metrics(run_dir: Path) -> list[dict[str, str]]:
+    with open(run_dir / "csv" / "metrics.csv", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def train_process(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess:
+    """`python scripts/train.py` on the tiny config, as a user runs it."""
+    environment = {**subprocess_env(), **env}
+    if "MINITX_DEBUG" not in env:
+        environment.pop("MINITX_DEBUG", None)
+    cmd = [sys.executable, str(REPO / "scripts" / "train.py"), *TINY, *args]
+    return subprocess.run(
+        cmd, cwd=cwd, env=environment, capture_output=True, text=True, timeout=300
+    )
+
+
+def one_error_line(stderr: str) -> str:
+    """The single ``error: ...`` line of a failed command (and no traceback)."""
+    errors = [line for line in stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1, stderr[-3000:]
+    assert "Traceback" not in stderr, stderr[-3000:]
+    return errors[0]
+
+
+def corpus_copy(tmp_path: Path) -> Path:
+    corpus = tmp_path / "corpus"
+    shutil.copytree(TOY_CORPUS_DIR, corpus)
+    return corpus
+
+
+def append_line(path: Path, text: str) -> None:
+    with path.open("a", encoding="utf-8") as f:
+        f.write(text + "\n")
+
+
+# ------------------------------------------------------------------ one-line user errors
+
+
+def test_an_impossible_model_setting_is_one_error_line_with_a_hint_that_works(
+    tmp_path: Path,
+) -> None:
+    proc = train_process(["--model.transformer.n_heads", "3"], tmp_path)
+    assert proc.returncode == 2
+    error = one_error_line(proc.stderr)
+    assert "model.transformer" in error and "n_heads (3)" in error
+    hint = re.search(r"choose n_heads from \[([\d, ]+)\] or d_model from \[([\d, ]+)\]", error)
+    assert hint, error
+    sizes = {"src_vocab_size": 100, "tgt_vocab_size": 100}
+    for heads in map(int, hint[1].split(",")):  # every suggestion is a valid model
+        TransformerConfig(d_model=64, n_heads=heads, **sizes)
+    for d_model in map(int, hint[2].split(",")):
+        for positional in ("sinusoidal", "rotary"):
+            TransformerConfig(d_model=d_model, n_heads=3, positional=positional, **sizes)
+
+
+def test_debug_env_shows_the_traceback(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MINITX_DEBUG", "1")
+    with pytest.raises(ConfigError, match="n_heads"):
+        main(TINY + ["--model.transformer.n_heads", "3"])
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--runs_dir", "a_file/runs"], r"cannot write the run directory a_file/runs/tiny"),
+        (["--checkpoint.dirpath", "a_file/ckpt"], r"cannot write the checkpoint directory"),
+        (["--data.max_len", "5000"], r"data.max_len \(5000\) exceeds .* max_positions \(1024\)"),
+        (["--model.optim.skip_bad_batches", "-1"], r"model.optim.skip_bad_batches must be >= 0"),
+        (["--ckpt_path", "last"], r"no runs/tiny/\*/checkpoints/last.ckpt to resume from"),
+    ],
+    ids=["runs-dir", "checkpoint-dir", "max-len", "skip-bad-batches", "nothing-to-resume"],
+)
+def test_settings_and_paths_that_cannot_work_fail_before_training(
+    args: list[str],
+    message: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MINITX_DEBUG", raising=False)
+    (tmp_path / "a_file").write_text("not a directory\n")
+    with pytest.raises(SystemExit) as exit_info:
+        main(TINY + QUIET + args)
+    assert exit_info.value.code == 2
+    assert re.search(message, one_error_line(capsys.readouterr().err))
+    assert not list(tmp_path.rglob("*.ckpt"))  # nothing trained
+
+
+def test_an_over_long_validation_pair_is_cut_when_loaded_not_fatal_after_an_epoch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    corpus = corpus_copy(tmp_path)
+    append_line(corpus / "val.de", " ".join(["Mann"] * LONG_WORDS))
+    append_line(corpus / "val.en", " ".join(["man"] * LONG_WORDS))
+    monkeypatch.chdir(tmp_path)
+    with caplog.at_level(logging.WARNING, logger="minitx"):
+        cli = main(TINY + QUIET + ["--data.source", str(corpus), "--trainer.max_epochs", "1"])
+    assert cli.trainer.current_epoch == 1 and cli.trainer.global_step > 0
+    assert cli.datamodule.skipped["validation"]["truncated"] == 1
+    assert max(cli.datamodule.dataset["validation"]["src_len"]) == 1023
+    n_val = len((corpus / "val.de").read_text(encoding="utf-8").splitlines())
+    assert len(cli.datamodule.texts("validation")[0]) == n_val  # no pair dropped
+    assert re.search(r"validation: 1 of \d+ pairs are longer .* max_positions=1024", caplog.text)
+
+
+# ------------------------------------------------------ training: signals, checkpoints, resume
+
+
+class RecordLr(Callback):
+    """Remembers the learning rate at the start of fitting."""
+
+    def __init__(self) -> None:
+        self.lrs: list[float] = []
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        self.lrs.append(trainer.optimizers[0].param_groups[0]["lr"])
+
+
+def test_resume_last_continues_at_the_saved_step_epoch_and_lr(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    common = TINY + ["--trainer.enable_progress_bar", "false", "--test", "false"]
+    first = main(common + ["--trainer.max_epochs", "1"])
+    steps_per_epoch = first.trainer.global_step
+    first.trainer.loggers[1].experiment.log_metrics({"train/loss": 9.0}, step=10**6)
+    first.trainer.loggers[1].save()  # a row logged after the checkpoint: dropped on resume
+    assert steps_per_epoch > 0
+    (run_dir,) = run_dirs(tmp_path)
+    saved = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)
+    saved_lr = saved["lr_schedulers"][0]["_last_lr"][0]
+
+    second = build_cli(common + ["--trainer.max_epochs", "2", "--ckpt_path", "last"])
+    record = RecordLr()
+    second.trainer.callbacks.append(record)
+    second.trainer.fit(second.model, datamodule=second.datamodule, ckpt_path=second.resume_path)
+    assert Path(second.resume_path).resolve() == (run_dir / "checkpoints" / "last.ckpt").resolve()
+    assert run_dirs(tmp_path) == [run_dir]  # same run directory, no new one
+    assert record.lrs == [pytest.approx(saved_lr)]
+    assert second.trainer.global_step == 2 * steps_per_epoch
+    assert second.trainer.current_epoch == 2
+    # The history continues: epoch 0's rows are kept, nothing is logged twice.
+    rows = metrics(run_dir)
+    assert [int(float(r["epoch"])) for r in rows if r.get("val/bleu")] == [0, 1]
+    train_steps = [int(r["step"]) for r in rows if r.get("train/loss")]
+    assert train_steps == sorted(set(train_steps)) and len(train_steps) == 2 * steps_per_epoch
+
+
+def test_resume_last_without_a_previous_run_is_a_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UsageError, match="no .*last.ckpt to resume from"):
+        build_cli(TINY + ["--ckpt_path", "last"])
+
+
+@pytest.mark.parametrize(
+    ("sig", "status", "reason"),
+    [(signal.SIGTERM, 143, "SIGTERMException"), (signal.SIGINT, 130, "KeyboardInterrupt")],
+    ids=["SIGTERM", "SIGINT"],
+)
+def test_a_signal_leaves_a_usable_last_checkpoint_and_a_nonzero_status(
+    sig: int, status: int, reason: str, tmp_path: Path
+) -> None:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+    cmd = [
+        sys.executable, str(REPO / "scripts" / "train.py"), *TINY, "--trainer.max_epochs", "100000",
+        "--trainer.enable_progress_bar", "false", "--test", "false",
+    ]  # fmt: skip
+    proc = subprocess.Popen(
+        cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and not list(
+            (tmp_path / "runs").glob("tiny/*/checkpoints/epoch*.ckpt")
+        ):
+            time.sleep(0.2)  # wait until training is well under way (first epoch done)
+        assert proc.poll() is None, proc.stdout.read()
+        proc.send_signal(sig)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    (last,) = list((tmp_path / "runs").glob("tiny/*/checkpoints/last.ckpt"))
+    assert f"training interrupted ({reason})" in out
+    assert proc.returncode == status, out[-2000:]  # not 0: the run did not finish
+    checkpoint = torch.load(last, weights_only=True)
+    assert checkpoint["global_step"] > 0
+    assert Translator.from_checkpoint(last).translate(["ein mann ."])[0] is not None
+
+
+def test_divergence_stops_at_the_step_with_a_clear_error_and_no_bad_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    args = TINY + ["--model.optim.lr", "1000", "--trainer.enable_progress_bar", "false"]
+    with pytest.raises(SystemExit) as exit_info:
+        main(args)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "error: training diverged at step" in err and "lower model.optim.lr" in err
+    for path in (tmp_path / "runs").rglob("*.ckpt"):  # whatever was written is usable
+        Translator.from_checkpoint(path)
+
+
+KILLED_DURING_SAVE = """
+import sys, time
+from pathlib import Path
+import torch
+from fsspec.implementations.local import LocalFileOpener
+from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
+
+path, marker = Path(sys.argv[1]), Path(sys.argv[2])
+io = TorchCheckpointIO()  # what Trainer.save_checkpoint uses
+io.save_checkpoint({"step": 1, "w": torch.ones(1000)}, path)  # the good, older checkpoint
+write = LocalFileOpener.write
+
+def write_half_then_hang(self, data):
+    write(self, bytes(data)[: len(data) // 2])
+    self.flush()
+    marker.write_text("writing")
+    time.sleep(60)  # killed here, half of the new checkpoint on disk
+
+LocalFileOpener.write = write_half_then_hang
+io.save_checkpoint({"step": 2, "w": torch.zeros(100000)}, path)
+"""
+
+
+def test_a_kill_during_a_checkpoint_save_leaves_the_previous_file_loadable(
+    tmp_path: Path,
+) -> None:
+    """Checkpoints are written to a temporary file and renamed (Lightning's fsspec
+    transaction), so `kill -9` in the middle of a save never truncates last.ckpt."""
+    path, marker = tmp_path / "last.ckpt", tmp_path / "marker"
+    proc = subprocess.Popen([sys.executable, "-c", KILLED_DURING_SAVE, str(path), str(marker)])
+    try:
+        deadline = time.time() + 120
+        while not marker.exists() and time.time() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+        assert marker.exists(), "the save never started"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        proc.kill()
+    checkpoint = torch.load(path, weights_only=True)
+    assert checkpoint["step"] == 1 and torch.equal(checkpoint["w"], torch.ones(1000))
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (["--model.transformer.d_ff", "256"], r"model config differs .*d_ff: 128 -> 256"),
+        (["--data.vocab_size", "100"], r"model config differs"),
+        (["--data.source", "{other_corpus}"], r"tokenizer .* differs"),
+    ],
+    ids=["model", "vocabulary", "corpus"],
+)
+def test_resuming_with_other_settings_is_refused(
+    change: list[str],
+    message: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    common = TINY + ["--trainer.enable_progress_bar", "false", "--test", "false"]
+    main(common + ["--trainer.max_epochs", "1"])
+    capsys.readouterr()
+    other_corpus = tmp_path / "other"  # the toy corpus with other training sentences
+    shutil.copytree(TOY_CORPUS_DIR, other_corpus)
+    for lang in ("de", "en"):
+        lines = (other_corpus / f"train.{lang}").read_text(encoding="utf-8").splitlines()
+        (other_corpus / f"train.{lang}").write_text("\n".join(lines[:30]) + "\n", encoding="utf-8")
+    change = [arg.format(other_corpus=other_corpus) for arg in change]
+    with pytest.raises(SystemExit) as exit_info:
+        main(common + ["--trainer.max_epochs", "2", "--ckpt_path", "last", *change])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert re.search(r"error: cannot resume: .*" + message, err), err[-2000:]
+
+
+@pytest.mark.parametrize(
+    ("files", "message"),
+    [
+        ({"train.de": "a\nb\n", "train.en": "a\n"}, r"line"),
+        ({"train.de": b"ok\n\xff\n", "train.en": "ok\nfine\n"}, r"not valid UTF-8"),
+        ({}, r"not found|no such|missing"),
+    ],
+    ids=["unequal-lines", "bad-utf8", "missing-files"],
+)
+def test_bad_corpus_through_the_training_command_is_one_error_line(
+    files: dict, message: str, tmp_path: Path
+) -> None:
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for stem in ("val", "test_2016_flickr"):
+        for lang in ("de", "en"):
+            (corpus / f"{stem}.{lang}").write_text("ein satz\n" if lang == "de" else "a sentence\n")
+    for name, content in files.items():
+        path = corpus / name
+        path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    if not files:
+        corpus = tmp_path / "no_such_dir"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env.pop("MINITX_DEBUG", None)
+    cmd = [sys.executable, str(REPO / "scripts" / "train.py"), *TINY, "--data.source", str(corpus)]
+    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and re.search(message, errors[0], re.I), proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+
+
+# ------------------------------------------------------------------ divergence
+
+
+def test_a_bad_batch_is_skipped_only_when_allowed() -> None:
+    """`configure_gradient_clipping` sees a non-finite gradient norm before the optimizer
+    step: with skips left it unsets every gradient (so the optimizer updates nothing),
+    otherwise it stops the run."""
+    sizes = {"src_vocab_size": 50, "tgt_vocab_size": 50, "d_model": 16, "n_heads": 2, "d_ff": 32}
+    module = TranslationModule(sizes, OptimConfig(skip_bad_batches=1))
+    optimizer = torch.optim.AdamW(module.parameters(), lr=1.0)
+    module.log = lambda *args, **kwargs: None  # no Trainer attached
+    before = [p.detach().clone() for p in module.parameters()]
+    for p in module.parameters():
+        p.grad = torch.ones_like(p)
+    next(module.parameters()).grad[0] = float("nan")
+    module.configure_gradient_clipping(optimizer, gradient_clip_val=1.0)
+    assert all(p.grad is None for p in module.parameters())
+    optimizer.step()
+    assert all(torch.equal(a, b) for a, b in zip(before, module.parameters(), strict=True))
+    for p in module.parameters():
+        p.grad = torch.full_like(p, float("inf"))
+    with pytest.raises(DivergenceError, match="after skipping 1 bad batches: the gradient norm"):
+        module.configure_gradient_clipping(optimizer, gradient_clip_val=1.0)
+
+
+def test_skip_bad_batches_counts_then_stops(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MINITX_DEBUG", raising=False)
+    args = ["--model.optim.lr", "1000", "--model.optim.skip_bad_batches", "3"]
+    with caplog.at_level(logging.WARNING, logger="minitx"), pytest.raises(SystemExit) as exit_info:
+        main(TINY + QUIET + args)
+    assert exit_info.value.code == 2
+    assert "after skipping 3 bad batches" in one_error_line(capsys.readouterr().err)
+    assert len(re.findall(r"batch skipped, no update \(\d of at most 3", caplog.text)) == 3
+    for path in tmp_path.rglob("*.ckpt"):  # whatever was written is usable
+        Translator.from_checkpoint(path)
+
+
+# ------------------------------------------------------------------ inference never loses a line
+
+ODD_LINES = [
+    "Ein Mann fährt Fahrrad.",
+    " ".join(["Mann"] * LONG_WORDS),  # longer than the model's positions
+    "",
+    "\t  ",
+    "Zwei Hunde 🐕🐕 spielen \u200b im Schnee.",
+    "x" * 3000,  # one long "word"
+    "<script>alert(1)</script> $5$ \\n",
+]
+
+
+def test_long_and_odd_lines_each_get_their_own_output_line(
+    tiny_checkpoint: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+) -> None:
+    source = tmp_path / "in.de"
+    source.write_text("\n".join(ODD_LINES) + "\n", encoding="utf-8")
+    output = tmp_path / "out.en"
+    argv = ["--checkpoint", str(tiny_checkpoint), "--input", str(source), "--output", str(output)]
+    assert translate_cli.main([*argv, "--beam", "1"]) == 0
+    lines = output.read_text(encoding="utf-8").split("\n")
+    assert len(lines) == len(ODD_LINES) + 1 and lines[-1] == ""
+    assert lines[2] == lines[3] == ""  # empty in, empty out
+    assert lines[0] and lines[1] and lines[4] and lines[6]
+    err = capsys.readouterr().err
+    assert re.search(r"1 of 7 sentences have more than 1023 pieces.* \(lines 2\)", err), err
+
+
+def test_the_output_file_is_replaced_only_when_every_line_is_translated(
+    tiny_checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    output = tmp_path / "out.en"
+    output.write_text("the previous translations\n", encoding="utf-8")
+    argv = ["--checkpoint", str(tiny_checkpoint), "--output", str(output), "Ein Hund."]
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Translator, "translate", interrupted)
+        assert translate_cli.main(argv) == 130
+    assert output.read_text(encoding="utf-8") == "the previous translations\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.en"]  # no temporary file left
+    assert translate_cli.main(argv) == 0
+    assert output.read_text(encoding="utf-8") != "the previous translations\n"
+    assert oct(output.stat().st_mode & 0o777) == oct(0o666 & ~current_umask())
+
+
+def current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def test_a_non_utf8_argument_is_one_error_line(tiny_checkpoint: Path) -> None:
+    cmd = [sys.executable, str(REPO / "scripts" / "translate.py"), "--checkpoint"]
+    cmd += [str(tiny_checkpoint), b"Ein \xff Mann"]
+    env = {**subprocess_env(), "LC_ALL": "C.UTF-8"}
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 2
+    assert "SENTENCE argument 1 is not valid UTF-8 (byte 0xff" in one_error_line(proc.stderr)
+
+
+def test_evaluate_keeps_every_line_of_the_source_file(
+    tiny_checkpoint: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    corpus = corpus_copy(tmp_path)
+    src = (corpus / "test_2016_flickr.de").read_text(encoding="utf-8").splitlines()
+    ref = (corpus / "test_2016_flickr.en").read_text(encoding="utf-8").splitlines()
+    src[1], ref[1] = " ".join(["Mann"] * LONG_WORDS), "a man"
+    src[3] = ""  # an empty side: not scored, an empty hypothesis line
+    (corpus / "test_2016_flickr.de").write_text("\n".join(src) + "\n", encoding="utf-8")
+    (corpus / "test_2016_flickr.en").write_text("\n".join(ref) + "\n", encoding="utf-8")
+    hyp = tmp_path / "hyp.txt"
+    argv = ["--checkpoint", str(tiny_checkpoint), "--data", str(corpus), "--hyp-out", str(hyp)]
+    assert evaluate_cli.main([*argv, "--beam", "1"]) == 0
+    lines = hyp.read_text(encoding="utf-8").splitlines()
+    assert len(lines) == len(src) and lines[3] == "" and lines[1]
+    err = capsys.readouterr().err
+    assert f"scoring {len(src) - 1} of {len(src)} pairs" in err
+    assert "1 of" in err and "more than 1023 pieces" in err
+
+
+def test_attention_images_of_a_long_sentence_have_a_bounded_size(
+    tiny_checkpoint: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    sentence = " ".join(["Mann"] * LONG_WORDS)
+    argv = ["--checkpoint", str(tiny_checkpoint), "--out-dir", str(tmp_path), "--beam", "1"]
+    assert visualize_cli.main([sentence, *argv, "--kinds", "encoder", "--dpi", "100"]) == 0
+    png = sorted(tmp_path.glob("encoder_layer*.png"))[0]
+    with Image.open(png) as image:
+        width, height = image.size
+    assert width <= 3000 and height <= 3000  # 1024 x 1024 tokens, drawn at 8 inches a side
+    assert (tmp_path / "attention.html").stat().st_size > 1_000_000  # the viewer has it all
+    assert "more than the model's 1024 positions" in capsys.readouterr().err
+
+
+def test_a_heatmap_of_720_tokens_is_small_enough_to_open() -> None:
+    n = 720
+    weights = torch.softmax(torch.randn(4, n, n), dim=-1)
+    tokens = [f"\u2581piece{i}" for i in range(n)]
+    figure = plot_attention_heads(weights, tokens, tokens)
+    width, height = figure.get_size_inches() * 100
+    assert width * height < Image.MAX_IMAGE_PIXELS  # Pillow opens it (was 30,418 px a side)
+    assert width < 4000 and height < 4000
+    labels = figure.axes[0].get_xticklabels()
+    assert 20 <= len(labels) <= 60  # every k-th token labelled
