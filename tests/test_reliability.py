@@ -123,8 +123,20 @@ def test_debug_env_shows_the_traceback(tmp_path: Path, monkeypatch: pytest.Monke
         (["--data.max_len", "5000"], r"data.max_len \(5000\) exceeds .* max_positions \(1024\)"),
         (["--model.optim.skip_bad_batches", "-1"], r"model.optim.skip_bad_batches must be >= 0"),
         (["--ckpt_path", "last"], r"no runs/tiny/\*/checkpoints/last.ckpt to resume from"),
+        (["--model.transformer.n_heads", "abc"], r"model.transformer.n_heads.*Expected .*int"),
+        (["--data.max_lenn", "3"], r"unrecognized arguments: --data.max_lenn 3 .*--help"),
+        (["--model.transformer.score", "cosin"], r"unknown attention score 'cosin'; choose one"),
     ],
-    ids=["runs-dir", "checkpoint-dir", "max-len", "skip-bad-batches", "nothing-to-resume"],
+    ids=[
+        "runs-dir",
+        "checkpoint-dir",
+        "max-len",
+        "skip-bad-batches",
+        "nothing-to-resume",
+        "not-a-number",
+        "misspelt-key",
+        "unknown-score",
+    ],
 )
 def test_settings_and_paths_that_cannot_work_fail_before_training(
     args: list[str],

@@ -26,12 +26,12 @@ import tempfile
 import time
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar, RichProgressBar
-from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
@@ -39,7 +39,7 @@ from minitx.checkpoint import CHECKPOINT_KEY
 from minitx.cli.common import EXIT_SIGINT, UsageError, report_user_error
 from minitx.data import TranslationDataModule
 from minitx.decoding import DecodingConfig
-from minitx.errors import ConfigError
+from minitx.errors import ConfigError, debug_requested
 from minitx.textio import write_text_atomic
 from minitx.training import (
     AttentionMapLogger,
@@ -142,6 +142,18 @@ def resolve_config_names(args: list[str]) -> list[str]:
         if not Path(value).exists() and "/" not in value and packaged.is_file():
             out[index] = str(packaged) if index == i + 1 else f"--config={packaged}"
     return out
+
+
+class OneLineErrorParser(LightningArgumentParser):
+    """The command-line parser, with a parse error as one ``error: ...`` line (exit status 2)
+    instead of a 120-line usage dump; ``MINITX_DEBUG=1`` keeps jsonargparse's report."""
+
+    def error(self, message: str, ex: Exception | None = None) -> NoReturn:
+        if not self.exit_on_error or debug_requested():
+            super().error(message, ex)
+        one_line = " ".join(str(message).split())
+        print(f"error: {one_line}  ({self.prog} --help lists every key)", file=sys.stderr)
+        raise SystemExit(2)
 
 
 class MinitxCLI(LightningCLI):
@@ -254,6 +266,7 @@ def build_cli(args: list[str] | None = None) -> MinitxCLI:
         TranslationModule,
         TranslationDataModule,
         run=False,
+        parser_class=OneLineErrorParser,
         save_config_callback=ConfigInCheckpoint,
         save_config_kwargs={"overwrite": True},
         parser_kwargs={"default_config_files": [str(DEFAULT_CONFIG)]},
