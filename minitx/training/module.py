@@ -265,9 +265,9 @@ class TranslationModule(L.LightningModule):
         skipped = f" after skipping {allowed} bad batches" if allowed else ""
         raise DivergenceError(
             f"training diverged at step {self.global_step}{skipped}: {what} "
-            f"(learning rate {self._current_lr():.3g}); lower model.optim.lr or raise "
-            "model.optim.warmup_steps, then train again from the last good checkpoint "
-            "(checkpoints never hold non-finite weights)"
+            f"(learning rate {self._current_lr():.3g}); start a new run with a lower "
+            "model.optim.lr or more model.optim.warmup_steps (a resumed run keeps the "
+            "checkpoint's learning-rate schedule); no checkpoint holds non-finite weights"
         )
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> Tensor | None:
