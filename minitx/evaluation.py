@@ -25,6 +25,12 @@ class EvaluationResult:
         seconds: wall-clock time spent translating.
         hypotheses: the translations, in input order.
         decoding: how they were decoded, e.g. "beam 5 (alpha 1)" (empty when unknown).
+        precisions: BLEU's 1- to 4-gram precisions (%), cased.
+        brevity_penalty: BLEU's brevity penalty.
+        length_ratio: hypothesis length / reference length (13a tokens).
+        hyp_len: hypothesis length in 13a tokens.
+        ref_len: reference length in 13a tokens.
+        chrf_signature: sacreBLEU's signature string for `chrf`.
     """
 
     bleu: float
@@ -34,11 +40,45 @@ class EvaluationResult:
     seconds: float
     hypotheses: list[str] = field(repr=False)
     decoding: str = ""
+    precisions: list[float] = field(default_factory=list)
+    brevity_penalty: float = 1.0
+    length_ratio: float = 0.0
+    hyp_len: int = 0
+    ref_len: int = 0
+    chrf_signature: str = ""
 
     @property
     def sentences_per_second(self) -> float:
         """Translation throughput."""
         return len(self.hypotheses) / max(self.seconds, 1e-9)
+
+    def details(self) -> str:
+        """sacreBLEU's detailed BLEU (n-gram precisions, brevity penalty, lengths) and the
+        chrF signature, on one line."""
+        grams = "/".join(f"{p:.1f}" for p in self.precisions)
+        return (
+            f"BLEU = {self.bleu:.2f} {grams} (BP = {self.brevity_penalty:.3f} "
+            f"ratio = {self.length_ratio:.3f} hyp_len = {self.hyp_len} ref_len = {self.ref_len})"
+            f" | chrF2 = {self.chrf:.2f} | {self.chrf_signature}"
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        """Every figure and both signatures (not the hypotheses), e.g. for JSON."""
+        return {
+            "decoding": self.decoding,
+            "bleu": self.bleu,
+            "bleu_lowercase": self.bleu_lowercase,
+            "chrf": self.chrf,
+            "signature": self.signature,
+            "chrf_signature": self.chrf_signature,
+            "precisions": self.precisions,
+            "brevity_penalty": self.brevity_penalty,
+            "length_ratio": self.length_ratio,
+            "hyp_len": self.hyp_len,
+            "ref_len": self.ref_len,
+            "seconds": self.seconds,
+            "sentences_per_second": self.sentences_per_second,
+        }
 
     def summary(self) -> str:
         """One human-readable line."""
@@ -61,7 +101,8 @@ def score(
     lowercase = BLEU(tokenize="13a", lowercase=True).corpus_score(
         list(hypotheses), [list(references)]
     )
-    chrf = CHRF().corpus_score(list(hypotheses), [list(references)])
+    chrf_metric = CHRF()
+    chrf = chrf_metric.corpus_score(list(hypotheses), [list(references)])
     return EvaluationResult(
         cased.score,
         str(bleu.get_signature()),
@@ -69,6 +110,12 @@ def score(
         chrf.score,
         seconds,
         list(hypotheses),
+        precisions=[float(p) for p in cased.precisions],
+        brevity_penalty=float(cased.bp),
+        length_ratio=float(cased.ratio),
+        hyp_len=int(cased.sys_len),
+        ref_len=int(cased.ref_len),
+        chrf_signature=str(chrf_metric.get_signature()),
     )
 
 

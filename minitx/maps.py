@@ -9,12 +9,12 @@ use it.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import torch
 
-from minitx.vocab import BOS_ID, EOS_ID
+from minitx.vocab import BOS_ID, EOS_ID, EOS_PIECE
 
 logger = logging.getLogger(__name__)
 
@@ -30,12 +30,19 @@ KINDS: tuple[str, ...] = ("encoder", "decoder", "cross")
 class AttentionMaps:
     """All attention weights of one translation.
 
+    Decoder position t reads the input piece ``tgt_tokens[t]`` and predicts
+    ``predicted_tokens[t]`` (the next piece; eos at the end). Rows of decoder self- and
+    cross-attention are therefore labelled with `predicted_tokens` by `axes`: the row of
+    "loading" is the one that *produces* "loading", not the one that reads it.
+
     Attributes:
         src_tokens: source subword pieces, length S (as fed to the encoder, eos included).
         tgt_tokens: decoder input pieces, length T (bos first, then the target/generated pieces).
         encoder_attentions: one (H, S, S) tensor per encoder layer.
         decoder_attentions: one (H, T, T) tensor per decoder layer (lower-triangular).
         cross_attentions: one (H, T, S) tensor per decoder layer (queries: target, keys: source).
+        predicted_tokens: the piece each decoder position predicts, length T; by default
+            ``tgt_tokens[1:]`` followed by eos.
     """
 
     src_tokens: list[str]
@@ -43,6 +50,16 @@ class AttentionMaps:
     encoder_attentions: tuple[torch.Tensor, ...]
     decoder_attentions: tuple[torch.Tensor, ...]
     cross_attentions: tuple[torch.Tensor, ...]
+    predicted_tokens: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not self.predicted_tokens:
+            self.predicted_tokens = [*self.tgt_tokens[1:], EOS_PIECE]
+        if len(self.predicted_tokens) != len(self.tgt_tokens):
+            raise ValueError(
+                f"AttentionMaps: {len(self.predicted_tokens)} predicted tokens for "
+                f"{len(self.tgt_tokens)} decoder positions"
+            )
 
     def layers(self, kind: str) -> tuple[torch.Tensor, ...]:
         """The per-layer maps of one kind ("encoder", "decoder" or "cross")."""
@@ -51,14 +68,26 @@ class AttentionMaps:
         return getattr(self, f"{kind}_attentions")
 
     def axes(self, kind: str) -> tuple[list[str], list[str]]:
-        """(query tokens, key tokens) for the maps of one kind."""
+        """(query labels, key tokens) for the maps of one kind.
+
+        Encoder rows are the source pieces. Decoder and cross-attention rows are labelled by
+        the piece each position predicts (`predicted_tokens`); their keys are what is read:
+        the decoder inputs (decoder) or the source pieces (cross).
+        """
         if kind == "encoder":
             return self.src_tokens, self.src_tokens
         if kind == "decoder":
-            return self.tgt_tokens, self.tgt_tokens
+            return self.predicted_tokens, self.tgt_tokens
         if kind == "cross":
-            return self.tgt_tokens, self.src_tokens
+            return self.predicted_tokens, self.src_tokens
         raise ValueError(f"unknown attention kind {kind!r}; expected one of {KINDS}")
+
+    def query_inputs(self, kind: str) -> list[str] | None:
+        """The input piece each query position reads (decoder and cross), None for encoder
+        rows, whose label already is their input."""
+        if kind not in KINDS:
+            raise ValueError(f"unknown attention kind {kind!r}; expected one of {KINDS}")
+        return None if kind == "encoder" else self.tgt_tokens
 
 
 def attention_entropy(weights: torch.Tensor) -> torch.Tensor:
@@ -121,6 +150,7 @@ def teacher_forced_maps(
     return AttentionMaps(
         src_tokens=tokenizer.id_to_piece(src_ids),
         tgt_tokens=tokenizer.id_to_piece(tgt_ids),
+        predicted_tokens=tokenizer.id_to_piece(tgt_ids[1:] + [EOS_ID]),
         encoder_attentions=first(out.encoder_attentions),
         decoder_attentions=first(out.decoder_attentions),
         cross_attentions=first(out.cross_attentions),

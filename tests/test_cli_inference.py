@@ -17,6 +17,7 @@ from types import ModuleType
 
 import pytest
 from helpers import PYTHON, SCRIPTS_DIR, TOY_CORPUS_DIR, TOY_TEST_SOURCES, subprocess_env
+from sacrebleu.metrics import BLEU
 
 from minitx.translator import Translator
 
@@ -282,12 +283,15 @@ def test_evaluate_toy_corpus(
     assert evaluate_script.main(args) == 0
     out, err = capsys.readouterr()
     lines = out.splitlines()
-    assert len(lines) == 1
+    assert len(lines) == 2
     assert lines[0].startswith("beam 5 (alpha 1): BLEU ")  # the default decoding, named
     assert "tok:13a" in lines[0] and "chrF" in lines[0] and "sentences in" in lines[0]
     written = (tmp_path / "hyp.beam5.txt").read_text(encoding="utf-8").split("\n")[:-1]
     assert len(written) == len(TOY_TEST_SOURCES) == 10
     assert written == translator.translate(TOY_TEST_SOURCES)
+    # the detailed BLEU exactly as sacreBLEU reports it, then chrF with its own signature
+    detail = str(BLEU(tokenize="13a").corpus_score(written, [list(TOY_TEST_REFERENCES)]))
+    assert lines[1].startswith(f"  {detail} | chrF2 = ") and "nc:6|nw:0" in lines[1]
     assert "de -> en" in err and "10 of 10 pairs" in err
 
 
@@ -304,7 +308,8 @@ def test_evaluate_two_beams_and_json(evaluate_script, tiny_checkpoint, tmp_path,
     ]
     assert evaluate_script.main(args) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert [line.split(":")[0] for line in lines] == ["greedy", "beam 2 (alpha 1)"]
+    assert [line.split(":")[0] for line in lines[::2]] == ["greedy", "beam 2 (alpha 1)"]
+    assert all(line.startswith("  BLEU = ") for line in lines[1::2])
     data = json.loads(report.read_text(encoding="utf-8"))
     assert (data["split"], data["src_lang"], data["tgt_lang"], data["sentences"]) == (
         "validation",
@@ -314,7 +319,9 @@ def test_evaluate_two_beams_and_json(evaluate_script, tiny_checkpoint, tmp_path,
     )
     assert [r["beam"] for r in data["results"]] == [1, 2]
     for result in data["results"]:
-        assert "tok:13a" in result["signature"]
+        assert "tok:13a" in result["signature"] and "nc:6" in result["chrf_signature"]
+        assert len(result["precisions"]) == 4 and result["hyp_len"] > 0 < result["ref_len"]
+        assert result["brevity_penalty"] <= 1.0
         assert 0.0 <= result["bleu"] <= 100.0 and 0.0 <= result["chrf"] <= 100.0
         assert result["sentences_per_second"] > 0
         assert len(Path(result["hypotheses_file"]).read_text(encoding="utf-8").splitlines()) == 10
@@ -425,7 +432,7 @@ def test_evaluate_several_beams_need_a_pattern(
 
 
 def test_evaluate_subprocess(tiny_checkpoint, tmp_path) -> None:
-    """As a real command: exit status 0, standard output holds exactly the score line."""
+    """As a real command: exit status 0, standard output holds exactly the score lines."""
     args = [
         "--checkpoint",
         str(tiny_checkpoint),
@@ -439,7 +446,8 @@ def test_evaluate_subprocess(tiny_checkpoint, tmp_path) -> None:
     proc = run_script("evaluate", args, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr.decode()
     lines = proc.stdout.decode("utf-8").splitlines()
-    assert len(lines) == 1 and lines[0].startswith("beam 5 (alpha 1): BLEU ")
+    assert len(lines) == 2 and lines[0].startswith("beam 5 (alpha 1): BLEU ")
+    assert lines[1].startswith("  BLEU = ")
     assert "tok:13a" in lines[0]
     assert "Traceback" not in proc.stderr.decode()
 

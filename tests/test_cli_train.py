@@ -172,7 +172,7 @@ def test_smoke_fit_logs_loss_bleu_chrf_perplexity_lr(tiny_run: TinyRun) -> None:
     assert train_loss[-1] < train_loss[0]
     assert (tiny_run.run_dir / "config.yaml").is_file()
     for name in ("greedy", "beam5"):  # the end-of-training test: greedy and the default beam
-        hypotheses = (tiny_run.run_dir / f"test_hypotheses_{name}.txt").read_text().splitlines()
+        hypotheses = (tiny_run.run_dir / f"test.{name}.hyp").read_text().splitlines()
         assert len(hypotheses) == 10
 
 
@@ -193,9 +193,9 @@ def test_smoke_fit_writes_attention_figures_to_tensorboard_and_png(tiny_run: Tin
     for tag in ("start", "epoch_000", "epoch_001"):
         pngs = sorted((tiny_run.run_dir / "attention" / tag).glob("*.png"))
         assert [p.name for p in pngs] == [
-            "s0_cross_layer_0.png",
-            "s0_decoder_layer_0.png",
-            "s0_encoder_layer_0.png",
+            "s0_cross_layer0.png",
+            "s0_decoder_layer0.png",
+            "s0_encoder_layer0.png",
         ]
         assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
 

@@ -214,6 +214,8 @@ def test_attention_maps_are_consistent(translator: Translator) -> None:
     assert S == len(tok.encode([sentence])[0]) + 1
     translation = translator.translate([sentence])[0]
     assert maps.tgt_tokens[1:] == tok.id_to_piece(tok.encode([translation])[0])
+    # position t reads tgt_tokens[t] and predicts the next piece; the last one predicts eos
+    assert maps.predicted_tokens == [*maps.tgt_tokens[1:], tok.id_to_piece([tok.eos_id])[0]]
     expected = {
         "encoder": (config.n_encoder_layers, S, S),
         "decoder": (config.n_decoder_layers, T, T),

@@ -42,6 +42,7 @@ TIMEOUT_S = 10.0
 NASTY = "<b>&\"x'"
 SRC = ["▁Ein", "▁Mann", NASTY, "▁fährt", "rad", "</s>"]  # S = 6
 TGT = ["<s>", "▁A", "▁man", "▁rides", "▁a", "▁bike", ".", "</s>"]  # T = 8
+PRED = [*TGT[1:], "</s>"]  # decoder and cross rows: the piece each position predicts
 N_HEADS = 3
 
 
@@ -266,18 +267,18 @@ def assert_shows(page: WebDriver, maps: AttentionMaps, kind: str, layer: int, he
 
 
 def test_viewer_renders_the_default_map(page: WebDriver, maps: AttentionMaps) -> None:
-    assert_shows(page, maps, "encoder", 0, "avg")
+    assert_shows(page, maps, "cross", 0, "avg")  # it opens on the alignment
     options = page.js(
         "return ['kind', 'layer', 'head'].map(function (id) {"
         "  return Array.from(document.getElementById(id).options).map(o => o.value); });"
     )
-    assert options == [["encoder", "decoder", "cross"], ["0", "1"], ["avg", "0", "1", "2"]]
+    assert options == [["encoder", "decoder", "cross"], ["0", "1", "2"], ["avg", "0", "1", "2"]]
     labels = page.js(
         "return [Array.from(document.querySelectorAll('#heatmap th.qtok')).map(e => e.textContent),"
         " Array.from(document.querySelectorAll('#heatmap th.ktok')).map(e => e.textContent),"
         " document.querySelectorAll('#heatmap b, #lines b').length];"
     )
-    assert labels == [SRC, SRC, 0]  # the nasty token is text, not markup
+    assert labels == [PRED, SRC, 0]  # the nasty token is text, not markup
 
 
 def test_viewer_follows_kind_layer_and_head(page: WebDriver, maps: AttentionMaps) -> None:
@@ -291,7 +292,7 @@ def test_viewer_follows_kind_layer_and_head(page: WebDriver, maps: AttentionMaps
         "return [Array.from(document.querySelectorAll('#heatmap th.qtok')).map(e => e.textContent),"
         " Array.from(document.querySelectorAll('#heatmap th.ktok')).map(e => e.textContent)];"
     )
-    assert labels == [TGT, SRC]
+    assert labels == [PRED, SRC]
 
     select(page, "kind", "decoder")  # layer 2 and head 1 exist there too and are kept
     assert_shows(page, maps, "decoder", 2, "1")
@@ -309,7 +310,8 @@ def test_hovering_a_query_token_shows_its_row(page: WebDriver, maps: AttentionMa
         " max: Array.from(r.querySelectorAll('.kw')).findIndex(e => e.classList.contains('max')),"
         " active: Array.from(document.querySelectorAll('#heatmap tr.active'))"
         ".map(e => e.dataset.q),"
-        " on: document.querySelectorAll('#lines line.on').length};"
+        " on: document.querySelectorAll('#lines line.on').length,"
+        " title: r.querySelector('.ro-title') && r.querySelector('.ro-title').textContent};"
     )
     assert page.js(readout_js)["q"] is None  # nothing focused yet
     select(page, "kind", "cross")
@@ -326,6 +328,7 @@ def test_hovering_a_query_token_shows_its_row(page: WebDriver, maps: AttentionMa
         page.wait_for(f"return document.getElementById('readout').dataset.q === '{q}'")
         readout = page.js(readout_js)
         assert readout["toks"] == SRC
+        assert readout["title"].startswith(f"position {q}, predicting {PRED[q]} (reading {TGT[q]})")
         np.testing.assert_allclose([float(w) for w in readout["ws"]], want[q], atol=1e-4, rtol=0)
         assert readout["max"] == int(np.argmax(want[q]))
         assert readout["active"] == [str(q)]  # exactly that row is highlighted

@@ -139,7 +139,8 @@ def test_plot_rejects_nan() -> None:
 def test_figures_for_maps_keys_and_axes(maps: AttentionMaps) -> None:
     figs = figures_for_maps(maps)
     assert list(figs) == [f"{k}/layer_{i}" for k in KINDS for i in range(N_LAYERS)]
-    expected_axes = {"encoder": (SRC, SRC), "decoder": (TGT, TGT), "cross": (TGT, SRC)}
+    predicted = [*TGT[1:], "</s>"]  # decoder rows: the piece each position predicts
+    expected_axes = {"encoder": (SRC, SRC), "decoder": (predicted, TGT), "cross": (predicted, SRC)}
     for key, fig in figs.items():
         queries, keys = expected_axes[key.split("/")[0]]
         first = image_axes(fig)[0]
@@ -152,6 +153,33 @@ def test_figures_for_maps_keys_and_axes(maps: AttentionMaps) -> None:
     assert len(image_axes(only_cross["cross/layer_0"])) == N_HEADS
     with pytest.raises(ValueError, match="unknown attention kind"):
         figures_for_maps(maps, kinds=("encoder", "self"))
+
+
+def test_decoder_rows_are_labelled_by_the_piece_they_predict(tmp_path: Path) -> None:
+    """Position t reads tgt_tokens[t] and predicts tgt_tokens[t + 1]: the row that produces
+    "rides" must say "rides" (it read "man") in AttentionMaps, the PNG and the viewer."""
+    maps = make_maps(tgt=["<s>", "▁A", "▁man", "▁rides"], n_layers=1)
+    assert maps.predicted_tokens == ["▁A", "▁man", "▁rides", "</s>"]
+    queries, keys = maps.axes("cross")
+    assert queries[2] == "▁rides" and maps.query_inputs("cross")[2] == "▁man"
+    assert keys == SRC
+    assert maps.axes("decoder")[1] == maps.tgt_tokens  # keys: what the decoder reads
+    assert maps.axes("encoder")[0] == SRC and maps.query_inputs("encoder") is None
+    fig = figures_for_maps(maps, kinds=("cross",))["cross/layer_0"]
+    assert tick_texts(image_axes(fig)[0].get_yticklabels()) == queries
+    assert any("predicts" in t.get_text() for t in fig.texts)  # the axis says what rows mean
+    data = embedded_data(write_html_viewer(maps, tmp_path / "v.html").read_text("utf-8"))
+    assert data["kinds"]["cross"]["query_tokens"] == queries
+    assert data["kinds"]["cross"]["query_inputs"] == maps.tgt_tokens
+    with pytest.raises(ValueError, match="3 predicted tokens for 4 decoder positions"):
+        AttentionMaps(
+            maps.src_tokens,
+            maps.tgt_tokens,
+            maps.encoder_attentions,
+            maps.decoder_attentions,
+            maps.cross_attentions,
+            predicted_tokens=["a", "b", "c"],
+        )
 
 
 def test_figures_for_maps_rejects_inconsistent_maps() -> None:

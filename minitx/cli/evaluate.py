@@ -16,10 +16,13 @@ checkpoint (de -> en when it has none). Pairs with an empty side are not scored 
 counted, as in training (``minitx.data.clean_pairs``), so every score covers all other pairs;
 their line in the hypotheses file is empty, so that file stays line-aligned with the source.
 
-Output: standard output gets one line per beam size, starting with the decoding
-(``greedy: BLEU ... | signature`` or ``beam 5 (alpha 1): BLEU ...``);
+Output: standard output gets two lines per beam size: the summary, starting with the decoding
+(``greedy: BLEU ... | signature`` or ``beam 5 (alpha 1): BLEU ...``), then sacreBLEU's
+detailed BLEU (n-gram precisions, brevity penalty, length ratio, lengths) with chrF and its
+signature;
 progress notes go to standard error. The hypotheses of each beam size are written to
-``--hyp-out`` (default: next to the checkpoint, ``<checkpoint stem>.<split>.beam<N>.hyp``, with
+``--hyp-out`` (default: next to the checkpoint, ``<checkpoint stem>.<split>.<decoding>.hyp``,
+``<decoding>`` being ``greedy`` or ``beam<N>``, the names training uses too, with
 ``.first<L>`` before ``.beam`` under ``--limit L``), one line per line of the split's source
 file, in order (empty for a pair with an empty side). ``--json FILE`` writes every figure (and
 the file names) as JSON. Output files are replaced only once they are complete.
@@ -46,17 +49,24 @@ from minitx.cli.common import (
 )
 from minitx.textio import write_text_atomic
 
+
+def decoding_file_name(beam: int) -> str:
+    """How hypothesis files name a decoding: ``greedy`` or ``beam<N>``."""
+    return "greedy" if beam == 1 else f"beam{beam}"
+
+
 DEFAULT_DATA = "bentrevett/multi30k"
 """The default corpus (the Multi30k hub copy; MINITX_DATA_DIR points it at local files)."""
 DEFAULT_LANGS = ("de", "en")
 SPLITS = ("test", "validation", "train")
 EPILOG = """\
 examples:
-  evaluate.py --checkpoint RUN.ckpt                      # Multi30k test split, greedy
-  evaluate.py --checkpoint RUN.ckpt --beam 1 5           # greedy vs beam 5, one line each
+  evaluate.py --checkpoint RUN.ckpt                      # Multi30k test split, beam 5
+  evaluate.py --checkpoint RUN.ckpt --beam 1 5           # greedy vs beam 5
   evaluate.py --checkpoint RUN.ckpt --data builtin:toy --split validation --limit 5
 
-standard output: one line per beam size, `greedy: BLEU ... | <sacreBLEU signature>`;
+standard output, per beam size: `greedy: BLEU ... | <sacreBLEU signature>`, then
+`  BLEU = 39.55 71.2/46.3/... (BP = ... ratio = ... hyp_len = ... ref_len = ...) | chrF2 ...`;
 notes (corpus, pair counts, hypothesis files) go to standard error.
 exit status: 0 ok, 2 usage or input error (message on stderr), 130 interrupted
 """
@@ -100,7 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=Path,
         metavar="PATH",
         help="hypotheses file; must contain {beam} when several beam sizes are given "
-        "(default: <checkpoint dir>/<checkpoint stem>.<split>.beam{beam}.hyp)",
+        "(default: <checkpoint dir>/<checkpoint stem>.<split>.<greedy|beamN>.hyp)",
     )
     parser.add_argument(
         "--json", type=Path, metavar="FILE", help="also write the results to FILE as JSON"
@@ -122,7 +132,8 @@ def hypothesis_path(args: argparse.Namespace, beam: int) -> Path:
     if args.hyp_out is not None:
         return Path(str(args.hyp_out).replace("{beam}", str(beam)))
     limit = f".first{args.limit}" if args.limit is not None else ""
-    return args.checkpoint.parent / f"{args.checkpoint.stem}.{args.split}{limit}.beam{beam}.hyp"
+    name = f"{args.checkpoint.stem}.{args.split}{limit}.{decoding_file_name(beam)}.hyp"
+    return args.checkpoint.parent / name
 
 
 class Split(NamedTuple):
@@ -230,20 +241,10 @@ def run(args: argparse.Namespace) -> int:
                 f"cannot write the hypotheses to {path}: {exc.strerror or exc}"
             ) from None
         print(result.summary(), flush=True)  # starts with the decoding, e.g. "greedy: BLEU"
+        print(f"  {result.details()}", flush=True)
         print(f"hypotheses written to {path}", file=sys.stderr)
         results.append(
-            {
-                "beam": beam,
-                "alpha": args.alpha,
-                "decoding": result.decoding,
-                "bleu": result.bleu,
-                "bleu_lowercase": result.bleu_lowercase,
-                "chrf": result.chrf,
-                "signature": result.signature,
-                "seconds": result.seconds,
-                "sentences_per_second": result.sentences_per_second,
-                "hypotheses_file": str(path),
-            }
+            {"beam": beam, "alpha": args.alpha, **result.as_dict(), "hypotheses_file": str(path)}
         )
 
     if args.json is not None:

@@ -351,7 +351,7 @@ def _train_and_test(args: list[str] | None) -> MinitxCLI:
         for decoding in (DecodingConfig(strategy="greedy"), DecodingConfig()):
             result = evaluate(translator, sources, references, decoding)
             name = "greedy" if decoding.strategy == "greedy" else f"beam{decoding.beam_size}"
-            hyp_path = Path(run_dir) / f"test_hypotheses_{name}.txt"
+            hyp_path = Path(run_dir) / f"test.{name}.hyp"  # as minitx-evaluate names them
             write_text_atomic(hyp_path, "".join(h + "\n" for h in result.hypotheses))
             print(f"  {result.summary()}")
             print(f"  hypotheses written to {hyp_path}")

@@ -127,7 +127,7 @@ class AttentionMapLogger(L.Callback):
                 tb.add_figure(f"attention/s{index}/{name}", fig, global_step=step, close=False)
             if self.save_png:
                 out_dir.mkdir(parents=True, exist_ok=True)
-                path = out_dir / f"s{index}_{name.replace('/', '_')}.png"
+                path = out_dir / f"s{index}_{name.replace('/layer_', '_layer')}.png"
                 fig.savefig(path, dpi=100)
                 self.written.append(path)
             fig.clear()

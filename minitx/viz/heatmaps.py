@@ -69,6 +69,8 @@ def plot_attention_heads(
     title: str = "",
     average: bool = True,
     cmap: str = "viridis",
+    query_axis: str = "queries",
+    key_axis: str = "keys",
 ) -> Figure:
     """Plot every head of one attention layer as a grid of heatmaps.
 
@@ -86,6 +88,8 @@ def plot_attention_heads(
         title: figure title (omitted when empty).
         average: also draw the head average (Tq, Tk) as a last panel.
         cmap: matplotlib colormap name.
+        query_axis: name of the y axis (e.g. what the row labels mean).
+        key_axis: name of the x axis.
 
     Returns:
         A Figure with an Agg canvas: H (+1 with ``average``) image panels and a colorbar.
@@ -150,11 +154,11 @@ def plot_attention_heads(
     colorbar.set_label("attention weight", fontsize=8)
     colorbar.ax.tick_params(labelsize=7)
     grid_mid_x = (left + (ncols * cell_w - _PANEL_GAP_IN) / 2) / fig_w
-    fig.text(grid_mid_x, 0.08 / fig_h, "keys", ha="center", va="bottom", fontsize=8)
+    fig.text(grid_mid_x, 0.08 / fig_h, key_axis, ha="center", va="bottom", fontsize=8)
     fig.text(
         0.08 / fig_w,
         1.0 - (grid_top + grid_h / 2) / fig_h,
-        "queries",
+        query_axis,
         rotation=90,
         ha="left",
         va="center",
@@ -163,6 +167,20 @@ def plot_attention_heads(
     if title:
         fig.suptitle(title, x=grid_mid_x, y=1.0 - 0.1 / fig_h, va="top", fontsize=11)
     return fig
+
+
+_AXIS_NAMES = {
+    "encoder": {"query_axis": "queries (source pieces)", "key_axis": "keys (source pieces)"},
+    "decoder": {
+        "query_axis": "queries (the piece each position predicts)",
+        "key_axis": "keys (decoder inputs)",
+    },
+    "cross": {
+        "query_axis": "queries (the piece each position predicts)",
+        "key_axis": "keys (source pieces)",
+    },
+}
+"""Axis names per kind: decoder rows are labelled by the piece they predict (maps.axes)."""
 
 
 def figures_for_maps(
@@ -200,11 +218,10 @@ def _iter_figures(
         for layer, weights in enumerate(maps.layers(kind)):
             check_map(weights, queries, keys, f"{kind} layer {layer}")
             title = f"{KIND_LABELS[kind]} — layer {layer}"
-            yield (
-                kind,
-                layer,
-                plot_attention_heads(weights, queries, keys, title=title, average=average),
+            figure = plot_attention_heads(
+                weights, queries, keys, title=title, average=average, **_AXIS_NAMES[kind]
             )
+            yield kind, layer, figure
 
 
 def save_attention_images(

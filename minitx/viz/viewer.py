@@ -58,9 +58,12 @@ def viewer_data(maps: AttentionMaps, *, decimals: int = _HTML_DECIMALS) -> dict[
         decimals: weights are rounded to this many decimal places.
 
     Returns:
-        ``{"src_tokens", "tgt_tokens", "decimals", "kinds": {kind: {"label",
-        "query_tokens", "key_tokens", "layers"}}}`` where ``layers[l][h][q][k]`` is the
-        weight of query q on key k in head h of layer l (kinds without layers are left out).
+        ``{"src_tokens", "tgt_tokens", "predicted_tokens", "decimals", "kinds": {kind:
+        {"label", "query_tokens", "query_inputs", "key_tokens", "layers"}}}`` where
+        ``layers[l][h][q][k]`` is the weight of query q on key k in head h of layer l (kinds
+        without layers are left out). ``query_tokens`` label the rows as `AttentionMaps.axes`
+        does (decoder and cross rows: the piece being predicted); ``query_inputs`` is the
+        piece each row reads (None for encoder rows).
 
     Raises:
         ValueError: if a map's shape does not match the tokens or contains NaN / inf.
@@ -76,12 +79,14 @@ def viewer_data(maps: AttentionMaps, *, decimals: int = _HTML_DECIMALS) -> dict[
             kinds[kind] = {
                 "label": KIND_LABELS[kind],
                 "query_tokens": list(queries),
+                "query_inputs": maps.query_inputs(kind),
                 "key_tokens": list(keys),
                 "layers": layers,
             }
     return {
         "src_tokens": list(maps.src_tokens),
         "tgt_tokens": list(maps.tgt_tokens),
+        "predicted_tokens": list(maps.predicted_tokens),
         "decimals": decimals,
         "kinds": kinds,
     }

@@ -176,8 +176,16 @@
     readout.textContent = "";
     readout.setAttribute("data-q", q);
     var title = el("div", {"class": "ro-title"});
-    title.appendChild(document.createTextNode("query " + q + " "));
-    title.appendChild(el("span", {"class": "tok"}, c.queries[q]));
+    if (c.inputs) {  // decoder rows: the piece this position predicts, and what it reads
+      title.appendChild(document.createTextNode("position " + q + ", predicting "));
+      title.appendChild(el("span", {"class": "tok"}, c.queries[q]));
+      title.appendChild(document.createTextNode(" (reading "));
+      title.appendChild(el("span", {"class": "tok input"}, c.inputs[q]));
+      title.appendChild(document.createTextNode(")"));
+    } else {
+      title.appendChild(document.createTextNode("query " + q + " "));
+      title.appendChild(el("span", {"class": "tok"}, c.queries[q]));
+    }
     title.appendChild(document.createTextNode(
       " (" + c.label + ", layer " + c.layer + ", " +
       (c.head === "avg" ? "average of heads" : "head " + c.head) + ") attends to:"));
@@ -199,7 +207,7 @@
     var kind = kindSel.value, layer = +layerSel.value, head = headSel.value;
     var info = DATA.kinds[kind];
     current = {kind: kind, layer: layer, head: head, label: info.label,
-               queries: info.query_tokens, keys: info.key_tokens,
+               queries: info.query_tokens, inputs: info.query_inputs, keys: info.key_tokens,
                matrix: selectedMatrix(kind, layer, head)};
     renderTable();
     renderLines();
@@ -226,6 +234,7 @@
     return;
   }
   setOptions(kindSel, kinds.map(function (k) { return [k, DATA.kinds[k].label]; }), false);
+  if (DATA.kinds.cross) kindSel.value = "cross";  // open on the alignment: cross-attention
   fillLayers();
   fillHeads();
   kindSel.addEventListener("change", function () { fillLayers(); fillHeads(); render(); });
