@@ -17,6 +17,9 @@ CONFIG_DIR = REPO_DIR / "minitx" / "configs"
 TINY_CONFIG = CONFIG_DIR / "tiny.yaml"
 TOY_CORPUS_DIR = REPO_DIR / "minitx" / "data" / "toy"
 TOY_TEST_SOURCES = (TOY_CORPUS_DIR / "test_2016_flickr.de").read_text(encoding="utf-8").splitlines()
+TOY_TEST_REFERENCES = (
+    (TOY_CORPUS_DIR / "test_2016_flickr.en").read_text(encoding="utf-8").splitlines()
+)
 
 
 @dataclass(frozen=True)

@@ -16,15 +16,17 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from helpers import PYTHON, SCRIPTS_DIR, TOY_CORPUS_DIR, TOY_TEST_SOURCES, subprocess_env
+from helpers import (
+    PYTHON,
+    SCRIPTS_DIR,
+    TOY_CORPUS_DIR,
+    TOY_TEST_REFERENCES,
+    TOY_TEST_SOURCES,
+    subprocess_env,
+)
 from sacrebleu.metrics import BLEU
 
 from minitx.translator import Translator
-
-TOY_TEST_REFERENCES = (
-    (TOY_CORPUS_DIR / "test_2016_flickr.en").read_text(encoding="utf-8").splitlines()
-)
-
 
 COMMAND_MODULES = {
     "translate": "minitx.cli.translate",

@@ -17,7 +17,15 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from helpers import CONFIG_DIR, REPO_DIR, TINY_CONFIG, TinyRun
+from helpers import (
+    CONFIG_DIR,
+    REPO_DIR,
+    TINY_CONFIG,
+    TOY_TEST_REFERENCES,
+    TinyRun,
+    subprocess_env,
+)
+from sacrebleu.metrics import BLEU
 
 from minitx.checkpoint import CHECKPOINT_KEY, load_checkpoint
 from minitx.cli.train import build_cli, main
@@ -174,6 +182,28 @@ def test_smoke_fit_logs_loss_bleu_chrf_perplexity_lr(tiny_run: TinyRun) -> None:
     for name in ("greedy", "beam5"):  # the end-of-training test: greedy and the default beam
         hypotheses = (tiny_run.run_dir / f"test.{name}.hyp").read_text().splitlines()
         assert len(hypotheses) == 10
+        # its scores are logged beside the curves (CSV here; TensorBoard gets the same call)
+        bleu = BLEU(tokenize="13a").corpus_score(hypotheses, [list(TOY_TEST_REFERENCES)]).score
+        assert logged(rows, f"test/bleu_{name}") == [pytest.approx(bleu)]
+        assert len(logged(rows, f"test/chrf_{name}")) == 1
+
+
+def test_a_redirected_log_gets_one_plain_line_per_epoch(tmp_path: Path) -> None:
+    cmd = [sys.executable, str(REPO / "scripts" / "train.py"), *TINY, "--trainer.max_epochs", "2"]
+    cmd += ["--test", "false"]
+    proc = subprocess.run(
+        cmd, cwd=tmp_path, env=subprocess_env(), capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("epoch ")]
+    pattern = (
+        r"epoch {e}/2 \| step \d+ \| train loss [\d.]+ \| val loss [\d.]+ \| ppl [\d.]+ \| "
+        r"BLEU [\d.]+ \| chrF [\d.]+ \| [\d,]+ tok/s \| elapsed \d+:\d\d, ETA \d+:\d\d$"
+    )
+    assert len(lines) == 2, proc.stdout[-3000:]
+    for epoch, line in enumerate(lines, 1):
+        assert re.match(pattern.format(e=epoch), line), line
+    assert "\u2501" not in proc.stdout + proc.stderr  # no progress-bar frames in the log
 
 
 def test_smoke_fit_writes_attention_figures_to_tensorboard_and_png(tiny_run: TinyRun) -> None:

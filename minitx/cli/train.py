@@ -44,6 +44,7 @@ from minitx.textio import write_text_atomic
 from minitx.training import (
     AttentionMapLogger,
     CheckpointOnInterrupt,
+    PlainProgress,
     TokenThroughput,
     TranslationModule,
 )
@@ -234,9 +235,12 @@ class MinitxCLI(LightningCLI):
         """The trainer, with the default loggers (TensorBoard + CSV in one run directory) and
         the rich progress bar (unless `trainer.enable_progress_bar` is false)."""
         trainer_config = self._get(self.config_init, "trainer", default={})
+        plain = not sys.stdout.isatty()  # a log file: one line per epoch, no bar frames
         if trainer_config.get("enable_progress_bar") is not False:
             configured = trainer_config.get("callbacks") or []
-            if not any(isinstance(cb, ProgressBar) for cb in configured):
+            if plain:
+                kwargs["enable_progress_bar"] = False
+            elif not any(isinstance(cb, ProgressBar) for cb in configured):
                 kwargs["callbacks"] = [*configured, RichProgressBar()]
         if getattr(self, "default_loggers", False):
             run_dir = self.run_root / self.run_version
@@ -253,7 +257,10 @@ class MinitxCLI(LightningCLI):
                     save_dir=str(run_dir), name="", version="csv", resume_step=self.resume_step
                 ),
             ]
-        return super().instantiate_trainer(**kwargs)
+        trainer = super().instantiate_trainer(**kwargs)
+        if plain:  # last, so that TokenThroughput has measured the epoch already
+            trainer.callbacks.append(PlainProgress())
+        return trainer
 
 
 def build_cli(args: list[str] | None = None) -> MinitxCLI:
@@ -289,6 +296,9 @@ def _config_message(exc: ConfigError) -> ConfigError:
         text = text.replace(f"{cls}.", f"{key}.").replace(f"{cls}:", f"{key}:")
     return ConfigError(text)
 
+
+TEST_METRICS = ("bleu", "bleu_lowercase", "chrf")
+"""Scores of the end-of-training test logged to every logger as ``test/<score>_<decoding>``."""
 
 _CONFIG_KEYS = {
     "TransformerConfig": "model.transformer",
@@ -355,6 +365,10 @@ def _train_and_test(args: list[str] | None) -> MinitxCLI:
             write_text_atomic(hyp_path, "".join(h + "\n" for h in result.hypotheses))
             print(f"  {result.summary()}")
             print(f"  hypotheses written to {hyp_path}")
+            scores = {f"test/{key}_{name}": result.as_dict()[key] for key in TEST_METRICS}
+            for lg in trainer.loggers:  # beside the validation curves, in every logger
+                lg.log_metrics(scores, step=trainer.global_step)
+                lg.save()
     return cli
 
 

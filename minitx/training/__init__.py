@@ -4,7 +4,12 @@ Imports the model, the data layer, decoding and viz; never the inference API
 (`minitx.translator`), so training code cannot depend on how models are served.
 """
 
-from minitx.training.callbacks import AttentionMapLogger, CheckpointOnInterrupt, TokenThroughput
+from minitx.training.callbacks import (
+    AttentionMapLogger,
+    CheckpointOnInterrupt,
+    PlainProgress,
+    TokenThroughput,
+)
 from minitx.training.config import OptimConfig, ValidationConfig
 from minitx.training.module import (
     DivergenceError,
@@ -19,6 +24,7 @@ __all__ = [
     "DivergenceError",
     "InverseSqrtSchedule",
     "OptimConfig",
+    "PlainProgress",
     "ResumeMismatchError",
     "TokenThroughput",
     "TranslationModule",

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import lightning as L
 import torch
+from lightning.pytorch.callbacks import Timer
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
@@ -185,6 +187,7 @@ class TokenThroughput(L.Callback):
             "train/epoch_seconds": seconds,
             "train/tokens_per_sec": self._epoch_tokens / max(seconds, 1e-9),
         }
+        self.last_tokens_per_sec = metrics["train/tokens_per_sec"]
         for lg in trainer.loggers:
             lg.log_metrics(metrics, step=trainer.global_step)
         logger.info(
@@ -229,3 +232,57 @@ class CheckpointOnInterrupt(L.Callback):
             type(exception).__name__,
             path,
         )
+
+
+def _clock(seconds: float) -> str:
+    """``m:ss``, or ``h:mm:ss`` from an hour on."""
+    minutes, secs = divmod(int(round(seconds)), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
+class PlainProgress(L.Callback):
+    """One plain line per epoch on standard output, for logs that are not a terminal.
+
+    ``minitx-train`` uses it instead of the progress bar when standard output is redirected
+    (``train.py > train.log``): a bar there leaves only its last frame. Each line holds the
+    epoch, step, last training loss, the validation figures of that epoch (loss, perplexity,
+    BLEU, chrF when computed), target tokens/s (from `TokenThroughput`), the time so far and
+    an estimate of the time left (from the epochs done, capped by ``max_time``).
+    """
+
+    def __init__(self, stream: Any = None) -> None:
+        self.stream = stream
+        self._start = 0.0
+        self._first_epoch = 0
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._start = time.perf_counter()
+        self._first_epoch = trainer.current_epoch
+
+    def line(self, trainer: L.Trainer) -> str:
+        """The line for the epoch that just ended."""
+        metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if v.numel() == 1}
+        epoch = trainer.current_epoch
+        parts = [f"epoch {epoch + 1}/{trainer.max_epochs}", f"step {trainer.global_step}"]
+        if "train/loss" in metrics:
+            parts.append(f"train loss {metrics['train/loss']:.3f}")
+        names = (("val/loss", "val loss", 3), ("val/ppl", "ppl", 2), ("val/bleu", "BLEU", 2))
+        names += (("val/chrf", "chrF", 2),)
+        parts += [f"{label} {metrics[key]:.{d}f}" for key, label, d in names if key in metrics]
+        throughput = [cb for cb in trainer.callbacks if isinstance(cb, TokenThroughput)]
+        if throughput and hasattr(throughput[0], "last_tokens_per_sec"):
+            parts.append(f"{throughput[0].last_tokens_per_sec:,.0f} tok/s")
+        elapsed = time.perf_counter() - self._start
+        done = epoch + 1 - self._first_epoch
+        left = elapsed / max(done, 1) * max(trainer.max_epochs - epoch - 1, 0)
+        timers = [cb for cb in trainer.callbacks if isinstance(cb, Timer)]  # trainer.max_time
+        remaining = timers[0].time_remaining("train") if timers else None
+        if remaining is not None:
+            left = min(left, max(remaining, 0.0))
+        parts.append(f"elapsed {_clock(elapsed)}, ETA {_clock(left)}")
+        return " | ".join(parts)
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.is_global_zero and not trainer.sanity_checking:
+            print(self.line(trainer), file=self.stream or sys.stdout, flush=True)
