@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TextIO
 
@@ -28,6 +28,16 @@ def decode_utf8(raw: bytes, name: str) -> str:
             "Re-encode the file as UTF-8, e.g. `iconv -f latin1 -t utf-8`."
         ) from None
     return text.removeprefix("\ufeff")
+
+
+QUOTED_LINES = 5
+"""How many line numbers a warning quotes before "..."."""
+
+
+def quote_lines(lines: Sequence[int]) -> str:
+    """The first `QUOTED_LINES` line numbers for a message: ``"3, 8, 12, 20, 31, ..."``."""
+    shown = ", ".join(str(int(n)) for n in lines[:QUOTED_LINES])
+    return shown + (", ..." if len(lines) > QUOTED_LINES else "")
 
 
 def check_utf8_argument(text: str, what: str) -> None:

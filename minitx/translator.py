@@ -26,6 +26,7 @@ from minitx.checkpoint import (
 from minitx.decoding import DecodingConfig, Hypothesis, decode
 from minitx.maps import AttentionMaps, teacher_forced_maps
 from minitx.model import Transformer
+from minitx.textio import quote_lines
 from minitx.tokenizer import Tokenizer
 from minitx.vocab import EOS_ID, PAD_ID
 
@@ -133,8 +134,7 @@ class Translator:
                 len(ids),
                 limit,
                 limit,
-                ", ".join(str(i + 1) for i in too_long[:5])
-                + (", ..." if len(too_long) > 5 else ""),
+                quote_lines([i + 1 for i in too_long]),
             )
             for i in too_long:
                 ids[i] = ids[i][:limit]

@@ -9,9 +9,9 @@ from collections.abc import Collection, Sequence
 import datasets
 import numpy as np
 
-logger = logging.getLogger(__name__)
+from minitx.textio import quote_lines
 
-_MAX_EXAMPLES = 5  # line numbers quoted in skip warnings
+logger = logging.getLogger(__name__)
 
 Counts = dict[str, dict[str, int]]
 """Skipped pairs per split and reason."""
@@ -31,10 +31,13 @@ def _column(dataset: datasets.Dataset, name: str) -> np.ndarray:
 def _log_skips(split: str, reason: str, lines: Sequence[int], total: int) -> None:
     if len(lines) == 0:
         return
-    shown = ", ".join(str(n) for n in lines[:_MAX_EXAMPLES])
-    more = ", ..." if len(lines) > _MAX_EXAMPLES else ""
     logger.warning(
-        "%s: skipped %d of %d pairs %s (lines %s%s).", split, len(lines), total, reason, shown, more
+        "%s: skipped %d of %d pairs %s (lines %s).",
+        split,
+        len(lines),
+        total,
+        reason,
+        quote_lines(lines),
     )
 
 

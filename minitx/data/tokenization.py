@@ -14,6 +14,7 @@ import datasets
 import numpy as np
 
 from minitx.data.cleaning import _column, _log_skips, side_texts
+from minitx.textio import quote_lines
 from minitx.tokenizer import Tokenizer, hash_texts
 
 logger = logging.getLogger(__name__)
@@ -179,7 +180,6 @@ def truncate_long_pairs(
         if not len(rows):
             continue
         lines = _column(dataset, "line")[rows] if "line" in dataset.column_names else rows + 1
-        shown = ", ".join(str(n) for n in lines[:5].tolist()) + (", ..." if len(rows) > 5 else "")
         logger.warning(
             "%s: %d of %d pairs are longer than the model's max_positions=%d; their ids are cut "
             "to fit for the loss, their texts stay whole for BLEU (lines %s).",
@@ -187,7 +187,7 @@ def truncate_long_pairs(
             len(rows),
             len(dataset),
             max_positions,
-            shown,
+            quote_lines(lines),
         )
 
         def cut_batch(batch: dict[str, list]) -> dict[str, list]:
