@@ -8,6 +8,7 @@ command is a bug and keeps its traceback.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 
 DEBUG_ENV = "MINITX_DEBUG"
 """Set it (to anything but "" or "0") to see tracebacks behind one-line errors."""
@@ -23,3 +24,12 @@ class ConfigError(ValueError):
 def debug_requested() -> bool:
     """Whether ``MINITX_DEBUG`` asks for tracebacks behind one-line errors."""
     return os.environ.get(DEBUG_ENV, "") not in ("", "0")
+
+
+def check_known_keys(where: str, values: Iterable[str], known: Iterable[str]) -> None:
+    """Raise a `ConfigError` when `values` names keys outside `known` (e.g. a misspelt setting
+    in a checkpoint or a config dict); `where` names the settings class."""
+    known = set(known)
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ConfigError(f"{where}: unknown keys {unknown}; known keys are {sorted(known)}")

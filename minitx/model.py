@@ -9,7 +9,7 @@ import torch
 from torch import Tensor, nn
 
 from minitx.attention import SCORES, KVCache, padding_mask
-from minitx.errors import ConfigError
+from minitx.errors import ConfigError, check_known_keys
 from minitx.layers import ACTIVATIONS, DecoderLayer, EncoderLayer
 from minitx.positional import POSITIONAL_ENCODINGS, make_positional_encoding
 from minitx.vocab import BOS_ID, EOS_ID, PAD_ID
@@ -150,12 +150,7 @@ class TransformerConfig:
                 raise ConfigError(
                     f"TransformerConfig: {key} must be {expected} (minitx.vocab), got {values}"
                 )
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ConfigError(
-                f"TransformerConfig: unknown keys {unknown}; known keys are {sorted(known)}"
-            )
+        check_known_keys("TransformerConfig", values, (f.name for f in fields(cls)))
         return cls(**values)
 
 

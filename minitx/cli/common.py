@@ -117,6 +117,18 @@ def run_cli(run: Callable[[argparse.Namespace], int], args: argparse.Namespace) 
         return status
 
 
+def check_arguments_utf8(arguments: dict[str, str]) -> None:
+    """Reject command-line arguments (name -> value) that were not valid UTF-8, with a
+    `UsageError` naming the argument and the byte."""
+    from minitx.textio import check_utf8_argument
+
+    for name, value in arguments.items():
+        try:
+            check_utf8_argument(value, name)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+
+
 def load_translator(path: Path, *, device: str, bf16: bool) -> Translator:
     """`Translator.from_checkpoint`, with every loading problem turned into a `UsageError`."""
     import torch

@@ -23,7 +23,7 @@ signature;
 progress notes go to standard error. The hypotheses of each beam size are written to
 ``--hyp-out`` (default: next to the checkpoint, ``<checkpoint stem>.<split>.<decoding>.hyp``,
 ``<decoding>`` being ``greedy`` or ``beam<N>``, the names training uses too, with
-``.first<L>`` before ``.beam`` under ``--limit L``), one line per line of the split's source
+``.first<L>`` before ``<decoding>`` under ``--limit L``), one line per line of the split's source
 file, in order (empty for a pair with an empty side). ``--json FILE`` writes every figure (and
 the file names) as JSON. Output files are replaced only once they are complete.
 
@@ -48,12 +48,6 @@ from minitx.cli.common import (
     run_cli,
 )
 from minitx.textio import write_text_atomic
-
-
-def decoding_file_name(beam: int) -> str:
-    """How hypothesis files name a decoding: ``greedy`` or ``beam<N>``."""
-    return "greedy" if beam == 1 else f"beam{beam}"
-
 
 DEFAULT_DATA = "bentrevett/multi30k"
 """The default corpus (the Multi30k hub copy; MINITX_DATA_DIR points it at local files)."""
@@ -132,7 +126,8 @@ def hypothesis_path(args: argparse.Namespace, beam: int) -> Path:
     if args.hyp_out is not None:
         return Path(str(args.hyp_out).replace("{beam}", str(beam)))
     limit = f".first{args.limit}" if args.limit is not None else ""
-    name = f"{args.checkpoint.stem}.{args.split}{limit}.{decoding_file_name(beam)}.hyp"
+    tag = decoding_from_args(args, beam).file_tag
+    name = f"{args.checkpoint.stem}.{args.split}{limit}.{tag}.hyp"
     return args.checkpoint.parent / name
 
 

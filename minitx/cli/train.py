@@ -318,13 +318,8 @@ def main(args: list[str] | None = None) -> MinitxCLI:
     """
     try:
         return _train_and_test(args)
-    except ConfigError as exc:
-        status = report_user_error(_config_message(exc))
-        if status is None:
-            raise
-        raise SystemExit(status) from None
     except Exception as exc:
-        status = report_user_error(exc)
+        status = report_user_error(_config_message(exc) if isinstance(exc, ConfigError) else exc)
         if status is None:
             raise
         raise SystemExit(status) from None
@@ -360,12 +355,12 @@ def _train_and_test(args: list[str] | None) -> MinitxCLI:
         print(f"test ({len(sources)} sentences), best checkpoint:")
         for decoding in (DecodingConfig(strategy="greedy"), DecodingConfig()):
             result = evaluate(translator, sources, references, decoding)
-            name = "greedy" if decoding.strategy == "greedy" else f"beam{decoding.beam_size}"
-            hyp_path = Path(run_dir) / f"test.{name}.hyp"  # as minitx-evaluate names them
+            hyp_path = Path(run_dir) / f"test.{decoding.file_tag}.hyp"  # as minitx-evaluate
             write_text_atomic(hyp_path, "".join(h + "\n" for h in result.hypotheses))
             print(f"  {result.summary()}")
             print(f"  hypotheses written to {hyp_path}")
-            scores = {f"test/{key}_{name}": result.as_dict()[key] for key in TEST_METRICS}
+            figures = result.as_dict()
+            scores = {f"test/{key}_{decoding.file_tag}": figures[key] for key in TEST_METRICS}
             for lg in trainer.loggers:  # beside the validation curves, in every logger
                 lg.log_metrics(scores, step=trainer.global_step)
                 lg.save()

@@ -44,13 +44,14 @@ from typing import TYPE_CHECKING, TextIO
 from minitx.cli.common import (
     UsageError,
     add_decoding_arguments,
+    check_arguments_utf8,
     check_decoding_args,
     decoding_from_args,
     load_translator,
     run_cli,
 )
 from minitx.decoding import DEFAULT_BEAM_SIZE
-from minitx.textio import atomic_output, check_utf8_argument, decode_utf8
+from minitx.textio import atomic_output, decode_utf8
 
 if (
     TYPE_CHECKING
@@ -210,11 +211,7 @@ def run(args: argparse.Namespace) -> int:
     """Read, translate, write. Raises `UsageError` for input problems."""
     check_output(args.output)
     if args.sentences:
-        for i, sentence in enumerate(args.sentences, 1):
-            try:
-                check_utf8_argument(sentence, f"SENTENCE argument {i}")
-            except ValueError as exc:
-                raise UsageError(str(exc)) from None
+        check_arguments_utf8({f"SENTENCE argument {i}": s for i, s in enumerate(args.sentences, 1)})
         lines: list[str] | None = list(args.sentences)
     elif args.input is not None:
         lines = read_input_file(args.input)

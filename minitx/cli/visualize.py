@@ -25,13 +25,13 @@ from pathlib import Path
 from minitx.cli.common import (
     UsageError,
     add_decoding_arguments,
+    check_arguments_utf8,
     check_decoding_args,
     decoding_from_args,
     load_translator,
     run_cli,
 )
 from minitx.maps import KINDS
-from minitx.textio import check_utf8_argument
 from minitx.viz import DEFAULT_DPI, visualize
 
 
@@ -74,10 +74,7 @@ def _shorten(text: str, limit: int = 100) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Load, translate, draw, write. Raises `UsageError` for input problems."""
-    try:
-        check_utf8_argument(args.sentence, "SENTENCE")
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
+    check_arguments_utf8({"SENTENCE": args.sentence})
     translator = load_translator(args.checkpoint, device=args.device, bf16=args.bf16)
     decoding = decoding_from_args(args)
     maps = translator.attention(args.sentence, decoding=decoding)  # maps of the generated pieces

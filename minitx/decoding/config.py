@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
-from minitx.errors import ConfigError
+from minitx.errors import ConfigError, check_known_keys
 
 DEFAULT_BEAM_SIZE = 5
 """The beam size minitx uses wherever none is given (translate, evaluate, Translator, test)."""
@@ -71,6 +71,11 @@ class DecodingConfig:
             return f"beam {self.beam_size} (alpha {self.alpha:g})"
         return self.strategy
 
+    @property
+    def file_tag(self) -> str:
+        """How output file names name this decoding: "greedy" or "beam5" (beam size)."""
+        return f"beam{self.beam_size}" if self.strategy == "beam" else self.strategy
+
     def to_dict(self) -> dict[str, Any]:
         """Plain dict (hyper-parameters, JSON output)."""
         return asdict(self)
@@ -78,10 +83,5 @@ class DecodingConfig:
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> DecodingConfig:
         """Inverse of `to_dict`; unknown keys are an error."""
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ConfigError(
-                f"DecodingConfig: unknown keys {unknown}; known keys are {sorted(known)}"
-            )
+        check_known_keys("DecodingConfig", values, (f.name for f in fields(cls)))
         return cls(**values)

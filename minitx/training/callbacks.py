@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -149,6 +148,7 @@ class TokenThroughput(L.Callback):
         self._epoch_tokens = self._window_tokens = 0
         self._val_seconds = 0.0
         self._val_start = 0.0
+        self.last_tokens_per_sec: float | None = None  # of the last finished epoch
 
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._epoch_start = self._window_start = time.perf_counter()
@@ -251,8 +251,7 @@ class PlainProgress(L.Callback):
     an estimate of the time left (from the epochs done, capped by ``max_time``).
     """
 
-    def __init__(self, stream: Any = None) -> None:
-        self.stream = stream
+    def __init__(self) -> None:
         self._start = 0.0
         self._first_epoch = 0
 
@@ -271,7 +270,7 @@ class PlainProgress(L.Callback):
         names += (("val/chrf", "chrF", 2),)
         parts += [f"{label} {metrics[key]:.{d}f}" for key, label, d in names if key in metrics]
         throughput = [cb for cb in trainer.callbacks if isinstance(cb, TokenThroughput)]
-        if throughput and hasattr(throughput[0], "last_tokens_per_sec"):
+        if throughput and throughput[0].last_tokens_per_sec is not None:
             parts.append(f"{throughput[0].last_tokens_per_sec:,.0f} tok/s")
         elapsed = time.perf_counter() - self._start
         done = epoch + 1 - self._first_epoch
@@ -285,4 +284,4 @@ class PlainProgress(L.Callback):
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.is_global_zero and not trainer.sanity_checking:
-            print(self.line(trainer), file=self.stream or sys.stdout, flush=True)
+            print(self.line(trainer), flush=True)
