@@ -7,8 +7,10 @@ command is a bug and keeps its traceback.
 
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import Iterable
+from types import ModuleType
 
 DEBUG_ENV = "MINITX_DEBUG"
 """Set it (to anything but "" or "0") to see tracebacks behind one-line errors."""
@@ -33,3 +35,22 @@ def check_known_keys(where: str, values: Iterable[str], known: Iterable[str]) ->
     unknown = sorted(set(values) - known)
     if unknown:
         raise ConfigError(f"{where}: unknown keys {unknown}; known keys are {sorted(known)}")
+
+
+class MissingExtraError(ImportError):
+    """An optional library that a feature needs is not installed; the message names the
+    ``minitx[extra]`` to install. Reported by every command as a one-line ``error:``."""
+
+    user_error = True
+
+
+def require_extra(module: str, extra: str, feature: str) -> ModuleType:
+    """Import the optional library `module`, or raise `MissingExtraError` saying
+    ``pip install 'minitx[extra]'`` (for `feature`, e.g. "CTranslate2 export")."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise MissingExtraError(
+            f"{feature} needs the {module} package, which is not installed ({exc}); "
+            f"install minitx[{extra}]: pip install 'minitx[{extra}]'"
+        ) from None
