@@ -1,0 +1,77 @@
+"""Export a minitx checkpoint to CTranslate2 (fast CPU/GPU inference, int8 weights).
+
+Examples:
+    minitx-ct2 --checkpoint RUN.ckpt --out RUN-ct2
+    minitx-ct2 --checkpoint RUN.ckpt --out RUN-ct2-int8 --quantization int8
+    python -m minitx ct2 --checkpoint RUN.ckpt --out RUN-ct2 --force
+
+Writes a CTranslate2 model directory (``model.bin``, ``config.json``,
+``shared_vocabulary.json``) with the checkpoint's sentencepiece model
+(``sentencepiece.model``) and ``minitx.json`` beside it; translate with
+``ctranslate2.Translator(DIR)`` or ``minitx.export.ctranslate2.translate_with_ct2`` (README,
+"Export to CTranslate2"). Needs the ``export`` extra: ``pip install 'minitx[export]'``.
+
+Exit status: 0 ok; 2 a usage or input error (missing or foreign checkpoint, a model setting
+CTranslate2 cannot express, an existing ``--out`` without ``--force``, ctranslate2 not
+installed), with one ``error: ...`` line; 130 Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from minitx.cli.common import UsageError, run_cli
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command-line interface."""
+    parser = argparse.ArgumentParser(
+        prog="minitx-ct2",
+        description=(
+            "Convert a minitx checkpoint into a CTranslate2 model directory, with its "
+            "sentencepiece model beside it."
+        ),
+    )
+    parser.add_argument(
+        "--checkpoint", required=True, type=Path, help="self-contained minitx .ckpt file"
+    )
+    parser.add_argument("--out", required=True, type=Path, help="model directory to write")
+    parser.add_argument(
+        "--quantization",
+        default="float32",
+        metavar="TYPE",
+        help="weight type stored in model.bin: float32 (default), int8, int8_float32, "
+        "int8_float16, int8_bfloat16, int16, float16 or bfloat16; int8 is ~4x smaller",
+    )
+    parser.add_argument("--force", action="store_true", help="replace --out if it exists")
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    """Convert; raises `UsageError` for input problems."""
+    from minitx.checkpoint import CheckpointError
+    from minitx.export.ctranslate2 import export_ctranslate2
+
+    if args.out.exists() and not args.force:
+        raise UsageError(f"--out {args.out} exists already; pass --force to replace it")
+    try:
+        out = export_ctranslate2(
+            args.checkpoint, args.out, quantization=args.quantization, force=args.force
+        )
+    except (FileNotFoundError, CheckpointError) as exc:
+        raise UsageError(str(exc)) from None
+    files = ", ".join(sorted(p.name for p in out.iterdir()))
+    print(f"wrote {out} ({args.quantization}): {files}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; returns the process exit status (0 ok, 2 user error, 130 Ctrl-C)."""
+    args = build_parser().parse_args(argv)
+    return run_cli(run, args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,2 @@
+"""Exporting trained minitx models to other runtimes (each in its own module, optional
+libraries imported lazily)."""
