@@ -12,6 +12,8 @@ from helpers import REPO_DIR
 
 PACKAGE = REPO_DIR / "minitx"
 CORE = ("attention", "positional", "layers", "model", "decoding", "registry", "vocab", "errors")
+OPTIONAL_LIBRARIES = ("ctranslate2", "gradio", "bertviz", "selenium")
+"""Extras: imported only inside the functions that need them (minitx.errors.require_extra)."""
 
 
 def modules() -> dict[str, Path]:
@@ -84,3 +86,22 @@ def test_viz_works_on_maps_only(module: str) -> None:
     for name in imports(MODULES[module]):
         assert minitx_part(name) in (None, "viz", "maps"), f"{module} imports {name}"
         assert top(name) != "lightning"
+
+
+@pytest.mark.parametrize("module", in_part("export"))
+def test_export_never_imports_training_or_the_commands(module: str) -> None:
+    for name in imports(MODULES[module]):
+        assert minitx_part(name) not in ("training", "cli", "viz"), f"{module} imports {name}"
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_optional_libraries_are_imported_lazily(module: str) -> None:
+    tree = ast.parse(MODULES[module].read_text(encoding="utf-8"))
+    for node in tree.body:  # module level only; `if TYPE_CHECKING:` blocks are not executed
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module]
+        else:
+            continue
+        assert not {top(n) for n in names} & set(OPTIONAL_LIBRARIES), f"{module}: {names}"
