@@ -8,15 +8,20 @@ Sections (all by default; pick with --sections):
   attention  the attention core: explicit weights path vs the fused kernel
              (F.scaled_dot_product_attention, flash and math backends), lengths 16..512.
   decode     greedy and beam search, with vs without the KV cache, in sentences/s.
+  ct2        (opt-in, needs --checkpoint) the checkpoint exported to CTranslate2, float32 and
+             int8 weights, vs minitx on the test split: sentences/s, BLEU, and the share of
+             translations identical to minitx's, greedy and beam; needs minitx[export].
 
-    python scripts/benchmark.py                         # everything, about 4 minutes here
+    python scripts/benchmark.py                         # train, attention, decode: ~4 minutes here
     python scripts/benchmark.py --sections decode --checkpoint RUN.ckpt --data DIR
+    python scripts/benchmark.py --sections ct2 --checkpoint RUN.ckpt --decode-sentences 1000
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+import tempfile
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -247,14 +252,21 @@ def _attention_times(dtype: torch.dtype, t: int, repeats: int) -> tuple[list[flo
 # ------------------------------------------------------------------------------------ decode
 
 
+def _test_split(args: argparse.Namespace) -> tuple[list[str], list[str]]:
+    """The first --decode-sentences (source, reference) pairs of the test split."""
+    from minitx.data import load_parallel_corpus, resolve_data_source
+
+    corpus = load_parallel_corpus(resolve_data_source(args.data), args.src_lang, args.tgt_lang)
+    pairs = list(corpus["test"]["translation"])[: args.decode_sentences]
+    return [p[args.src_lang] for p in pairs], [p[args.tgt_lang] for p in pairs]
+
+
 def _decode_inputs(args: argparse.Namespace) -> tuple[Transformer, list[torch.Tensor], str]:
     if args.checkpoint:
-        from minitx.data import load_parallel_corpus, resolve_data_source
         from minitx.translator import Translator
 
         translator = Translator.from_checkpoint(args.checkpoint)
-        corpus = load_parallel_corpus(resolve_data_source(args.data), args.src_lang, args.tgt_lang)
-        sources = [p[args.src_lang] for p in corpus["test"]["translation"]][: args.decode_sentences]
+        sources, _ = _test_split(args)
         ids = translator.tokenizer.encode(sources)
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
         batches = [
@@ -313,6 +325,55 @@ def bench_decode(args: argparse.Namespace) -> None:
             )
 
 
+# ------------------------------------------------------------------------------------ ct2
+
+
+def bench_ct2(args: argparse.Namespace) -> None:
+    from minitx.evaluation import score
+    from minitx.export.ctranslate2 import Ct2Translator, export_model
+    from minitx.translator import Translator
+
+    translator = Translator.from_checkpoint(args.checkpoint)
+    sources, references = _test_split(args)
+    torch.set_num_threads(args.ct2_threads)  # the same number of threads for both runtimes
+    print(
+        f"\n== CTranslate2 vs minitx: {len(sources)} test sentences, batches of "
+        f"{args.decode_batch}, {args.ct2_threads} threads each (minitx fp32); sentences/s, "
+        "BLEU, translations identical to minitx's =="
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        contenders: dict[str, Callable[[list[str], int], list[str]]] = {
+            "minitx": lambda sents, beam: translator.translate(
+                sents, beam_size=beam, batch_size=args.decode_batch
+            )
+        }
+        for quantization in ("float32", "int8"):
+            directory = export_model(
+                translator.model, translator.tokenizer, f"{tmp}/{quantization}",
+                quantization=quantization,
+            )  # fmt: skip
+            ct2 = Ct2Translator(directory, intra_threads=args.ct2_threads)
+            contenders[f"ct2 {quantization}"] = lambda sents, beam, ct2=ct2: ct2.translate(
+                sents, beam, batch_size=args.decode_batch
+            )
+        for beam in (1, args.beam):
+            label = "greedy" if beam == 1 else f"beam {beam}"
+            outputs = {}
+            for name, translate in contenders.items():
+                translate(sources[:16], beam)  # warm-up, not timed
+                start = time.perf_counter()
+                outputs[name] = translate(sources, beam)
+                rate = len(sources) / (time.perf_counter() - start)
+                bleu = score(outputs[name], references).bleu
+                same = sum(
+                    a == b for a, b in zip(outputs[name], outputs["minitx"], strict=True)
+                ) / len(sources)
+                print(
+                    f"  {label:8s} {name:12s} {rate:8.1f} sentences/s | BLEU {bleu:6.2f} | "
+                    f"identical to minitx {100 * same:5.1f}%"
+                )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -321,7 +382,8 @@ def main() -> None:
         "--sections",
         nargs="+",
         default=["train", "attention", "decode"],
-        choices=["train", "attention", "decode"],
+        choices=["train", "attention", "decode", "ct2"],
+        help="sections to run (default: train attention decode; ct2 is opt-in)",
     )
     parser.add_argument(
         "--precisions", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16"]
@@ -355,11 +417,25 @@ def main() -> None:
     parser.add_argument("--decode-sentences", type=int, default=128)
     parser.add_argument("--decode-batch", type=int, default=64)
     parser.add_argument("--beam", type=int, default=5)
+    parser.add_argument(
+        "--ct2-threads",
+        type=int,
+        default=2,
+        help="ct2 section: threads of both runtimes (torch, CTranslate2 intra_threads)",
+    )
     args = parser.parse_args()
+    if "ct2" in args.sections and not args.checkpoint:
+        parser.error("--sections ct2 needs --checkpoint (a trained model to export)")
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
     start = time.perf_counter()
+    sections = {
+        "train": bench_train,
+        "attention": bench_attention,
+        "decode": bench_decode,
+        "ct2": bench_ct2,
+    }
     for section in args.sections:
-        {"train": bench_train, "attention": bench_attention, "decode": bench_decode}[section](args)
+        sections[section](args)
     print(f"\ntotal {time.perf_counter() - start:.0f} s")
 
 
