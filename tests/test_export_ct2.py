@@ -22,6 +22,7 @@ ctranslate2 = pytest.importorskip(
     "ctranslate2", reason="ctranslate2 is not installed (pip install 'minitx[export]')"
 )
 
+from minitx.cli import ct2 as ct2_cli  # noqa: E402
 from minitx.cli.common import user_error_message  # noqa: E402
 from minitx.export.ctranslate2 import (  # noqa: E402
     Ct2Translator,
@@ -238,7 +239,7 @@ def test_command_writes_a_loadable_int8_directory(tiny_checkpoint: Path, tmp_pat
 
 
 def test_command_refuses_a_model_ctranslate2_cannot_run(
-    translator: Translator, tmp_path: Path
+    translator: Translator, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     config = TransformerConfig(
         src_vocab_size=translator.tokenizer.vocab_size,
@@ -262,16 +263,17 @@ def test_command_refuses_a_model_ctranslate2_cannot_run(
         },
         checkpoint,
     )
-    done = run_ct2("--checkpoint", str(checkpoint), "--out", str(tmp_path / "out"))
-    assert done.returncode == 2
-    lines = done.stderr.strip().splitlines()
+    assert ct2_cli.main(["--checkpoint", str(checkpoint), "--out", str(tmp_path / "out")]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(
         "error: cannot export to CTranslate2: TransformerConfig.score='additive'"
     )
     assert not (tmp_path / "out").exists()
 
 
-def test_command_reports_a_missing_checkpoint(tmp_path: Path) -> None:
-    done = run_ct2("--checkpoint", str(tmp_path / "nope.ckpt"), "--out", str(tmp_path / "out"))
-    assert done.returncode == 2
-    assert done.stderr.startswith("error: checkpoint not found")
+def test_command_reports_a_missing_checkpoint(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["--checkpoint", str(tmp_path / "nope.ckpt"), "--out", str(tmp_path / "out")]
+    assert ct2_cli.main(argv) == 2
+    assert capsys.readouterr().err.startswith("error: checkpoint not found")
