@@ -35,6 +35,7 @@ inside the functions that need it. No Lightning.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -228,13 +229,12 @@ def transformer_spec(model: Transformer, tokenizer: Tokenizer) -> ctranslate2.sp
         pre_norm=config.norm_first,
         activation=common_spec.Activation[_ACTIVATIONS[config.activation]],
     )
-    if config.positional == "rotary":  # all of each head, halves rotated (not interleaved)
+    rotary = config.positional == "rotary"
+    if rotary:  # all of each head, halves rotated (not interleaved)
         common.update(rotary_dim=0, rotary_interleave=False)
     encoder = transformer.TransformerEncoderSpec(config.n_encoder_layers, config.n_heads, **common)
     decoder = transformer.TransformerDecoderSpec(config.n_decoder_layers, config.n_heads, **common)
-    if (
-        config.positional == "rotary"
-    ):  # the decoder spec drops its table for rotary, the encoder's not
+    if rotary:  # the decoder spec has no position table with rotary; the encoder spec keeps one
         delattr(encoder, "position_encodings")
     spec = transformer.TransformerSpec(encoder, decoder)
     spec.config.layer_norm_epsilon = model.encoder_layers[0].attn_block.norm.eps
@@ -285,7 +285,7 @@ def export_model(
         )
     if out.exists() and not force:
         raise FileExistsError(
-            17, "exists already; pass --force (force=True) to replace it", str(out)
+            errno.EEXIST, "exists already; pass --force (force=True) to replace it", str(out)
         )
     spec = transformer_spec(model, tokenizer)
     spec.validate()
@@ -305,8 +305,10 @@ def export_model(
             "quantization": quantization or "float32",
         }
         (tmp / INFO_FILE).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
-        if out.exists():
-            shutil.rmtree(out) if out.is_dir() else out.unlink()
+        if out.is_dir():
+            shutil.rmtree(out)
+        elif out.exists():
+            out.unlink()
         os.replace(tmp, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
