@@ -10,6 +10,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "translate": ("minitx.cli.translate", "translate sentences, a file or stdin with a checkpoint"),
     "evaluate": ("minitx.cli.evaluate", "score a checkpoint on a corpus split (BLEU, chrF)"),
     "visualize": ("minitx.cli.visualize", "draw the attention maps of one sentence"),
+    "export": ("minitx.cli.export", "write a checkpoint as a release directory (and to the hub)"),
 }
 
 
