@@ -400,20 +400,17 @@ def _evaluation_lines(evaluation: Mapping[str, Any] | None) -> list[str]:
             "with `--evaluation eval.json` to record the scores here.",
         ]
     split = evaluation.get("split", "?")
-    data = evaluation.get("resolved_data") or evaluation.get("data", "?")
     lines = [
-        f"sacreBLEU on the `{split}` split of `{data}` "
-        f"({evaluation.get('sentences', '?')} sentences), `minitx-evaluate`:",
+        f"sacreBLEU on the `{split}` split of `{evaluation.get('data', '?')}` "
+        f"({evaluation.get('sentences', '?')} sentences), scored by `minitx-evaluate`:",
         "",
-        "| decoding | BLEU | chrF | signature |",
-        "|---|---|---|---|",
     ]
     for result in evaluation["results"]:
         decoding = result.get("decoding") or f"beam {result.get('beam', '?')}"
         chrf = result.get("chrf")
-        chrf_text = f"{chrf:.2f}" if isinstance(chrf, (int, float)) else "?"
+        chrf_text = f", chrF {chrf:.2f}" if isinstance(chrf, (int, float)) else ""
         lines.append(
-            f"| {decoding} | {result['bleu']:.2f} | {chrf_text} | `{result['signature']}` |"
+            f"- {decoding}: BLEU {result['bleu']:.2f}{chrf_text} (`{result['signature']}`)"
         )
     return lines
 
@@ -455,16 +452,18 @@ def model_card(release: Release, evaluation: Mapping[str, Any] | None = None) ->
         "",
         "## Use",
         "",
+        f"With minitx {minitx.__version__} or later installed (`pip install <minitx checkout>`), "
+        "`DIR_OR_REPO_ID` being this directory or its hub repo id:",
+        "",
         "```bash",
-        "pip install minitx   # or a checkout: pip install -e .",
-        'minitx-translate --checkpoint DIR_OR_REPO_ID "A sentence to translate."',
+        f'minitx-translate --checkpoint DIR_OR_REPO_ID "<a {src or "source"} sentence>"',
         "```",
         "",
         "```python",
         "from minitx.translator import Translator",
         "",
-        'tr = Translator.from_pretrained("DIR_OR_REPO_ID")  # this directory or its hub repo id',
-        'tr.translate(["A sentence to translate."])  # beam 5',
+        'tr = Translator.from_pretrained("DIR_OR_REPO_ID")',
+        f'tr.translate(["<a {src or "source"} sentence>"])  # beam search, beam 5',
         "```",
         "",
         "Loading runs no code from the files: `model.safetensors` (weights), `config.json` "

@@ -258,8 +258,9 @@ def test_export_records_the_evaluation_in_the_card(
     )
     card = (out / "README.md").read_text(encoding="utf-8")
     for result in json.loads(report.read_text(encoding="utf-8"))["results"]:
-        assert f"| {result['bleu']:.2f} |" in card and result["signature"] in card
-    assert "| greedy |" in card and "nrefs:1|" in card
+        line = f"- {result['decoding']}: BLEU {result['bleu']:.2f}, chrF {result['chrf']:.2f}"
+        assert f"{line} (`{result['signature']}`)" in card
+    assert "- greedy: BLEU" in card and "`nrefs:1|" in card
     capsys.readouterr()
 
 

@@ -44,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--push-to-hub",
         metavar="REPO_ID",
         help="then upload the directory to this hub model repo (owner/name; created if absent; "
-        "needs `huggingface-cli login` or HF_TOKEN)",
+        "needs `hf auth login` or HF_TOKEN)",
     )
     parser.add_argument(
         "--private", action="store_true", help="create the hub repo as private (--push-to-hub)"
