@@ -137,8 +137,9 @@ CHECKPOINT_HELP = (
 
 
 def load_translator(path: Path, *, device: str, bf16: bool) -> Translator:
-    """`Translator.from_pretrained` (a `.ckpt`, a release directory or a hub repo id), with
-    every loading problem turned into a `UsageError`."""
+    """`Translator.from_checkpoint` for a local `.ckpt` or release directory,
+    `Translator.from_pretrained` for anything else (a hub repo id), with every loading problem
+    turned into a `UsageError`."""
     import torch
 
     from minitx.translator import CheckpointError, Translator
@@ -150,7 +151,9 @@ def load_translator(path: Path, *, device: str, bf16: bool) -> Translator:
     if torch_device.type == "cuda" and not torch.cuda.is_available():
         raise UsageError(f"--device {device}: CUDA is not available on this machine")
     try:
-        return Translator.from_pretrained(path, device=torch_device, bf16=bf16)
+        if Path(path).exists():  # a .ckpt file or a release directory
+            return Translator.from_checkpoint(path, device=torch_device, bf16=bf16)
+        return Translator.from_pretrained(path, device=torch_device, bf16=bf16)  # a hub repo id
     except (FileNotFoundError, CheckpointError) as exc:
         raise UsageError(str(exc)) from None
 
