@@ -1,7 +1,8 @@
 """Attention maps as data: what the model attended to for one sentence pair.
 
 The maps follow the Hugging Face / bertviz layout (one tensor per layer) with the batch
-dimension removed, so that plotting and the HTML viewer work on a single sentence.
+dimension removed, so that plotting and the HTML viewer work on a single sentence;
+`AttentionMaps.to_bertviz` puts it back for bertviz's views.
 `teacher_forced_maps` collects them from a model; training callbacks and `Translator` both
 use it.
 """
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -81,6 +82,47 @@ class AttentionMaps:
         if kind == "cross":
             return self.predicted_tokens, self.src_tokens
         raise ValueError(f"unknown attention kind {kind!r}; expected one of {KINDS}")
+
+    def to_bertviz(self, decoder_tokens: str = "predicted") -> dict[str, Any]:
+        """The keyword arguments of bertviz's encoder-decoder views.
+
+        ``bertviz.head_view(**maps.to_bertviz())`` and ``bertviz.model_view(**...)`` show
+        these maps. bertviz wants the batch axis back: each attention is a tuple with one
+        (1, H, Tq, Tk) tensor per layer.
+
+        Args:
+            decoder_tokens: which pieces label the decoder positions. bertviz takes one list
+                for them, used for the rows (queries) of decoder self- and cross-attention and
+                for the keys of decoder self-attention. "predicted" (default) follows `axes`:
+                the row of "bicycle" is the position that produces "bicycle", so cross-attention
+                reads as "which source pieces were looked at to produce this piece"; the
+                decoder self-attention keys then carry the same labels (key t is the state of
+                the position that predicted ``predicted_tokens[t]``, reading
+                ``tgt_tokens[t]``). "input" labels every decoder position with the piece it
+                reads (bos first), as Hugging Face's decoder inputs do.
+
+        Returns:
+            ``encoder_attention``, ``decoder_attention``, ``cross_attention`` (tuples of
+            (1, H, Tq, Tk) tensors), ``encoder_tokens`` (the source pieces, eos included) and
+            ``decoder_tokens``.
+        """
+        if decoder_tokens not in ("predicted", "input"):
+            raise ValueError(
+                f"decoder_tokens must be 'predicted' or 'input', got {decoder_tokens!r}"
+            )
+
+        def batched(maps: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+            return tuple(m.unsqueeze(0) for m in maps)  # (H, Tq, Tk) -> (1, H, Tq, Tk)
+
+        return {
+            "encoder_attention": batched(self.encoder_attentions),
+            "decoder_attention": batched(self.decoder_attentions),
+            "cross_attention": batched(self.cross_attentions),
+            "encoder_tokens": list(self.src_tokens),
+            "decoder_tokens": list(
+                self.predicted_tokens if decoder_tokens == "predicted" else self.tgt_tokens
+            ),
+        }
 
     def query_inputs(self, kind: str) -> list[str] | None:
         """The input piece each query position reads (decoder and cross), None for encoder

@@ -1,6 +1,8 @@
 """`Translator`: a trained checkpoint -> translations and attention maps (the inference API).
 
-`Translator.from_checkpoint(path)` needs nothing but the `.ckpt` (see `minitx.checkpoint`).
+`Translator.from_checkpoint(path)` needs nothing but the `.ckpt` (see `minitx.checkpoint`) or
+a release directory; `Translator.from_pretrained` also takes a hub repo id, and
+`save_pretrained` / `push_to_hub` write and share release directories (see `minitx.release`).
 Every translation goes through `minitx.decoding.decode` with a `DecodingConfig`; the default
 config (beam search, `DEFAULT_BEAM_SIZE`) is the one every minitx command uses.
 """
@@ -8,6 +10,7 @@ config (beam search, `DEFAULT_BEAM_SIZE`) is the one every minitx command uses.
 from __future__ import annotations
 
 import logging
+import tempfile
 from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
@@ -15,17 +18,17 @@ from typing import Any
 
 import torch
 
+from minitx import release
 from minitx.checkpoint import (
     CHECKPOINT_KEY,
     MODEL_PREFIX,
     CheckpointError,
-    languages_of,
     load_checkpoint,
-    model_from_checkpoint,
 )
 from minitx.decoding import DecodingConfig, Hypothesis, decode
 from minitx.maps import AttentionMaps, teacher_forced_maps
 from minitx.model import Transformer
+from minitx.release import Release
 from minitx.textio import quote_lines
 from minitx.tokenizer import Tokenizer
 from minitx.vocab import EOS_ID, PAD_ID
@@ -64,6 +67,8 @@ class Translator:
         device: "cpu", "cuda", ...
         bf16: run the model under bfloat16 autocast (faster on CPUs with bf16 units and GPUs).
         languages: (source, target) language codes, when known.
+        train_config: the resolved training config (YAML text), when known; `save_pretrained`
+            passes it on.
     """
 
     def __init__(
@@ -74,6 +79,7 @@ class Translator:
         device: str | torch.device = "cpu",
         bf16: bool = False,
         languages: tuple[str | None, str | None] = (None, None),
+        train_config: str | None = None,
     ) -> None:
         self.device = torch.device(device)
         self.model = model.to(self.device).eval()
@@ -81,21 +87,84 @@ class Translator:
         self.bf16 = bf16
         self.languages = languages
         """(source, target) language codes the model was trained on, when the checkpoint says."""
+        self.train_config = train_config
+
+    @classmethod
+    def from_release(
+        cls, release: Release, *, device: str | torch.device = "cpu", bf16: bool = False
+    ) -> Translator:
+        """A Translator around a loaded `minitx.release.Release`."""
+        return cls(
+            release.model,
+            release.tokenizer,
+            device=device,
+            bf16=bf16,
+            languages=release.languages,
+            train_config=release.train_config,
+        )
 
     @classmethod
     def from_checkpoint(
         cls, path: str | Path, *, device: str | torch.device = "cpu", bf16: bool = False
     ) -> Translator:
-        """Build a Translator from a `.ckpt` file alone.
+        """Build a Translator from a `.ckpt` file or a release directory alone.
 
         Raises:
-            FileNotFoundError: no such file.
-            CheckpointError: not a usable minitx checkpoint (see `minitx.checkpoint`).
+            FileNotFoundError: no such file or directory.
+            CheckpointError: not a usable minitx checkpoint or release (see `minitx.checkpoint`,
+                `minitx.release`).
         """
-        checkpoint = load_checkpoint(path)
-        model, tokenizer = model_from_checkpoint(checkpoint, path)
-        languages = languages_of(checkpoint)
-        return cls(model, tokenizer, device=device, bf16=bf16, languages=languages)
+        path = Path(path)
+        if path.is_dir():
+            return cls.from_release(release.load_pretrained(path), device=device, bf16=bf16)
+        return cls.from_release(release.from_checkpoint_file(path), device=device, bf16=bf16)
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        dir_or_repo_id: str | Path,
+        *,
+        revision: str | None = None,
+        device: str | torch.device = "cpu",
+        bf16: bool = False,
+    ) -> Translator:
+        """Build a Translator from a release directory, a hub repo id ("owner/name") or a
+        `.ckpt` file. A local path wins; a repo id is fetched with
+        `huggingface_hub.snapshot_download` (its cache serves later calls offline).
+
+        Raises:
+            FileNotFoundError: no such local path, and not a repo id.
+            CheckpointError: damaged files, or the download failed (the message says how to
+                use a local directory instead).
+        """
+        loaded = release.load(dir_or_repo_id, revision=revision)
+        return cls.from_release(loaded, device=device, bf16=bf16)
+
+    def to_release(self) -> Release:
+        """This Translator's model, tokenizer, languages and training config (shared, not
+        copied)."""
+        return Release(self.model, self.tokenizer, self.languages, self.train_config)
+
+    def save_pretrained(
+        self, directory: str | Path, *, evaluation: dict[str, Any] | None = None
+    ) -> list[Path]:
+        """Write a release directory (weights, config, tokenizer, model card); see
+        `minitx.release.save_pretrained`. Returns the written files."""
+        return release.save_pretrained(self.to_release(), directory, evaluation=evaluation)
+
+    def push_to_hub(
+        self,
+        repo_id: str,
+        *,
+        token: str | None = None,
+        private: bool = False,
+        evaluation: dict[str, Any] | None = None,
+    ) -> str:
+        """Write a release directory to a temporary place and upload it to the hub model repo
+        `repo_id` (created when absent) with `huggingface_hub.HfApi`. Returns the commit URL."""
+        with tempfile.TemporaryDirectory(prefix="minitx-release-") as tmp:
+            self.save_pretrained(tmp, evaluation=evaluation)
+            return release.push_to_hub(tmp, repo_id, token=token, private=private)
 
     def _autocast(self) -> AbstractContextManager:
         if self.bf16:

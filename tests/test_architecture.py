@@ -105,3 +105,16 @@ def test_optional_libraries_are_imported_lazily(module: str) -> None:
         else:
             continue
         assert not {top(n) for n in names} & set(OPTIONAL_LIBRARIES), f"{module}: {names}"
+def test_release_sits_beside_checkpoint() -> None:
+    """Release files need the model, the tokenizer and the checkpoint reader; never
+    Lightning, training, the inference API, the commands or the pictures."""
+    allowed = {*CORE, "checkpoint", "tokenizer"}
+    libraries = {"torch", "safetensors", "huggingface_hub", "yaml"}
+    for name in imports(MODULES["minitx.release"]):
+        part = minitx_part(name)
+        if name == "minitx":  # the package itself, for __version__
+            continue
+        if part is None:
+            assert top(name) in sys.stdlib_module_names or top(name) in libraries, name
+        else:
+            assert part in allowed, f"minitx.release imports {name}"

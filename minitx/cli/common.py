@@ -129,8 +129,17 @@ def check_arguments_utf8(arguments: dict[str, str]) -> None:
             raise UsageError(str(exc)) from None
 
 
+CHECKPOINT_HELP = (
+    "self-contained minitx .ckpt file, a release directory written by minitx-export, or the "
+    "hub repo id (owner/name) of one"
+)
+"""Help of every inference command's ``--checkpoint``: what `load_translator` accepts."""
+
+
 def load_translator(path: Path, *, device: str, bf16: bool) -> Translator:
-    """`Translator.from_checkpoint`, with every loading problem turned into a `UsageError`."""
+    """`Translator.from_checkpoint` for a local `.ckpt` or release directory,
+    `Translator.from_pretrained` for anything else (a hub repo id), with every loading problem
+    turned into a `UsageError`."""
     import torch
 
     from minitx.translator import CheckpointError, Translator
@@ -142,7 +151,9 @@ def load_translator(path: Path, *, device: str, bf16: bool) -> Translator:
     if torch_device.type == "cuda" and not torch.cuda.is_available():
         raise UsageError(f"--device {device}: CUDA is not available on this machine")
     try:
-        return Translator.from_checkpoint(path, device=torch_device, bf16=bf16)
+        if Path(path).exists():  # a .ckpt file or a release directory
+            return Translator.from_checkpoint(path, device=torch_device, bf16=bf16)
+        return Translator.from_pretrained(path, device=torch_device, bf16=bf16)  # a hub repo id
     except (FileNotFoundError, CheckpointError) as exc:
         raise UsageError(str(exc)) from None
 

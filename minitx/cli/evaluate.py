@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from minitx.cli.common import (
+    CHECKPOINT_HELP,
     UsageError,
     add_decoding_arguments,
     check_decoding_args,
@@ -76,9 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=EPILOG,
     )
-    parser.add_argument(
-        "--checkpoint", required=True, type=Path, help="self-contained minitx .ckpt file"
-    )
+    parser.add_argument("--checkpoint", required=True, type=Path, help=CHECKPOINT_HELP)
     parser.add_argument(
         "--data",
         default=DEFAULT_DATA,
@@ -104,7 +103,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=Path,
         metavar="PATH",
         help="hypotheses file; must contain {beam} when several beam sizes are given "
-        "(default: <checkpoint dir>/<checkpoint stem>.<split>.<greedy|beamN>.hyp)",
+        "(default: <checkpoint dir>/<checkpoint stem>.<split>.<greedy|beamN>.hyp, beside a "
+        "release directory, in the current directory for a hub repo id)",
     )
     parser.add_argument(
         "--json", type=Path, metavar="FILE", help="also write the results to FILE as JSON"
@@ -128,7 +128,8 @@ def hypothesis_path(args: argparse.Namespace, beam: int) -> Path:
     limit = f".first{args.limit}" if args.limit is not None else ""
     tag = decoding_from_args(args, beam).file_tag
     name = f"{args.checkpoint.stem}.{args.split}{limit}.{tag}.hyp"
-    return args.checkpoint.parent / name
+    local = args.checkpoint.exists()  # else a hub repo id: write into the current directory
+    return (args.checkpoint.parent if local else Path()) / name
 
 
 class Split(NamedTuple):

@@ -11,6 +11,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "evaluate": ("minitx.cli.evaluate", "score a checkpoint on a corpus split (BLEU, chrF)"),
     "visualize": ("minitx.cli.visualize", "draw the attention maps of one sentence"),
     "ct2": ("minitx.cli.ct2", "export a checkpoint to CTranslate2 (needs minitx[export])"),
+    "export": ("minitx.cli.export", "write a checkpoint as a release directory (and to the hub)"),
 }
 
 

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from minitx.cli.common import (
+    CHECKPOINT_HELP,
     UsageError,
     add_decoding_arguments,
     check_arguments_utf8,
@@ -89,9 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "sentences", nargs="*", metavar="SENTENCE", help="source sentences to translate"
     )
-    parser.add_argument(
-        "--checkpoint", required=True, type=Path, help="self-contained minitx .ckpt file"
-    )
+    parser.add_argument("--checkpoint", required=True, type=Path, help=CHECKPOINT_HELP)
     parser.add_argument(
         "--input", type=Path, metavar="FILE", help="read sentences from FILE (UTF-8, one per line)"
     )

@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 
 from minitx.cli.common import (
+    CHECKPOINT_HELP,
     UsageError,
     add_decoding_arguments,
     check_arguments_utf8,
@@ -44,9 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     parser.add_argument("sentence", help="source sentence to translate")
-    parser.add_argument(
-        "--checkpoint", required=True, type=Path, help="self-contained minitx .ckpt file"
-    )
+    parser.add_argument("--checkpoint", required=True, type=Path, help=CHECKPOINT_HELP)
     parser.add_argument(
         "--out-dir", type=Path, default=Path("attn"), help="output directory (default: attn/)"
     )

@@ -1,0 +1,129 @@
+"""Turn a training checkpoint into a release directory, optionally uploaded to the hub.
+
+Example:
+    minitx-export --checkpoint runs/multi30k_de_en/<run>/checkpoints/last.ckpt --out de-en/
+    minitx-evaluate --checkpoint de-en/ --beam 1 5 --json eval.json
+    minitx-export --checkpoint de-en/ --out de-en/ --evaluation eval.json --push-to-hub me/de-en
+
+The directory gets ``model.safetensors`` (weights only, no optimizer state), ``config.json``,
+``tokenizer.model``, a model card ``README.md`` and, when the checkpoint holds it,
+``train_config.yaml`` (see ``minitx.release``). ``--checkpoint`` may also be a release
+directory (to add scores to its card, or to upload it). ``--out`` must be a new or empty
+directory, or an earlier release (its files are replaced).
+
+Exit status: 0 ok; 2 a usage or input error (one ``error: ...`` line); 130 Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from minitx.cli.common import CHECKPOINT_HELP, UsageError, run_cli
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command-line interface."""
+    parser = argparse.ArgumentParser(
+        description=(
+            "Write a minitx checkpoint as a release directory (safetensors weights, config.json, "
+            "tokenizer.model, model card README.md) and optionally push it to the Hugging Face hub."
+        ),
+    )
+    parser.add_argument("--checkpoint", required=True, type=Path, help=CHECKPOINT_HELP)
+    parser.add_argument("--out", required=True, type=Path, metavar="DIR", help="release directory")
+    parser.add_argument(
+        "--evaluation",
+        type=Path,
+        metavar="FILE",
+        help="a minitx-evaluate --json report; its BLEU scores and signatures go into the card",
+    )
+    parser.add_argument(
+        "--push-to-hub",
+        metavar="REPO_ID",
+        help="then upload the directory to this hub model repo (owner/name; created if absent; "
+        "needs `hf auth login` or HF_TOKEN)",
+    )
+    parser.add_argument(
+        "--private", action="store_true", help="create the hub repo as private (--push-to-hub)"
+    )
+    return parser
+
+
+def check_out_dir(out: Path) -> None:
+    """Refuse an output directory that holds anything but an earlier release's files."""
+    from minitx.release import RELEASE_FILES
+
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out} is a file; give a directory")
+    if out.is_dir():
+        foreign = sorted(p.name for p in out.iterdir() if p.name not in RELEASE_FILES)
+        if foreign:
+            raise UsageError(
+                f"--out {out} holds other files ({', '.join(foreign[:3])}"
+                f"{', ...' if len(foreign) > 3 else ''}); give a new or empty directory"
+            )
+
+
+def read_evaluation(path: Path) -> dict:
+    """The `minitx-evaluate --json` report at `path`."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UsageError(f"--evaluation file not found: {path}") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UsageError(f"--evaluation {path}: not a readable JSON file ({exc})") from None
+
+
+def run(args: argparse.Namespace) -> int:
+    """Load, write, upload. Raises `UsageError` for input problems."""
+    from minitx import release
+    from minitx.checkpoint import CheckpointError
+
+    check_out_dir(args.out)
+    evaluation = read_evaluation(args.evaluation) if args.evaluation is not None else None
+    try:
+        loaded = release.load(args.checkpoint)
+    except (FileNotFoundError, CheckpointError) as exc:
+        raise UsageError(str(exc)) from None
+    if evaluation is not None:
+        try:
+            release.check_evaluation(evaluation, loaded.languages, where=str(args.evaluation))
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    try:
+        written = release.save_pretrained(loaded, args.out, evaluation=evaluation)
+    except OSError as exc:
+        raise UsageError(f"cannot write into --out {args.out}: {exc.strerror or exc}") from None
+    for path in written:
+        print(f"wrote {path} ({path.stat().st_size:,} bytes)")
+    if args.checkpoint.is_file():
+        total = sum(path.stat().st_size for path in written)
+        size = args.checkpoint.stat().st_size
+        print(f"{total:,} bytes in all, {total / size:.0%} of the checkpoint's {size:,}")
+    if args.push_to_hub:
+        try:
+            url = release.push_to_hub(args.out, args.push_to_hub, private=args.private)
+        except (OSError, ValueError) as exc:  # huggingface_hub's errors are OSErrors
+            raise UsageError(
+                f"pushing {args.out} to the hub repo {args.push_to_hub} failed "
+                f"({type(exc).__name__}: {' '.join(str(exc).split())[:300]}); the directory is "
+                "written; log in (`hf auth login` or HF_TOKEN) and check the repo id, then "
+                f"run minitx-export --checkpoint {args.out} --out {args.out} --push-to-hub "
+                f"{args.push_to_hub}"
+            ) from None
+        print(f"pushed to {args.push_to_hub}: {url}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; returns the process exit status (0 ok, 2 user error, 130 Ctrl-C)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    return run_cli(run, args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,485 @@
+"""Release files: a trained model as a small directory to share, and the Hugging Face hub.
+
+A release directory holds what inference needs and nothing else (no optimizer state):
+
+- `model.safetensors`: the Transformer's weights (tied matrices stored once);
+- `config.json`: the format and its version, the minitx version that wrote it, the
+  `TransformerConfig` (as `model`) and the source and target languages;
+- `tokenizer.model`: the sentencepiece model, the bytes the checkpoint carries;
+- `README.md`: a model card (languages, data, how to load it, BLEU with its signature when
+  an evaluation is given);
+- `train_config.yaml`: the resolved training config, when the checkpoint holds one.
+
+Reading one never executes code: safetensors holds tensors only, `config.json` is plain JSON
+validated through `TransformerConfig.from_dict`, and the tokenizer is sentencepiece data.
+`load` also accepts a `.ckpt` file, and a hub repo id (downloaded with
+`huggingface_hub.snapshot_download`). This module sits beside `checkpoint`: it imports the
+model, the tokenizer and the checkpoint reader; never Lightning or the inference API.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_model, save_model
+
+import minitx
+from minitx.checkpoint import (
+    CHECKPOINT_KEY,
+    CheckpointError,
+    languages_of,
+    load_checkpoint,
+    model_from_checkpoint,
+)
+from minitx.errors import check_known_keys
+from minitx.model import Transformer, TransformerConfig
+from minitx.tokenizer import Tokenizer
+
+FORMAT = "minitx-release"
+"""The `format` entry of `config.json`."""
+FORMAT_VERSION = 1
+"""Version of the release layout; a reader refuses a newer one."""
+
+WEIGHTS_FILE = "model.safetensors"
+CONFIG_FILE = "config.json"
+TOKENIZER_FILE = "tokenizer.model"
+CARD_FILE = "README.md"
+TRAIN_CONFIG_FILE = "train_config.yaml"
+REQUIRED_FILES = (CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_FILE)
+"""What `load_pretrained` needs; the card and the training config are for people."""
+RELEASE_FILES = (*REQUIRED_FILES, CARD_FILE, TRAIN_CONFIG_FILE)
+
+CONFIG_KEYS = ("format", "format_version", "minitx_version", "model", "src_lang", "tgt_lang")
+
+_REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+@dataclass
+class Release:
+    """A trained model with what it needs to translate.
+
+    Attributes:
+        model: the Transformer, weights loaded (CPU, eval mode not set).
+        tokenizer: its joint sentencepiece tokenizer.
+        languages: (source, target) language codes, or Nones when unknown.
+        train_config: the resolved training config (YAML text), when known.
+    """
+
+    model: Transformer
+    tokenizer: Tokenizer
+    languages: tuple[str | None, str | None] = (None, None)
+    train_config: str | None = None
+
+
+# ---------------------------------------------------------------------------------- reading
+def from_checkpoint_file(path: str | Path) -> Release:
+    """A `Release` from a Lightning `.ckpt` (see `minitx.checkpoint`).
+
+    Raises:
+        FileNotFoundError, CheckpointError: as `minitx.checkpoint.load_checkpoint`.
+    """
+    checkpoint = load_checkpoint(path)
+    model, tokenizer = model_from_checkpoint(checkpoint, path)
+    train_config = checkpoint[CHECKPOINT_KEY].get("train_config")
+    return Release(
+        model,
+        tokenizer,
+        languages_of(checkpoint),
+        train_config if isinstance(train_config, str) else None,
+    )
+
+
+def read_config(directory: str | Path) -> dict[str, Any]:
+    """`config.json` of a release directory, checked key by key.
+
+    Returns:
+        The dict, with `model` replaced by its `TransformerConfig`.
+
+    Raises:
+        CheckpointError: not JSON, not a minitx release, a newer format, unknown keys, or a
+            model config `TransformerConfig` rejects.
+    """
+    path = Path(directory) / CONFIG_FILE
+    try:
+        values = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CheckpointError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(values, dict) or values.get("format") != FORMAT:
+        raise CheckpointError(
+            f'{path}: not a minitx release config (it needs "format": "{FORMAT}"); '
+            "write release directories with minitx-export"
+        )
+    version = values.get("format_version")
+    if not isinstance(version, int) or version < 1:
+        raise CheckpointError(f"{path}: format_version must be a positive integer, got {version!r}")
+    if version > FORMAT_VERSION:
+        raise CheckpointError(
+            f"{path}: written in release format {version} by minitx "
+            f"{values.get('minitx_version')}; this minitx ({minitx.__version__}) reads up to "
+            f"format {FORMAT_VERSION}: upgrade minitx"
+        )
+    try:
+        check_known_keys(str(path), values, CONFIG_KEYS)
+        if not isinstance(values.get("model"), dict):
+            raise ValueError("'model' must be an object of TransformerConfig settings")
+        values["model"] = TransformerConfig.from_dict(values["model"])
+    except (ValueError, TypeError) as exc:
+        raise CheckpointError(f"{path}: {exc}") from None
+    for key in ("src_lang", "tgt_lang"):
+        if not isinstance(values.get(key), (str, type(None))):
+            raise CheckpointError(f"{path}: {key} must be a language code or null")
+    return values
+
+
+def load_pretrained(directory: str | Path) -> Release:
+    """A `Release` from a release directory (see the module docstring).
+
+    Raises:
+        FileNotFoundError: no such directory.
+        CheckpointError: a file is missing or damaged, or the weights do not fit the config.
+    """
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise FileNotFoundError(f"release directory not found: {directory}")
+    missing = [name for name in REQUIRED_FILES if not (directory / name).is_file()]
+    if missing:
+        raise CheckpointError(
+            f"{directory}: not a complete minitx release: missing {', '.join(missing)} "
+            f"(a release holds {', '.join(REQUIRED_FILES)}; write one with minitx-export)"
+        )
+    config = read_config(directory)
+    model_config: TransformerConfig = config["model"]
+    tokenizer_path = directory / TOKENIZER_FILE
+    try:
+        tokenizer = Tokenizer.load(tokenizer_path)
+    except ValueError as exc:
+        raise CheckpointError(f"{exc}") from None
+    if tokenizer.vocab_size != model_config.tgt_vocab_size:
+        raise CheckpointError(
+            f"{tokenizer_path}: {tokenizer.vocab_size} pieces, but {directory / CONFIG_FILE} "
+            f"says the model has {model_config.tgt_vocab_size}: the files come from different "
+            "models"
+        )
+    weights = directory / WEIGHTS_FILE
+    try:
+        model = Transformer(model_config)
+    except (ValueError, TypeError) as exc:
+        raise CheckpointError(f"{directory / CONFIG_FILE}: {exc}") from None
+    try:
+        load_model(model, weights, strict=True)
+    except RuntimeError as exc:  # missing / unexpected names, shapes that do not fit
+        raise CheckpointError(
+            f"{weights}: the weights do not fit the model of {CONFIG_FILE}: "
+            f"{' '.join(str(exc).split())}"
+        ) from None
+    except Exception as exc:  # safetensors' own error type for a damaged or foreign file
+        raise CheckpointError(
+            f"{weights}: not a readable safetensors file ({type(exc).__name__}: {exc})"
+        ) from None
+    bad = [k for k, v in model.state_dict().items() if not torch.isfinite(v).all()]
+    if bad:
+        raise CheckpointError(
+            f"{weights}: the weights hold NaN or inf ({len(bad)} tensors, e.g. {bad[0]})"
+        )
+    train_config_path = directory / TRAIN_CONFIG_FILE
+    train_config = (
+        train_config_path.read_text(encoding="utf-8") if train_config_path.is_file() else None
+    )
+    return Release(model, tokenizer, (config["src_lang"], config["tgt_lang"]), train_config)
+
+
+def looks_like_repo_id(name: str) -> bool:
+    """Whether `name` could be a hub repo id ("owner/name") rather than a local `.ckpt` path."""
+    return bool(_REPO_ID.match(name)) and not name.endswith(".ckpt")
+
+
+def download(repo_id: str, *, revision: str | None = None, token: str | None = None) -> Path:
+    """The release directory of a hub model repo, from the hub or the local hub cache.
+
+    Raises:
+        CheckpointError: the download failed (offline, no such repo, no access); the message
+            says what was tried and how to use a local directory instead.
+    """
+    from huggingface_hub import snapshot_download
+
+    try:
+        return Path(
+            snapshot_download(
+                repo_id, revision=revision, token=token, allow_patterns=list(RELEASE_FILES)
+            )
+        )
+    except (OSError, ValueError) as exc:  # hub errors are OSErrors; a bad repo id a ValueError
+        reason = " ".join(str(exc).split())[:300]
+        raise CheckpointError(
+            f"{repo_id!r} is not a local file or directory, and downloading it as a Hugging "
+            f"Face hub model repo failed ({type(exc).__name__}: {reason}); offline, pass a "
+            "release directory (minitx-export --checkpoint RUN.ckpt --out DIR) or a .ckpt file"
+        ) from None
+
+
+def load(path_or_repo_id: str | Path, *, revision: str | None = None) -> Release:
+    """A `Release` from a `.ckpt` file, a release directory or a hub repo id ("owner/name").
+
+    A local path wins; a name that is no local path and looks like "owner/name" is fetched
+    from the hub.
+
+    Raises:
+        FileNotFoundError: no such file or directory (and not a repo id).
+        CheckpointError: a damaged checkpoint or release, or a failed download.
+    """
+    path = Path(path_or_repo_id)
+    if path.is_dir():
+        return load_pretrained(path)
+    if path.exists() or not looks_like_repo_id(str(path_or_repo_id)):
+        if not path.exists():
+            raise FileNotFoundError(
+                f"checkpoint not found: {path} (pass a .ckpt written under "
+                "<run dir>/checkpoints/, a release directory written by minitx-export, or a "
+                "hub repo id owner/name)"
+            )
+        return from_checkpoint_file(path)
+    return load_pretrained(download(str(path_or_repo_id), revision=revision))
+
+
+# ---------------------------------------------------------------------------------- writing
+@contextlib.contextmanager
+def _atomic_path(path: Path) -> Iterator[Path]:
+    """A temporary name beside `path` that replaces it when the block succeeds."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _write_bytes(path: Path, data: bytes) -> None:
+    with _atomic_path(path) as tmp:
+        tmp.write_bytes(data)
+        os.chmod(tmp, 0o644)
+
+
+def config_dict(release: Release) -> dict[str, Any]:
+    """What `config.json` holds for `release`."""
+    return {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "minitx_version": minitx.__version__,
+        "model": release.model.config.to_dict(),
+        "src_lang": release.languages[0],
+        "tgt_lang": release.languages[1],
+    }
+
+
+def check_evaluation(
+    evaluation: Mapping[str, Any],
+    languages: tuple[str | None, str | None] = (None, None),
+    where: str = "evaluation",
+) -> None:
+    """Check a `minitx-evaluate --json` report before it goes into a model card.
+
+    Raises:
+        ValueError: not such a report (no `results` with BLEU and signature), or it scored
+            another language pair than `languages`.
+    """
+    results = evaluation.get("results") if isinstance(evaluation, Mapping) else None
+    if not isinstance(results, list) or not results:
+        raise ValueError(f"{where}: not a minitx-evaluate --json report (no 'results' list)")
+    for result in results:
+        if not isinstance(result, Mapping) or not {"bleu", "signature"} <= set(result):
+            raise ValueError(f"{where}: each result needs 'bleu' and 'signature'")
+    scored = (evaluation.get("src_lang"), evaluation.get("tgt_lang"))
+    if all(languages) and all(scored) and tuple(scored) != tuple(languages):
+        raise ValueError(
+            f"{where}: scores {scored[0]} -> {scored[1]}, but the model translates "
+            f"{languages[0]} -> {languages[1]}"
+        )
+
+
+def save_pretrained(
+    release: Release, directory: str | Path, *, evaluation: Mapping[str, Any] | None = None
+) -> list[Path]:
+    """Write `release` as a release directory (created if needed; its files are replaced).
+
+    Args:
+        release: the model, tokenizer, languages and training config.
+        directory: where to write.
+        evaluation: a `minitx-evaluate --json` report; its BLEU scores and signatures go into
+            the model card.
+
+    Returns:
+        The written files.
+    """
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    if evaluation is not None:
+        check_evaluation(evaluation, release.languages)
+    written = []
+    weights = directory / WEIGHTS_FILE
+    with _atomic_path(weights) as tmp:
+        save_model(release.model, str(tmp), metadata={"format": "pt"})
+        os.chmod(tmp, 0o644)
+    written.append(weights)
+    text = json.dumps(config_dict(release), indent=2, ensure_ascii=False) + "\n"
+    for name, data in (
+        (CONFIG_FILE, text.encode("utf-8")),
+        (TOKENIZER_FILE, release.tokenizer.model_bytes),
+        (CARD_FILE, model_card(release, evaluation).encode("utf-8")),
+    ):
+        _write_bytes(directory / name, data)
+        written.append(directory / name)
+    train_config = directory / TRAIN_CONFIG_FILE
+    if release.train_config is not None:
+        _write_bytes(train_config, release.train_config.encode("utf-8"))
+        written.append(train_config)
+    elif train_config.exists():  # a stale one from an earlier export into this directory
+        train_config.unlink()
+    return written
+
+
+def push_to_hub(
+    directory: str | Path,
+    repo_id: str,
+    *,
+    token: str | None = None,
+    private: bool = False,
+    commit_message: str = "Upload minitx model",
+) -> str:
+    """Upload a release directory to a hub model repo (created when absent).
+
+    Returns:
+        The URL of the commit.
+    """
+    from huggingface_hub import HfApi
+
+    api = HfApi(token=token)
+    api.create_repo(repo_id, repo_type="model", private=private, exist_ok=True)
+    info = api.upload_folder(
+        folder_path=str(directory),
+        repo_id=repo_id,
+        repo_type="model",
+        allow_patterns=list(RELEASE_FILES),
+        commit_message=commit_message,
+    )
+    return str(getattr(info, "commit_url", info))
+
+
+# ---------------------------------------------------------------------------------- model card
+def _data_source(train_config: str | None) -> str | None:
+    """`data.source` of a training config (YAML), when it says."""
+    if not train_config:
+        return None
+    import yaml
+
+    try:
+        values = yaml.safe_load(train_config)
+    except yaml.YAMLError:
+        return None
+    data = values.get("data") if isinstance(values, dict) else None
+    source = data.get("source") if isinstance(data, dict) else None
+    return str(source) if source else None
+
+
+def _evaluation_lines(evaluation: Mapping[str, Any] | None) -> list[str]:
+    if evaluation is None:
+        return [
+            "Not measured for this export. Score it with "
+            "`minitx-evaluate --checkpoint DIR --beam 1 5 --json eval.json` and export again "
+            "with `--evaluation eval.json` to record the scores here.",
+        ]
+    split = evaluation.get("split", "?")
+    lines = [
+        f"sacreBLEU on the `{split}` split of `{evaluation.get('data', '?')}` "
+        f"({evaluation.get('sentences', '?')} sentences), scored by `minitx-evaluate`:",
+        "",
+    ]
+    for result in evaluation["results"]:
+        decoding = result.get("decoding") or f"beam {result.get('beam', '?')}"
+        chrf = result.get("chrf")
+        chrf_text = f", chrF {chrf:.2f}" if isinstance(chrf, (int, float)) else ""
+        lines.append(
+            f"- {decoding}: BLEU {result['bleu']:.2f}{chrf_text} (`{result['signature']}`)"
+        )
+    return lines
+
+
+def _sizes(config: TransformerConfig) -> str:
+    return (
+        f"d_model {config.d_model}, {config.n_heads} heads, {config.n_encoder_layers}+"
+        f"{config.n_decoder_layers} layers, d_ff {config.d_ff}, {config.positional} positions, "
+        f"{'pre' if config.norm_first else 'post'}-LN, vocabulary {config.tgt_vocab_size}"
+    )
+
+
+def model_card(release: Release, evaluation: Mapping[str, Any] | None = None) -> str:
+    """The `README.md` of a release: hub metadata, languages, data, scores, how to load."""
+    src, tgt = release.languages
+    languages: Sequence[str] = [lang for lang in (src, tgt) if lang]
+    pair = f"{src or '?'} → {tgt or '?'}"
+    source = _data_source(release.train_config)
+    params = sum(p.numel() for p in release.model.parameters())
+    front = ["---", "library_name: minitx", "pipeline_tag: translation", "tags:", "- translation"]
+    front += ["- minitx", "language:", *[f"- {lang}" for lang in languages], "---", ""]
+    body = [
+        f"# minitx {pair} translation model",
+        "",
+        f"A Transformer encoder–decoder ({_sizes(release.model.config)}; "
+        f"{params:,} parameters) trained with minitx {minitx.__version__}, a small PyTorch "
+        "+ Lightning package that shows its attention maps.",
+        "",
+        "## Languages and data",
+        "",
+        f"- source language: `{src}`, target language: `{tgt}`",
+        f"- training data (`data.source`): `{source}`"
+        if source
+        else "- training data: not recorded in the checkpoint",
+        "",
+        "## Evaluation",
+        "",
+        *_evaluation_lines(evaluation),
+        "",
+        "## Use",
+        "",
+        f"With minitx {minitx.__version__} or later installed (`pip install <minitx checkout>`), "
+        "`DIR_OR_REPO_ID` being this directory or its hub repo id:",
+        "",
+        "```bash",
+        f'minitx-translate --checkpoint DIR_OR_REPO_ID "<a {src or "source"} sentence>"',
+        "```",
+        "",
+        "```python",
+        "from minitx.translator import Translator",
+        "",
+        'tr = Translator.from_pretrained("DIR_OR_REPO_ID")',
+        f'tr.translate(["<a {src or "source"} sentence>"])  # beam search, beam 5',
+        "```",
+        "",
+        "Loading runs no code from the files: `model.safetensors` (weights), `config.json` "
+        "(model config, languages, format version), `tokenizer.model` (sentencepiece).",
+        "",
+        "## Training",
+        "",
+    ]
+    if release.train_config:
+        body += [
+            f"The resolved training config is `{TRAIN_CONFIG_FILE}`; this retrains the model:",
+            "",
+            "```bash",
+            f"minitx-train --config {TRAIN_CONFIG_FILE}",
+            "```",
+        ]
+    else:
+        body.append("The checkpoint does not hold its training config.")
+    return "\n".join(front + body) + "\n"

@@ -1,0 +1,399 @@
+"""Release directories (minitx/release.py, minitx-export): a round trip that changes nothing,
+small files, one-line errors for damaged ones, and the hub wiring (faked: no network)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import PYTHON, TOY_CORPUS_DIR, TOY_TEST_SOURCES, subprocess_env
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+from minitx import release
+from minitx.checkpoint import CheckpointError
+from minitx.cli import export as export_cli
+from minitx.cli import translate as translate_cli
+from minitx.decoding import DecodingConfig
+from minitx.translator import Translator
+from minitx.vocab import BOS_ID, EOS_ID
+
+SENTENCES = TOY_TEST_SOURCES[:6]
+
+
+@pytest.fixture(scope="module")
+def original(tiny_checkpoint: Path) -> Translator:
+    return Translator.from_checkpoint(tiny_checkpoint)
+
+
+@pytest.fixture(scope="module")
+def release_dir(original: Translator, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    directory = tmp_path_factory.mktemp("release") / "de-en"
+    original.save_pretrained(directory)
+    return directory
+
+
+@pytest.fixture
+def copy_of(release_dir: Path, tmp_path: Path):
+    """A fresh copy of the release directory, to damage."""
+
+    def make() -> Path:
+        return Path(shutil.copytree(release_dir, tmp_path / "copy"))
+
+    return make
+
+
+def dir_size(directory: Path) -> int:
+    return sum(p.stat().st_size for p in directory.iterdir() if p.is_file())
+
+
+# ------------------------------------------------------------------------------ round trip
+def test_files_of_a_release(release_dir: Path, original: Translator) -> None:
+    assert sorted(p.name for p in release_dir.iterdir()) == sorted(release.RELEASE_FILES)
+    config = json.loads((release_dir / "config.json").read_text(encoding="utf-8"))
+    assert config["format"] == release.FORMAT and config["format_version"] == 1
+    assert config["model"] == original.model.config.to_dict()
+    assert (config["src_lang"], config["tgt_lang"]) == original.languages == ("de", "en")
+    assert (release_dir / "tokenizer.model").read_bytes() == original.tokenizer.model_bytes
+    assert (release_dir / "train_config.yaml").read_text(encoding="utf-8") == (
+        original.train_config
+    )
+    card = (release_dir / "README.md").read_text(encoding="utf-8")
+    assert card.startswith("---\n") and "- de\n- en\n" in card  # hub metadata: languages
+    assert "builtin:toy" in card and "Translator.from_pretrained" in card
+    assert "minitx-train --config train_config.yaml" in card
+
+
+def test_round_trip_gives_identical_logits_and_translations(
+    release_dir: Path, original: Translator
+) -> None:
+    loaded = Translator.from_pretrained(release_dir)
+    assert loaded.languages == original.languages
+    assert loaded.train_config == original.train_config
+    before, after = original.model.state_dict(), loaded.model.state_dict()
+    assert before.keys() == after.keys()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    # tied matrices stay tied, not two copies
+    assert loaded.model.output.weight.data_ptr() == loaded.model.tgt_embed.weight.data_ptr()
+    ids = original.tokenizer.encode(SENTENCES[:2])
+    src = torch.tensor([ids[0] + [EOS_ID]])
+    tgt = torch.tensor([[BOS_ID, *ids[1][:5]]])
+    with torch.inference_mode():
+        assert torch.equal(original.model(src, tgt), loaded.model(src, tgt))
+    for decoding in (DecodingConfig.for_beam(1), DecodingConfig.for_beam(4)):
+        assert loaded.translate(SENTENCES, decoding) == original.translate(SENTENCES, decoding)
+    assert loaded.translate_n_best(SENTENCES, beam_size=4, n_best=3) == (
+        original.translate_n_best(SENTENCES, beam_size=4, n_best=3)
+    )
+    assert Translator.from_checkpoint(release_dir).translate(SENTENCES) == (
+        original.translate(SENTENCES)
+    )
+
+
+def test_release_holds_the_weights_once_and_no_optimizer_state(
+    release_dir: Path, tiny_checkpoint: Path, original: Translator
+) -> None:
+    unique = {p.data_ptr(): p for p in original.model.state_dict().values()}
+    weight_bytes = sum(p.numel() * p.element_size() for p in unique.values())
+    with safe_open(release_dir / "model.safetensors", framework="pt") as f:
+        assert len(list(f.keys())) == len(unique)  # one entry per distinct tensor
+    assert (release_dir / "model.safetensors").stat().st_size < 1.02 * weight_bytes
+    # The sentencepiece model (mostly its normalisation table) is the same bytes in both files
+    # and a third of this tiny model's release; the rest is under 40% of the checkpoint.
+    tokenizer = len(original.tokenizer.model_bytes)
+    ckpt = tiny_checkpoint.stat().st_size
+    assert dir_size(release_dir) - tokenizer < 0.4 * (ckpt - tokenizer)
+    assert dir_size(release_dir) < 0.45 * ckpt
+
+
+def test_save_pretrained_replaces_an_earlier_release(
+    release_dir: Path, original: Translator, tmp_path: Path
+) -> None:
+    directory = Path(shutil.copytree(release_dir, tmp_path / "again"))
+    without_config = Translator(original.model, original.tokenizer, languages=("de", "en"))
+    without_config.save_pretrained(directory)
+    assert not (directory / "train_config.yaml").exists()  # no stale file left behind
+    assert "does not hold its training config" in (directory / "README.md").read_text("utf-8")
+    assert Translator.from_pretrained(directory).translate(SENTENCES[:2]) == (
+        original.translate(SENTENCES[:2])
+    )
+
+
+# ------------------------------------------------------------------------------ damage
+def _edit_config(directory: Path, change) -> None:
+    path = directory / "config.json"
+    config = json.loads(path.read_text(encoding="utf-8"))
+    change(config)
+    path.write_text(json.dumps(config), encoding="utf-8")
+
+
+def _bad_json(directory: Path) -> None:
+    (directory / "config.json").write_text('{"format": "minitx-release",', encoding="utf-8")
+
+
+def _wrong_d_model(directory: Path) -> None:
+    _edit_config(directory, lambda c: c["model"].update(d_model=2 * c["model"]["d_model"]))
+
+
+def _wrong_shape_weights(directory: Path) -> None:
+    path = directory / "model.safetensors"
+    with safe_open(path, framework="pt") as f:
+        tensors = {k: f.get_tensor(k) for k in f.keys()}
+    name = next(k for k in tensors if k.endswith("q_proj.weight"))
+    tensors[name] = torch.zeros(tensors[name].shape[0] + 1, tensors[name].shape[1])
+    save_file(tensors, path)
+
+
+DAMAGE = {
+    "bad-json": (_bad_json, r"config\.json: not valid JSON"),
+    "unknown-key": (lambda d: _edit_config(d, lambda c: c.update(extra=1)), r"unknown keys"),
+    "unknown-model-key": (
+        lambda d: _edit_config(d, lambda c: c["model"].update(d_modle=64)),
+        r"TransformerConfig: unknown keys \['d_modle'\]",
+    ),
+    "wrong-d_model": (_wrong_d_model, r"model\.safetensors: the weights do not fit"),
+    "newer-format": (
+        lambda d: _edit_config(d, lambda c: c.update(format_version=99)),
+        r"format 99 .* upgrade minitx",
+    ),
+    "foreign-json": (
+        lambda d: (d / "config.json").write_text('{"model_type": "bert"}', encoding="utf-8"),
+        r"not a minitx release config",
+    ),
+    "missing-weights": (
+        lambda d: (d / "model.safetensors").unlink(),
+        r"missing model\.safetensors",
+    ),
+    "missing-tokenizer": (
+        lambda d: (d / "tokenizer.model").unlink(),
+        r"missing tokenizer\.model",
+    ),
+    "wrong-shape-weights": (_wrong_shape_weights, r"size mismatch for .*q_proj\.weight"),
+    "garbage-weights": (
+        lambda d: (d / "model.safetensors").write_bytes(b"\x00" * 100),
+        r"model\.safetensors: not a readable safetensors file",
+    ),
+}
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGE))
+def test_a_damaged_release_is_one_error_line(
+    damage: str, copy_of, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("MINITX_DEBUG", raising=False)
+    directory = copy_of()
+    change, message = DAMAGE[damage]
+    change(directory)
+    with pytest.raises(CheckpointError, match=message):
+        Translator.from_pretrained(directory)
+    assert translate_cli.main(["--checkpoint", str(directory), "ein hund"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and err.startswith("error: "), err
+
+
+def test_damaged_release_and_hub_id_through_the_command(copy_of) -> None:
+    """`python -m minitx translate` as a real process: exit 2 and one `error:` line for a
+    damaged directory and, offline, for a hub repo id that is not a local path."""
+    directory = copy_of()
+    _wrong_d_model(directory)
+    env = {**subprocess_env(), "HF_HUB_OFFLINE": "1"}
+    env.pop("MINITX_DEBUG", None)
+    for target, message in (
+        (str(directory), "the weights do not fit the model of config.json"),
+        ("someone/minitx-de-en", "'someone/minitx-de-en' is not a local file or directory"),
+    ):
+        proc = subprocess.run(
+            [PYTHON, "-m", "minitx", "translate", "--checkpoint", target, "ein hund"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=180,
+        )
+        assert proc.returncode == 2, proc.stderr[-2000:]
+        assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("error: "), proc.stderr
+        assert message in proc.stderr
+    assert "release directory" in proc.stderr  # how to do without the hub
+
+
+# ------------------------------------------------------------------------------ export command
+def test_export_command_end_to_end(tiny_checkpoint: Path, original: Translator, tmp_path) -> None:
+    out = tmp_path / "exported"
+    proc = subprocess.run(
+        [PYTHON, "-m", "minitx", "export", "--checkpoint", str(tiny_checkpoint), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        env=subprocess_env(),
+        timeout=180,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert f"wrote {out / 'model.safetensors'}" in proc.stdout
+    assert "of the checkpoint's" in proc.stdout
+    assert Translator.from_pretrained(out).translate(SENTENCES) == original.translate(SENTENCES)
+
+
+def test_export_records_the_evaluation_in_the_card(
+    release_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    from minitx.cli import evaluate as evaluate_cli
+
+    report = tmp_path / "eval.json"
+    args = ["--checkpoint", str(release_dir), "--data", str(TOY_CORPUS_DIR), "--limit", "3"]
+    hyp = ["--hyp-out", str(tmp_path / "{beam}.hyp")]
+    assert evaluate_cli.main([*args, *hyp, "--beam", "1", "2", "--json", str(report)]) == 0
+    out = tmp_path / "scored"
+    assert export_cli.main(["--checkpoint", str(release_dir), "--out", str(out)]) == 0
+    before = (out / "README.md").read_text(encoding="utf-8")
+    assert "Not measured" in before
+    assert (
+        export_cli.main(
+            ["--checkpoint", str(release_dir), "--out", str(out), "--evaluation", str(report)]
+        )
+        == 0
+    )
+    card = (out / "README.md").read_text(encoding="utf-8")
+    for result in json.loads(report.read_text(encoding="utf-8"))["results"]:
+        line = f"- {result['decoding']}: BLEU {result['bleu']:.2f}, chrF {result['chrf']:.2f}"
+        assert f"{line} (`{result['signature']}`)" in card
+    assert "- greedy: BLEU" in card and "`nrefs:1|" in card
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize(
+    ("in_out_dir", "evaluation", "message"),
+    [
+        ({"notes.txt": "mine"}, None, r"holds other files \(notes\.txt\)"),
+        ({}, "[1, 2]", r"not a minitx-evaluate --json report"),
+        (
+            {},
+            '{"src_lang": "en", "tgt_lang": "de", "results": [{"bleu": 1.0, "signature": "x"}]}',
+            r"scores en -> de, but the model translates de -> en",
+        ),
+    ],
+    ids=["foreign-out-dir", "not-a-report", "other-languages"],
+)
+def test_export_refuses_with_one_line(
+    in_out_dir: dict,
+    evaluation: str | None,
+    message: str,
+    tiny_checkpoint: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("MINITX_DEBUG", raising=False)
+    out = tmp_path / "out"
+    out.mkdir()
+    for name, text in in_out_dir.items():
+        (out / name).write_text(text, encoding="utf-8")
+    args = ["--checkpoint", str(tiny_checkpoint), "--out", str(out)]
+    if evaluation is not None:
+        (tmp_path / "eval.json").write_text(evaluation, encoding="utf-8")
+        args += ["--evaluation", str(tmp_path / "eval.json")]
+    assert export_cli.main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: ")
+    assert re.search(message, err), err
+    assert sorted(p.name for p in out.iterdir()) == sorted(in_out_dir)  # nothing written
+
+
+# ------------------------------------------------------------------------------ the hub (faked)
+class FakeHfApi:
+    """Records what `release.push_to_hub` asks of `huggingface_hub.HfApi`."""
+
+    calls: list = []
+
+    def __init__(self, token=None) -> None:
+        self.calls.append(("init", token))
+
+    def create_repo(self, repo_id, *, repo_type, private, exist_ok):
+        self.calls.append(("create_repo", repo_id, repo_type, private, exist_ok))
+
+    def upload_folder(self, *, folder_path, repo_id, repo_type, allow_patterns, commit_message):
+        files = sorted(p.name for p in Path(folder_path).iterdir())
+        self.calls.append(("upload_folder", repo_id, repo_type, files, sorted(allow_patterns)))
+        return type("CommitInfo", (), {"commit_url": f"https://hf.co/{repo_id}/commit/1"})()
+
+
+def test_push_to_hub_creates_the_repo_and_uploads_the_release(
+    original: Translator, release_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys, tmp_path
+) -> None:
+    import huggingface_hub
+
+    monkeypatch.setattr(huggingface_hub, "HfApi", FakeHfApi)
+    FakeHfApi.calls = []
+    url = original.push_to_hub("me/minitx-de-en", private=True)
+    assert url == "https://hf.co/me/minitx-de-en/commit/1"
+    files = sorted(release.RELEASE_FILES)
+    assert FakeHfApi.calls == [
+        ("init", None),
+        ("create_repo", "me/minitx-de-en", "model", True, True),
+        ("upload_folder", "me/minitx-de-en", "model", files, files),
+    ]
+    FakeHfApi.calls = []
+    argv = ["--checkpoint", str(release_dir), "--out", str(tmp_path), "--push-to-hub", "me/x"]
+    assert export_cli.main(argv) == 0
+    assert [c[0] for c in FakeHfApi.calls] == ["init", "create_repo", "upload_folder"]
+    assert "pushed to me/x: https://hf.co/me/x/commit/1" in capsys.readouterr().out
+
+
+def test_a_failed_push_is_one_error_line(
+    release_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys, tmp_path
+) -> None:
+    import huggingface_hub
+
+    class NoLogin(FakeHfApi):
+        def create_repo(self, *args, **kwargs):
+            raise OSError("Token is required (`token=True`), but no token found.")
+
+    monkeypatch.setattr(huggingface_hub, "HfApi", NoLogin)
+    monkeypatch.delenv("MINITX_DEBUG", raising=False)
+    argv = ["--checkpoint", str(release_dir), "--out", str(tmp_path), "--push-to-hub", "me/x"]
+    assert export_cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no token found" in err and "log in" in err
+
+
+def test_from_pretrained_downloads_a_repo_id(
+    release_dir: Path, original: Translator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import huggingface_hub
+
+    asked = []
+
+    def fake_download(repo_id, **kwargs):
+        asked.append((repo_id, kwargs))
+        return str(release_dir)
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", fake_download)
+    loaded = Translator.from_pretrained("me/minitx-de-en", revision="v1")
+    assert asked == [
+        (
+            "me/minitx-de-en",
+            {"revision": "v1", "token": None, "allow_patterns": list(release.RELEASE_FILES)},
+        )
+    ]
+    assert loaded.translate(SENTENCES[:3]) == original.translate(SENTENCES[:3])
+
+
+def test_a_local_path_wins_over_a_repo_id(
+    release_dir: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import huggingface_hub
+
+    def no_download(*args, **kwargs):
+        raise AssertionError("a local directory must not be downloaded")
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", no_download)
+    (tmp_path / "me").mkdir()
+    shutil.copytree(release_dir, tmp_path / "me" / "model")
+    monkeypatch.chdir(tmp_path)
+    assert Translator.from_pretrained("me/model").languages == ("de", "en")
+    with pytest.raises(FileNotFoundError, match="checkpoint not found: me/missing.ckpt"):
+        Translator.from_pretrained("me/missing.ckpt")  # a .ckpt name is never a repo id
+    assert not os.path.exists("me/missing.ckpt")
