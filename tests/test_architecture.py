@@ -84,3 +84,11 @@ def test_viz_works_on_maps_only(module: str) -> None:
     for name in imports(MODULES[module]):
         assert minitx_part(name) in (None, "viz", "maps"), f"{module} imports {name}"
         assert top(name) != "lightning"
+
+
+def test_alignment_reads_maps_only() -> None:
+    """minitx.alignment works on attention maps: torch, the standard library and the pieces
+    below the inference API (maps, vocab, errors), never the translator or the model."""
+    for name in imports(MODULES["minitx.alignment"]):
+        allowed = top(name) in sys.stdlib_module_names or top(name) == "torch"
+        assert allowed or minitx_part(name) in ("maps", "vocab", "errors"), name
