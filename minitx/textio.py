@@ -11,17 +11,22 @@ from pathlib import Path
 from typing import TextIO
 
 
-def decode_utf8(raw: bytes, name: str) -> str:
+def decode_utf8(raw: bytes, name: str, *, first_line: int = 1) -> str:
     """Decode UTF-8 bytes (a leading byte-order mark is dropped).
 
+    Args:
+        raw: the bytes.
+        name: the file, for messages.
+        first_line: the line number of the first line of `raw` (a later part of a stream).
+
     Raises:
-        ValueError: invalid UTF-8; the message names `name`, the 1-based line and the byte
+        ValueError: invalid UTF-8; the message names `name`, the line and the byte
             within it, and how to re-encode the file.
     """
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        line = raw.count(b"\n", 0, exc.start) + 1
+        line = raw.count(b"\n", 0, exc.start) + first_line
         column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
         raise ValueError(
             f"{name}: line {line} is not valid UTF-8 ({exc.reason} at byte {column} of the line). "

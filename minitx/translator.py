@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from minitx import release
+from minitx.alignment import Alignment, AlignmentConfig, align, combine_cross_attention
 from minitx.checkpoint import (
     CHECKPOINT_KEY,
     MODEL_PREFIX,
@@ -31,7 +32,7 @@ from minitx.model import Transformer
 from minitx.release import Release
 from minitx.textio import quote_lines
 from minitx.tokenizer import Tokenizer
-from minitx.vocab import EOS_ID, PAD_ID
+from minitx.vocab import BOS_ID, EOS_ID, PAD_ID
 
 logger = logging.getLogger(__name__)
 
@@ -184,14 +185,10 @@ class Translator:
             src[row, : len(seq) + 1] = torch.tensor(seq + [EOS_ID])
         return src.to(self.device)
 
-    def _hypotheses(
-        self, sentences: Sequence[str], decoding: DecodingConfig, batch_size: int
-    ) -> list[list[Hypothesis] | None]:
-        """Hypotheses per sentence (None for an empty sentence), in input order.
-
-        A sentence longer than the model's positions is cut to fit (the rest is not
-        translated), counted and logged with its line numbers; every other line is unaffected.
-        """
+    def _source_ids(self, sentences: Sequence[str], first_line: int = 1) -> list[list[int]]:
+        """Source ids per sentence (no eos). A sentence longer than the model's positions is
+        cut to fit (the rest is not translated), counted and logged with its line number
+        (`first_line` is the number of the first sentence)."""
         ids = self.tokenizer.encode([s.strip() for s in sentences])
         limit = self.model.config.max_positions - 1  # eos takes one source position
         too_long = [i for i, seq in enumerate(ids) if len(seq) > limit]
@@ -203,17 +200,74 @@ class Translator:
                 len(ids),
                 limit,
                 limit,
-                quote_lines([i + 1 for i in too_long]),
+                quote_lines([i + first_line for i in too_long]),
             )
             for i in too_long:
                 ids[i] = ids[i][:limit]
-        results: list[list[Hypothesis] | None] = [None] * len(sentences)
+        return ids
+
+    def _hypotheses(
+        self,
+        sentences: Sequence[str],
+        decoding: DecodingConfig,
+        batch_size: int,
+        first_line: int = 1,
+    ) -> list[list[Hypothesis] | None]:
+        """Hypotheses per sentence (None for an empty sentence), in input order.
+
+        A sentence longer than the model's positions is cut to fit (see `_source_ids`); every
+        other line is unaffected.
+        """
+        return self._decode_ids(self._source_ids(sentences, first_line), decoding, batch_size)
+
+    def _decode_ids(
+        self, ids: list[list[int]], decoding: DecodingConfig, batch_size: int
+    ) -> list[list[Hypothesis] | None]:
+        """`_hypotheses` for source ids."""
+        results: list[list[Hypothesis] | None] = [None] * len(ids)
         for batch in self._batches(ids, batch_size):
             with self._autocast():
                 hyps = decode(self.model, self._src_tensor([ids[i] for i in batch]), decoding)
             for i, sentence_hyps in zip(batch, hyps, strict=True):
                 results[i] = sentence_hyps
         return results
+
+    def _alignments(
+        self,
+        pairs: list[tuple[list[int], list[int]]],
+        config: AlignmentConfig,
+        batch_size: int,
+    ) -> list[Alignment]:
+        """Alignment of each (source ids, target ids) pair (no eos on either side) from a
+        batched teacher-forced pass: row t of the cross-attention predicts target piece t."""
+        config.check(self.model.config.n_decoder_layers, self.model.config.n_heads)
+        out: list[Alignment] = [[] for _ in pairs]
+        order = sorted(
+            (i for i, (src, tgt) in enumerate(pairs) if src and tgt),
+            key=lambda i: (len(pairs[i][0]), len(pairs[i][1])),
+        )
+        for start in range(0, len(order), batch_size):
+            batch = order[start : start + batch_size]
+            src = self._src_tensor([pairs[i][0] for i in batch])  # (B, S)
+            width = max(len(pairs[i][1]) for i in batch) + 1
+            tgt_in = torch.full((len(batch), width), PAD_ID, dtype=torch.long)  # (B, T)
+            for row, i in enumerate(batch):
+                tgt_in[row, : len(pairs[i][1]) + 1] = torch.tensor([BOS_ID, *pairs[i][1]])
+            with self._autocast():
+                enc = self.model.encode(src)
+                dec = self.model.decode(
+                    tgt_in.to(self.device), enc.memory, enc.src_mask, need_weights=True
+                )
+            weights = combine_cross_attention(dec.cross_attentions, config).cpu()  # (B, T, S)
+            for row, i in enumerate(batch):
+                src_ids, tgt_ids = pairs[i]
+                out[i] = align(
+                    weights[row],
+                    self.tokenizer.id_to_piece(src_ids),
+                    self.tokenizer.id_to_piece(tgt_ids),
+                    config.unit,
+                )
+        return out
 
     @torch.inference_mode()
     def translate_n_best(
@@ -222,6 +276,7 @@ class Translator:
         decoding: DecodingConfig | None = None,
         *,
         batch_size: int = 64,
+        first_line: int = 1,
         **changes: Any,
     ) -> list[list[tuple[str, float]]]:
         """For each sentence its `n_best` (translation, score) pairs, best first.
@@ -230,13 +285,15 @@ class Translator:
             sentences: source sentences.
             decoding: decoding settings (default `DecodingConfig()`).
             batch_size: sentences per batch (sorted by length internally).
-            **changes: `DecodingConfig` fields to override, e.g. `beam_size=5, n_best=3`.
+            first_line: the line number of the first sentence, for warnings.
+            **changes: `DecodingConfig` fields to override, e.g. `beam_size=5, n_best=3`,
+                or `strategy="sample", n_best=4, top_p=0.9, seed=1` for four samples.
 
         An empty (or whitespace-only) sentence gets `[("", 0.0)]`.
         """
         config = resolve_decoding(decoding, **changes)
         out: list[list[tuple[str, float]]] = []
-        for hyps in self._hypotheses(sentences, config, batch_size):
+        for hyps in self._hypotheses(sentences, config, batch_size, first_line):
             if hyps is None:
                 out.append([("", 0.0)])
                 continue
@@ -251,6 +308,7 @@ class Translator:
         decoding: DecodingConfig | None = None,
         *,
         batch_size: int = 64,
+        first_line: int = 1,
         **changes: Any,
     ) -> list[str]:
         """Translate sentences; results in input order, "" for an empty sentence.
@@ -259,12 +317,87 @@ class Translator:
             sentences: source sentences.
             decoding: decoding settings (default `DecodingConfig()`: beam search).
             batch_size: sentences per batch (sorted by length internally).
-            **changes: `DecodingConfig` fields to override, e.g. `beam_size=1` for greedy.
+            first_line: the line number of the first sentence, for warnings.
+            **changes: `DecodingConfig` fields to override, e.g. `beam_size=1` for greedy,
+                `strategy="sample", temperature=0.7, seed=3` for one sample.
         """
         config = resolve_decoding(decoding, **changes).replace(n_best=1)
-        return [
-            hyps[0][0] for hyps in self.translate_n_best(sentences, config, batch_size=batch_size)
+        results = self.translate_n_best(
+            sentences, config, batch_size=batch_size, first_line=first_line
+        )
+        return [hyps[0][0] for hyps in results]
+
+    @torch.inference_mode()
+    def translate_with_alignment(
+        self,
+        sentences: Sequence[str],
+        decoding: DecodingConfig | None = None,
+        *,
+        alignment: AlignmentConfig | None = None,
+        batch_size: int = 64,
+        first_line: int = 1,
+        **changes: Any,
+    ) -> list[list[tuple[str, float, Alignment]]]:
+        """`translate_n_best` plus each translation's alignment to its source.
+
+        Args:
+            sentences: source sentences.
+            decoding: decoding settings (default `DecodingConfig()`).
+            alignment: which cross-attention aligns and what the indices count (default
+                `AlignmentConfig()`: last decoder layer, mean of heads, words); see
+                `minitx.alignment`.
+            batch_size: sentences per batch.
+            first_line: the line number of the first sentence, for warnings.
+            **changes: `DecodingConfig` fields to override.
+
+        Returns:
+            For each sentence its `n_best` (translation, score, alignment) triples, best
+            first; an alignment is a list of (source index, target index) pairs, one per
+            target word (or piece), over the whitespace words of the (normalised) source and
+            of the translation. An empty sentence gets `[("", 0.0, [])]`.
+        """
+        config = resolve_decoding(decoding, **changes)
+        align_config = alignment or AlignmentConfig()
+        ids = self._source_ids(sentences, first_line)
+        results = self._decode_ids(ids, config, batch_size)
+        pairs = [
+            (ids[i], [t for t in h.tokens if t not in (EOS_ID, PAD_ID)])
+            for i, hyps in enumerate(results)
+            for h in hyps or []
         ]
+        alignments = iter(self._alignments(pairs, align_config, batch_size))
+        out: list[list[tuple[str, float, Alignment]]] = []
+        for hyps in results:
+            if hyps is None:
+                out.append([("", 0.0, [])])
+                continue
+            texts = self.tokenizer.decode([h.tokens for h in hyps])
+            out.append(
+                [(text, h.score, next(alignments)) for text, h in zip(texts, hyps, strict=True)]
+            )
+        return out
+
+    @torch.inference_mode()
+    def align(
+        self,
+        sources: Sequence[str],
+        translations: Sequence[str],
+        *,
+        alignment: AlignmentConfig | None = None,
+        batch_size: int = 64,
+    ) -> list[Alignment]:
+        """Align given translations (e.g. references) to their sources: the model reads each
+        pair teacher-forced and its cross-attention aligns them (see `translate_with_alignment`).
+
+        Both sides are cut to the model's positions; an empty side gives no pairs.
+        """
+        if len(sources) != len(translations):
+            raise ValueError(f"align: {len(sources)} sources but {len(translations)} translations")
+        limit = self.model.config.max_positions - 1
+        src_ids = self.tokenizer.encode([s.strip() for s in sources])
+        tgt_ids = self.tokenizer.encode([t.strip() for t in translations])
+        pairs = [(s[:limit], t[:limit]) for s, t in zip(src_ids, tgt_ids, strict=True)]
+        return self._alignments(pairs, alignment or AlignmentConfig(), batch_size)
 
     @torch.inference_mode()
     def attention(

@@ -105,6 +105,8 @@ def test_optional_libraries_are_imported_lazily(module: str) -> None:
         else:
             continue
         assert not {top(n) for n in names} & set(OPTIONAL_LIBRARIES), f"{module}: {names}"
+
+
 def test_release_sits_beside_checkpoint() -> None:
     """Release files need the model, the tokenizer and the checkpoint reader; never
     Lightning, training, the inference API, the commands or the pictures."""
@@ -118,3 +120,11 @@ def test_release_sits_beside_checkpoint() -> None:
             assert top(name) in sys.stdlib_module_names or top(name) in libraries, name
         else:
             assert part in allowed, f"minitx.release imports {name}"
+
+
+def test_alignment_reads_maps_only() -> None:
+    """minitx.alignment works on attention maps: torch, the standard library and the pieces
+    below the inference API (maps, vocab, errors), never the translator or the model."""
+    for name in imports(MODULES["minitx.alignment"]):
+        allowed = top(name) in sys.stdlib_module_names or top(name) == "torch"
+        assert allowed or minitx_part(name) in ("maps", "vocab", "errors"), name

@@ -10,8 +10,11 @@ from __future__ import annotations
 import importlib.util
 import io
 import json
+import os
+import selectors
 import shutil
 import subprocess
+import time
 from pathlib import Path
 from types import ModuleType
 
@@ -26,6 +29,8 @@ from helpers import (
 )
 from sacrebleu.metrics import BLEU
 
+from minitx.alignment import parse_alignment
+from minitx.decoding import DecodingConfig
 from minitx.translator import Translator
 
 COMMAND_MODULES = {
@@ -260,6 +265,13 @@ def test_translate_missing_input_file(translate_script, tiny_checkpoint, tmp_pat
         (["--beam", "0", "x"], "--beam"),
         (["--batch-size", "0", "x"], "--batch-size"),
         (["--input", "f.txt", "x"], "not both"),
+        (["--sample", "--beam", "2", "x"], "exclude each other"),
+        (["--top-k", "3", "--seed", "1", "x"], "--top-k, --seed apply only with --sample"),
+        (["--sample", "--top-p", "0", "x"], "top_p"),
+        (["--sample", "--n-best", "0", "x"], "--n-best"),
+        (["--alignment-unit", "piece", "x"], "only with --print-alignment"),
+        (["--print-alignment", "--alignment-layer", "last", "x"], "integer or 'mean'"),
+        (["--buffer-size", "0", "x"], "--buffer-size"),
     ],
 )
 def test_translate_bad_arguments(translate_script, tiny_checkpoint, capsys, args, message) -> None:
@@ -267,6 +279,110 @@ def test_translate_bad_arguments(translate_script, tiny_checkpoint, capsys, args
         translate_script.main(["--checkpoint", str(tiny_checkpoint), *args])
     assert exc.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_translate_sampling(translate_script, translator, tiny_checkpoint, capsys) -> None:
+    sentences = [TOY_TEST_SOURCES[0], "", TOY_TEST_SOURCES[2]]
+    args = ["--checkpoint", str(tiny_checkpoint), "--sample", "--top-p", "0.9", "--seed", "3"]
+    assert translate_script.main([*args, "--n-best", "3", *sentences]) == 0
+    rows = [line.split("\t") for line in capsys.readouterr().out.split("\n")[:-1]]
+    assert [int(r[0]) for r in rows] == [0, 0, 0, 1, 2, 2, 2]  # 3 samples, 1 for the empty line
+    expected = translator.translate_n_best(
+        sentences, DecodingConfig(strategy="sample", top_p=0.9, seed=3, n_best=3)
+    )
+    assert [r[2] for r in rows] == [text for hyps in expected for text, _ in hyps]
+    # one sample per line without --n-best; temperature 0 is greedy decoding
+    assert translate_script.main([*args, "--temperature", "0", *sentences]) == 0
+    assert capsys.readouterr().out.split("\n")[:-1] == translator.translate(sentences, beam_size=1)
+
+
+def test_translate_print_alignment(translate_script, translator, tiny_checkpoint, capsys) -> None:
+    sentences = [TOY_TEST_SOURCES[0], "", TOY_TEST_SOURCES[6]]
+    args = ["--checkpoint", str(tiny_checkpoint), "--beam", "2", "--print-alignment", *sentences]
+    assert translate_script.main(args) == 0
+    lines = capsys.readouterr().out.split("\n")[:-1]
+    assert len(lines) == 3 and lines[1] == "\t"  # one line per input line, empty stays empty
+    texts, alignments = zip(*(line.split("\t") for line in lines), strict=True)
+    assert list(texts) == translator.translate(sentences, beam_size=2)
+    for source, text, alignment in zip(sentences, texts, alignments, strict=True):
+        pairs = parse_alignment(alignment)
+        assert [t for _, t in pairs] == list(range(len(text.split())))
+        assert all(0 <= s < len(source.split()) for s, _ in pairs)
+    # --n-best: INDEX, SCORE, TRANSLATION, ALIGNMENT; word pieces with --alignment-unit piece
+    args += ["--n-best", "2", "--alignment-unit", "piece", "--alignment-layer", "mean"]
+    assert translate_script.main(args) == 0
+    rows = [line.split("\t") for line in capsys.readouterr().out.split("\n")[:-1]]
+    assert [len(r) for r in rows] == [4] * 5 and [r[0] for r in rows] == list("00122")
+    assert all(parse_alignment(r[3]) or not r[2] for r in rows)
+
+
+def test_translate_stdin_chunks_keep_order_and_indices(
+    translate_script, translator, tiny_checkpoint, monkeypatch, capsys
+) -> None:
+    lines = [TOY_TEST_SOURCES[0], "", TOY_TEST_SOURCES[1], "ein hund", TOY_TEST_SOURCES[4]]
+    monkeypatch.setattr("sys.stdin", FakeStdin(("\n".join(lines) + "\n").encode()))
+    args = ["--checkpoint", str(tiny_checkpoint), "--beam", "2", "--n-best", "2"]
+    assert translate_script.main([*args, "--buffer-size", "2"]) == 0
+    rows = [line.split("\t") for line in capsys.readouterr().out.split("\n")[:-1]]
+    expected = translator.translate_n_best(lines, beam_size=2, n_best=2)
+    assert [(int(i), text) for i, _, text in rows] == [
+        (i, text) for i, hyps in enumerate(expected) for text, _ in hyps
+    ]
+
+
+class LineReader:
+    """Read lines from a child's pipe with a deadline (a test must not hang on a pipe)."""
+
+    def __init__(self, pipe) -> None:
+        self.fd, self.buffer = pipe.fileno(), b""
+        self.selector = selectors.DefaultSelector()
+        self.selector.register(self.fd, selectors.EVENT_READ)
+
+    def readline(self, timeout: float) -> str | None:
+        """The next line without its newline; None at end of file."""
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self.buffer:
+            left = deadline - time.monotonic()
+            if left <= 0 or not self.selector.select(left):
+                raise TimeoutError(f"no complete line within {timeout} s: {self.buffer!r}")
+            data = os.read(self.fd, 4096)
+            if not data:
+                return None
+            self.buffer += data
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        return line.decode("utf-8")
+
+
+def test_translate_streams_a_pipe_before_its_end(translator, tiny_checkpoint, tmp_path) -> None:
+    """`producer | translate`: each line's translation comes back while standard input is
+    still open (the first one before the second line is even written)."""
+    lines = [TOY_TEST_SOURCES[0], "", TOY_TEST_SOURCES[3]]
+    expected = translator.translate(lines, beam_size=1)
+    with (tmp_path / "stderr").open("wb") as stderr:
+        proc = subprocess.Popen(
+            [PYTHON, str(SCRIPTS_DIR / "translate.py"), "--checkpoint", str(tiny_checkpoint)]
+            + ["--beam", "1"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            env=subprocess_env(),
+        )
+        try:
+            reader = LineReader(proc.stdout)
+            proc.stdin.write(lines[0].encode() + b"\n")
+            proc.stdin.flush()
+            assert reader.readline(timeout=150) == expected[0]  # stdin still open
+            proc.stdin.write(b"\n" + lines[2].encode() + b"\n")
+            proc.stdin.flush()
+            assert [reader.readline(timeout=60), reader.readline(timeout=60)] == expected[1:]
+            proc.stdin.close()
+            assert reader.readline(timeout=60) is None
+            assert proc.wait(timeout=60) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert "Traceback" not in (tmp_path / "stderr").read_text(encoding="utf-8")
 
 
 # ------------------------------------------------------------------------------- evaluate
@@ -327,6 +443,16 @@ def test_evaluate_two_beams_and_json(evaluate_script, tiny_checkpoint, tmp_path,
         assert 0.0 <= result["bleu"] <= 100.0 and 0.0 <= result["chrf"] <= 100.0
         assert result["sentences_per_second"] > 0
         assert len(Path(result["hypotheses_file"]).read_text(encoding="utf-8").splitlines()) == 10
+
+
+def test_evaluate_sampling(evaluate_script, tiny_checkpoint, tmp_path, capsys) -> None:
+    report = tmp_path / "scores.json"
+    args = ["--checkpoint", str(tiny_checkpoint), "--data", str(TOY_CORPUS_DIR), "--limit", "3"]
+    args += ["--sample", "--seed", "2", "--hyp-out", str(tmp_path / "h"), "--json", str(report)]
+    assert evaluate_script.main(args) == 0
+    assert capsys.readouterr().out.startswith("sampling (temperature 1, seed 2): BLEU ")
+    result = json.loads(report.read_text(encoding="utf-8"))["results"][0]
+    assert result["beam"] is None and result["decoding"] == "sampling (temperature 1, seed 2)"
 
 
 def test_evaluate_default_hypothesis_path_and_limit(

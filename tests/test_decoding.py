@@ -1,5 +1,5 @@
-"""Tests for minitx.decoding: greedy and beam search, with and without the KV cache, and an
-overfit run that greedy decoding must reproduce exactly."""
+"""Tests for minitx.decoding: greedy, beam search and sampling, with and without the KV cache,
+and an overfit run that greedy decoding must reproduce exactly."""
 
 from __future__ import annotations
 
@@ -8,13 +8,18 @@ import torch
 import torch.nn.functional as F
 
 from minitx.decoding import (
+    DecodingConfig,
     Hypothesis,
     beam_search,
+    decode,
     greedy_decode,
     hypotheses_to_tensor,
     length_penalty,
     max_target_lengths,
+    sample_decode,
+    sampling_distribution,
 )
+from minitx.errors import ConfigError
 from minitx.model import Transformer, TransformerConfig
 
 PAD, BOS, EOS = 0, 2, 3
@@ -264,6 +269,163 @@ def test_hypotheses_to_tensor():
     assert hypotheses_to_tensor(hyps, pad_id=9).tolist() == [[5, 6, EOS], [7, EOS, 9], [9, 9, 9]]
     out = hypotheses_to_tensor([[], []])
     assert out.dtype == torch.long and out.tolist() == [[PAD], [PAD]]
+
+
+# --------------------------------------------------------------------------------------------
+# Sampling
+# --------------------------------------------------------------------------------------------
+
+
+def sampled(model, src, **kwargs) -> list[list[list[int]]]:
+    """Token ids of every sample of every sentence."""
+    return [[h.tokens for h in hyps] for hyps in sample_decode(model, src, **kwargs)]
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+@pytest.mark.parametrize(
+    "settings", [{"temperature": 0.0}, {"top_k": 1}, {"top_k": 1, "top_p": 0.3, "temperature": 2.0}]
+)
+def test_sampling_argmax_settings_equal_greedy(model, sources, settings, use_cache):
+    """Temperature 0 means argmax; top-k 1 leaves one token: both are greedy decoding."""
+    greedy = [row_tokens(r) for r in greedy_decode(model, sources, max_len_a=1.0, max_len_b=4)]
+    samples = sampled(
+        model, sources, num_samples=3, seed=7, max_len_a=1.0, max_len_b=4, use_cache=use_cache,
+        **settings,
+    )  # fmt: skip
+    assert samples == [[g] * 3 for g in greedy]
+
+
+def test_sampling_low_temperature_tends_to_greedy(model, sources):
+    greedy = [row_tokens(r) for r in greedy_decode(model, sources, max_len_a=1.0, max_len_b=4)]
+    samples = sampled(model, sources, temperature=1e-3, seed=3, max_len_a=1.0, max_len_b=4)
+    assert samples == [[g] for g in greedy]
+
+
+def test_sampling_seeded_reproducible_and_local(model, sources):
+    kwargs = dict(num_samples=4, max_len_a=1.0, max_len_b=4)
+    global_state = torch.get_rng_state()
+    first = sampled(model, sources, seed=11, **kwargs)
+    assert torch.equal(torch.get_rng_state(), global_state)  # the global RNG is never used
+    assert sampled(model, sources, seed=11, **kwargs) == first
+    torch.manual_seed(123)  # the global seed plays no part
+    assert sampled(model, sources, seed=11, **kwargs) == first
+    assert sampled(model, sources, seed=12, **kwargs) != first
+    assert sampled(model, sources, seed=None, **kwargs) != sampled(
+        model, sources, seed=None, **kwargs
+    )
+    # the samples of one sentence differ from each other (an untrained model is nearly flat)
+    assert all(len({tuple(t) for t in sentence}) > 1 for sentence in first)
+
+
+def test_sampling_n_samples_per_sentence(model, sources):
+    hyps = sample_decode(
+        model, sources, num_samples=5, seed=1, alpha=0.6, max_len_a=1.0, max_len_b=3
+    )
+    limits = max_target_lengths(sources, model, 1.0, 3).tolist()
+    assert [len(h) for h in hyps] == [5] * sources.size(0)
+    for sentence, limit in zip(hyps, limits, strict=True):
+        scores = [h.score for h in sentence]
+        assert scores == sorted(scores, reverse=True)
+        for h in sentence:
+            assert 1 <= len(h.tokens) <= limit and PAD not in h.tokens and BOS not in h.tokens
+            assert EOS not in h.tokens[:-1]
+            assert len(h.tokens) == limit or h.tokens[-1] == EOS
+            assert h.score == pytest.approx(h.log_prob / length_penalty(len(h.tokens), 0.6))
+    config = DecodingConfig(
+        strategy="sample", n_best=5, seed=1, alpha=0.6, max_len_a=1.0, max_len_b=3
+    )
+    assert [[h.tokens for h in s] for s in decode(model, sources, config)] == [
+        [h.tokens for h in s] for s in hyps
+    ]
+
+
+def test_batched_sampling_equals_one_at_a_time(model, sources):
+    kwargs = dict(num_samples=3, seed=5, top_p=0.9, max_len_a=1.0, max_len_b=4)
+    batched = sampled(model, sources, **kwargs)
+    for i in range(sources.size(0)):
+        alone = sources[i : i + 1, : int((sources[i] != PAD).sum())]
+        assert sampled(model, alone, **kwargs) == [batched[i]]
+    reordered = sampled(model, sources.flip(0), **kwargs)
+    assert reordered == batched[::-1]
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"top_k": 3},
+        {"top_p": 0.5},
+        {"top_k": 4, "top_p": 0.7, "temperature": 0.7},
+        {"top_p": 0.9, "temperature": 1.5},
+    ],
+)
+def test_sampled_tokens_stay_inside_top_k_and_top_p(model, sources, settings):
+    """Recompute each step's distribution teacher-forced, independently of the sampler, and
+    check every sampled token: its rank is below k, and the probability of the tokens more
+    probable than it (after temperature and top-k) is below p. Also: the log-probability a
+    sample carries is the model's own (temperature 1, no truncation), as beam search's."""
+    temperature = settings.get("temperature", 1.0)
+    top_k, top_p = settings.get("top_k", 0), settings.get("top_p", 1.0)
+    hyps = sample_decode(
+        model, sources, num_samples=6, seed=2, max_len_a=1.0, max_len_b=4, **settings
+    )
+    for i, sentence in enumerate(hyps):
+        src = sources[i : i + 1, : int((sources[i] != PAD).sum())]
+        for h in sentence:
+            tokens = torch.tensor([h.tokens])
+            tgt_in = torch.cat([torch.tensor([[BOS]]), tokens[:, :-1]], dim=1)
+            with torch.no_grad():
+                logits = model(src, tgt_in)[0]  # (T, V)
+            logp = torch.log_softmax(logits, dim=-1)  # as beam search scores: pad/bos included
+            assert h.log_prob == pytest.approx(logp.gather(-1, tokens.T).sum().item(), abs=1e-4)
+            logp[:, [PAD, BOS]] = float("-inf")  # never sampled
+            for t, token in enumerate(h.tokens):
+                p = torch.softmax(logp[t] / temperature, dim=-1)
+                rank = int((p > p[token]).sum())
+                if top_k:
+                    assert rank < top_k
+                    kept = p >= p.topk(top_k).values[-1]
+                    p = torch.where(kept, p, torch.zeros_like(p))
+                    p = p / p.sum()
+                assert float(p[p > p[token]].sum()) < top_p + 1e-6
+
+
+def test_sampling_distribution_truncates_and_normalises():
+    logp = torch.log_softmax(torch.tensor([[4.0, 3.0, 2.0, 1.0, 0.0]]), dim=-1)
+    full = sampling_distribution(logp)
+    torch.testing.assert_close(full, logp.exp())
+    top2 = sampling_distribution(logp, top_k=2)
+    assert (top2[0, 2:] == 0).all() and top2[0, :2].sum().item() == pytest.approx(1.0)
+    nucleus = sampling_distribution(logp, top_p=0.7)  # p0 ~ 0.64 < 0.7 <= p0 + p1
+    assert (nucleus[0] > 0).tolist() == [True, True, False, False, False]
+    assert sampling_distribution(logp, top_p=1e-6)[0].tolist() == [1.0, 0, 0, 0, 0]
+    hot = sampling_distribution(logp, temperature=10.0)
+    assert hot[0].max() - hot[0].min() < full[0].max() - full[0].min()  # flatter
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"strategy": "sample", "temperature": -0.5}, "temperature"),
+        ({"strategy": "sample", "temperature": float("nan")}, "temperature"),
+        ({"strategy": "sample", "top_k": -1}, "top_k"),
+        ({"strategy": "sample", "top_p": 0.0}, "top_p"),
+        ({"strategy": "sample", "top_p": 1.5}, "top_p"),
+        ({"strategy": "sample", "n_best": 0}, "n_best"),
+        ({"strategy": "sample", "seed": 1.5}, "seed"),
+        ({"strategy": "beam", "temperature": 0.7}, "only apply to strategy 'sample'"),
+        ({"strategy": "greedy", "top_p": 0.9, "seed": 3}, "top_p, seed only apply"),
+    ],
+)
+def test_sampling_config_rejects_bad_values(changes, message):
+    with pytest.raises(ConfigError, match=message):
+        DecodingConfig(**changes)
+
+
+def test_sampling_config_accepts_many_samples_and_describes_itself():
+    config = DecodingConfig(strategy="sample", n_best=20, temperature=0.7, top_p=0.9, seed=4)
+    assert config.width == 20 and config.file_tag == "sample"
+    assert config.describe() == "sampling (temperature 0.7, top-p 0.9, seed 4)"
+    assert DecodingConfig.from_dict(config.to_dict()) == config
 
 
 # --------------------------------------------------------------------------------------------

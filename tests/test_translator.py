@@ -20,7 +20,7 @@ import torch
 import yaml
 from helpers import PYTHON, TOY_TEST_SOURCES, TinyRun, subprocess_env
 
-from minitx.decoding import greedy_decode
+from minitx.decoding import DecodingConfig, greedy_decode
 from minitx.maps import AttentionMaps
 from minitx.translator import CHECKPOINT_KEY, CheckpointError, Translator, load_checkpoint
 
@@ -413,3 +413,24 @@ def test_a_sentence_longer_than_the_model_is_cut_and_counted_not_fatal(
     assert out[0] == translator.translate([normal], beam_size=1)[0]  # the others unchanged
     assert isinstance(out[1], str) and out[2] == ""
     assert "1 of 3 sentences have more than" in caplog.text and "(lines 2)" in caplog.text
+
+
+# ----------------------------------------------------------------------------- sampling
+def test_sampling_through_the_translator(translator: Translator) -> None:
+    """Seeded samples do not depend on the batch size or on the other sentences; temperature
+    0 is greedy decoding; different seeds give different samples."""
+    config = DecodingConfig(strategy="sample", n_best=3, top_k=20, seed=4)
+
+    def texts(sentences: list[str], batch_size: int = 64, **changes) -> list[list[str]]:
+        results = translator.translate_n_best(
+            sentences, config.replace(**changes), batch_size=batch_size
+        )
+        return [[text for text, _ in hyps] for hyps in results]
+
+    batched = texts(SENTENCES)
+    assert texts(SENTENCES, batch_size=1) == batched  # scores agree up to float noise only
+    assert texts(SENTENCES[::-1], batch_size=3) == batched[::-1]
+    assert all(len(hyps) == 3 for hyps in batched)
+    assert texts(SENTENCES, seed=5) != batched
+    greedy = translator.translate(SENTENCES, beam_size=1)
+    assert translator.translate(SENTENCES, strategy="sample", temperature=0.0) == greedy

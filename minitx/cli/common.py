@@ -8,6 +8,7 @@ saving ``last.ckpt``); 1 with a traceback: a bug in minitx.
 
 from __future__ import annotations
 
+import argparse
 import logging
 import os
 import sys
@@ -19,8 +20,6 @@ from typing import TYPE_CHECKING, Any
 from minitx.errors import DEBUG_ENV, ConfigError, debug_requested
 
 if TYPE_CHECKING:
-    import argparse
-
     from minitx.translator import Translator
 
 EXIT_USER_ERROR = 2
@@ -158,6 +157,24 @@ def load_translator(path: Path, *, device: str, bf16: bool) -> Translator:
         raise UsageError(str(exc)) from None
 
 
+class _StoreGiven(argparse.Action):
+    """Store the value and note that the option was given on the command line (a default
+    leaves no note), so that `check_decoding_args` can tell ``--beam 5`` from no ``--beam``."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:  # noqa: ANN001
+        setattr(namespace, self.dest, values)
+        setattr(namespace, f"{self.dest}_given", True)
+
+
+SAMPLING_OPTIONS = {
+    "temperature": "--temperature",
+    "top_k": "--top-k",
+    "top_p": "--top-p",
+    "seed": "--seed",
+}
+"""`DecodingConfig` sampling field -> its command-line option (given only with ``--sample``)."""
+
+
 def add_decoding_arguments(
     parser: argparse.ArgumentParser,
     *,
@@ -168,11 +185,12 @@ def add_decoding_arguments(
     """The decoding and device options every inference command shares.
 
     Adds ``--beam`` (default `DEFAULT_BEAM_SIZE`; 1 = greedy; several values when
-    `several_beams`), ``--alpha``, ``--batch-size`` (unless `batch_size` is False),
-    ``--device`` and ``--bf16``. Build the
-    `DecodingConfig` with `decoding_from_args`; check the values with `check_decoding_args`.
+    `several_beams`), ``--alpha``, sampling (``--sample`` with ``--temperature``,
+    ``--top-k``, ``--top-p``, ``--seed``), ``--batch-size`` (unless `batch_size` is False),
+    ``--device`` and ``--bf16``. Build the `DecodingConfig` with `decoding_from_args`; check
+    the values with `check_decoding_args`.
     """
-    from minitx.decoding import DEFAULT_BEAM_SIZE
+    from minitx.decoding import DEFAULT_BEAM_SIZE, DecodingConfig
 
     suffix = f" {what}" if what else ""
     parser.add_argument(
@@ -180,6 +198,7 @@ def add_decoding_arguments(
         type=int,
         nargs="+" if several_beams else None,
         default=[DEFAULT_BEAM_SIZE] if several_beams else DEFAULT_BEAM_SIZE,
+        action=_StoreGiven,
         metavar="N",
         help=f"beam size{suffix}; 1 = greedy decoding"
         + ("; several values are scored one after another" if several_beams else "")
@@ -189,7 +208,43 @@ def add_decoding_arguments(
         "--alpha",
         type=float,
         default=1.0,
-        help="beam-search length-penalty exponent; 0 disables it (default: 1.0)",
+        help="length-penalty exponent ranking beam hypotheses (and samples); 0 disables it "
+        "(default: 1.0)",
+    )
+    sampling = parser.add_argument_group(
+        "sampling",
+        "--sample draws from the model's distribution instead of searching (not with --beam); "
+        "applied in this order: --temperature, --top-k, --top-p",
+    )
+    sampling.add_argument(
+        "--sample", action="store_true", help=f"sampling decoding{suffix} instead of beam search"
+    )
+    defaults = DecodingConfig()
+    sampling.add_argument(
+        "--temperature",
+        type=float,
+        metavar="T",
+        help=f"divide the logits by T; 0 = argmax (default: {defaults.temperature:g})",
+    )
+    sampling.add_argument(
+        "--top-k",
+        type=int,
+        metavar="K",
+        help="draw among the K most probable tokens only; 0 = no limit (default: 0)",
+    )
+    sampling.add_argument(
+        "--top-p",
+        type=float,
+        metavar="P",
+        help="nucleus: then among the fewest most probable tokens holding probability P; "
+        "1 = no limit (default: 1)",
+    )
+    sampling.add_argument(
+        "--seed",
+        type=int,
+        metavar="S",
+        help="random seed; the same seed gives the same samples, in any batch "
+        f"(default: {defaults.seed})",
     )
     if batch_size:
         parser.add_argument(
@@ -212,11 +267,27 @@ def check_decoding_args(parser: argparse.ArgumentParser, args: argparse.Namespac
         parser.error(f"--beam must be >= 1, got {args.beam}")
     if getattr(args, "batch_size", 1) < 1:
         parser.error(f"--batch-size must be >= 1, got {args.batch_size}")
+    if args.sample and getattr(args, "beam_given", False):
+        parser.error("--sample and --beam exclude each other: sampling does not search")
+    given = [
+        option for field, option in SAMPLING_OPTIONS.items() if getattr(args, field) is not None
+    ]
+    if given and not args.sample:
+        verb = "applies" if len(given) == 1 else "apply"
+        parser.error(f"{', '.join(given)} {verb} only with --sample")
+    try:
+        decoding_from_args(args, beams[0])
+    except ConfigError as exc:
+        parser.error(str(exc))
 
 
 def decoding_from_args(args: argparse.Namespace, beam: int | None = None, **changes: Any):
-    """The `DecodingConfig` the options ask for (`beam` picks one of several ``--beam``)."""
+    """The `DecodingConfig` the options ask for (`beam` picks one of several ``--beam``;
+    ignored under ``--sample``)."""
     from minitx.decoding import DecodingConfig
 
+    if getattr(args, "sample", False):
+        sampling = {f: getattr(args, f) for f in SAMPLING_OPTIONS if getattr(args, f) is not None}
+        return DecodingConfig(strategy="sample", alpha=args.alpha, **sampling, **changes)
     beam = args.beam if beam is None else beam
     return DecodingConfig.for_beam(beam, alpha=args.alpha, **changes)

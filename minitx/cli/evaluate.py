@@ -4,6 +4,7 @@ BLEU, chrF, the decoding time and sentences per second.
 Examples:
     minitx-evaluate --checkpoint RUN.ckpt                  # Multi30k test, beam 5 (the default)
     minitx-evaluate --checkpoint RUN.ckpt --beam 1 5       # greedy vs beam 5
+    minitx-evaluate --checkpoint RUN.ckpt --sample --top-p 0.9 --seed 1   # one sample each
     minitx-evaluate --checkpoint RUN.ckpt --data builtin:toy --split validation
     MINITX_DATA_DIR=../shared/data/multi30k minitx-evaluate --checkpoint RUN.ckpt
 (``python scripts/evaluate.py`` is the same command.)
@@ -22,7 +23,7 @@ detailed BLEU (n-gram precisions, brevity penalty, length ratio, lengths) with c
 signature;
 progress notes go to standard error. The hypotheses of each beam size are written to
 ``--hyp-out`` (default: next to the checkpoint, ``<checkpoint stem>.<split>.<decoding>.hyp``,
-``<decoding>`` being ``greedy`` or ``beam<N>``, the names training uses too, with
+``<decoding>`` being ``greedy``, ``beam<N>`` or ``sample``, the names training uses too, with
 ``.first<L>`` before ``<decoding>`` under ``--limit L``), one line per line of the split's source
 file, in order (empty for a pair with an empty side). ``--json FILE`` writes every figure (and
 the file names) as JSON. Output files are replaced only once they are complete.
@@ -58,6 +59,7 @@ EPILOG = """\
 examples:
   evaluate.py --checkpoint RUN.ckpt                      # Multi30k test split, beam 5
   evaluate.py --checkpoint RUN.ckpt --beam 1 5           # greedy vs beam 5
+  evaluate.py --checkpoint RUN.ckpt --sample --top-p 0.9 --seed 1   # sampling, one per sentence
   evaluate.py --checkpoint RUN.ckpt --data builtin:toy --split validation --limit 5
 
 standard output, per beam size: `greedy: BLEU ... | <sacreBLEU signature>`, then
@@ -240,7 +242,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"  {result.details()}", flush=True)
         print(f"hypotheses written to {path}", file=sys.stderr)
         results.append(
-            {"beam": beam, "alpha": args.alpha, **result.as_dict(), "hypotheses_file": str(path)}
+            {
+                "beam": None if args.sample else beam,
+                "alpha": args.alpha,
+                **result.as_dict(),
+                "hypotheses_file": str(path),
+            }
         )
 
     if args.json is not None:

@@ -6,11 +6,17 @@ Examples:
     cat test.de | minitx-translate --checkpoint RUN.ckpt --beam 1
     minitx-translate --checkpoint RUN.ckpt             # interactive prompt
     minitx-translate --checkpoint RUN.ckpt --n-best 3 "Ein Hund rennt."
+    minitx-translate --checkpoint RUN.ckpt --sample --top-p 0.9 --n-best 4 "Ein Hund rennt."
+    minitx-translate --checkpoint RUN.ckpt --print-alignment "Ein Hund rennt."
 
 Input, in this order: SENTENCE arguments; or ``--input FILE`` (UTF-8, one sentence per line);
-or standard input when neither is given: read to the end when it is piped or redirected, an
-interactive ``> `` prompt when it is a terminal (each line is translated as it is entered;
-Ctrl-D on an empty line ends).
+or standard input when neither is given: an interactive ``> `` prompt when it is a terminal
+(each line is translated as it is entered; Ctrl-D on an empty line ends); otherwise (a pipe
+or a redirected file) it is streamed: read in chunks of at most ``--buffer-size`` lines
+(default: the batch size), each translated and written (and flushed) before the next is
+read. A chunk is handed on as soon as it is full *or* no further line is waiting, so
+``producer | minitx-translate`` prints each translation as soon as its line arrives from a
+slow producer, and translates full batches from a fast one (``cat big.de |``).
 
 Output (standard output, or ``--output FILE``): one translation per input line, in input order.
 ``--output FILE`` is replaced only when every line is translated (a failure or Ctrl-C leaves
@@ -21,9 +27,17 @@ With ``--n-best K`` each input line gives up to K lines ``INDEX<TAB>SCORE<TAB>TR
 best first: INDEX is the 0-based number of the input line, SCORE the length-normalised
 log-probability that beam search ranks by (see ``minitx.decoding.beam_search``). Beam search
 returns K hypotheses per sentence; an empty input line gets a single line ``INDEX<TAB>0.0000<TAB>``.
+With ``--print-alignment`` every translation is followed by a tab and its alignment to the
+source, ``SRC-TGT`` pairs of 0-based indices (the Pharaoh format of fast_align and fairseq's
+``A-`` lines), one pair per target word (``--alignment-unit piece``: per sentencepiece
+piece), read off the cross-attention of ``--alignment-layer`` averaged over the heads (see
+``minitx.alignment``); so the output keeps one line per input line (``cut -f2`` gives the
+alignments).
 
 Decoding: beam search with ``--beam 5`` by default, the default of every minitx command
-(better translations; ``--beam 1`` is greedy decoding, faster).
+(better translations; ``--beam 1`` is greedy decoding, faster). ``--sample`` draws from the
+model's distribution instead (``--temperature``, ``--top-k``, ``--top-p``, ``--seed``);
+with ``--n-best K`` it draws K samples per sentence, listed best score first.
 
 Exit status: 0 on success; 2 on a usage or input error (missing, corrupt or foreign
 checkpoint, unreadable input file, invalid UTF-8 in a file, on standard input or in an argument,
@@ -35,12 +49,17 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import io
 import os
+import select
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, BinaryIO, TextIO
 
+from minitx.alignment import DEFAULT_LAYER as DEFAULT_ALIGNMENT_LAYER
+from minitx.alignment import UNITS as ALIGNMENT_UNITS
+from minitx.alignment import AlignmentConfig, format_alignment
 from minitx.cli.common import (
     CHECKPOINT_HELP,
     UsageError,
@@ -66,10 +85,14 @@ examples:
   translate.py --checkpoint RUN.ckpt --input test.de --output test.hyp.en
   cat test.de | translate.py --checkpoint RUN.ckpt --beam 1
   translate.py --checkpoint RUN.ckpt --n-best 3 "Ein Hund rennt."
+  translate.py --checkpoint RUN.ckpt --sample --top-p 0.9 --seed 1 --n-best 4 "Ein Hund rennt."
+  translate.py --checkpoint RUN.ckpt --print-alignment "Ein Hund rennt."  # TEXT<TAB>0-0 1-1 2-2
+  producer | translate.py --checkpoint RUN.ckpt   # streams: prints as the lines arrive
 
---n-best K prints up to K lines per input line, best first:
+--n-best K prints up to K lines per input line, best first (with --sample: K samples):
   INDEX<TAB>SCORE<TAB>TRANSLATION  (INDEX: 0-based input line; SCORE: length-normalised
   log-probability; an empty input line gives the single line INDEX<TAB>0.0000<TAB>)
+--print-alignment appends <TAB>ALIGNMENT to each translation: SRC-TGT word index pairs
 
 exit status: 0 ok, 2 usage or input error (message on stderr), 130 interrupted
 """
@@ -106,18 +129,95 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=None,
         metavar="K",
-        help="print the K best translations per sentence with their scores (K <= --beam)",
+        help="print the K best translations per sentence with their scores (K <= --beam; "
+        "with --sample: K samples)",
+    )
+    parser.add_argument(
+        "--buffer-size",
+        type=int,
+        metavar="N",
+        help="piped standard input: translate at most N lines at a time, writing each chunk "
+        "before reading on (default: --batch-size)",
+    )
+    alignment = parser.add_argument_group(
+        "alignment", "word alignments from the cross-attention (see minitx.alignment)"
+    )
+    alignment.add_argument(
+        "--print-alignment",
+        action="store_true",
+        help="append <TAB>SRC-TGT index pairs (0-based, one per target word) to each translation",
+    )
+    alignment.add_argument(
+        "--alignment-layer",
+        type=_layer_or_mean,
+        default=None,
+        metavar="L",
+        help="decoder layer whose cross-attention aligns (negative: from the last), or 'mean' "
+        f"of all layers (default: {DEFAULT_ALIGNMENT_LAYER})",
+    )
+    alignment.add_argument(
+        "--alignment-head",
+        type=_layer_or_mean,
+        default=None,
+        metavar="H",
+        help="one head of that layer, or 'mean' of the heads (default: mean)",
+    )
+    alignment.add_argument(
+        "--alignment-unit",
+        choices=ALIGNMENT_UNITS,
+        default=None,
+        help="what the indices count: whitespace words or sentencepiece pieces (default: word)",
     )
     return parser
+
+
+def _layer_or_mean(text: str) -> int | str:
+    """``--alignment-layer`` / ``--alignment-head``: an integer or ``mean``."""
+    if text == "mean":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer or 'mean', got {text!r}") from None
+
+
+def alignment_from_args(args: argparse.Namespace) -> AlignmentConfig:
+    """The `AlignmentConfig` the ``--alignment-*`` options ask for."""
+
+    def pick(value: int | str | None, default: int | None) -> int | None:
+        return default if value is None else None if value == "mean" else int(value)
+
+    return AlignmentConfig(
+        layer=pick(args.alignment_layer, DEFAULT_ALIGNMENT_LAYER),
+        head=pick(args.alignment_head, None),
+        unit=args.alignment_unit or "word",
+    )
 
 
 def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Reject impossible option combinations (argparse exits with status 2)."""
     check_decoding_args(parser, args)
-    if args.n_best is not None and not 1 <= args.n_best <= args.beam:
+    if args.sample:
+        if args.n_best is not None and args.n_best < 1:
+            parser.error(f"--n-best (samples per sentence) must be >= 1, got {args.n_best}")
+    elif args.n_best is not None and not 1 <= args.n_best <= args.beam:
         parser.error(f"--n-best must be between 1 and --beam ({args.beam}), got {args.n_best}")
     if args.sentences and args.input is not None:
         parser.error("give SENTENCE arguments or --input FILE, not both")
+    if args.buffer_size is not None and args.buffer_size < 1:
+        parser.error(f"--buffer-size must be >= 1, got {args.buffer_size}")
+    chosen = [
+        option
+        for option, value in (
+            ("--alignment-layer", args.alignment_layer),
+            ("--alignment-head", args.alignment_head),
+            ("--alignment-unit", args.alignment_unit),
+        )
+        if value is not None
+    ]
+    if chosen and not args.print_alignment:
+        verb = "applies" if len(chosen) == 1 else "apply"
+        parser.error(f"{', '.join(chosen)} {verb} only with --print-alignment")
 
 
 def decode_lines(data: bytes, name: str) -> list[str]:
@@ -148,17 +248,76 @@ def read_input_file(path: Path) -> list[str]:
     return decode_lines(data, str(path))
 
 
-def read_stdin() -> list[str]:
-    """All lines of a piped / redirected standard input."""
+def _line_chunks(stream: BinaryIO, size: int) -> Iterator[list[bytes]]:
+    """Raw lines (without ``\\n``) of `stream` in chunks of at most `size`: a chunk is handed
+    on when it is full, when no further line is waiting (the writer pauses), or at the end.
+
+    Waiting lines are found with ``select`` on the file descriptor; where that does not work
+    (no descriptor, Windows pipes) chunks are simply `size` lines (or the rest).
+    """
+    try:
+        fd = stream.fileno()
+        select.select([fd], [], [], 0)
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+        fd = None
+    if fd is None:
+        chunk: list[bytes] = []
+        for line in iter(stream.readline, b""):
+            chunk.append(line.removesuffix(b"\n"))
+            if len(chunk) == size:
+                yield chunk
+                chunk = []
+        if chunk:
+            yield chunk
+        return
+
+    lines: list[bytes] = []
+    partial, eof = b"", False
+
+    def read_some() -> None:  # one read(2): whatever the pipe holds, up to 64 KiB
+        nonlocal partial, eof
+        data = os.read(fd, 1 << 16)
+        if not data:
+            eof = True
+            if partial:
+                lines.append(partial)
+                partial = b""
+            return
+        *complete, partial = (partial + data).split(b"\n")
+        lines.extend(complete)
+
+    while lines or not eof:
+        while not lines and not eof:  # block for at least one line
+            read_some()
+        while len(lines) < size and not eof and select.select([fd], [], [], 0)[0]:
+            read_some()  # and take what else is already there, without waiting
+        if lines:
+            yield lines[:size]
+            del lines[:size]
+
+
+def stdin_chunks(size: int) -> Iterator[list[str]]:
+    """The lines of a piped or redirected standard input, in chunks (see `_line_chunks`).
+
+    Raises:
+        UsageError: no standard input, or invalid UTF-8 (naming the 1-based line).
+    """
     stream = sys.stdin
     if stream is None:
         raise UsageError(
             "no input: give SENTENCE arguments, --input FILE, or pipe text to standard input"
         )
-    buffer = getattr(stream, "buffer", None)
-    if buffer is not None:
-        return decode_lines(buffer.read(), "<stdin>")
-    return decode_lines(stream.read().encode("utf-8", "surrogateescape"), "<stdin>")
+    binary = getattr(stream, "buffer", None)
+    if binary is None:  # a text stream without bytes beneath (e.g. io.StringIO)
+        binary = io.BytesIO(stream.read().encode("utf-8", "surrogateescape"))
+    first_line = 1
+    for chunk in _line_chunks(binary, size):
+        try:
+            text = decode_utf8(b"\n".join(chunk), "<stdin>", first_line=first_line)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        yield [line.removesuffix("\r") for line in text.split("\n")]
+        first_line += len(chunk)
 
 
 def check_output(path: Path | None) -> None:
@@ -174,12 +333,22 @@ def check_output(path: Path | None) -> None:
 def format_results(
     translator: Translator, lines: Sequence[str], args: argparse.Namespace, first_index: int = 0
 ) -> list[str]:
-    """Translate `lines` and format the output lines (plain or n-best)."""
+    """Translate `lines` (input lines `first_index`, ... counted from 0) and format the output
+    lines: plain or n-best, each translation followed by <TAB>ALIGNMENT when asked."""
+    decoding = decoding_from_args(args, n_best=args.n_best or 1)
+    common = {"batch_size": args.batch_size, "first_line": first_index + 1}
+    if args.print_alignment:
+        aligned = translator.translate_with_alignment(
+            lines, decoding, alignment=alignment_from_args(args), **common
+        )
+        results = [
+            [(f"{text}\t{format_alignment(pairs)}", score) for text, score, pairs in hyps]
+            for hyps in aligned
+        ]
+    else:
+        results = translator.translate_n_best(lines, decoding, **common)
     if args.n_best is None:
-        return translator.translate(lines, decoding_from_args(args), batch_size=args.batch_size)
-    results = translator.translate_n_best(
-        lines, decoding_from_args(args, n_best=args.n_best), batch_size=args.batch_size
-    )
+        return [hyps[0][0] for hyps in results]
     return [
         f"{first_index + i}\t{score:.4f}\t{text}"
         for i, hyps in enumerate(results)
@@ -209,15 +378,16 @@ def interactive(translator: Translator, args: argparse.Namespace, out: TextIO) -
 def run(args: argparse.Namespace) -> int:
     """Read, translate, write. Raises `UsageError` for input problems."""
     check_output(args.output)
+    chunks: Iterable[list[str]] | None  # None: interactive
     if args.sentences:
         check_arguments_utf8({f"SENTENCE argument {i}": s for i, s in enumerate(args.sentences, 1)})
-        lines: list[str] | None = list(args.sentences)
+        chunks = [list(args.sentences)]
     elif args.input is not None:
-        lines = read_input_file(args.input)
+        chunks = [read_input_file(args.input)]
     elif sys.stdin is not None and sys.stdin.isatty():
-        lines = None  # interactive
+        chunks = None
     else:
-        lines = read_stdin()
+        chunks = stdin_chunks(args.buffer_size or args.batch_size)
 
     translator = load_translator(args.checkpoint, device=args.device, bf16=args.bf16)
     with contextlib.ExitStack() as stack:
@@ -229,11 +399,15 @@ def run(args: argparse.Namespace) -> int:
                 raise UsageError(
                     f"cannot write --output {args.output}: {exc.strerror or exc}"
                 ) from None
-        if lines is None:
+        if chunks is None:
             interactive(translator, args, out)
-        else:
-            for text in format_results(translator, lines, args):
+            return 0
+        index = 0
+        for lines in chunks:
+            for text in format_results(translator, lines, args, first_index=index):
                 print(text, file=out)
+            out.flush()  # each chunk's translations leave now, not at the end
+            index += len(lines)
     return 0
 
 

@@ -1,7 +1,7 @@
 """Decoding: turning source ids into target ids with a trained `Transformer`.
 
 One entry point, `decode(model, src, DecodingConfig(...))`, used by validation, `Translator`
-and every command; strategies (greedy, beam, ...) are entries of the `STRATEGIES` registry.
+and every command; strategies (greedy, beam, sample, ...) are entries of the `STRATEGIES` registry.
 All of them work on a batch, stop each sentence at its own eos, cap the output length at
 max_len_a·|src| + max_len_b, and never generate pad or bos.
 """
@@ -15,6 +15,7 @@ from minitx.decoding.common import (
 )
 from minitx.decoding.config import DEFAULT_BEAM_SIZE, DecodingConfig
 from minitx.decoding.greedy import greedy_decode
+from minitx.decoding.sampling import sample_decode, sampling_distribution
 from minitx.decoding.strategies import STRATEGIES, decode
 
 __all__ = [
@@ -28,4 +29,6 @@ __all__ = [
     "hypotheses_to_tensor",
     "length_penalty",
     "max_target_lengths",
+    "sample_decode",
+    "sampling_distribution",
 ]

@@ -16,6 +16,7 @@ from torch import Tensor
 from minitx.decoding.beam import beam_search
 from minitx.decoding.common import Hypothesis
 from minitx.decoding.greedy import greedy_decode
+from minitx.decoding.sampling import sample_decode
 from minitx.model import Transformer
 from minitx.registry import Registry
 from minitx.vocab import EOS_ID, PAD_ID
@@ -54,6 +55,25 @@ def beam(model: Transformer, src: Tensor, config: DecodingConfig) -> list[list[H
         src,
         beam_size=config.beam_size,
         n_best=config.n_best,
+        alpha=config.alpha,
+        max_len_a=config.max_len_a,
+        max_len_b=config.max_len_b,
+        use_cache=config.use_cache,
+    )
+
+
+@STRATEGIES.register("sample")
+def sample(model: Transformer, src: Tensor, config: DecodingConfig) -> list[list[Hypothesis]]:
+    """`sample_decode`: `n_best` samples per sentence with the config's temperature, top-k,
+    top-p and seed, ranked by length-normalised log-probability (`alpha`)."""
+    return sample_decode(
+        model,
+        src,
+        num_samples=config.n_best,
+        temperature=config.temperature,
+        top_k=config.top_k,
+        top_p=config.top_p,
+        seed=config.seed,
         alpha=config.alpha,
         max_len_a=config.max_len_a,
         max_len_b=config.max_len_b,
