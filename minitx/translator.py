@@ -8,7 +8,7 @@ config (beam search, `DEFAULT_BEAM_SIZE`) is the one every minitx command uses.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
@@ -32,10 +32,15 @@ from minitx.vocab import EOS_ID, PAD_ID
 
 logger = logging.getLogger(__name__)
 
+Progress = Callable[[int], None]
+"""Called with the number of sentences just finished (empty ones count too, first); over one
+call of `Translator.translate` the numbers add up to the number of sentences."""
+
 __all__ = [
     "CHECKPOINT_KEY",
     "MODEL_PREFIX",
     "CheckpointError",
+    "Progress",
     "Translator",
     "load_checkpoint",
     "resolve_decoding",
@@ -116,12 +121,17 @@ class Translator:
         return src.to(self.device)
 
     def _hypotheses(
-        self, sentences: Sequence[str], decoding: DecodingConfig, batch_size: int
+        self,
+        sentences: Sequence[str],
+        decoding: DecodingConfig,
+        batch_size: int,
+        progress: Progress | None = None,
     ) -> list[list[Hypothesis] | None]:
         """Hypotheses per sentence (None for an empty sentence), in input order.
 
         A sentence longer than the model's positions is cut to fit (the rest is not
         translated), counted and logged with its line numbers; every other line is unaffected.
+        `progress` hears of the empty sentences first, then of each batch once it is decoded.
         """
         ids = self.tokenizer.encode([s.strip() for s in sentences])
         limit = self.model.config.max_positions - 1  # eos takes one source position
@@ -139,11 +149,17 @@ class Translator:
             for i in too_long:
                 ids[i] = ids[i][:limit]
         results: list[list[Hypothesis] | None] = [None] * len(sentences)
-        for batch in self._batches(ids, batch_size):
+        batches = self._batches(ids, batch_size)
+        report = progress or (lambda done: None)
+        empty = len(ids) - sum(len(batch) for batch in batches)
+        if empty:
+            report(empty)
+        for batch in batches:
             with self._autocast():
                 hyps = decode(self.model, self._src_tensor([ids[i] for i in batch]), decoding)
             for i, sentence_hyps in zip(batch, hyps, strict=True):
                 results[i] = sentence_hyps
+            report(len(batch))
         return results
 
     @torch.inference_mode()
@@ -153,6 +169,7 @@ class Translator:
         decoding: DecodingConfig | None = None,
         *,
         batch_size: int = 64,
+        progress: Progress | None = None,
         **changes: Any,
     ) -> list[list[tuple[str, float]]]:
         """For each sentence its `n_best` (translation, score) pairs, best first.
@@ -161,13 +178,14 @@ class Translator:
             sentences: source sentences.
             decoding: decoding settings (default `DecodingConfig()`).
             batch_size: sentences per batch (sorted by length internally).
+            progress: called with the number of sentences finished, after each batch.
             **changes: `DecodingConfig` fields to override, e.g. `beam_size=5, n_best=3`.
 
         An empty (or whitespace-only) sentence gets `[("", 0.0)]`.
         """
         config = resolve_decoding(decoding, **changes)
         out: list[list[tuple[str, float]]] = []
-        for hyps in self._hypotheses(sentences, config, batch_size):
+        for hyps in self._hypotheses(sentences, config, batch_size, progress):
             if hyps is None:
                 out.append([("", 0.0)])
                 continue
@@ -182,6 +200,7 @@ class Translator:
         decoding: DecodingConfig | None = None,
         *,
         batch_size: int = 64,
+        progress: Progress | None = None,
         **changes: Any,
     ) -> list[str]:
         """Translate sentences; results in input order, "" for an empty sentence.
@@ -190,12 +209,12 @@ class Translator:
             sentences: source sentences.
             decoding: decoding settings (default `DecodingConfig()`: beam search).
             batch_size: sentences per batch (sorted by length internally).
+            progress: called with the number of sentences finished, after each batch.
             **changes: `DecodingConfig` fields to override, e.g. `beam_size=1` for greedy.
         """
         config = resolve_decoding(decoding, **changes).replace(n_best=1)
-        return [
-            hyps[0][0] for hyps in self.translate_n_best(sentences, config, batch_size=batch_size)
-        ]
+        results = self.translate_n_best(sentences, config, batch_size=batch_size, progress=progress)
+        return [hyps[0][0] for hyps in results]
 
     @torch.inference_mode()
     def attention(
