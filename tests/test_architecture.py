@@ -84,3 +84,28 @@ def test_viz_works_on_maps_only(module: str) -> None:
     for name in imports(MODULES[module]):
         assert minitx_part(name) in (None, "viz", "maps"), f"{module} imports {name}"
         assert top(name) != "lightning"
+
+
+@pytest.mark.parametrize("module", in_part("demo"))
+def test_demo_is_built_on_the_inference_api_only(module: str) -> None:
+    for name in imports(MODULES[module]):
+        part = minitx_part(name)
+        assert part in (None, "translator", "decoding", "viz", "maps"), f"{module} imports {name}"
+        assert top(name) not in ("lightning", "pytorch_lightning"), f"{module} imports {name}"
+
+
+OPTIONAL = ("gradio", "selenium", "ctranslate2", "bertviz")
+"""Optional heavy libraries: imported inside the functions that need them, never at load."""
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_optional_libraries_are_imported_lazily(module: str) -> None:
+    tree = ast.parse(MODULES[module].read_text(encoding="utf-8"))
+    for node in tree.body:  # module level (an `if TYPE_CHECKING:` block is not)
+        if isinstance(node, ast.Import):
+            names = {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names = {node.module}
+        else:
+            continue
+        assert not {top(n) for n in names} & set(OPTIONAL), f"{module} imports {names} at load"

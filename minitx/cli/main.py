@@ -10,6 +10,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "translate": ("minitx.cli.translate", "translate sentences, a file or stdin with a checkpoint"),
     "evaluate": ("minitx.cli.evaluate", "score a checkpoint on a corpus split (BLEU, chrF)"),
     "visualize": ("minitx.cli.visualize", "draw the attention maps of one sentence"),
+    "demo": ("minitx.cli.demo", "serve a live demo page (needs minitx[demo])"),
 }
 
 
