@@ -97,6 +97,22 @@ def test_demo_command_help_and_missing_gradio(tmp_path: Path) -> None:
     ]
 
 
+def test_a_port_in_use_is_a_one_line_error(
+    tiny_checkpoint: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    pytest.importorskip("gradio", reason="the demo needs Gradio: pip install -e '.[dev]'")
+    import minitx.demo
+    from minitx.cli import demo as command
+
+    def taken(*args: Any, **kwargs: Any) -> str:
+        raise OSError("Cannot find empty port in range: 7860-7860.")  # as Gradio says it
+
+    monkeypatch.setattr(minitx.demo, "build_demo", lambda translator: None)
+    monkeypatch.setattr(minitx.demo, "launch", taken)
+    assert command.main(["--checkpoint", str(tiny_checkpoint), "--port", "7860"]) == 2
+    assert capsys.readouterr().err.startswith("error: cannot serve on 127.0.0.1:7860: the port")
+
+
 # ---------------------------------------------------------------------- in the browser
 
 

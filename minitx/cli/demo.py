@@ -58,8 +58,11 @@ def run(args: argparse.Namespace) -> int:
     demo = build_demo(translator)
     try:
         launch(demo, host=args.host, port=args.port)
-    except OSError as exc:  # Gradio: "Cannot find empty port in range ..."
-        raise UsageError(f"cannot serve on {args.host}:{args.port}: {exc}") from None
+    except OSError:  # Gradio: "Cannot find empty port in range ..."
+        raise UsageError(
+            f"cannot serve on {args.host}:{args.port}: the port is in use or the address is "
+            "not this machine's; choose another --port or --host"
+        ) from None
     return 0
 
 
