@@ -186,6 +186,22 @@ def test_demo_end_to_end(
     origin = demo_url.rstrip("/")
     assert loaded and all(u.startswith((origin, "data:", "blob:")) for u in loaded), loaded
 
+    # beam search (the default size, 5): the n-best list fills with the whole beam
+    chrome.find_element(By.CSS_SELECTOR, "#strategy input[value='beam']").click()
+    chrome.find_element(By.CSS_SELECTOR, "#translate").click()
+    beam = [text for text, _ in translator.translate_n_best([SENTENCE], n_best=5)[0]]
+    wait_for(
+        chrome,
+        "var t = document.querySelector('#n-best').innerText;"
+        "return arguments[0].every(h => t.includes(h));",
+        beam,
+        timeout=30,
+    )
+    assert (
+        chrome.execute_script("return document.querySelector('#translation textarea').value;")
+        == translator.translate([SENTENCE])[0]
+    )
+
     chrome.set_window_size(1280, 1400)
     target = Path(os.environ.get(SCREENSHOT_ENV) or tmp_path / "demo.png")
     assert chrome.save_screenshot(str(target)) and target.read_bytes()[:4] == b"\x89PNG"
