@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Install the headless browser used by tests/test_viewer_browser.py (Debian 12, run as root).
+# Install the headless browser of the browser tests (tests/test_viewer_browser.py, the demo page
+# in tests/test_demo.py; selenium drives it). Debian 12, run as root.
 # Idempotent: does nothing when chromium and chromedriver are already on PATH.
 set -euo pipefail
 if command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; then

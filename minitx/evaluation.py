@@ -10,7 +10,7 @@ from typing import Any
 from sacrebleu.metrics import BLEU, CHRF
 
 from minitx.decoding import DecodingConfig
-from minitx.translator import Translator, resolve_decoding
+from minitx.translator import Progress, Translator, resolve_decoding
 
 
 @dataclass
@@ -126,6 +126,7 @@ def evaluate(
     decoding: DecodingConfig | None = None,
     *,
     batch_size: int = 64,
+    progress: Progress | None = None,
     **changes: Any,
 ) -> EvaluationResult:
     """Translate `sources` and score them against `references`.
@@ -136,13 +137,14 @@ def evaluate(
         references: one reference per source.
         decoding: decoding settings (default `DecodingConfig()`).
         batch_size: sentences per batch.
+        progress: called with the number of sentences translated, after each batch.
         **changes: `DecodingConfig` fields to override, e.g. `beam_size=1` for greedy.
     """
     if len(sources) != len(references):
         raise ValueError(f"evaluate: {len(sources)} sources but {len(references)} references")
     config = resolve_decoding(decoding, **changes)
     start = time.perf_counter()
-    hypotheses = translator.translate(sources, config, batch_size=batch_size)
+    hypotheses = translator.translate(sources, config, batch_size=batch_size, progress=progress)
     result = score(hypotheses, references, time.perf_counter() - start)
     result.decoding = config.describe()
     return result

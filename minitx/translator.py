@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
@@ -36,10 +36,15 @@ from minitx.vocab import BOS_ID, EOS_ID, PAD_ID
 
 logger = logging.getLogger(__name__)
 
+Progress = Callable[[int], None]
+"""Called with the number of sentences just finished (empty ones count too, first); over one
+call of `Translator.translate` the numbers add up to the number of sentences."""
+
 __all__ = [
     "CHECKPOINT_KEY",
     "MODEL_PREFIX",
     "CheckpointError",
+    "Progress",
     "Translator",
     "load_checkpoint",
     "resolve_decoding",
@@ -212,24 +217,37 @@ class Translator:
         decoding: DecodingConfig,
         batch_size: int,
         first_line: int = 1,
+        progress: Progress | None = None,
     ) -> list[list[Hypothesis] | None]:
         """Hypotheses per sentence (None for an empty sentence), in input order.
 
         A sentence longer than the model's positions is cut to fit (see `_source_ids`); every
-        other line is unaffected.
+        other line is unaffected. `progress` hears of the empty sentences first, then of each
+        batch once it is decoded.
         """
-        return self._decode_ids(self._source_ids(sentences, first_line), decoding, batch_size)
+        ids = self._source_ids(sentences, first_line)
+        return self._decode_ids(ids, decoding, batch_size, progress)
 
     def _decode_ids(
-        self, ids: list[list[int]], decoding: DecodingConfig, batch_size: int
+        self,
+        ids: list[list[int]],
+        decoding: DecodingConfig,
+        batch_size: int,
+        progress: Progress | None = None,
     ) -> list[list[Hypothesis] | None]:
         """`_hypotheses` for source ids."""
         results: list[list[Hypothesis] | None] = [None] * len(ids)
-        for batch in self._batches(ids, batch_size):
+        batches = self._batches(ids, batch_size)
+        report = progress or (lambda done: None)
+        empty = len(ids) - sum(len(batch) for batch in batches)
+        if empty:
+            report(empty)
+        for batch in batches:
             with self._autocast():
                 hyps = decode(self.model, self._src_tensor([ids[i] for i in batch]), decoding)
             for i, sentence_hyps in zip(batch, hyps, strict=True):
                 results[i] = sentence_hyps
+            report(len(batch))
         return results
 
     def _alignments(
@@ -277,6 +295,7 @@ class Translator:
         *,
         batch_size: int = 64,
         first_line: int = 1,
+        progress: Progress | None = None,
         **changes: Any,
     ) -> list[list[tuple[str, float]]]:
         """For each sentence its `n_best` (translation, score) pairs, best first.
@@ -286,6 +305,7 @@ class Translator:
             decoding: decoding settings (default `DecodingConfig()`).
             batch_size: sentences per batch (sorted by length internally).
             first_line: the line number of the first sentence, for warnings.
+            progress: called with the number of sentences finished, after each batch.
             **changes: `DecodingConfig` fields to override, e.g. `beam_size=5, n_best=3`,
                 or `strategy="sample", n_best=4, top_p=0.9, seed=1` for four samples.
 
@@ -293,7 +313,7 @@ class Translator:
         """
         config = resolve_decoding(decoding, **changes)
         out: list[list[tuple[str, float]]] = []
-        for hyps in self._hypotheses(sentences, config, batch_size, first_line):
+        for hyps in self._hypotheses(sentences, config, batch_size, first_line, progress):
             if hyps is None:
                 out.append([("", 0.0)])
                 continue
@@ -309,6 +329,7 @@ class Translator:
         *,
         batch_size: int = 64,
         first_line: int = 1,
+        progress: Progress | None = None,
         **changes: Any,
     ) -> list[str]:
         """Translate sentences; results in input order, "" for an empty sentence.
@@ -318,12 +339,13 @@ class Translator:
             decoding: decoding settings (default `DecodingConfig()`: beam search).
             batch_size: sentences per batch (sorted by length internally).
             first_line: the line number of the first sentence, for warnings.
+            progress: called with the number of sentences finished, after each batch.
             **changes: `DecodingConfig` fields to override, e.g. `beam_size=1` for greedy,
                 `strategy="sample", temperature=0.7, seed=3` for one sample.
         """
         config = resolve_decoding(decoding, **changes).replace(n_best=1)
         results = self.translate_n_best(
-            sentences, config, batch_size=batch_size, first_line=first_line
+            sentences, config, batch_size=batch_size, first_line=first_line, progress=progress
         )
         return [hyps[0][0] for hyps in results]
 
@@ -336,6 +358,7 @@ class Translator:
         alignment: AlignmentConfig | None = None,
         batch_size: int = 64,
         first_line: int = 1,
+        progress: Progress | None = None,
         **changes: Any,
     ) -> list[list[tuple[str, float, Alignment]]]:
         """`translate_n_best` plus each translation's alignment to its source.
@@ -348,6 +371,7 @@ class Translator:
                 `minitx.alignment`.
             batch_size: sentences per batch.
             first_line: the line number of the first sentence, for warnings.
+            progress: called with the number of sentences translated, after each batch.
             **changes: `DecodingConfig` fields to override.
 
         Returns:
@@ -359,7 +383,7 @@ class Translator:
         config = resolve_decoding(decoding, **changes)
         align_config = alignment or AlignmentConfig()
         ids = self._source_ids(sentences, first_line)
-        results = self._decode_ids(ids, config, batch_size)
+        results = self._decode_ids(ids, config, batch_size, progress)
         pairs = [
             (ids[i], [t for t in h.tokens if t not in (EOS_ID, PAD_ID)])
             for i, hyps in enumerate(results)

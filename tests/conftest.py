@@ -57,3 +57,19 @@ def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> TinyRun:
 def tiny_checkpoint(tiny_run: TinyRun) -> Path:
     """Path of the tiny run's `last.ckpt`."""
     return tiny_run.checkpoint
+
+
+@pytest.fixture(scope="session")
+def chrome(tmp_path_factory: pytest.TempPathFactory):
+    """One headless Chromium (selenium) for the session's browser tests; skips, with the
+    install command, when chromium, chromedriver or selenium are missing."""
+    from browser import browser_missing, start_chrome
+
+    reason = browser_missing()
+    if reason:
+        pytest.skip(reason)
+    driver = start_chrome(str(tmp_path_factory.mktemp("chromium-profile")))
+    try:
+        yield driver
+    finally:
+        driver.quit()

@@ -94,6 +94,16 @@ def test_export_never_imports_training_or_the_commands(module: str) -> None:
         assert minitx_part(name) not in ("training", "cli", "viz"), f"{module} imports {name}"
 
 
+@pytest.mark.parametrize("module", in_part("demo"))
+def test_demo_is_built_on_the_inference_api_only(module: str) -> None:
+    for name in imports(MODULES[module]):
+        part = minitx_part(name)
+        assert part in (None, "translator", "decoding", "viz", "maps", "errors"), (
+            f"{module} imports {name}"
+        )
+        assert top(name) not in ("lightning", "pytorch_lightning"), f"{module} imports {name}"
+
+
 @pytest.mark.parametrize("module", sorted(MODULES))
 def test_optional_libraries_are_imported_lazily(module: str) -> None:
     tree = ast.parse(MODULES[module].read_text(encoding="utf-8"))

@@ -11,9 +11,11 @@ import importlib.util
 import io
 import json
 import os
+import re
 import selectors
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 from types import ModuleType
@@ -102,6 +104,33 @@ def test_translate_arguments(translate_script, translator, tiny_checkpoint, caps
         == 0
     )
     assert capsys.readouterr().out.splitlines() == translator.translate(sentences, beam_size=1)
+
+
+PLAIN_SUMMARY = r"translated {n} sentences in \d+\.\d s \(\d+\.\d sentences/s\)"
+
+
+def test_translate_progress_is_one_summary_line_in_a_log(
+    translate_script, translator, tiny_checkpoint, capsys
+) -> None:
+    sentences = TOY_TEST_SOURCES[:4]
+    args = ["--checkpoint", str(tiny_checkpoint), "--beam", "1", "--batch-size", "2", *sentences]
+    assert translate_script.main(args) == 0
+    out, err = capsys.readouterr()
+    assert out.splitlines() == translator.translate(sentences, beam_size=1)
+    assert re.fullmatch(PLAIN_SUMMARY.format(n=4), err.strip()), err  # no bar frames, no \r
+
+
+def test_translate_progress_bar_on_a_terminal(
+    translate_script, translator, tiny_checkpoint, capsys, monkeypatch
+) -> None:
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    sentences = TOY_TEST_SOURCES[:4]
+    args = ["--checkpoint", str(tiny_checkpoint), "--beam", "1", "--batch-size", "2", *sentences]
+    assert translate_script.main(args) == 0
+    out, err = capsys.readouterr()
+    assert out.splitlines() == translator.translate(sentences, beam_size=1)  # results unchanged
+    assert "4/4" in err and "sentences/s" in err  # the bar, on standard error
+    assert not re.search(PLAIN_SUMMARY.format(n=4), err)
 
 
 def test_translate_input_file_keeps_lines(
@@ -411,6 +440,8 @@ def test_evaluate_toy_corpus(
     detail = str(BLEU(tokenize="13a").corpus_score(written, [list(TOY_TEST_REFERENCES)]))
     assert lines[1].startswith(f"  {detail} | chrF2 = ") and "nc:6|nw:0" in lines[1]
     assert "de -> en" in err and "10 of 10 pairs" in err
+    summary = "beam 5 \\(alpha 1\\): " + PLAIN_SUMMARY.format(n=10)
+    assert len(re.findall(summary, err)) == 1, err  # one progress line, at the end
 
 
 def test_evaluate_two_beams_and_json(evaluate_script, tiny_checkpoint, tmp_path, capsys) -> None:

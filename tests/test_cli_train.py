@@ -21,6 +21,7 @@ from helpers import (
     CONFIG_DIR,
     REPO_DIR,
     TINY_CONFIG,
+    TOY_CORPUS_DIR,
     TOY_TEST_REFERENCES,
     TinyRun,
     subprocess_env,
@@ -81,6 +82,24 @@ def test_run_name_alone_names_the_run_directory(
     tb, csv_logger = cli.trainer.loggers
     assert Path(tb.log_dir).parent == Path("out") / "mine"
     assert Path(csv_logger.log_dir) == Path(tb.log_dir) / "csv"
+
+
+def test_the_progress_bar_shows_no_version_number(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a terminal the rich bar is minitx's: Lightning's `v_num` (the logger version's last
+    four characters, e.g. `_csv`) is dropped; the logged metrics stay."""
+    from lightning.pytorch.callbacks import RichProgressBar
+
+    from minitx.training import MinitxProgressBar
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    cli = build_cli(["--config", "tiny"])
+    bar = cli.trainer.progress_bar_callback
+    assert isinstance(bar, MinitxProgressBar)
+    assert "v_num" in RichProgressBar.get_metrics(bar, cli.trainer, cli.model)  # Lightning's
+    assert "v_num" not in bar.get_metrics(cli.trainer, cli.model)
 
 
 def test_configs_do_not_repeat_loggers_or_callbacks() -> None:
@@ -188,9 +207,29 @@ def test_smoke_fit_logs_loss_bleu_chrf_perplexity_lr(tiny_run: TinyRun) -> None:
         assert len(logged(rows, f"test/chrf_{name}")) == 1
 
 
+def test_validation_examples_go_to_tensorboard_as_text(tiny_run: TinyRun) -> None:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(tiny_run.run_dir), size_guidance={"tensors": 0})
+    events.Reload()
+    (tag,) = [t for t in events.Tags()["tensors"] if t.startswith("val/examples")]
+    texts = [e.tensor_proto.string_val[0].decode() for e in events.Tensors(tag)]
+    assert len(texts) == tiny_run.max_epochs  # one block per validation
+    val_sources = (TOY_CORPUS_DIR / "val.de").read_text(encoding="utf-8").splitlines()
+    val_references = (TOY_CORPUS_DIR / "val.en").read_text(encoding="utf-8").splitlines()
+    pairs = dict(zip(val_sources, val_references, strict=True))
+    for epoch, text in enumerate(texts, 1):
+        assert text.startswith(f"    validation examples, epoch {epoch} (step ")
+        sources = re.findall(r"^ {4} {2}\d\. source: +(.*)$", text, re.M)
+        references = re.findall(r"^ {4} {5}reference: +(.*)$", text, re.M)
+        hypotheses = re.findall(r"^ {4} {5}hypothesis: ?(.*)$", text, re.M)
+        assert len(sources) == len(references) == len(hypotheses) == 3  # log_examples default
+        assert [pairs[src] for src in sources] == references  # real validation pairs
+
+
 def test_a_redirected_log_gets_one_plain_line_per_epoch(tmp_path: Path) -> None:
     cmd = [sys.executable, str(REPO / "scripts" / "train.py"), *TINY, "--trainer.max_epochs", "2"]
-    cmd += ["--test", "false"]
+    cmd += ["--test", "false", "--model.validation.log_examples", "2"]
     proc = subprocess.run(
         cmd, cwd=tmp_path, env=subprocess_env(), capture_output=True, text=True, timeout=300
     )
@@ -203,6 +242,18 @@ def test_a_redirected_log_gets_one_plain_line_per_epoch(tmp_path: Path) -> None:
     assert len(lines) == 2, proc.stdout[-3000:]
     for epoch, line in enumerate(lines, 1):
         assert re.match(pattern.format(e=epoch), line), line
+    # each epoch line is followed by that validation's example translations (2 asked for)
+    out = proc.stdout.splitlines()
+    for epoch, line in enumerate(lines, 1):
+        block = out[out.index(line) + 1 : out.index(line) + 6]
+        assert block[0].startswith(f"validation examples, epoch {epoch} (step ")
+        assert block[0].endswith(", greedy):")
+        assert [row.split(":")[0].strip() for row in block[1:4]] == [
+            "1. source",
+            "reference",
+            "hypothesis",
+        ]
+        assert block[4].strip().startswith("2. source:")
     assert "\u2501" not in proc.stdout + proc.stderr  # no progress-bar frames in the log
 
 

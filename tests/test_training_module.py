@@ -105,6 +105,15 @@ def test_bad_optim_settings_are_clear_errors(optim: dict, message: str) -> None:
         TranslationModule(transformer=SMALL, optim=optim)
 
 
+@pytest.mark.parametrize(
+    ("validation", "message"),
+    [({"log_examples": -1}, "log_examples must be >= 0"), ({"bleu_every_n_epochs": -1}, ">= 0")],
+)
+def test_bad_validation_settings_are_clear_errors(validation: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        TranslationModule(transformer=SMALL, validation=validation)
+
+
 def test_parameter_groups_are_chosen_by_module_type() -> None:
     """Decay: weights of linear layers (an additive score's too). No decay: embeddings
     (learned positions and the tied output matrix included), biases, norms, a bilinear W."""

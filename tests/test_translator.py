@@ -173,6 +173,17 @@ def test_empty_sentences_translate_to_empty(translator: Translator) -> None:
     assert len(n_best[1]) == 2
 
 
+def test_progress_hears_of_every_sentence_batch_by_batch(translator: Translator) -> None:
+    sentences = ["", *TOY_TEST_SOURCES[:5], "  "]  # 2 empty, 5 to decode
+    heard: list[int] = []
+    got = translator.translate(sentences, beam_size=1, batch_size=2, progress=heard.append)
+    assert got == translator.translate(sentences, beam_size=1, batch_size=2)  # unchanged output
+    assert heard == [2, 2, 2, 1]  # the empty sentences first, then each batch as it finishes
+    heard.clear()
+    translator.translate_n_best(TOY_TEST_SOURCES[:3], beam_size=2, n_best=2, progress=heard.append)
+    assert heard == [3]  # one batch of 64
+
+
 def test_n_best_sorted_by_score(translator: Translator) -> None:
     results = translator.translate_n_best(SENTENCES, beam_size=4, n_best=3)
     assert len(results) == len(SENTENCES)

@@ -1,44 +1,26 @@
-"""The HTML attention viewer in a real headless browser (Debian's chromium + chromedriver).
+"""The HTML attention viewer in a real headless browser (Debian's chromium + chromedriver,
+driven through selenium).
 
-The browser is driven over the W3C WebDriver protocol with a few lines of standard-library
-HTTP (no Selenium, no extra Python dependency): chromedriver is started on a free local
-port, mouse moves and option clicks go through WebDriver actions, so the page receives real,
-trusted DOM events. Skipped, with the install command, when chromium or chromedriver is
-missing. Install: ``sudo bash .ci/browser_setup.sh`` (apt-get install chromium
+Mouse moves and option clicks go through WebDriver actions, so the page receives real,
+trusted DOM events. Skipped, with the install command, when chromium, chromedriver or
+selenium is missing. Install: ``sudo bash .ci/browser_setup.sh`` (apt-get install chromium
 chromium-driver).
 """
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import signal
-import socket
-import subprocess
-import time
-import urllib.error
-import urllib.request
-from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import pytest
 import torch
+from browser import browser_missing, wait_for
 
 from minitx.maps import AttentionMaps
 from minitx.viz import write_html_viewer
 
-CHROMIUM = os.environ.get("MINITX_CHROMIUM") or shutil.which("chromium")
-CHROMEDRIVER = os.environ.get("MINITX_CHROMEDRIVER") or shutil.which("chromedriver")
-INSTALL_HINT = (
-    "headless chromium + chromedriver not found; install them with "
-    "`sudo bash .ci/browser_setup.sh` (apt-get install -y chromium chromium-driver), "
-    "or point MINITX_CHROMIUM / MINITX_CHROMEDRIVER at the binaries"
-)
-pytestmark = pytest.mark.skipif(not (CHROMIUM and CHROMEDRIVER), reason=INSTALL_HINT)
+pytestmark = pytest.mark.skipif(browser_missing() is not None, reason=str(browser_missing()))
 
-ELEMENT = "element-6066-11e4-a52e-4f735466cecf"  # W3C WebDriver element reference key
-TIMEOUT_S = 10.0
 NASTY = "<b>&\"x'"
 SRC = ["▁Ein", "▁Mann", NASTY, "▁fährt", "rad", "</s>"]  # S = 6
 TGT = ["<s>", "▁A", "▁man", "▁rides", "▁a", "▁bike", ".", "</s>"]  # T = 8
@@ -69,146 +51,44 @@ def maps() -> AttentionMaps:
     )
 
 
-# ----------------------------------------------------------------------------- WebDriver
-
-
-class WebDriverError(RuntimeError):
-    pass
-
-
-class WebDriver:
-    """The handful of W3C WebDriver commands these tests need, over plain HTTP."""
-
-    def __init__(self, base_url: str) -> None:
-        self.base = base_url
-        # never route localhost through an HTTP proxy from the environment
-        self._http = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-        self.session: str | None = None
-
-    def call(self, method: str, path: str, body: dict | None = None, timeout: float = 30.0):
-        data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(
-            self.base + path,
-            data=data,
-            method=method,
-            headers={"Content-Type": "application/json; charset=utf-8"},
-        )
-        try:
-            with self._http.open(request, timeout=timeout) as response:
-                return json.loads(response.read())["value"]
-        except urllib.error.HTTPError as err:
-            raise WebDriverError(
-                f"{method} {path}: {err.read().decode(errors='replace')}"
-            ) from None
-
-    def start(self, binary: str) -> None:
-        args = ["--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1280,1000"]
-        args += ["--disable-dev-shm-usage", "--no-first-run", "--disable-extensions"]
-        caps = {
-            "browserName": "chrome",
-            "goog:chromeOptions": {"binary": binary, "args": args},
-            "timeouts": {"implicit": 0, "pageLoad": 15_000, "script": 10_000},
-        }
-        value = self.call("POST", "/session", {"capabilities": {"alwaysMatch": caps}}, 60)
-        self.session = value["sessionId"]
-
-    def cmd(self, method: str, path: str, body: dict | None = None):
-        return self.call(method, f"/session/{self.session}{path}", body)
-
-    def get(self, url: str) -> None:
-        self.cmd("POST", "/url", {"url": url})
-
-    def js(self, script: str, *args):
-        return self.cmd("POST", "/execute/sync", {"script": script, "args": list(args)})
-
-    def find(self, css: str) -> dict:
-        return self.cmd("POST", "/element", {"using": "css selector", "value": css})
-
-    def click(self, css: str) -> None:
-        self.cmd("POST", f"/element/{self.find(css)[ELEMENT]}/click", {})
-
-    def hover(self, css: str) -> None:
-        """Move the (real, trusted) mouse pointer to the centre of an element."""
-        move = {"type": "pointerMove", "duration": 0, "origin": self.find(css), "x": 0, "y": 0}
-        pointer = {"type": "pointer", "id": "mouse", "parameters": {"pointerType": "mouse"}}
-        self.cmd("POST", "/actions", {"actions": [{**pointer, "actions": [move]}]})
-
-    def wait_for(self, script: str, *args, timeout: float = TIMEOUT_S):
-        """Poll a JS expression until it returns a truthy value (bounded)."""
-        deadline = time.monotonic() + timeout
-        while True:
-            value = self.js(script, *args)
-            if value:
-                return value
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"timed out after {timeout}s waiting for: {script}")
-            time.sleep(0.05)
-
-    def quit(self) -> None:
-        if self.session is not None:
-            try:
-                self.call("DELETE", f"/session/{self.session}", timeout=10)
-            finally:
-                self.session = None
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def driver() -> Iterator[WebDriver]:
-    port = free_port()
-    proc = subprocess.Popen(
-        [CHROMEDRIVER, f"--port={port}", "--allowed-ips=127.0.0.1"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,  # own process group: teardown can end chromium with it
-    )
-    wd = WebDriver(f"http://127.0.0.1:{port}")
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                if wd.call("GET", "/status", timeout=2).get("ready"):
-                    break
-            except (OSError, WebDriverError):
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"chromedriver ({CHROMEDRIVER}) did not come up on port {port}")
-            time.sleep(0.1)
-        wd.start(CHROMIUM)
-        yield wd
-    finally:
-        try:
-            wd.quit()
-        except (OSError, WebDriverError):
-            pass
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
-        try:  # any browser process left over in the group we created
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-
-
 @pytest.fixture(scope="module")
 def viewer_url(maps: AttentionMaps, tmp_path_factory: pytest.TempPathFactory) -> str:
     path = write_html_viewer(maps, tmp_path_factory.mktemp("viewer") / "attention.html")
     return path.resolve().as_uri()
 
 
+class Page:
+    """The viewer open in the browser, with the few actions these tests use."""
+
+    def __init__(self, driver: Any) -> None:
+        self.driver = driver
+
+    def js(self, script: str, *args: Any) -> Any:
+        return self.driver.execute_script(script, *args)
+
+    def wait_for(self, script: str, *args: Any) -> Any:
+        return wait_for(self.driver, script, *args)
+
+    def element(self, css: str) -> Any:
+        from selenium.webdriver.common.by import By
+
+        return self.driver.find_element(By.CSS_SELECTOR, css)
+
+    def click(self, css: str) -> None:
+        self.element(css).click()
+
+    def hover(self, css: str) -> None:
+        """Move the (real, trusted) mouse pointer to the centre of an element."""
+        from selenium.webdriver.common.action_chains import ActionChains
+
+        ActionChains(self.driver).move_to_element(self.element(css)).perform()
+
+
 @pytest.fixture
-def page(driver: WebDriver, viewer_url: str) -> WebDriver:
-    driver.get(viewer_url)
-    driver.wait_for("return document.body.getAttribute('data-ready') === '1'")
-    return driver
+def page(chrome: Any, viewer_url: str) -> Page:
+    chrome.get(viewer_url)
+    wait_for(chrome, "return document.body.getAttribute('data-ready') === '1'")
+    return Page(chrome)
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -225,7 +105,7 @@ def expected(maps: AttentionMaps, kind: str, layer: int, head: str) -> np.ndarra
     return (weights.mean(0) if head == "avg" else weights[int(head)]).numpy()
 
 
-def heatmap(page: WebDriver) -> tuple[np.ndarray, np.ndarray]:
+def heatmap(page: Page) -> tuple[np.ndarray, np.ndarray]:
     """(weights (Tq, Tk) from data-w, luminance (Tq, Tk) of the cell background)."""
     cells = page.js(CELLS_JS)
     tq = max(c[0] for c in cells) + 1
@@ -238,20 +118,20 @@ def heatmap(page: WebDriver) -> tuple[np.ndarray, np.ndarray]:
     return weights, luminance
 
 
-def status(page: WebDriver) -> dict:
+def status(page: Page) -> dict:
     return page.js(
         "var s = document.getElementById('status');"
         "return {kind: s.dataset.kind, layer: s.dataset.layer, head: s.dataset.head};"
     )
 
 
-def select(page: WebDriver, control: str, value: str) -> None:
+def select(page: Page, control: str, value: str) -> None:
     """Pick an option the way a user does (click on it), then wait for the re-render."""
     page.click(f'#{control} option[value="{value}"]')
     page.wait_for(f"return document.getElementById('status').dataset.{control} === '{value}'")
 
 
-def assert_shows(page: WebDriver, maps: AttentionMaps, kind: str, layer: int, head: str) -> None:
+def assert_shows(page: Page, maps: AttentionMaps, kind: str, layer: int, head: str) -> None:
     assert status(page) == {"kind": kind, "layer": str(layer), "head": head}
     want = expected(maps, kind, layer, head)
     got, luminance = heatmap(page)
@@ -266,7 +146,7 @@ def assert_shows(page: WebDriver, maps: AttentionMaps, kind: str, layer: int, he
 # ----------------------------------------------------------------------------- tests
 
 
-def test_viewer_renders_the_default_map(page: WebDriver, maps: AttentionMaps) -> None:
+def test_viewer_renders_the_default_map(page: Page, maps: AttentionMaps) -> None:
     assert_shows(page, maps, "cross", 0, "avg")  # it opens on the alignment
     options = page.js(
         "return ['kind', 'layer', 'head'].map(function (id) {"
@@ -281,7 +161,7 @@ def test_viewer_renders_the_default_map(page: WebDriver, maps: AttentionMaps) ->
     assert labels == [PRED, SRC, 0]  # the nasty token is text, not markup
 
 
-def test_viewer_follows_kind_layer_and_head(page: WebDriver, maps: AttentionMaps) -> None:
+def test_viewer_follows_kind_layer_and_head(page: Page, maps: AttentionMaps) -> None:
     select(page, "kind", "cross")
     assert_shows(page, maps, "cross", 0, "avg")  # (T, S) now
     select(page, "layer", "2")
@@ -302,7 +182,7 @@ def test_viewer_follows_kind_layer_and_head(page: WebDriver, maps: AttentionMaps
     assert_shows(page, maps, "encoder", 0, "1")
 
 
-def test_hovering_a_query_token_shows_its_row(page: WebDriver, maps: AttentionMaps) -> None:
+def test_hovering_a_query_token_shows_its_row(page: Page, maps: AttentionMaps) -> None:
     readout_js = (
         "var r = document.getElementById('readout');"
         "return {q: r.dataset.q, ws: Array.from(r.querySelectorAll('.kw')).map(e => e.dataset.w),"

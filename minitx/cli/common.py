@@ -9,11 +9,13 @@ saving ``last.ckpt``); 1 with a traceback: a bug in minitx.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import sys
+import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -291,3 +293,58 @@ def decoding_from_args(args: argparse.Namespace, beam: int | None = None, **chan
         return DecodingConfig(strategy="sample", alpha=args.alpha, **sampling, **changes)
     beam = args.beam if beam is None else beam
     return DecodingConfig.for_beam(beam, alpha=args.alpha, **changes)
+
+
+@contextlib.contextmanager
+def sentence_progress(total: int | None, decoding: str = "") -> Iterator[Callable[[int], None]]:
+    """Show translation progress on standard error; yields the callback for `Translator`.
+
+    On a terminal: a rich progress bar with sentences done / total and sentences/s. Otherwise
+    (a log file, a pipe): no bar frames, only one line at the end, e.g.
+    ``greedy: translated 200 sentences in 19.1 s (10.5 sentences/s)``, where `decoding` names
+    the decoding (no prefix when empty). Translations themselves never go through here.
+    """
+    prefix = f"{decoding}: " if decoding else ""
+    start = time.perf_counter()
+    if sys.stderr.isatty():
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+
+        columns = (
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[rate]} sentences/s"),
+            TimeElapsedColumn(),
+        )
+        with Progress(*columns, console=Console(stderr=True)) as bar:
+            task = bar.add_task(f"{prefix}translating", total=total, rate="-")
+
+            def advance(done: int) -> None:
+                bar.advance(task, done)
+                seconds = time.perf_counter() - start
+                rate = bar.tasks[task].completed / max(seconds, 1e-9)
+                bar.update(task, rate=f"{rate:.1f}")
+
+            yield advance
+        return
+    done = 0
+
+    def count(n: int) -> None:
+        nonlocal done
+        done += n
+
+    yield count
+    seconds = time.perf_counter() - start
+    print(
+        f"{prefix}translated {done} sentences in {seconds:.1f} s "
+        f"({done / max(seconds, 1e-9):.1f} sentences/s)",
+        file=sys.stderr,
+        flush=True,
+    )

@@ -30,7 +30,7 @@ from typing import Any, NoReturn
 
 import lightning as L
 import torch
-from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar, RichProgressBar
+from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities.exceptions import SIGTERMException
@@ -44,9 +44,11 @@ from minitx.textio import write_text_atomic
 from minitx.training import (
     AttentionMapLogger,
     CheckpointOnInterrupt,
+    MinitxProgressBar,
     PlainProgress,
     TokenThroughput,
     TranslationModule,
+    ValidationExamples,
 )
 from minitx.training.loggers import ContinuingCSVLogger
 
@@ -241,7 +243,7 @@ class MinitxCLI(LightningCLI):
             if plain:
                 kwargs["enable_progress_bar"] = False
             elif not any(isinstance(cb, ProgressBar) for cb in configured):
-                kwargs["callbacks"] = [*configured, RichProgressBar()]
+                kwargs["callbacks"] = [*configured, MinitxProgressBar()]
         if getattr(self, "default_loggers", False):
             run_dir = self.run_root / self.run_version
             kwargs["logger"] = [
@@ -260,6 +262,7 @@ class MinitxCLI(LightningCLI):
         trainer = super().instantiate_trainer(**kwargs)
         if plain:  # last, so that TokenThroughput has measured the epoch already
             trainer.callbacks.append(PlainProgress())
+        trainer.callbacks.append(ValidationExamples())  # its block follows the epoch line
         return trainer
 
 

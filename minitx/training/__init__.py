@@ -7,8 +7,10 @@ Imports the model, the data layer, decoding and viz; never the inference API
 from minitx.training.callbacks import (
     AttentionMapLogger,
     CheckpointOnInterrupt,
+    MinitxProgressBar,
     PlainProgress,
     TokenThroughput,
+    ValidationExamples,
 )
 from minitx.training.config import OptimConfig, ValidationConfig
 from minitx.training.module import (
@@ -23,10 +25,12 @@ __all__ = [
     "CheckpointOnInterrupt",
     "DivergenceError",
     "InverseSqrtSchedule",
+    "MinitxProgressBar",
     "OptimConfig",
     "PlainProgress",
     "ResumeMismatchError",
     "TokenThroughput",
     "TranslationModule",
     "ValidationConfig",
+    "ValidationExamples",
 ]

@@ -1,4 +1,5 @@
-"""Lightning callbacks of minitx: attention maps, token throughput, saving on interrupt."""
+"""Lightning callbacks of minitx: attention maps, token throughput, saving on interrupt,
+progress (bar or plain lines) and example translations."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ from typing import Any
 
 import lightning as L
 import torch
-from lightning.pytorch.callbacks import Timer
+from lightning.pytorch.callbacks import RichProgressBar, Timer
 from lightning.pytorch.loggers import TensorBoardLogger
+from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from minitx.maps import KINDS, AttentionMaps, attention_entropy, teacher_forced_maps
@@ -198,6 +200,56 @@ class TokenThroughput(L.Callback):
         )
 
 
+def examples_block(examples: list[tuple[str, str, str]], heading: str) -> str:
+    """Example translations as a short text block: the heading, then per example its source,
+    reference and hypothesis on three indented lines."""
+    lines = [heading]
+    for i, (source, reference, hypothesis) in enumerate(examples, 1):
+        lines.append(f"  {i}. source:     {source}")
+        lines.append(f"     reference:  {reference}")
+        lines.append(f"     hypothesis: {hypothesis}")
+    return "\n".join(lines)
+
+
+class ValidationExamples(L.Callback):
+    """Show the example translations of each validation (Joey NMT style).
+
+    After a validation that translated, the module's `validation_examples` (source,
+    reference, hypothesis; `model.validation.log_examples` of them) go to TensorBoard as text
+    (tag ``val/examples``, the TEXT tab) and are printed as one short block on standard
+    output at the end of the training epoch, i.e. after `PlainProgress`'s epoch line when
+    that callback comes first (as ``minitx-train`` orders them); above the bar on a terminal.
+    """
+
+    def __init__(self) -> None:
+        self._pending: str | None = None
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        examples = getattr(pl_module, "validation_examples", None)
+        if trainer.sanity_checking or not trainer.is_global_zero or not examples:
+            return
+        decoding = pl_module.validation.decoding.describe()
+        heading = (
+            f"validation examples, epoch {trainer.current_epoch + 1} "
+            f"(step {trainer.global_step}, {decoding}):"
+        )
+        block = examples_block(examples, heading)
+        for lg in trainer.loggers:
+            if isinstance(lg, TensorBoardLogger):  # indented: a literal (code) block in markdown
+                text = "\n".join("    " + line for line in block.splitlines())
+                lg.experiment.add_text("val/examples", text, global_step=trainer.global_step)
+        pl_module.validation_examples = []  # shown once
+        if trainer.state.fn == TrainerFn.FITTING:
+            self._pending = block
+        else:  # trainer.validate(): no epoch line to wait for
+            print(block, flush=True)
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self._pending is not None:
+            print(self._pending, flush=True)
+            self._pending = None
+
+
 class CheckpointOnInterrupt(L.Callback):
     """Save `last.ckpt` when training is interrupted (Ctrl-C, SIGTERM, or an error).
 
@@ -285,3 +337,16 @@ class PlainProgress(L.Callback):
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.is_global_zero and not trainer.sanity_checking:
             print(self.line(trainer), flush=True)
+
+
+class MinitxProgressBar(RichProgressBar):
+    """Lightning's rich progress bar without ``v_num``: the last four characters of the first
+    logger's version, for minitx runs a timestamp's tail or ``_csv``, which mean nothing in a
+    bar (the run directory is printed at the end of training instead)."""
+
+    def get_metrics(
+        self, trainer: L.Trainer, pl_module: L.LightningModule
+    ) -> dict[str, int | str | float | dict[str, float]]:
+        items = super().get_metrics(trainer, pl_module)
+        items.pop("v_num", None)
+        return items

@@ -79,14 +79,22 @@ class ValidationConfig:
             (and always in the last epoch); 0 disables it.
         decoding: how validation translates. Greedy by default: BLEU after every epoch
             stays cheap; the end-of-training test reports beam search too.
+        log_examples: in each validation that translates, show this many (source, reference,
+            hypothesis) triples, the first of the validation set: in TensorBoard (TEXT tab,
+            ``val/examples``) and in the training output. 0 disables them.
     """
 
     bleu_every_n_epochs: int = 1
     decoding: DecodingConfig = field(default_factory=_greedy)
+    log_examples: int = 3
 
     def __post_init__(self) -> None:
         if isinstance(self.decoding, dict):
             self.decoding = DecodingConfig.from_dict(self.decoding)
+        if self.log_examples < 0:
+            raise ConfigError(
+                f"ValidationConfig.log_examples must be >= 0, got {self.log_examples}"
+            )
         if self.bleu_every_n_epochs < 0:
             raise ConfigError(
                 f"ValidationConfig.bleu_every_n_epochs must be >= 0, got {self.bleu_every_n_epochs}"

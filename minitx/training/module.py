@@ -109,6 +109,9 @@ class TranslationModule(L.LightningModule):
         self.val_bleu = SacreBLEUScore(tokenize="13a", lowercase=False)
         self.val_chrf = CHRFScore()
         self.tokenizer = None  # set from the datamodule in `setup`; needed for BLEU and checkpoints
+        self.validation_examples: list[tuple[str, str, str]] = []
+        """(source, reference, hypothesis) of the first `validation.log_examples` validation
+        pairs, from the last validation that translated (see `ValidationExamples`)."""
         self._skipped_batches = 0  # bad batches skipped so far (OptimConfig.skip_bad_batches)
 
     # ---------------------------------------------------------------- wiring
@@ -329,6 +332,10 @@ class TranslationModule(L.LightningModule):
         )
         return (self.current_epoch + 1) % every == 0 or last or self.trainer.sanity_checking
 
+    def on_validation_epoch_start(self) -> None:
+        if self._bleu_this_epoch():
+            self.validation_examples = []
+
     def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
         loss, nll, n_tokens = self._losses(batch)
         self.val_loss.update(loss, weight=n_tokens)
@@ -338,6 +345,9 @@ class TranslationModule(L.LightningModule):
             references = [[ref] for ref in batch["tgt_text"]]
             self.val_bleu.update(hypotheses, references)
             self.val_chrf.update(hypotheses, references)
+            wanted = self.validation.log_examples - len(self.validation_examples)
+            triples = zip(batch["src_text"], batch["tgt_text"], hypotheses, strict=True)
+            self.validation_examples += list(triples)[: max(wanted, 0)]
 
     def on_validation_epoch_end(self) -> None:
         nll = self.val_nll.compute()

@@ -6,7 +6,7 @@ Nothing here imports the model, the training code or Lightning.
 
 from minitx.viz.common import DEFAULT_DPI, KIND_LABELS
 from minitx.viz.heatmaps import figures_for_maps, plot_attention_heads, save_attention_images
-from minitx.viz.viewer import viewer_data, visualize, write_html_viewer
+from minitx.viz.viewer import viewer_data, viewer_html, visualize, write_html_viewer
 
 __all__ = [
     "DEFAULT_DPI",
@@ -15,6 +15,7 @@ __all__ = [
     "plot_attention_heads",
     "save_attention_images",
     "viewer_data",
+    "viewer_html",
     "visualize",
     "write_html_viewer",
 ]

@@ -92,6 +92,24 @@ def viewer_data(maps: AttentionMaps, *, decimals: int = _HTML_DECIMALS) -> dict[
     }
 
 
+def viewer_html(maps: AttentionMaps, *, title: str = "minitx attention") -> str:
+    """The viewer page of :func:`write_html_viewer` as a string (e.g. for an iframe's
+    ``srcdoc``, as the demo app embeds it).
+
+    Raises:
+        ValueError: if a map's shape does not match the tokens or contains NaN / inf.
+    """
+    parts = {
+        "TITLE": html.escape(title),
+        "CSS": _static("viewer.css"),
+        "JS": _static("viewer.js"),
+        "DATA": _json_for_script(viewer_data(maps)),
+    }
+    # one pass: text substituted in (title, data) is never scanned for placeholders again
+    template = _static("viewer.html")
+    return re.sub(r"__(TITLE|CSS|JS|DATA)__", lambda m: parts[m.group(1)], template)
+
+
 def write_html_viewer(
     maps: AttentionMaps, path: Path | str, *, title: str = "minitx attention"
 ) -> Path:
@@ -123,16 +141,7 @@ def write_html_viewer(
         ValueError: if a map's shape does not match the tokens or contains NaN / inf.
     """
     path = Path(path)
-    data = viewer_data(maps)
-    parts = {
-        "TITLE": html.escape(title),
-        "CSS": _static("viewer.css"),
-        "JS": _static("viewer.js"),
-        "DATA": _json_for_script(data),
-    }
-    # one pass: text substituted in (title, data) is never scanned for placeholders again
-    template = _static("viewer.html")
-    page = re.sub(r"__(TITLE|CSS|JS|DATA)__", lambda m: parts[m.group(1)], template)
+    page = viewer_html(maps, title=title)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(page, encoding="utf-8")
     logger.debug("wrote %s (%d bytes)", path, len(page))

@@ -1,0 +1,79 @@
+"""Serve the live demo page of a checkpoint (Gradio; ``pip install 'minitx[demo]'``).
+
+Example:
+    minitx-demo --checkpoint RUN.ckpt            # then open http://127.0.0.1:7860
+    python -m minitx demo --checkpoint RUN.ckpt --port 8000
+
+The page translates a typed or picked sentence with greedy or beam search and shows the
+translation, the n-best list and the attention viewer of that translation (see
+`minitx.demo`). It needs no network: nothing is loaded from a CDN and analytics are off. It
+binds to 127.0.0.1 (this machine only) unless ``--host`` says otherwise (``--host 0.0.0.0``
+serves every interface: anyone who can reach the port can use the model).
+
+Exit status: 0 when stopped with Ctrl-C (the server's normal end); 2 a usage error (missing
+or foreign checkpoint, Gradio not installed, port taken), one ``error: ...`` line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from minitx.cli.common import UsageError, load_translator, run_cli
+from minitx.demo import DEFAULT_HOST, DEFAULT_PORT
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command-line interface."""
+    parser = argparse.ArgumentParser(
+        description=(
+            "Serve a live demo page of a minitx checkpoint: translate a sentence (greedy or "
+            "beam search) and explore its attention. Offline; binds to localhost by default."
+        ),
+    )
+    parser.add_argument(
+        "--checkpoint", required=True, type=Path, help="self-contained minitx .ckpt file"
+    )
+    parser.add_argument(
+        "--host",
+        default=DEFAULT_HOST,
+        help=f"interface to bind (default: {DEFAULT_HOST}, this machine only)",
+    )
+    parser.add_argument(
+        "--port", type=int, default=DEFAULT_PORT, help=f"TCP port (default: {DEFAULT_PORT})"
+    )
+    parser.add_argument(
+        "--device", default="cpu", help="torch device, e.g. cpu, cuda (default: cpu)"
+    )
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    """Load the checkpoint, build the page, serve it until Ctrl-C."""
+    from minitx.demo import build_demo, import_gradio, launch  # Gradio loads only here
+
+    import_gradio()  # before loading the model: a missing extra is reported at once
+    translator = load_translator(args.checkpoint, device=args.device, bf16=False)
+    demo = build_demo(translator)
+    try:
+        launch(demo, host=args.host, port=args.port)
+    except OSError:  # Gradio: "Cannot find empty port in range ..."
+        raise UsageError(
+            f"cannot serve on {args.host}:{args.port}: the port is in use or the address is "
+            "not this machine's; choose another --port or --host"
+        ) from None
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; returns the process exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not 0 < args.port < 65536:
+        parser.error(f"--port must be between 1 and 65535, got {args.port}")
+    return run_cli(run, args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
