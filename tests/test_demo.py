@@ -91,10 +91,9 @@ def test_demo_command_help_and_missing_gradio(tmp_path: Path) -> None:
         timeout=120,
     )
     assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines() == [
-        "error: the demo needs Gradio, which is not installed: pip install 'minitx[demo]'"
-        "  (set MINITX_DEBUG=1 for the traceback)"
-    ]
+    [line] = proc.stderr.strip().splitlines()  # one line, no traceback
+    assert line.startswith("error: the live demo page needs the gradio package")
+    assert "pip install 'minitx[demo]'" in line
 
 
 def test_a_port_in_use_is_a_one_line_error(

@@ -466,7 +466,7 @@ def test_the_output_file_is_replaced_only_when_every_line_is_translated(
         raise KeyboardInterrupt
 
     with monkeypatch.context() as patch:
-        patch.setattr(Translator, "translate", interrupted)
+        patch.setattr(Translator, "translate_n_best", interrupted)  # what the command calls
         assert translate_cli.main(argv) == 130
     assert output.read_text(encoding="utf-8") == "the previous translations\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.en"]  # no temporary file left
