@@ -30,6 +30,7 @@ from sacrebleu.metrics import BLEU
 
 from minitx.checkpoint import CHECKPOINT_KEY, load_checkpoint
 from minitx.cli.train import build_cli, main
+from minitx.training import precision
 from minitx.translator import Translator
 
 REPO = REPO_DIR
@@ -304,6 +305,7 @@ def test_checkpoint_carries_model_config_tokenizer_and_training_config(tiny_run:
 
 def test_bf16_mixed_trains_on_cpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MINITX_KEEP_BF16", "1")  # bf16 even where the CPU only emulates it
     cli = main(
         TINY
         + ["--trainer.precision", "bf16-mixed", "--trainer.max_epochs", "1"]
@@ -312,6 +314,19 @@ def test_bf16_mixed_trains_on_cpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert cli.trainer.precision == "bf16-mixed"
     (run_dir,) = run_dirs(tmp_path)
     assert torch.isfinite(torch.tensor(logged(metrics(run_dir), "val/loss"))).all()
+
+
+def test_bf16_becomes_fp32_on_a_cpu_without_bf16(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MINITX_KEEP_BF16", raising=False)
+    monkeypatch.setattr(precision, "cpu_has_fast_bf16", lambda: False)
+    args = TINY + ["--trainer.precision", "bf16-mixed", "--trainer.accelerator", "cpu"]
+    args += ["--trainer.max_epochs", "1", "--trainer.enable_progress_bar", "false"]
+    cli = main(args + ["--test", "false"])
+    assert cli.trainer.precision == "32-true"
+    assert "has no bf16 instructions" in capsys.readouterr().err
 
 
 def test_ddp_two_cpu_processes(tmp_path: Path) -> None:

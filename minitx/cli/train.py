@@ -51,6 +51,7 @@ from minitx.training import (
     ValidationExamples,
 )
 from minitx.training.loggers import ContinuingCSVLogger
+from minitx.training.precision import resolve_precision
 
 logger = logging.getLogger(__name__)
 
@@ -237,6 +238,13 @@ class MinitxCLI(LightningCLI):
         """The trainer, with the default loggers (TensorBoard + CSV in one run directory) and
         the rich progress bar (unless `trainer.enable_progress_bar` is false)."""
         trainer_config = self._get(self.config_init, "trainer", default={})
+        precision, note = resolve_precision(
+            kwargs.get("precision", trainer_config.get("precision")),
+            kwargs.get("accelerator", trainer_config.get("accelerator")),
+        )
+        if note is not None:
+            print(f"note: {note}", file=sys.stderr, flush=True)
+            kwargs["precision"] = precision
         plain = not sys.stdout.isatty()  # a log file: one line per epoch, no bar frames
         if trainer_config.get("enable_progress_bar") is not False:
             configured = trainer_config.get("callbacks") or []

@@ -1,0 +1,63 @@
+"""The training precision for the machine at hand: bf16 autocast only where the CPU has it.
+
+bf16 autocast is the default (`trainer.precision: bf16-mixed`) because it is faster than fp32
+on CPUs with bf16 instructions (AVX512-BF16, AMX; oneDNN also runs bf16 well with plain
+AVX-512) and on GPUs. A CPU without them, e.g. one with AVX2 only, emulates every bf16 matrix
+product: measured on such a machine (torch 2.13, 1 thread), a 2048x256 by 256x1024 matmul
+ran at 0.6 GFLOP/s in bf16 against 32 GFLOP/s in fp32, so a default run would take days.
+There the training command trains in fp32 instead and says so.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+
+BF16_PRECISIONS: tuple[str, ...] = ("bf16-mixed", "bf16-true", "bf16")
+"""Lightning precision settings that compute in bf16."""
+
+KEEP_BF16_ENV = "MINITX_KEEP_BF16"
+"""Set to 1 to keep a bf16 precision on a CPU without bf16 instructions (slow, but it
+reproduces a bf16 run's numbers exactly)."""
+
+
+def cpu_has_fast_bf16() -> bool:
+    """True where PyTorch's CPU kernels (oneDNN) run bf16 matrix products natively.
+
+    Uses oneDNN's own capability check; where PyTorch lacks it, assume yes (keep the setting).
+    """
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return True
+
+
+def trains_on_cpu(accelerator: Any) -> bool:
+    """Whether Lightning's `accelerator` setting ends up on the CPU ("auto": no GPU here)."""
+    if accelerator in (None, "auto"):
+        has_mps = getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()
+        return not torch.cuda.is_available() and not has_mps
+    return accelerator == "cpu"
+
+
+def resolve_precision(precision: Any, accelerator: Any) -> tuple[Any, str | None]:
+    """The precision to train with, and a note to print when it differs from `precision`.
+
+    A bf16 precision on a CPU without bf16 instructions becomes "32-true", unless the
+    environment variable `MINITX_KEEP_BF16` is 1. Every other setting is kept as it is.
+    """
+    if (
+        str(precision) not in BF16_PRECISIONS
+        or not trains_on_cpu(accelerator)
+        or os.environ.get(KEEP_BF16_ENV) == "1"
+        or cpu_has_fast_bf16()
+    ):
+        return precision, None
+    capability = torch.backends.cpu.get_cpu_capability()
+    return "32-true", (
+        f"trainer.precision {precision}: this CPU ({capability}) has no bf16 instructions, so "
+        "bf16 would be emulated and run many times slower than fp32; training in fp32 "
+        f"(32-true) instead. Set {KEEP_BF16_ENV}=1 to keep bf16 anyway."
+    )
