@@ -5,6 +5,9 @@ Sections (all by default; pick with --sections):
   train      full training step (forward, backward, AdamW) in target tokens/s: minitx vs
              torch.nn.Transformer (+ embeddings + output projection), same sizes, fp32 and bf16
              autocast, on token-bucketed batches of Multi30k-like lengths; A/B interleaved.
+             Beside tokens/s: matmul GFLOP/s (minitx.flops: the FLOPs the batch's real
+             lengths need) and MFU, that over a matmul peak measured here at the model's
+             shapes. bf16 only where the CPU has bf16 instructions (else it is emulated).
   attention  the attention core: explicit weights path vs the fused kernel
              (F.scaled_dot_product_attention, flash and math backends), lengths 16..512.
   decode     greedy and beam search, with vs without the KV cache, in sentences/s.
@@ -35,9 +38,11 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from minitx.attention import padding_mask, scaled_dot_product_attention
 from minitx.data import TokenBucketBatchSampler, collate
 from minitx.decoding import beam_search, greedy_decode
+from minitx.flops import training_flops
 from minitx.model import Transformer, TransformerConfig
 from minitx.positional import SinusoidalPositionalEncoding
 from minitx.training import TranslationModule
+from minitx.training.precision import cpu_has_fast_bf16
 
 SIZES = dict(
     d_model=256, n_heads=4, n_encoder_layers=3, n_decoder_layers=3, d_ff=1024, vocab_size=8000
@@ -115,18 +120,18 @@ def bench_train(args: argparse.Namespace) -> None:
     torch.manual_seed(0)
     batches = multi30k_like_batches(args.train_examples, args.max_tokens)
     shapes = {(tuple(b["src"].shape), tuple(b["tgt_in"].shape)) for b in batches}
-    n_tokens = [int((b["tgt_out"] != 0).sum()) for b in batches]
-    print(
-        f"\n== training step: {len(batches)} batches, {len(shapes)} shapes, "
-        f"max_tokens {args.max_tokens}, "
-        f"avg {statistics.mean(n_tokens):.0f} target tokens/batch =="
-    )
-
     sizes = {k: v for k, v in SIZES.items() if k != "vocab_size"}
     vocab = {"src_vocab_size": SIZES["vocab_size"], "tgt_vocab_size": SIZES["vocab_size"]}
     minitx = TranslationModule(transformer={**sizes, **vocab, "dropout": 0.1})
     minitx.train()
     baseline = TorchTransformerBaseline().train()
+    work = [_batch_work(minitx.model_config, b) for b in batches]  # (target tokens, FLOPs)
+    print(
+        f"\n== training step: {len(batches)} batches, {len(shapes)} shapes, "
+        f"max_tokens {args.max_tokens}, "
+        f"avg {statistics.mean(w[0] for w in work):.0f} target tokens/batch, "
+        f"{sum(w[1] for w in work) / sum(w[0] for w in work) / 1e6:.1f} MFLOP per target token =="
+    )
 
     def minitx_loss(batch: dict) -> torch.Tensor:
         with minitx._sdpa_kernel():
@@ -141,30 +146,74 @@ def bench_train(args: argparse.Namespace) -> None:
             label_smoothing=0.1,
         )
 
-    contenders: dict[str, tuple[nn.Module, Callable]] = {
-        "minitx": (minitx, minitx_loss),
-        "minitx (full-logits loss)": (minitx, minitx_plain_loss),
-        "torch.nn.Transformer": (baseline, baseline.loss),
+    adamw = {"lr": 1e-4}
+    contenders: dict[str, tuple[nn.Module, Callable, dict]] = {
+        "minitx": (minitx, minitx_loss, adamw),
+        "minitx, fused AdamW": (minitx, minitx_loss, {**adamw, "fused": True}),
+        "minitx (full-logits loss)": (minitx, minitx_plain_loss, adamw),
+        "torch.nn.Transformer": (baseline, baseline.loss, adamw),
     }
     for precision in args.precisions:
-        rate = _train_rates(contenders, batches, n_tokens, precision, args.train_steps)
+        peak = matmul_peak(minitx.model_config, precision, args.repeats)
+        rate = _train_rates(contenders, batches, work, precision, args.train_steps)
+        print(f"  {precision:5s} matmul peak at the model's shapes: {peak / 1e9:7.1f} GFLOP/s")
         for name in contenders:
-            print(f"  {precision:5s} {name:28s} {rate[name]:8.0f} target tokens/s")
+            tokens_per_s, flops_per_s = rate[name]
+            print(
+                f"  {precision:5s} {name:28s} {tokens_per_s:8.0f} target tokens/s "
+                f"{flops_per_s / 1e9:7.1f} GFLOP/s  MFU {flops_per_s / peak:6.1%}"
+            )
+        torch_rate = rate["torch.nn.Transformer"][0]
         print(
             f"  {precision:5s} ratio minitx / torch.nn.Transformer = "
-            f"{rate['minitx'] / rate['torch.nn.Transformer']:.2f}x (model alone, same loss: "
-            f"{rate['minitx (full-logits loss)'] / rate['torch.nn.Transformer']:.2f}x)"
+            f"{rate['minitx'][0] / torch_rate:.2f}x (fused AdamW: "
+            f"{rate['minitx, fused AdamW'][0] / torch_rate:.2f}x; model alone, same loss: "
+            f"{rate['minitx (full-logits loss)'][0] / torch_rate:.2f}x)"
         )
 
 
+def _batch_work(config: TransformerConfig, batch: dict) -> tuple[int, int]:
+    """(real target tokens, training-step matmul FLOPs) of a batch (see minitx.flops)."""
+    src_lengths = (batch["src"] != 0).sum(-1).tolist()
+    tgt_lengths = (batch["tgt_out"] != 0).sum(-1).tolist()
+    return sum(tgt_lengths), training_flops(config, src_lengths, tgt_lengths)
+
+
+def matmul_peak(config: TransformerConfig, precision: str, repeats: int, n: int = 2048) -> float:
+    """FLOP/s of plain matrix products of the model's own shapes, n rows each, weighted as a
+    training step uses them: the best a step could do if it were matmuls only."""
+    d, f, v = config.d_model, config.d_ff, config.tgt_vocab_size
+    layers = config.n_encoder_layers + config.n_decoder_layers
+    shapes = [  # (inner, outer, times per forward pass)
+        (d, 3 * d, layers),  # fused q, k, v of self-attention
+        (d, d, layers + 2 * config.n_decoder_layers),  # out projections, cross q
+        (d, 2 * d, config.n_decoder_layers),  # cross k, v
+        (d, f, layers),
+        (f, d, layers),
+        (d, v, 1),  # output layer
+    ]
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+    flops = seconds = 0.0
+    for inner, outer, times in shapes:
+        a, b = torch.randn(n, inner, dtype=dtype), torch.randn(inner, outer, dtype=dtype)
+        seconds += times * _time(lambda a=a, b=b: a @ b, repeats) / 1e3
+        flops += times * 2 * n * inner * outer
+    return flops / seconds
+
+
 def _train_rates(
-    contenders: dict, batches: list[dict], n_tokens: list[int], precision: str, steps: int
-) -> dict[str, float]:
-    """Target tokens/s of each contender; every batch shape is run once first (bf16 builds
-    kernels per shape), then the contenders take turns on the same batches."""
+    contenders: dict,
+    batches: list[dict],
+    work: list[tuple[int, int]],
+    precision: str,
+    steps: int,
+) -> dict[str, tuple[float, float]]:
+    """(target tokens/s, matmul FLOP/s) of each contender; every batch shape is run once first
+    (bf16 builds kernels per shape), then the contenders take turns on the same batches."""
     autocast = torch.autocast("cpu", dtype=torch.bfloat16) if precision == "bf16" else nullcontext()
     optimizers = {
-        name: torch.optim.AdamW(m.parameters(), lr=1e-4) for name, (m, _) in contenders.items()
+        name: torch.optim.AdamW(m.parameters(), **options)
+        for name, (m, _, options) in contenders.items()
     }
 
     def step(name: str, batch: dict) -> None:
@@ -183,15 +232,15 @@ def _train_rates(
             for name in contenders:
                 step(name, batch)
     seconds = dict.fromkeys(contenders, 0.0)
-    tokens = dict.fromkeys(contenders, 0)
     for i in range(steps):
         batch = batches[i % len(batches)]
         for name in contenders:
             start = time.perf_counter()
             step(name, batch)
             seconds[name] += time.perf_counter() - start
-            tokens[name] += n_tokens[i % len(batches)]
-    return {name: tokens[name] / seconds[name] for name in contenders}
+    tokens = sum(work[i % len(batches)][0] for i in range(steps))
+    flops = sum(work[i % len(batches)][1] for i in range(steps))
+    return {name: (tokens / s, flops / s) for name, s in seconds.items()}
 
 
 # ------------------------------------------------------------------------------------ attention
@@ -386,7 +435,11 @@ def main() -> None:
         help="sections to run (default: train attention decode; ct2 is opt-in)",
     )
     parser.add_argument(
-        "--precisions", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16"]
+        "--precisions",
+        nargs="+",
+        default=["fp32", "bf16"] if cpu_has_fast_bf16() else ["fp32"],
+        choices=["fp32", "bf16"],
+        help="default: fp32, and bf16 where the CPU has bf16 instructions",
     )
     parser.add_argument(
         "--max-tokens",
@@ -426,7 +479,10 @@ def main() -> None:
     args = parser.parse_args()
     if "ct2" in args.sections and not args.checkpoint:
         parser.error("--sections ct2 needs --checkpoint (a trained model to export)")
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, CPU capability "
+        f"{torch.backends.cpu.get_cpu_capability()}, native bf16: {cpu_has_fast_bf16()}"
+    )
     start = time.perf_counter()
     sections = {
         "train": bench_train,

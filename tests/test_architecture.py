@@ -11,7 +11,17 @@ import pytest
 from helpers import REPO_DIR
 
 PACKAGE = REPO_DIR / "minitx"
-CORE = ("attention", "positional", "layers", "model", "decoding", "registry", "vocab", "errors")
+CORE = (
+    "attention",
+    "positional",
+    "layers",
+    "model",
+    "decoding",
+    "registry",
+    "vocab",
+    "errors",
+    "flops",
+)
 OPTIONAL_LIBRARIES = ("ctranslate2", "gradio", "bertviz", "selenium")
 """Extras: imported only inside the functions that need them (minitx.errors.require_extra)."""
 
