@@ -201,11 +201,16 @@ class DecoderCache:
         """Target positions decoded so far (the position offset of the next step)."""
         return self.layers[0][0].length
 
-    def reorder(self, index: Tensor) -> None:
-        """Keep batch rows `index` (B',) in every cache, e.g. after a beam-search step."""
+    def reorder(self, index: Tensor, *, cross: bool = True) -> None:
+        """Keep batch rows `index` (B',) in every cache, e.g. after a beam-search step.
+
+        `cross=False` leaves the cross-attention caches as they are: right when `index` only
+        permutes rows whose encoder outputs are equal (the beams of one sentence).
+        """
         for self_cache, cross_cache in self.layers:
             self_cache.reorder(index)
-            cross_cache.reorder(index)
+            if cross:
+                cross_cache.reorder(index)
 
 
 class Transformer(nn.Module):

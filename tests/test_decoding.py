@@ -131,6 +131,42 @@ def test_batched_greedy_equals_one_at_a_time(model, sources):
         assert row_tokens(batched[i]) == row_tokens(single[0])
 
 
+def test_finished_sentences_leave_the_greedy_batch(model, sources, monkeypatch):
+    """Sentences with shorter caps stop early; later steps decode only the others, and the
+    ids are those of a run that keeps every row (each row's own greedy decoding)."""
+    sizes = []
+    decode = model.decode
+    monkeypatch.setattr(
+        model,
+        "decode",
+        lambda tgt_in, *a, **k: sizes.append(tgt_in.size(0)) or decode(tgt_in, *a, **k),
+    )
+    ids = greedy_decode(model, sources, max_len_a=1.0, max_len_b=0)  # caps = source lengths
+    limits = max_target_lengths(sources, model, 1.0, 0).tolist()
+    check_generated_rows(ids, limits)
+    assert sizes[0] == sources.size(0) and sizes == sorted(sizes, reverse=True)
+    assert sizes[-1] < sizes[0]  # the caps (5, 2, 4, 3 + eos) end some rows first
+    monkeypatch.undo()
+    for i in range(sources.size(0)):
+        single = greedy_decode(model, sources[i : i + 1], max_len_a=1.0, max_len_b=0)
+        assert row_tokens(ids[i]) == row_tokens(single[0])
+
+
+def test_cache_reorder_can_keep_the_cross_attention_cache(model, sources):
+    enc = model.encode(sources)
+    cache = model.new_cache()
+    bos = torch.full((sources.size(0), 1), 2)
+    model.decode(bos, enc.memory, enc.src_mask, cache=cache)
+    cross_before = [c.k for _, c in cache.layers]
+    swap = torch.tensor([1, 0, 3, 2])
+    cache.reorder(swap, cross=False)
+    assert all(c.k is k for (_, c), k in zip(cache.layers, cross_before, strict=True))
+    cache.reorder(swap)
+    assert all(
+        torch.equal(c.k, k[swap]) for (_, c), k in zip(cache.layers, cross_before, strict=True)
+    )
+
+
 def test_greedy_respects_per_sentence_caps(model, sources):
     for a, b in [(0.0, 3), (1.0, 0), (0.5, 2)]:
         ids = greedy_decode(model, sources, max_len_a=a, max_len_b=b)

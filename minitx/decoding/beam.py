@@ -122,12 +122,13 @@ def beam_search(
             dim=1,
         )
         beam_scores = torch.tensor(next_scores, device=device).view(len(still_active), k)
-        if len(still_active) != len(active):  # drop finished sentences from the encoder outputs
+        sentences_left = len(still_active) != len(active)
+        if sentences_left:  # drop finished sentences from the encoder outputs
             sent_rows = torch.tensor([active.index(s) for s in still_active], device=device)
             rows = (sent_rows[:, None] * k + torch.arange(k, device=device)).view(-1)
             memory, src_mask = memory.index_select(0, rows), src_mask.index_select(0, rows)
-        if cache is not None:
-            cache.reorder(index)
+        if cache is not None:  # the beams of a sentence share its cross-attention keys/values
+            cache.reorder(index, cross=sentences_left)
         active = still_active
 
     return [sorted(hyps, key=lambda h: h.score, reverse=True)[:n_best] for hyps in finished]

@@ -19,7 +19,8 @@ def greedy_decode(
     max_len_b: int = 10,
     use_cache: bool = True,
 ) -> Tensor:
-    """Pick the most probable token at each step.
+    """Pick the most probable token at each step. A sentence that has finished (eos or its
+    length cap) leaves the batch, so the later steps only compute the unfinished ones.
 
     Args:
         model: the Transformer (put it in eval mode first).
@@ -32,20 +33,28 @@ def greedy_decode(
         and right-padded with pad_id.
     """
     enc = model.encode(src)
+    memory, src_mask = enc.memory, enc.src_mask  # rows of the sentences still decoding
     limits = max_target_lengths(src, model, max_len_a, max_len_b)  # (B,)
     batch = src.size(0)
-    tokens = torch.full((batch, 1), BOS_ID, dtype=torch.long, device=src.device)  # (B, 1 + t)
-    finished = torch.zeros(batch, dtype=torch.bool, device=src.device)
+    out = torch.full((batch, int(limits.max())), PAD_ID, dtype=torch.long, device=src.device)
+    alive = torch.arange(batch, device=src.device)  # original row of each decoding row
+    tokens = torch.full((batch, 1), BOS_ID, dtype=torch.long, device=src.device)  # (N, 1 + t)
     cache = model.new_cache() if use_cache else None
-    for step in range(int(limits.max())):
+    steps = 0
+    for step in range(out.size(1)):
         step_in = tokens[:, -1:] if use_cache else tokens
-        logits = model.decode(step_in, enc.memory, enc.src_mask, cache=cache).logits[
-            :, -1
-        ]  # (B, V)
-        next_token = _next_token_scores(logits, model).argmax(-1)  # (B,)
-        next_token = next_token.masked_fill(finished, PAD_ID)
-        tokens = torch.cat([tokens, next_token[:, None]], dim=1)
-        finished |= (next_token == EOS_ID) | (step + 1 >= limits)
-        if bool(finished.all()):
+        logits = model.decode(step_in, memory, src_mask, cache=cache).logits[:, -1]  # (N, V)
+        next_token = _next_token_scores(logits, model).argmax(-1)  # (N,)
+        out[alive, step] = next_token
+        steps = step + 1
+        done = (next_token == EOS_ID) | (step + 1 >= limits[alive])  # (N,)
+        if bool(done.all()):
             break
-    return tokens[:, 1:]
+        tokens = torch.cat([tokens, next_token[:, None]], dim=1)
+        if bool(done.any()):  # finished sentences leave the batch: later steps skip them
+            keep = (~done).nonzero().squeeze(1)  # (N',)
+            alive, tokens = alive[keep], tokens[keep]
+            memory, src_mask = memory[keep], src_mask[keep]
+            if cache is not None:
+                cache.reorder(keep)
+    return out[:, :steps]
