@@ -55,6 +55,15 @@ def row_tokens(row: torch.Tensor) -> list[int]:
     return tokens
 
 
+def teacher_forced_log_prob(model: Transformer, src: torch.Tensor, tokens: list[int]) -> float:
+    """Sum of the model's log-probabilities of `tokens` (ending in eos) given src (1, S)."""
+    ids = torch.tensor([tokens])  # (1, T)
+    tgt_in = torch.cat([torch.tensor([[BOS]]), ids[:, :-1]], dim=1)
+    with torch.no_grad():
+        logp = torch.log_softmax(model(src, tgt_in), dim=-1)  # (1, T, V)
+    return logp.gather(-1, ids[..., None]).sum().item()
+
+
 def check_generated_rows(ids: torch.Tensor, limits: list[int]) -> None:
     """Every row: no bos; pad only after eos (or the cap); eos at most once, last; length <= cap."""
     for row, limit in zip(ids.tolist(), limits, strict=True):
@@ -271,11 +280,7 @@ def test_beam_scores_are_teacher_forced_log_probs(model, sources, alpha):
     for i, sentence in enumerate(hyps):
         src = sources[i : i + 1, : int((sources[i] != PAD).sum())]
         for h in sentence:
-            tokens = torch.tensor([h.tokens])
-            tgt_in = torch.cat([torch.tensor([[BOS]]), tokens[:, :-1]], dim=1)
-            with torch.no_grad():
-                logp = torch.log_softmax(model(src, tgt_in), dim=-1)
-            expected = logp.gather(-1, tokens[..., None]).sum().item()
+            expected = teacher_forced_log_prob(model, src, h.tokens)
             assert h.log_prob == pytest.approx(expected, abs=1e-4)
             assert h.score == pytest.approx(
                 h.log_prob / length_penalty(len(h.tokens), alpha), rel=1e-6
