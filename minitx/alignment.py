@@ -30,8 +30,9 @@ WORD_BOUNDARY = "\u2581"
 """sentencepiece's word-boundary mark: a piece starting with it begins a word."""
 UNITS = ("word", "piece")
 """What an alignment index counts: whitespace words or sentencepiece pieces."""
-DEFAULT_LAYER = -1
-"""The decoder layer whose cross-attention aligns by default (see README, "Alignments")."""
+DEFAULT_LAYER: int | None = None
+"""The decoder layer whose cross-attention aligns by default: None, the mean of every layer,
+which scored best on a de->en checkpoint (scripts/alignment_layers.py; README, "Alignments")."""
 
 Alignment = list[tuple[int, int]]
 """(source index, target index) pairs, 0-based, sorted by target index."""

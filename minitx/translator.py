@@ -367,7 +367,7 @@ class Translator:
             sentences: source sentences.
             decoding: decoding settings (default `DecodingConfig()`).
             alignment: which cross-attention aligns and what the indices count (default
-                `AlignmentConfig()`: last decoder layer, mean of heads, words); see
+                `AlignmentConfig()`: mean of the decoder layers and heads, words); see
                 `minitx.alignment`.
             batch_size: sentences per batch.
             first_line: the line number of the first sentence, for warnings.

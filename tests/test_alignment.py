@@ -55,11 +55,12 @@ def handcrafted_maps() -> AttentionMaps:
 
 def test_handcrafted_maps_align_each_output_piece_with_the_row_predicting_it() -> None:
     maps = handcrafted_maps()
-    pieces = alignment_from_maps(maps, AlignmentConfig(unit="piece"))
+    last = AlignmentConfig(layer=-1)  # the mean of layers is tested below
+    pieces = alignment_from_maps(maps, AlignmentConfig(layer=-1, unit="piece"))
     # "▁a"-0, "▁man"-1, "▁ri"-3, "des"-2; the eos row and the eos column are left out (the
     # head average of the "▁man" row ties "▁Mann" with "</s>": the eos column never wins)
     assert pieces == [(0, 0), (1, 1), (3, 2), (2, 3)]
-    words = alignment_from_maps(maps)  # default: last layer, mean of heads, words
+    words = alignment_from_maps(maps, last)  # last layer, mean of heads, words
     assert words == [(0, 0), (1, 1), (2, 2)]  # "rides" <- "fährt"
     assert format_alignment(words) == "0-0 1-1 2-2"
 
@@ -127,7 +128,8 @@ def test_alignment_config_errors() -> None:
         with pytest.raises(ConfigError, match="does not exist"):
             config.check(n_layers=2, n_heads=4)
     AlignmentConfig(layer=-2, head=-4).check(n_layers=2, n_heads=4)
-    assert AlignmentConfig().describe() == "layer -1, mean of heads, words"
+    assert AlignmentConfig().describe() == "mean of layers, mean of heads, words"
+    assert AlignmentConfig(layer=-1).describe() == "layer -1, mean of heads, words"
 
 
 # ------------------------------------------------------------------ on the tiny checkpoint

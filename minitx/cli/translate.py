@@ -102,6 +102,9 @@ exit status: 0 ok, 2 usage or input error (message on stderr), 130 interrupted
 DEFAULT_BEAM = DEFAULT_BEAM_SIZE
 
 
+_DEFAULT_LAYER_NAME = "mean" if DEFAULT_ALIGNMENT_LAYER is None else str(DEFAULT_ALIGNMENT_LAYER)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command-line interface."""
     parser = argparse.ArgumentParser(
@@ -156,7 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="L",
         help="decoder layer whose cross-attention aligns (negative: from the last), or 'mean' "
-        f"of all layers (default: {DEFAULT_ALIGNMENT_LAYER})",
+        f"of all layers (default: {_DEFAULT_LAYER_NAME})",
     )
     alignment.add_argument(
         "--alignment-head",

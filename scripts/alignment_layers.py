@@ -1,0 +1,94 @@
+#!/usr/bin/env python
+"""Which cross-attention aligns best? Score every decoder layer and head of a checkpoint.
+
+The model reads each test pair (source, reference) teacher-forced; its cross-attention aligns
+them (`Translator.align`, word units). A small hand-made German-English lexicon of nouns,
+numbers and colours gives the expected pairs: a source word from the lexicon that occurs once
+in its sentence, whose translation occurs exactly once in the reference. The score is the
+share of those pairs that the alignment gets right.
+
+    python scripts/alignment_layers.py RUN.ckpt ../shared/data/multi30k 500
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import re
+
+from minitx.alignment import AlignmentConfig
+from minitx.translator import Translator
+
+LEXICON: dict[str, tuple[str, ...]] = {
+    "mann": ("man",), "frau": ("woman",), "hund": ("dog",), "kind": ("child",),
+    "junge": ("boy",), "mädchen": ("girl",), "straße": ("street",), "wasser": ("water",),
+    "ball": ("ball",), "fahrrad": ("bicycle", "bike"), "auto": ("car",), "gruppe": ("group",),
+    "menschen": ("people",), "männer": ("men",), "frauen": ("women",), "hemd": ("shirt",),
+    "hut": ("hat",), "strand": ("beach",), "gebäude": ("building",), "bühne": ("stage",),
+    "zwei": ("two",), "drei": ("three",), "rot": ("red",), "blau": ("blue",),
+    "schwarz": ("black",), "weiß": ("white",), "grün": ("green",), "gelb": ("yellow",),
+    "hunde": ("dogs",), "kinder": ("children",), "jungen": ("boys",),
+    "fußball": ("soccer", "football"), "schnee": ("snow",), "gitarre": ("guitar",),
+}  # fmt: skip
+COLOURS = ("rot", "blau", "schwarz", "weiß", "grün", "gelb")
+"""Inflected as adjectives (roten, blaues, ...): matched by their stem."""
+
+
+def normalise(word: str) -> str:
+    return re.sub(r"[^\wäöüß]", "", word.lower())
+
+
+def lexicon_key(word: str) -> str | None:
+    """The lexicon entry a source word stands for, if any."""
+    word = normalise(word)
+    for colour in COLOURS:
+        if word.startswith(colour) and len(word) <= len(colour) + 2:
+            return colour
+    return word if word in LEXICON else None
+
+
+def expected_pairs(sources: list[str], references: list[str]) -> list[tuple[int, int, int]]:
+    """(sentence, source word, target word) triples the lexicon makes unambiguous."""
+    items = []
+    for i, (source, reference) in enumerate(zip(sources, references, strict=True)):
+        src_words, tgt_words = source.split(), [normalise(w) for w in reference.split()]
+        for si, word in enumerate(src_words):
+            key = lexicon_key(word)
+            if key is None or sum(lexicon_key(w) == key for w in src_words) != 1:
+                continue
+            hits = [ti for ti, t in enumerate(tgt_words) if t in LEXICON[key]]
+            if len(hits) == 1:
+                items.append((i, si, hits[0]))
+    return items
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("checkpoint", help="a .ckpt or release directory of a de->en model")
+    parser.add_argument("data", help="directory of Multi30k raw files (test_2016_flickr.*.gz)")
+    parser.add_argument("sentences", type=int, nargs="?", default=500)
+    args = parser.parse_args()
+    read = lambda lang: gzip.open(f"{args.data}/test_2016_flickr.{lang}.gz", "rt").read()  # noqa: E731
+    sources = read("de").splitlines()[: args.sentences]
+    references = read("en").splitlines()[: args.sentences]
+    items = expected_pairs(sources, references)
+    translator = Translator.from_checkpoint(args.checkpoint)
+    layers, heads = translator.model.config.n_decoder_layers, translator.model.config.n_heads
+    print(
+        f"{len(items)} lexicon pairs in {len(sources)} sentences; {layers} layers x {heads} heads"
+    )
+    configs = [(f"layer {x}, mean of heads", AlignmentConfig(layer=x)) for x in range(layers)]
+    configs += [("mean of layers and heads", AlignmentConfig(layer=None))]
+    configs += [
+        (f"layer {x}, head {h}", AlignmentConfig(layer=x, head=h))
+        for x in range(layers)
+        for h in range(heads)
+    ]
+    for name, config in configs:
+        alignments = translator.align(sources, references, alignment=config)
+        right = sum(dict((t, s) for s, t in alignments[i]).get(ti) == si for i, si, ti in items)
+        print(f"  {name:28s} {right / len(items):.3f}")
+
+
+if __name__ == "__main__":
+    main()
