@@ -50,6 +50,11 @@ def write_payload(
         payload["data"] = {"src_lang": languages[0], "tgt_lang": languages[1]}
 
 
+TORCH_FILE_MAGIC = (b"PK", b"\x80")
+"""How a `torch.save` file can begin: a zip archive (the format since torch 1.6) or a pickle's
+protocol header (the legacy format; a plain pickle too, which the safe loader then refuses)."""
+
+
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
     """Read a checkpoint safely (`weights_only=True`) and check that it is a minitx one.
 
@@ -66,6 +71,10 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     unreadable = (
         f"{path}: not a readable minitx checkpoint (truncated, corrupt or another kind of file)"
     )
+    with path.open("rb") as file:
+        head = file.read(2)
+    if not head.startswith(TORCH_FILE_MAGIC):  # torch would call a text file "unsafe" below
+        raise CheckpointError(f"{unreadable}: it is not a file written by torch.save")
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:

@@ -389,8 +389,9 @@ def test_refuses_code_execution(tiny_checkpoint: Path, tmp_path: Path, writer: s
 def test_text_file_is_a_checkpoint_error(tmp_path: Path) -> None:
     path = tmp_path / "notes.ckpt"
     path.write_text("hello world\n")
-    with pytest.raises(CheckpointError):
+    with pytest.raises(CheckpointError, match="not a readable minitx checkpoint") as info:
         load_checkpoint(path)
+    assert "torch.save" in str(info.value) and "refused" not in str(info.value)
 
 
 # --------------------------------------------------------------------- training output
