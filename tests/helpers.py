@@ -41,8 +41,11 @@ class TinyRun:
     max_epochs: int
 
 
-def train_tiny(workdir: Path, *, max_epochs: int = 6) -> TinyRun:
-    """Train the tiny config on the toy corpus inside `workdir` (runs/ is written under the CWD)."""
+def train_tiny(
+    workdir: Path, *, max_epochs: int = 6, test: bool = True, extra: tuple[str, ...] = ()
+) -> TinyRun:
+    """Train the tiny config on the toy corpus inside `workdir` (runs/ is written under the CWD);
+    `extra`: more command-line arguments; `test`: score the test split after fitting."""
     from minitx.cli.train import main
 
     previous_cwd, previous_env = Path.cwd(), dict(os.environ)
@@ -58,7 +61,8 @@ def train_tiny(workdir: Path, *, max_epochs: int = 6) -> TinyRun:
                     "--trainer.default_root_dir", str(workdir),
                     "--trainer.max_epochs", str(max_epochs),
                     "--trainer.enable_progress_bar", "false",
-                    "--test", "true",
+                    "--test", "true" if test else "false",
+                    *extra,
                 ]
             )  # fmt: skip
     finally:

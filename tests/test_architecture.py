@@ -148,3 +148,15 @@ def test_alignment_reads_maps_only() -> None:
     for name in imports(MODULES["minitx.alignment"]):
         allowed = top(name) in sys.stdlib_module_names or top(name) == "torch"
         assert allowed or minitx_part(name) in ("maps", "vocab", "errors"), name
+
+
+def test_averaging_sits_beside_checkpoint() -> None:
+    """Checkpoint averaging needs torch, the model config and the checkpoint reader; never
+    Lightning, training, the inference API or the commands (the callback and the command
+    build on it, not the other way round)."""
+    for name in imports(MODULES["minitx.averaging"]):
+        part = minitx_part(name)
+        if part is None:
+            assert top(name) in sys.stdlib_module_names or top(name) == "torch", name
+        else:
+            assert part in {*CORE, "checkpoint"}, f"minitx.averaging imports {name}"

@@ -345,37 +345,58 @@ def test_ddp_two_cpu_processes(tmp_path: Path) -> None:
 
 
 def test_default_comments_in_the_yaml_match_the_code() -> None:
-    """Each `key: value  # meaning (default)` line of the model groups names the default the
-    code really has, so the documentation cannot drift from the dataclasses."""
+    """Each `key: value  # meaning (default)` line of the model groups and of the minitx
+    callbacks' groups names the default the code really has (dataclass field or constructor
+    argument), so the documentation cannot drift from the code."""
+    import inspect
     from dataclasses import fields
 
     from minitx.model import TransformerConfig
-    from minitx.training import OptimConfig, ValidationConfig
+    from minitx.training import (
+        AttentionMapLogger,
+        CheckpointAveraging,
+        OptimConfig,
+        ValidationConfig,
+    )
+
+    def constructor_defaults(cls: type) -> dict:
+        parameters = inspect.signature(cls.__init__).parameters.values()
+        return {p.name: p.default for p in parameters if p.default is not inspect.Parameter.empty}
 
     groups = {
-        "transformer": TransformerConfig(),
-        "optim": OptimConfig(),
-        "validation": ValidationConfig(),
-        "decoding": ValidationConfig().decoding,
+        name: {f.name: getattr(instance, f.name) for f in fields(instance)}
+        for name, instance in (
+            ("transformer", TransformerConfig()),
+            ("optim", OptimConfig()),
+            ("validation", ValidationConfig()),
+            ("decoding", ValidationConfig().decoding),
+        )
     }
-    checked, group = 0, None
+    groups["attention_maps"] = constructor_defaults(AttentionMapLogger)
+    groups["averaging"] = constructor_defaults(CheckpointAveraging)
+    checked, group, seen = 0, None, set()
     for line in (CONFIG_DIR / "multi30k_de_en.yaml").read_text().splitlines():
-        match = re.match(r"^\s+(\w+):\s*(.*?)\s*(?:#(.*))?$", line)
+        match = re.match(r"^(\s*)(\w+):\s*(.*?)\s*(?:#(.*))?$", line)
         if not match:
             group = None
             continue
-        key, _, comment = match.groups()
+        indent, key, _, comment = match.groups()
         if key in groups:
             group = key
             continue
-        found = re.search(r"\(([^()]*)\)\s*$", comment or "")
-        if group is None or found is None or key not in {f.name for f in fields(groups[group])}:
+        if not indent:  # another top-level key
+            group = None
             continue
-        default = getattr(groups[group], key)
+        found = re.search(r"\(([^()]*)\)\s*$", comment or "")
+        if group is None or found is None or key not in groups[group]:
+            continue
+        default = groups[group][key]
         documented = yaml.safe_load(found.group(1))
         expected = list(default) if isinstance(default, tuple) else default
         assert documented == expected, (
             f"{group}.{key}: YAML says ({found.group(1)}), code {default}"
         )
         checked += 1
-    assert checked >= 20
+        seen.add(group)
+    assert checked >= 25
+    assert seen == set(groups)

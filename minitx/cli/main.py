@@ -12,6 +12,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "visualize": ("minitx.cli.visualize", "draw the attention maps of one sentence"),
     "ct2": ("minitx.cli.ct2", "export a checkpoint to CTranslate2 (needs minitx[export])"),
     "export": ("minitx.cli.export", "write a checkpoint as a release directory (and to the hub)"),
+    "average": ("minitx.cli.average", "average the weights of checkpoints of one model"),
     "demo": ("minitx.cli.demo", "serve a live demo page (needs minitx[demo])"),
 }
 

@@ -8,7 +8,8 @@ What it adds to LightningCLI:
 - one directory per run, `{runs_dir}/{run_name}/{version}` (version: a timestamp), holding
   the TensorBoard events, `csv/metrics.csv`, the checkpoints, the resolved config and the
   attention images; `run_name` and `runs_dir` are plain top-level keys;
-- the minitx callbacks: `checkpoint` (best validation BLEU), `attention_maps`, plus, always,
+- the minitx callbacks: `checkpoint` (best validation BLEU), `attention_maps`, `averaging`
+  (the mean weights of the last epochs as `averaged.ckpt`; off by default), plus, always,
   `last.ckpt` after every epoch, target tokens/s, and saving on Ctrl-C / SIGTERM;
 - `--ckpt_path last` resumes the newest run of the same name, in its own directory;
 - Ctrl-C and SIGTERM save `last.ckpt`, then end the process with status 130 / 143, so that
@@ -43,6 +44,7 @@ from minitx.errors import ConfigError, debug_requested
 from minitx.textio import write_text_atomic
 from minitx.training import (
     AttentionMapLogger,
+    CheckpointAveraging,
     CheckpointOnInterrupt,
     MinitxProgressBar,
     PlainProgress,
@@ -193,6 +195,7 @@ class MinitxCLI(LightningCLI):
         )
         parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
         parser.add_lightning_class_args(AttentionMapLogger, "attention_maps")
+        parser.add_lightning_class_args(CheckpointAveraging, "averaging")
 
     def before_instantiate_classes(self) -> None:
         config = self.config
@@ -316,6 +319,7 @@ _CONFIG_KEYS = {
     "OptimConfig": "model.optim",
     "ValidationConfig": "model.validation",
     "DecodingConfig": "model.validation.decoding",
+    "CheckpointAveraging": "averaging",
 }
 
 
@@ -341,6 +345,8 @@ def _train_and_test(args: list[str] | None) -> MinitxCLI:
     from minitx.translator import Translator
 
     cli = build_cli(args)
+    if cli.resume_path:
+        _check_resumable(Path(cli.resume_path))
     trainer = cli.trainer
     _check_checkpoint_dirs(trainer)
     start = time.perf_counter()
@@ -376,6 +382,24 @@ def _train_and_test(args: list[str] | None) -> MinitxCLI:
                 lg.log_metrics(scores, step=trainer.global_step)
                 lg.save()
     return cli
+
+
+def _check_resumable(path: Path) -> None:
+    """Refuse to resume from a weights-only checkpoint (e.g. written by minitx-average), which
+    has no optimizer state to continue with.
+
+    Raises:
+        UsageError: naming the file and what to resume from instead.
+    """
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception:  # Lightning reports a missing or damaged checkpoint itself
+        return
+    if isinstance(state, dict) and "optimizer_states" not in state:
+        raise UsageError(
+            f"--ckpt_path {path}: a weights-only checkpoint (no optimizer state, e.g. written by "
+            "minitx-average) cannot resume training; resume from a last.ckpt, or start a new run"
+        )
 
 
 def _check_checkpoint_dirs(trainer: L.Trainer) -> None:

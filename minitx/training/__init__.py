@@ -1,9 +1,11 @@
-"""Training: the LightningModule, its grouped settings, the LR schedule and the callbacks.
+"""Training: the LightningModule, its grouped settings, the LR schedule and the callbacks
+(checkpoint averaging among them).
 
 Imports the model, the data layer, decoding and viz; never the inference API
 (`minitx.translator`), so training code cannot depend on how models are served.
 """
 
+from minitx.training.averaging import CheckpointAveraging
 from minitx.training.callbacks import (
     AttentionMapLogger,
     CheckpointOnInterrupt,
@@ -22,6 +24,7 @@ from minitx.training.module import (
 
 __all__ = [
     "AttentionMapLogger",
+    "CheckpointAveraging",
     "CheckpointOnInterrupt",
     "DivergenceError",
     "InverseSqrtSchedule",

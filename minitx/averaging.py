@@ -1,0 +1,273 @@
+"""Checkpoint averaging: the element-wise mean of the weights of several checkpoints.
+
+Averaging the weights of the last few epochs of one run usually translates a little better
+than any one of them (Vaswani et al. 2017 average the last 5 or 20 checkpoints). Here:
+
+- `average_state_dicts`: the mean of state dicts (floating tensors summed in float64, then
+  cast back to their dtype; integer and bool buffers must be equal in all of them; tied
+  tensors stay tied);
+- `average_checkpoints`: the mean of minitx `.ckpt` files, read safely one at a time with
+  `minitx.checkpoint.load_checkpoint`; they must share the model config, the tokenizer and
+  the languages. The result is a checkpoint that loads wherever a `.ckpt` does, with the
+  first file's minitx payload, and `averaged_from` in it naming the files averaged;
+- `write_checkpoint`: save a checkpoint dict atomically.
+
+The training callback `minitx.training.averaging.CheckpointAveraging` averages the last N
+epochs of a run with `average_state_dicts`. This module imports torch and the checkpoint
+reader; never Lightning.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from minitx.checkpoint import CHECKPOINT_KEY, MODEL_PREFIX, CheckpointError, load_checkpoint
+from minitx.errors import ConfigError
+from minitx.model import TransformerConfig
+
+AVERAGED_KEY = "averaged_from"
+"""Key, in the minitx payload, of the list of what an averaged checkpoint was averaged from:
+one dict per input with its `epoch` and `global_step` (and its `file` when read from one)."""
+
+TRAINING_STATE_KEYS = ("optimizer_states", "lr_schedulers", "loops", "callbacks")
+"""Lightning entries that describe one file's training state; an averaged file leaves them
+out (they belong to other weights), so it is a weights-only checkpoint."""
+
+
+def _storage_key(tensor: Tensor) -> tuple | None:
+    """What identifies the memory a tensor views (None for an empty tensor)."""
+    if tensor.numel() == 0:
+        return None
+    storage = tensor.untyped_storage()
+    return (storage.data_ptr(), tensor.storage_offset(), tuple(tensor.shape), tensor.stride())
+
+
+def _ties(state: Mapping[str, Tensor]) -> dict[str, str]:
+    """Key -> the first key viewing the same memory (tied weights, e.g. the output projection
+    and the target embedding); keys viewing memory of their own map to themselves."""
+    first: dict[tuple, str] = {}
+    ties = {}
+    for key, value in state.items():
+        memory = _storage_key(value)
+        ties[key] = key if memory is None else first.setdefault(memory, key)
+    return ties
+
+
+def detached_copy(state: Mapping[str, Tensor]) -> dict[str, Tensor]:
+    """A CPU copy of a state dict (e.g. a snapshot of the weights during training) in which
+    tied tensors stay one tensor."""
+    ties = _ties(state)
+    copy: dict[str, Tensor] = {}
+    for key, value in state.items():
+        tied = ties[key]
+        copy[key] = copy[tied] if tied != key else value.detach().to("cpu", copy=True)
+    return copy
+
+
+class _Mean:
+    """Running float64 sums of state dicts, checked against the first one added."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.reference: dict[str, Tensor] = {}  # the first state (its non-float tensors kept)
+        self.ties: dict[str, str] = {}
+        self.sums: dict[str, Tensor] = {}
+        self.first_name = ""
+
+    def add(self, state: Mapping[str, Tensor], name: str) -> None:
+        """Add one state dict; `name` (a file, an epoch) goes into error messages."""
+        for key, value in state.items():
+            if value.is_floating_point() and not torch.isfinite(value).all():
+                raise CheckpointError(
+                    f"{name}: {key} holds NaN or inf (training had diverged); leave it out"
+                )
+        if self.count == 0:
+            self.reference, self.ties, self.first_name = dict(state), _ties(state), name
+            self.sums = {
+                key: value.detach().to("cpu", torch.float64, copy=True)
+                for key, value in state.items()
+                if value.is_floating_point() and self.ties[key] == key
+            }
+        else:
+            self._check(state, name)
+            for key, total in self.sums.items():
+                total += state[key].detach().to("cpu", torch.float64)
+        self.count += 1
+
+    def _check(self, state: Mapping[str, Tensor], name: str) -> None:
+        against = f"those of {self.first_name}"
+        missing, extra = self.reference.keys() - state.keys(), state.keys() - self.reference
+        if missing or extra:
+            which = f"lacks {sorted(missing)[0]}" if missing else f"has {sorted(extra)[0]}"
+            raise CheckpointError(
+                f"{name}: its weights do not match {against}: it {which} "
+                f"({len(missing)} missing, {len(extra)} extra tensors)"
+            )
+        for key, first in self.reference.items():
+            value = state[key]
+            if value.shape != first.shape or value.dtype != first.dtype:
+                raise CheckpointError(
+                    f"{name}: {key} is {value.dtype} {tuple(value.shape)} but "
+                    f"{first.dtype} {tuple(first.shape)} in {self.first_name}"
+                )
+            if not value.is_floating_point() and not torch.equal(value, first):
+                raise CheckpointError(
+                    f"{name}: the integer/bool buffer {key} differs from {self.first_name}'s; "
+                    "such buffers cannot be averaged"
+                )
+        if _ties(state) != self.ties:
+            raise CheckpointError(f"{name}: its weights are tied differently from {against}")
+
+    def result(self) -> dict[str, Tensor]:
+        """The mean of everything added, each tensor in its original dtype."""
+        mean: dict[str, Tensor] = {}
+        for key, first in self.reference.items():
+            tied = self.ties[key]
+            if tied != key:
+                mean[key] = mean[tied]
+            elif first.is_floating_point():
+                mean[key] = (self.sums[key] / self.count).to(first.dtype)
+            else:
+                mean[key] = first.detach().to("cpu", copy=True)
+        return mean
+
+
+def average_state_dicts(
+    states: Iterable[Mapping[str, Tensor]], names: Sequence[str] | None = None
+) -> dict[str, Tensor]:
+    """The element-wise mean of state dicts with the same keys, shapes and dtypes.
+
+    Floating tensors are summed in float64 and cast back to their dtype (so the mean of N
+    copies of one state is that state, bit for bit); integer and bool tensors must be equal
+    in all states and are kept; tensors tied in the states (one memory under two keys) are
+    one tensor in the result too.
+
+    Args:
+        states: the state dicts (e.g. `Transformer.state_dict()` of several epochs).
+        names: what to call each state in error messages (default: "state 1", ...).
+
+    Raises:
+        ConfigError: no states.
+        CheckpointError: the states differ in keys, shapes, dtypes, ties or integer buffers,
+            or a floating tensor holds NaN or inf.
+    """
+    mean = _Mean()
+    for i, state in enumerate(states):
+        name = names[i] if names is not None else f"state {i + 1}"
+        mean.add(state, name)
+    if mean.count == 0:
+        raise ConfigError("nothing to average: give at least one state dict or checkpoint")
+    return mean.result()
+
+
+def _model_config(checkpoint: Mapping[str, Any], name: str) -> dict[str, Any]:
+    """The checkpoint's model config with every field (older files may lack new ones)."""
+    try:
+        return TransformerConfig.from_dict(checkpoint[CHECKPOINT_KEY]["model_config"]).to_dict()
+    except (ValueError, TypeError) as exc:
+        raise CheckpointError(f"{name}: damaged model config: {exc}") from exc
+
+
+def _compatible(first: Mapping[str, Any], other: Mapping[str, Any], names: tuple[str, str]):
+    """Refuse to average checkpoints of different models, tokenizers or language pairs."""
+    ours, theirs = first[CHECKPOINT_KEY], other[CHECKPOINT_KEY]
+    a, b = _model_config(first, names[0]), _model_config(other, names[1])
+    differ = [f"{key}: {a[key]!r} vs {b[key]!r}" for key in a if a[key] != b[key]]
+    hint = "average checkpoints of one training run (or of runs with the same settings)"
+    if differ:
+        raise CheckpointError(
+            f"{names[1]}: cannot be averaged with {names[0]}: the model configs differ "
+            f"({'; '.join(differ)}); {hint}"
+        )
+    if ours["tokenizer"] != theirs["tokenizer"]:
+        raise CheckpointError(
+            f"{names[1]}: cannot be averaged with {names[0]}: the tokenizers differ (their "
+            f"token ids mean other pieces); {hint}"
+        )
+    if ours.get("data") != theirs.get("data"):
+        raise CheckpointError(
+            f"{names[1]}: cannot be averaged with {names[0]}: the language pairs differ "
+            f"({ours.get('data')} vs {theirs.get('data')}); {hint}"
+        )
+
+
+def _model_weights(checkpoint: Mapping[str, Any]) -> dict[str, Tensor]:
+    return {k: v for k, v in checkpoint["state_dict"].items() if k.startswith(MODEL_PREFIX)}
+
+
+def _step_of(checkpoint: Mapping[str, Any], key: str) -> int | None:
+    value = checkpoint.get(key)
+    return int(value) if isinstance(value, int) else None
+
+
+def average_checkpoints(paths: Sequence[str | Path]) -> dict[str, Any]:
+    """The checkpoint whose model weights are the mean of those of the checkpoints at `paths`.
+
+    The files are read one at a time (`load_checkpoint`: no code in them runs), so memory
+    holds one checkpoint and the float64 sums. The result keeps the first file's entries
+    (minitx payload, state-dict entries outside the model, epoch, step, hyper-parameters)
+    but not its training state (optimizer, schedulers, loops, callbacks), which belongs to
+    other weights; the payload gets `averaged_from`: per file its path, epoch and step.
+
+    Args:
+        paths: minitx `.ckpt` files of one model (same model config, tokenizer, languages).
+
+    Returns:
+        The checkpoint dict; `write_checkpoint` saves it.
+
+    Raises:
+        ConfigError: `paths` is empty.
+        FileNotFoundError: a file is missing.
+        CheckpointError: a file is not a minitx checkpoint, or the files differ in model
+            config, tokenizer, languages, weight names, shapes or integer buffers, or hold
+            NaN / inf.
+    """
+    if not paths:
+        raise ConfigError("nothing to average: give at least one checkpoint file")
+    first: dict[str, Any] | None = None
+    first_name = str(paths[0])
+    mean = _Mean()
+    record = []
+    for path in paths:
+        checkpoint = load_checkpoint(path)
+        if first is None:  # kept without its training state (memory: the weights)
+            first = {k: v for k, v in checkpoint.items() if k not in TRAINING_STATE_KEYS}
+        else:
+            _compatible(first, checkpoint, (first_name, str(path)))
+        mean.add(_model_weights(checkpoint), str(path))
+        record.append(
+            {
+                "file": str(path),
+                "epoch": _step_of(checkpoint, "epoch"),
+                "global_step": _step_of(checkpoint, "global_step"),
+            }
+        )
+    assert first is not None
+    averaged = dict(first)
+    averaged["state_dict"] = {**first["state_dict"], **mean.result()}
+    averaged[CHECKPOINT_KEY] = {**first[CHECKPOINT_KEY], AVERAGED_KEY: record}
+    return averaged
+
+
+def write_checkpoint(checkpoint: Mapping[str, Any], path: str | Path) -> None:
+    """Save `checkpoint` with `torch.save` through a temporary file beside `path`, renamed
+    onto it when complete: `path` is whole or unchanged."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        torch.save(dict(checkpoint), tmp)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise

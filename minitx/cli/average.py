@@ -1,0 +1,75 @@
+"""`minitx-average`: average the weights of several checkpoints into a new one.
+
+Example:
+    minitx-average --out runs/multi30k_de_en/<run>/checkpoints/avg.ckpt \\
+        epoch12.ckpt epoch13.ckpt epoch14.ckpt
+    minitx-evaluate --checkpoint runs/multi30k_de_en/<run>/checkpoints/avg.ckpt
+
+The checkpoints must be of one model (same model config, tokenizer and languages), e.g. the
+epochs of one run kept with ``--checkpoint.save_top_k=-1``. The new file holds the mean
+weights and the first file's minitx payload (no optimizer state) and loads wherever a
+``.ckpt`` does (translate, evaluate, visualize, export). ``minitx-train`` writes the average
+of the last epochs itself with ``--averaging.last_n N``.
+
+Exit status: 0 ok; 2 a usage or input error (one ``error: ...`` line); 130 Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from minitx.cli.common import UsageError, run_cli
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command-line interface."""
+    parser = argparse.ArgumentParser(
+        description=(
+            "Average the weights of minitx checkpoints of one model (e.g. the last epochs of a "
+            "run) into a new checkpoint."
+        ),
+    )
+    parser.add_argument(
+        "checkpoints", nargs="+", type=Path, metavar="CKPT", help="the .ckpt files to average"
+    )
+    parser.add_argument(
+        "--out", required=True, type=Path, metavar="FILE", help="the averaged .ckpt to write"
+    )
+    parser.add_argument(
+        "--overwrite", action="store_true", help="replace --out when it exists already"
+    )
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    """Average and write. Raises `UsageError` for input problems."""
+    from minitx.averaging import average_checkpoints, write_checkpoint
+    from minitx.checkpoint import CheckpointError
+
+    out: Path = args.out
+    if out.is_dir():
+        raise UsageError(f"--out {out} is a directory; give a file name such as {out}/avg.ckpt")
+    if out.exists() and not args.overwrite:
+        raise UsageError(f"--out {out} exists; choose another name or pass --overwrite")
+    if not out.parent.is_dir():
+        raise UsageError(f"--out {out}: no directory {out.parent}; create it first")
+    try:
+        averaged = average_checkpoints(args.checkpoints)
+    except (FileNotFoundError, CheckpointError) as exc:
+        raise UsageError(str(exc)) from None
+    write_checkpoint(averaged, out)
+    print(f"averaged {len(args.checkpoints)} checkpoints into {out} ({out.stat().st_size:,} bytes)")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; returns the process exit status (0 ok, 2 user error, 130 Ctrl-C)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    return run_cli(run, args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
