@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -245,11 +246,12 @@ def test_average_command_refusals_in_process(
 # ------------------------------------------------------------------ the training callback
 
 
-def test_callback_writes_the_mean_of_the_last_epochs(tmp_path: Path) -> None:
+def test_callback_writes_the_mean_of_the_last_epochs(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     run = train_tiny(
         tmp_path,
         max_epochs=3,
-        test=False,
         extra=("--checkpoint.save_top_k=-1", "--averaging.last_n", "2"),
     )
     checkpoints = run.checkpoint.parent
@@ -267,8 +269,12 @@ def test_callback_writes_the_mean_of_the_last_epochs(tmp_path: Path) -> None:
     assert "train_config" in averaged[CHECKPOINT_KEY]  # the same payload as last.ckpt
     last = load_checkpoint(run.checkpoint)
     assert any(not torch.equal(v, last["state_dict"][k]) for k, v in weights.items())
-    translations = Translator.from_checkpoint(averaged_path).translate(SENTENCES, GREEDY)
-    assert len(translations) == len(SENTENCES)
+    # the end-of-training test scores what the user would ship: the averaged weights
+    out = capsys.readouterr().out
+    assert re.search(r"test \(\d+ sentences\), averaged checkpoint \S*/averaged\.ckpt:", out), out
+    translator = Translator.from_checkpoint(averaged_path)
+    written = (run.run_dir / "test.greedy.hyp").read_text().splitlines()
+    assert written == translator.translate(TOY_TEST_SOURCES, GREEDY)
 
 
 def test_callback_is_off_by_default_and_checks_its_settings() -> None:

@@ -366,10 +366,15 @@ def _train_and_test(args: list[str] | None) -> MinitxCLI:
             f"fit finished in {minutes:.1f} min; best checkpoint: {best or '(none)'}; "
             f"run dir: {run_dir}"
         )
-    if cli.config.test and best and trainer.is_global_zero:
-        translator = Translator.from_checkpoint(best, device=cli.model.device)
+    averaged = next(
+        (c.written for c in trainer.callbacks if isinstance(c, CheckpointAveraging)), None
+    )
+    tested = averaged or best  # what the user would ship: the average when averaging is on
+    if cli.config.test and tested and trainer.is_global_zero:
+        translator = Translator.from_checkpoint(tested, device=cli.model.device)
         sources, references = cli.datamodule.texts("test")
-        print(f"test ({len(sources)} sentences), best checkpoint:")
+        which = f"averaged checkpoint {averaged}" if averaged else "best checkpoint"
+        print(f"test ({len(sources)} sentences), {which}:")
         for decoding in (DecodingConfig(strategy="greedy"), DecodingConfig()):
             result = evaluate(translator, sources, references, decoding)
             hyp_path = Path(run_dir) / f"test.{decoding.file_tag}.hyp"  # as minitx-evaluate
