@@ -1,14 +1,18 @@
 """The attention core: masks, score functions, scaled dot-product attention, heads, MHA.
 
 Everything here is explicit and readable on purpose; it is what minitx is about. The one
-concession to speed: when the caller does not need the attention weights and the score is the
-standard scaled dot product, `MultiHeadAttention` hands the work to PyTorch's fused kernel
-(`torch.nn.functional.scaled_dot_product_attention`), which the tests prove equal to ours.
+concession to speed: when the caller does not need the attention weights, the score is the
+standard scaled dot product and attention is soft, `MultiHeadAttention` hands the work to
+PyTorch's fused kernel (`torch.nn.functional.scaled_dot_product_attention`), which the tests
+prove equal to ours.
 
 Conventions (docs/ARCHITECTURE.md, "Contracts"):
 - Boolean masks mean **True = may attend** (as in `F.scaled_dot_product_attention`). Float masks
   are additive (0 = attend, -inf = blocked). Masks broadcast against (B, H, Tq, Tk).
 - A query row whose keys are all masked gets all-zero weights and a zero output, never NaN.
+- Hard attention (inference only): with `attention_mode` "hard-argmax" or "hard-sample" each
+  row of weights is replaced, after the softmax and the mask, by a one-hot row at one allowed
+  key (its most probable one, or one drawn from the row); see `hard_weights`.
 - Shapes: B batch, H heads, Tq / Tk query / key lengths, D model width, Dh = D / H.
 """
 
@@ -21,7 +25,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from minitx.errors import ConfigError
 from minitx.registry import Registry
+
+ATTENTION_MODES = ("soft", "hard-argmax", "hard-sample")
+"""How attention uses its weights: "soft" the softmax itself (training, and the default);
+"hard-argmax" a one-hot row at each query's most probable key; "hard-sample" a one-hot row at a
+key drawn from the query's weights. Hard modes are for inference: no gradient reaches the choice."""
 
 SCORES: Registry[Callable[..., nn.Module]] = Registry("attention score")
 """Score functions by name. An entry is a module class built as `cls(d_head=...)` whose
@@ -162,6 +172,44 @@ def make_score(name: str, d_head: int) -> nn.Module:
 # --------------------------------------------------------------------------------------- Attention
 
 
+def check_attention_mode(mode: str) -> None:
+    """Raise `ConfigError` unless `mode` is one of `ATTENTION_MODES`."""
+    if mode not in ATTENTION_MODES:
+        raise ConfigError(
+            f"unknown attention mode {mode!r}; choose one of {', '.join(ATTENTION_MODES)}"
+        )
+
+
+def hard_weights(weights: Tensor, mode: str, generator: torch.Generator | None = None) -> Tensor:
+    """Hard attention: each row of `weights` becomes a one-hot row at one of its keys.
+
+    "hard-argmax" picks the most probable key of each row, "hard-sample" draws a key with the
+    row's weights as probabilities (from `generator`, so a seeded generator repeats its draws);
+    "soft" returns `weights` unchanged. Masked keys have weight 0, so they are never picked,
+    and a row that is all zeros (every key masked) stays all zeros.
+
+    Args:
+        weights: (..., Tq, Tk) attention weights: rows summing to 1, or all zeros.
+        mode: one of `ATTENTION_MODES`.
+        generator: random source of "hard-sample", on the device of `weights`.
+
+    Returns:
+        (..., Tq, Tk) one-hot (or all-zero) rows, in the dtype of `weights`.
+    """
+    check_attention_mode(mode)
+    if mode == "soft":
+        return weights
+    alive = weights.sum(dim=-1, keepdim=True) > 0  # (..., Tq, 1); False: every key masked
+    if mode == "hard-argmax":
+        choice = weights.argmax(dim=-1, keepdim=True)  # (..., Tq, 1)
+    else:  # "hard-sample": one draw per row; a dead row draws from dummy ones, zeroed below
+        rows = weights.masked_fill(~alive, 1.0).reshape(-1, weights.size(-1))  # (N, Tk)
+        choice = torch.multinomial(rows, 1, generator=generator)  # (N, 1)
+        choice = choice.view(*weights.shape[:-1], 1)  # (..., Tq, 1)
+    one_hot = torch.zeros_like(weights).scatter_(-1, choice, 1.0)  # (..., Tq, Tk)
+    return one_hot.masked_fill(~alive, 0.0)
+
+
 def scaled_dot_product_attention(
     q: Tensor,
     k: Tensor,
@@ -169,6 +217,9 @@ def scaled_dot_product_attention(
     mask: Tensor | None = None,
     dropout_p: float = 0.0,
     score: nn.Module | None = None,
+    *,
+    mode: str = "soft",
+    generator: torch.Generator | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Attention, written out: softmax(score(q, k) + mask) v.
 
@@ -179,10 +230,14 @@ def scaled_dot_product_attention(
         mask: bool (True = may attend) or additive float mask broadcastable to (..., Tq, Tk).
         dropout_p: dropout on the attention weights (pass 0.0 in eval mode).
         score: a score module (see `make_score`); default `ScaledDotScore`.
+        mode: one of `ATTENTION_MODES`; a hard mode replaces each row of the softmax by a
+            one-hot row (`hard_weights`), after the mask, so only allowed keys are chosen.
+        generator: random source of mode "hard-sample" (None: torch's global one).
 
     Returns:
-        output (..., Tq, Dv) and weights (..., Tq, Tk). The weights are the softmax over the
-        key axis *before* dropout; rows whose keys are all masked are all zeros.
+        output (..., Tq, Dv) and weights (..., Tq, Tk). The weights are the ones applied to
+        `v`, *before* dropout: the softmax over the key axis ("soft") or its one-hot rows (a
+        hard mode); rows whose keys are all masked are all zeros.
     """
     scores = ScaledDotScore()(q, k) if score is None else score(q, k)  # (..., Tq, Tk)
     scores = scores.float()  # softmax in fp32, also under autocast
@@ -194,6 +249,8 @@ def scaled_dot_product_attention(
     # A row with no visible key would give softmax(-inf, ..., -inf) = NaN: give it zeros instead.
     dead = torch.isneginf(scores).all(dim=-1, keepdim=True)  # (..., Tq, 1)
     weights = torch.softmax(scores.masked_fill(dead, 0.0), dim=-1).masked_fill(dead, 0.0)
+    if mode != "soft":
+        weights = hard_weights(weights, mode, generator)  # (..., Tq, Tk) one-hot rows
     attn = F.dropout(weights, p=dropout_p) if dropout_p > 0.0 else weights
     return attn.to(v.dtype) @ v, weights
 
@@ -252,6 +309,12 @@ class MultiHeadAttention(nn.Module):
             `rotate(x (B, H, T, Dh), offset: int) -> (B, H, T, Dh)`, where `offset` is the
             position of x's first step. Not used by cross-attention (source and target
             positions do not share a frame).
+
+    Attributes:
+        attention_mode: one of `ATTENTION_MODES`, "soft" unless switched for inference (see
+            `minitx.model.Transformer.attention_mode`); a hard mode always runs the explicit
+            path. A plain attribute: it is no parameter or buffer, so no checkpoint holds it.
+        generator: the random source of "hard-sample" (None: torch's global one).
     """
 
     def __init__(
@@ -275,6 +338,8 @@ class MultiHeadAttention(nn.Module):
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
         self.score = make_score(score, self.d_head)
         self.positions = positions
+        self.attention_mode = "soft"
+        self.generator: torch.Generator | None = None
 
     def _project(self, x: Tensor, *projections: nn.Linear) -> tuple[Tensor, ...]:
         """Several projections of one input in one matmul: (B, T, D) -> n x (B, T, D)."""
@@ -301,7 +366,8 @@ class MultiHeadAttention(nn.Module):
             memory: (B, Tk, D) keys/values source for cross-attention; None for self-attention.
             mask: bool/additive mask broadcastable to (B, H, Tq, Tk), e.g. `padding_mask(src)`.
             is_causal: add a right-aligned causal mask (self-attention in the decoder).
-            need_weights: also return the (B, H, Tq, Tk) weights (uses the explicit path).
+            need_weights: also return the (B, H, Tq, Tk) weights (uses the explicit path);
+                in a hard mode these are the one-hot rows that were applied.
             cache: incremental decoding state. Self-attention appends this step's keys and
                 values; cross-attention projects `memory` once and reuses it afterwards.
 
@@ -331,7 +397,8 @@ class MultiHeadAttention(nn.Module):
 
         tq, tk = q.size(-2), k.size(-2)
         dropout_p = self.dropout if self.training else 0.0
-        if not need_weights and isinstance(self.score, ScaledDotScore):
+        fused = self.attention_mode == "soft" and isinstance(self.score, ScaledDotScore)
+        if fused and not need_weights:
             # Fused kernel. Its is_causal is top-left aligned, so use it only when Tq == Tk.
             if is_causal and mask is None and tq == tk:
                 out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
@@ -343,11 +410,21 @@ class MultiHeadAttention(nn.Module):
         else:
             if is_causal and tq > 1:
                 mask = combine_masks(mask, causal_mask(tq, tk, device=q.device))
-            out, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p, self.score)
+            out, weights = scaled_dot_product_attention(
+                q,
+                k,
+                v,
+                mask,
+                dropout_p,
+                self.score,
+                mode=self.attention_mode,
+                generator=self.generator,
+            )
         return self.out_proj(merge_heads(out)), weights  # (B, Tq, D)
 
 
 __all__ = [
+    "ATTENTION_MODES",
     "SCORES",
     "AdditiveScore",
     "BilinearScore",
@@ -356,7 +433,9 @@ __all__ = [
     "MultiHeadAttention",
     "ScaledDotScore",
     "causal_mask",
+    "check_attention_mode",
     "combine_masks",
+    "hard_weights",
     "make_score",
     "merge_heads",
     "padding_mask",

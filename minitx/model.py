@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields
 from typing import ClassVar
 
 import torch
 from torch import Tensor, nn
 
-from minitx.attention import SCORES, KVCache, padding_mask
+from minitx.attention import (
+    SCORES,
+    KVCache,
+    MultiHeadAttention,
+    check_attention_mode,
+    padding_mask,
+)
 from minitx.errors import ConfigError, check_known_keys
 from minitx.layers import ACTIVATIONS, DecoderLayer, EncoderLayer
 from minitx.positional import POSITIONAL_ENCODINGS, make_positional_encoding
@@ -16,6 +24,18 @@ from minitx.vocab import BOS_ID, EOS_ID, PAD_ID
 
 _LEGACY_ID_KEYS = {"pad_id": PAD_ID, "bos_id": BOS_ID, "eos_id": EOS_ID}
 """Special ids that checkpoints written before minitx.vocab carried in the model config."""
+
+
+HARD_ATTENTION_SCOPES = ("cross", "all")
+"""Which attentions `Transformer.attention_mode` switches: the decoder's cross-attention only,
+or every attention (encoder self, decoder self and cross)."""
+
+
+def check_attention_scope(scope: str) -> None:
+    """Raise `ConfigError` unless `scope` is one of `HARD_ATTENTION_SCOPES`."""
+    if scope not in HARD_ATTENTION_SCOPES:
+        choices = ", ".join(HARD_ATTENTION_SCOPES)
+        raise ConfigError(f"unknown attention scope {scope!r}; choose one of {choices}")
 
 
 def _heads_hint(d_model: int, n_heads: int) -> str:
@@ -217,7 +237,8 @@ class Transformer(nn.Module):
     """Encoder–decoder Transformer for translation.
 
     Usage: `logits = model(src, tgt_in)` for training; `encode` + `decode(..., cache=...)` for
-    incremental decoding; `model(src, tgt_in, need_weights=True)` for attention maps.
+    incremental decoding; `model(src, tgt_in, need_weights=True)` for attention maps;
+    `with model.attention_mode("hard-argmax", scope="cross"):` for hard attention at inference.
     """
 
     def __init__(self, config: TransformerConfig) -> None:
@@ -361,6 +382,59 @@ class Transformer(nn.Module):
         return TransformerOutput(
             dec.logits, enc.attentions, dec.self_attentions, dec.cross_attentions
         )
+
+    def attention_modules(self, scope: str = "all") -> list[MultiHeadAttention]:
+        """The attention modules of `scope` (see `HARD_ATTENTION_SCOPES`), in module order."""
+        check_attention_scope(scope)
+        if scope == "cross":
+            return [layer.cross_attn for layer in self.decoder_layers]
+        return [m for m in self.modules() if isinstance(m, MultiHeadAttention)]
+
+    def set_attention_mode(
+        self, mode: str = "soft", *, scope: str = "cross", seed: int = 0
+    ) -> None:
+        """Switch how attention uses its weights, for inference (see
+        `minitx.attention.ATTENTION_MODES`): `mode` in the attentions of `scope`, "soft" in
+        all others. "hard-sample" draws from one `torch.Generator` seeded with `seed`, on the
+        model's device (call this after moving the model), shared by those modules in call
+        order: the same seed, inputs and batches give the same draws.
+
+        An inference-time switch, not a `TransformerConfig` setting: it changes no parameter,
+        so checkpoints never hold it. Prefer the context manager `attention_mode`.
+
+        Raises:
+            ConfigError: an unknown mode or scope.
+        """
+        check_attention_mode(mode)
+        chosen = {id(module) for module in self.attention_modules(scope)}
+        generator = None
+        if mode == "hard-sample":
+            device = next(self.parameters()).device
+            generator = torch.Generator(device=device).manual_seed(seed)
+        for module in self.attention_modules("all"):
+            hard = id(module) in chosen
+            module.attention_mode = mode if hard else "soft"
+            module.generator = generator if hard else None
+
+    @contextmanager
+    def attention_mode(
+        self, mode: str = "soft", *, scope: str = "cross", seed: int = 0
+    ) -> Iterator[Transformer]:
+        """`set_attention_mode` for the duration of a `with` block; the modes and generators
+        from before come back afterwards (also after an error). Each entry re-seeds "hard-sample".
+
+        Example:
+            with model.attention_mode("hard-argmax", scope="cross"):
+                ids = greedy_decode(model, src)
+        """
+        modules = self.attention_modules("all")
+        saved = [(m.attention_mode, m.generator) for m in modules]
+        self.set_attention_mode(mode, scope=scope, seed=seed)
+        try:
+            yield self
+        finally:
+            for module, (old_mode, old_generator) in zip(modules, saved, strict=True):
+                module.attention_mode, module.generator = old_mode, old_generator
 
     def num_parameters(self) -> int:
         """Number of distinct trainable parameters (tied matrices counted once)."""

@@ -20,6 +20,7 @@ import torch
 
 from minitx import release
 from minitx.alignment import Alignment, AlignmentConfig, align, combine_cross_attention
+from minitx.attention import check_attention_mode
 from minitx.checkpoint import (
     CHECKPOINT_KEY,
     MODEL_PREFIX,
@@ -28,7 +29,7 @@ from minitx.checkpoint import (
 )
 from minitx.decoding import DecodingConfig, Hypothesis, decode
 from minitx.maps import AttentionMaps, teacher_forced_maps
-from minitx.model import Transformer
+from minitx.model import Transformer, check_attention_scope
 from minitx.release import Release
 from minitx.textio import quote_lines
 from minitx.tokenizer import Tokenizer
@@ -75,6 +76,15 @@ class Translator:
         languages: (source, target) language codes, when known.
         train_config: the resolved training config (YAML text), when known; `save_pretrained`
             passes it on.
+        attention_mode: how attention uses its weights at inference, one of
+            `minitx.attention.ATTENTION_MODES`: "soft" (the trained behaviour), "hard-argmax"
+            or "hard-sample" (each row one-hot at one key; see `minitx.attention.hard_weights`).
+            Applies to translations, alignments and attention maps (which then show the
+            one-hot rows used). Change it later with `set_attention`.
+        attention_scope: where a hard mode applies, "cross" (decoder cross-attention) or "all"
+            (every attention); see `minitx.model.HARD_ATTENTION_SCOPES`.
+        attention_seed: seed of "hard-sample": each call of a translating method starts its
+            draws afresh from it, so the same call gives the same output.
     """
 
     def __init__(
@@ -86,6 +96,9 @@ class Translator:
         bf16: bool = False,
         languages: tuple[str | None, str | None] = (None, None),
         train_config: str | None = None,
+        attention_mode: str = "soft",
+        attention_scope: str = "cross",
+        attention_seed: int = 0,
     ) -> None:
         self.device = torch.device(device)
         self.model = model.to(self.device).eval()
@@ -94,6 +107,24 @@ class Translator:
         self.languages = languages
         """(source, target) language codes the model was trained on, when the checkpoint says."""
         self.train_config = train_config
+        self.set_attention(attention_mode, scope=attention_scope, seed=attention_seed)
+
+    def set_attention(self, mode: str = "soft", *, scope: str = "cross", seed: int = 0) -> None:
+        """Use attention mode `mode` in the attentions of `scope` from now on (see the
+        constructor's `attention_mode`, `attention_scope` and `attention_seed`).
+
+        Raises:
+            ConfigError: an unknown mode or scope.
+        """
+        check_attention_mode(mode)
+        check_attention_scope(scope)
+        self.attention_mode, self.attention_scope, self.attention_seed = mode, scope, seed
+
+    def _attention_context(self) -> AbstractContextManager:
+        """The model with this Translator's attention mode, for one translating call."""
+        return self.model.attention_mode(
+            self.attention_mode, scope=self.attention_scope, seed=self.attention_seed
+        )
 
     @classmethod
     def from_release(
@@ -242,12 +273,13 @@ class Translator:
         empty = len(ids) - sum(len(batch) for batch in batches)
         if empty:
             report(empty)
-        for batch in batches:
-            with self._autocast():
-                hyps = decode(self.model, self._src_tensor([ids[i] for i in batch]), decoding)
-            for i, sentence_hyps in zip(batch, hyps, strict=True):
-                results[i] = sentence_hyps
-            report(len(batch))
+        with self._attention_context():
+            for batch in batches:
+                with self._autocast():
+                    hyps = decode(self.model, self._src_tensor([ids[i] for i in batch]), decoding)
+                for i, sentence_hyps in zip(batch, hyps, strict=True):
+                    results[i] = sentence_hyps
+                report(len(batch))
         return results
 
     def _alignments(
@@ -271,7 +303,7 @@ class Translator:
             tgt_in = torch.full((len(batch), width), PAD_ID, dtype=torch.long)  # (B, T)
             for row, i in enumerate(batch):
                 tgt_in[row, : len(pairs[i][1]) + 1] = torch.tensor([BOS_ID, *pairs[i][1]])
-            with self._autocast():
+            with self._autocast(), self._attention_context():
                 enc = self.model.encode(src)
                 dec = self.model.decode(
                     tgt_in.to(self.device), enc.memory, enc.src_mask, need_weights=True
@@ -438,13 +470,16 @@ class Translator:
         `translation` is used (e.g. a reference); then one teacher-forced pass over those
         pieces with `need_weights=True` collects every map. `tgt_tokens` are the decoder
         inputs: bos followed by the generated pieces exactly as decoded (not re-tokenised).
+        Under a hard `attention_mode` both passes use it, and the maps of its scope show the
+        one-hot rows that were used.
         """
-        if translation is not None:
-            return teacher_forced_maps(self.model, self.tokenizer, sentence, translation)
-        config = resolve_decoding(decoding, **changes).replace(n_best=1)
-        if not sentence.strip():
-            raise ValueError("attention maps need a non-empty source sentence")
-        hyps = self._hypotheses([sentence], config, batch_size=1)[0]
-        ids = hyps[0].tokens if hyps else []
-        ids = [i for i in ids if i not in (EOS_ID, PAD_ID)]
-        return teacher_forced_maps(self.model, self.tokenizer, sentence, ids)
+        target: str | list[int] | None = translation
+        if target is None:
+            config = resolve_decoding(decoding, **changes).replace(n_best=1)
+            if not sentence.strip():
+                raise ValueError("attention maps need a non-empty source sentence")
+            hyps = self._hypotheses([sentence], config, batch_size=1)[0]
+            ids = hyps[0].tokens if hyps else []
+            target = [i for i in ids if i not in (EOS_ID, PAD_ID)]
+        with self._attention_context():
+            return teacher_forced_maps(self.model, self.tokenizer, sentence, target)

@@ -469,3 +469,39 @@ def test_positions_beyond_max_positions_raise():
     model = tiny(max_positions=6)
     with pytest.raises(ValueError, match="exceeds max_len=6"):
         model(rand_ids((1, 7)), rand_ids((1, 2)))
+
+
+# ----------------------------------------------------- order blindness without positions
+def _permuted_encodings(positional: str, lengths: tuple[int, ...]):
+    """Encoder outputs of a padded batch and of the same batch with its first min(lengths)
+    tokens permuted (padding kept at the end, so every row is a permutation of itself)."""
+    model = tiny(positional=positional, n_encoder_layers=2)
+    width = max(lengths)
+    src = rand_ids((len(lengths), width), seed=3)
+    src[:, 0] = torch.arange(4, 4 + len(lengths))  # distinct tokens at positions 0 and 1
+    src[:, 1] = torch.arange(10, 10 + len(lengths))
+    for row, length in enumerate(lengths):
+        src[row, length:] = PAD_ID
+    shuffle = torch.randperm(min(lengths), generator=torch.Generator().manual_seed(1))
+    perm = torch.cat([shuffle, torch.arange(min(lengths), width)])  # (S,)
+    assert not torch.equal(perm, torch.arange(width))
+    with torch.no_grad():
+        memory = model.encode(src).memory  # (B, S, D)
+        permuted = model.encode(src[:, perm]).memory
+    return memory[:, perm], permuted
+
+
+@pytest.mark.parametrize("lengths", [(7, 7), (7, 5)], ids=["no padding", "padding at the end"])
+def test_encoder_without_positions_is_permutation_equivariant(lengths):
+    """Self-attention is blind to order: with `positional: none`, permuting the source tokens
+    permutes the encoder outputs the same way (padding included: a pad query sees the same set
+    of keys)."""
+    expected, permuted = _permuted_encodings("none", lengths)
+    torch.testing.assert_close(permuted, expected, **FP32)
+
+
+@pytest.mark.parametrize("positional", ["sinusoidal", "learned", "rotary"])
+@pytest.mark.parametrize("lengths", [(7, 7), (7, 5)], ids=["no padding", "padding at the end"])
+def test_encoder_with_positions_is_not_permutation_equivariant(positional, lengths):
+    expected, permuted = _permuted_encodings(positional, lengths)
+    assert (permuted - expected).abs().amax() > 1e-3

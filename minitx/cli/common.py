@@ -188,11 +188,14 @@ def add_decoding_arguments(
 
     Adds ``--beam`` (default `DEFAULT_BEAM_SIZE`; 1 = greedy; several values when
     `several_beams`), ``--alpha``, sampling (``--sample`` with ``--temperature``,
-    ``--top-k``, ``--top-p``, ``--seed``), ``--batch-size`` (unless `batch_size` is False),
-    ``--device`` and ``--bf16``. Build the `DecodingConfig` with `decoding_from_args`; check
-    the values with `check_decoding_args`.
+    ``--top-k``, ``--top-p``, ``--seed``), hard attention (``--attention``,
+    ``--hard-attention-scope``), ``--batch-size`` (unless `batch_size` is False),
+    ``--device`` and ``--bf16``. Build the `DecodingConfig` with `decoding_from_args` and the
+    attention settings with `attention_from_args`; check the values with `check_decoding_args`.
     """
+    from minitx.attention import ATTENTION_MODES
     from minitx.decoding import DEFAULT_BEAM_SIZE, DecodingConfig
+    from minitx.model import HARD_ATTENTION_SCOPES
 
     suffix = f" {what}" if what else ""
     parser.add_argument(
@@ -245,8 +248,27 @@ def add_decoding_arguments(
         "--seed",
         type=int,
         metavar="S",
-        help="random seed; the same seed gives the same samples, in any batch "
-        f"(default: {defaults.seed})",
+        help="random seed; the same seed gives the same samples, in any batch; also seeds "
+        f"--attention hard-sample (default: {defaults.seed})",
+    )
+    hard = parser.add_argument_group(
+        "hard attention",
+        "replace each row of attention weights by a one-hot row at one allowed key, at "
+        "inference only (the model was trained with soft attention)",
+    )
+    hard.add_argument(
+        "--attention",
+        choices=ATTENTION_MODES,
+        default="soft",
+        help="soft: the weights as trained; hard-argmax: all weight on each query's most "
+        "probable key; hard-sample: on a key drawn from the weights (seeded by --seed) "
+        "(default: soft)",
+    )
+    hard.add_argument(
+        "--hard-attention-scope",
+        choices=HARD_ATTENTION_SCOPES,
+        help="where a hard --attention applies: cross (the decoder's cross-attention) or all "
+        "(every attention) (default: cross)",
     )
     if batch_size:
         parser.add_argument(
@@ -274,9 +296,13 @@ def check_decoding_args(parser: argparse.ArgumentParser, args: argparse.Namespac
     given = [
         option for field, option in SAMPLING_OPTIONS.items() if getattr(args, field) is not None
     ]
+    if args.attention == "hard-sample":  # its seed is --seed
+        given = [option for option in given if option != "--seed"]
     if given and not args.sample:
         verb = "applies" if len(given) == 1 else "apply"
         parser.error(f"{', '.join(given)} {verb} only with --sample")
+    if args.hard_attention_scope is not None and args.attention == "soft":
+        parser.error("--hard-attention-scope applies only with a hard --attention")
     try:
         decoding_from_args(args, beams[0])
     except ConfigError as exc:
@@ -293,6 +319,27 @@ def decoding_from_args(args: argparse.Namespace, beam: int | None = None, **chan
         return DecodingConfig(strategy="sample", alpha=args.alpha, **sampling, **changes)
     beam = args.beam if beam is None else beam
     return DecodingConfig.for_beam(beam, alpha=args.alpha, **changes)
+
+
+def attention_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    """The `Translator.set_attention` keywords (mode, scope, seed) the ``--attention`` options
+    ask for."""
+    return {
+        "mode": args.attention,
+        "scope": args.hard_attention_scope or "cross",
+        "seed": 0 if args.seed is None else args.seed,
+    }
+
+
+def describe_attention(args: argparse.Namespace) -> str:
+    """Short label of a hard ``--attention`` for printed results, e.g. "hard-argmax
+    cross-attention" or "hard-sample attention everywhere (seed 0)"; "" for soft attention."""
+    settings = attention_from_args(args)
+    if settings["mode"] == "soft":
+        return ""
+    where = "cross-attention" if settings["scope"] == "cross" else "attention everywhere"
+    seed = f" (seed {settings['seed']})" if settings["mode"] == "hard-sample" else ""
+    return f"{settings['mode']} {where}{seed}"
 
 
 @contextlib.contextmanager

@@ -5,6 +5,7 @@ Examples:
     minitx-evaluate --checkpoint RUN.ckpt                  # Multi30k test, beam 5 (the default)
     minitx-evaluate --checkpoint RUN.ckpt --beam 1 5       # greedy vs beam 5
     minitx-evaluate --checkpoint RUN.ckpt --sample --top-p 0.9 --seed 1   # one sample each
+    minitx-evaluate --checkpoint RUN.ckpt --beam 1 --attention hard-argmax  # hard cross-attn
     minitx-evaluate --checkpoint RUN.ckpt --data builtin:toy --split validation
     MINITX_DATA_DIR=../shared/data/multi30k minitx-evaluate --checkpoint RUN.ckpt
 (``python scripts/evaluate.py`` is the same command.)
@@ -18,16 +19,18 @@ counted, as in training (``minitx.data.clean_pairs``), so every score covers all
 their line in the hypotheses file is empty, so that file stays line-aligned with the source.
 
 Output: standard output gets two lines per beam size: the summary, starting with the decoding
-(``greedy: BLEU ... | signature`` or ``beam 5 (alpha 1): BLEU ...``), then sacreBLEU's
+(``greedy: BLEU ... | signature``, ``beam 5 (alpha 1): BLEU ...`` or, with a hard
+``--attention``, ``greedy, hard-argmax cross-attention: BLEU ...``), then sacreBLEU's
 detailed BLEU (n-gram precisions, brevity penalty, length ratio, lengths) with chrF and its
 signature. Progress notes go to standard error: a progress bar on a terminal, otherwise one
 line per decoding such as ``greedy: translated 1000 sentences in 5.7 s (175.4 sentences/s)``.
 The hypotheses of each decoding are written to ``--hyp-out`` (default: next to the
 checkpoint, ``<checkpoint stem>.<split>.<decoding>.hyp``, ``<decoding>`` being ``greedy``,
 ``beam<N>`` or ``sample``, the names training uses too, with ``.first<L>`` before
-``<decoding>`` under ``--limit L``), one line per line of the split's source file, in order
-(empty for a pair with an empty side). ``--json FILE`` writes every figure (and the file
-names) as JSON. Output files are replaced only once they are complete.
+``<decoding>`` under ``--limit L`` and ``.<mode>-<scope>`` after it under a hard
+``--attention``, e.g. ``greedy.hard-argmax-cross``), one line per line of the split's source
+file, in order (empty for a pair with an empty side). ``--json FILE`` writes every figure
+(and the file names) as JSON. Output files are replaced only once they are complete.
 
 Exit status: 0 on success; 2 on a usage or input error (bad checkpoint, missing corpus,
 unreadable files), with a one-line ``error: ...`` message and no traceback.
@@ -45,8 +48,10 @@ from minitx.cli.common import (
     CHECKPOINT_HELP,
     UsageError,
     add_decoding_arguments,
+    attention_from_args,
     check_decoding_args,
     decoding_from_args,
+    describe_attention,
     load_translator,
     run_cli,
     sentence_progress,
@@ -62,6 +67,8 @@ examples:
   evaluate.py --checkpoint RUN.ckpt                      # Multi30k test split, beam 5
   evaluate.py --checkpoint RUN.ckpt --beam 1 5           # greedy vs beam 5
   evaluate.py --checkpoint RUN.ckpt --sample --top-p 0.9 --seed 1   # sampling, one per sentence
+  evaluate.py --checkpoint RUN.ckpt --beam 1 --attention hard-argmax   # hard cross-attention
+  evaluate.py --checkpoint RUN.ckpt --beam 1 --attention hard-sample --hard-attention-scope all
   evaluate.py --checkpoint RUN.ckpt --data builtin:toy --split validation --limit 5
 
 standard output, per beam size: `greedy: BLEU ... | <sacreBLEU signature>`, then
@@ -131,6 +138,8 @@ def hypothesis_path(args: argparse.Namespace, beam: int) -> Path:
         return Path(str(args.hyp_out).replace("{beam}", str(beam)))
     limit = f".first{args.limit}" if args.limit is not None else ""
     tag = decoding_from_args(args, beam).file_tag
+    if args.attention != "soft":  # e.g. greedy.hard-argmax-cross
+        tag += f".{args.attention}-{attention_from_args(args)['scope']}"
     name = f"{args.checkpoint.stem}.{args.split}{limit}.{tag}.hyp"
     local = args.checkpoint.exists()  # else a hub repo id: write into the current directory
     return (args.checkpoint.parent if local else Path()) / name
@@ -201,6 +210,7 @@ def aligned_lines(data: Split, hypotheses: list[str]) -> str:
 def run(args: argparse.Namespace) -> int:
     """Load, translate, score, write. Raises `UsageError` for input problems."""
     translator = load_translator(args.checkpoint, device=args.device, bf16=args.bf16)
+    translator.set_attention(**attention_from_args(args))
     ckpt_src, ckpt_tgt = translator.languages
     src_lang = args.src_lang or ckpt_src or DEFAULT_LANGS[0]
     tgt_lang = args.tgt_lang or ckpt_tgt or DEFAULT_LANGS[1]
@@ -230,7 +240,8 @@ def run(args: argparse.Namespace) -> int:
     results = []
     for beam in dict.fromkeys(args.beam):  # each beam size once, in the order given
         decoding = decoding_from_args(args, beam)
-        with sentence_progress(len(data.sources), decoding.describe()) as progress:
+        label = ", ".join(filter(None, [decoding.describe(), describe_attention(args)]))
+        with sentence_progress(len(data.sources), label) as progress:
             result = evaluate(
                 translator,
                 data.sources,
@@ -239,6 +250,7 @@ def run(args: argparse.Namespace) -> int:
                 batch_size=args.batch_size,
                 progress=progress,
             )
+        result.decoding = label  # e.g. "greedy, hard-argmax cross-attention"
         path = hypothesis_path(args, beam)
         try:
             write_text_atomic(path, aligned_lines(data, result.hypotheses))
@@ -273,6 +285,7 @@ def run(args: argparse.Namespace) -> int:
             "device": args.device,
             "bf16": args.bf16,
             "batch_size": args.batch_size,
+            "attention": attention_from_args(args),
             "results": results,
         }
         try:

@@ -40,6 +40,9 @@ Decoding: beam search with ``--beam 5`` by default, the default of every minitx 
 (better translations; ``--beam 1`` is greedy decoding, faster). ``--sample`` draws from the
 model's distribution instead (``--temperature``, ``--top-k``, ``--top-p``, ``--seed``);
 with ``--n-best K`` it draws K samples per sentence, listed best score first.
+``--attention hard-argmax`` (or ``hard-sample``, seeded by ``--seed``) replaces each row of
+the cross-attention weights (``--hard-attention-scope all``: of every attention) by a one-hot
+row at one source piece, to see what soft attention is worth (see ``minitx.attention``).
 
 Exit status: 0 on success; 2 on a usage or input error (missing, corrupt or foreign
 checkpoint, unreadable input file, invalid UTF-8 in a file, on standard input or in an argument,
@@ -66,6 +69,7 @@ from minitx.cli.common import (
     CHECKPOINT_HELP,
     UsageError,
     add_decoding_arguments,
+    attention_from_args,
     check_arguments_utf8,
     check_decoding_args,
     decoding_from_args,
@@ -90,6 +94,7 @@ examples:
   translate.py --checkpoint RUN.ckpt --n-best 3 "Ein Hund rennt."
   translate.py --checkpoint RUN.ckpt --sample --top-p 0.9 --seed 1 --n-best 4 "Ein Hund rennt."
   translate.py --checkpoint RUN.ckpt --print-alignment "Ein Hund rennt."  # TEXT<TAB>0-0 1-1 2-2
+  translate.py --checkpoint RUN.ckpt --attention hard-argmax "Ein Hund rennt."
   producer | translate.py --checkpoint RUN.ckpt   # streams: prints as the lines arrive
 
 --n-best K prints up to K lines per input line, best first (with --sample: K samples):
@@ -400,6 +405,7 @@ def run(args: argparse.Namespace) -> int:
         chunks = stdin_chunks(args.buffer_size or args.batch_size)
 
     translator = load_translator(args.checkpoint, device=args.device, bf16=args.bf16)
+    translator.set_attention(**attention_from_args(args))
     with contextlib.ExitStack() as stack:
         out: TextIO = sys.stdout
         if args.output is not None:  # replaced only once every line is translated

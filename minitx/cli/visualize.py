@@ -26,6 +26,7 @@ from minitx.cli.common import (
     CHECKPOINT_HELP,
     UsageError,
     add_decoding_arguments,
+    attention_from_args,
     check_arguments_utf8,
     check_decoding_args,
     decoding_from_args,
@@ -75,6 +76,7 @@ def run(args: argparse.Namespace) -> int:
     """Load, translate, draw, write. Raises `UsageError` for input problems."""
     check_arguments_utf8({"SENTENCE": args.sentence})
     translator = load_translator(args.checkpoint, device=args.device, bf16=args.bf16)
+    translator.set_attention(**attention_from_args(args))  # hard attention: one-hot maps
     decoding = decoding_from_args(args)
     maps = translator.attention(args.sentence, decoding=decoding)  # maps of the generated pieces
     translation = (
