@@ -196,6 +196,8 @@ def test_smoke_fit_logs_loss_bleu_chrf_perplexity_lr(tiny_run: TinyRun) -> None:
         assert logged(rows, key), f"{key} was not logged"
     assert any(k.startswith("lr-") for k in rows[0]), "learning rate was not logged"
     assert len(logged(rows, "val/bleu")) == tiny_run.max_epochs  # every epoch
+    clock = logged(rows, "time/fit_seconds")  # one reading per validation, increasing
+    assert len(clock) == tiny_run.max_epochs and clock == sorted(clock) and clock[0] > 0
     train_loss = logged(rows, "train/loss")
     assert train_loss[-1] < train_loss[0]
     assert (tiny_run.run_dir / "config.yaml").is_file()
@@ -256,6 +258,26 @@ def test_a_redirected_log_gets_one_plain_line_per_epoch(tmp_path: Path) -> None:
         ]
         assert block[4].strip().startswith("2. source:")
     assert "\u2501" not in proc.stdout + proc.stderr  # no progress-bar frames in the log
+
+
+def test_a_redirected_log_shows_validations_inside_an_epoch(tmp_path: Path) -> None:
+    cmd = [sys.executable, str(REPO / "scripts" / "train.py"), *TINY, "--trainer.max_epochs", "1"]
+    cmd += ["--test", "false", "--model.validation.log_examples", "1"]
+    cmd += ["--trainer.val_check_interval", "10", "--trainer.check_val_every_n_epoch", "null"]
+    proc = subprocess.run(
+        cmd, cwd=tmp_path, env=subprocess_env(), capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout.splitlines()
+    lines = [line for line in out if line.startswith("epoch ")]
+    assert [line.split(" | ")[:2] for line in lines[:2]] == [
+        ["epoch 1/1 validation", "step 10"],
+        ["epoch 1/1 validation", "step 20"],
+    ], proc.stdout[-3000:]
+    assert all(" | BLEU " in line for line in lines[:2])
+    assert lines[-1].startswith("epoch 1/1 | step ")  # the epoch's own line at its end
+    for line in lines[:2]:  # each validation's examples right after its line
+        assert out[out.index(line) + 1].startswith("validation examples, epoch 1 (step ")
 
 
 def test_smoke_fit_writes_attention_figures_to_tensorboard_and_png(tiny_run: TinyRun) -> None:

@@ -140,7 +140,10 @@ class TokenThroughput(L.Callback):
     """Log training speed: target tokens per second and seconds per epoch.
 
     Logged each epoch as `train/tokens_per_sec` and `train/epoch_seconds` (validation time
-    excluded), and every `log_every_n_steps` steps as `train/tokens_per_sec_step`.
+    excluded), and every `log_every_n_steps` steps as `train/tokens_per_sec_step`. After each
+    validation, `time/fit_seconds`: wall-clock seconds since this process started fitting,
+    validation included (the clock `trainer.max_time` stops on), so that scores can be
+    plotted over training time.
     (Lightning's own `ThroughputMonitor` counts samples and FLOPs, not target tokens.)
     """
 
@@ -150,7 +153,11 @@ class TokenThroughput(L.Callback):
         self._epoch_tokens = self._window_tokens = 0
         self._val_seconds = 0.0
         self._val_start = 0.0
+        self._fit_start = 0.0
         self.last_tokens_per_sec: float | None = None  # of the last finished epoch
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._fit_start = time.perf_counter()
 
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._epoch_start = self._window_start = time.perf_counter()
@@ -180,8 +187,15 @@ class TokenThroughput(L.Callback):
     def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._val_start = time.perf_counter()
 
+    def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        fitting = trainer.state.fn == TrainerFn.FITTING and not trainer.sanity_checking
+        if fitting:  # logged like, and at the step of, the val/ metrics
+            pl_module.log("time/fit_seconds", time.perf_counter() - self._fit_start)
+
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._val_seconds += time.perf_counter() - self._val_start
+        seconds = time.perf_counter() - self._val_start
+        self._val_seconds += seconds
+        self._window_start += seconds  # a validation inside the window is no training time
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         seconds = time.perf_counter() - self._epoch_start - self._val_seconds
@@ -249,6 +263,9 @@ class ValidationExamples(L.Callback):
             print(self._pending, flush=True)
             self._pending = None
 
+    def on_train_batch_start(self, trainer: L.Trainer, *args: Any, **kwargs: Any) -> None:
+        self.on_train_epoch_end(trainer, None)  # a validation inside the epoch: show it now
+
 
 class CheckpointOnInterrupt(L.Callback):
     """Save `last.ckpt` when training is interrupted (Ctrl-C, SIGTERM, or an error).
@@ -300,7 +317,9 @@ class PlainProgress(L.Callback):
     (``train.py > train.log``): a bar there leaves only its last frame. Each line holds the
     epoch, step, last training loss, the validation figures of that epoch (loss, perplexity,
     BLEU, chrF when computed), target tokens/s (from `TokenThroughput`), the time so far and
-    an estimate of the time left (from the epochs done, capped by ``max_time``).
+    an estimate of the time left (from the epochs done, capped by ``max_time``). A
+    validation inside an epoch (``trainer.val_check_interval``) gets a line too, marked
+    "validation".
     """
 
     def __init__(self) -> None:
@@ -311,11 +330,14 @@ class PlainProgress(L.Callback):
         self._start = time.perf_counter()
         self._first_epoch = trainer.current_epoch
 
-    def line(self, trainer: L.Trainer) -> str:
-        """The line for the epoch that just ended."""
+    def line(self, trainer: L.Trainer, within_epoch: bool = False) -> str:
+        """The line for the epoch that just ended (`within_epoch`: for a validation inside
+        the epoch, ``trainer.val_check_interval``, marked "validation")."""
         metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if v.numel() == 1}
         epoch = trainer.current_epoch
         parts = [f"epoch {epoch + 1}/{trainer.max_epochs}", f"step {trainer.global_step}"]
+        if within_epoch:
+            parts[0] += " validation"
         if "train/loss" in metrics:
             parts.append(f"train loss {metrics['train/loss']:.3f}")
         names = (("val/loss", "val loss", 3), ("val/ppl", "ppl", 2), ("val/bleu", "BLEU", 2))
@@ -337,6 +359,12 @@ class PlainProgress(L.Callback):
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.is_global_zero and not trainer.sanity_checking:
             print(self.line(trainer), flush=True)
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        within = not trainer.fit_loop.epoch_loop.batch_progress.is_last_batch
+        fitting = trainer.state.fn == TrainerFn.FITTING and not trainer.sanity_checking
+        if fitting and within and trainer.is_global_zero:  # the epoch's own line comes later
+            print(self.line(trainer, within_epoch=True), flush=True)
 
 
 class MinitxProgressBar(RichProgressBar):
