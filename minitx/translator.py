@@ -470,8 +470,10 @@ class Translator:
         `translation` is used (e.g. a reference); then one teacher-forced pass over those
         pieces with `need_weights=True` collects every map. `tgt_tokens` are the decoder
         inputs: bos followed by the generated pieces exactly as decoded (not re-tokenised).
-        Under a hard `attention_mode` both passes use it, and the maps of its scope show the
-        one-hot rows that were used.
+        Under a hard `attention_mode` both passes use it and the maps of its scope show
+        one-hot rows: for "hard-argmax" the rows that produced the translation; for
+        "hard-sample" the teacher-forced pass draws afresh (from the same seed), so its rows
+        need not be the draws that produced it.
         """
         target: str | list[int] | None = translation
         if target is None:
