@@ -141,9 +141,13 @@ def attention_entropy(weights: torch.Tensor) -> torch.Tensor:
     Returns:
         (..., H) mean over query rows of -sum_k p log p. Low = focused heads.
     """
+    return row_entropy(weights).mean(-1)
+
+
+def row_entropy(weights: torch.Tensor) -> torch.Tensor:
+    """Entropy (nats) of each row of (..., Tq, Tk) attention weights: (..., Tq)."""
     p = weights.float()
-    ent = -(p * torch.log(p.clamp_min(1e-12))).sum(-1)  # (..., H, Tq)
-    return ent.mean(-1)
+    return -(p * torch.log(p.clamp_min(1e-12))).sum(-1)
 
 
 @torch.inference_mode()

@@ -160,3 +160,22 @@ def test_averaging_sits_beside_checkpoint() -> None:
             assert top(name) in sys.stdlib_module_names or top(name) == "torch", name
         else:
             assert part in {*CORE, "checkpoint"}, f"minitx.averaging imports {name}"
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_only_the_experiment_command_imports_the_experiments(module: str) -> None:
+    """The experiments suite sits on top, beside the commands: it runs `minitx train` as a
+    process and probes models through the inference API; nothing below depends on it."""
+    if minitx_part(module) == "experiments" or module == "minitx.cli.experiment":
+        return
+    for name in imports(MODULES[module]):
+        assert minitx_part(name) != "experiments", f"{module} imports {name}"
+
+
+def test_experiments_never_import_lightning_or_training() -> None:
+    """The runner starts training as a `minitx train` process: the suite never imports
+    Lightning or the training code itself, so a variant's run is the user's run exactly."""
+    for module in in_part("experiments"):
+        for name in imports(MODULES[module]):
+            assert top(name) not in ("lightning", "pytorch_lightning"), f"{module} imports {name}"
+            assert minitx_part(name) != "training", f"{module} imports {name}"

@@ -14,6 +14,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "export": ("minitx.cli.export", "write a checkpoint as a release directory (and to the hub)"),
     "average": ("minitx.cli.average", "average the weights of checkpoints of one model"),
     "demo": ("minitx.cli.demo", "serve a live demo page (needs minitx[demo])"),
+    "experiment": ("minitx.cli.experiment", "measure the claims about attention (experiments)"),
 }
 
 

@@ -1,0 +1,135 @@
+"""`minitx-experiment`: run the experiments that measure the claims made about attention.
+
+Examples:
+    minitx-experiment all                      # every experiment, 8 minutes per variant
+    minitx-experiment scale --budget 4         # one experiment, 4 minutes per variant
+    minitx-experiment norm --steps 2000        # a budget in steps: the same work anywhere
+    minitx-experiment scores --variants dot    # one row (others in results.md are kept)
+    minitx-experiment hard --checkpoint RUN.ckpt   # hard attention on a trained model
+    minitx-experiment scores --config tiny --budget 0.2 --val-every 10   # a smoke run
+
+Each experiment writes `<out>/<name>/results.md`, `results.json` and PNG figures (with
+``--variants``, the rows run replace theirs and the other rows stay), and
+`<out>/README.md` collects every results table written so far. Training runs live under
+`<out>/runs/<key>/` and are reused when the same settings come again (the default settings
+are a variant of five experiments; an interrupted suite continues where it stopped; a run
+that failed is trained again).
+
+Exit status: 0 ok; 2 a usage error (one ``error: ...`` line); 130 Ctrl-C. A variant whose
+training fails or diverges is a result (its status is in the table), not an error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from minitx.cli.common import UsageError, run_cli
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command-line interface."""
+    from minitx.experiments import EXPERIMENTS
+
+    names = ", ".join(EXPERIMENTS)
+    parser = argparse.ArgumentParser(
+        description="Measure the claims made about attention: train variants of the default "
+        "run within a time budget each, probe them, write tables and figures.",
+        epilog=f"experiments: {names}; `all` runs them in this order.",
+    )
+    parser.add_argument("experiments", nargs="+", metavar="NAME", help=f"{names} or all")
+    parser.add_argument(
+        "--budget", type=float, default=8.0, metavar="MIN",
+        help="training minutes per variant, validation included (default: 8)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--steps", type=int, metavar="N",
+        help="train each variant for N optimizer steps instead of --budget minutes (the same "
+        "work on any machine)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--out", type=Path, default=Path("experiments"), metavar="DIR",
+        help="output directory (default: experiments)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--config", metavar="CONFIG",
+        help="base training config, a file or a packaged name (default: the de->en default)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+        help="a minitx-train override for every variant, e.g. trainer.max_epochs=2 (repeatable)",
+    )  # fmt: skip
+    parser.add_argument("--variants", nargs="+", metavar="VARIANT", help="run only these variants")
+    parser.add_argument(
+        "--val-every", type=int, default=100, metavar="STEPS",
+        help="validate every this many training steps (default: 100)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--probe-pairs", type=int, default=100, metavar="N",
+        help="validation pairs read by the attention probes (default: 100)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--checkpoint", type=Path, metavar="CKPT",
+        help="the trained model `hard` decodes (default: the default settings trained "
+        "within --budget)",
+    )  # fmt: skip
+    parser.add_argument("--seed", type=int, default=0, help="seed of the sampling probes (0)")
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    """Check the arguments, run the experiments in order, print where the results are."""
+    from minitx.experiments import EXPERIMENTS, Settings, run_experiment
+    from minitx.experiments.report import write_index
+
+    names = list(EXPERIMENTS) if args.experiments == ["all"] else args.experiments
+    unknown = [n for n in names if n not in EXPERIMENTS]
+    if unknown:
+        raise UsageError(
+            f"unknown experiment {unknown[0]!r}; choose from {', '.join(EXPERIMENTS)} or all"
+        )
+    if args.variants:
+        known = {v.name for n in names for v in EXPERIMENTS[n].variants}
+        missing = [v for v in args.variants if v not in known]
+        if missing:
+            raise UsageError(
+                f"--variants: {missing[0]!r} is no variant of {', '.join(names)}; "
+                f"choose from {', '.join(sorted(known))}"
+            )
+    steps_ok = args.steps is None or args.steps >= 1
+    if args.budget <= 0 or args.val_every < 1 or args.probe_pairs < 1 or not steps_ok:
+        raise UsageError("--budget, --steps, --val-every and --probe-pairs must be positive")
+    bad = [o for o in args.overrides if "=" not in o]
+    if bad:
+        raise UsageError(f"--set {bad[0]!r}: write KEY=VALUE, e.g. trainer.max_epochs=2")
+    if args.checkpoint is not None and not args.checkpoint.exists():
+        raise UsageError(f"--checkpoint {args.checkpoint}: no such file or release directory")
+    settings = Settings(
+        out=args.out,
+        budget_minutes=args.budget,
+        max_steps=args.steps,
+        config=args.config,
+        val_every=args.val_every,
+        probe_pairs=args.probe_pairs,
+        overrides=args.overrides,
+        checkpoint=args.checkpoint,
+        seed=args.seed,
+    )
+    for name in names:
+        if args.variants and not {v.name for v in EXPERIMENTS[name].variants} & set(args.variants):
+            continue  # none of its variants asked for
+        run_experiment(name, settings, args.variants)
+        print(f"{name}: {args.out / name / 'results.md'}", flush=True)
+    print(f"all results: {write_index(args.out)}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; returns the process exit status (0 ok, 2 usage error, 130 Ctrl-C)."""
+    args = build_parser().parse_args(argv)
+    return run_cli(run, args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

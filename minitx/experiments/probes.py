@@ -1,0 +1,218 @@
+"""Measurements on a model, beyond BLEU: what the experiments report about attention.
+
+- `attention_statistics`: for every attention (encoder self, decoder self, cross) and layer,
+  teacher-forced on reference pairs one sentence at a time (so no padding enters): the mean
+  entropy of the weight rows (per head too), the mean largest weight of a row, how different
+  the heads' maps are (mean Jensen-Shannon divergence between two heads' rows), the spread
+  (standard deviation) of the score logits before the softmax, and the norm of the loss
+  gradient reaching the score's inputs (queries and keys: what flows back through the
+  softmax; a saturated softmax passes little).
+- `shuffled_sources`: the word-order probe's input, each source's words in a random order.
+
+Everything here reads the model; nothing changes it (gradients are computed and dropped).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from minitx.attention import MultiHeadAttention
+from minitx.maps import KINDS, row_entropy
+from minitx.model import Transformer
+from minitx.tokenizer import Tokenizer
+from minitx.vocab import BOS_ID, EOS_ID
+
+
+def head_divergence(weights: Tensor) -> float:
+    """Mean Jensen-Shannon divergence (nats, at most ln 2) between the rows of every pair of
+    heads of (H, Tq, Tk) weights, same query; 0.0 for one head."""
+    n_heads = weights.size(0)
+    if n_heads < 2:
+        return 0.0
+    total, pairs = 0.0, 0
+    for a in range(n_heads):
+        for b in range(a + 1, n_heads):
+            p, q = weights[a], weights[b]  # (Tq, Tk)
+            m = (p + q) / 2
+            js = (row_entropy(m) - (row_entropy(p) + row_entropy(q)) / 2).mean()
+            total, pairs = total + float(js), pairs + 1
+    return total / pairs
+
+
+def _kind_of(model: Transformer) -> dict[int, tuple[str, int]]:
+    """id(attention module) -> (kind, layer)."""
+    found = {}
+    for layer, block in enumerate(model.encoder_layers):
+        found[id(block.self_attn)] = ("encoder", layer)
+    for layer, block in enumerate(model.decoder_layers):
+        found[id(block.self_attn)] = ("decoder", layer)
+        found[id(block.cross_attn)] = ("cross", layer)
+    return found
+
+
+def _one_pair(
+    model: Transformer, src: Tensor, tgt: Tensor
+) -> tuple[
+    dict[str, tuple[Tensor, ...]], dict[tuple[str, int], float], dict[tuple[str, int], float]
+]:
+    """One teacher-forced forward/backward pass of one pair (src (1, S), tgt (1, T+1) with bos
+    and eos): the weights of every attention by kind, one (H, Tq, Tk) tensor per layer, and
+    per (kind, layer) the norm of the loss gradient reaching the score's inputs (the
+    projected queries and keys: the gradient that flows through the softmax, not the values)
+    and the standard deviation of the score logits."""
+    kinds = _kind_of(model)
+    squares: dict[tuple[str, int], float] = defaultdict(float)  # |dL/dq|^2 + |dL/dk|^2
+    logits: dict[tuple[str, int], float] = {}
+    handles = []
+
+    def scores_seen(key: tuple[str, int]):
+        def add(grad: Tensor) -> None:
+            squares[key] += float(grad.float().pow(2).sum())
+
+        def hook(module: Any, args: tuple, output: Tensor) -> None:
+            logits[key] = float(output.detach().float().std())
+            for x in args[:2]:  # q (1, H, Tq, Dh), k (1, H, Tk, Dh)
+                if x.requires_grad:
+                    x.register_hook(add)
+
+        return hook
+
+    for module in model.modules():
+        if isinstance(module, MultiHeadAttention):
+            handles.append(module.score.register_forward_hook(scores_seen(kinds[id(module)])))
+    try:
+        with torch.enable_grad():
+            # need_weights: the explicit path, where the score module (and its hook) runs
+            out = model(src, tgt[:, :-1], need_weights=True)
+            loss = F.cross_entropy(out.logits.float().flatten(0, 1), tgt[:, 1:].flatten())
+            loss.backward()
+    finally:
+        for handle in handles:
+            handle.remove()
+        model.zero_grad(set_to_none=True)
+    maps = {
+        kind: tuple(m[0].detach().float().cpu() for m in attentions)
+        for kind, attentions in zip(
+            KINDS,
+            (out.encoder_attentions, out.decoder_attentions, out.cross_attentions),
+            strict=True,
+        )
+    }
+    grads = {key: math.sqrt(total) for key, total in squares.items()}
+    return maps, grads, logits
+
+
+def attention_statistics(
+    model: Transformer,
+    tokenizer: Tokenizer,
+    sources: Sequence[str],
+    references: Sequence[str],
+    *,
+    max_weight_samples: int = 2000,
+) -> dict[str, Any]:
+    """Statistics of every attention of `model` (eval mode; put back as it was) over pairs.
+
+    Args:
+        model: the Transformer.
+        tokenizer: its tokenizer.
+        sources, references: sentence pairs read teacher-forced, one at a time.
+        max_weight_samples: how many rows' largest weights to keep per attention kind, for a
+            histogram.
+
+    Returns:
+        A JSON-ready dict: "layers" lists one entry per (kind, layer) with "kind", "layer",
+        "entropy" (mean row entropy, nats), "head_entropy" (per head), "max_weight" (mean
+        largest weight of a row), "head_divergence" (mean Jensen-Shannon divergence between
+        heads), "logit_std" and "grad_norm" (at the score's q and k; means over the pairs);
+        "max_weights" holds, per
+        kind, up to `max_weight_samples` largest row weights; "pairs" counts the pairs read.
+    """
+    was_training = model.training
+    model.eval()
+    sums: dict[tuple[str, int], dict[str, Any]] = defaultdict(
+        lambda: {"entropy": 0.0, "head_entropy": None, "max_weight": 0.0, "divergence": 0.0,
+                 "rows": 0, "logit_std": 0.0, "grad_norm": 0.0, "pairs": 0}
+    )  # fmt: skip
+    max_weights: dict[str, list[float]] = {kind: [] for kind in KINDS}
+    device = next(model.parameters()).device
+    pairs = 0
+    try:
+        for source, reference in zip(sources, references, strict=True):
+            if not source.strip() or not reference.strip():
+                continue
+            limit = model.config.max_positions - 1  # eos / bos take one position
+            src_ids, tgt_ids = (ids[:limit] for ids in tokenizer.encode([source, reference]))
+            src = torch.tensor([[*src_ids, EOS_ID]], device=device)  # (1, S)
+            tgt = torch.tensor([[BOS_ID, *tgt_ids, EOS_ID]], device=device)  # (1, T + 1)
+            maps, grads, logits = _one_pair(model, src, tgt)
+            pairs += 1
+            for kind in KINDS:
+                for layer, weights in enumerate(maps[kind]):  # (H, Tq, Tk)
+                    entry = sums[(kind, layer)]
+                    entropy = row_entropy(weights)  # (H, Tq)
+                    head = entropy.sum(-1)
+                    entry["head_entropy"] = (
+                        head if entry["head_entropy"] is None else entry["head_entropy"] + head
+                    )
+                    entry["entropy"] += float(entropy.sum())
+                    row_max = weights.amax(-1)  # (H, Tq)
+                    entry["max_weight"] += float(row_max.sum())
+                    entry["rows"] += entropy.numel()
+                    entry["divergence"] += head_divergence(weights)
+                    entry["logit_std"] += logits[(kind, layer)]
+                    entry["grad_norm"] += grads.get((kind, layer), 0.0)
+                    entry["pairs"] += 1
+                    max_weights[kind].extend(row_max.flatten().tolist())
+    finally:
+        model.train(was_training)
+    layers = []
+    for (kind, layer), entry in sorted(sums.items(), key=lambda x: (KINDS.index(x[0][0]), x[0][1])):
+        rows_per_head = entry["rows"] / entry["head_entropy"].numel()
+        layers.append(
+            {
+                "kind": kind,
+                "layer": layer,
+                "entropy": entry["entropy"] / entry["rows"],
+                "head_entropy": (entry["head_entropy"] / rows_per_head).tolist(),
+                "max_weight": entry["max_weight"] / entry["rows"],
+                "head_divergence": entry["divergence"] / entry["pairs"],
+                "logit_std": entry["logit_std"] / entry["pairs"],
+                "grad_norm": entry["grad_norm"] / entry["pairs"],
+            }
+        )
+    rng = random.Random(0)
+    sampled = {
+        kind: (
+            rng.sample(values, max_weight_samples) if len(values) > max_weight_samples else values
+        )
+        for kind, values in max_weights.items()
+    }
+    return {"pairs": pairs, "layers": layers, "max_weights": sampled}
+
+
+def shuffled_sources(sources: Sequence[str], seed: int = 0) -> list[str]:
+    """Each sentence with its whitespace-separated words in a random order (a final "." or
+    other punctuation token stays last), the same for a given seed: the word-order probe."""
+    rng = random.Random(seed)
+    shuffled = []
+    for sentence in sources:
+        words = sentence.split()
+        tail = [words.pop()] if words and not any(c.isalnum() for c in words[-1]) else []
+        rng.shuffle(words)
+        shuffled.append(" ".join(words + tail))
+    return shuffled
+
+
+__all__ = [
+    "attention_statistics",
+    "head_divergence",
+    "shuffled_sources",
+]

@@ -1,0 +1,411 @@
+"""Run an experiment: train its variants within a time budget, probe them, collect results.
+
+Each variant is one `minitx-train` process (`python -m minitx train`) on the base config
+(the default de->en one unless `Settings.config` says otherwise) with the variant's overrides,
+`trainer.max_time` set to the budget and validation every `val_every` steps, so that BLEU is
+seen over training time. Runs live under `<out>/runs/<key>/`, `key` a hash of everything
+that decides the run (config, budget, overrides): a run that finished (or diverged) is reused,
+by this experiment or another one with the same variant (the default settings appear in five
+experiments), so an interrupted suite continues where it stopped. After training, the best
+checkpoint is probed (`minitx.experiments.probes`); the end-of-training test of minitx-train
+gives the test BLEU (greedy and beam 5).
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import math
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+
+from minitx.errors import ConfigError
+from minitx.experiments.definitions import EXPERIMENTS, Experiment, Variant
+
+RESULT_FILE = "result.json"
+"""Written into a run's directory when its training and probes are complete."""
+
+REUSABLE = ("ok", "diverged")
+"""Statuses of a finished run that a later call reuses; any other is trained again."""
+
+
+@dataclass
+class Settings:
+    """How to run experiments.
+
+    Attributes:
+        out: the output directory (results, figures, runs).
+        budget_minutes: training time per variant (`trainer.max_time`, validation included).
+        max_steps: train each variant for this many optimizer steps instead (no time limit):
+            the same work on any machine, where a time budget buys more steps on a faster one.
+        config: the base config (a path or a packaged name such as "tiny"); None = default.
+        val_every: validate (greedy BLEU) every this many training steps.
+        probe_pairs: validation pairs read by the attention probes.
+        overrides: `minitx-train` overrides applied to every variant first ("key=value").
+        checkpoint: the trained model the "hard" experiment decodes (None: the default
+            variant trained within the budget).
+        seed: the seed of sampling probes (hard-sample, shuffled words).
+    """
+
+    out: Path = Path("experiments")
+    budget_minutes: float = 8.0
+    max_steps: int | None = None
+    config: str | None = None
+    val_every: int = 100
+    probe_pairs: int = 100
+    overrides: list[str] = field(default_factory=list)
+    checkpoint: Path | None = None
+    seed: int = 0
+
+
+def max_time(minutes: float) -> str:
+    """`trainer.max_time` as DD:HH:MM:SS (at least one second)."""
+    seconds = max(1, round(minutes * 60))
+    return f"00:{seconds // 3600:02d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+def train_command(settings: Settings, variant: Variant, run_name: str) -> list[str]:
+    """The `minitx-train` command line of one variant (as run, with `python -m minitx`)."""
+    base = ["--config", settings.config] if settings.config else []
+    return [
+        sys.executable, "-m", "minitx", "train", *base,
+        "--runs_dir", str(settings.out / "runs"),
+        "--run_name", run_name,
+        *_budget(settings),
+        "--trainer.val_check_interval", str(settings.val_every),
+        "--trainer.check_val_every_n_epoch", "null",
+        "--trainer.enable_progress_bar", "false",
+        *[f"--{item}" for item in settings.overrides],
+        *variant.arguments(),
+    ]  # fmt: skip
+
+
+def _budget(settings: Settings) -> list[str]:
+    if settings.max_steps is not None:
+        steps = ["--trainer.max_steps", str(settings.max_steps), "--trainer.max_epochs", "-1"]
+        return [*steps, "--trainer.max_time", "null"]
+    return ["--trainer.max_time", max_time(settings.budget_minutes)]
+
+
+def describe_budget(settings: Settings) -> str:
+    """ "8 minutes" or "300 steps" of training per variant."""
+    if settings.max_steps is not None:
+        return f"{settings.max_steps} steps"
+    return f"{settings.budget_minutes:g} minutes"
+
+
+def run_key(settings: Settings, variant: Variant) -> str:
+    """A short hash of everything that decides a training run."""
+    decisive: dict[str, Any] = {
+        "config": settings.config,
+        "budget": settings.budget_minutes,
+        "val_every": settings.val_every,
+        "overrides": settings.overrides,
+        "variant": variant.arguments(),
+    }
+    if settings.max_steps is not None:  # a budget in steps instead of minutes
+        decisive["budget"], decisive["max_steps"] = None, settings.max_steps
+    return hashlib.sha1(json.dumps(decisive, sort_keys=True).encode()).hexdigest()[:10]
+
+
+def read_metrics(run_dir: Path) -> list[dict[str, str]]:
+    """The rows of a run's `csv/metrics.csv` ([] when absent)."""
+    path = run_dir / "csv" / "metrics.csv"
+    if not path.is_file():
+        return []
+    with path.open(newline="") as file:
+        return list(csv.DictReader(file))
+
+
+def _values(rows: list[dict[str, str]], key: str) -> list[tuple[int, float]]:
+    return [(int(r["step"]), float(r[key])) for r in rows if r.get(key)]
+
+
+def summarise_metrics(rows: list[dict[str, str]]) -> dict[str, Any]:
+    """BLEU over training time and the run's figures, from its metrics rows."""
+    clock = dict(_values(rows, "time/fit_seconds"))
+    curve = [
+        {"step": step, "minutes": clock[step] / 60 if step in clock else None, "bleu": bleu}
+        for step, bleu in _values(rows, "val/bleu")
+    ]
+
+    def last(key: str) -> float | None:
+        values = _values(rows, key)
+        return values[-1][1] if values else None
+
+    def mean(key: str) -> float | None:
+        values = [v for _, v in _values(rows, key)]
+        return sum(values) / len(values) if values else None
+
+    steps = max((int(r["step"]) for r in rows if r.get("step")), default=0)
+    train_seconds = sum(v for _, v in _values(rows, "train/epoch_seconds"))  # no validation
+    return {
+        "val_bleu_curve": curve,
+        "best_val_bleu": max((p["bleu"] for p in curve), default=None),
+        "test_bleu_greedy": last("test/bleu_greedy"),
+        "test_bleu_beam5": last("test/bleu_beam5"),
+        "test_chrf_greedy": last("test/chrf_greedy"),
+        "tokens_per_sec": mean("train/tokens_per_sec_step"),
+        "ms_per_step": 1000 * train_seconds / steps if steps and train_seconds else None,
+        "steps": steps,
+    }
+
+
+def best_checkpoint(run_dir: Path) -> Path | None:
+    """The best-BLEU checkpoint ModelCheckpoint kept (else last.ckpt, else None)."""
+    found = sorted((run_dir / "checkpoints").glob("epoch*-bleu*.ckpt"))
+
+    def bleu(path: Path) -> float:
+        match = re.search(r"bleu(\d+(?:\.\d+)?)", path.name)
+        return float(match.group(1)) if match else -math.inf
+
+    if found:
+        return max(found, key=bleu)
+    last = run_dir / "checkpoints" / "last.ckpt"
+    return last if last.is_file() else None
+
+
+def _status(returncode: int, log: str) -> str:
+    if returncode == 0:
+        return "ok"
+    errors = [line for line in log.splitlines() if line.startswith("error:")]
+    if any("diverg" in line.lower() for line in errors):
+        return "diverged"
+    last = errors[-1] if errors else (log.strip().splitlines() or [""])[-1][-200:]
+    return f"failed (exit {returncode}): {last}"
+
+
+def _data_of(run_dir: Path) -> tuple[str, str, str]:
+    """(data source, source language, target language) from a run's resolved config."""
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    data = config["data"]
+    return data["source"], data["src_lang"], data["tgt_lang"]
+
+
+def _split(source: str, split: str, langs: tuple[str, str], limit: int | None = None):
+    from minitx.cli.evaluate import load_split
+
+    return load_split(source, split, langs[0], langs[1], limit)
+
+
+def train_variant(settings: Settings, experiment: Experiment, variant: Variant) -> dict[str, Any]:
+    """Train one variant (or reuse the finished run with the same settings) and take the
+    experiment's probes that it lacks; its result dict."""
+    key = run_key(settings, variant)
+    family = settings.out / "runs" / key  # by key only: equal settings share one run
+    done = family / RESULT_FILE
+    result = json.loads(done.read_text()) if done.is_file() else None
+    if result is None or result["status"] not in REUSABLE:
+        if family.exists():
+            shutil.rmtree(family)  # an unfinished or failed attempt: train again
+        family.mkdir(parents=True)
+        result = _train(settings, experiment, variant, family, key)
+        done.write_text(json.dumps(result, indent=1))
+    result.update(summarise_metrics(read_metrics(family / result["run_dir"])))  # current form
+    probe_settings = {"pairs": settings.probe_pairs, "seed": settings.seed}
+    if result.get("probe_settings") != probe_settings:
+        result["probes"], result["probe_settings"] = [], probe_settings  # measured otherwise
+    missing = [name for name in experiment.probes if name not in result["probes"]]
+    if missing and result["checkpoint"]:
+        print(f"[{experiment.name}] {variant.name}: probing ({', '.join(missing)})", flush=True)
+        checkpoint, run_dir = family / result["checkpoint"], family / result["run_dir"]
+        result.update(probe(settings, missing, checkpoint, run_dir))
+        result["probes"] += missing
+        done.write_text(json.dumps(result, indent=1))
+    return {**result, "name": variant.name, "overrides": variant.overrides}
+
+
+def _train(
+    settings: Settings, experiment: Experiment, variant: Variant, family: Path, key: str
+) -> dict[str, Any]:
+    """Run minitx-train for one variant into `family`; the result without probes."""
+    command = train_command(settings, variant, key)
+    print(
+        f"[{experiment.name}] {variant.name}: training for {describe_budget(settings)} "
+        f"(log: {family / 'train.log'})",
+        flush=True,
+    )
+    start = time.perf_counter()
+    with (family / "train.log").open("w") as log:
+        proc = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, check=False)
+    wall = time.perf_counter() - start
+    if proc.returncode in (130, 143):  # Ctrl-C / SIGTERM: no result; the next call retrains
+        raise KeyboardInterrupt
+    log_text = (family / "train.log").read_text(errors="replace")
+    runs = sorted(p for p in family.iterdir() if p.is_dir())
+    run_dir = runs[-1] if runs else family
+    checkpoint = best_checkpoint(run_dir)
+    return {
+        "command": " ".join(_display(command)),
+        "status": _status(proc.returncode, log_text),
+        "wall_minutes": wall / 60,
+        "run_dir": str(run_dir.relative_to(family)),  # relative: `--out` may move
+        "checkpoint": str(checkpoint.relative_to(family)) if checkpoint else None,
+        "probes": [],
+        **summarise_metrics(read_metrics(run_dir)),
+    }
+
+
+def _display(command: list[str]) -> list[str]:
+    """The command as a user would type it: `minitx-train ...`."""
+    return ["minitx-train", *command[4:]]
+
+
+def probe(settings: Settings, probes: list[str], checkpoint: Path, run_dir: Path) -> dict[str, Any]:
+    """The named probes on a trained checkpoint (and the model at initialisation)."""
+    from minitx.evaluation import evaluate
+    from minitx.experiments.probes import attention_statistics, shuffled_sources
+    from minitx.model import Transformer
+    from minitx.translator import Translator
+
+    translator = Translator.from_checkpoint(checkpoint)
+    source, *langs = _data_of(run_dir)
+    found: dict[str, Any] = {}
+    if "attention" in probes:
+        pairs = _split(source, "validation", tuple(langs), settings.probe_pairs)
+        torch.manual_seed(settings.seed)
+        initial = Transformer(translator.model.config).eval()
+        found["attention"] = {
+            "init": attention_statistics(
+                initial, translator.tokenizer, pairs.sources, pairs.references
+            ),
+            "trained": attention_statistics(
+                translator.model, translator.tokenizer, pairs.sources, pairs.references
+            ),
+        }
+    if "word_order" in probes:
+        from minitx.decoding import DecodingConfig
+
+        test = _split(source, "test", tuple(langs))
+        greedy = DecodingConfig(strategy="greedy")
+        normal = evaluate(translator, test.sources, test.references, greedy)
+        shuffled = evaluate(
+            translator, shuffled_sources(test.sources, settings.seed), test.references, greedy
+        )
+        found["word_order"] = {"bleu": normal.bleu, "shuffled_bleu": shuffled.bleu}
+    return found
+
+
+def decode_variants(settings: Settings, experiment: Experiment, checkpoint: Path) -> list[dict]:
+    """The "hard" experiment: each variant decodes the test split of `checkpoint` (greedy)
+    with its attention mode."""
+    from minitx.decoding import DecodingConfig
+    from minitx.evaluation import evaluate
+    from minitx.translator import Translator
+
+    translator = Translator.from_checkpoint(checkpoint)
+    src_lang, tgt_lang = translator.languages
+    langs = (src_lang or "de", tgt_lang or "en")  # minitx-evaluate's defaults
+    test = _split(_data_source_of(translator), "test", langs)
+    results = []
+    for variant in experiment.variants:
+        mode, scope = variant.overrides["attention"], variant.overrides["scope"]
+        translator.set_attention(mode, scope=scope, seed=settings.seed)
+        print(
+            f"[{experiment.name}] {variant.name}: decoding {len(test.sources)} sentences",
+            flush=True,
+        )
+        scores = evaluate(
+            translator, test.sources, test.references, DecodingConfig(strategy="greedy")
+        )
+        results.append(
+            {
+                "name": variant.name,
+                "overrides": variant.overrides,
+                "command": (
+                    f"minitx-evaluate --checkpoint {checkpoint} --beam 1 --attention {mode}"
+                    + (f" --hard-attention-scope {scope}" if mode != "soft" else "")
+                    + (f" --seed {settings.seed}" if mode == "hard-sample" else "")
+                ),
+                "status": "ok",
+                "test_bleu_greedy": scores.bleu,
+                "test_chrf_greedy": scores.chrf,
+                "sentences_per_sec": scores.sentences_per_second,
+            }
+        )
+    translator.set_attention("soft")
+    return results
+
+
+def _data_source_of(translator: Any) -> str:
+    """The data source the model was trained on (from the training config a checkpoint
+    carries); the default Multi30k source when it carries none."""
+    config = yaml.safe_load(translator.train_config) if translator.train_config else None
+    if isinstance(config, dict) and isinstance(config.get("data"), dict):
+        return str(config["data"].get("source", DEFAULT_SOURCE))
+    return DEFAULT_SOURCE
+
+
+DEFAULT_SOURCE = "bentrevett/multi30k"
+"""The default config's data source (``MINITX_DATA_DIR`` overrides a hub id)."""
+
+
+def run_experiment(name: str, settings: Settings, only: list[str] | None = None) -> dict[str, Any]:
+    """Run one experiment (only the variants named in `only`, when given) and write its
+    results (`<out>/<name>/results.json`, `results.md`, figures); returns the results."""
+    from minitx.experiments.report import write_report
+
+    experiment = EXPERIMENTS[name]
+    variants = [v for v in experiment.variants if not only or v.name in only]
+    if experiment.trains:
+        results = [train_variant(settings, experiment, v) for v in variants]
+        checkpoint = None
+    else:
+        checkpoint = settings.checkpoint or default_checkpoint(settings)
+        sub = Experiment(experiment.name, experiment.claim, tuple(variants), (), False)
+        results = decode_variants(settings, sub, checkpoint)
+    if only:  # the other rows of an earlier call stay
+        results = _merged(settings.out / name / "results.json", results, experiment)
+    summary = {
+        "experiment": name,
+        "claim": experiment.claim,
+        "budget": describe_budget(settings) if experiment.trains else None,
+        "config": settings.config or "default (multi30k_de_en)",
+        "overrides": settings.overrides,
+        "checkpoint": str(checkpoint) if checkpoint else None,
+        "settings": {k: str(v) for k, v in asdict(settings).items()},
+        "variants": results,
+    }
+    write_report(settings.out / name, summary)
+    return summary
+
+
+def _merged(path: Path, results: list[dict], experiment: Experiment) -> list[dict]:
+    """`results` merged into the variants of an earlier `results.json`, by name, in the
+    experiment's order."""
+    earlier = json.loads(path.read_text())["variants"] if path.is_file() else []
+    by_name = {v["name"]: v for v in earlier} | {v["name"]: v for v in results}
+    return [by_name[v.name] for v in experiment.variants if v.name in by_name]
+
+
+def default_checkpoint(settings: Settings) -> Path:
+    """The best checkpoint of the default settings trained within the budget (trained now
+    unless a finished run exists): what "hard" decodes without `--checkpoint`."""
+    base = Experiment("default", "", (Variant("default"),), (), True)
+    result = train_variant(settings, base, base.variants[0])
+    if not result.get("checkpoint"):
+        raise ConfigError(
+            f"hard: the default run wrote no checkpoint ({result['status']}); "
+            "pass a trained model with --checkpoint"
+        )
+    return settings.out / "runs" / run_key(settings, base.variants[0]) / result["checkpoint"]
+
+
+__all__ = [
+    "Settings",
+    "best_checkpoint",
+    "max_time",
+    "run_experiment",
+    "summarise_metrics",
+    "train_command",
+]

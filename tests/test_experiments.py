@@ -1,0 +1,307 @@
+"""The experiments suite (minitx.experiments, minitx-experiment): the definitions, the probes,
+and the runner end to end on the toy corpus with a budget of seconds."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from helpers import PYTHON, REPO_DIR, subprocess_env
+
+from minitx.experiments import EXPERIMENTS
+from minitx.experiments.probes import attention_statistics, head_divergence, shuffled_sources
+from minitx.experiments.runner import Settings, max_time, run_key, summarise_metrics, train_command
+from minitx.model import Transformer, TransformerConfig
+from minitx.tokenizer import Tokenizer
+from minitx.training import OptimConfig
+from minitx.translator import Translator
+
+TOY_PAIRS = (
+    ["ein mann fährt fahrrad .", "zwei hunde spielen im schnee ."],
+    ["a man rides a bike .", "two dogs play in the snow ."],
+)
+
+
+# ------------------------------------------------------------------ definitions
+
+
+def test_every_override_is_a_real_setting_with_a_valid_value() -> None:
+    groups = {"model.transformer": TransformerConfig, "model.optim": OptimConfig}
+    for experiment in EXPERIMENTS.values():
+        names = [v.name for v in experiment.variants]
+        assert len(set(names)) == len(names), experiment.name
+        if not experiment.trains:
+            continue
+        for variant in experiment.variants:
+            for key, value in variant.overrides.items():
+                group, field = key.rsplit(".", 1)
+                cls = groups[group]
+                assert field in {f.name for f in fields(cls)}, key
+                if cls is TransformerConfig:  # the config validates its values
+                    TransformerConfig(**{field: yaml.safe_load(value)})
+
+
+def test_the_experiments_vary_what_their_claims_are_about() -> None:
+    def setting(experiment: str, key: str) -> set[str | None]:
+        return {v.overrides.get(key) for v in EXPERIMENTS[experiment].variants}
+
+    assert setting("scores", "model.transformer.score") == {None, "dot", "additive", "bilinear"}
+    assert setting("position", "model.transformer.positional") == {
+        None,
+        "none",
+        "learned",
+        "rotary",
+    }
+    assert setting("heads", "model.transformer.n_heads") == {"1", "2", None, "8"}
+    scale = {v.name: v.overrides for v in EXPERIMENTS["scale"].variants}
+    assert scale["dot-dh256"] == {
+        "model.transformer.score": "dot",
+        "model.transformer.n_heads": "1",
+    }
+    assert not EXPERIMENTS["hard"].trains
+    norm = {v.name: v.overrides for v in EXPERIMENTS["norm"].variants}
+    assert norm["post-LN-3x-lr"]["model.optim.lr"] == "0.003"
+    assert OptimConfig().lr * 3 == pytest.approx(0.003)  # "3x" the default rate
+
+
+def test_max_time_format() -> None:
+    assert max_time(8) == "00:00:08:00"
+    assert max_time(0.25) == "00:00:00:15"
+    assert max_time(125.5) == "00:02:05:30"
+    assert max_time(0.001) == "00:00:00:01"
+
+
+def test_budget_in_minutes_or_steps_and_the_run_key() -> None:
+    variant = EXPERIMENTS["scores"].variants[1]  # dot
+    timed = Settings(budget_minutes=5)
+    command = train_command(timed, variant, "run")
+    assert command[command.index("--trainer.max_time") + 1] == "00:00:05:00"
+    assert command[-1] == "--model.transformer.score=dot" and "--trainer.max_steps" not in command
+    stepped = Settings(max_steps=300)
+    command = train_command(stepped, variant, "run")
+    assert command[command.index("--trainer.max_steps") + 1] == "300"
+    assert command[command.index("--trainer.max_time") + 1] == "null"
+    keys = {run_key(s, variant) for s in (timed, stepped, Settings(budget_minutes=6))}
+    assert len(keys) == 3  # different budgets are different runs
+    assert run_key(Settings(budget_minutes=5), variant) == run_key(timed, variant)
+    default = EXPERIMENTS["heads"].variants[2]  # 4 heads: no overrides, like "sinusoidal"
+    assert run_key(timed, default) == run_key(timed, EXPERIMENTS["position"].variants[1])
+
+
+def test_summarise_metrics_pairs_bleu_with_its_time() -> None:
+    rows = [
+        {"step": "9", "val/bleu": "1.5", "time/fit_seconds": "30"},
+        {"step": "19", "val/bleu": "4.0", "time/fit_seconds": "90"},
+        {"step": "19", "test/bleu_greedy": "3.5", "test/bleu_beam5": "3.9"},
+        {"step": "5", "train/tokens_per_sec_step": "100"},
+        {"step": "15", "train/tokens_per_sec_step": "300"},
+        {"step": "19", "train/epoch_seconds": "3.8"},
+    ]
+    found = summarise_metrics(rows)
+    assert found["val_bleu_curve"] == [
+        {"step": 9, "minutes": 0.5, "bleu": 1.5},
+        {"step": 19, "minutes": 1.5, "bleu": 4.0},
+    ]
+    assert found["best_val_bleu"] == 4.0
+    assert (found["test_bleu_greedy"], found["test_bleu_beam5"]) == (3.5, 3.9)
+    assert found["tokens_per_sec"] == 200 and found["steps"] == 19
+    assert found["ms_per_step"] == pytest.approx(200)  # training time only, per step
+    assert summarise_metrics([])["ms_per_step"] is None and summarise_metrics([])["steps"] == 0
+
+
+# ------------------------------------------------------------------ probes
+
+
+def test_head_divergence_bounds() -> None:
+    uniform = torch.full((2, 3, 4), 0.25)
+    assert head_divergence(uniform) == pytest.approx(0.0, abs=1e-7)
+    assert head_divergence(uniform[:1]) == 0.0  # one head
+    one_hot = torch.zeros(2, 3, 4)
+    one_hot[0, :, 0] = 1.0
+    one_hot[1, :, 1] = 1.0
+    assert head_divergence(one_hot) == pytest.approx(math.log(2))
+
+
+def test_shuffled_sources_keep_the_words_and_the_final_punctuation() -> None:
+    sources = ["ein mann fährt mit einem roten fahrrad durch die stadt .", "hallo welt"]
+    shuffled = shuffled_sources(sources, seed=1)
+    assert shuffled == shuffled_sources(sources, seed=1)
+    assert shuffled[0] != sources[0] and shuffled[0].endswith(" .")
+    for before, after in zip(sources, shuffled, strict=True):
+        assert sorted(before.split()) == sorted(after.split())
+
+
+@pytest.fixture(scope="module")
+def toy_tokenizer(tmp_path_factory: pytest.TempPathFactory) -> Tokenizer:
+    from helpers import TOY_CORPUS_DIR
+
+    lines = [
+        line
+        for lang in ("de", "en")
+        for line in (TOY_CORPUS_DIR / f"train.{lang}").read_text().splitlines()
+    ]
+    return Tokenizer.train(lines, vocab_size=100)
+
+
+def _model(score: str, n_heads: int, vocab: int) -> Transformer:
+    torch.manual_seed(0)
+    config = TransformerConfig(
+        d_model=32, n_heads=n_heads, n_encoder_layers=2, n_decoder_layers=2, d_ff=64,
+        dropout=0.0, score=score, src_vocab_size=vocab, tgt_vocab_size=vocab,
+    )  # fmt: skip
+    return Transformer(config).eval()
+
+
+def test_unscaled_logits_are_sqrt_dk_wider_and_everything_is_measured(toy_tokenizer) -> None:
+    """The same weights with and without 1/sqrt(d_k): the first attentions' logits spread
+    exactly sqrt(d_head) times wider without it (the claim's premise, measured by the probe)."""
+    vocab = toy_tokenizer.vocab_size
+    stats = {
+        score: attention_statistics(_model(score, 2, vocab), toy_tokenizer, *TOY_PAIRS)
+        for score in ("scaled_dot", "dot")
+    }
+    assert stats["dot"]["pairs"] == 2
+    layers = {s: {(x["kind"], x["layer"]): x for x in stats[s]["layers"]} for s in stats}
+    assert sorted(layers["dot"]) == sorted(
+        (kind, layer) for kind in ("encoder", "decoder", "cross") for layer in (0, 1)
+    )
+    for key, dot in layers["dot"].items():
+        scaled = layers["scaled_dot"][key]
+        ratio = dot["logit_std"] / scaled["logit_std"]
+        if key in (("encoder", 0), ("decoder", 0)):  # same inputs: exactly sqrt(d_head)
+            assert ratio == pytest.approx(math.sqrt(16), rel=1e-4), key
+        else:  # inputs differ already (earlier attentions differ), the spread still grows
+            assert ratio > 2, key
+        for entry in (dot, scaled):
+            assert 0 < entry["max_weight"] <= 1 and entry["entropy"] >= 0
+            assert len(entry["head_entropy"]) == 2 and entry["grad_norm"] > 0
+            assert 0 <= entry["head_divergence"] <= math.log(2)
+    # sharper softmax without the scale: larger largest weights, lower entropy (on average)
+    mean = {s: sum(x["max_weight"] for x in layers[s].values()) for s in layers}
+    assert mean["dot"] > mean["scaled_dot"]
+    assert all(0 < w <= 1 for ws in stats["dot"]["max_weights"].values() for w in ws)
+
+
+def test_attention_statistics_leave_the_model_as_it_was(toy_tokenizer) -> None:
+    model = _model("additive", 4, toy_tokenizer.vocab_size).train()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    attention_statistics(model, toy_tokenizer, *TOY_PAIRS)
+    assert model.training
+    assert all(p.grad is None for p in model.parameters())
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+# ------------------------------------------------------------------ the runner and command
+
+
+def run_command(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [PYTHON, "-m", "minitx", "experiment", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=subprocess_env(),
+        timeout=600,
+    )
+
+
+SMOKE = ("--config", "tiny", "--budget", "0.25", "--val-every", "10", "--probe-pairs", "4",
+         "--set", "trainer.max_epochs=2")  # fmt: skip
+
+
+def test_runner_on_the_toy_corpus(tmp_path: Path, tiny_checkpoint: Path) -> None:
+    out = tmp_path / "exp"
+    proc = run_command(
+        "position", "--variants", "none", "sinusoidal", *SMOKE, "--out", str(out), cwd=tmp_path
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = json.loads((out / "position" / "results.json").read_text())
+    variants = {v["name"]: v for v in summary["variants"]}
+    assert sorted(variants) == ["none", "sinusoidal"]
+    for variant in variants.values():
+        assert variant["status"] == "ok"
+        assert variant["val_bleu_curve"] and all(
+            p["minutes"] > 0 for p in variant["val_bleu_curve"]
+        )
+        assert variant["test_bleu_greedy"] is not None and variant["steps"] > 0
+        assert {"bleu", "shuffled_bleu"} <= set(variant["word_order"])
+        assert set(variant["attention"]) == {"init", "trained"}
+        assert variant["command"].startswith("minitx-train --config tiny")
+    assert "--model.transformer.positional=none" in variants["none"]["command"]
+    table = (out / "position" / "results.md").read_text()
+    assert "| `none` | ok |" in table and "test BLEU shuffled words" in table
+    for png in ("bleu_over_time.png", "entropy_per_layer.png", "word_order.png"):
+        assert (out / "position" / png).stat().st_size > 1000, png
+    assert "## position" in (out / "README.md").read_text()
+
+    # one row again: reused, and the other row of the table stays
+    proc = run_command("position", "--variants", "none", *SMOKE, "--out", str(out), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    again = json.loads((out / "position" / "results.json").read_text())["variants"]
+    assert [v["name"] for v in again] == ["none", "sinusoidal"] and again[0] == variants["none"]
+
+    # the same settings again (heads' "4-heads" is the base config, like "sinusoidal"): the
+    # finished run is reused, not trained again
+    runs = sorted(p.name for p in (out / "runs").iterdir())
+    log = next((out / "runs").glob("*/train.log"))
+    mtime = log.stat().st_mtime
+    proc = run_command("heads", "--variants", "4-heads", *SMOKE, "--out", str(out), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert sorted(p.name for p in (out / "runs").iterdir()) == runs
+    assert log.stat().st_mtime == mtime and "training" not in proc.stdout
+    heads = json.loads((out / "heads" / "results.json").read_text())["variants"][0]
+    assert heads["name"] == "4-heads" and heads["command"] == variants["sinusoidal"]["command"]
+
+    # hard attention decodes a given checkpoint: soft equals plain greedy decoding
+    proc = run_command(
+        "hard", "--checkpoint", str(tiny_checkpoint), "--out", str(out), "--variants",
+        "soft", "hard-argmax-cross", "hard-sample-all", cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    hard = {
+        v["name"]: v for v in json.loads((out / "hard" / "results.json").read_text())["variants"]
+    }
+    assert sorted(hard) == ["hard-argmax-cross", "hard-sample-all", "soft"]
+    assert "--attention hard-argmax" in hard["hard-argmax-cross"]["command"]
+    assert (out / "hard" / "hard_attention.png").is_file()
+    from minitx.evaluation import evaluate
+
+    translator = Translator.from_checkpoint(tiny_checkpoint)
+    from minitx.cli.evaluate import load_split
+
+    test = load_split("builtin:toy", "test", "de", "en", None)
+    plain = evaluate(translator, test.sources, test.references, beam_size=1)
+    assert hard["soft"]["test_bleu_greedy"] == pytest.approx(plain.bleu)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["nonsense"], "unknown experiment 'nonsense'"),
+        (["scores", "--variants", "rotary"], "'rotary' is no variant of scores"),
+        (["scores", "--set", "trainer.max_epochs"], "KEY=VALUE"),
+        (["scores", "--budget", "0"], "must be positive"),
+        (["scores", "--steps", "0"], "must be positive"),
+        (["hard", "--checkpoint", "missing.ckpt"], "no such file"),
+    ],
+)
+def test_command_errors_are_one_line(args, message, capsys) -> None:
+    from minitx.cli.experiment import main
+
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err and err.count("\n") == 1
+
+
+def test_command_is_listed() -> None:
+    proc = subprocess.run(
+        [PYTHON, "-m", "minitx", "--help"], capture_output=True, text=True, cwd=REPO_DIR,
+        env=subprocess_env(), timeout=60,
+    )  # fmt: skip
+    assert "experiment" in proc.stdout
