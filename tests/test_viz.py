@@ -324,6 +324,9 @@ def test_script_runs_with_a_translator(
             calls["checkpoint"], calls["device"] = Path(path), device
             return cls()
 
+        def set_attention(self, mode: str, *, scope: str, seed: int) -> None:
+            calls["attention_mode"] = (mode, scope, seed)
+
         def attention(self, sentence: str, decoding=None) -> AttentionMaps:
             calls["attention"], calls["decoding"] = sentence, decoding
             return maps
@@ -343,6 +346,7 @@ def test_script_runs_with_a_translator(
         "device": torch.device("cpu"),
         "attention": "Ein Mann fährt Fahrrad.",
         "decoding": DecodingConfig(beam_size=3),
+        "attention_mode": ("soft", "cross", 0),  # no --attention: as trained
     }
     translation = "".join(maps.tgt_tokens[1:]).replace("\u2581", " ").strip()
     printed = capsys.readouterr().out
