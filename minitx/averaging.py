@@ -19,9 +19,6 @@ reader; never Lightning.
 
 from __future__ import annotations
 
-import contextlib
-import os
-import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -32,6 +29,7 @@ from torch import Tensor
 from minitx.checkpoint import CHECKPOINT_KEY, MODEL_PREFIX, CheckpointError, load_checkpoint
 from minitx.errors import ConfigError
 from minitx.model import TransformerConfig
+from minitx.textio import atomic_path
 
 AVERAGED_KEY = "averaged_from"
 """Key, in the minitx payload, of the list of what an averaged checkpoint was averaged from:
@@ -258,16 +256,7 @@ def average_checkpoints(paths: Sequence[str | Path]) -> dict[str, Any]:
 
 
 def write_checkpoint(checkpoint: Mapping[str, Any], path: str | Path) -> None:
-    """Save `checkpoint` with `torch.save` through a temporary file beside `path`, renamed
-    onto it when complete: `path` is whole or unchanged."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
+    """Save `checkpoint` with `torch.save` through `minitx.textio.atomic_path`: `path` is
+    whole or unchanged."""
+    with atomic_path(path) as tmp:
         torch.save(dict(checkpoint), tmp)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise

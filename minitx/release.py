@@ -19,12 +19,9 @@ model, the tokenizer and the checkpoint reader; never Lightning or the inference
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import re
-import tempfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,6 +39,7 @@ from minitx.checkpoint import (
 )
 from minitx.errors import check_known_keys
 from minitx.model import Transformer, TransformerConfig
+from minitx.textio import atomic_path
 from minitx.tokenizer import Tokenizer
 
 FORMAT = "minitx-release"
@@ -251,24 +249,9 @@ def load(path_or_repo_id: str | Path, *, revision: str | None = None) -> Release
 
 
 # ---------------------------------------------------------------------------------- writing
-@contextlib.contextmanager
-def _atomic_path(path: Path) -> Iterator[Path]:
-    """A temporary name beside `path` that replaces it when the block succeeds."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        yield Path(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
 def _write_bytes(path: Path, data: bytes) -> None:
-    with _atomic_path(path) as tmp:
+    with atomic_path(path) as tmp:
         tmp.write_bytes(data)
-        os.chmod(tmp, 0o644)
 
 
 def config_dict(release: Release) -> dict[str, Any]:
@@ -328,9 +311,8 @@ def save_pretrained(
         check_evaluation(evaluation, release.languages)
     written = []
     weights = directory / WEIGHTS_FILE
-    with _atomic_path(weights) as tmp:
+    with atomic_path(weights) as tmp:
         save_model(release.model, str(tmp), metadata={"format": "pt"})
-        os.chmod(tmp, 0o644)
     written.append(weights)
     text = json.dumps(config_dict(release), indent=2, ensure_ascii=False) + "\n"
     for name, data in (

@@ -70,26 +70,35 @@ def _umask() -> int:
 
 
 @contextlib.contextmanager
-def atomic_output(path: str | Path) -> Iterator[TextIO]:
-    """Open `path` for writing UTF-8 text so that it changes only when the block succeeds.
+def atomic_path(path: str | Path) -> Iterator[Path]:
+    """A temporary file name beside `path` that replaces `path` when the block succeeds.
 
-    The text goes to a temporary file in the same directory, which replaces `path` (an atomic
-    rename) when the block ends without an exception; otherwise it is deleted and an existing
-    `path` is left untouched. Lines end in ``\\n`` on every platform.
+    Write the file under the yielded name (any writer: text, ``torch.save``, safetensors);
+    when the block ends without an exception the file gets the usual mode (0666 less the
+    umask) and is renamed onto `path` (atomic); otherwise it is deleted and an existing
+    `path` is left untouched.
     """
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as out:
-            yield out
-            out.flush()
-            os.fsync(out.fileno())
+        yield Path(tmp)
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600; give the usual mode
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+@contextlib.contextmanager
+def atomic_output(path: str | Path) -> Iterator[TextIO]:
+    """Open `path` for writing UTF-8 text so that it changes only when the block succeeds
+    (`atomic_path`). Lines end in ``\\n`` on every platform."""
+    with atomic_path(path) as tmp, tmp.open("w", encoding="utf-8", newline="\n") as out:
+        yield out
+        out.flush()
+        os.fsync(out.fileno())
 
 
 def write_text_atomic(path: str | Path, text: str) -> None:
