@@ -213,13 +213,16 @@ class Translator:
         order = sorted((i for i, seq in enumerate(ids) if seq), key=lambda i: len(ids[i]))
         return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
 
+    def _padded(self, rows: list[list[int]]) -> torch.Tensor:
+        """(B, L) ids right-padded with pad_id, on the model's device."""
+        out = torch.full((len(rows), max(len(row) for row in rows)), PAD_ID, dtype=torch.long)
+        for i, row in enumerate(rows):
+            out[i, : len(row)] = torch.tensor(row)
+        return out.to(self.device)
+
     def _src_tensor(self, ids: list[list[int]]) -> torch.Tensor:
         """(B, S) right-padded source ids with eos appended."""
-        width = max(len(seq) for seq in ids) + 1
-        src = torch.full((len(ids), width), PAD_ID, dtype=torch.long)
-        for row, seq in enumerate(ids):
-            src[row, : len(seq) + 1] = torch.tensor(seq + [EOS_ID])
-        return src.to(self.device)
+        return self._padded([seq + [EOS_ID] for seq in ids])
 
     def _source_ids(self, sentences: Sequence[str], first_line: int = 1) -> list[list[int]]:
         """Source ids per sentence (no eos). A sentence longer than the model's positions is
@@ -292,22 +295,13 @@ class Translator:
         batched teacher-forced pass: row t of the cross-attention predicts target piece t."""
         config.check(self.model.config.n_decoder_layers, self.model.config.n_heads)
         out: list[Alignment] = [[] for _ in pairs]
-        order = sorted(
-            (i for i, (src, tgt) in enumerate(pairs) if src and tgt),
-            key=lambda i: (len(pairs[i][0]), len(pairs[i][1])),
-        )
-        for start in range(0, len(order), batch_size):
-            batch = order[start : start + batch_size]
+        aligned = [src if tgt else [] for src, tgt in pairs]  # an empty side: no alignment
+        for batch in self._batches(aligned, batch_size):
             src = self._src_tensor([pairs[i][0] for i in batch])  # (B, S)
-            width = max(len(pairs[i][1]) for i in batch) + 1
-            tgt_in = torch.full((len(batch), width), PAD_ID, dtype=torch.long)  # (B, T)
-            for row, i in enumerate(batch):
-                tgt_in[row, : len(pairs[i][1]) + 1] = torch.tensor([BOS_ID, *pairs[i][1]])
+            tgt_in = self._padded([[BOS_ID, *pairs[i][1]] for i in batch])  # (B, T)
             with self._autocast(), self._attention_context():
                 enc = self.model.encode(src)
-                dec = self.model.decode(
-                    tgt_in.to(self.device), enc.memory, enc.src_mask, need_weights=True
-                )
+                dec = self.model.decode(tgt_in, enc.memory, enc.src_mask, need_weights=True)
             weights = combine_cross_attention(dec.cross_attentions, config).cpu()  # (B, T, S)
             for row, i in enumerate(batch):
                 src_ids, tgt_ids = pairs[i]
