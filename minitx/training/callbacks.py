@@ -258,13 +258,16 @@ class ValidationExamples(L.Callback):
         else:  # trainer.validate(): no epoch line to wait for
             print(block, flush=True)
 
-    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+    def _show_pending(self) -> None:
         if self._pending is not None:
             print(self._pending, flush=True)
             self._pending = None
 
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._show_pending()  # after the epoch's line
+
     def on_train_batch_start(self, trainer: L.Trainer, *args: Any, **kwargs: Any) -> None:
-        self.on_train_epoch_end(trainer, None)  # a validation inside the epoch: show it now
+        self._show_pending()  # a validation inside the epoch: after its own line
 
 
 class CheckpointOnInterrupt(L.Callback):
