@@ -185,14 +185,8 @@ def _status(returncode: int, log: str) -> str:
     return f"failed (exit {returncode}): {last}"
 
 
-def _data_of(run_dir: Path) -> tuple[str, str, str]:
-    """(data source, source language, target language) from a run's resolved config."""
-    config = yaml.safe_load((run_dir / "config.yaml").read_text())
-    data = config["data"]
-    return data["source"], data["src_lang"], data["tgt_lang"]
-
-
-def _split(source: str, split: str, langs: tuple[str, str], limit: int | None = None):
+def _split(source: str, langs: tuple[str, str], split: str, limit: int | None = None):
+    """The pairs of one split of `source` (minitx-evaluate's reader)."""
     from minitx.cli.evaluate import load_split
 
     return load_split(source, split, langs[0], langs[1], limit)
@@ -205,21 +199,23 @@ def train_variant(settings: Settings, experiment: Experiment, variant: Variant) 
     family = settings.out / "runs" / key  # by key only: equal settings share one run
     done = family / RESULT_FILE
     result = json.loads(done.read_text()) if done.is_file() else None
-    if result is None or result["status"] not in REUSABLE:
+    trained = result is None or result["status"] not in REUSABLE
+    if trained:
         if family.exists():
             shutil.rmtree(family)  # an unfinished or failed attempt: train again
         family.mkdir(parents=True)
         result = _train(settings, experiment, variant, family, key)
+    # the figures are always read from the run's own CSV (a reused run gets the current form)
+    result.update(summarise_metrics(read_metrics(family / result["run_dir"])))
+    if trained:
         done.write_text(json.dumps(result, indent=1))
-    result.update(summarise_metrics(read_metrics(family / result["run_dir"])))  # current form
     probe_settings = {"pairs": settings.probe_pairs, "seed": settings.seed}
     if result.get("probe_settings") != probe_settings:
         result["probes"], result["probe_settings"] = [], probe_settings  # measured otherwise
     missing = [name for name in experiment.probes if name not in result["probes"]]
     if missing and result["checkpoint"]:
         print(f"[{experiment.name}] {variant.name}: probing ({', '.join(missing)})", flush=True)
-        checkpoint, run_dir = family / result["checkpoint"], family / result["run_dir"]
-        result.update(probe(settings, missing, checkpoint, run_dir))
+        result.update(probe(settings, missing, family / result["checkpoint"]))
         result["probes"] += missing
         done.write_text(json.dumps(result, indent=1))
     return {**result, "name": variant.name, "overrides": variant.overrides}
@@ -228,7 +224,8 @@ def train_variant(settings: Settings, experiment: Experiment, variant: Variant) 
 def _train(
     settings: Settings, experiment: Experiment, variant: Variant, family: Path, key: str
 ) -> dict[str, Any]:
-    """Run minitx-train for one variant into `family`; the result without probes."""
+    """Run minitx-train for one variant into `family`; the result without figures or
+    probes."""
     command = train_command(settings, variant, key)
     print(
         f"[{experiment.name}] {variant.name}: training for {describe_budget(settings)} "
@@ -252,7 +249,6 @@ def _train(
         "run_dir": str(run_dir.relative_to(family)),  # relative: `--out` may move
         "checkpoint": str(checkpoint.relative_to(family)) if checkpoint else None,
         "probes": [],
-        **summarise_metrics(read_metrics(run_dir)),
     }
 
 
@@ -261,7 +257,7 @@ def _display(command: list[str]) -> list[str]:
     return ["minitx-train", *command[4:]]
 
 
-def probe(settings: Settings, probes: list[str], checkpoint: Path, run_dir: Path) -> dict[str, Any]:
+def probe(settings: Settings, probes: list[str], checkpoint: Path) -> dict[str, Any]:
     """The named probes on a trained checkpoint (and the model at initialisation)."""
     from minitx.evaluation import evaluate
     from minitx.experiments.probes import attention_statistics, shuffled_sources
@@ -269,10 +265,10 @@ def probe(settings: Settings, probes: list[str], checkpoint: Path, run_dir: Path
     from minitx.translator import Translator
 
     translator = Translator.from_checkpoint(checkpoint)
-    source, *langs = _data_of(run_dir)
+    source, langs = _data_of(translator)
     found: dict[str, Any] = {}
     if "attention" in probes:
-        pairs = _split(source, "validation", tuple(langs), settings.probe_pairs)
+        pairs = _split(source, langs, "validation", settings.probe_pairs)
         torch.manual_seed(settings.seed)
         initial = Transformer(translator.model.config).eval()
         found["attention"] = {
@@ -286,7 +282,7 @@ def probe(settings: Settings, probes: list[str], checkpoint: Path, run_dir: Path
     if "word_order" in probes:
         from minitx.decoding import DecodingConfig
 
-        test = _split(source, "test", tuple(langs))
+        test = _split(source, langs, "test")
         greedy = DecodingConfig(strategy="greedy")
         normal = evaluate(translator, test.sources, test.references, greedy)
         shuffled = evaluate(
@@ -304,9 +300,7 @@ def decode_variants(settings: Settings, experiment: Experiment, checkpoint: Path
     from minitx.translator import Translator
 
     translator = Translator.from_checkpoint(checkpoint)
-    src_lang, tgt_lang = translator.languages
-    langs = (src_lang or "de", tgt_lang or "en")  # minitx-evaluate's defaults
-    test = _split(_data_source_of(translator), "test", langs)
+    test = _split(*_data_of(translator), "test")
     results = []
     for variant in experiment.variants:
         mode, scope = variant.overrides["attention"], variant.overrides["scope"]
@@ -337,13 +331,15 @@ def decode_variants(settings: Settings, experiment: Experiment, checkpoint: Path
     return results
 
 
-def _data_source_of(translator: Any) -> str:
-    """The data source the model was trained on (from the training config a checkpoint
-    carries); the default Multi30k source when it carries none."""
+def _data_of(translator: Any) -> tuple[str, tuple[str, str]]:
+    """(data source, (source, target) languages) the model was trained on, from the training
+    config a checkpoint carries; the default Multi30k source and minitx-evaluate's default
+    languages (de, en) for what it does not say."""
     config = yaml.safe_load(translator.train_config) if translator.train_config else None
-    if isinstance(config, dict) and isinstance(config.get("data"), dict):
-        return str(config["data"].get("source", DEFAULT_SOURCE))
-    return DEFAULT_SOURCE
+    data = config.get("data") if isinstance(config, dict) else None
+    source = str(data.get("source", DEFAULT_SOURCE)) if isinstance(data, dict) else DEFAULT_SOURCE
+    src_lang, tgt_lang = translator.languages
+    return source, (src_lang or "de", tgt_lang or "en")
 
 
 DEFAULT_SOURCE = "bentrevett/multi30k"
