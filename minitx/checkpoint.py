@@ -108,6 +108,20 @@ def languages_of(checkpoint: Mapping[str, Any]) -> tuple[str | None, str | None]
     return data.get("src_lang"), data.get("tgt_lang")
 
 
+def check_finite(state: Mapping[str, torch.Tensor], where: str | Path) -> None:
+    """Refuse weights holding NaN or inf (written after training had diverged).
+
+    Raises:
+        CheckpointError: naming `where`, how many tensors and the first one.
+    """
+    bad = [k for k, v in state.items() if v.is_floating_point() and not torch.isfinite(v).all()]
+    if bad:
+        raise CheckpointError(
+            f"{where}: the weights hold NaN or inf ({len(bad)} tensors, e.g. {bad[0]}): training "
+            "had diverged when this file was written; use an earlier checkpoint"
+        )
+
+
 def model_from_checkpoint(
     checkpoint: Mapping[str, Any], path: str | Path = "<checkpoint>"
 ) -> tuple[Transformer, Tokenizer]:
@@ -130,12 +144,7 @@ def model_from_checkpoint(
         for k, v in checkpoint["state_dict"].items()
         if k.startswith(MODEL_PREFIX)
     }
-    bad = [k for k, v in state.items() if v.is_floating_point() and not torch.isfinite(v).all()]
-    if bad:
-        raise CheckpointError(
-            f"{path}: the weights hold NaN or inf ({len(bad)} tensors, e.g. {bad[0]}): training "
-            "had diverged when this file was written; use an earlier checkpoint"
-        )
+    check_finite(state, path)
     try:
         model.load_state_dict(state)
     except RuntimeError as exc:

@@ -26,13 +26,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
 from safetensors.torch import load_model, save_model
 
 import minitx
 from minitx.checkpoint import (
     CHECKPOINT_KEY,
     CheckpointError,
+    check_finite,
     languages_of,
     load_checkpoint,
     model_from_checkpoint,
@@ -183,11 +183,7 @@ def load_pretrained(directory: str | Path) -> Release:
         raise CheckpointError(
             f"{weights}: not a readable safetensors file ({type(exc).__name__}: {exc})"
         ) from None
-    bad = [k for k, v in model.state_dict().items() if not torch.isfinite(v).all()]
-    if bad:
-        raise CheckpointError(
-            f"{weights}: the weights hold NaN or inf ({len(bad)} tensors, e.g. {bad[0]})"
-        )
+    check_finite(model.state_dict(), weights)
     train_config_path = directory / TRAIN_CONFIG_FILE
     train_config = (
         train_config_path.read_text(encoding="utf-8") if train_config_path.is_file() else None

@@ -150,6 +150,15 @@ def _wrong_shape_weights(directory: Path) -> None:
     save_file(tensors, path)
 
 
+def _nan_weights(directory: Path) -> None:
+    path = directory / "model.safetensors"
+    with safe_open(path, framework="pt") as f:
+        tensors = {k: f.get_tensor(k) for k in f.keys()}
+    name = next(k for k in tensors if k.endswith("q_proj.weight"))
+    tensors[name] = torch.full_like(tensors[name], float("nan"))
+    save_file(tensors, path)
+
+
 DAMAGE = {
     "bad-json": (_bad_json, r"config\.json: not valid JSON"),
     "unknown-key": (lambda d: _edit_config(d, lambda c: c.update(extra=1)), r"unknown keys"),
@@ -175,6 +184,7 @@ DAMAGE = {
         r"missing tokenizer\.model",
     ),
     "wrong-shape-weights": (_wrong_shape_weights, r"size mismatch for .*q_proj\.weight"),
+    "nan-weights": (_nan_weights, r"model\.safetensors: the weights hold NaN or inf .*diverged"),
     "garbage-weights": (
         lambda d: (d / "model.safetensors").write_bytes(b"\x00" * 100),
         r"model\.safetensors: not a readable safetensors file",
