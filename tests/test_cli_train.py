@@ -280,6 +280,59 @@ def test_a_redirected_log_shows_validations_inside_an_epoch(tmp_path: Path) -> N
         assert out[out.index(line) + 1].startswith("validation examples, epoch 1 (step ")
 
 
+def test_python_m_minitx_train_passes_its_arguments_once() -> None:
+    # LightningCLI reads sys.argv itself; given the same arguments again it warns on every run
+    proc = subprocess.run(
+        [sys.executable, "-m", "minitx", "train", "--help"],
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.startswith("usage: python -m minitx train "), proc.stdout[:200]
+    assert "args parameter" not in proc.stderr, proc.stderr[-2000:]
+
+
+@pytest.mark.parametrize(
+    ("max_epochs", "max_steps", "estimated", "head", "eta"),
+    [
+        (4, -1, 500, "epoch 2/4 | step 200", "ETA 0:30"),  # 300 steps left at 0.1 s/step
+        (-1, 400, 400, "epoch 2 | step 200/400", "ETA 0:20"),  # a budget in steps
+        (-1, -1, float("inf"), "epoch 2 | step 200", "ETA unbounded"),  # nothing bounds it
+    ],
+)
+def test_the_plain_line_shows_only_the_bounds_a_run_has(
+    monkeypatch: pytest.MonkeyPatch,
+    max_epochs: int,
+    max_steps: int,
+    estimated: float,
+    head: str,
+    eta: str,
+) -> None:
+    from types import SimpleNamespace
+
+    from minitx.training import callbacks
+
+    trainer = SimpleNamespace(
+        current_epoch=1,
+        global_step=100,  # a resumed run: the pace counts this process's steps only
+        max_epochs=max_epochs,
+        max_steps=max_steps,
+        estimated_stepping_batches=estimated,
+        callback_metrics={"train/loss": torch.tensor(2.5)},
+        callbacks=[],
+    )
+    progress = callbacks.PlainProgress()
+    monkeypatch.setattr(callbacks, "time", SimpleNamespace(perf_counter=lambda: 10.0))
+    progress.on_train_start(trainer, None)
+    trainer.global_step = 200  # 100 steps since the start, in 10 s
+    monkeypatch.setattr(callbacks, "time", SimpleNamespace(perf_counter=lambda: 20.0))
+    line = progress.line(trainer)
+    assert line.startswith(head + " | train loss 2.500 | "), line
+    assert line.endswith(f"elapsed 0:10, {eta}"), line
+
+
 def test_smoke_fit_writes_attention_figures_to_tensorboard_and_png(tiny_run: TinyRun) -> None:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+from pathlib import Path
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("minitx.cli.train", "train a Transformer (LightningCLI; --help lists every key)"),
@@ -32,6 +33,7 @@ def usage() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Dispatch to the command named first; exit status 2 for an unknown command."""
+    from_sys_argv = argv is None
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] in ("-h", "--help"):
         print(usage())
@@ -42,7 +44,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     command = importlib.import_module(COMMANDS[name][0])
     if name == "train":  # LightningCLI exits by itself on errors; main returns the CLI object
-        command.main(rest)
+        if from_sys_argv:  # LightningCLI reads sys.argv itself (and warns if also given args)
+            program = Path(sys.argv[0]).name
+            program = "python -m minitx" if program == "__main__.py" else program
+            sys.argv[:] = [f"{program} train", *rest]
+            command.main(None)
+        else:
+            command.main(rest)
         return 0
     return command.main(rest)
 

@@ -25,6 +25,7 @@ import os
 import sys
 import tempfile
 import time
+import warnings
 from importlib import resources
 from pathlib import Path
 from typing import Any, NoReturn
@@ -351,7 +352,11 @@ def _train_and_test(args: list[str] | None) -> MinitxCLI:
     _check_checkpoint_dirs(trainer)
     start = time.perf_counter()
     try:
-        trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=cli.resume_path)
+        with warnings.catch_warnings():
+            # Lightning 2.6 builds pytree leaves in a way torch 2.13 deprecates: harmless, and
+            # it would open every training log.
+            warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)`")
+            trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=cli.resume_path)
     except SIGTERMException:  # a bare SystemExit: it would end the process with status 0
         raise SystemExit(EXIT_SIGTERM) from None
     except SystemExit as exc:  # Lightning ends a Ctrl-C interrupted fit with sys.exit(1)

@@ -4,6 +4,7 @@ progress (bar or plain lines) and example translations."""
 from __future__ import annotations
 
 import logging
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -320,25 +321,30 @@ class PlainProgress(L.Callback):
     (``train.py > train.log``): a bar there leaves only its last frame. Each line holds the
     epoch, step, last training loss, the validation figures of that epoch (loss, perplexity,
     BLEU, chrF when computed), target tokens/s (from `TokenThroughput`), the time so far and
-    an estimate of the time left (from the epochs done, capped by ``max_time``). A
-    validation inside an epoch (``trainer.val_check_interval``) gets a line too, marked
-    "validation".
+    an estimate of the time left (the pace of the steps done so far, over the steps that
+    ``max_epochs`` or ``max_steps`` leave, capped by ``max_time``; "unbounded" when nothing
+    bounds the run). A validation inside an epoch (``trainer.val_check_interval``) gets a
+    line too, marked "validation". An unset bound (-1) is left out: ``epoch 3 | step 250/300``.
     """
 
     def __init__(self) -> None:
         self._start = 0.0
-        self._first_epoch = 0
+        self._first_step = 0
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._start = time.perf_counter()
-        self._first_epoch = trainer.current_epoch
+        self._first_step = trainer.global_step  # > 0 for a resumed run
 
     def line(self, trainer: L.Trainer, within_epoch: bool = False) -> str:
         """The line for the epoch that just ended (`within_epoch`: for a validation inside
         the epoch, ``trainer.val_check_interval``, marked "validation")."""
         metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if v.numel() == 1}
-        epoch = trainer.current_epoch
-        parts = [f"epoch {epoch + 1}/{trainer.max_epochs}", f"step {trainer.global_step}"]
+        epoch, step = trainer.current_epoch, trainer.global_step
+        max_epochs, max_steps = trainer.max_epochs or -1, trainer.max_steps
+        parts = [  # a bound of -1 means none: no "/-1"
+            f"epoch {epoch + 1}" + (f"/{max_epochs}" if max_epochs > 0 else ""),
+            f"step {step}" + (f"/{max_steps}" if max_steps > 0 else ""),
+        ]
         if within_epoch:
             parts[0] += " validation"
         if "train/loss" in metrics:
@@ -350,13 +356,15 @@ class PlainProgress(L.Callback):
         if throughput and throughput[0].last_tokens_per_sec is not None:
             parts.append(f"{throughput[0].last_tokens_per_sec:,.0f} tok/s")
         elapsed = time.perf_counter() - self._start
-        done = epoch + 1 - self._first_epoch
-        left = elapsed / max(done, 1) * max(trainer.max_epochs - epoch - 1, 0)
+        # Steps left by max_epochs or max_steps, whichever ends first (inf: neither bounds it).
+        steps_left = trainer.estimated_stepping_batches - step
+        left = elapsed / max(step - self._first_step, 1) * max(steps_left, 0)
         timers = [cb for cb in trainer.callbacks if isinstance(cb, Timer)]  # trainer.max_time
         remaining = timers[0].time_remaining("train") if timers else None
         if remaining is not None:
             left = min(left, max(remaining, 0.0))
-        parts.append(f"elapsed {_clock(elapsed)}, ETA {_clock(left)}")
+        eta = _clock(left) if math.isfinite(left) else "unbounded"
+        parts.append(f"elapsed {_clock(elapsed)}, ETA {eta}")
         return " | ".join(parts)
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
