@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 import sentencepiece as spm
 
+from minitx.textio import atomic_path
 from minitx.vocab import BOS_ID, BOS_PIECE, EOS_ID, EOS_PIECE, PAD_ID, PAD_PIECE, UNK_ID, UNK_PIECE
 
 logger = logging.getLogger(__name__)
@@ -354,8 +355,8 @@ def hash_texts(texts: Iterable[str]) -> str:
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` via a temporary file, so readers never see half a file."""
+    """Write ``data`` to ``path`` through `minitx.textio.atomic_path` (creating its directory),
+    so readers never see half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(data)
