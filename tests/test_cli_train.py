@@ -333,6 +333,46 @@ def test_the_plain_line_shows_only_the_bounds_a_run_has(
     assert line.endswith(f"elapsed 0:10, {eta}"), line
 
 
+def test_a_run_ended_by_max_steps_inside_an_epoch_prints_its_last_step_once(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """max_steps inside an epoch: Lightning validates, then ends the epoch at the same step."""
+    from types import SimpleNamespace
+
+    from lightning.pytorch.trainer.states import TrainerFn
+
+    from minitx.training import callbacks
+
+    batch_progress = SimpleNamespace(is_last_batch=False)
+    trainer = SimpleNamespace(
+        current_epoch=1,
+        global_step=150,
+        max_epochs=-1,
+        max_steps=300,
+        estimated_stepping_batches=300,
+        callback_metrics={"val/bleu": torch.tensor(12.0)},
+        callbacks=[],
+        is_global_zero=True,
+        sanity_checking=False,
+        state=SimpleNamespace(fn=TrainerFn.FITTING),
+        fit_loop=SimpleNamespace(epoch_loop=SimpleNamespace(batch_progress=batch_progress)),
+    )
+    progress = callbacks.PlainProgress()
+    progress.on_train_start(trainer, None)
+    progress.on_validation_end(trainer, None)  # a validation inside epoch 2 at step 150
+    trainer.global_step = 200
+    progress.on_train_epoch_end(trainer, None)  # epoch 2 ends at step 200: its own line
+    trainer.current_epoch, trainer.global_step = 2, 300
+    progress.on_validation_end(trainer, None)  # max_steps reached inside epoch 3
+    progress.on_train_epoch_end(trainer, None)  # the same step: no second line
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(" | ")[:2] for line in lines] == [
+        ["epoch 2 validation", "step 150/300"],
+        ["epoch 2", "step 200/300"],
+        ["epoch 3 validation", "step 300/300"],
+    ], lines
+
+
 def test_smoke_fit_writes_attention_figures_to_tensorboard_and_png(tiny_run: TinyRun) -> None:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 

@@ -296,7 +296,7 @@ class CheckpointOnInterrupt(L.Callback):
             )
             return
         path = Path(callback.dirpath) / "last.ckpt"
-        trainer.save_checkpoint(path)
+        trainer.save_checkpoint(path, weights_only=False)  # the full state, to resume from
         if getattr(exception, "user_error", False):  # e.g. divergence: resuming would repeat it
             logger.warning("training stopped: saved %s (the weights before this step)", path)
             return
@@ -324,12 +324,15 @@ class PlainProgress(L.Callback):
     an estimate of the time left (the pace of the steps done so far, over the steps that
     ``max_epochs`` or ``max_steps`` leave, capped by ``max_time``; "unbounded" when nothing
     bounds the run). A validation inside an epoch (``trainer.val_check_interval``) gets a
-    line too, marked "validation". An unset bound (-1) is left out: ``epoch 3 | step 250/300``.
+    line too, marked "validation", and the epoch's own line is left out when it would repeat
+    that step (a run that ``max_steps`` ends inside an epoch validates, then ends the epoch).
+    An unset bound (-1) is left out: ``epoch 3 | step 250/300``.
     """
 
     def __init__(self) -> None:
         self._start = 0.0
         self._first_step = 0
+        self._validation_line_step = -1  # the step of the last "validation" line printed
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._start = time.perf_counter()
@@ -368,7 +371,8 @@ class PlainProgress(L.Callback):
         return " | ".join(parts)
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if trainer.is_global_zero and not trainer.sanity_checking:
+        repeat = trainer.global_step == self._validation_line_step  # same step, same figures
+        if trainer.is_global_zero and not trainer.sanity_checking and not repeat:
             print(self.line(trainer), flush=True)
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -376,6 +380,7 @@ class PlainProgress(L.Callback):
         fitting = trainer.state.fn == TrainerFn.FITTING and not trainer.sanity_checking
         if fitting and within and trainer.is_global_zero:  # the epoch's own line comes later
             print(self.line(trainer, within_epoch=True), flush=True)
+            self._validation_line_step = trainer.global_step
 
 
 class MinitxProgressBar(RichProgressBar):
