@@ -243,8 +243,9 @@ def test_hub_layouts_are_converted(monkeypatch: pytest.MonkeyPatch) -> None:
     assert corpus["train"][0] == {"translation": {"de": "ein hund .", "en": "a dog ."}}
     with pytest.raises(ValueError, match=r"no split 'validation' \(found \['train'\]\)"):
         load_parallel_corpus("owner/nested", "de", "en")
-    with pytest.raises(ValueError, match=r"no language\(s\) \['fr'\]"):
+    with pytest.raises(ValueError, match=r"no language\(s\) \['fr'\]") as info:
         load_parallel_corpus("owner/flat", "fr", "en")
+    assert DATA_DIR_ENV in str(info.value) and "data/task1/raw" in str(info.value)
 
 
 def test_resolve_data_source(

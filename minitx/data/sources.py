@@ -337,7 +337,9 @@ def _load_hub(
         if absent:
             raise ValueError(
                 f"Hub dataset {source!r} split {name!r} has no language(s) {absent}; "
-                f"its columns are {table.column_names}."
+                f"its columns are {table.column_names}. Pick languages it has, or set "
+                f"{DATA_DIR_ENV} or data.source to a directory of {{split}}.{{lang}}[.gz] files "
+                "(Multi30k's French and Czech: the multi30k/dataset repository's data/task1/raw)."
             )
         data = table.select_columns(list(columns.values())).with_format("arrow")[:]
         src, tgt = (data.column(columns[lang]).to_pylist() for lang in langs)
