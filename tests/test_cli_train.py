@@ -65,14 +65,14 @@ def test_every_config_parses_and_instantiates(
     assert cli.model.model.config.d_model == cli.config.model.transformer.d_model
 
 
-@pytest.mark.parametrize("name", ["tiny", "multi30k_en_de", "multi30k_de_en"])
+@pytest.mark.parametrize("name", [p.stem for p in CONFIGS])
 def test_packaged_config_by_name(
     name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
     cli = build_cli(["--config", name, "--trainer.logger", "false"])
     expected = yaml.safe_load((CONFIG_DIR / f"{name}.yaml").read_text())
-    assert cli.config.run_name == expected["run_name"]
+    assert cli.config.run_name == expected.get("run_name", "multi30k_de_en")  # quick: a recipe
 
 
 def test_run_name_alone_names_the_run_directory(
@@ -122,11 +122,52 @@ def test_default_config_is_found_from_any_directory(
     assert cli.config.trainer.precision == defaults["trainer"]["precision"]
 
 
-def test_en_de_config_flips_the_direction(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+PAIR_CONFIGS = sorted(p.stem for p in CONFIGS if p.stem.count("_") == 2 and "de_en" not in p.stem)
+
+
+@pytest.mark.parametrize("name", PAIR_CONFIGS)
+def test_a_pair_config_changes_only_the_languages_and_run_name(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`multi30k_X_Y` trains X -> Y with the default recipe: every other key is the default's."""
     monkeypatch.chdir(tmp_path)
-    config = str(CONFIG_DIR / "multi30k_en_de.yaml")
-    cli = build_cli(["--config", config, "--trainer.logger", "false"])
-    assert (cli.config.data.src_lang, cli.config.data.tgt_lang) == ("en", "de")
+    default = build_cli(["--trainer.logger", "false"]).config
+    cli = build_cli(["--config", name, "--trainer.logger", "false"])
+    src, tgt = name.split("_")[1:]
+    assert (cli.config.data.src_lang, cli.config.data.tgt_lang, cli.config.run_name) == (
+        src,
+        tgt,
+        name,
+    )
+    assert cli.config.model == default.model and cli.config.trainer == default.trainer
+    changed = {k for k, v in vars(default.data).items() if vars(cli.config.data)[k] != v}
+    assert changed == {"src_lang", "tgt_lang"} - ({"tgt_lang"} if tgt == "en" else set())
+
+
+def test_the_quick_recipe_goes_on_top_of_a_language_pair(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--config multi30k_fr_en --config quick`: French -> English with the 20-minute recipe."""
+    monkeypatch.chdir(tmp_path)
+    quick = yaml.safe_load((CONFIG_DIR / "quick.yaml").read_text())
+    args = ["--config", "multi30k_fr_en", "--config", "quick", "--trainer.logger", "false"]
+    cli = build_cli(args)
+    config = cli.config
+    assert (config.data.src_lang, config.data.tgt_lang, config.run_name) == (
+        "fr",
+        "en",
+        "multi30k_fr_en",
+    )
+    assert config.trainer.max_time == quick["trainer"]["max_time"] == "00:00:20:00"
+    assert config.model.optim.warmup_steps == quick["model"]["optim"]["warmup_steps"] == 100
+    assert config.data.max_tokens == quick["data"]["max_tokens"] == 1024
+    assert cli.datamodule.hparams.max_tokens == 1024  # reaches the objects, not just the config
+
+
+def test_the_shipped_language_pairs_have_configs() -> None:
+    assert {"multi30k_en_de", "multi30k_fr_en", "multi30k_en_fr", "multi30k_cs_en"} <= set(
+        PAIR_CONFIGS
+    )
 
 
 def test_dotted_override(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
