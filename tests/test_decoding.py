@@ -272,6 +272,40 @@ def test_batched_beam_equals_one_at_a_time(model, sources):
         _assert_same_hypotheses([batched[i]], beam_search(model, alone, **kwargs))
 
 
+def test_beam_first_step_decodes_one_row_per_sentence(model, sources, monkeypatch):
+    """Every beam starts as bos alone: the first step decodes one row per sentence, later
+    steps k rows per sentence still decoding; the hypotheses are those of each sentence
+    decoded alone."""
+    sizes = []
+    decode = model.decode
+    monkeypatch.setattr(
+        model,
+        "decode",
+        lambda tgt_in, *a, **k: sizes.append(tgt_in.size(0)) or decode(tgt_in, *a, **k),
+    )
+    kwargs = dict(beam_size=3, n_best=3, max_len_a=1.0, max_len_b=3)
+    batched = beam_search(model, sources, **kwargs)
+    assert sizes[0] == sources.size(0)
+    assert sizes[1] == 3 * sources.size(0)  # no sentence can be done after one step
+    assert all(n % 3 == 0 for n in sizes[1:]) and sizes[1:] == sorted(sizes[1:], reverse=True)
+    monkeypatch.undo()
+    for i in range(sources.size(0)):
+        alone = sources[i : i + 1, : int((sources[i] != PAD).sum())]
+        _assert_same_hypotheses([batched[i]], beam_search(model, alone, **kwargs))
+
+
+def test_beam_wider_than_half_the_vocabulary(model, sources):
+    """beam 8 over a 12-piece vocabulary: the first step has fewer than 2k candidates."""
+    hyps = beam_search(model, sources, beam_size=8, n_best=8, max_len_a=1.0, max_len_b=2)
+    for i, sentence in enumerate(hyps):
+        assert len(sentence) == 8 and len({tuple(h.tokens) for h in sentence}) == 8
+        src = sources[i : i + 1, : int((sources[i] != PAD).sum())]
+        for h in sentence:
+            assert h.log_prob == pytest.approx(
+                teacher_forced_log_prob(model, src, h.tokens), abs=1e-4
+            )
+
+
 @pytest.mark.parametrize("alpha", [0.0, 0.6, 1.0])
 def test_beam_scores_are_teacher_forced_log_probs(model, sources, alpha):
     hyps = beam_search(

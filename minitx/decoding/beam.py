@@ -55,22 +55,25 @@ def beam_search(
     device = src.device
     enc = model.encode(src)
     limits = max_target_lengths(src, model, max_len_a, max_len_b).tolist()
-    memory = enc.memory.repeat_interleave(k, dim=0)  # (B*K, S, D)
-    src_mask = enc.src_mask.repeat_interleave(k, dim=0)  # (B*K, 1, 1, S)
+    # Every beam of a sentence starts as bos alone, so the first step decodes one row per
+    # sentence (`width` 1) and keeps its k best tokens; the batch then grows to k rows per
+    # sentence, the caches (cross-attention keys/values included) copied from that one row.
+    width = 1  # decoder rows per active sentence: 1 at the first step, k afterwards
+    memory, src_mask = enc.memory, enc.src_mask  # (N*width, S, D), (N*width, 1, 1, S)
     active = list(range(src.size(0)))  # sentence ids still being decoded, in row order
-    tokens = torch.full((len(active) * k, 1), BOS_ID, dtype=torch.long, device=device)
-    beam_scores = torch.zeros(len(active), k, device=device)
-    beam_scores[:, 1:] = float("-inf")  # all beams start identical: expand only the first
+    tokens = torch.full((len(active), 1), BOS_ID, dtype=torch.long, device=device)
+    beam_scores = torch.zeros(len(active), 1, device=device)  # (N, width)
     finished: list[list[Hypothesis]] = [[] for _ in active]
     cache = model.new_cache() if use_cache else None
 
     for step in range(max(limits)):
         step_in = tokens[:, -1:] if use_cache else tokens
-        logits = model.decode(step_in, memory, src_mask, cache=cache).logits[:, -1]  # (N*K, V)
+        logits = model.decode(step_in, memory, src_mask, cache=cache).logits[:, -1]  # (N*W, V)
         logp = _next_token_scores(logits, model)
         vocab = logp.size(-1)
-        candidates = (beam_scores.view(-1, 1) + logp).view(len(active), k * vocab)  # (N, K*V)
-        top_scores, top_index = candidates.topk(2 * k, dim=-1)  # (N, 2K): enough for K non-eos
+        candidates = (beam_scores.view(-1, 1) + logp).view(len(active), width * vocab)
+        n_top = min(2 * k, width * vocab)  # 2K: enough for K non-eos (a tiny vocab has fewer)
+        top_scores, top_index = candidates.topk(n_top, dim=-1)  # (N, n_top)
         top_beam, top_token = top_index // vocab, top_index % vocab
         top_scores_l, top_beam_l, top_token_l = (
             top_scores.tolist(),
@@ -82,7 +85,7 @@ def beam_search(
         for row, sent in enumerate(active):
             length = step + 1  # generated tokens including this step's
             live: list[tuple[int, int, float]] = []  # (source row, token, score)
-            for rank in range(2 * k):
+            for rank in range(n_top):
                 score, beam, token = (
                     top_scores_l[row][rank],
                     top_beam_l[row][rank],
@@ -92,12 +95,12 @@ def beam_search(
                     break
                 if token == EOS_ID:
                     if rank < k:
-                        seq = tokens[row * k + beam, 1:].tolist() + [token]
+                        seq = tokens[row * width + beam, 1:].tolist() + [token]
                         finished[sent].append(
                             Hypothesis(seq, score, score / length_penalty(length, alpha))
                         )
                 elif len(live) < k:
-                    live.append((row * k + beam, token, score))
+                    live.append((row * width + beam, token, score))
             at_cap = length >= limits[sent]
             if at_cap:  # finish the live beams as they are
                 for src_row, token, score in live:
@@ -116,19 +119,19 @@ def beam_search(
 
         if not still_active:
             break
-        index = torch.tensor(keep_rows, device=device)
+        index = torch.tensor(keep_rows, device=device)  # (N'*K,) rows of this step's batch
         tokens = torch.cat(
             [tokens.index_select(0, index), torch.tensor(next_tokens, device=device)[:, None]],
             dim=1,
         )
         beam_scores = torch.tensor(next_scores, device=device).view(len(still_active), k)
-        sentences_left = len(still_active) != len(active)
-        if sentences_left:  # drop finished sentences from the encoder outputs
-            sent_rows = torch.tensor([active.index(s) for s in still_active], device=device)
-            rows = (sent_rows[:, None] * k + torch.arange(k, device=device)).view(-1)
-            memory, src_mask = memory.index_select(0, rows), src_mask.index_select(0, rows)
-        if cache is not None:  # the beams of a sentence share its cross-attention keys/values
-            cache.reorder(index, cross=sentences_left)
-        active = still_active
+        # The encoder outputs change rows when sentences leave or the first step widens the
+        # batch; otherwise `index` only permutes the beams of each sentence, which share them.
+        rows_change = len(still_active) != len(active) or width != k
+        if rows_change:  # any row of a sentence holds its encoder outputs
+            memory, src_mask = memory.index_select(0, index), src_mask.index_select(0, index)
+        if cache is not None:
+            cache.reorder(index, cross=rows_change)
+        active, width = still_active, k
 
     return [sorted(hyps, key=lambda h: h.score, reverse=True)[:n_best] for hyps in finished]
