@@ -10,6 +10,9 @@ Sections (all by default; pick with --sections):
              shapes. bf16 only where the CPU has bf16 instructions (else it is emulated).
   attention  the attention core: explicit weights path vs the fused kernel
              (F.scaled_dot_product_attention, flash and math backends), lengths 16..512.
+  scores     (opt-in) the training step of the default model with each score function
+             (scaled dot on the fused kernel; dot, additive, bilinear on the explicit path),
+             same batches, taking turns: target tokens/s and the ratio to scaled dot.
   decode     greedy and beam search, with vs without the KV cache, in sentences/s.
   ct2        (opt-in, needs --checkpoint) the checkpoint exported to CTranslate2, float32 and
              int8 weights, vs minitx on the test split: sentences/s, BLEU, and the share of
@@ -18,6 +21,7 @@ Sections (all by default; pick with --sections):
     python scripts/benchmark.py                         # train, attention, decode: ~4 minutes here
     python scripts/benchmark.py --sections decode --checkpoint RUN.ckpt --data DIR
     python scripts/benchmark.py --sections ct2 --checkpoint RUN.ckpt --decode-sentences 1000
+    python scripts/benchmark.py --sections scores      # ~3 minutes here
 """
 
 from __future__ import annotations
@@ -243,6 +247,39 @@ def _train_rates(
     return {name: (tokens / s, flops / s) for name, s in seconds.items()}
 
 
+def bench_scores(args: argparse.Namespace) -> None:
+    """One training step per score function, the rest of the model the default's."""
+    torch.manual_seed(0)
+    batches = multi30k_like_batches(args.train_examples, args.max_tokens)[: args.score_batches]
+    sizes = {k: v for k, v in SIZES.items() if k != "vocab_size"}
+    vocab = {"src_vocab_size": SIZES["vocab_size"], "tgt_vocab_size": SIZES["vocab_size"]}
+    contenders: dict[str, tuple[nn.Module, Callable, dict]] = {}
+    for score in ("scaled_dot", "dot", "additive", "bilinear"):
+        module = TranslationModule(transformer={**sizes, **vocab, "dropout": 0.1, "score": score})
+        module.train()
+
+        def loss(batch: dict, module: TranslationModule = module) -> torch.Tensor:
+            with module._sdpa_kernel():
+                return module._losses(batch)[0]
+
+        contenders[score] = (module, loss, {"lr": 1e-4})
+    work = [_batch_work(contenders["scaled_dot"][0].model_config, b) for b in batches]
+    print(
+        f"\n== score functions, training step of the default model: {len(batches)} batches, "
+        f"max_tokens {args.max_tokens}; scaled_dot runs the fused kernel, the others the "
+        "explicit path (dot = scaled dot's explicit path without the scale) =="
+    )
+    for precision in args.precisions:
+        rate = _train_rates(contenders, batches, work, precision, args.train_steps)
+        base = rate["scaled_dot"][0]
+        for name, (tokens_per_s, _) in rate.items():
+            print(
+                f"  {precision:5s} {name:11s} {tokens_per_s:8.0f} target tokens/s  "
+                f"{1e3 * sum(w[0] for w in work) / len(work) / tokens_per_s:7.0f} ms/step  "
+                f"{tokens_per_s / base:5.2f}x scaled_dot"
+            )
+
+
 # ------------------------------------------------------------------------------------ attention
 
 
@@ -431,8 +468,8 @@ def main() -> None:
         "--sections",
         nargs="+",
         default=["train", "attention", "decode"],
-        choices=["train", "attention", "decode", "ct2"],
-        help="sections to run (default: train attention decode; ct2 is opt-in)",
+        choices=["train", "attention", "decode", "scores", "ct2"],
+        help="sections to run (default: train attention decode; scores and ct2 are opt-in)",
     )
     parser.add_argument(
         "--precisions",
@@ -452,6 +489,12 @@ def main() -> None:
     )
     parser.add_argument(
         "--train-steps", type=int, default=20, help="timed steps per contender and precision"
+    )
+    parser.add_argument(
+        "--score-batches",
+        type=int,
+        default=8,
+        help="scores section: distinct batches, each run once per contender before timing",
     )
     parser.add_argument(
         "--repeats", type=int, default=5, help="timed calls per attention measurement"
@@ -488,6 +531,7 @@ def main() -> None:
         "train": bench_train,
         "attention": bench_attention,
         "decode": bench_decode,
+        "scores": bench_scores,
         "ct2": bench_ct2,
     }
     for section in args.sections:
