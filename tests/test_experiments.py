@@ -16,6 +16,7 @@ from helpers import PYTHON, REPO_DIR, subprocess_env
 
 from minitx.experiments import EXPERIMENTS
 from minitx.experiments.probes import attention_statistics, head_divergence, shuffled_sources
+from minitx.experiments.report import bleu_curve, budget_in_steps
 from minitx.experiments.runner import Settings, max_time, run_key, summarise_metrics, train_command
 from minitx.model import Transformer, TransformerConfig
 from minitx.tokenizer import Tokenizer
@@ -113,6 +114,17 @@ def test_summarise_metrics_pairs_bleu_with_its_time() -> None:
     assert found["tokens_per_sec"] == 200 and found["steps"] == 19
     assert found["ms_per_step"] == pytest.approx(200)  # training time only, per step
     assert summarise_metrics([])["ms_per_step"] is None and summarise_metrics([])["steps"] == 0
+
+
+def test_bleu_curves_plot_steps_for_a_budget_in_steps() -> None:
+    rows = [
+        {"step": "99", "val/bleu": "2.0", "time/fit_seconds": "240"},
+        {"step": "199", "val/bleu": "7.0"},  # no clock: left out of the minutes curve
+    ]
+    variant = {"val_bleu_curve": summarise_metrics(rows)["val_bleu_curve"]}
+    assert budget_in_steps({"budget": "300 steps"}) and not budget_in_steps({"budget": "8 minutes"})
+    assert bleu_curve(variant, by_steps=True) == ([100, 200], [2.0, 7.0])  # steps done
+    assert bleu_curve(variant, by_steps=False) == ([4.0], [2.0])
 
 
 # ------------------------------------------------------------------ probes

@@ -1,11 +1,12 @@
 """Write an experiment's results: `results.json`, a markdown table and PNG figures.
 
 Figures (matplotlib, Agg): `bleu_over_time.png` (validation BLEU against training minutes,
-one line per variant), `entropy_per_layer.png` (mean attention entropy per layer, one panel
-per attention kind, trained models), and per experiment: `max_weight.png` (scale: the
-largest weight of each attention row, at initialisation and trained), `head_entropy.png`
-(heads: each head's entropy), `word_order.png` (position: BLEU on ordered and shuffled
-sources), `hard_attention.png` (hard: BLEU per attention mode).
+or steps for a budget in steps; one line per variant), `entropy_per_layer.png` (mean
+attention entropy per layer, one panel per attention kind, trained models), and per
+experiment: `max_weight.png` (scale: the largest weight of each attention row, at
+initialisation and trained), `head_entropy.png` (heads: each head's entropy),
+`word_order.png` (position: BLEU on ordered and shuffled sources), `hard_attention.png`
+(hard: BLEU per attention mode).
 """
 
 from __future__ import annotations
@@ -125,6 +126,22 @@ def write_report(directory: Path, summary: dict[str, Any]) -> list[Path]:
     return written
 
 
+def budget_in_steps(summary: dict[str, Any]) -> bool:
+    """Whether the variants trained for a number of steps (`--steps`), not minutes."""
+    return str(summary.get("budget") or "").endswith(" steps")  # runner.describe_budget
+
+
+def bleu_curve(variant: dict[str, Any], by_steps: bool) -> tuple[list[float], list[float]]:
+    """A variant's validation BLEU against training steps or minutes. A budget in steps plots
+    against steps: minutes of runs started at different times also measure the machine's
+    drift, and every variant got the same steps."""
+    points = variant.get("val_bleu_curve", [])
+    if by_steps:  # a validation's row carries its last step's 0-based index: steps done - 1
+        return [p["step"] + 1 for p in points], [p["bleu"] for p in points]
+    timed = [p for p in points if p["minutes"] is not None]
+    return [p["minutes"] for p in timed], [p["bleu"] for p in timed]
+
+
 def figures(directory: Path, summary: dict[str, Any]) -> list[Path]:
     """The experiment's PNG figures (see the module docstring)."""
     import matplotlib
@@ -153,15 +170,15 @@ def figures(directory: Path, summary: dict[str, Any]) -> list[Path]:
         save(fig, "hard_attention.png")
         return written
 
+    by_steps = budget_in_steps(summary)
     fig, ax = plt.subplots(figsize=(6, 4))
     for variant in variants:
-        points = [p for p in variant.get("val_bleu_curve", []) if p["minutes"] is not None]
-        if points:
-            ax.plot([p["minutes"] for p in points], [p["bleu"] for p in points], "o-",
-                    label=variant["name"])  # fmt: skip
-    ax.set_xlabel("training minutes (validation included)")
+        x, y = bleu_curve(variant, by_steps)
+        if x:
+            ax.plot(x, y, "o-", label=variant["name"])
+    ax.set_xlabel("training steps" if by_steps else "training minutes (validation included)")
     ax.set_ylabel("validation BLEU (greedy)")
-    ax.set_title(f"{name}: BLEU over training time")
+    ax.set_title(f"{name}: BLEU over training")
     ax.legend()
     save(fig, "bleu_over_time.png")
 
