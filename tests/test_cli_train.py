@@ -122,7 +122,9 @@ def test_default_config_is_found_from_any_directory(
     assert cli.config.trainer.precision == defaults["trainer"]["precision"]
 
 
-PAIR_CONFIGS = sorted(p.stem for p in CONFIGS if p.stem.count("_") == 2 and "de_en" not in p.stem)
+PAIR_CONFIGS = sorted(
+    p.stem for p in CONFIGS if p.stem.startswith("multi30k_") and p.stem != "multi30k_de_en"
+)
 
 
 @pytest.mark.parametrize("name", PAIR_CONFIGS)
