@@ -32,7 +32,8 @@ def beam_search(
     Each sentence keeps `beam_size` live hypotheses. A candidate ending in eos that ranks among
     the top `beam_size` of a step is finished; a sentence is done when it has `beam_size`
     finished hypotheses or reaches its length cap (then its live beams are finished as they
-    are). Done sentences leave the batch, so the work shrinks as decoding goes on.
+    are). Done sentences leave the batch, so the work shrinks as decoding goes on; the first
+    step decodes one row per sentence, since every beam starts as bos alone.
 
     Args:
         model: the Transformer (eval mode).
