@@ -78,6 +78,18 @@ def check_generated_rows(ids: torch.Tensor, limits: list[int]) -> None:
             assert all(t == PAD for t in row[limit:]), row
 
 
+def record_decode_batch_sizes(model: Transformer, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Patch `model.decode` to append each call's batch size to the returned list."""
+    sizes: list[int] = []
+    decode = model.decode
+    monkeypatch.setattr(
+        model,
+        "decode",
+        lambda tgt_in, *a, **k: sizes.append(tgt_in.size(0)) or decode(tgt_in, *a, **k),
+    )
+    return sizes
+
+
 @pytest.fixture(scope="module")
 def model() -> Transformer:
     return make_model(seed=1)
@@ -143,13 +155,7 @@ def test_batched_greedy_equals_one_at_a_time(model, sources):
 def test_finished_sentences_leave_the_greedy_batch(model, sources, monkeypatch):
     """Sentences with shorter caps stop early; later steps decode only the others, and the
     ids are those of a run that keeps every row (each row's own greedy decoding)."""
-    sizes = []
-    decode = model.decode
-    monkeypatch.setattr(
-        model,
-        "decode",
-        lambda tgt_in, *a, **k: sizes.append(tgt_in.size(0)) or decode(tgt_in, *a, **k),
-    )
+    sizes = record_decode_batch_sizes(model, monkeypatch)
     ids = greedy_decode(model, sources, max_len_a=1.0, max_len_b=0)  # caps = source lengths
     limits = max_target_lengths(sources, model, 1.0, 0).tolist()
     check_generated_rows(ids, limits)
@@ -276,13 +282,7 @@ def test_beam_first_step_decodes_one_row_per_sentence(model, sources, monkeypatc
     """Every beam starts as bos alone: the first step decodes one row per sentence, later
     steps k rows per sentence still decoding; the hypotheses are those of each sentence
     decoded alone."""
-    sizes = []
-    decode = model.decode
-    monkeypatch.setattr(
-        model,
-        "decode",
-        lambda tgt_in, *a, **k: sizes.append(tgt_in.size(0)) or decode(tgt_in, *a, **k),
-    )
+    sizes = record_decode_batch_sizes(model, monkeypatch)
     kwargs = dict(beam_size=3, n_best=3, max_len_a=1.0, max_len_b=3)
     batched = beam_search(model, sources, **kwargs)
     assert sizes[0] == sources.size(0)
