@@ -120,14 +120,31 @@ class TorchTransformerBaseline(nn.Module):
         )
 
 
+def default_module(**transformer: object) -> TranslationModule:
+    """minitx's TranslationModule at the benchmark's sizes (SIZES), dropout 0.1, in train mode;
+    `transformer` overrides model settings (e.g. score="additive")."""
+    sizes = {k: v for k, v in SIZES.items() if k != "vocab_size"}
+    vocab = {"src_vocab_size": SIZES["vocab_size"], "tgt_vocab_size": SIZES["vocab_size"]}
+    module = TranslationModule(transformer={**sizes, **vocab, "dropout": 0.1, **transformer})
+    module.train()
+    return module
+
+
+def training_loss(module: TranslationModule) -> Callable[[dict], torch.Tensor]:
+    """The loss `module` trains with, under its attention-kernel choice."""
+
+    def loss(batch: dict) -> torch.Tensor:
+        with module._sdpa_kernel():
+            return module._losses(batch)[0]
+
+    return loss
+
+
 def bench_train(args: argparse.Namespace) -> None:
     torch.manual_seed(0)
     batches = multi30k_like_batches(args.train_examples, args.max_tokens)
     shapes = {(tuple(b["src"].shape), tuple(b["tgt_in"].shape)) for b in batches}
-    sizes = {k: v for k, v in SIZES.items() if k != "vocab_size"}
-    vocab = {"src_vocab_size": SIZES["vocab_size"], "tgt_vocab_size": SIZES["vocab_size"]}
-    minitx = TranslationModule(transformer={**sizes, **vocab, "dropout": 0.1})
-    minitx.train()
+    minitx = default_module()
     baseline = TorchTransformerBaseline().train()
     work = [_batch_work(minitx.model_config, b) for b in batches]  # (target tokens, FLOPs)
     print(
@@ -136,10 +153,6 @@ def bench_train(args: argparse.Namespace) -> None:
         f"avg {statistics.mean(w[0] for w in work):.0f} target tokens/batch, "
         f"{sum(w[1] for w in work) / sum(w[0] for w in work) / 1e6:.1f} MFLOP per target token =="
     )
-
-    def minitx_loss(batch: dict) -> torch.Tensor:
-        with minitx._sdpa_kernel():
-            return minitx._losses(batch)[0]
 
     def minitx_plain_loss(batch: dict) -> torch.Tensor:  # minitx model, the baseline's loss recipe
         logits = minitx.model(batch["src"], batch["tgt_in"])
@@ -152,8 +165,8 @@ def bench_train(args: argparse.Namespace) -> None:
 
     adamw = {"lr": 1e-4}
     contenders: dict[str, tuple[nn.Module, Callable, dict]] = {
-        "minitx": (minitx, minitx_loss, adamw),
-        "minitx, fused AdamW": (minitx, minitx_loss, {**adamw, "fused": True}),
+        "minitx": (minitx, training_loss(minitx), adamw),
+        "minitx, fused AdamW": (minitx, training_loss(minitx), {**adamw, "fused": True}),
         "minitx (full-logits loss)": (minitx, minitx_plain_loss, adamw),
         "torch.nn.Transformer": (baseline, baseline.loss, adamw),
     }
@@ -251,18 +264,10 @@ def bench_scores(args: argparse.Namespace) -> None:
     """One training step per score function, the rest of the model the default's."""
     torch.manual_seed(0)
     batches = multi30k_like_batches(args.train_examples, args.max_tokens)[: args.score_batches]
-    sizes = {k: v for k, v in SIZES.items() if k != "vocab_size"}
-    vocab = {"src_vocab_size": SIZES["vocab_size"], "tgt_vocab_size": SIZES["vocab_size"]}
     contenders: dict[str, tuple[nn.Module, Callable, dict]] = {}
     for score in ("scaled_dot", "dot", "additive", "bilinear"):
-        module = TranslationModule(transformer={**sizes, **vocab, "dropout": 0.1, "score": score})
-        module.train()
-
-        def loss(batch: dict, module: TranslationModule = module) -> torch.Tensor:
-            with module._sdpa_kernel():
-                return module._losses(batch)[0]
-
-        contenders[score] = (module, loss, {"lr": 1e-4})
+        module = default_module(score=score)
+        contenders[score] = (module, training_loss(module), {"lr": 1e-4})
     work = [_batch_work(contenders["scaled_dot"][0].model_config, b) for b in batches]
     print(
         f"\n== score functions, training step of the default model: {len(batches)} batches, "
