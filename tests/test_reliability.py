@@ -126,6 +126,10 @@ def test_debug_env_shows_the_traceback(tmp_path: Path, monkeypatch: pytest.Monke
         (["--model.transformer.n_heads", "abc"], r"model.transformer.n_heads.*Expected .*int"),
         (["--data.max_lenn", "3"], r"unrecognized arguments: --data.max_lenn 3 .*--help"),
         (["--model.transformer.score", "cosin"], r"unknown attention score 'cosin'; choose one"),
+        (
+            ["--model.optim.schedule", "linear", "--trainer.max_epochs", "-1"],
+            r"schedule 'linear' decays to zero .* set trainer.max_epochs or trainer.max_steps",
+        ),
     ],
     ids=[
         "runs-dir",
@@ -136,6 +140,7 @@ def test_debug_env_shows_the_traceback(tmp_path: Path, monkeypatch: pytest.Monke
         "not-a-number",
         "misspelt-key",
         "unknown-score",
+        "decay-without-plan",
     ],
 )
 def test_settings_and_paths_that_cannot_work_fail_before_training(
@@ -213,6 +218,31 @@ def test_resume_last_continues_at_the_saved_step_epoch_and_lr(
     assert [int(float(r["epoch"])) for r in rows if r.get("val/bleu")] == [0, 1]
     train_steps = [int(r["step"]) for r in rows if r.get("train/loss")]
     assert train_steps == sorted(set(train_steps)) and len(train_steps) == 2 * steps_per_epoch
+
+
+def test_a_resumed_run_with_more_epochs_decays_over_its_new_plan(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A linear schedule planned for 1 epoch, resumed for 2: the rate reaches zero at the end
+    of epoch 2, not of epoch 1 (which would leave the second epoch without updates); the
+    checkpoint's warm-up is kept."""
+    monkeypatch.chdir(tmp_path)
+    common = TINY + QUIET + ["--model.optim.schedule", "linear"]
+    first = main(common + ["--model.optim.warmup_steps", "5", "--trainer.max_epochs", "1"])
+    n = first.trainer.global_step
+    assert first.trainer.optimizers[0].param_groups[0]["lr"] == pytest.approx(0.0)
+
+    args = ["--model.optim.warmup_steps", "7", "--trainer.max_epochs", "2", "--ckpt_path", "last"]
+    second = main(common + args)
+    schedule = second.trainer.lr_scheduler_configs[0].scheduler.lr_lambdas[0]
+    assert (schedule.total_steps, schedule.warmup_steps) == (2 * n, 5)
+    (run_dir,) = run_dirs(tmp_path)
+    lrs = [float(r["lr-AdamW/pg1"]) for r in metrics(run_dir) if r.get("lr-AdamW/pg1")]
+    assert len(lrs) == 2 * n  # one logged rate per update (tiny logs every step)
+    peak = max(lrs)
+    assert lrs[n] == pytest.approx(peak * n / (2 * n - 5))  # the new line at the resumed step
+    assert all(a > b > 0 for a, b in zip(lrs[n:], lrs[n + 1 :], strict=False))
+    assert second.trainer.optimizers[0].param_groups[0]["lr"] == pytest.approx(0.0)
 
 
 def test_resume_last_without_a_previous_run_is_a_clear_error(

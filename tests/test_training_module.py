@@ -6,8 +6,16 @@ import pytest
 import torch
 
 import minitx.attention
+from minitx.errors import ConfigError
 from minitx.model import TransformerConfig
-from minitx.training import InverseSqrtSchedule, OptimConfig, TranslationModule, ValidationConfig
+from minitx.training import (
+    CosineDecaySchedule,
+    InverseSqrtSchedule,
+    LinearDecaySchedule,
+    OptimConfig,
+    TranslationModule,
+    ValidationConfig,
+)
 
 SMALL = dict(
     src_vocab_size=40,
@@ -26,6 +34,61 @@ def test_inverse_sqrt_schedule_warms_up_then_decays() -> None:
     assert schedule(100) == pytest.approx(1.0)
     assert schedule(400) == pytest.approx(0.5)
     assert max(schedule(s) for s in range(1, 1000)) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("schedule_class", [LinearDecaySchedule, CosineDecaySchedule])
+def test_decaying_schedules_warm_up_then_reach_zero_at_the_last_step(schedule_class) -> None:
+    schedule = schedule_class(warmup_steps=100, total_steps=500)
+    assert schedule(50) == pytest.approx(0.5)
+    assert schedule(100) == pytest.approx(1.0)
+    assert schedule(300) == pytest.approx(0.5)  # half way through the decay: both at 0.5
+    assert schedule(500) == 0.0 and schedule(600) == 0.0  # zero at the end, and after it
+    after_warmup = [schedule(s) for s in range(100, 501)]
+    assert all(a > b for a, b in zip(after_warmup, after_warmup[1:], strict=False))
+    if schedule_class is CosineDecaySchedule:  # the cosine stays higher early, lower late
+        assert schedule(200) > LinearDecaySchedule(100, 500)(200)
+        assert schedule(400) < LinearDecaySchedule(100, 500)(400)
+
+
+def scheduler_of(module: TranslationModule, planned: float):
+    from types import SimpleNamespace
+
+    module._trainer = SimpleNamespace(estimated_stepping_batches=planned)
+    return module.configure_optimizers()["lr_scheduler"]["scheduler"].lr_lambdas[0]
+
+
+@pytest.mark.parametrize("schedule_class", [LinearDecaySchedule, CosineDecaySchedule])
+def test_every_update_of_the_plan_has_a_positive_rate_and_the_last_one_ends_at_zero(
+    schedule_class,
+) -> None:
+    """LambdaLR's stepping: update k uses factor(k - 1), so all `total_steps` updates learn."""
+    weight = torch.nn.Parameter(torch.zeros(1))
+    optimizer = torch.optim.SGD([weight], lr=1.0)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule_class(10, 50))
+    rates = []
+    for _ in range(50):
+        rates.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    assert min(rates) > 0 and max(rates) == pytest.approx(1.0)
+    assert optimizer.param_groups[0]["lr"] == 0.0
+
+
+def test_the_decay_ends_at_the_trainers_planned_steps_or_at_total_steps() -> None:
+    linear = TranslationModule(transformer=SMALL, optim={"schedule": "linear", "warmup_steps": 100})
+    assert type(scheduler_of(linear, 1180)) is LinearDecaySchedule
+    assert scheduler_of(linear, 1180).total_steps == 1180
+    fixed = TranslationModule(
+        transformer=SMALL, optim={"schedule": "cosine", "warmup_steps": 100, "total_steps": 300}
+    )
+    assert type(scheduler_of(fixed, 1180)) is CosineDecaySchedule
+    assert scheduler_of(fixed, 1180).total_steps == 300
+    paper = TranslationModule(transformer=SMALL)
+    assert isinstance(scheduler_of(paper, float("inf")), InverseSqrtSchedule)
+    with pytest.raises(ConfigError, match="trainer.max_epochs or trainer.max_steps"):
+        scheduler_of(linear, float("inf"))  # max_epochs -1 and no max_steps: no end to decay to
+    with pytest.raises(ConfigError, match="plans 80 optimizer steps, not more than"):
+        scheduler_of(linear, 80)  # the decay would end before the warm-up does
 
 
 def test_loss_matches_torch_label_smoothed_cross_entropy() -> None:
@@ -98,7 +161,14 @@ def test_settings_are_accepted_as_dataclasses_or_dicts_and_saved_as_plain_data()
 
 @pytest.mark.parametrize(
     ("optim", "message"),
-    [({"sdpa_backend": "fast"}, "sdpa_backend='fast'"), ({"lr": 0}, "lr must be > 0")],
+    [
+        ({"sdpa_backend": "fast"}, "sdpa_backend='fast'"),
+        ({"lr": 0}, "lr must be > 0"),
+        ({"schedule": "noam"}, "schedule='noam'; choose one of"),
+        ({"total_steps": -1}, "total_steps must be >= 0"),
+        ({"schedule": "linear", "total_steps": 500}, "total_steps=500 must be larger than"),
+        ({"total_steps": 5000}, "applies to the linear and cosine schedules only"),
+    ],
 )
 def test_bad_optim_settings_are_clear_errors(optim: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):

@@ -17,17 +17,23 @@ from minitx.training.callbacks import (
 from minitx.training.config import OptimConfig, ValidationConfig
 from minitx.training.module import (
     DivergenceError,
-    InverseSqrtSchedule,
     ResumeMismatchError,
     TranslationModule,
+)
+from minitx.training.schedules import (
+    CosineDecaySchedule,
+    InverseSqrtSchedule,
+    LinearDecaySchedule,
 )
 
 __all__ = [
     "AttentionMapLogger",
     "CheckpointAveraging",
     "CheckpointOnInterrupt",
+    "CosineDecaySchedule",
     "DivergenceError",
     "InverseSqrtSchedule",
+    "LinearDecaySchedule",
     "MinitxProgressBar",
     "OptimConfig",
     "PlainProgress",

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from minitx.decoding import DecodingConfig
 from minitx.errors import ConfigError
+from minitx.training.schedules import SCHEDULES
 
 SDPA_BACKENDS: tuple[str, ...] = ("auto", "flash", "math", "default")
 """Choices of `OptimConfig.sdpa_backend`."""
@@ -23,7 +24,15 @@ class OptimConfig:
     Attributes:
         label_smoothing: label-smoothing epsilon of the training loss.
         lr: peak learning rate (reached at the end of warm-up).
-        warmup_steps: optimizer steps of linear warm-up, then lr ~ 1/sqrt(step).
+        warmup_steps: optimizer steps of linear warm-up to the peak rate `lr`.
+        schedule: the rate after warm-up: "inverse_sqrt" (lr ~ 1/sqrt(step), the paper's;
+            never reaches zero), "linear" or "cosine" (decay to zero at the last planned
+            step: the better choice when the budget is fixed in advance).
+        total_steps: the optimizer step at which "linear" and "cosine" reach zero (warm-up
+            included); 0 = the run's plan, Lightning's `estimated_stepping_batches`:
+            `trainer.max_epochs` x optimizer steps per epoch, or `trainer.max_steps` if that
+            is smaller. `trainer.max_time` is not counted: a run it stops early ends with
+            its rate above zero.
         weight_decay: AdamW decoupled weight decay, applied to the weight matrices of linear
             layers only (not to embeddings, biases, norms or score parameters).
         betas: AdamW betas.
@@ -40,6 +49,8 @@ class OptimConfig:
     label_smoothing: float = 0.1
     lr: float = 1e-3
     warmup_steps: int = 1000
+    schedule: str = "inverse_sqrt"
+    total_steps: int = 0
     weight_decay: float = 0.0
     betas: tuple[float, float] = (0.9, 0.98)
     sdpa_backend: str = "auto"
@@ -54,6 +65,23 @@ class OptimConfig:
         if self.sdpa_backend not in SDPA_BACKENDS:
             raise ConfigError(
                 f"OptimConfig.sdpa_backend={self.sdpa_backend!r}; choose one of {SDPA_BACKENDS}"
+            )
+        if self.schedule not in SCHEDULES:
+            raise ConfigError(f"OptimConfig.schedule={self.schedule!r}; choose one of {SCHEDULES}")
+        if self.total_steps < 0:
+            raise ConfigError(
+                f"OptimConfig.total_steps must be >= 0 (0 = the run's planned steps), "
+                f"got {self.total_steps}"
+            )
+        if self.total_steps and self.schedule == "inverse_sqrt":
+            raise ConfigError(
+                f"OptimConfig.total_steps={self.total_steps} applies to the linear and cosine "
+                "schedules only; set model.optim.schedule linear or cosine, or total_steps 0"
+            )
+        if 0 < self.total_steps <= self.warmup_steps:
+            raise ConfigError(
+                f"OptimConfig.total_steps={self.total_steps} must be larger than "
+                f"warmup_steps={self.warmup_steps}: the decay starts after the warm-up"
             )
         if not 0.0 <= self.label_smoothing < 1.0:
             raise ConfigError(

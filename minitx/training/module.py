@@ -1,10 +1,10 @@
 """`TranslationModule`: the LightningModule that trains a `Transformer` for translation.
 
 It is thin on purpose: the loop, precision, clipping, checkpointing, logging and DDP are the
-Trainer's. It owns the loss (label-smoothed cross-entropy without padding), AdamW with the
-inverse-square-root ("Noam") warm-up schedule, and the validation metrics: loss, perplexity,
-and corpus BLEU / chrF of translations decoded as `validation.decoding` says (greedy in
-the shipped configs).
+Trainer's. It owns the loss (label-smoothed cross-entropy without padding), AdamW with a
+warm-up schedule (`minitx.training.schedules`; the paper's inverse square root by default),
+and the validation metrics: loss, perplexity, and corpus BLEU / chrF of translations decoded
+as `validation.decoding` says (greedy in the shipped configs).
 """
 
 from __future__ import annotations
@@ -28,24 +28,10 @@ from minitx.decoding import decode
 from minitx.errors import ConfigError
 from minitx.model import Transformer, TransformerConfig
 from minitx.training.config import OptimConfig, ValidationConfig
+from minitx.training.schedules import make_schedule
 from minitx.vocab import PAD_ID
 
 logger = logging.getLogger(__name__)
-
-
-class InverseSqrtSchedule:
-    """Learning-rate factor of Vaswani et al. (2017, §5.3), normalised to peak at 1.0.
-
-    factor(step) = min(step / warmup, sqrt(warmup / step)): linear warm-up, then 1/sqrt decay.
-    A class (not a lambda) so the scheduler state is plain data in checkpoints.
-    """
-
-    def __init__(self, warmup_steps: int) -> None:
-        self.warmup_steps = max(1, warmup_steps)
-
-    def __call__(self, step: int) -> float:
-        step = max(1, step)
-        return min(step / self.warmup_steps, math.sqrt(self.warmup_steps / step))
 
 
 class DivergenceError(RuntimeError):
@@ -158,7 +144,16 @@ class TranslationModule(L.LightningModule):
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Refuse to resume from a checkpoint whose model config or tokenizer differ from this
-        run's (the checkpoint's tokenizer is the one its weights were trained with)."""
+        run's (the checkpoint's tokenizer is the one its weights were trained with).
+
+        A decaying schedule ends where this run's plan ends, not the checkpoint's: a run
+        resumed with more epochs decays over them instead of training on at a rate of zero
+        (`on_train_start` then sets the rate of the first resumed step from the new plan).
+        """
+        for scheduler_state in checkpoint.get("lr_schedulers", []):
+            for schedule_state in scheduler_state.get("lr_lambdas", []):
+                if isinstance(schedule_state, dict):
+                    schedule_state.pop("total_steps", None)
         payload = checkpoint.get(CHECKPOINT_KEY) or {}
         saved = payload.get("model_config")
         if saved is not None:
@@ -182,6 +177,23 @@ class TranslationModule(L.LightningModule):
                     "checkpoint's, so its token ids would mean other pieces; resume with the "
                     "checkpoint's data settings or start a new run (--run_name)"
                 )
+
+    def on_train_start(self) -> None:
+        """Set each parameter group's rate from the schedule at the current step.
+
+        A resumed run restores the rate its checkpoint was saved with, which a decaying
+        schedule with a new plan (more epochs) no longer gives; a fresh run or an unchanged
+        plan gets the same rate back.
+        """
+        for config in self.trainer.lr_scheduler_configs:
+            scheduler = config.scheduler
+            if not isinstance(scheduler, torch.optim.lr_scheduler.LambdaLR):
+                continue
+            step, factors = scheduler.last_epoch, scheduler.lr_lambdas
+            lrs = [base * f(step) for base, f in zip(scheduler.base_lrs, factors, strict=True)]
+            for group, lr in zip(scheduler.optimizer.param_groups, lrs, strict=True):
+                group["lr"] = lr
+            scheduler._last_lr = lrs
 
     def _current_lr(self) -> float:
         if self._trainer is None or not self.trainer.optimizers:
@@ -270,7 +282,7 @@ class TranslationModule(L.LightningModule):
             f"training diverged at step {self.global_step}{skipped}: {what} "
             f"(learning rate {self._current_lr():.3g}); start a new run with a lower "
             "model.optim.lr or more model.optim.warmup_steps (a resumed run keeps the "
-            "checkpoint's learning-rate schedule); no checkpoint holds non-finite weights"
+            "checkpoint's peak rate and warm-up); no checkpoint holds non-finite weights"
         )
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> Tensor | None:
@@ -387,13 +399,35 @@ class TranslationModule(L.LightningModule):
             {"params": no_decay, "weight_decay": 0.0},
         ]
 
+    def _total_steps(self) -> int | None:
+        """Where a decaying schedule reaches zero: `optim.total_steps`, else the trainer's plan."""
+        o = self.optim
+        if o.schedule == "inverse_sqrt":
+            return None
+        if o.total_steps:
+            return o.total_steps
+        planned = self.trainer.estimated_stepping_batches
+        if not math.isfinite(planned):
+            raise ConfigError(
+                f"model.optim.schedule {o.schedule!r} decays to zero at the last planned step, "
+                "but the run has no planned length; set trainer.max_epochs or "
+                "trainer.max_steps, or model.optim.total_steps"
+            )
+        if planned <= o.warmup_steps:
+            raise ConfigError(
+                f"model.optim.schedule {o.schedule!r}: the run plans {int(planned)} optimizer "
+                f"steps, not more than its warm-up ({o.warmup_steps}); lower "
+                "model.optim.warmup_steps or plan more steps (trainer.max_epochs / max_steps)"
+            )
+        return int(planned)
+
     def configure_optimizers(self) -> dict[str, Any]:
         o = self.optim
         optimizer = torch.optim.AdamW(
             self.parameter_groups(), lr=o.lr, betas=tuple(o.betas), eps=1e-9
         )
         scheduler = torch.optim.lr_scheduler.LambdaLR(
-            optimizer, InverseSqrtSchedule(o.warmup_steps)
+            optimizer, make_schedule(o.schedule, o.warmup_steps, self._total_steps())
         )
         return {
             "optimizer": optimizer,
