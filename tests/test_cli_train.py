@@ -164,6 +164,9 @@ def test_the_quick_recipe_goes_on_top_of_a_language_pair(
     assert config.model.optim.warmup_steps == quick["model"]["optim"]["warmup_steps"] == 100
     assert config.data.max_tokens == quick["data"]["max_tokens"] == 1024
     assert cli.datamodule.hparams.max_tokens == 1024  # reaches the objects, not just the config
+    assert config.trainer.max_epochs == quick["trainer"]["max_epochs"] == 2
+    assert cli.model.optim.schedule == quick["model"]["optim"]["schedule"] == "linear"
+    assert cli.model.model_config.dropout == quick["model"]["transformer"]["dropout"] == 0.0
 
 
 def test_the_shipped_language_pairs_have_configs() -> None:
