@@ -25,6 +25,7 @@ from helpers import (
     TOY_TEST_REFERENCES,
     TinyRun,
     subprocess_env,
+    train_tiny,
 )
 from sacrebleu.metrics import BLEU
 
@@ -382,7 +383,8 @@ def test_the_plain_line_shows_only_the_bounds_a_run_has(
 def test_a_run_ended_by_max_steps_inside_an_epoch_prints_its_last_step_once(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """max_steps inside an epoch: Lightning validates, then ends the epoch at the same step."""
+    """max_steps inside an epoch: the run validates there (`ValidateAtMaxSteps`), then ends
+    the epoch at the same step."""
     from types import SimpleNamespace
 
     from lightning.pytorch.trainer.states import TrainerFn
@@ -417,6 +419,59 @@ def test_a_run_ended_by_max_steps_inside_an_epoch_prints_its_last_step_once(
         ["epoch 2", "step 200/300"],
         ["epoch 3 validation", "step 300/300"],
     ], lines
+
+
+@pytest.mark.parametrize(
+    ("max_steps", "global_step", "last_batch", "stops"),
+    [
+        (30, 30, False, True),  # the plan ends inside an epoch: stop here, validating first
+        (30, 30, True, False),  # it ends with the epoch: the epoch's own validation follows
+        (30, 29, False, False),  # not yet
+        (-1, 30, False, False),  # no step budget
+    ],
+)
+def test_validate_at_max_steps_requests_the_stop_only_inside_an_epoch(
+    max_steps: int, global_step: int, last_batch: bool, stops: bool
+) -> None:
+    from types import SimpleNamespace
+
+    from minitx.training import ValidateAtMaxSteps
+
+    batch_progress = SimpleNamespace(is_last_batch=last_batch)
+    trainer = SimpleNamespace(
+        max_steps=max_steps,
+        global_step=global_step,
+        should_stop=False,
+        fit_loop=SimpleNamespace(epoch_loop=SimpleNamespace(batch_progress=batch_progress)),
+    )
+    ValidateAtMaxSteps().on_train_batch_end(trainer, None, None, None, 0)
+    assert trainer.should_stop is stops
+
+
+def test_a_run_ended_by_max_steps_inside_an_epoch_validates_its_final_weights(
+    tmp_path: Path,
+) -> None:
+    """Without the final validation the last updates (a decaying schedule's best) were never
+    scored: here BLEU too, although bleu_every_n_epochs skips that epoch."""
+    run = train_tiny(
+        tmp_path,
+        max_epochs=4,
+        test=False,
+        extra=(
+            "--trainer.max_steps", "30",
+            "--model.validation.bleu_every_n_epochs", "5",
+            "--checkpoint.monitor", "val/loss",
+            "--checkpoint.mode", "min",
+            "--checkpoint.filename", "best-{step}",
+        ),
+    )  # fmt: skip
+    assert run.global_step == 30
+    rows = metrics(run.run_dir)
+    validated = [(int(float(r["epoch"])), int(r["step"])) for r in rows if r.get("val/loss")]
+    with_bleu = [(int(float(r["epoch"])), int(r["step"])) for r in rows if r.get("val/bleu")]
+    assert [epoch for epoch, _ in validated] == [0, 1], validated  # epoch 1's end, then step 30
+    assert validated[0][1] < validated[1][1], validated
+    assert with_bleu == validated[1:], rows
 
 
 def test_smoke_fit_writes_attention_figures_to_tensorboard_and_png(tiny_run: TinyRun) -> None:

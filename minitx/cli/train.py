@@ -10,7 +10,8 @@ What it adds to LightningCLI:
   attention images; `run_name` and `runs_dir` are plain top-level keys;
 - the minitx callbacks: `checkpoint` (best validation BLEU), `attention_maps`, `averaging`
   (the mean weights of the last epochs as `averaged.ckpt`; off by default), plus, always,
-  `last.ckpt` after every epoch, target tokens/s, and saving on Ctrl-C / SIGTERM;
+  `last.ckpt` after every epoch, target tokens/s, saving on Ctrl-C / SIGTERM, and a
+  validation of the final weights when `trainer.max_steps` ends the run inside an epoch;
 - `--ckpt_path last` resumes the newest run of the same name, in its own directory;
 - Ctrl-C and SIGTERM save `last.ckpt`, then end the process with status 130 / 143, so that
   schedulers and `train && evaluate` chains see an unfinished run;
@@ -51,6 +52,7 @@ from minitx.training import (
     PlainProgress,
     TokenThroughput,
     TranslationModule,
+    ValidateAtMaxSteps,
     ValidationExamples,
 )
 from minitx.training.loggers import ContinuingCSVLogger
@@ -298,6 +300,7 @@ def build_cli(args: list[str] | None = None) -> MinitxCLI:
                 ModelCheckpoint(filename="last", save_top_k=1, enable_version_counter=False),
                 TokenThroughput(),
                 CheckpointOnInterrupt(),
+                ValidateAtMaxSteps(),
             ]
         },
         args=args,

@@ -12,6 +12,7 @@ from minitx.training.callbacks import (
     MinitxProgressBar,
     PlainProgress,
     TokenThroughput,
+    ValidateAtMaxSteps,
     ValidationExamples,
 )
 from minitx.training.config import OptimConfig, ValidationConfig
@@ -40,6 +41,7 @@ __all__ = [
     "ResumeMismatchError",
     "TokenThroughput",
     "TranslationModule",
+    "ValidateAtMaxSteps",
     "ValidationConfig",
     "ValidationExamples",
 ]

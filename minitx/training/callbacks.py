@@ -1,5 +1,5 @@
 """Lightning callbacks of minitx: attention maps, token throughput, saving on interrupt,
-progress (bar or plain lines) and example translations."""
+a validation at the last step, progress (bar or plain lines) and example translations."""
 
 from __future__ import annotations
 
@@ -307,6 +307,26 @@ class CheckpointOnInterrupt(L.Callback):
         )
 
 
+class ValidateAtMaxSteps(L.Callback):
+    """Validate the final weights when ``trainer.max_steps`` ends a run inside an epoch.
+
+    Lightning validates at the end of each epoch (or every ``val_check_interval``); a run that
+    reaches ``max_steps`` in the middle of an epoch ends without validating, so its last
+    updates (with a schedule that decays to zero, the best weights of the run) are never
+    scored, and neither the best checkpoint nor the test after training can pick them.
+    This callback requests the stop at that step through ``trainer.should_stop``, as
+    Lightning's `Timer` does for ``max_time``; the training loop then validates before it
+    ends, exactly as after a ``max_time`` stop.
+    """
+
+    def on_train_batch_end(self, trainer: L.Trainer, *args: Any, **kwargs: Any) -> None:
+        max_steps = trainer.max_steps
+        if max_steps < 0 or trainer.global_step < max_steps:
+            return
+        if not trainer.fit_loop.epoch_loop.batch_progress.is_last_batch:  # else: epoch end
+            trainer.should_stop = True
+
+
 def _clock(seconds: float) -> str:
     """``m:ss``, or ``h:mm:ss`` from an hour on."""
     minutes, secs = divmod(int(round(seconds)), 60)
@@ -325,7 +345,8 @@ class PlainProgress(L.Callback):
     ``max_epochs`` or ``max_steps`` leave, capped by ``max_time``; "unbounded" when nothing
     bounds the run). A validation inside an epoch (``trainer.val_check_interval``) gets a
     line too, marked "validation", and the epoch's own line is left out when it would repeat
-    that step (a run that ``max_steps`` ends inside an epoch validates, then ends the epoch).
+    that step (a run that ``max_steps`` ends inside an epoch validates, `ValidateAtMaxSteps`,
+    then ends the epoch).
     An unset bound (-1) is left out: ``epoch 3 | step 250/300``.
     """
 

@@ -104,7 +104,8 @@ class ValidationConfig:
 
     Attributes:
         bleu_every_n_epochs: translate the validation set and compute BLEU/chrF every N epochs
-            (and always in the last epoch); 0 disables it.
+            (and always in the last epoch and in a validation that ends the run early, at
+            ``trainer.max_steps`` or ``max_time``); 0 disables it.
         decoding: how validation translates. Greedy by default: BLEU after every epoch
             stays cheap; the end-of-training test reports beam search too.
         log_examples: in each validation that translates, show this many (source, reference,

@@ -338,11 +338,13 @@ class TranslationModule(L.LightningModule):
         every = self.validation.bleu_every_n_epochs
         if every <= 0 or self.tokenizer is None:
             return False
-        last = (
-            self.trainer.max_epochs is not None
-            and self.current_epoch + 1 >= self.trainer.max_epochs
+        trainer = self.trainer
+        last = (  # the last epoch, or a validation that ends the run (max_steps, max_time)
+            (trainer.max_epochs is not None and self.current_epoch + 1 >= trainer.max_epochs)
+            or (trainer.max_steps > 0 and self.global_step >= trainer.max_steps)
+            or trainer.should_stop
         )
-        return (self.current_epoch + 1) % every == 0 or last or self.trainer.sanity_checking
+        return (self.current_epoch + 1) % every == 0 or last or trainer.sanity_checking
 
     def on_validation_epoch_start(self) -> None:
         if self._bleu_this_epoch():
