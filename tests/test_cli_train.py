@@ -8,6 +8,7 @@ tests share the session's one tiny run (conftest.py).
 from __future__ import annotations
 
 import csv
+import math
 import os
 import re
 import subprocess
@@ -446,6 +447,25 @@ def test_validate_at_max_steps_requests_the_stop_only_inside_an_epoch(
     )
     ValidateAtMaxSteps().on_train_batch_end(trainer, None, None, None, 0)
     assert trainer.should_stop is stops
+
+
+@pytest.mark.parametrize(
+    ("remaining_s", "global_step", "planned", "note"),
+    [
+        (-0.5, 1445, 1475, ", stopped by trainer.max_time after 1,445 of 1,475 planned updates"),
+        (-3.0, 1475, 1475, ""),  # the plan ended; its last validation crossed the cap
+        (12.0, 1200, 1475, ""),  # stopped before the cap (early stopping): not the cap's doing
+        (None, 1200, 1475, ""),  # no max_time
+        (0.0, 700, math.inf, ", stopped by trainer.max_time after 700 updates"),  # no plan
+    ],
+)
+def test_the_end_of_fit_line_says_when_max_time_cut_the_plan(
+    remaining_s: float | None, global_step: int, planned: float, note: str
+) -> None:
+    """Lightning's own line after such a cut names max_epochs ("`max_epochs=3` reached")."""
+    from minitx.cli.train import time_cap_note
+
+    assert time_cap_note(remaining_s, global_step, planned) == note
 
 
 def test_a_run_ended_by_max_steps_inside_an_epoch_validates_its_final_weights(

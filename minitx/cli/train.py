@@ -22,6 +22,7 @@ What it adds to LightningCLI:
 from __future__ import annotations
 
 import logging
+import math
 import os
 import sys
 import tempfile
@@ -33,7 +34,7 @@ from typing import Any, NoReturn
 
 import lightning as L
 import torch
-from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
+from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar, Timer
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities.exceptions import SIGTERMException
@@ -371,8 +372,8 @@ def _train_and_test(args: list[str] | None) -> MinitxCLI:
     run_dir = trainer.log_dir  # a collective under DDP: every rank must ask
     if trainer.is_global_zero:
         print(
-            f"fit finished in {minutes:.1f} min; best checkpoint: {best or '(none)'}; "
-            f"run dir: {run_dir}"
+            f"fit finished in {minutes:.1f} min{_time_cap_note(trainer)}; "
+            f"best checkpoint: {best or '(none)'}; run dir: {run_dir}"
         )
     averaged = next(
         (c.written for c in trainer.callbacks if isinstance(c, CheckpointAveraging)), None
@@ -395,6 +396,30 @@ def _train_and_test(args: list[str] | None) -> MinitxCLI:
                 lg.log_metrics(scores, step=trainer.global_step)
                 lg.save()
     return cli
+
+
+def time_cap_note(remaining_s: float | None, global_step: int, planned: float) -> str:
+    """The end-of-fit note when the time cap cut the plan short, else an empty string.
+
+    The note reads ", stopped by trainer.max_time after N of M planned updates".
+
+    Lightning's own last line names whichever limit its loop checks first (after a cut
+    inside epoch 3 of a `max_epochs: 3` plan it says "`max_epochs=3` reached"), so the
+    report says it instead. A run that finished its plan and then crossed the cap in its
+    last validation was not cut: nothing to say.
+    """
+    if remaining_s is None or remaining_s > 0 or global_step >= planned:
+        return ""
+    plan = f" of {int(planned):,} planned" if math.isfinite(planned) else ""
+    return f", stopped by trainer.max_time after {global_step:,}{plan} updates"
+
+
+def _time_cap_note(trainer: L.Trainer) -> str:
+    timers = [cb for cb in trainer.callbacks if isinstance(cb, Timer)]  # trainer.max_time
+    remaining = timers[0].time_remaining("train") if timers else None
+    if remaining is None or remaining > 0:  # no cap, or not reached: skip the plan estimate
+        return ""
+    return time_cap_note(remaining, trainer.global_step, trainer.estimated_stepping_batches)
 
 
 def _check_resumable(path: Path) -> None:
