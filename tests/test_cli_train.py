@@ -166,7 +166,10 @@ def test_the_quick_recipe_goes_on_top_of_a_language_pair(
     assert config.model.optim.warmup_steps == quick["model"]["optim"]["warmup_steps"] == 100
     assert config.data.max_tokens == quick["data"]["max_tokens"] == 1024
     assert cli.datamodule.hparams.max_tokens == 1024  # reaches the objects, not just the config
-    assert config.trainer.max_epochs == quick["trainer"]["max_epochs"] == 2
+    assert config.trainer.max_steps == quick["trainer"]["max_steps"] == 1475  # the plan
+    assert cli.trainer.max_steps == 1475  # reaches the Trainer, where the schedule reads it
+    assert config.trainer.max_epochs == quick["trainer"]["max_epochs"] == 3  # a bound only
+    assert cli.model.model_config.d_ff == quick["model"]["transformer"]["d_ff"] == 512
     assert cli.model.optim.schedule == quick["model"]["optim"]["schedule"] == "linear"
     assert cli.model.model_config.dropout == quick["model"]["transformer"]["dropout"] == 0.0
 
