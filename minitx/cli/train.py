@@ -34,7 +34,7 @@ from typing import Any, NoReturn
 
 import lightning as L
 import torch
-from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar, Timer
+from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities.exceptions import SIGTERMException
@@ -56,6 +56,7 @@ from minitx.training import (
     ValidateAtMaxSteps,
     ValidationExamples,
 )
+from minitx.training.callbacks import train_time_remaining
 from minitx.training.loggers import ContinuingCSVLogger
 from minitx.training.precision import resolve_precision
 
@@ -415,8 +416,7 @@ def time_cap_note(remaining_s: float | None, global_step: int, planned: float) -
 
 
 def _time_cap_note(trainer: L.Trainer) -> str:
-    timers = [cb for cb in trainer.callbacks if isinstance(cb, Timer)]  # trainer.max_time
-    remaining = timers[0].time_remaining("train") if timers else None
+    remaining = train_time_remaining(trainer)
     if remaining is None or remaining > 0:  # no cap, or not reached: skip the plan estimate
         return ""
     return time_cap_note(remaining, trainer.global_step, trainer.estimated_stepping_batches)

@@ -327,6 +327,12 @@ class ValidateAtMaxSteps(L.Callback):
             trainer.should_stop = True
 
 
+def train_time_remaining(trainer: L.Trainer) -> float | None:
+    """Seconds left of `trainer.max_time` in training (negative once spent); None without it."""
+    timers = [cb for cb in trainer.callbacks if isinstance(cb, Timer)]  # Lightning adds it
+    return timers[0].time_remaining("train") if timers else None
+
+
 def _clock(seconds: float) -> str:
     """``m:ss``, or ``h:mm:ss`` from an hour on."""
     minutes, secs = divmod(int(round(seconds)), 60)
@@ -383,8 +389,7 @@ class PlainProgress(L.Callback):
         # Steps left by max_epochs or max_steps, whichever ends first (inf: neither bounds it).
         steps_left = trainer.estimated_stepping_batches - step
         left = elapsed / max(step - self._first_step, 1) * max(steps_left, 0)
-        timers = [cb for cb in trainer.callbacks if isinstance(cb, Timer)]  # trainer.max_time
-        remaining = timers[0].time_remaining("train") if timers else None
+        remaining = train_time_remaining(trainer)
         if remaining is not None:
             left = min(left, max(remaining, 0.0))
         eta = _clock(left) if math.isfinite(left) else "unbounded"
