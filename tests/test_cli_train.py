@@ -452,23 +452,34 @@ def test_validate_at_max_steps_requests_the_stop_only_inside_an_epoch(
     assert trainer.should_stop is stops
 
 
+CUT = ", stopped by trainer.max_time after 1,445 of 1,475 planned updates"
+UNUSED = (
+    ", the plan done with 9.0 of trainer.max_time's 20 min left "
+    "(about 2,675 updates would fill the budget: trainer.max_steps)"
+)
+
+
 @pytest.mark.parametrize(
-    ("remaining_s", "global_step", "planned", "note"),
+    ("remaining_s", "elapsed_s", "global_step", "planned", "note"),
     [
-        (-0.5, 1445, 1475, ", stopped by trainer.max_time after 1,445 of 1,475 planned updates"),
-        (-3.0, 1475, 1475, ""),  # the plan ended; its last validation crossed the cap
-        (12.0, 1200, 1475, ""),  # stopped before the cap (early stopping): not the cap's doing
-        (None, 1200, 1475, ""),  # no max_time
-        (0.0, 700, math.inf, ", stopped by trainer.max_time after 700 updates"),  # no plan
+        (-0.5, 1200.5, 1445, 1475, CUT),
+        (-3.0, 1203.0, 1475, 1475, ""),  # the plan ended; its last validation crossed the cap
+        (12.0, 1188.0, 1200, 1475, ""),  # stopped before the cap (early stopping)
+        (None, None, 1200, 1475, ""),  # no max_time
+        (0.0, 1200.0, 700, math.inf, ", stopped by trainer.max_time after 700 updates"),
+        (100.0, 1100.0, 1475, 1475, ""),  # the plan used 92% of the cap: nothing to say
+        (540.0, 660.0, 1475, 1475, UNUSED),  # a faster machine: 1,475 * 1,200 / 660 = 2,681
+        (540.0, 660.0, 1300, 1475, ""),  # early stopping on that machine: no advice
     ],
 )
-def test_the_end_of_fit_line_says_when_max_time_cut_the_plan(
-    remaining_s: float | None, global_step: int, planned: float, note: str
+def test_the_end_of_fit_line_says_how_the_plan_met_max_time(
+    remaining_s: float | None, elapsed_s: float | None, global_step: int, planned: float, note: str
 ) -> None:
-    """Lightning's own line after such a cut names max_epochs ("`max_epochs=3` reached")."""
-    from minitx.cli.train import time_cap_note
+    """Lightning's own line after a cut names max_epochs ("`max_epochs=3` reached"); a plan
+    that leaves much of the cap unused gets the number of updates that would fill it."""
+    from minitx.cli.train import time_budget_note
 
-    assert time_cap_note(remaining_s, global_step, planned) == note
+    assert time_budget_note(remaining_s, elapsed_s, global_step, planned) == note
 
 
 def test_a_run_ended_by_max_steps_inside_an_epoch_validates_its_final_weights(

@@ -56,7 +56,7 @@ from minitx.training import (
     ValidateAtMaxSteps,
     ValidationExamples,
 )
-from minitx.training.callbacks import train_time_remaining
+from minitx.training.callbacks import train_time_elapsed, train_time_remaining
 from minitx.training.loggers import ContinuingCSVLogger
 from minitx.training.precision import resolve_precision
 
@@ -373,7 +373,7 @@ def _train_and_test(args: list[str] | None) -> MinitxCLI:
     run_dir = trainer.log_dir  # a collective under DDP: every rank must ask
     if trainer.is_global_zero:
         print(
-            f"fit finished in {minutes:.1f} min{_time_cap_note(trainer)}; "
+            f"fit finished in {minutes:.1f} min{_time_budget_note(trainer)}; "
             f"best checkpoint: {best or '(none)'}; run dir: {run_dir}"
         )
     averaged = next(
@@ -399,27 +399,48 @@ def _train_and_test(args: list[str] | None) -> MinitxCLI:
     return cli
 
 
-def time_cap_note(remaining_s: float | None, global_step: int, planned: float) -> str:
-    """The end-of-fit note when the time cap cut the plan short, else an empty string.
+UNUSED_BUDGET_NOTE = 0.1
+"""The share of `trainer.max_time` a finished plan must leave unused to get a note."""
 
-    The note reads ", stopped by trainer.max_time after N of M planned updates".
 
-    Lightning's own last line names whichever limit its loop checks first (after a cut
-    inside epoch 3 of a `max_epochs: 3` plan it says "`max_epochs=3` reached"), so the
-    report says it instead. A run that finished its plan and then crossed the cap in its
-    last validation was not cut: nothing to say.
+def time_budget_note(
+    remaining_s: float | None, elapsed_s: float | None, global_step: int, planned: float
+) -> str:
+    """The end-of-fit note on the run's plan against `trainer.max_time`, or an empty string.
+
+    - The cap cut the plan short: ", stopped by trainer.max_time after N of M planned
+      updates". Lightning's own last line names whichever limit its loop checks first
+      (after a cut inside epoch 3 of a `max_epochs: 3` plan it says "`max_epochs=3`
+      reached"), so the report says it instead. A run that finished its plan and then
+      crossed the cap in its last validation was not cut.
+    - The plan ended with more than `UNUSED_BUDGET_NOTE` of the cap unused (a faster
+      machine than the plan was made on): how many minutes were left, and about how many
+      updates would fill the budget, at this run's pace (validation included), rounded down
+      to 25.
     """
-    if remaining_s is None or remaining_s > 0 or global_step >= planned:
+    if remaining_s is None:
         return ""
-    plan = f" of {int(planned):,} planned" if math.isfinite(planned) else ""
-    return f", stopped by trainer.max_time after {global_step:,}{plan} updates"
+    if remaining_s <= 0:
+        if global_step >= planned:
+            return ""
+        plan = f" of {int(planned):,} planned" if math.isfinite(planned) else ""
+        return f", stopped by trainer.max_time after {global_step:,}{plan} updates"
+    budget = remaining_s + (elapsed_s or 0.0)
+    if global_step < planned or not elapsed_s or remaining_s <= UNUSED_BUDGET_NOTE * budget:
+        return ""  # stopped early (e.g. early stopping), or the plan used the budget
+    fill = int(global_step * budget / elapsed_s) // 25 * 25
+    return (
+        f", the plan done with {remaining_s / 60:.1f} of trainer.max_time's {budget / 60:.0f} "
+        f"min left (about {fill:,} updates would fill the budget: trainer.max_steps)"
+    )
 
 
-def _time_cap_note(trainer: L.Trainer) -> str:
-    remaining = train_time_remaining(trainer)
-    if remaining is None or remaining > 0:  # no cap, or not reached: skip the plan estimate
-        return ""
-    return time_cap_note(remaining, trainer.global_step, trainer.estimated_stepping_batches)
+def _time_budget_note(trainer: L.Trainer) -> str:
+    remaining, elapsed = train_time_remaining(trainer), train_time_elapsed(trainer)
+    if remaining is None or 0 < remaining <= UNUSED_BUDGET_NOTE * (remaining + elapsed):
+        return ""  # nothing to say whatever the plan: skip its estimate
+    planned = trainer.estimated_stepping_batches
+    return time_budget_note(remaining, elapsed, trainer.global_step, planned)
 
 
 def _check_resumable(path: Path) -> None:

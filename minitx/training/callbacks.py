@@ -329,8 +329,19 @@ class ValidateAtMaxSteps(L.Callback):
 
 def train_time_remaining(trainer: L.Trainer) -> float | None:
     """Seconds left of `trainer.max_time` in training (negative once spent); None without it."""
+    timer = _max_time_timer(trainer)
+    return timer.time_remaining("train") if timer else None
+
+
+def train_time_elapsed(trainer: L.Trainer) -> float | None:
+    """Seconds of training so far on `trainer.max_time`'s clock; None without `max_time`."""
+    timer = _max_time_timer(trainer)
+    return timer.time_elapsed("train") if timer else None
+
+
+def _max_time_timer(trainer: L.Trainer) -> Timer | None:
     timers = [cb for cb in trainer.callbacks if isinstance(cb, Timer)]  # Lightning adds it
-    return timers[0].time_remaining("train") if timers else None
+    return timers[0] if timers else None
 
 
 def _clock(seconds: float) -> str:
