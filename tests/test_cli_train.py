@@ -455,7 +455,7 @@ def test_validate_at_max_steps_requests_the_stop_only_inside_an_epoch(
 CUT = ", stopped by trainer.max_time after 1,445 of 1,475 planned updates"
 UNUSED = (
     ", the plan done with 9.0 of trainer.max_time's 20 min left "
-    "(about 2,675 updates would fill the budget: trainer.max_steps)"
+    "(about 2,675 updates would fill it: --trainer.max_steps 2675)"
 )
 
 
@@ -480,6 +480,25 @@ def test_the_end_of_fit_line_says_how_the_plan_met_max_time(
     from minitx.cli.train import time_budget_note
 
     assert time_budget_note(remaining_s, elapsed_s, global_step, planned) == note
+
+
+@pytest.mark.parametrize(
+    ("max_epochs", "flags"),
+    [
+        (3, "--trainer.max_steps 2675 --trainer.max_epochs 5"),  # 3 x 590 = 1,770 < 2,675
+        (5, "--trainer.max_steps 2675"),  # 2,950 updates: max_epochs does not bind
+        (None, "--trainer.max_steps 2675"),
+    ],
+)
+def test_the_plan_that_fills_max_time_lifts_a_binding_max_epochs(
+    max_epochs: int | None, flags: str
+) -> None:
+    """`quick` bounds its 1,475-update plan by max_epochs 3: raising max_steps alone to 2,675
+    would stop at epoch 3's end (1,770 updates)."""
+    from minitx.cli.train import time_budget_note
+
+    note = time_budget_note(540.0, 660.0, 1475, 1475, 590, max_epochs)
+    assert note.endswith(f"would fill it: {flags})"), note
 
 
 def test_a_run_ended_by_max_steps_inside_an_epoch_validates_its_final_weights(

@@ -404,7 +404,12 @@ UNUSED_BUDGET_NOTE = 0.1
 
 
 def time_budget_note(
-    remaining_s: float | None, elapsed_s: float | None, global_step: int, planned: float
+    remaining_s: float | None,
+    elapsed_s: float | None,
+    global_step: int,
+    planned: float,
+    steps_per_epoch: int = 0,
+    max_epochs: int | None = None,
 ) -> str:
     """The end-of-fit note on the run's plan against `trainer.max_time`, or an empty string.
 
@@ -414,9 +419,10 @@ def time_budget_note(
       reached"), so the report says it instead. A run that finished its plan and then
       crossed the cap in its last validation was not cut.
     - The plan ended with more than `UNUSED_BUDGET_NOTE` of the cap unused (a faster
-      machine than the plan was made on): how many minutes were left, and about how many
-      updates would fill the budget, at this run's pace (validation included), rounded down
-      to 25.
+      machine than the plan was made on): the minutes left and the flags of a plan that
+      would fill the budget at this run's pace (validation included), rounded down to 25
+      updates; `--trainer.max_epochs` too where `max_epochs` (of `steps_per_epoch` updates
+      each) would end that plan first.
     """
     if remaining_s is None:
         return ""
@@ -429,9 +435,12 @@ def time_budget_note(
     if global_step < planned or not elapsed_s or remaining_s <= UNUSED_BUDGET_NOTE * budget:
         return ""  # stopped early (e.g. early stopping), or the plan used the budget
     fill = int(global_step * budget / elapsed_s) // 25 * 25
+    flags = f"--trainer.max_steps {fill}"
+    if max_epochs is not None and 0 < max_epochs * steps_per_epoch < fill:
+        flags += f" --trainer.max_epochs {math.ceil(fill / steps_per_epoch)}"
     return (
         f", the plan done with {remaining_s / 60:.1f} of trainer.max_time's {budget / 60:.0f} "
-        f"min left (about {fill:,} updates would fill the budget: trainer.max_steps)"
+        f"min left (about {fill:,} updates would fill it: {flags})"
     )
 
 
@@ -440,7 +449,14 @@ def _time_budget_note(trainer: L.Trainer) -> str:
     if remaining is None or 0 < remaining <= UNUSED_BUDGET_NOTE * (remaining + elapsed):
         return ""  # nothing to say whatever the plan: skip its estimate
     planned = trainer.estimated_stepping_batches
-    return time_budget_note(remaining, elapsed, trainer.global_step, planned)
+    batches = trainer.num_training_batches  # inf for a dataset of unknown length
+    steps_per_epoch = (
+        math.ceil(batches / trainer.accumulate_grad_batches) if math.isfinite(batches) else 0
+    )
+    max_epochs = trainer.max_epochs if trainer.max_epochs and trainer.max_epochs > 0 else None
+    return time_budget_note(
+        remaining, elapsed, trainer.global_step, planned, steps_per_epoch, max_epochs
+    )
 
 
 def _check_resumable(path: Path) -> None:
