@@ -445,18 +445,17 @@ def time_budget_note(
 
 
 def _time_budget_note(trainer: L.Trainer) -> str:
-    remaining, elapsed = train_time_remaining(trainer), train_time_elapsed(trainer)
-    if remaining is None or 0 < remaining <= UNUSED_BUDGET_NOTE * (remaining + elapsed):
-        return ""  # nothing to say whatever the plan: skip its estimate
+    remaining = train_time_remaining(trainer)
+    if remaining is None:
+        return ""  # no max_time
     planned = trainer.estimated_stepping_batches
     batches = trainer.num_training_batches  # inf for a dataset of unknown length
     steps_per_epoch = (
         math.ceil(batches / trainer.accumulate_grad_batches) if math.isfinite(batches) else 0
     )
     max_epochs = trainer.max_epochs if trainer.max_epochs and trainer.max_epochs > 0 else None
-    return time_budget_note(
-        remaining, elapsed, trainer.global_step, planned, steps_per_epoch, max_epochs
-    )
+    elapsed, step = train_time_elapsed(trainer), trainer.global_step
+    return time_budget_note(remaining, elapsed, step, planned, steps_per_epoch, max_epochs)
 
 
 def _check_resumable(path: Path) -> None:
