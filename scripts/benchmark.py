@@ -13,6 +13,11 @@ Sections (all by default; pick with --sections):
   scores     (opt-in) the training step of the default model with each score function
              (scaled dot on the fused kernel; dot, additive, bilinear on the explicit path),
              same batches, taking turns: target tokens/s and the ratio to scaled dot.
+  padding    (opt-in) quick's training step on the same sentences batched with
+             data.pad_multiple 8, 4 and 1 (taking turns): batches, target tokens per batch,
+             batch shapes and the time of a first pass over them, target tokens/s. Give it
+             Multi30k's size (--max-tokens 1024 --train-examples 29000): with few sentences
+             the part-filled last batch of every exact-length bucket weighs too much.
   decode     greedy and beam search, with vs without the KV cache, in sentences/s.
   ct2        (opt-in, needs --checkpoint) the checkpoint exported to CTranslate2, float32 and
              int8 weights, vs minitx on the test split: sentences/s, BLEU, and the share of
@@ -22,6 +27,7 @@ Sections (all by default; pick with --sections):
     python scripts/benchmark.py --sections decode --checkpoint RUN.ckpt --data DIR
     python scripts/benchmark.py --sections ct2 --checkpoint RUN.ckpt --decode-sentences 1000
     python scripts/benchmark.py --sections scores      # ~3 minutes here
+    python scripts/benchmark.py --sections padding --max-tokens 1024 --train-examples 29000
 """
 
 from __future__ import annotations
@@ -56,8 +62,11 @@ SIZES = dict(
 # ------------------------------------------------------------------------------------ data
 
 
-def multi30k_like_batches(n_examples: int, max_tokens: int, seed: int = 0) -> list[dict]:
-    """Token-bucketed batches of random ids whose lengths follow Multi30k's (mean ~15 pieces)."""
+def multi30k_like_batches(
+    n_examples: int, max_tokens: int, seed: int = 0, pad_multiple: int = 8
+) -> list[dict]:
+    """Token-bucketed batches of random ids whose lengths follow Multi30k's (mean ~15 pieces),
+    lengths padded up to a multiple of `pad_multiple` (`data.pad_multiple`)."""
     rng = np.random.default_rng(seed)
     src_len = np.clip(np.rint(rng.normal(15.2, 5.5, n_examples)), 3, 50).astype(int)
     tgt_len = np.clip(np.rint(src_len + rng.normal(-0.5, 2.5, n_examples)), 3, 50).astype(int)
@@ -71,8 +80,10 @@ def multi30k_like_batches(n_examples: int, max_tokens: int, seed: int = 0) -> li
         for s, t in zip(src_len, tgt_len, strict=True)
     ]
     lengths = np.maximum(src_len, tgt_len) + 1
-    sampler = TokenBucketBatchSampler(lengths, max_tokens=max_tokens, shuffle=True, seed=seed)
-    return [collate([examples[i] for i in batch]) for batch in sampler]
+    sampler = TokenBucketBatchSampler(
+        lengths, max_tokens=max_tokens, pad_multiple=pad_multiple, shuffle=True, seed=seed
+    )
+    return [collate([examples[i] for i in batch], pad_multiple) for batch in sampler]
 
 
 # ------------------------------------------------------------------------------------ train
@@ -285,6 +296,66 @@ def bench_scores(args: argparse.Namespace) -> None:
             )
 
 
+def bench_padding(args: argparse.Namespace) -> None:
+    """`quick`'s training step on the same sentences batched with each `data.pad_multiple`."""
+    multiples = (8, 4, 1)
+    batches = {
+        m: multi30k_like_batches(args.train_examples, args.max_tokens, pad_multiple=m)
+        for m in multiples
+    }
+    torch.manual_seed(0)
+    module = default_module(d_ff=512, dropout=0.0)  # quick's model
+    print(
+        f"\n== padding: quick's training step (d_ff 512, no dropout) on {args.train_examples} "
+        f"sentence pairs, max_tokens {args.max_tokens}, lengths rounded up to a multiple of "
+        f"{', '.join(map(str, multiples))}; first pass = every batch shape once =="
+    )
+    for precision in args.precisions:
+        first_pass, rate = _padding_rates(module, batches, precision, args.train_steps)
+        for m in multiples:
+            n_shapes, seconds = first_pass[m]
+            per_batch = sum(int((b["tgt_out"] != 0).sum()) for b in batches[m]) / len(batches[m])
+            print(
+                f"  {precision:5s} pad_multiple {m}: {len(batches[m]):4d} batches, "
+                f"{per_batch:4.0f} target tokens/batch, {n_shapes:4d} shapes (first pass "
+                f"{seconds:5.1f} s), {rate[m]:6.0f} target tokens/s, "
+                f"{rate[m] / rate[multiples[0]]:4.2f}x pad_multiple {multiples[0]}"
+            )
+
+
+def _padding_rates(
+    module: TranslationModule, batches: dict[int, list[dict]], precision: str, steps: int
+) -> tuple[dict[int, tuple[int, float]], dict[int, float]]:
+    """Per pad multiple: (batch shapes, seconds of one step on each shape), then target
+    tokens/s over `steps` steps of its own batches, the multiples taking turns."""
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16) if precision == "bf16" else nullcontext()
+    loss_fn = training_loss(module)
+    optimizer = torch.optim.AdamW(module.parameters(), lr=1e-4)
+
+    def step(batch: dict) -> int:
+        with autocast:
+            loss = loss_fn(batch)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return int((batch["tgt_out"] != 0).sum())
+
+    first_pass = {}
+    for m, own in batches.items():  # bf16 builds kernels per shape: time that once
+        by_shape = {(tuple(b["src"].shape), tuple(b["tgt_in"].shape)): b for b in own}
+        start = time.perf_counter()
+        for batch in by_shape.values():
+            step(batch)
+        first_pass[m] = (len(by_shape), time.perf_counter() - start)
+    seconds, tokens = dict.fromkeys(batches, 0.0), dict.fromkeys(batches, 0)
+    for i in range(steps):
+        for m, own in batches.items():
+            start = time.perf_counter()
+            tokens[m] += step(own[i % len(own)])
+            seconds[m] += time.perf_counter() - start
+    return first_pass, {m: tokens[m] / seconds[m] for m in batches}
+
+
 # ------------------------------------------------------------------------------------ attention
 
 
@@ -473,8 +544,9 @@ def main() -> None:
         "--sections",
         nargs="+",
         default=["train", "attention", "decode"],
-        choices=["train", "attention", "decode", "scores", "ct2"],
-        help="sections to run (default: train attention decode; scores and ct2 are opt-in)",
+        choices=["train", "attention", "decode", "scores", "padding", "ct2"],
+        help="sections to run (default: train attention decode; scores, padding and ct2 are "
+        "opt-in)",
     )
     parser.add_argument(
         "--precisions",
@@ -537,6 +609,7 @@ def main() -> None:
         "attention": bench_attention,
         "decode": bench_decode,
         "scores": bench_scores,
+        "padding": bench_padding,
         "ct2": bench_ct2,
     }
     for section in args.sections:
