@@ -154,7 +154,7 @@ def training_loss(module: TranslationModule) -> Callable[[dict], torch.Tensor]:
 def bench_train(args: argparse.Namespace) -> None:
     torch.manual_seed(0)
     batches = multi30k_like_batches(args.train_examples, args.max_tokens)
-    shapes = {(tuple(b["src"].shape), tuple(b["tgt_in"].shape)) for b in batches}
+    shapes = {_shape(b) for b in batches}
     minitx = default_module()
     baseline = TorchTransformerBaseline().train()
     work = [_batch_work(minitx.model_config, b) for b in batches]  # (target tokens, FLOPs)
@@ -229,6 +229,31 @@ def matmul_peak(config: TransformerConfig, precision: str, repeats: int, n: int 
     return flops / seconds
 
 
+def _shape(batch: dict) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(source shape, target shape) of a batch: what a kernel is built for."""
+    return tuple(batch["src"].shape), tuple(batch["tgt_in"].shape)
+
+
+def _one_per_shape(batches: list[dict]) -> list[dict]:
+    """One batch of each shape, in the order the shapes first appear."""
+    return list({_shape(b): b for b in batches}.values())
+
+
+def _training_step(
+    loss_fn: Callable[[dict], torch.Tensor],
+    optimizer: torch.optim.Optimizer,
+    batch: dict,
+    autocast: torch.autocast | nullcontext,
+) -> None:
+    """One training step: the loss under `autocast`, backward, an optimizer step, gradients
+    cleared."""
+    with autocast:
+        loss = loss_fn(batch)
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
 def _train_rates(
     contenders: dict,
     batches: list[dict],
@@ -245,20 +270,11 @@ def _train_rates(
     }
 
     def step(name: str, batch: dict) -> None:
-        loss_fn = contenders[name][1]
-        with autocast:
-            loss = loss_fn(batch)
-        loss.backward()
-        optimizers[name].step()
-        optimizers[name].zero_grad(set_to_none=True)
+        _training_step(contenders[name][1], optimizers[name], batch, autocast)
 
-    seen: set = set()
-    for batch in batches:
-        key = (tuple(batch["src"].shape), tuple(batch["tgt_in"].shape))
-        if key not in seen:
-            seen.add(key)
-            for name in contenders:
-                step(name, batch)
+    for batch in _one_per_shape(batches):
+        for name in contenders:
+            step(name, batch)
     seconds = dict.fromkeys(contenders, 0.0)
     for i in range(steps):
         batch = batches[i % len(batches)]
@@ -310,11 +326,13 @@ def bench_padding(args: argparse.Namespace) -> None:
         f"sentence pairs, max_tokens {args.max_tokens}, lengths rounded up to a multiple of "
         f"{', '.join(map(str, multiples))}; first pass = every batch shape once =="
     )
+    config = module.model_config
+    tokens = {m: [_batch_work(config, b)[0] for b in own] for m, own in batches.items()}
     for precision in args.precisions:
-        first_pass, rate = _padding_rates(module, batches, precision, args.train_steps)
+        first_pass, rate = _padding_rates(module, batches, tokens, precision, args.train_steps)
         for m in multiples:
             n_shapes, seconds = first_pass[m]
-            per_batch = sum(int((b["tgt_out"] != 0).sum()) for b in batches[m]) / len(batches[m])
+            per_batch = statistics.mean(tokens[m])
             print(
                 f"  {precision:5s} pad_multiple {m}: {len(batches[m]):4d} batches, "
                 f"{per_batch:4.0f} target tokens/batch, {n_shapes:4d} shapes (first pass "
@@ -324,36 +342,33 @@ def bench_padding(args: argparse.Namespace) -> None:
 
 
 def _padding_rates(
-    module: TranslationModule, batches: dict[int, list[dict]], precision: str, steps: int
+    module: TranslationModule,
+    batches: dict[int, list[dict]],
+    tokens: dict[int, list[int]],
+    precision: str,
+    steps: int,
 ) -> tuple[dict[int, tuple[int, float]], dict[int, float]]:
     """Per pad multiple: (batch shapes, seconds of one step on each shape), then target
-    tokens/s over `steps` steps of its own batches, the multiples taking turns."""
+    tokens/s over `steps` steps of its own batches (`tokens`: each batch's target tokens),
+    the multiples taking turns."""
     autocast = torch.autocast("cpu", dtype=torch.bfloat16) if precision == "bf16" else nullcontext()
     loss_fn = training_loss(module)
     optimizer = torch.optim.AdamW(module.parameters(), lr=1e-4)
-
-    def step(batch: dict) -> int:
-        with autocast:
-            loss = loss_fn(batch)
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        return int((batch["tgt_out"] != 0).sum())
-
     first_pass = {}
     for m, own in batches.items():  # bf16 builds kernels per shape: time that once
-        by_shape = {(tuple(b["src"].shape), tuple(b["tgt_in"].shape)): b for b in own}
+        shapes = _one_per_shape(own)
         start = time.perf_counter()
-        for batch in by_shape.values():
-            step(batch)
-        first_pass[m] = (len(by_shape), time.perf_counter() - start)
-    seconds, tokens = dict.fromkeys(batches, 0.0), dict.fromkeys(batches, 0)
+        for batch in shapes:
+            _training_step(loss_fn, optimizer, batch, autocast)
+        first_pass[m] = (len(shapes), time.perf_counter() - start)
+    seconds = dict.fromkeys(batches, 0.0)
     for i in range(steps):
         for m, own in batches.items():
             start = time.perf_counter()
-            tokens[m] += step(own[i % len(own)])
+            _training_step(loss_fn, optimizer, own[i % len(own)], autocast)
             seconds[m] += time.perf_counter() - start
-    return first_pass, {m: tokens[m] / seconds[m] for m in batches}
+    done = {m: sum(tokens[m][i % len(own)] for i in range(steps)) for m, own in batches.items()}
+    return first_pass, {m: done[m] / seconds[m] for m in batches}
 
 
 # ------------------------------------------------------------------------------------ attention
