@@ -350,6 +350,8 @@ def test_python_m_minitx_train_passes_its_arguments_once() -> None:
     [
         (4, -1, 500, "epoch 2/4 | step 200", "ETA 0:30"),  # 300 steps left at 0.1 s/step
         (-1, 400, 400, "epoch 2 | step 200/400", "ETA 0:20"),  # a budget in steps
+        (3, 400, 400, "epoch 2/3 | step 200/400", "ETA 0:20"),  # max_steps ends it first
+        (4, 1475, 500, "epoch 2/4 | step 200", "ETA 0:30"),  # max_epochs ends it first
         (-1, -1, float("inf"), "epoch 2 | step 200", "ETA unbounded"),  # nothing bounds it
     ],
 )

@@ -364,7 +364,8 @@ class PlainProgress(L.Callback):
     line too, marked "validation", and the epoch's own line is left out when it would repeat
     that step (a run that ``max_steps`` ends inside an epoch validates, `ValidateAtMaxSteps`,
     then ends the epoch).
-    An unset bound (-1) is left out: ``epoch 3 | step 250/300``.
+    An unset bound (-1) is left out, and so is a ``max_steps`` that ``max_epochs`` reaches
+    first: ``epoch 3 | step 250/300``, ``epoch 2/2 | step 46``.
     """
 
     def __init__(self) -> None:
@@ -382,9 +383,10 @@ class PlainProgress(L.Callback):
         metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if v.numel() == 1}
         epoch, step = trainer.current_epoch, trainer.global_step
         max_epochs, max_steps = trainer.max_epochs or -1, trainer.max_steps
+        planned = trainer.estimated_stepping_batches  # max_steps, or fewer where epochs end first
         parts = [  # a bound of -1 means none: no "/-1"
             f"epoch {epoch + 1}" + (f"/{max_epochs}" if max_epochs > 0 else ""),
-            f"step {step}" + (f"/{max_steps}" if max_steps > 0 else ""),
+            f"step {step}" + (f"/{max_steps}" if 0 < max_steps <= planned else ""),
         ]
         if within_epoch:
             parts[0] += " validation"
