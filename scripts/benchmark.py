@@ -10,10 +10,10 @@ Sections (all by default; pick with --sections):
              shapes. bf16 only where the CPU has bf16 instructions (else it is emulated).
   attention  the attention core: explicit weights path vs the fused kernel
              (F.scaled_dot_product_attention, flash and math backends), lengths 16..512.
-  scores     (opt-in) the training step of the default model with each score function
+  scores     (opt-in) the training step of the benchmark's model with each score function
              (scaled dot on the fused kernel; dot, additive, bilinear on the explicit path),
              same batches, taking turns: target tokens/s and the ratio to scaled dot.
-  padding    (opt-in) quick's training step on the same sentences batched with
+  padding    (opt-in) the default config's training step on the same sentences batched with
              data.pad_multiple 8, 4 and 1 (taking turns): batches, target tokens per batch,
              batch shapes and the time of a first pass over them, target tokens/s. Give it
              Multi30k's size (--max-tokens 1024 --train-examples 29000): with few sentences
@@ -54,7 +54,7 @@ from minitx.positional import SinusoidalPositionalEncoding
 from minitx.training import TranslationModule
 from minitx.training.precision import cpu_has_fast_bf16
 
-SIZES = dict(
+SIZES = dict(  # the model of `--config long` (the default config's feed-forward is 512 wide)
     d_model=256, n_heads=4, n_encoder_layers=3, n_decoder_layers=3, d_ff=1024, vocab_size=8000
 )
 
@@ -131,7 +131,7 @@ class TorchTransformerBaseline(nn.Module):
         )
 
 
-def default_module(**transformer: object) -> TranslationModule:
+def bench_module(**transformer: object) -> TranslationModule:
     """minitx's TranslationModule at the benchmark's sizes (SIZES), dropout 0.1, in train mode;
     `transformer` overrides model settings (e.g. score="additive")."""
     sizes = {k: v for k, v in SIZES.items() if k != "vocab_size"}
@@ -155,7 +155,7 @@ def bench_train(args: argparse.Namespace) -> None:
     torch.manual_seed(0)
     batches = multi30k_like_batches(args.train_examples, args.max_tokens)
     shapes = {_shape(b) for b in batches}
-    minitx = default_module()
+    minitx = bench_module()
     baseline = TorchTransformerBaseline().train()
     work = [_batch_work(minitx.model_config, b) for b in batches]  # (target tokens, FLOPs)
     print(
@@ -288,16 +288,16 @@ def _train_rates(
 
 
 def bench_scores(args: argparse.Namespace) -> None:
-    """One training step per score function, the rest of the model the default's."""
+    """One training step per score function, the rest of the model the benchmark's (SIZES)."""
     torch.manual_seed(0)
     batches = multi30k_like_batches(args.train_examples, args.max_tokens)[: args.score_batches]
     contenders: dict[str, tuple[nn.Module, Callable, dict]] = {}
     for score in ("scaled_dot", "dot", "additive", "bilinear"):
-        module = default_module(score=score)
+        module = bench_module(score=score)
         contenders[score] = (module, training_loss(module), {"lr": 1e-4})
     work = [_batch_work(contenders["scaled_dot"][0].model_config, b) for b in batches]
     print(
-        f"\n== score functions, training step of the default model: {len(batches)} batches, "
+        f"\n== score functions, training step of the benchmark's model: {len(batches)} batches, "
         f"max_tokens {args.max_tokens}; scaled_dot runs the fused kernel, the others the "
         "explicit path (dot = scaled dot's explicit path without the scale) =="
     )
@@ -313,18 +313,20 @@ def bench_scores(args: argparse.Namespace) -> None:
 
 
 def bench_padding(args: argparse.Namespace) -> None:
-    """`quick`'s training step on the same sentences batched with each `data.pad_multiple`."""
+    """The default config's training step on the same sentences batched with each
+    `data.pad_multiple`."""
     multiples = (8, 4, 1)
     batches = {
         m: multi30k_like_batches(args.train_examples, args.max_tokens, pad_multiple=m)
         for m in multiples
     }
     torch.manual_seed(0)
-    module = default_module(d_ff=512, dropout=0.0)  # quick's model
+    module = bench_module(d_ff=512, dropout=0.0)  # the default config's model
     print(
-        f"\n== padding: quick's training step (d_ff 512, no dropout) on {args.train_examples} "
-        f"sentence pairs, max_tokens {args.max_tokens}, lengths rounded up to a multiple of "
-        f"{', '.join(map(str, multiples))}; first pass = every batch shape once =="
+        f"\n== padding: the default's training step (d_ff 512, no dropout) on "
+        f"{args.train_examples} sentence pairs, max_tokens {args.max_tokens}, lengths rounded "
+        f"up to a multiple of {', '.join(map(str, multiples))}; first pass = every batch "
+        "shape once =="
     )
     config = module.model_config
     tokens = {m: [_batch_work(config, b)[0] for b in own] for m, own in batches.items()}
@@ -574,7 +576,7 @@ def main() -> None:
         "--max-tokens",
         type=int,
         default=2048,
-        help="token budget per training batch (default config: 2048)",
+        help="token budget per training batch (--config long: 2048; the default config: 1024)",
     )
     parser.add_argument(
         "--train-examples", type=int, default=3000, help="synthetic sentence pairs to batch"

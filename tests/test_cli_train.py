@@ -74,7 +74,7 @@ def test_packaged_config_by_name(
     monkeypatch.chdir(tmp_path)
     cli = build_cli(["--config", name, "--trainer.logger", "false"])
     expected = yaml.safe_load((CONFIG_DIR / f"{name}.yaml").read_text())
-    assert cli.config.run_name == expected.get("run_name", "multi30k_de_en")  # quick: a recipe
+    assert cli.config.run_name == expected.get("run_name", "multi30k_de_en")  # long: a recipe
 
 
 def test_run_name_alone_names_the_run_directory(
@@ -148,13 +148,60 @@ def test_a_pair_config_changes_only_the_languages_and_run_name(
     assert changed == {"src_lang", "tgt_lang"} - ({"tgt_lang"} if tgt == "en" else set())
 
 
-def test_the_quick_recipe_goes_on_top_of_a_language_pair(
+def test_the_default_is_the_20_minute_recipe(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """`--config multi30k_fr_en --config quick`: French -> English with the 20-minute recipe."""
+    """Issue 11: the default config's max_time is the 20-minute budget, and its plan and
+    settings reach the Trainer, the data and the model, not just the config."""
     monkeypatch.chdir(tmp_path)
-    quick = yaml.safe_load((CONFIG_DIR / "quick.yaml").read_text())
-    args = ["--config", "multi30k_fr_en", "--config", "quick", "--trainer.logger", "false"]
+    defaults = yaml.safe_load((CONFIG_DIR / "multi30k_de_en.yaml").read_text())
+    cli = build_cli(["--trainer.logger", "false"])
+    assert cli.config.trainer.max_time == defaults["trainer"]["max_time"] == "00:00:20:00"
+    assert cli.trainer.max_steps == defaults["trainer"]["max_steps"] == 1475  # the plan
+    assert cli.trainer.max_epochs == defaults["trainer"]["max_epochs"] == 3  # a bound only
+    assert cli.datamodule.hparams.max_tokens == defaults["data"]["max_tokens"] == 1024
+    assert cli.model.model_config.d_ff == defaults["model"]["transformer"]["d_ff"] == 512
+    assert cli.model.model_config.dropout == defaults["model"]["transformer"]["dropout"] == 0.0
+    optim = defaults["model"]["optim"]
+    assert (cli.model.optim.schedule, cli.model.optim.warmup_steps, cli.model.optim.lr) == (
+        optim["schedule"],
+        optim["warmup_steps"],
+        optim["lr"],
+    )
+    assert optim["schedule"] == "linear"
+
+
+def _flat(tree: dict, prefix: str = "") -> dict[str, object]:
+    """{"a.b": value} for every leaf of a nested dict."""
+    flat: dict[str, object] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            flat.update(_flat(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def test_the_long_recipe_changes_exactly_the_keys_it_lists(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--config long` is the default with the 45-minute recipe's keys and nothing else."""
+    monkeypatch.chdir(tmp_path)
+    listed = _flat(yaml.safe_load((CONFIG_DIR / "long.yaml").read_text()))
+    default = _flat(build_cli(["--trainer.logger", "false"]).config.as_dict())
+    long = _flat(build_cli(["--config", "long", "--trainer.logger", "false"]).config.as_dict())
+    changed = {key for key in default if key != "config" and long[key] != default[key]}
+    assert changed == set(listed)
+    assert all(long[key] == value for key, value in listed.items())
+
+
+def test_the_long_recipe_goes_on_top_of_a_language_pair(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--config multi30k_fr_en --config long`: French -> English with the 45-minute recipe."""
+    monkeypatch.chdir(tmp_path)
+    long = yaml.safe_load((CONFIG_DIR / "long.yaml").read_text())
+    args = ["--config", "multi30k_fr_en", "--config", "long", "--trainer.logger", "false"]
     cli = build_cli(args)
     config = cli.config
     assert (config.data.src_lang, config.data.tgt_lang, config.run_name) == (
@@ -162,16 +209,14 @@ def test_the_quick_recipe_goes_on_top_of_a_language_pair(
         "en",
         "multi30k_fr_en",
     )
-    assert config.trainer.max_time == quick["trainer"]["max_time"] == "00:00:20:00"
-    assert config.model.optim.warmup_steps == quick["model"]["optim"]["warmup_steps"] == 100
-    assert config.data.max_tokens == quick["data"]["max_tokens"] == 1024
-    assert cli.datamodule.hparams.max_tokens == 1024  # reaches the objects, not just the config
-    assert config.trainer.max_steps == quick["trainer"]["max_steps"] == 1475  # the plan
-    assert cli.trainer.max_steps == 1475  # reaches the Trainer, where the schedule reads it
-    assert config.trainer.max_epochs == quick["trainer"]["max_epochs"] == 3  # a bound only
-    assert cli.model.model_config.d_ff == quick["model"]["transformer"]["d_ff"] == 512
-    assert cli.model.optim.schedule == quick["model"]["optim"]["schedule"] == "linear"
-    assert cli.model.model_config.dropout == quick["model"]["transformer"]["dropout"] == 0.0
+    assert config.trainer.max_time == long["trainer"]["max_time"] == "00:00:45:00"
+    assert cli.trainer.max_steps == long["trainer"]["max_steps"] == -1  # epochs decide
+    assert cli.trainer.max_epochs == long["trainer"]["max_epochs"] == 16
+    assert cli.datamodule.hparams.max_tokens == long["data"]["max_tokens"] == 2048
+    assert cli.model.model_config.d_ff == long["model"]["transformer"]["d_ff"] == 1024
+    assert cli.model.model_config.dropout == long["model"]["transformer"]["dropout"] == 0.1
+    assert cli.model.optim.schedule == long["model"]["optim"]["schedule"] == "inverse_sqrt"
+    assert cli.model.optim.warmup_steps == long["model"]["optim"]["warmup_steps"] == 1000
 
 
 def test_the_shipped_language_pairs_have_configs() -> None:
@@ -184,15 +229,17 @@ def test_dotted_override(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.chdir(tmp_path)
     cli = build_cli(
         [
+            "--trainer.max_steps",
+            "3000",
             "--trainer.max_epochs",
-            "3",
+            "6",
             "--model.transformer.dropout",
             "0.25",
             "--trainer.logger",
             "false",
         ]
     )
-    assert cli.trainer.max_epochs == 3
+    assert (cli.trainer.max_steps, cli.trainer.max_epochs) == (3000, 6)  # the default: 1475, 3
     assert cli.model.model.config.dropout == 0.25
 
 
@@ -495,8 +542,8 @@ def test_the_end_of_fit_line_says_how_the_plan_met_max_time(
 def test_the_plan_that_fills_max_time_lifts_a_binding_max_epochs(
     max_epochs: int | None, flags: str
 ) -> None:
-    """`quick` bounds its 1,475-update plan by max_epochs 3: raising max_steps alone to 2,675
-    would stop at epoch 3's end (1,770 updates)."""
+    """The default bounds its 1,475-update plan by max_epochs 3: raising max_steps alone to
+    2,675 would stop at epoch 3's end (1,770 updates)."""
     from minitx.cli.train import time_budget_note
 
     note = time_budget_note(540.0, 660.0, 1475, 1475, 590, max_epochs)

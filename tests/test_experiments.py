@@ -82,6 +82,10 @@ def test_budget_in_minutes_or_steps_and_the_run_key() -> None:
     variant = EXPERIMENTS["scores"].variants[1]  # dot
     timed = Settings(budget_minutes=5)
     command = train_command(timed, variant, "run")
+    assert command[command.index("--config") + 1] == "long"  # the recipe they were measured on
+    on_top = train_command(Settings(config="multi30k_en_de"), variant, "run")
+    start = on_top.index("--config")
+    assert on_top[start : start + 4] == ["--config", "long", "--config", "multi30k_en_de"]
     assert command[command.index("--trainer.max_time") + 1] == "00:00:05:00"
     assert command[-1] == "--model.transformer.score=dot" and "--trainer.max_steps" not in command
     stepped = Settings(max_steps=300)
@@ -244,7 +248,7 @@ def test_runner_on_the_toy_corpus(tmp_path: Path, tiny_checkpoint: Path) -> None
         assert variant["test_bleu_greedy"] is not None and variant["steps"] > 0
         assert {"bleu", "shuffled_bleu"} <= set(variant["word_order"])
         assert set(variant["attention"]) == {"init", "trained"}
-        assert variant["command"].startswith("minitx-train --config tiny")
+        assert variant["command"].startswith("minitx-train --config long --config tiny")
     assert "--model.transformer.positional=none" in variants["none"]["command"]
     table = (out / "position" / "results.md").read_text()
     assert "| `none` | ok |" in table and "test BLEU shuffled words" in table

@@ -1,10 +1,11 @@
-"""The experiments: the claims made about attention, each as variants of the default run.
+"""The experiments: the claims made about attention, each as variants of one base run.
 
 An `Experiment` names a claim and the `Variant`s that test it. A variant is a set of
-command-line overrides of `minitx-train` (on the default de->en config unless the runner is
-told otherwise); every variant of every experiment trains with the same seed, data and time
-budget, so that only the overrides differ. Variants with the same overrides are the same run:
-the runner trains them once (the default settings appear in five experiments).
+command-line overrides of `minitx-train` (on the 45-minute de->en recipe, `--config long`,
+unless the runner is told otherwise); every variant of every experiment trains with the same
+seed, data and time budget, so that only the overrides differ. Variants with the same overrides
+are the same run: the runner trains them once (the default settings appear in five
+experiments).
 
 `probes` name the measurements taken on each trained variant besides BLEU and speed
 (`minitx.experiments.probes`): "attention" (entropy, largest weight, head diversity, score
@@ -12,9 +13,9 @@ spread, gradient norm at the attention inputs, at initialisation and after train
 "word_order" (BLEU with the source words shuffled). The "hard" experiment trains nothing: it
 decodes a given checkpoint with hard attention (`trains = False`).
 
-The variants are overrides of the default config: their names (d_head 64 / 256, "3x-lr" =
-lr 0.003) hold for it; on another base config (`--config tiny` for a smoke run) the same
-overrides apply, whatever they then mean.
+The variants are overrides of the 45-minute recipe (`runner.RECIPE`): their names (d_head 64
+/ 256, "3x-lr" = lr 0.003) hold for it; with another config on top (`--config tiny` for a
+smoke run) the same overrides apply, whatever they then mean.
 """
 
 from __future__ import annotations

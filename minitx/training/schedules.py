@@ -6,10 +6,11 @@ checkpoint's peak rate and warm-up; a decaying schedule's end follows the resume
 plan (`TranslationModule.on_load_checkpoint`).
 
 - `InverseSqrtSchedule` is the paper's: it never reaches zero, so it suits runs of unknown
-  length (the default config).
+  length (`--config long`, the 45-minute recipe).
 - `LinearDecaySchedule` and `CosineDecaySchedule` reach zero at a known last step, which is
   what a fixed budget wants (Li, Yumer and Ramanan, "Budgeted Training", ICLR 2020, found
-  linear decay to zero the best schedule when the budget is set in advance).
+  linear decay to zero the best schedule when the budget is set in advance): the default
+  config's.
 """
 
 from __future__ import annotations
