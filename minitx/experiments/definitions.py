@@ -1,11 +1,11 @@
 """The experiments: the claims made about attention, each as variants of one base run.
 
 An `Experiment` names a claim and the `Variant`s that test it. A variant is a set of
-command-line overrides of `minitx-train` (on the 45-minute de->en recipe, `--config long`,
-unless the runner is told otherwise); every variant of every experiment trains with the same
-seed, data and time budget, so that only the overrides differ. Variants with the same overrides
-are the same run: the runner trains them once (the default settings appear in five
-experiments).
+command-line overrides of `minitx-train` (on the 45-minute de->en recipe, `--config long`, with
+the runner's `--config` on top when given); every variant of every experiment trains with the
+same seed, data and time budget, so that only the overrides differ. Variants with the same
+overrides are the same run: the runner trains them once (the recipe's own settings, "default"
+in the tables, appear in five experiments).
 
 `probes` name the measurements taken on each trained variant besides BLEU and speed
 (`minitx.experiments.probes`): "attention" (entropy, largest weight, head diversity, score
