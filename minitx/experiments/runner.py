@@ -77,6 +77,12 @@ decay is planned for its own 1,475 updates). The experiments' names and README's
 ("3x-lr" = lr 0.003, the default settings) are this recipe's."""
 
 
+def base_configs(settings: Settings) -> list[str]:
+    """The `--config` values every variant trains on, in order: `RECIPE`, then
+    `settings.config` on top of it when given."""
+    return [RECIPE, *([settings.config] if settings.config else [])]
+
+
 def max_time(minutes: float) -> str:
     """`trainer.max_time` as DD:HH:MM:SS (at least one second)."""
     seconds = max(1, round(minutes * 60))
@@ -85,7 +91,7 @@ def max_time(minutes: float) -> str:
 
 def train_command(settings: Settings, variant: Variant, run_name: str) -> list[str]:
     """The `minitx-train` command line of one variant (as run, with `python -m minitx`)."""
-    base = ["--config", RECIPE, *(["--config", settings.config] if settings.config else [])]
+    base = [arg for config in base_configs(settings) for arg in ("--config", config)]
     return [
         sys.executable, "-m", "minitx", "train", *base,
         "--runs_dir", str(settings.out / "runs"),
@@ -375,7 +381,7 @@ def run_experiment(name: str, settings: Settings, only: list[str] | None = None)
         "experiment": name,
         "claim": experiment.claim,
         "budget": describe_budget(settings) if experiment.trains else None,
-        "config": " + ".join([RECIPE, *([settings.config] if settings.config else [])]),
+        "config": " + ".join(base_configs(settings)),
         "overrides": settings.overrides,
         "checkpoint": str(checkpoint) if checkpoint else None,
         "settings": {k: str(v) for k, v in asdict(settings).items()},
