@@ -10,7 +10,7 @@ than any one of them (Vaswani et al. 2017 average the last 5 or 20 checkpoints).
   `minitx.checkpoint.load_checkpoint`; they must share the model config, the tokenizer and
   the languages. The result is a checkpoint that loads wherever a `.ckpt` does, with the
   first file's minitx payload, and `averaged_from` in it naming the files averaged;
-- `write_checkpoint`: save a checkpoint dict atomically.
+- `write_checkpoint` (from `minitx.checkpoint`): save a checkpoint dict atomically.
 
 The training callback `minitx.training.averaging.CheckpointAveraging` averages the last N
 epochs of a run with `average_state_dicts`. This module imports torch and the checkpoint
@@ -26,10 +26,15 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from minitx.checkpoint import CHECKPOINT_KEY, MODEL_PREFIX, CheckpointError, load_checkpoint
+from minitx.checkpoint import (
+    CHECKPOINT_KEY,
+    MODEL_PREFIX,
+    CheckpointError,
+    load_checkpoint,
+)
+from minitx.checkpoint import write_checkpoint as write_checkpoint  # re-exported
 from minitx.errors import ConfigError
 from minitx.model import TransformerConfig
-from minitx.textio import atomic_path
 
 AVERAGED_KEY = "averaged_from"
 """Key, in the minitx payload, of the list of what an averaged checkpoint was averaged from:
@@ -253,10 +258,3 @@ def average_checkpoints(paths: Sequence[str | Path]) -> dict[str, Any]:
     averaged["state_dict"] = {**first["state_dict"], **mean.result()}
     averaged[CHECKPOINT_KEY] = {**first[CHECKPOINT_KEY], AVERAGED_KEY: record}
     return averaged
-
-
-def write_checkpoint(checkpoint: Mapping[str, Any], path: str | Path) -> None:
-    """Save `checkpoint` with `torch.save` through `minitx.textio.atomic_path`: `path` is
-    whole or unchanged."""
-    with atomic_path(path) as tmp:
-        torch.save(dict(checkpoint), tmp)

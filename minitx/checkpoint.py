@@ -8,7 +8,10 @@ optimizer and loop state, ...) it holds a `minitx` entry with:
 - `train_config`: the resolved training config (YAML text), when trained by the CLI.
 
 Loading uses `torch.load(weights_only=True)`: no code stored in the file is ever executed.
-This module imports torch, the model and the tokenizer; never Lightning.
+Writing (`write_checkpoint`, also what training's checkpoint plugin calls) goes through a
+temporary file in the destination directory and a rename: a kill or a full disk never leaves
+a half-written checkpoint under its real name. This module imports torch, the model and the
+tokenizer; never Lightning.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from typing import Any
 import torch
 
 from minitx.model import Transformer, TransformerConfig
+from minitx.textio import atomic_path
 from minitx.tokenizer import Tokenizer
 
 CHECKPOINT_KEY = "minitx"
@@ -48,6 +52,35 @@ def write_payload(
         payload["tokenizer"] = tokenizer.model_bytes
     if languages is not None:
         payload["data"] = {"src_lang": languages[0], "tgt_lang": languages[1]}
+
+
+def tensor_bytes(obj: Any) -> int:
+    """The bytes of every tensor in a nested dict / list / tuple (a checkpoint's size, about)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, Mapping):
+        return sum(tensor_bytes(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(tensor_bytes(v) for v in obj)
+    if isinstance(obj, (bytes, bytearray)):
+        return len(obj)
+    return 0
+
+
+def write_checkpoint(checkpoint: Mapping[str, Any], path: str | Path) -> None:
+    """Save `checkpoint` with `torch.save` so that `path` is whole or unchanged.
+
+    The file is written under a temporary name in `path`'s directory, flushed to disk and
+    renamed (`minitx.textio.atomic_path`); the parent directory is created when missing.
+
+    Raises:
+        OutputError: no room on the destination's disk (the message names `path`, the space
+            needed and the space free; the previous file is unchanged).
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(path, size_hint=tensor_bytes(checkpoint)) as tmp, open(tmp, "wb") as out:
+        torch.save(dict(checkpoint), out)  # a file object: a full disk raises ENOSPC itself
 
 
 TORCH_FILE_MAGIC = (b"PK", b"\x80")

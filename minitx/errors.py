@@ -16,6 +16,21 @@ DEBUG_ENV = "MINITX_DEBUG"
 """Set it (to anything but "" or "0") to see tracebacks behind one-line errors."""
 
 
+class MinitxError(Exception):
+    """Base of the errors that mean "the user's input, files, settings or environment".
+
+    Raised where the problem is found, with a message that says what, where and how to fix;
+    every command reports it as one ``error:`` line with exit status 2.
+    """
+
+    user_error = True
+
+
+class OutputError(MinitxError):
+    """An output cannot be written as asked: it would replace files minitx did not write, an
+    input, or the current directory; or the disk has no room for it."""
+
+
 class ConfigError(ValueError):
     """A setting has a value minitx cannot use; the message names it and what to choose.
 

@@ -4,11 +4,16 @@ files that appear whole or not at all."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import shutil
+import socket
 import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TextIO
+
+from minitx.errors import OutputError
 
 
 def decode_utf8(raw: bytes, name: str, *, first_line: int = 1) -> str:
@@ -69,26 +74,125 @@ def _umask() -> int:
     return mask
 
 
+_NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+"""Errors that mean "the destination has no room": disk full, quota, file-size limit."""
+
+
+def _temporary_prefix(path: Path) -> str:
+    """The name every temporary file for `path` starts with: ``.{name}.tmp-``."""
+    return f".{path.name}.tmp-"
+
+
+def _writer_tag() -> str:
+    """``{host}-{pid}``: which process wrote a temporary file, to tell a dead writer's."""
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+def _remove_orphans(path: Path) -> None:
+    """Delete temporary files for `path` left by a writer on this host that no longer runs
+    (a process killed while it wrote); a live writer's file is left alone."""
+    prefix, host = _temporary_prefix(path), socket.gethostname()
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(path.parent):
+            if not entry.name.startswith(prefix):
+                continue
+            writer = entry.name[len(prefix) :].rsplit(".", 1)[0]  # {host}-{pid}-{random}
+            parts = writer.rsplit("-", 2)
+            if len(parts) != 3 or parts[0] != host or not parts[1].isdigit():
+                continue
+            if not _process_alive(int(parts[1])):
+                with contextlib.suppress(OSError):
+                    os.unlink(entry.path)
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # it exists, under another user
+        return True
+    return True
+
+
+def _megabytes(n: float) -> str:
+    return f"{n / 1e6:,.1f} MB"
+
+
+def no_room_error(path: Path, exc: OSError, size_hint: int | None = None) -> OutputError:
+    """The one-line error for a write to `path` that found no room: the destination, the space
+    needed (when known) and the space free there."""
+    try:
+        free = shutil.disk_usage(path.parent).free
+        room = f"{_megabytes(free)} free in {path.parent}"
+    except OSError:
+        room = f"in {path.parent}"
+    need = f"about {_megabytes(size_hint)} needed, " if size_hint else ""
+    return OutputError(
+        f"cannot write {path}: {exc.strerror or exc} ({need}{room}); the previous file, if any, "
+        "is unchanged: free some space there or write somewhere else"
+    )
+
+
 @contextlib.contextmanager
-def atomic_path(path: str | Path) -> Iterator[Path]:
+def atomic_path(path: str | Path, *, size_hint: int | None = None) -> Iterator[Path]:
     """A temporary file name beside `path` that replaces `path` when the block succeeds.
 
-    Write the file under the yielded name (any writer: text, ``torch.save``, safetensors);
-    when the block ends without an exception the file gets the usual mode (0666 less the
-    umask) and is renamed onto `path` (atomic); otherwise it is deleted and an existing
-    `path` is left untouched.
+    Write the file under the yielded name (any writer: text, ``torch.save``, safetensors).
+    The temporary file lives in `path`'s own directory (never the system's temporary
+    directory), so the final rename is atomic: at every instant `path` is either the old file,
+    whole, or the new one, whole. When the block ends without an exception the file is
+    flushed to disk, gets the usual mode (0666 less the umask) and is renamed onto `path`;
+    otherwise it is deleted and an existing `path` is left untouched. Temporary files of
+    `path` left by a killed writer are removed first.
+
+    Args:
+        path: the file to write.
+        size_hint: about how many bytes will be written, for the disk-full message.
+
+    Raises:
+        OutputError: the disk (or quota, or file-size limit) has no room; it names `path`, the
+            space needed and the space free.
     """
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    _remove_orphans(path)
+    try:
+        fd, tmp = tempfile.mkstemp(
+            dir=path.parent, prefix=f"{_temporary_prefix(path)}{_writer_tag()}-", suffix=".tmp"
+        )
+    except OSError as exc:
+        if exc.errno in _NO_ROOM:
+            raise no_room_error(path, exc, size_hint) from None
+        raise
     os.close(fd)
     try:
         yield Path(tmp)
+        with open(tmp, "rb") as written:  # on disk before the rename makes it the file
+            os.fsync(written.fileno())
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600; give the usual mode
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        no_room = _no_room(exc)
+        if no_room is not None:
+            raise no_room_error(path, no_room, size_hint) from None
         raise
+
+
+def _no_room(exc: BaseException) -> OSError | None:
+    """The full-disk error behind `exc`: `exc` itself, one it was raised from or during
+    (torch.save's zip writer raises a RuntimeError while handling the OSError), or one a
+    library wrote into its message (safetensors); None when the disk is not the cause."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno in _NO_ROOM:
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    text = str(exc).lower()
+    if any(words in text for words in ("no space left", "file too large", "quota exceeded")):
+        return OSError(errno.ENOSPC, "No space left on device")
+    return None
 
 
 @contextlib.contextmanager
@@ -97,8 +201,6 @@ def atomic_output(path: str | Path) -> Iterator[TextIO]:
     (`atomic_path`). Lines end in ``\\n`` on every platform."""
     with atomic_path(path) as tmp, tmp.open("w", encoding="utf-8", newline="\n") as out:
         yield out
-        out.flush()
-        os.fsync(out.fileno())
 
 
 def write_text_atomic(path: str | Path, text: str) -> None:

@@ -47,6 +47,7 @@ def run(args: argparse.Namespace) -> int:
     """Average and write. Raises `UsageError` for input problems."""
     from minitx.averaging import average_checkpoints, write_checkpoint
     from minitx.checkpoint import CheckpointError
+    from minitx.outputs import check_output_file
 
     out: Path = args.out
     if out.is_dir():
@@ -55,6 +56,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--out {out} exists; choose another name or pass --overwrite")
     if not out.parent.is_dir():
         raise UsageError(f"--out {out}: no directory {out.parent}; create it first")
+    check_output_file(out, inputs=args.checkpoints, flag="--out")
     try:
         averaged = average_checkpoints(args.checkpoints)
     except (FileNotFoundError, CheckpointError) as exc:

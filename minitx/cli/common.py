@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from minitx.errors import DEBUG_ENV, ConfigError, debug_requested
+from minitx.errors import DEBUG_ENV, ConfigError, MinitxError, debug_requested
 
 if TYPE_CHECKING:
     from minitx.translator import Translator
@@ -74,7 +74,8 @@ def report_user_error(exc: BaseException) -> int | None:
     if message is None or debug_requested():
         return None
     one_line = " ".join(message.split())
-    hint = "" if isinstance(exc, UsageError) else f"  (set {DEBUG_ENV}=1 for the traceback)"
+    typed = isinstance(exc, (UsageError, MinitxError))  # raised on purpose, message complete
+    hint = "" if typed else f"  (set {DEBUG_ENV}=1 for the traceback)"
     print(f"error: {one_line}{hint}", file=sys.stderr)
     return EXIT_USER_ERROR
 

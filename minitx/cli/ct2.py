@@ -45,7 +45,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="weight type stored in model.bin: float32 (default), int8, int8_float32, "
         "int8_float16, int8_bfloat16, int16, float16 or bfloat16; int8 is ~4x smaller",
     )
-    parser.add_argument("--force", action="store_true", help="replace --out if it exists")
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="replace --out if it exists and minitx wrote it (never a directory of your own, "
+        "the current one or its parents, or one that holds --checkpoint)",
+    )
     return parser
 
 
@@ -54,8 +59,6 @@ def run(args: argparse.Namespace) -> int:
     from minitx.checkpoint import CheckpointError
     from minitx.export.ctranslate2 import export_ctranslate2
 
-    if args.out.exists() and not args.force:
-        raise UsageError(f"--out {args.out} exists already; pass --force to replace it")
     try:
         out = export_ctranslate2(
             args.checkpoint, args.out, quantization=args.quantization, force=args.force

@@ -53,8 +53,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def check_out_dir(out: Path) -> None:
-    """Refuse an output directory that holds anything but an earlier release's files."""
-    from minitx.release import RELEASE_FILES
+    """Refuse an output directory that holds anything but an earlier release's files.
+
+    The release's own files are replaced one by one, atomically; nothing else is touched. A
+    directory whose ``config.json`` is not a minitx release's (a Hugging Face model has the
+    same file names) is refused.
+    """
+    from minitx.checkpoint import CheckpointError
+    from minitx.release import CONFIG_FILE, RELEASE_FILES, read_config
 
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out} is a file; give a directory")
@@ -65,6 +71,14 @@ def check_out_dir(out: Path) -> None:
                 f"--out {out} holds other files ({', '.join(foreign[:3])}"
                 f"{', ...' if len(foreign) > 3 else ''}); give a new or empty directory"
             )
+        if any(out.iterdir()):
+            try:
+                read_config(out)
+            except (CheckpointError, OSError) as exc:
+                raise UsageError(
+                    f"--out {out} holds files that are not a minitx release ({CONFIG_FILE}: "
+                    f"{' '.join(str(exc).split())[:200]}); give a new or empty directory"
+                ) from None
 
 
 def read_evaluation(path: Path) -> dict:

@@ -21,6 +21,9 @@ What it adds to LightningCLI:
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import itertools
 import logging
 import math
 import os
@@ -34,6 +37,7 @@ from typing import Any, NoReturn
 
 import lightning as L
 import torch
+from lightning.fabric.plugins import CheckpointIO
 from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.loggers import TensorBoardLogger
@@ -57,6 +61,7 @@ from minitx.training import (
     ValidationExamples,
 )
 from minitx.training.callbacks import train_time_elapsed, train_time_remaining
+from minitx.training.checkpoint_io import AtomicCheckpointIO
 from minitx.training.loggers import ContinuingCSVLogger
 from minitx.training.precision import resolve_precision
 
@@ -71,7 +76,19 @@ DEFAULT_CONFIG = CONFIG_DIR / "multi30k_de_en.yaml"
 
 
 class ConfigInCheckpoint(SaveConfigCallback):
-    """Write the resolved config to the run directory and into every checkpoint."""
+    """Write the resolved config to the run directory and into every checkpoint.
+
+    ``config.yaml`` is replaced atomically (`write_text_atomic`), never left half-written.
+    """
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if self.already_saved:
+            return
+        log_dir = trainer.log_dir  # a collective under DDP: every rank asks
+        if trainer.is_global_zero and self.save_to_log_dir and log_dir is not None:
+            text = self.parser.dump(self.config, skip_none=False)
+            write_text_atomic(Path(log_dir) / self.config_filename, text)
+        self.already_saved = trainer.strategy.broadcast(True)
 
     def on_save_checkpoint(
         self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]
@@ -91,16 +108,26 @@ _VERSION_ENV = "MINITX_RUN_VERSION"
 
 
 def _shared_version(run_root: Path) -> str:
-    """A new run's directory name, the same in every DDP process.
+    """A new run's directory name, claimed by rank 0 and the same in every DDP process.
 
     Lightning starts the other ranks as copies of this command after rank 0 has parsed it;
-    they inherit rank 0's environment, so rank 0 publishes its choice there.
+    they inherit rank 0's environment, so rank 0 publishes its choice there. A rank that was
+    not started by rank 0 (torchrun, SLURM) claims nothing: rank 0's directory is the one
+    Lightning broadcasts to every rank for logs and checkpoints.
     """
-    if os.environ.get("LOCAL_RANK", "0") != "0" and os.environ.get(_VERSION_ENV):
-        return os.environ[_VERSION_ENV]
-    version = _new_version(run_root)
+    if _rank() != 0:
+        return os.environ.get(_VERSION_ENV) or time.strftime(_STAMP)
+    version = claim_run_dir(run_root).name
     os.environ[_VERSION_ENV] = version
     return version
+
+
+def _rank() -> int:
+    """This process's global rank as the launchers set it (0 when launched alone)."""
+    for name in ("RANK", "SLURM_PROCID", "LOCAL_RANK"):
+        if os.environ.get(name, "").isdigit():
+            return int(os.environ[name])
+    return 0
 
 
 def _check_writable(directory: Path, what: str, setting: str) -> None:
@@ -129,14 +156,33 @@ def _global_step(checkpoint: Path) -> int | None:
     return int(state.get("global_step", 0))
 
 
-def _new_version(run_root: Path) -> str:
-    """A timestamp, with a counter when a run of that second exists already."""
-    stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
-    version, n = stamp, 1
-    while (run_root / version).exists():
-        n += 1
-        version = f"{stamp}_{n}"
-    return version
+_STAMP = "%Y-%m-%d_%H-%M-%S"
+"""A run directory's name: the second it started."""
+
+
+def claim_run_dir(run_root: Path) -> Path:
+    """Create and return a new run directory ``{run_root}/{timestamp}[_{n}]``.
+
+    The directory is created with `os.mkdir`, which fails when the name exists: of two runs
+    that start in the same second, on any machine sharing the directory, each gets its own
+    (``..._2`` for the second), never the same one.
+    """
+    run_root.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime(_STAMP)
+    for n in itertools.count(1):
+        candidate = run_root / (stamp if n == 1 else f"{stamp}_{n}")
+        try:
+            candidate.mkdir()
+        except FileExistsError:
+            continue
+        atexit.register(_remove_if_empty, candidate)  # a run that wrote nothing leaves nothing
+        return candidate
+    raise AssertionError("unreachable")
+
+
+def _remove_if_empty(directory: Path) -> None:
+    with contextlib.suppress(OSError):
+        directory.rmdir()  # fails, harmlessly, once the run has written anything
 
 
 def resolve_config_names(args: list[str]) -> list[str]:
@@ -260,6 +306,10 @@ class MinitxCLI(LightningCLI):
                 kwargs["enable_progress_bar"] = False
             elif not any(isinstance(cb, ProgressBar) for cb in configured):
                 kwargs["callbacks"] = [*configured, MinitxProgressBar()]
+        plugins = kwargs.get("plugins", trainer_config.get("plugins")) or []
+        plugins = plugins if isinstance(plugins, list) else [plugins]
+        if not any(isinstance(p, CheckpointIO) for p in plugins):  # checkpoints written whole
+            kwargs["plugins"] = [*plugins, AtomicCheckpointIO()]
         if getattr(self, "default_loggers", False):
             run_dir = self.run_root / self.run_version
             kwargs["logger"] = [

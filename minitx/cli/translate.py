@@ -78,6 +78,7 @@ from minitx.cli.common import (
     sentence_progress,
 )
 from minitx.decoding import DEFAULT_BEAM_SIZE
+from minitx.outputs import check_output_file
 from minitx.textio import atomic_output, decode_utf8
 
 if (
@@ -331,14 +332,15 @@ def stdin_chunks(size: int) -> Iterator[list[str]]:
         first_line += len(chunk)
 
 
-def check_output(path: Path | None) -> None:
-    """Fail before translating when the output file cannot be created."""
+def check_output(path: Path | None, source: Path | None = None) -> None:
+    """Fail before translating when the output file cannot be created, or is the input."""
     if path is None:
         return
     if path.is_dir():
         raise UsageError(f"--output {path} is a directory")
     if not path.parent.is_dir():
         raise UsageError(f"--output {path}: directory {path.parent} does not exist")
+    check_output_file(path, inputs=[source] if source is not None else [])
 
 
 def format_results(
@@ -392,7 +394,7 @@ def interactive(translator: Translator, args: argparse.Namespace, out: TextIO) -
 
 def run(args: argparse.Namespace) -> int:
     """Read, translate, write. Raises `UsageError` for input problems."""
-    check_output(args.output)
+    check_output(args.output, args.input)
     chunks: Iterable[list[str]] | None  # None: interactive
     if args.sentences:
         check_arguments_utf8({f"SENTENCE argument {i}": s for i, s in enumerate(args.sentences, 1)})

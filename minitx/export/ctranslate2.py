@@ -35,7 +35,6 @@ inside the functions that need it. No Lightning.
 
 from __future__ import annotations
 
-import errno
 import json
 import logging
 import os
@@ -51,6 +50,7 @@ from torch import nn
 from minitx.checkpoint import languages_of, load_checkpoint, model_from_checkpoint
 from minitx.errors import ConfigError, require_extra
 from minitx.model import Transformer, TransformerConfig
+from minitx.outputs import check_output_dir, mark_output_dir, replace_dir
 from minitx.textio import quote_lines
 from minitx.tokenizer import Tokenizer
 from minitx.vocab import BOS_PIECE, PAD_PIECE
@@ -258,6 +258,7 @@ def export_model(
     quantization: str | None = None,
     force: bool = False,
     languages: tuple[str | None, str | None] = (None, None),
+    inputs: Sequence[str | os.PathLike[str]] = (),
 ) -> Path:
     """Write `model` as a CTranslate2 model directory, the sentencepiece model beside it.
 
@@ -266,15 +267,21 @@ def export_model(
         tokenizer: its sentencepiece tokenizer.
         out_dir: the directory to write; written under a temporary name, then renamed.
         quantization: weight type, one of `QUANTIZATIONS` (None: float32).
-        force: replace `out_dir` when it exists.
+        force: replace `out_dir` when it exists; only a directory minitx wrote (holding
+            `minitx.outputs.MARKER`, written into every export) or an empty one is replaced
+            (`minitx.outputs.check_output_dir`).
         languages: (source, target) codes, recorded in `minitx.json`.
+        inputs: the files the export was made from (its checkpoint): `out_dir` may not hold
+            them.
 
     Returns:
         `out_dir` as a Path.
 
     Raises:
         ConfigError: a setting CTranslate2 cannot express, or an unknown `quantization`.
-        FileExistsError: `out_dir` exists and `force` is False.
+        OutputError: `out_dir` exists and `force` is False, or is not safe to replace (the
+            current directory or its parent, a directory holding an input, or one minitx
+            did not write).
         MissingExtraError: ctranslate2 is not installed.
     """
     out = Path(out_dir)
@@ -283,10 +290,7 @@ def export_model(
             f"unknown CTranslate2 quantization {quantization!r}; choose from "
             f"{', '.join(QUANTIZATIONS)}"
         )
-    if out.exists() and not force:
-        raise FileExistsError(
-            errno.EEXIST, "exists already; pass --force (force=True) to replace it", str(out)
-        )
+    check_output_dir(out, inputs=inputs, force=force)
     spec = transformer_spec(model, tokenizer)
     spec.validate()
     spec.optimize(quantization=quantization)
@@ -305,11 +309,8 @@ def export_model(
             "quantization": quantization or "float32",
         }
         (tmp / INFO_FILE).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
-        if out.is_dir():
-            shutil.rmtree(out)
-        elif out.exists():
-            out.unlink()
-        os.replace(tmp, out)
+        mark_output_dir(tmp, "ctranslate2")
+        replace_dir(tmp, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out
@@ -326,9 +327,10 @@ def export_ctranslate2(
 
     Raises:
         FileNotFoundError, CheckpointError: the checkpoint is missing or not a usable one.
-        ConfigError, FileExistsError, MissingExtraError: as `export_model`.
+        ConfigError, OutputError, MissingExtraError: as `export_model`.
     """
     _ctranslate2()  # fail before loading anything when the extra is missing
+    check_output_dir(out_dir, inputs=[checkpoint], force=force)  # before the slow part
     loaded = load_checkpoint(checkpoint)
     model, tokenizer = model_from_checkpoint(loaded, checkpoint)
     return export_model(
@@ -338,6 +340,7 @@ def export_ctranslate2(
         quantization=quantization,
         force=force,
         languages=languages_of(loaded),
+        inputs=[checkpoint],
     )
 
 

@@ -14,6 +14,8 @@ from typing import Any
 from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 
+from minitx.textio import atomic_path
+
 
 class _ContinuingWriter(ExperimentWriter):
     """`ExperimentWriter` that keeps ``metrics.csv`` rows with ``step <= resume_step``."""
@@ -30,11 +32,22 @@ class _ContinuingWriter(ExperimentWriter):
             reader = csv.DictReader(file)
             header = list(reader.fieldnames or [])
             rows = [r for r in reader if r.get("step") and int(r["step"]) <= self.resume_step]
-        with self._fs.open(self.metrics_file_path, "w", newline="") as file:
-            writer = csv.DictWriter(file, fieldnames=header)
-            writer.writeheader()
-            writer.writerows(rows)
+        _write_rows(self.metrics_file_path, header, rows)
         self.metrics_keys = header
+
+    def _rewrite_with_new_header(self, fieldnames: list[str]) -> None:
+        """A new metric's column: the file is rewritten whole (atomically), then appended to."""
+        with self._fs.open(self.metrics_file_path, "r", newline="") as file:
+            rows = list(csv.DictReader(file))
+        _write_rows(self.metrics_file_path, fieldnames, rows)
+
+
+def _write_rows(path: str, header: list[str], rows: list[dict[str, Any]]) -> None:
+    """Replace the CSV file `path` by `header` and `rows`, whole or not at all."""
+    with atomic_path(path) as tmp, open(tmp, "w", newline="", encoding="utf-8") as file:
+        writer = csv.DictWriter(file, fieldnames=header)
+        writer.writeheader()
+        writer.writerows(rows)
 
 
 class ContinuingCSVLogger(CSVLogger):

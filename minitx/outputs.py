@@ -1,0 +1,137 @@
+"""Output paths the commands may replace, and the rules that keep the user's files safe.
+
+A command that replaces an existing output must never take anything else with it. For every
+command:
+
+- An output **directory** is replaced (``--force``) only when minitx wrote it: it holds the
+  marker file `MARKER`, which minitx puts into every directory it writes whole, or it is
+  empty. A directory of the user's own is refused, whatever the flags.
+- Never the current directory or one of its ancestors (``.``, ``..``, ``/``), never a
+  directory that holds an input, never an input itself.
+- An output **file** is never one of the command's inputs.
+- A directory is replaced by writing the new one under a temporary name beside it and then
+  swapping the two by renames (`replace_dir`): a failure at any point leaves the old one whole.
+
+Standard library only (plus `minitx.errors`), so any layer can use it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+
+from minitx.errors import OutputError
+
+MARKER = ".minitx-output"
+"""The file that marks a directory as written by minitx (JSON: which command, what kind)."""
+
+
+def _inside(path: Path, directory: Path) -> bool:
+    """Whether `path` is `directory` or lies below it (both resolved)."""
+    return path == directory or directory in path.parents
+
+
+def check_output_dir(
+    out: str | os.PathLike[str],
+    *,
+    inputs: Sequence[str | os.PathLike[str]] = (),
+    force: bool = False,
+    flag: str = "--out",
+) -> None:
+    """Refuse an output directory that writing (or replacing) would make unsafe.
+
+    Args:
+        out: the directory the command will create, or replace.
+        inputs: the files and directories the command reads (a checkpoint, say).
+        force: whether the user asked to replace an existing `out`.
+        flag: the option that named `out`, for messages.
+
+    Raises:
+        OutputError: `out` is the current directory or one of its ancestors; it is, holds or
+            lies inside an input; it is a file; it exists and `force` is False; or it exists,
+            is not empty and holds no `MARKER` (minitx did not write it).
+    """
+    out = Path(out)
+    where = out.resolve()
+    here = Path.cwd().resolve()
+    if _inside(here, where):
+        raise OutputError(
+            f"{flag} {out} is the current directory or one of its parents; minitx never writes "
+            f"over it: give a new directory, e.g. {flag} {out / 'model'}"
+        )
+    for item in inputs:
+        source = Path(item).resolve()
+        if _inside(source, where) or _inside(where, source):
+            raise OutputError(
+                f"{flag} {out} holds (or is) the input {item}; write to a directory of its own"
+            )
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise OutputError(f"{flag} {out} is a file; give a directory")
+    if not force:
+        raise OutputError(f"{flag} {out} exists already; pass --force to replace it")
+    if not (out / MARKER).is_file() and any(out.iterdir()):
+        raise OutputError(
+            f"{flag} {out} was not written by minitx (it has no {MARKER} file), so --force does "
+            f"not replace it; move it away yourself or choose another {flag}"
+        )
+
+
+def check_output_file(
+    out: str | os.PathLike[str],
+    *,
+    inputs: Sequence[str | os.PathLike[str]] = (),
+    flag: str = "--output",
+) -> None:
+    """Refuse an output file that is one of the inputs (it would be replaced before it is
+    read whole).
+
+    Raises:
+        OutputError: `out` is the same file as an input.
+    """
+    out = Path(out)
+    for item in inputs:
+        source = Path(item)
+        if out.resolve() == source.resolve() or (
+            out.exists() and source.exists() and os.path.samefile(out, source)
+        ):
+            raise OutputError(f"{flag} {out} is also an input; write to another file")
+
+
+def mark_output_dir(directory: str | os.PathLike[str], kind: str) -> None:
+    """Write `MARKER` into `directory`: minitx wrote it, so a later ``--force`` may replace it.
+
+    Args:
+        directory: the directory (existing).
+        kind: what it holds, e.g. ``"ctranslate2"``.
+    """
+    record = {"written_by": "minitx", "kind": kind}
+    (Path(directory) / MARKER).write_text(json.dumps(record) + "\n", encoding="utf-8")
+
+
+def replace_dir(new: str | os.PathLike[str], out: str | os.PathLike[str]) -> None:
+    """Move the finished directory `new` to `out`, replacing an existing `out` by renames.
+
+    `new` must lie in `out`'s parent directory (same filesystem). The old `out` is renamed
+    aside first, `new` takes its name, and only then is the old one deleted: a failure before
+    the second rename puts the old one back. Call `check_output_dir` before writing `new`.
+    """
+    new, out = Path(new), Path(out)
+    if not out.exists():
+        os.replace(new, out)
+        return
+    old = out.parent / f".{out.name}.old-{os.getpid()}"
+    shutil.rmtree(old, ignore_errors=True)
+    os.replace(out, old)
+    try:
+        os.replace(new, out)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.replace(old, out)
+        raise
+    shutil.rmtree(old, ignore_errors=True)

@@ -1,0 +1,415 @@
+"""No user file destroyed, no checkpoint half-written, no run clobbered.
+
+- Files are replaced through a temporary file in their own directory and a rename
+  (`minitx.textio.atomic_path`): a kill or a full disk at any instant leaves the previous file
+  whole and no orphan elsewhere. Shown with real processes killed mid-write and a real, small
+  filesystem (a tmpfs; skipped where this user may not mount one).
+- ``--force`` replaces only a directory minitx wrote, never ``.``, ``..`` or a directory
+  holding the input (`minitx.outputs`).
+- Run directories are claimed atomically: two runs started at once never share one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import signal
+import subprocess
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import PYTHON, TINY_CONFIG, subprocess_env
+
+from minitx.checkpoint import write_checkpoint
+from minitx.errors import OutputError
+from minitx.outputs import MARKER, check_output_dir, check_output_file, replace_dir
+from minitx.textio import atomic_path, write_text_atomic
+
+
+@contextlib.contextmanager
+def small_filesystem(where: Path, size: str) -> Iterator[Path]:
+    """Mount a tmpfs of `size` (e.g. ``"3m"``) at `where`; skip the test where mounting is not
+    allowed (not root, or no CAP_SYS_ADMIN)."""
+    where.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here ({done.stderr.strip() or 'not root'})")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+def a_checkpoint(version: int, megabytes: float) -> dict:
+    n = int(megabytes * 1e6 / 4)
+    return {"version": version, "state_dict": {"w": torch.full((n,), float(version))}}
+
+
+def orphans(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir() if ".tmp-" in p.name)
+
+
+# --- atomic replacement -------------------------------------------------------------------
+
+
+def test_a_failed_write_leaves_the_previous_file_and_no_temporary(tmp_path: Path) -> None:
+    target = tmp_path / "hyp.txt"
+    write_text_atomic(target, "old\n")
+    with pytest.raises(RuntimeError), atomic_path(target) as tmp:
+        tmp.write_text("half")
+        raise RuntimeError("the writer failed")
+    assert target.read_text() == "old\n"
+    assert orphans(tmp_path) == []
+
+
+def test_a_full_disk_keeps_the_previous_checkpoint_and_names_the_destination(
+    tmp_path: Path,
+) -> None:
+    with small_filesystem(tmp_path / "small", "3m") as disk:
+        target = disk / "last.ckpt"
+        write_checkpoint(a_checkpoint(1, 1.0), target)
+        with pytest.raises(OutputError) as caught:
+            write_checkpoint(a_checkpoint(2, 2.5), target)
+        message = str(caught.value)
+        assert str(target) in message and "about 2.5 MB needed" in message
+        assert "free in" in message and "\n" not in message
+        assert torch.load(target, weights_only=True)["version"] == 1
+        assert orphans(disk) == []
+
+
+KILLED_WRITER = textwrap.dedent(
+    """
+    import sys, torch
+    from minitx.training.checkpoint_io import AtomicCheckpointIO
+    target, first = sys.argv[1], int(sys.argv[2])
+    io = AtomicCheckpointIO()
+    for version in range(first, first + 1000):
+        state = {"version": version, "state_dict": {"w": torch.full((6_000_000,), float(version))}}
+        io.save_checkpoint(state, target)
+        print(version, flush=True)
+    """
+)
+
+
+def test_a_kill_during_the_write_leaves_a_whole_checkpoint_and_no_orphan_elsewhere(
+    tmp_path: Path,
+) -> None:
+    """Training's checkpoint writer, killed at random instants (SIGKILL) while it replaces
+    last.ckpt, with the system's temporary directory on another filesystem (where Lightning's
+    own writer copied a temporary file over the checkpoint)."""
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    with small_filesystem(tmp_path / "tmpdir", "200m") as tmpdir:
+        env = {**subprocess_env(), "TMPDIR": str(tmpdir)}
+        target = runs / "last.ckpt"
+        rng, version = random.Random(0), 1
+        for _ in range(6):
+            writer = subprocess.Popen(
+                [PYTHON, "-c", KILLED_WRITER, str(target), str(version)],
+                env=env,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            assert writer.stdout is not None
+            writer.stdout.readline()  # one checkpoint is whole: kill during the next ones
+            time.sleep(rng.uniform(0.0, 0.3))
+            writer.send_signal(signal.SIGKILL)
+            writer.wait()
+            saved = torch.load(target, weights_only=True)
+            assert saved["version"] >= version
+            assert torch.equal(saved["state_dict"]["w"][-3:], torch.full((3,), saved["version"]))
+            left = [p for p in tmpdir.rglob("*") if p.is_file()]  # (torch makes an empty dir)
+            assert left == []  # nothing left in the temporary directory
+            assert len(orphans(runs)) <= 1  # at most the killed write's own temporary file
+            version = saved["version"] + 1
+        write_checkpoint(a_checkpoint(version, 0.1), target)  # the next write tidies up
+        assert orphans(runs) == []
+
+
+@pytest.mark.slow
+def test_training_on_a_full_disk_stops_with_one_line_and_no_truncated_checkpoint(
+    tmp_path: Path,
+) -> None:
+    """The tiny config writes ~1.5 MB checkpoints; a 3 MB runs directory fills during the first
+    epoch's checkpoints. Every .ckpt left must load, and the error must name the file."""
+    with small_filesystem(tmp_path / "runs", "3m") as runs:
+        done = subprocess.run(
+            [
+                PYTHON,
+                "-m",
+                "minitx",
+                "train",
+                "--config",
+                str(TINY_CONFIG),
+                "--runs_dir",
+                str(runs),
+                "--trainer.max_epochs",
+                "2",
+                "--test",
+                "false",
+                "--trainer.enable_progress_bar",
+                "false",
+            ],  # fmt: skip
+            cwd=tmp_path,
+            env={**subprocess_env(), "TMPDIR": str(tmp_path)},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 2, done.stderr[-3000:]
+        last_line = done.stderr.strip().splitlines()[-1]
+        assert last_line.startswith(f"error: cannot write {runs}/tiny/"), last_line
+        assert ".ckpt" in last_line and "MB needed" in last_line
+        checkpoints = sorted(runs.glob("tiny/*/checkpoints/*.ckpt"))
+        assert checkpoints, "the first checkpoint fitted and should be there"
+        for path in checkpoints:
+            assert "state_dict" in torch.load(path, weights_only=True), path
+        assert orphans(checkpoints[0].parent) == []
+
+
+def test_training_writes_checkpoints_through_the_atomic_writer(tmp_path: Path) -> None:
+    from minitx.cli.train import build_cli
+    from minitx.training.checkpoint_io import AtomicCheckpointIO
+
+    cli = build_cli(
+        ["--config", str(TINY_CONFIG), "--runs_dir", str(tmp_path), "--trainer.max_epochs", "1"]
+    )
+    assert isinstance(cli.trainer.strategy.checkpoint_io, AtomicCheckpointIO)
+
+
+# --- --force and output paths ---------------------------------------------------------------
+
+
+@pytest.fixture
+def nest(tmp_path: Path, tiny_checkpoint: Path) -> Path:
+    """``a/b/`` holding a checkpoint, with a file of the user's in ``a/``: the probe's layout."""
+    inner = tmp_path / "a" / "b"
+    inner.mkdir(parents=True)
+    (inner / "my.ckpt").write_bytes(tiny_checkpoint.read_bytes())
+    (tmp_path / "a" / "notes.txt").write_text("mine\n")
+    return inner
+
+
+def ct2(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [PYTHON, "-m", "minitx", "ct2", *args],
+        capture_output=True,
+        text=True,
+        env=subprocess_env(),
+        timeout=180,
+    )
+
+
+@pytest.mark.parametrize(
+    ("out", "why"),
+    [
+        ("..", "current directory or one of its parents"),
+        (".", "current directory or one of its parents"),
+        ("../..", "current directory or one of its parents"),
+    ],
+)
+def test_force_never_replaces_the_current_directory_or_its_parents(
+    nest: Path, out: str, why: str
+) -> None:
+    pytest.importorskip("ctranslate2")
+    before = sorted(p.relative_to(nest.parent.parent) for p in nest.parent.parent.rglob("*"))
+    done = subprocess.run(
+        [PYTHON, "-m", "minitx", "ct2", "--checkpoint", "my.ckpt", "--out", out, "--force"],
+        cwd=nest,
+        capture_output=True,
+        text=True,
+        env=subprocess_env(),
+        timeout=180,
+    )
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and why in done.stderr
+    after = sorted(p.relative_to(nest.parent.parent) for p in nest.parent.parent.rglob("*"))
+    assert after == before
+
+
+def test_force_never_replaces_a_directory_holding_the_input(nest: Path) -> None:
+    pytest.importorskip("ctranslate2")
+    done = ct2("--checkpoint", str(nest / "my.ckpt"), "--out", str(nest), "--force")
+    assert done.returncode == 2 and "holds (or is) the input" in done.stderr
+    assert (nest / "my.ckpt").is_file()
+
+
+def test_force_replaces_only_what_minitx_wrote(tmp_path: Path, tiny_checkpoint: Path) -> None:
+    pytest.importorskip("ctranslate2")
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "thesis.tex").write_text("years of work\n")
+    done = ct2("--checkpoint", str(tiny_checkpoint), "--out", str(mine), "--force")
+    assert done.returncode == 2 and "not written by minitx" in done.stderr
+    assert (mine / "thesis.tex").read_text() == "years of work\n"
+
+    exported = tmp_path / "exported"
+    assert ct2("--checkpoint", str(tiny_checkpoint), "--out", str(exported)).returncode == 0
+    assert (exported / MARKER).is_file()
+    again = ct2("--checkpoint", str(tiny_checkpoint), "--out", str(exported), "--force")
+    assert again.returncode == 0, again.stderr
+    assert (exported / "model.bin").is_file() and not list(tmp_path.glob(".exported.*"))
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert ct2("--checkpoint", str(tiny_checkpoint), "--out", str(empty), "--force").returncode == 0
+
+
+def test_output_rules_in_python(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "in.ckpt").write_text("x")
+    with pytest.raises(OutputError, match="current directory"):
+        check_output_dir(tmp_path, force=True)
+    with pytest.raises(OutputError, match="input"):
+        check_output_dir(tmp_path / "sub", inputs=[tmp_path / "sub" / "x.ckpt"])
+    with pytest.raises(OutputError, match="also an input"):
+        check_output_file(tmp_path / "in.ckpt", inputs=[tmp_path / "in.ckpt"])
+    check_output_dir(tmp_path / "new", inputs=[tmp_path / "in.ckpt"])  # a new directory: fine
+
+
+def test_a_replaced_directory_is_swapped_whole(tmp_path: Path) -> None:
+    out, new = tmp_path / "out", tmp_path / ".out.new"
+    out.mkdir()
+    (out / "a").write_text("old")
+    new.mkdir()
+    (new / "b").write_text("new")
+    replace_dir(new, out)
+    assert sorted(p.name for p in out.iterdir()) == ["b"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_export_refuses_a_directory_that_is_not_a_minitx_release(
+    tmp_path: Path, tiny_checkpoint: Path
+) -> None:
+    """A Hugging Face model directory has the same file names as a release (config.json,
+    README.md, model.safetensors): minitx-export must not write over it."""
+    hf = tmp_path / "hf-model"
+    hf.mkdir()
+    (hf / "config.json").write_text('{"model_type": "marian"}\n')
+    (hf / "README.md").write_text("someone else's card\n")
+    done = subprocess.run(
+        [PYTHON, "-m", "minitx", "export", "--checkpoint", str(tiny_checkpoint), "--out", str(hf)],
+        capture_output=True,
+        text=True,
+        env=subprocess_env(),
+        timeout=180,
+    )
+    assert done.returncode == 2 and "not a minitx release" in done.stderr
+    assert (hf / "README.md").read_text() == "someone else's card\n"
+
+
+def test_average_and_translate_refuse_an_output_that_is_an_input(
+    tmp_path: Path, tiny_checkpoint: Path
+) -> None:
+    ckpt = tmp_path / "a.ckpt"
+    ckpt.write_bytes(tiny_checkpoint.read_bytes())
+    size = ckpt.stat().st_size
+    done = subprocess.run(
+        [PYTHON, "-m", "minitx", "average", str(ckpt), "--out", str(ckpt), "--overwrite"],
+        capture_output=True,
+        text=True,
+        env=subprocess_env(),
+        timeout=180,
+    )
+    assert done.returncode == 2 and "also an input" in done.stderr
+    assert ckpt.stat().st_size == size
+    source = tmp_path / "in.de"
+    source.write_text("ein mann .\n")
+    done = subprocess.run(
+        [PYTHON, "-m", "minitx", "translate", "--checkpoint", str(ckpt)]
+        + ["--input", str(source), "--output", str(source)],
+        capture_output=True,
+        text=True,
+        env=subprocess_env(),
+        timeout=180,
+    )
+    assert done.returncode == 2 and "also an input" in done.stderr
+    assert source.read_text() == "ein mann .\n"
+
+
+# --- run directories ----------------------------------------------------------------------
+
+CLAIMS = textwrap.dedent(
+    """
+    import sys, time
+    from pathlib import Path
+    from minitx.cli.train import claim_run_dir
+    root, start = Path(sys.argv[1]), float(sys.argv[2])
+    time.sleep(max(0.0, start - time.time()))
+    claimed = [claim_run_dir(root) for _ in range(20)]
+    for run_dir in claimed:  # a run writes into its directory (an empty one is removed at exit)
+        (run_dir / "owner").write_text(str(id(claimed)))
+    print(" ".join(run_dir.name for run_dir in claimed))
+    """
+)
+
+
+def test_run_directories_are_claimed_once_even_within_a_second(tmp_path: Path) -> None:
+    start = time.time() + 2.0  # both processes claim from the same instant
+    workers = [
+        subprocess.Popen(
+            [PYTHON, "-c", CLAIMS, str(tmp_path), str(start)],
+            env=subprocess_env(),
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    names = [name for w in workers for name in w.communicate(timeout=120)[0].split()]
+    assert len(names) == 40 and len(set(names)) == 40
+    assert sorted(names) == sorted(p.name for p in tmp_path.iterdir())
+
+
+@pytest.mark.slow
+def test_two_runs_started_at_once_get_their_own_directories(tmp_path: Path) -> None:
+    command = [
+        PYTHON, "-m", "minitx", "train", "--config", str(TINY_CONFIG),
+        "--runs_dir", str(tmp_path / "runs"), "--trainer.max_steps", "3", "--test", "false",
+        "--trainer.enable_progress_bar", "false",
+    ]  # fmt: skip
+    env = {**subprocess_env(), "MINITX_RUN_VERSION": ""}
+    runs = [
+        subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    for run in runs:
+        run.communicate(timeout=300)
+        assert run.returncode == 0
+    run_dirs = sorted((tmp_path / "runs" / "tiny").iterdir())
+    assert len(run_dirs) == 2
+    for run_dir in run_dirs:
+        rows = (run_dir / "csv" / "metrics.csv").read_text().splitlines()
+        assert len(rows) > 1  # a header and this run's own rows
+        assert (run_dir / "checkpoints" / "last.ckpt").is_file()
+
+
+def test_a_run_that_wrote_nothing_leaves_no_directory(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [
+            PYTHON,
+            "-m",
+            "minitx",
+            "train",
+            "--config",
+            str(TINY_CONFIG),
+            "--runs_dir",
+            str(tmp_path / "runs"),
+            "--data.src_lang",
+            "xx",
+        ],  # fmt: skip
+        cwd=tmp_path,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert list((tmp_path / "runs" / "tiny").glob("*")) == []
