@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from minitx.errors import CheckpointError as CheckpointError  # re-exported: its home
 from minitx.model import Transformer, TransformerConfig
 from minitx.textio import atomic_path
 from minitx.tokenizer import Tokenizer
@@ -32,10 +33,6 @@ CHECKPOINT_KEY = "minitx"
 
 MODEL_PREFIX = "model."
 """Prefix of the Transformer's parameters in the LightningModule's state dict."""
-
-
-class CheckpointError(ValueError):
-    """A file that is not a usable minitx checkpoint (truncated, foreign, damaged)."""
 
 
 def write_payload(

@@ -1,9 +1,11 @@
 """The live demo page: a `Translator` behind a small Gradio app (the optional ``demo`` extra).
 
-Type or pick a sentence, choose greedy or beam search (and the beam size), and see the
-translation, the n-best list and the interactive attention viewer of that translation (the
-standalone viewer of `minitx.viz.viewer`, embedded as an iframe ``srcdoc``, since Gradio
-does not run a fragment's inline scripts).
+Type or pick a sentence, choose the decoding strategy (any registered in
+`minitx.decoding.STRATEGIES` when the page is built: beam search, greedy, sampling, ...; the
+beam size for a strategy that reads one), and see the translation, the n-best list and the
+interactive attention viewer of that translation (the standalone viewer of
+`minitx.viz.viewer`, embedded as an iframe ``srcdoc``, since Gradio does not run a
+fragment's inline scripts).
 
 The page works offline: analytics are off, the theme uses the system's fonts (nothing from
 a font CDN), the viewer forbids every network load, and the server binds to 127.0.0.1
@@ -17,7 +19,7 @@ import math
 import os
 from typing import TYPE_CHECKING, Any
 
-from minitx.decoding import DEFAULT_BEAM_SIZE, DecodingConfig
+from minitx.decoding import DEFAULT_BEAM_SIZE, STRATEGIES, DecodingConfig, strategy_for
 from minitx.errors import require_extra
 from minitx.translator import Translator
 from minitx.viz import viewer_html
@@ -56,11 +58,27 @@ def import_gradio() -> Any:
     return require_extra("gradio", "demo", "the live demo page")
 
 
+def strategy_choices() -> list[str]:
+    """The strategies the page offers: every registered one, the default (beam search) first."""
+    default = DecodingConfig().strategy
+    return [default, *(name for name in STRATEGIES.names() if name != default)]
+
+
+def reads_beam_size(strategy: str) -> bool:
+    """Whether `strategy` reads the beam size (the page shows the slider for it only)."""
+    return "beam_size" in strategy_for(strategy).options
+
+
 def decoding_for(strategy: str, beam_size: int) -> DecodingConfig:
-    """The `DecodingConfig` of the page's controls: "greedy", or "beam" with `beam_size`."""
-    if strategy == "greedy":
-        return DecodingConfig(strategy="greedy")
-    return DecodingConfig(strategy="beam", beam_size=int(beam_size))
+    """The `DecodingConfig` of the page's controls: the strategy, with `beam_size` when it
+    reads one (beam search), its other settings at their defaults.
+
+    Raises:
+        ConfigError: `strategy` is not registered (a `ValueError`, shown on the page).
+    """
+    if reads_beam_size(strategy):
+        return DecodingConfig(strategy=strategy, beam_size=int(beam_size))
+    return DecodingConfig(strategy=strategy)
 
 
 def viewer_iframe(page: str) -> str:
@@ -76,8 +94,8 @@ def translate_for_page(
     translator: Translator, sentence: str, strategy: str, beam_size: int
 ) -> tuple[str, list[list[Any]], str]:
     """What the page shows for one sentence: the translation, the n-best rows (rank, score,
-    translation; the whole beam, best first; greedy: one row, score None) and the attention
-    viewer's iframe.
+    translation; the whole beam, best first; greedy: one row, score None; in general the
+    strategy's `width` hypotheses) and the attention viewer's iframe.
 
     Raises:
         ValueError: for an empty sentence (shown on the page as an error).
@@ -98,9 +116,10 @@ def translate_for_page(
 def build_demo(translator: Translator, *, title: str = "minitx translation demo") -> gr.Blocks:
     """The demo app for `translator` (not yet launched; see `launch`).
 
-    Element ids for scripts and tests: ``#source`` (the sentence box), ``#strategy``,
-    ``#beam-size``, ``#translate`` (the button), ``#translation``, ``#n-best`` and
-    ``#viewer`` (holding ``iframe#attention-viewer``).
+    Element ids for scripts and tests: ``#source`` (the sentence box), ``#strategy`` (every
+    strategy registered when the page is built, `strategy_choices`), ``#beam-size``,
+    ``#translate`` (the button), ``#translation``, ``#n-best`` and ``#viewer`` (holding
+    ``iframe#attention-viewer``).
     """
     gr = import_gradio()
     src, tgt = translator.languages
@@ -121,9 +140,8 @@ def build_demo(translator: Translator, *, title: str = "minitx translation demo"
                 if examples:
                     gr.Examples(examples=[[e] for e in examples], inputs=[source])
             with gr.Column(scale=1):
-                strategy = gr.Radio(
-                    ["beam", "greedy"], value="beam", label="decoding", elem_id="strategy"
-                )
+                choices = strategy_choices()
+                strategy = gr.Radio(choices, value=choices[0], label="decoding", elem_id="strategy")
                 beam_size = gr.Slider(
                     2, MAX_BEAM, value=DEFAULT_BEAM_SIZE, step=1, label="beam size",
                     elem_id="beam-size",
@@ -144,7 +162,7 @@ def build_demo(translator: Translator, *, title: str = "minitx translation demo"
             "by the piece they predict; hover a token to see its weights."
         )
         viewer = gr.HTML(elem_id="viewer")
-        strategy.change(lambda s: gr.update(visible=s == "beam"), strategy, beam_size)
+        strategy.change(lambda s: gr.update(visible=reads_beam_size(s)), strategy, beam_size)
         outputs = [translation, n_best, viewer]
         inputs = [source, strategy, beam_size]
         button.click(run, inputs, outputs)

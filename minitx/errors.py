@@ -1,8 +1,26 @@
-"""Exception types that mean "the user's settings or environment", not "a bug in minitx".
+"""The errors that mean "the user's input, files, settings or environment", not "a bug".
 
-Every command turns these into one line, ``error: <what, where, how to fix>``, and exit
-status 2; set ``MINITX_DEBUG=1`` to see the traceback instead. Anything else that escapes a
-command is a bug and keeps its traceback.
+One hierarchy, raised where the problem is found and told from a bug by its type alone:
+
+    MinitxError                      every command: one ``error:`` line, exit status 2
+    ├── UsageError                   a command-line argument that cannot be used
+    ├── ConfigError (ValueError)     a setting minitx cannot use
+    ├── DataError (ValueError)       a corpus or text file: bad UTF-8, unequal lines, no split...
+    │   └── CorpusError              a split that cannot be scored (evaluation)
+    ├── MissingFileError (FileNotFoundError)   a file or directory the user named is absent
+    ├── SourceUnreachableError (ConnectionError)   the hub cannot be reached
+    ├── CheckpointError (ValueError) a checkpoint or release that is missing parts or damaged
+    ├── ResumeError                  a resume that does not match its checkpoint
+    ├── TrainingError                training cannot go on (divergence)
+    ├── OutputError                  an output that cannot be written safely (or no room)
+    └── MissingExtraError (ImportError)   an optional library is not installed
+
+The builtin base beside `MinitxError` keeps code that catches `ValueError`,
+`FileNotFoundError`, ... working. The commands turn a `MinitxError` into one line, ``error:
+<what, where, how to fix>``, and exit status 2 (`minitx.cli.common.report_user_error`); set
+``MINITX_DEBUG=1`` to see the traceback instead. Anything else that escapes a command is a bug
+and keeps its traceback. (An operating-system error that names a file, such as "permission
+denied", is reported the same way.)
 """
 
 from __future__ import annotations
@@ -23,7 +41,42 @@ class MinitxError(Exception):
     every command reports it as one ``error:`` line with exit status 2.
     """
 
-    user_error = True
+
+class UsageError(MinitxError):
+    """A command-line argument the command cannot use (the message names the flag)."""
+
+
+class ConfigError(MinitxError, ValueError):
+    """A setting has a value minitx cannot use; the message names it and what to choose.
+
+    A `ValueError`, so code that catches invalid values in general keeps working.
+    """
+
+
+class DataError(MinitxError, ValueError):
+    """A corpus or text file minitx cannot use (bad UTF-8, unequal line counts, bad JSON, a
+    missing split or language); the message names the file and, where it helps, the line."""
+
+
+class MissingFileError(MinitxError, FileNotFoundError):
+    """A file or directory the user named (corpus, tokenizer, checkpoint) does not exist."""
+
+
+class SourceUnreachableError(MinitxError, ConnectionError):
+    """A hub dataset or model cannot be reached; the message says how to use local files."""
+
+
+class CheckpointError(MinitxError, ValueError):
+    """A file that is not a usable minitx checkpoint or release (truncated, foreign, damaged)."""
+
+
+class ResumeError(MinitxError):
+    """Training cannot resume from the checkpoint as asked (another model or tokenizer, a
+    weights-only file, a setting the checkpoint overrides)."""
+
+
+class TrainingError(MinitxError):
+    """Training cannot go on (a non-finite loss or weights: the settings' doing)."""
 
 
 class OutputError(MinitxError):
@@ -31,11 +84,9 @@ class OutputError(MinitxError):
     input, or the current directory; or the disk has no room for it."""
 
 
-class ConfigError(ValueError):
-    """A setting has a value minitx cannot use; the message names it and what to choose.
-
-    A `ValueError`, so code that catches invalid values in general keeps working.
-    """
+class MissingExtraError(MinitxError, ImportError):
+    """An optional library that a feature needs is not installed; the message names the
+    ``minitx[extra]`` to install."""
 
 
 def debug_requested() -> bool:
@@ -50,13 +101,6 @@ def check_known_keys(where: str, values: Iterable[str], known: Iterable[str]) ->
     unknown = sorted(set(values) - known)
     if unknown:
         raise ConfigError(f"{where}: unknown keys {unknown}; known keys are {sorted(known)}")
-
-
-class MissingExtraError(ImportError):
-    """An optional library that a feature needs is not installed; the message names the
-    ``minitx[extra]`` to install. Reported by every command as a one-line ``error:``."""
-
-    user_error = True
 
 
 def require_extra(module: str, extra: str, feature: str) -> ModuleType:

@@ -1,16 +1,94 @@
-"""Corpus-level scoring of a `Translator` with sacreBLEU (BLEU cased 13a, lowercased BLEU, chrF)."""
+"""Corpus-level scoring of a `Translator` with sacreBLEU (BLEU cased 13a, lowercased BLEU, chrF),
+and the corpus split it scores (`load_split`: the reader of minitx-evaluate and of the
+experiments' probes)."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, NamedTuple
 
 from sacrebleu.metrics import BLEU, CHRF
 
 from minitx.decoding import DecodingConfig
+from minitx.errors import DataError
 from minitx.translator import Progress, Translator, resolve_decoding
+
+
+class CorpusError(DataError):
+    """A corpus split cannot be scored: it cannot be read, it is not there, or it has no
+    usable pair. The message names the corpus and the split; the commands report it as one
+    ``error:`` line."""
+
+
+class Split(NamedTuple):
+    """One corpus split, ready to score: the usable pairs and where they sit in the files."""
+
+    sources: list[str]
+    references: list[str]
+    lines: list[int]
+    """1-based line (row) of each pair in the split's files."""
+    n_lines: int
+    """Lines (rows) of the split, usable or not."""
+    skipped: dict[str, int]
+    resolved: str
+    """The corpus as read: `source` after `minitx.data.resolve_data_source`."""
+
+
+def load_split(source: str, split: str, src_lang: str, tgt_lang: str, limit: int | None) -> Split:
+    """The pairs of one split (the first `limit` lines only, when given) with both sides
+    non-empty, their line numbers and the skip counts.
+
+    Args:
+        source: anything `minitx.data.load_parallel_corpus` reads (a directory of
+            ``{split}.{lang}[.gz]`` files, a ``{split}`` jsonl pattern, ``builtin:toy``, a hub
+            id); ``MINITX_DATA_DIR`` replaces a hub id, as in training.
+        split: "train", "validation" or "test", under the loader's default file names.
+        src_lang, tgt_lang: the language pair.
+        limit: read only the first `limit` lines (None: all).
+
+    Raises:
+        CorpusError: the corpus cannot be read, has no such split, or the split has no pair
+            with both sides non-empty.
+    """
+    import datasets
+
+    from minitx.data import (
+        HUB_SPLITS,
+        MULTI30K_SPLITS,
+        clean_pairs,
+        load_parallel_corpus,
+        resolve_data_source,
+        side_texts,
+    )
+
+    resolved = resolve_data_source(source)
+    # Read only the wanted split, under the loader's default name for it (local files or hub).
+    local = "{split}" in resolved or Path(resolved).expanduser().exists()
+    names = MULTI30K_SPLITS if local else HUB_SPLITS
+    try:
+        corpus = load_parallel_corpus(resolved, src_lang, tgt_lang, splits={split: names[split]})
+    except (FileNotFoundError, ValueError, ConnectionError) as exc:
+        raise CorpusError(str(exc)) from None
+    if split not in corpus:
+        raise CorpusError(f"{resolved}: no {split!r} split (found {sorted(corpus)})")
+    rows = corpus[split]
+    if limit is not None and limit < len(rows):
+        rows = rows.select(range(limit))
+    cleaned, skipped = clean_pairs(datasets.DatasetDict({split: rows}), src_lang, tgt_lang)
+    pairs = cleaned[split]
+    if len(pairs) == 0:
+        raise CorpusError(f"{resolved}: the {split!r} split has no non-empty sentence pairs")
+    return Split(
+        sources=side_texts(pairs, src_lang),
+        references=side_texts(pairs, tgt_lang),
+        lines=[int(n) for n in pairs["line"]],
+        n_lines=len(rows),
+        skipped=skipped[split],
+        resolved=resolved,
+    )
 
 
 @dataclass

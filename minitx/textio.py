@@ -13,7 +13,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TextIO
 
-from minitx.errors import OutputError
+from minitx.errors import DataError, OutputError, UsageError
 
 
 def decode_utf8(raw: bytes, name: str, *, first_line: int = 1) -> str:
@@ -25,7 +25,7 @@ def decode_utf8(raw: bytes, name: str, *, first_line: int = 1) -> str:
         first_line: the line number of the first line of `raw` (a later part of a stream).
 
     Raises:
-        ValueError: invalid UTF-8; the message names `name`, the line and the byte
+        DataError: invalid UTF-8; the message names `name`, the line and the byte
             within it, and how to re-encode the file.
     """
     try:
@@ -33,7 +33,7 @@ def decode_utf8(raw: bytes, name: str, *, first_line: int = 1) -> str:
     except UnicodeDecodeError as exc:
         line = raw.count(b"\n", 0, exc.start) + first_line
         column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
-        raise ValueError(
+        raise DataError(
             f"{name}: line {line} is not valid UTF-8 ({exc.reason} at byte {column} of the line). "
             "Re-encode the file as UTF-8, e.g. `iconv -f latin1 -t utf-8`."
         ) from None
@@ -56,13 +56,13 @@ def check_utf8_argument(text: str, what: str) -> None:
     Python decodes such bytes to lone surrogates ("surrogateescape"); no tokenizer can read them.
 
     Raises:
-        ValueError: naming `what` and the offending byte.
+        UsageError: naming `what` and the offending byte.
     """
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:
         byte = text[exc.start].encode("utf-8", "surrogateescape")
-        raise ValueError(
+        raise UsageError(
             f"{what} is not valid UTF-8 (byte 0x{byte.hex()} at character {exc.start + 1}); "
             "set a UTF-8 locale or pass the text in a UTF-8 file with --input"
         ) from None

@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 import sentencepiece as spm
 
+from minitx.errors import ConfigError, DataError, MissingFileError
 from minitx.textio import atomic_path
 from minitx.vocab import BOS_ID, BOS_PIECE, EOS_ID, EOS_PIECE, PAD_ID, PAD_PIECE, UNK_ID, UNK_PIECE
 
@@ -92,16 +93,16 @@ class Tokenizer:
                 support.
         """
         if model_type not in _MODEL_TYPES:
-            raise ValueError(f"model_type must be one of {_MODEL_TYPES}, got {model_type!r}.")
+            raise ConfigError(f"model_type must be one of {_MODEL_TYPES}, got {model_type!r}.")
         if vocab_size < 5:
-            raise ValueError(
+            raise ConfigError(
                 f"vocab_size must be at least 5 (4 special pieces + 1), got {vocab_size}."
             )
         if not 0.0 < character_coverage <= 1.0:
-            raise ValueError(f"character_coverage must be in (0, 1], got {character_coverage}.")
+            raise ConfigError(f"character_coverage must be in (0, 1], got {character_coverage}.")
         sentences = [s for s in sentences if s and not s.isspace()]
         if not sentences:
-            raise ValueError("Tokenizer.train got no (non-empty) sentences to train on.")
+            raise DataError("Tokenizer.train got no (non-empty) sentences to train on.")
 
         settings: dict[str, Any] = {
             "vocab_size": vocab_size,
@@ -152,11 +153,11 @@ class Tokenizer:
         """
         path = Path(path)
         if not path.is_file():
-            raise FileNotFoundError(f"Tokenizer model not found: {path}")
+            raise MissingFileError(f"Tokenizer model not found: {path}")
         try:
             return cls(path.read_bytes())
         except ValueError as exc:
-            raise ValueError(f"{path}: {exc}") from exc
+            raise DataError(f"{path}: {exc}") from exc
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the model to ``path`` (loadable with :meth:`load` or plain sentencepiece)."""
@@ -301,18 +302,18 @@ def _training_error(exc: RuntimeError, vocab_size: int, n_sentences: int) -> Val
     message = str(exc)
     too_high = re.search(r"Vocabulary size too high \((\d+)\).*<= (\d+)", message)
     if too_high:
-        return ValueError(
+        return ConfigError(
             f"vocab_size={vocab_size} is too large for this corpus ({n_sentences} sentences): "
             f"sentencepiece can build at most {too_high.group(2)} pieces. Set vocab_size "
             f"(data.vocab_size in configs) to {too_high.group(2)} or less."
         )
     too_low = re.search(r"smaller than required_chars\. (\d+) vs (\d+)", message)
     if too_low:
-        return ValueError(
+        return ConfigError(
             f"vocab_size={vocab_size} is too small: the corpus has {too_low.group(2)} required "
             "characters plus special pieces. Increase vocab_size or lower character_coverage."
         )
-    return ValueError(f"sentencepiece training failed: {message}")
+    return DataError(f"sentencepiece training failed: {message}")
 
 
 def _load_processor(model_bytes: bytes) -> spm.SentencePieceProcessor:
@@ -320,13 +321,13 @@ def _load_processor(model_bytes: bytes) -> spm.SentencePieceProcessor:
     try:
         sp = spm.SentencePieceProcessor(model_proto=model_bytes)
     except (RuntimeError, TypeError) as exc:
-        raise ValueError(
+        raise DataError(
             f"Not a sentencepiece model ({len(model_bytes)} bytes could not be parsed)."
         ) from exc
     expected = {"pad": PAD_ID, "unk": UNK_ID, "bos": BOS_ID, "eos": EOS_ID}
     found = {"pad": sp.pad_id(), "unk": sp.unk_id(), "bos": sp.bos_id(), "eos": sp.eos_id()}
     if found != expected:
-        raise ValueError(
+        raise DataError(
             f"The sentencepiece model has special ids {found}; minitx needs {expected}. "
             "Train it with Tokenizer.train (or spm_train --pad_id=0 --unk_id=1 --bos_id=2 "
             "--eos_id=3)."

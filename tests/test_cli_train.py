@@ -120,8 +120,8 @@ def test_default_config_is_found_from_any_directory(
     cli = build_cli(["--trainer.logger", "false"])
     defaults = yaml.safe_load((CONFIG_DIR / "multi30k_de_en.yaml").read_text())
     assert cli.config.data.src_lang == defaults["data"]["src_lang"] == "de"
-    assert cli.config.model.transformer.d_model == defaults["model"]["transformer"]["d_model"]
     assert cli.config.trainer.precision == defaults["trainer"]["precision"]
+    assert cli.config.run_name == defaults["run_name"] == "multi30k_de_en"
 
 
 PAIR_CONFIGS = sorted(
@@ -152,23 +152,19 @@ def test_the_default_is_the_20_minute_recipe(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Issue 11: the default config's max_time is the 20-minute budget, and its plan and
-    settings reach the Trainer, the data and the model, not just the config."""
+    settings reach the Trainer, the data and the model, not just the config. The model,
+    optimisation and data settings are the code's defaults (tests/test_defaults.py)."""
     monkeypatch.chdir(tmp_path)
     defaults = yaml.safe_load((CONFIG_DIR / "multi30k_de_en.yaml").read_text())
     cli = build_cli(["--trainer.logger", "false"])
     assert cli.config.trainer.max_time == defaults["trainer"]["max_time"] == "00:00:20:00"
     assert cli.trainer.max_steps == defaults["trainer"]["max_steps"] == 1475  # the plan
     assert cli.trainer.max_epochs == defaults["trainer"]["max_epochs"] == 3  # a bound only
-    assert cli.datamodule.hparams.max_tokens == defaults["data"]["max_tokens"] == 1024
-    assert cli.model.model_config.d_ff == defaults["model"]["transformer"]["d_ff"] == 512
-    assert cli.model.model_config.dropout == defaults["model"]["transformer"]["dropout"] == 0.0
-    optim = defaults["model"]["optim"]
-    assert (cli.model.optim.schedule, cli.model.optim.warmup_steps, cli.model.optim.lr) == (
-        optim["schedule"],
-        optim["warmup_steps"],
-        optim["lr"],
-    )
-    assert optim["schedule"] == "linear"
+    assert cli.datamodule.hparams.max_tokens == 1024
+    assert cli.model.model_config.d_ff == 512
+    assert cli.model.model_config.dropout == 0.0
+    optim = cli.model.optim
+    assert (optim.schedule, optim.warmup_steps, optim.lr) == ("linear", 100, 0.0015)
 
 
 def _flat(tree: dict, prefix: str = "") -> dict[str, object]:
@@ -275,6 +271,56 @@ def test_invalid_model_value_is_a_clear_error(
     with pytest.raises((ValueError, SystemExit)) as exc:
         build_cli(["--model.transformer.n_heads", "3", "--trainer.logger", "false"])
     assert "divisible" in str(exc.value) or exc.type is SystemExit
+
+
+def _attention_map_logger(cli):
+    from minitx.training import AttentionMapLogger
+
+    (logger,) = [c for c in cli.trainer.callbacks if isinstance(c, AttentionMapLogger)]
+    return logger
+
+
+def test_the_old_names_of_renamed_keys_still_work_with_a_note_printed_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """`model.optim.sdpa_backend` (now `model.sdpa_backend`) and `attention_maps.max_tokens`
+    (now `attention_maps.max_pieces`), on the command line or in a YAML config, set the
+    same thing as the new names; each prints one deprecation note per process."""
+    from minitx.training import deprecation
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(deprecation, "_NOTED", set())
+    base = ["--config", "tiny", "--trainer.logger", "false"]
+    old_names = ["--model.optim.sdpa_backend", "math", "--attention_maps.max_tokens", "9"]
+    old = build_cli(base + old_names)
+    new = build_cli(base + ["--model.sdpa_backend", "math", "--attention_maps.max_pieces", "9"])
+    for cli in (old, new):
+        assert cli.model.sdpa_backend == "math" and cli.model.hparams["sdpa_backend"] == "math"
+        assert _attention_map_logger(cli).max_pieces == 9
+    assert old.model.optim == new.model.optim  # the old key leaves nothing behind in optim
+    config = tmp_path / "old.yaml"
+    config.write_text(
+        "model:\n  optim:\n    sdpa_backend: flash\nattention_maps:\n  max_tokens: 11\n"
+    )
+    from_yaml = build_cli(base + ["--config", str(config)])
+    assert from_yaml.model.sdpa_backend == "flash"
+    assert _attention_map_logger(from_yaml).max_pieces == 11
+    err = capsys.readouterr().err
+    assert err.count("note: model.optim.sdpa_backend is deprecated") == 1, err
+    assert err.count("use model.sdpa_backend") == 1
+    assert err.count("note: attention_maps.max_tokens is deprecated") == 1, err
+    assert err.count("use attention_maps.max_pieces") == 1
+
+
+def test_a_renamed_key_set_under_both_names_to_different_values_is_an_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    args = ["--config", "tiny", "--trainer.logger", "false"]
+    with pytest.raises(ValueError, match="set one setting twice"):
+        build_cli(args + ["--model.optim.sdpa_backend", "math", "--model.sdpa_backend", "flash"])
+    with pytest.raises(ValueError, match="set one setting twice"):
+        build_cli(args + ["--attention_maps.max_tokens", "9", "--attention_maps.max_pieces", "12"])
 
 
 # ---------------------------------------------------------------------------- smoke fit
@@ -660,61 +706,3 @@ def test_ddp_two_cpu_processes(tmp_path: Path) -> None:
     (run_dir,) = run_dirs(tmp_path)
     assert (run_dir / "checkpoints" / "last.ckpt").is_file()
     assert logged(metrics(run_dir), "val/bleu")
-
-
-def test_default_comments_in_the_yaml_match_the_code() -> None:
-    """Each `key: value  # meaning (default)` line of the model groups and of the minitx
-    callbacks' groups names the default the code really has (dataclass field or constructor
-    argument), so the documentation cannot drift from the code."""
-    import inspect
-    from dataclasses import fields
-
-    from minitx.model import TransformerConfig
-    from minitx.training import (
-        AttentionMapLogger,
-        CheckpointAveraging,
-        OptimConfig,
-        ValidationConfig,
-    )
-
-    def constructor_defaults(cls: type) -> dict:
-        parameters = inspect.signature(cls.__init__).parameters.values()
-        return {p.name: p.default for p in parameters if p.default is not inspect.Parameter.empty}
-
-    groups = {
-        name: {f.name: getattr(instance, f.name) for f in fields(instance)}
-        for name, instance in (
-            ("transformer", TransformerConfig()),
-            ("optim", OptimConfig()),
-            ("validation", ValidationConfig()),
-            ("decoding", ValidationConfig().decoding),
-        )
-    }
-    groups["attention_maps"] = constructor_defaults(AttentionMapLogger)
-    groups["averaging"] = constructor_defaults(CheckpointAveraging)
-    checked, group, seen = 0, None, set()
-    for line in (CONFIG_DIR / "multi30k_de_en.yaml").read_text().splitlines():
-        match = re.match(r"^(\s*)(\w+):\s*(.*?)\s*(?:#(.*))?$", line)
-        if not match:
-            group = None
-            continue
-        indent, key, _, comment = match.groups()
-        if key in groups:
-            group = key
-            continue
-        if not indent:  # another top-level key
-            group = None
-            continue
-        found = re.search(r"\(([^()]*)\)\s*$", comment or "")
-        if group is None or found is None or key not in groups[group]:
-            continue
-        default = groups[group][key]
-        documented = yaml.safe_load(found.group(1))
-        expected = list(default) if isinstance(default, tuple) else default
-        assert documented == expected, (
-            f"{group}.{key}: YAML says ({found.group(1)}), code {default}"
-        )
-        checked += 1
-        seen.add(group)
-    assert checked >= 25
-    assert seen == set(groups)

@@ -30,6 +30,7 @@ from minitx.data import (
     resolve_data_source,
     round_up,
 )
+from minitx.errors import DataError
 from minitx.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 SPLIT_FILES = {"train": "train", "validation": "val", "test": "test_2016_flickr"}
@@ -546,7 +547,7 @@ def test_datamodule_argument_errors(toy_corpus_dir: Path) -> None:
     dm = TranslationDataModule(
         source=str(toy_corpus_dir), vocab_size=150, cache_dir=None, splits={"train": "train"}
     )
-    with pytest.raises(KeyError, match=r"No 'validation' split; this DataModule has \['train'\]"):
+    with pytest.raises(DataError, match=r"No 'validation' split; this DataModule has \['train'\]"):
         dm.val_dataloader()
 
 

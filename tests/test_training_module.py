@@ -83,8 +83,10 @@ def test_the_decay_ends_at_the_trainers_planned_steps_or_at_total_steps() -> Non
     )
     assert type(scheduler_of(fixed, 1180)) is CosineDecaySchedule
     assert scheduler_of(fixed, 1180).total_steps == 300
-    paper = TranslationModule(transformer=SMALL)
+    paper = TranslationModule(transformer=SMALL, optim={"schedule": "inverse_sqrt"})
     assert isinstance(scheduler_of(paper, float("inf")), InverseSqrtSchedule)
+    default = TranslationModule(transformer=SMALL)  # the default recipe's: linear decay
+    assert type(scheduler_of(default, 1475)) is LinearDecaySchedule
     with pytest.raises(ConfigError, match="trainer.max_epochs or trainer.max_steps"):
         scheduler_of(linear, float("inf"))  # max_epochs -1 and no max_steps: no end to decay to
     with pytest.raises(ConfigError, match="plans 80 optimizer steps, not more than"):
@@ -166,13 +168,44 @@ def test_settings_are_accepted_as_dataclasses_or_dicts_and_saved_as_plain_data()
         ({"lr": 0}, "lr must be > 0"),
         ({"schedule": "noam"}, "schedule='noam'; choose one of"),
         ({"total_steps": -1}, "total_steps must be >= 0"),
-        ({"schedule": "linear", "total_steps": 500}, "total_steps=500 must be larger than"),
-        ({"total_steps": 5000}, "applies to the linear and cosine schedules only"),
+        (
+            {"schedule": "linear", "warmup_steps": 1000, "total_steps": 500},
+            "total_steps=500 must be larger than",
+        ),
+        (
+            {"schedule": "inverse_sqrt", "total_steps": 5000},
+            "applies to the linear and cosine schedules only",
+        ),
     ],
 )
 def test_bad_optim_settings_are_clear_errors(optim: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         TranslationModule(transformer=SMALL, optim=optim)
+
+
+def test_the_attention_kernel_is_a_module_setting_with_its_old_optim_name_deprecated(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """`sdpa_backend` (`model.sdpa_backend`) chooses the training kernel; the old
+    `OptimConfig.sdpa_backend` still sets it, with one note, and is not kept in `optim`."""
+    from minitx.training import deprecation
+
+    monkeypatch.setattr(deprecation, "_NOTED", set())
+    assert TranslationModule(transformer=SMALL).sdpa_backend == "auto"
+    new = TranslationModule(transformer=SMALL, sdpa_backend="math")
+    assert capsys.readouterr().err == ""
+    for _ in range(2):
+        old = TranslationModule(transformer=SMALL, optim={"sdpa_backend": "math"})
+        assert old.sdpa_backend == new.sdpa_backend == "math"
+        assert old.optim == new.optim and old.optim.sdpa_backend is None
+        assert "sdpa_backend" not in old.hparams["optim"] and old.hparams["sdpa_backend"] == "math"
+    assert capsys.readouterr().err.count("model.optim.sdpa_backend is deprecated") == 1
+    same = TranslationModule(transformer=SMALL, optim={"sdpa_backend": "math"}, sdpa_backend="math")
+    assert same.sdpa_backend == "math"
+    with pytest.raises(ConfigError, match="set one setting twice"):
+        TranslationModule(transformer=SMALL, optim={"sdpa_backend": "math"}, sdpa_backend="flash")
+    with pytest.raises(ConfigError, match="model.sdpa_backend='fast'; choose one of"):
+        TranslationModule(transformer=SMALL, sdpa_backend="fast")
 
 
 @pytest.mark.parametrize(

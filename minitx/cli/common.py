@@ -11,15 +11,19 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
-import os
 import sys
 import time
-import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from minitx.errors import DEBUG_ENV, ConfigError, MinitxError, debug_requested
+from minitx.errors import (  # UsageError: re-exported, the commands import it from here
+    DEBUG_ENV,
+    ConfigError,
+    MinitxError,
+    UsageError,
+    debug_requested,
+)
 
 if TYPE_CHECKING:
     from minitx.translator import Translator
@@ -30,37 +34,14 @@ EXIT_SIGINT = 130
 """Exit status after Ctrl-C, as shells report a SIGINT death."""
 
 
-class UsageError(Exception):
-    """A problem with the user's input; reported as ``error: ...`` with exit status 2."""
-
-
-_DATA_ERRORS = (OSError, ConnectionError, UnicodeError, ValueError)
-"""Exception types that the data layer raises, with its own message, for the user's files."""
-
-
-def _raised_by_data_layer(exc: BaseException) -> bool:
-    """Whether `exc` comes from minitx/data/, tokenizer.py or textio.py (the innermost minitx
-    frame), i.e. the data layer reporting a problem with the user's corpus or paths."""
-    frames = traceback.extract_tb(exc.__traceback__)
-    ours = [f for f in frames if f"{os.sep}minitx{os.sep}" in f.filename]
-    if not ours:
-        return False
-    origin = Path(ours[-1].filename)
-    return origin.parent.name == "data" or origin.name in ("tokenizer.py", "textio.py")
-
-
 def user_error_message(exc: BaseException) -> str | None:
     """The one-line message for an error caused by the user's input, files, settings or
     environment; None for anything else (a bug, which keeps its traceback).
 
-    User errors: `UsageError`; `ConfigError` (an impossible setting); errors with a
-    ``user_error = True`` class attribute (training's divergence and resume checks); errors
-    the data layer raises for a corpus or path; operating-system errors naming a file (no
-    permission, disk full, missing directory).
+    Told by type alone (`minitx.errors`): a `MinitxError`, wherever it was raised; or an
+    operating-system error that names a file (no permission, a missing directory).
     """
-    if isinstance(exc, (UsageError, ConfigError)) or getattr(exc, "user_error", False):
-        return str(exc)
-    if isinstance(exc, _DATA_ERRORS) and _raised_by_data_layer(exc):
+    if isinstance(exc, MinitxError):
         return str(exc)
     if isinstance(exc, OSError) and exc.filename is not None:
         return f"{exc.filename}: {exc.strerror or exc}"
@@ -74,7 +55,7 @@ def report_user_error(exc: BaseException) -> int | None:
     if message is None or debug_requested():
         return None
     one_line = " ".join(message.split())
-    typed = isinstance(exc, (UsageError, MinitxError))  # raised on purpose, message complete
+    typed = isinstance(exc, MinitxError)  # raised on purpose, its message complete
     hint = "" if typed else f"  (set {DEBUG_ENV}=1 for the traceback)"
     print(f"error: {one_line}{hint}", file=sys.stderr)
     return EXIT_USER_ERROR
@@ -125,10 +106,7 @@ def check_arguments_utf8(arguments: dict[str, str]) -> None:
     from minitx.textio import check_utf8_argument
 
     for name, value in arguments.items():
-        try:
-            check_utf8_argument(value, name)
-        except ValueError as exc:
-            raise UsageError(str(exc)) from None
+        check_utf8_argument(value, name)
 
 
 CHECKPOINT_HELP = (
@@ -175,7 +153,12 @@ SAMPLING_OPTIONS = {
     "top_p": "--top-p",
     "seed": "--seed",
 }
-"""`DecodingConfig` sampling field -> its command-line option (given only with ``--sample``)."""
+"""`DecodingConfig` sampling field -> its command-line option (given only with ``--sample``, or
+a ``--strategy`` that reads the field)."""
+
+
+SAMPLE = "sample"
+"""The strategy ``--sample`` names (``--sample`` is ``--strategy sample``)."""
 
 
 def add_decoding_arguments(
@@ -188,14 +171,16 @@ def add_decoding_arguments(
     """The decoding and device options every inference command shares.
 
     Adds ``--beam`` (default `DEFAULT_BEAM_SIZE`; 1 = greedy; several values when
-    `several_beams`), ``--alpha``, sampling (``--sample`` with ``--temperature``,
+    `several_beams`), ``--strategy`` (the names in `minitx.decoding.STRATEGIES` when the
+    parser is built, so a strategy registered before that is offered too), ``--alpha``,
+    sampling (``--sample``, i.e. ``--strategy sample``, with ``--temperature``,
     ``--top-k``, ``--top-p``, ``--seed``), hard attention (``--attention``,
     ``--hard-attention-scope``), ``--batch-size`` (unless `batch_size` is False),
     ``--device`` and ``--bf16``. Build the `DecodingConfig` with `decoding_from_args` and the
     attention settings with `attention_from_args`; check the values with `check_decoding_args`.
     """
     from minitx.attention import ATTENTION_MODES
-    from minitx.decoding import DEFAULT_BEAM_SIZE, DecodingConfig
+    from minitx.decoding import DEFAULT_BEAM_SIZE, STRATEGIES, DecodingConfig
     from minitx.model import HARD_ATTENTION_SCOPES
 
     suffix = f" {what}" if what else ""
@@ -209,6 +194,13 @@ def add_decoding_arguments(
         help=f"beam size{suffix}; 1 = greedy decoding"
         + ("; several values are scored one after another" if several_beams else "")
         + f" (default: {DEFAULT_BEAM_SIZE})",
+    )
+    parser.add_argument(
+        "--strategy",
+        choices=STRATEGIES.names(),
+        help=f"decoding strategy{suffix}, by its name in minitx.decoding.STRATEGIES: beam "
+        "search reads --beam, sampling the sampling options below (default: --beam decides: "
+        "greedy for 1, else beam search; --sample is --strategy sample)",
     )
     parser.add_argument(
         "--alpha",
@@ -292,16 +284,27 @@ def check_decoding_args(parser: argparse.ArgumentParser, args: argparse.Namespac
         parser.error(f"--beam must be >= 1, got {args.beam}")
     if getattr(args, "batch_size", 1) < 1:
         parser.error(f"--batch-size must be >= 1, got {args.batch_size}")
+    named = getattr(args, "strategy", None)
+    if args.sample and named not in (None, SAMPLE):
+        parser.error(
+            f"--sample and --strategy {named} exclude each other: --sample is --strategy {SAMPLE}"
+        )
     if args.sample and getattr(args, "beam_given", False):
         parser.error("--sample and --beam exclude each other: sampling does not search")
+    reads = _options_read(args)
+    if named is not None and getattr(args, "beam_given", False) and "beam_size" not in reads:
+        parser.error(f"--beam does not apply to --strategy {named}: it reads no beam size")
     given = [
-        option for field, option in SAMPLING_OPTIONS.items() if getattr(args, field) is not None
+        option
+        for field, option in SAMPLING_OPTIONS.items()
+        if getattr(args, field) is not None and field not in reads
     ]
     if args.attention == "hard-sample":  # its seed is --seed
         given = [option for option in given if option != "--seed"]
-    if given and not args.sample:
+    if given:
         verb = "applies" if len(given) == 1 else "apply"
-        parser.error(f"{', '.join(given)} {verb} only with --sample")
+        other = f", not with --strategy {named}" if named is not None else ""
+        parser.error(f"{', '.join(given)} {verb} only with --sample{other}")
     if args.hard_attention_scope is not None and args.attention == "soft":
         parser.error("--hard-attention-scope applies only with a hard --attention")
     try:
@@ -310,16 +313,49 @@ def check_decoding_args(parser: argparse.ArgumentParser, args: argparse.Namespac
         parser.error(str(exc))
 
 
+def strategy_from_args(args: argparse.Namespace) -> str | None:
+    """The strategy the options name: ``--strategy NAME``, "sample" for ``--sample``, or None
+    when ``--beam`` decides (greedy for 1, else beam search)."""
+    named = getattr(args, "strategy", None)
+    if named is not None:
+        return named
+    return SAMPLE if getattr(args, "sample", False) else None
+
+
+def _options_read(args: argparse.Namespace) -> tuple[str, ...]:
+    """The `DecodingConfig` fields the chosen strategy reads besides the shared ones
+    (`DecodingStrategy.options`); ``("beam_size",)`` when ``--beam`` decides."""
+    from minitx.decoding import strategy_for
+
+    chosen = strategy_from_args(args)
+    return ("beam_size",) if chosen is None else strategy_for(chosen).options
+
+
+def beam_of(args: argparse.Namespace, beam: int) -> int | None:
+    """The ``--beam`` value a result was decoded with; None when its strategy searches no
+    beam (``--sample``, or a ``--strategy`` that reads no beam size)."""
+    return beam if "beam_size" in _options_read(args) else None
+
+
 def decoding_from_args(args: argparse.Namespace, beam: int | None = None, **changes: Any):
     """The `DecodingConfig` the options ask for (`beam` picks one of several ``--beam``;
-    ignored under ``--sample``)."""
+    ignored by a strategy that reads no beam size, such as ``--sample``'s).
+
+    ``--beam`` alone decides between greedy (1) and beam search; with ``--strategy`` (or
+    ``--sample``) the strategy gets the options it reads (`DecodingStrategy.options`).
+    """
     from minitx.decoding import DecodingConfig
 
-    if getattr(args, "sample", False):
-        sampling = {f: getattr(args, f) for f in SAMPLING_OPTIONS if getattr(args, f) is not None}
-        return DecodingConfig(strategy="sample", alpha=args.alpha, **sampling, **changes)
+    chosen = strategy_from_args(args)
     beam = args.beam if beam is None else beam
-    return DecodingConfig.for_beam(beam, alpha=args.alpha, **changes)
+    if chosen is None:
+        return DecodingConfig.for_beam(beam, alpha=args.alpha, **changes)
+    reads = _options_read(args)
+    settings = {f: getattr(args, f) for f in SAMPLING_OPTIONS if getattr(args, f) is not None}
+    settings = {field: value for field, value in settings.items() if field in reads}
+    if "beam_size" in reads:
+        settings["beam_size"] = beam
+    return DecodingConfig(strategy=chosen, alpha=args.alpha, **settings, **changes)
 
 
 def attention_from_args(args: argparse.Namespace) -> dict[str, Any]:

@@ -42,13 +42,14 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING
 
 from minitx.cli.common import (
     CHECKPOINT_HELP,
     UsageError,
     add_decoding_arguments,
     attention_from_args,
+    beam_of,
     check_decoding_args,
     decoding_from_args,
     describe_attention,
@@ -57,6 +58,9 @@ from minitx.cli.common import (
     sentence_progress,
 )
 from minitx.textio import write_text_atomic
+
+if TYPE_CHECKING:  # the inference stack (torch, sacreBLEU) loads lazily: --help stays fast
+    from minitx.evaluation import Split
 
 DEFAULT_DATA = "bentrevett/multi30k"
 """The default corpus (the Multi30k hub copy; MINITX_DATA_DIR points it at local files)."""
@@ -145,58 +149,16 @@ def hypothesis_path(args: argparse.Namespace, beam: int) -> Path:
     return (args.checkpoint.parent if local else Path()) / name
 
 
-class Split(NamedTuple):
-    """One corpus split, ready to score: the usable pairs and where they sit in the files."""
-
-    sources: list[str]
-    references: list[str]
-    lines: list[int]
-    """1-based line (row) of each pair in the split's files."""
-    n_lines: int
-    """Lines (rows) of the split, usable or not."""
-    skipped: dict[str, int]
-    resolved: str
-
-
 def load_split(source: str, split: str, src_lang: str, tgt_lang: str, limit: int | None) -> Split:
-    """The pairs of one split (the first `limit` lines only, when given) with both sides
-    non-empty, their line numbers and the skip counts."""
-    import datasets
+    """`minitx.evaluation.load_split` (the pairs of one split, non-empty on both sides), its
+    `CorpusError` as a `UsageError`."""
+    from minitx.evaluation import CorpusError
+    from minitx.evaluation import load_split as read_split
 
-    from minitx.data import (
-        HUB_SPLITS,
-        MULTI30K_SPLITS,
-        clean_pairs,
-        load_parallel_corpus,
-        resolve_data_source,
-        side_texts,
-    )
-
-    resolved = resolve_data_source(source)
-    # Read only the wanted split, under the loader's default name for it (local files or hub).
-    local = "{split}" in resolved or Path(resolved).expanduser().exists()
-    names = MULTI30K_SPLITS if local else HUB_SPLITS
     try:
-        corpus = load_parallel_corpus(resolved, src_lang, tgt_lang, splits={split: names[split]})
-    except (FileNotFoundError, ValueError, ConnectionError) as exc:
+        return read_split(source, split, src_lang, tgt_lang, limit)
+    except CorpusError as exc:
         raise UsageError(str(exc)) from None
-    if split not in corpus:
-        raise UsageError(f"{resolved}: no {split!r} split (found {sorted(corpus)})")
-    rows = corpus[split]
-    if limit is not None and limit < len(rows):
-        rows = rows.select(range(limit))
-    cleaned, skipped = clean_pairs(datasets.DatasetDict({split: rows}), src_lang, tgt_lang)
-    pairs = cleaned[split]
-    if len(pairs) == 0:
-        raise UsageError(f"{resolved}: the {split!r} split has no non-empty sentence pairs")
-    return Split(
-        sources=side_texts(pairs, src_lang),
-        references=side_texts(pairs, tgt_lang),
-        lines=[int(n) for n in pairs["line"]],
-        n_lines=len(rows),
-        skipped=skipped[split],
-        resolved=resolved,
-    )
 
 
 def aligned_lines(data: Split, hypotheses: list[str]) -> str:
@@ -263,7 +225,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"hypotheses written to {path}", file=sys.stderr)
         results.append(
             {
-                "beam": None if args.sample else beam,
+                "beam": beam_of(args, beam),
                 "alpha": args.alpha,
                 **result.as_dict(),
                 "hypotheses_file": str(path),

@@ -78,6 +78,7 @@ from minitx.cli.common import (
     sentence_progress,
 )
 from minitx.decoding import DEFAULT_BEAM_SIZE
+from minitx.errors import ConfigError
 from minitx.outputs import check_output_file
 from minitx.textio import atomic_output, decode_utf8
 
@@ -212,8 +213,14 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
     if args.sample:
         if args.n_best is not None and args.n_best < 1:
             parser.error(f"--n-best (samples per sentence) must be >= 1, got {args.n_best}")
-    elif args.n_best is not None and not 1 <= args.n_best <= args.beam:
-        parser.error(f"--n-best must be between 1 and --beam ({args.beam}), got {args.n_best}")
+    elif args.strategy is None:
+        if args.n_best is not None and not 1 <= args.n_best <= args.beam:
+            parser.error(f"--n-best must be between 1 and --beam ({args.beam}), got {args.n_best}")
+    elif args.n_best is not None:  # the strategy says how many hypotheses it has
+        try:
+            decoding_from_args(args, n_best=args.n_best)
+        except ConfigError as exc:
+            parser.error(f"--n-best {args.n_best}: {exc}")
     if args.sentences and args.input is not None:
         parser.error("give SENTENCE arguments or --input FILE, not both")
     if args.buffer_size is not None and args.buffer_size < 1:

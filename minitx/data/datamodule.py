@@ -24,7 +24,7 @@ from minitx.data.tokenization import (
     tokenize_corpus,
     truncate_long_pairs,
 )
-from minitx.errors import ConfigError
+from minitx.errors import ConfigError, DataError
 from minitx.tokenizer import ModelType, Tokenizer
 
 logger = logging.getLogger(__name__)
@@ -45,6 +45,8 @@ class TranslationDataModule(L.LightningDataModule):
     order. For multi-device training pass ``Trainer(use_distributed_sampler=False)``: the
     batch sampler shards itself.
 
+    The defaults are the default recipe's data settings (`minitx-train` without a `--config`).
+
     Args:
         source: hub id, directory of ``{split}.{lang}[.gz]`` / ``{split}.jsonl`` files, or a
             ``{split}`` jsonl pattern; ``MINITX_DATA_DIR`` replaces a hub id.
@@ -54,14 +56,16 @@ class TranslationDataModule(L.LightningDataModule):
             files, train/validation/test for the hub).
         vocab_size: joint sentencepiece vocabulary size (a hard limit; too large errors).
         tokenizer_type: sentencepiece model type, ``unigram`` or ``bpe``.
-        max_tokens: training batch budget, batch_size x padded length.
+        max_tokens: training batch budget in tokens, batch_size x padded length (padding
+            included).
         max_len: longest training sequence in tokens (bos/eos included); longer training
             pairs are skipped and counted, evaluation splits keep everything.
         pad_multiple: pad lengths up to a multiple of this (keeps batch shapes few).
         num_workers: DataLoader worker processes.
         cache_dir: directory for the tokenizer and tokenized data caches (None: no cache).
         seed: shuffling seed.
-        eval_max_tokens: batch budget for validation/test (None: same as max_tokens).
+        eval_max_tokens: batch budget in tokens for validation/test (None: same as
+            max_tokens).
         max_positions: the model's position limit (``minitx-train`` links it from
             ``model.transformer.max_positions``). Evaluation pairs longer than that are cut to
             fit when the data is loaded (counted and logged), instead of failing the first
@@ -76,27 +80,27 @@ class TranslationDataModule(L.LightningDataModule):
         splits: dict[str, str] | None = None,
         vocab_size: int = 8000,
         tokenizer_type: ModelType = "unigram",
-        max_tokens: int = 4096,
+        max_tokens: int = 1024,
         max_len: int = 128,
         pad_multiple: int = 8,
         num_workers: int = 0,
         cache_dir: str | None = ".cache/minitx",
         seed: int = 0,
-        eval_max_tokens: int | None = None,
+        eval_max_tokens: int | None = 8192,
         max_positions: int | None = None,
     ) -> None:
         super().__init__()
         if src_lang == tgt_lang:
-            raise ValueError(f"src_lang and tgt_lang are both {src_lang!r}; they must differ.")
+            raise ConfigError(f"src_lang and tgt_lang are both {src_lang!r}; they must differ.")
         for name, value in (("max_tokens", max_tokens), ("pad_multiple", pad_multiple)):
             if value < 1:
-                raise ValueError(f"{name} must be >= 1, got {value}.")
+                raise ConfigError(f"{name} must be >= 1, got {value}.")
         if eval_max_tokens is not None and eval_max_tokens < 1:
-            raise ValueError(f"eval_max_tokens must be >= 1 or None, got {eval_max_tokens}.")
+            raise ConfigError(f"eval_max_tokens must be >= 1 or None, got {eval_max_tokens}.")
         if max_len < 2:
-            raise ValueError(f"max_len must be >= 2, got {max_len}.")
+            raise ConfigError(f"max_len must be >= 2, got {max_len}.")
         if num_workers < 0:
-            raise ValueError(f"num_workers must be >= 0, got {num_workers}.")
+            raise ConfigError(f"num_workers must be >= 0, got {num_workers}.")
         if max_positions is not None and max_len > max_positions:
             raise ConfigError(
                 f"data.max_len ({max_len}) exceeds the model's max_positions ({max_positions}); "
@@ -142,7 +146,7 @@ class TranslationDataModule(L.LightningDataModule):
         source = resolve_data_source(self.source)
         corpus = load_parallel_corpus(source, self.src_lang, self.tgt_lang, splits=self.splits)
         if "train" not in corpus:
-            raise ValueError(
+            raise DataError(
                 f"The corpus has no 'train' split (found {sorted(corpus)}); "
                 "it trains the tokenizer."
             )
@@ -214,11 +218,11 @@ class TranslationDataModule(L.LightningDataModule):
         self.setup()
         assert self.dataset is not None
         if split not in self.dataset:
-            raise KeyError(
+            raise DataError(
                 f"No {split!r} split; this DataModule has {sorted(self.dataset)} (see data.splits)."
             )
         if len(self.dataset[split]) == 0:
-            raise ValueError(
+            raise DataError(
                 f"The {split!r} split is empty after cleaning (skipped: {self.skipped.get(split)})."
             )
         return self.dataset[split]

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import datasets
 
+from minitx.errors import DataError, MissingFileError, SourceUnreachableError
 from minitx.textio import decode_utf8
 
 logger = logging.getLogger(__name__)
@@ -93,7 +94,7 @@ def builtin_corpus_dir(name: str) -> Path:
         ValueError: `name` is not one of `BUILTIN_CORPORA`.
     """
     if name not in BUILTIN_CORPORA:
-        raise ValueError(
+        raise DataError(
             f"unknown builtin corpus {name!r}; minitx ships {list(BUILTIN_CORPORA)} "
             f"(use e.g. '{BUILTIN_PREFIX}toy')"
         )
@@ -134,7 +135,7 @@ def load_parallel_corpus(
         ConnectionError: the hub could not be reached (the message says how to use local files).
     """
     if src_lang == tgt_lang:
-        raise ValueError(f"src_lang and tgt_lang are both {src_lang!r}; they must differ.")
+        raise DataError(f"src_lang and tgt_lang are both {src_lang!r}; they must differ.")
     langs = (src_lang, tgt_lang)
     if source.startswith(BUILTIN_PREFIX):
         source = str(builtin_corpus_dir(source.removeprefix(BUILTIN_PREFIX)))
@@ -147,12 +148,12 @@ def load_parallel_corpus(
             return _load_raw_dir(path, langs, local_splits)
         return _load_jsonl(str(path / "{split}.jsonl"), langs, local_splits)
     if path.is_file():
-        raise ValueError(
+        raise DataError(
             f"Data source {source!r} is a single file. Use a directory of {{split}}.{{lang}}[.gz] "
             f"files, or a pattern such as '{path.parent / '{split}.jsonl'}' for jsonl splits."
         )
     if not is_hub_id(source):
-        raise FileNotFoundError(
+        raise MissingFileError(
             f"Data source directory not found: {path.resolve()} (from {source!r}). Point "
             f"data.source or {DATA_DIR_ENV} at a directory of {{split}}.{{lang}}[.gz] files."
         )
@@ -213,7 +214,7 @@ def _load_raw_dir(
         if _raw_file(directory, stem, lang) is None
     ]
     if missing:
-        raise FileNotFoundError(
+        raise MissingFileError(
             f"Missing corpus files in {directory}: {', '.join(missing)} (wanted splits "
             f"{dict(splits)} for languages {list(langs)}); {_describe_dir(directory)}. Set "
             "data.splits / data.src_lang / data.tgt_lang to match the files."
@@ -224,7 +225,7 @@ def _load_raw_dir(
         assert src_path is not None and tgt_path is not None
         src, tgt = _read_lines(src_path), _read_lines(tgt_path)
         if len(src) != len(tgt):
-            raise ValueError(
+            raise DataError(
                 f"Split {split!r}: {src_path} has {len(src)} lines but {tgt_path} has {len(tgt)}; "
                 "parallel files must be line-aligned (one sentence pair per line)."
             )
@@ -238,7 +239,7 @@ def _read_text(path: Path) -> str:
     try:
         raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
     except (OSError, EOFError, zlib.error) as exc:
-        raise ValueError(f"{path}: cannot read the file ({exc}).") from exc
+        raise DataError(f"{path}: cannot read the file ({exc}).") from exc
     return decode_utf8(raw, str(path))
 
 
@@ -263,7 +264,7 @@ def _load_jsonl(
         if not path.is_file():
             parent = path.parent
             found = [p.name for p in _jsonl_files(parent)] if parent.is_dir() else []
-            raise FileNotFoundError(
+            raise MissingFileError(
                 f"Missing jsonl file for split {split!r}: {path}; found in {parent}: {found}. "
                 "Set data.splits to map train/validation/test to the file stems."
             )
@@ -282,18 +283,18 @@ def _read_jsonl_pairs(path: Path, langs: tuple[str, str]) -> tuple[list[str], li
         try:
             record = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise ValueError(f"{path}: line {number} is not valid JSON ({exc.msg}).") from None
+            raise DataError(f"{path}: line {number} is not valid JSON ({exc.msg}).") from None
         pair = record.get("translation", record) if isinstance(record, dict) else None
         if not isinstance(pair, dict) or any(lang not in pair for lang in langs):
             fields = sorted(pair) if isinstance(pair, dict) else type(record).__name__
-            raise ValueError(
+            raise DataError(
                 f"{path}: line {number} has no {list(langs)} fields (found {fields}). Expected "
                 f'{{"translation": {{"{langs[0]}": ..., "{langs[1]}": ...}}}} or flat '
                 f'{{"{langs[0]}": ..., "{langs[1]}": ...}}.'
             )
         values = [pair[lang] for lang in langs]
         if not all(v is None or isinstance(v, str) for v in values):
-            raise ValueError(
+            raise DataError(
                 f"{path}: line {number}: {list(langs)} values must be strings, got {values!r}."
             )
         src.append(values[0])
@@ -309,7 +310,7 @@ def _load_hub(
     try:
         loaded = datasets.load_dataset(source)
     except OSError as exc:  # ConnectionError, DatasetNotFoundError (a FileNotFoundError), ...
-        error = ConnectionError if isinstance(exc, ConnectionError) else FileNotFoundError
+        error = SourceUnreachableError if isinstance(exc, ConnectionError) else MissingFileError
         raise error(
             f"Could not load the Hugging Face hub dataset {source!r} "
             f"({type(exc).__name__}: {exc}); no local directory {source!r} exists either. "
@@ -319,11 +320,11 @@ def _load_hub(
             "data/task1/raw)."
         ) from exc
     if not isinstance(loaded, datasets.DatasetDict):
-        raise ValueError(f"Hub dataset {source!r} did not load as a DatasetDict of splits.")
+        raise DataError(f"Hub dataset {source!r} did not load as a DatasetDict of splits.")
     result = {}
     for split, name in splits.items():
         if name not in loaded:
-            raise ValueError(
+            raise DataError(
                 f"Hub dataset {source!r} has no split {name!r} (found {sorted(loaded)}); set "
                 "data.splits to map train/validation/test to its split names."
             )
@@ -335,7 +336,7 @@ def _load_hub(
             columns = {lang: lang for lang in langs}
         absent = [lang for lang, col in columns.items() if col not in table.column_names]
         if absent:
-            raise ValueError(
+            raise DataError(
                 f"Hub dataset {source!r} split {name!r} has no language(s) {absent}; "
                 f"its columns are {table.column_names}. Pick languages it has, or set "
                 f"{DATA_DIR_ENV} or data.source to a directory of {{split}}.{{lang}}[.gz] files "

@@ -14,6 +14,7 @@ import datasets
 import numpy as np
 
 from minitx.data.cleaning import _column, _log_skips, side_texts
+from minitx.errors import ConfigError
 from minitx.textio import quote_lines
 from minitx.tokenizer import Tokenizer, hash_texts
 
@@ -124,7 +125,7 @@ def filter_long_pairs(
         The filtered corpus and, per split in ``splits``, the number of pairs dropped.
     """
     if max_len < 2:
-        raise ValueError(f"max_len must be at least 2 (one token plus bos/eos), got {max_len}.")
+        raise ConfigError(f"max_len must be at least 2 (one token plus bos/eos), got {max_len}.")
     result = {}
     dropped: dict[str, int] = {}
     for split, dataset in tokenized.items():

@@ -1,7 +1,8 @@
 """Decoding: turning source ids into target ids with a trained `Transformer`.
 
 One entry point, `decode(model, src, DecodingConfig(...))`, used by validation, `Translator`
-and every command; strategies (greedy, beam, sample, ...) are entries of the `STRATEGIES` registry.
+and every command; strategies (greedy, beam, sample, ...) are `DecodingStrategy` classes in
+the `STRATEGIES` registry, each declaring and validating the settings it reads.
 All of them work on a batch, stop each sentence at its own eos, cap the output length at
 max_len_a·|src| + max_len_b, and never generate pad or bos.
 """
@@ -13,16 +14,26 @@ from minitx.decoding.common import (
     length_penalty,
     max_target_lengths,
 )
-from minitx.decoding.config import DEFAULT_BEAM_SIZE, DecodingConfig
+from minitx.decoding.config import (
+    DEFAULT_BEAM_SIZE,
+    STRATEGIES,
+    DecodingConfig,
+    DecodingStrategy,
+    strategy_for,
+)
 from minitx.decoding.greedy import greedy_decode
 from minitx.decoding.sampling import sample_decode, sampling_distribution
-from minitx.decoding.strategies import STRATEGIES, decode
+from minitx.decoding.strategies import BeamSearch, Greedy, Sampling, decode
 
 __all__ = [
     "DEFAULT_BEAM_SIZE",
     "STRATEGIES",
+    "BeamSearch",
     "DecodingConfig",
+    "DecodingStrategy",
+    "Greedy",
     "Hypothesis",
+    "Sampling",
     "beam_search",
     "decode",
     "greedy_decode",
@@ -31,4 +42,5 @@ __all__ = [
     "max_target_lengths",
     "sample_decode",
     "sampling_distribution",
+    "strategy_for",
 ]

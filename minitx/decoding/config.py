@@ -1,17 +1,131 @@
-"""`DecodingConfig`: every decoding setting, in one place, with the package's defaults."""
+"""`DecodingConfig`: every decoding setting, in one place, with the package's defaults; and
+`DecodingStrategy`, what the config asks of the strategy its `strategy` field names.
+
+A strategy is a `DecodingStrategy` subclass registered in `STRATEGIES`: it decodes, and it
+declares and validates its own settings (`options`, `check`), its search width, its label
+and its file tag. `DecodingConfig` never branches on a strategy's name: it asks the
+registered class, so a strategy registered in any file is a full citizen of the config, the
+inference API and the commands at once. The built-in strategies (greedy, beam, sample) live
+in `minitx.decoding.strategies`, which imports this module (never the other way round).
+"""
 
 from __future__ import annotations
 
-import math
-from dataclasses import asdict, dataclass, fields, replace
-from typing import Any
+from collections.abc import Callable
+from dataclasses import MISSING, asdict, dataclass, fields, replace
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from minitx.errors import ConfigError, check_known_keys
+from minitx.registry import Registry
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+    from minitx.decoding.common import Hypothesis
+    from minitx.model import Transformer
 
 DEFAULT_BEAM_SIZE = 5
 """The beam size minitx uses wherever none is given (translate, evaluate, Translator, test)."""
-SAMPLING_FIELDS = ("temperature", "top_k", "top_p", "seed")
-"""The `DecodingConfig` fields that only strategy "sample" reads."""
+
+
+class DecodingStrategy:
+    """A way to decode, as the `STRATEGIES` registry holds it (subclass it, then
+    ``@STRATEGIES.register("name")``). Built with no arguments.
+
+    Every strategy reads the shared `DecodingConfig` fields `n_best`, `alpha`, `max_len_a`,
+    `max_len_b` and `use_cache`; `options` names the other fields it reads. The defaults below
+    describe a strategy with no options that returns one hypothesis per sentence.
+    """
+
+    options: ClassVar[tuple[str, ...]] = ()
+    """The `DecodingConfig` fields this strategy reads besides the shared ones, e.g.
+    ``("temperature", "top_k", "top_p", "seed")`` for sampling."""
+    exclusive_options: ClassVar[bool] = True
+    """Whether every other strategy must leave `options` at their defaults, so that no setting
+    is silently ignored (a `ConfigError` names them). Beam search says False: its `beam_size`
+    may stay set under greedy decoding, which the commands' ``--beam 1`` means."""
+
+    def decode(
+        self, model: Transformer, src: Tensor, config: DecodingConfig
+    ) -> list[list[Hypothesis]]:
+        """Translate a batch.
+
+        Args:
+            model: the Transformer, in eval mode.
+            src: (B, S) source ids, right-padded, each ending in eos.
+            config: the settings (`config.strategy` names this strategy).
+
+        Returns:
+            For each of the B sentences, its hypotheses, best first (`config.n_best` of them
+            for the built-in strategies).
+        """
+        raise NotImplementedError(f"{type(self).__name__} must implement decode")
+
+    def width(self, config: DecodingConfig) -> int:
+        """Hypotheses searched per sentence (`n_best` may not exceed it unless `check` says
+        otherwise): 1 here."""
+        return 1
+
+    def check(self, config: DecodingConfig) -> None:
+        """Raise a `ConfigError` naming a setting this strategy cannot use. Here: `n_best`
+        must be between 1 and `width`."""
+        width = self.width(config)
+        if not 1 <= config.n_best <= width:
+            raise ConfigError(
+                f"DecodingConfig.n_best must be between 1 and the beam size ({width}) "
+                f"for strategy {config.strategy!r}, got {config.n_best}"
+            )
+
+    def describe(self, config: DecodingConfig) -> str:
+        """Short label for printed results: the strategy's name here."""
+        return config.strategy
+
+    def file_tag(self, config: DecodingConfig) -> str:
+        """How output file names name this decoding: the strategy's name here."""
+        return config.strategy
+
+
+Strategy = Callable[["Transformer", "Tensor", "DecodingConfig"], "list[list[Hypothesis]]"]
+"""A plain function accepted as a registry entry: a strategy with no options of its own and
+one hypothesis per sentence (`FunctionStrategy`)."""
+
+STRATEGIES: Registry[type[DecodingStrategy] | Strategy] = Registry("decoding strategy")
+"""Decoding strategies by name: `DecodingStrategy` subclasses (or plain functions)."""
+
+
+class FunctionStrategy(DecodingStrategy):
+    """A plain function registered as a strategy: `DecodingStrategy`'s defaults around it.
+
+    Args:
+        function: ``(model, src (B, S), config) -> list[list[Hypothesis]]``.
+    """
+
+    def __init__(self, function: Strategy) -> None:
+        self.function = function
+
+    def decode(
+        self, model: Transformer, src: Tensor, config: DecodingConfig
+    ) -> list[list[Hypothesis]]:
+        """The function's hypotheses."""
+        return self.function(model, src, config)
+
+
+def strategy_for(name: str) -> DecodingStrategy:
+    """The registered strategy `name`, ready to use.
+
+    Raises:
+        ConfigError: no strategy of that name is registered (the message lists them).
+        TypeError: the entry is a class but not a `DecodingStrategy`.
+    """
+    entry = STRATEGIES[name]
+    if not isinstance(entry, type):
+        return FunctionStrategy(entry)
+    if not issubclass(entry, DecodingStrategy):
+        raise TypeError(
+            f"decoding strategy {name!r} is {entry!r}: register a subclass of "
+            "minitx.decoding.DecodingStrategy (or a plain function)"
+        )
+    return entry()
 
 
 @dataclass(frozen=True)
@@ -19,7 +133,7 @@ class DecodingConfig:
     """How to turn a source sentence into a translation.
 
     Attributes:
-        strategy: a name in `minitx.decoding.STRATEGIES` ("beam", "greedy", ...).
+        strategy: a name in `minitx.decoding.STRATEGIES` ("beam", "greedy", "sample", ...).
         beam_size: hypotheses kept per sentence by beam search (ignored by greedy).
         n_best: hypotheses returned per sentence (<= beam_size; 1 for greedy).
         alpha: GNMT length-penalty exponent for ranking beam hypotheses; 0 disables it.
@@ -34,9 +148,10 @@ class DecodingConfig:
             call). The same seed gives the same samples, in any batch (see
             `minitx.decoding.sampling`).
 
-    For strategy "sample", `n_best` is the number of samples drawn per sentence (any number),
-    returned best score first; the sampling fields must keep their defaults for the other
-    strategies, so that no setting is silently ignored.
+    The strategy validates the settings it reads (`DecodingStrategy.check`): for "sample",
+    `n_best` is the number of samples drawn per sentence (any number), returned best score
+    first. A strategy's exclusive options (the sampling fields) must keep their defaults under
+    the other strategies, so that no setting is silently ignored.
     """
 
     strategy: str = "beam"
@@ -52,60 +167,54 @@ class DecodingConfig:
     seed: int | None = 0
 
     def __post_init__(self) -> None:
-        from minitx.decoding.strategies import STRATEGIES  # the registry lives beside the code
-
         STRATEGIES.check(self.strategy, where="DecodingConfig.strategy")
         if self.beam_size < 1:
             raise ConfigError(f"DecodingConfig.beam_size must be >= 1, got {self.beam_size}")
-        self._check_sampling()
-        if self.strategy == "sample":
-            if self.n_best < 1:
-                raise ConfigError(
-                    f"DecodingConfig.n_best (samples per sentence) must be >= 1, got {self.n_best}"
-                )
-        elif not 1 <= self.n_best <= self.width:
-            raise ConfigError(
-                f"DecodingConfig.n_best must be between 1 and the beam size ({self.width}) "
-                f"for strategy {self.strategy!r}, got {self.n_best}"
-            )
+        self._check_other_strategies_options()
+        self.implementation.check(self)
         if self.max_len_a < 0 or self.max_len_b < 0 or (self.max_len_a == 0 and self.max_len_b < 1):
             raise ConfigError(
                 f"DecodingConfig: the length cap max_len_a·|src| + max_len_b must allow at least "
                 f"one token, got a={self.max_len_a}, b={self.max_len_b}"
             )
 
-    def _check_sampling(self) -> None:
-        if not (math.isfinite(self.temperature) and self.temperature >= 0):
-            raise ConfigError(
-                f"DecodingConfig.temperature must be >= 0 (0 = argmax), got {self.temperature}"
-            )
-        if self.top_k < 0:
-            raise ConfigError(f"DecodingConfig.top_k must be >= 0 (0 = off), got {self.top_k}")
-        if not 0 < self.top_p <= 1:
-            raise ConfigError(f"DecodingConfig.top_p must be in (0, 1] (1 = off), got {self.top_p}")
-        if self.seed is not None and (
-            isinstance(self.seed, bool) or not isinstance(self.seed, int)
-        ):
-            raise ConfigError(f"DecodingConfig.seed must be an integer or None, got {self.seed!r}")
-        if self.strategy != "sample":
+    def _check_other_strategies_options(self) -> None:
+        """Refuse a setting that only another strategy reads (its exclusive options), changed
+        from its default."""
+        own = set(self.implementation.options)
+        defaults = {f.name: f.default for f in fields(self) if f.default is not MISSING}
+        for name in STRATEGIES:
+            other = strategy_for(name)
+            if not other.exclusive_options:
+                continue
+            unknown = [option for option in other.options if option not in defaults]
+            if unknown:
+                raise ConfigError(
+                    f"decoding strategy {name!r} declares options {unknown} that are not "
+                    f"DecodingConfig fields; its `options` must name fields of {sorted(defaults)}"
+                )
             changed = [
-                name
-                for name in SAMPLING_FIELDS
-                if getattr(self, name) != getattr(DecodingConfig, name)
+                option
+                for option in other.options
+                if option not in own and getattr(self, option) != defaults[option]
             ]
             if changed:
                 raise ConfigError(
-                    f"DecodingConfig: {', '.join(changed)} only apply to strategy 'sample', "
-                    f"not {self.strategy!r}; use strategy='sample' or leave them at their defaults"
+                    f"DecodingConfig: {', '.join(changed)} only apply to strategy {name!r}, "
+                    f"not {self.strategy!r}; use strategy={name!r} or leave them at their "
+                    "defaults"
                 )
 
     @property
+    def implementation(self) -> DecodingStrategy:
+        """The registered `DecodingStrategy` that `strategy` names."""
+        return strategy_for(self.strategy)
+
+    @property
     def width(self) -> int:
-        """Hypotheses searched per sentence: the beam size for beam search, the number of
-        samples for sampling, else 1."""
-        if self.strategy == "sample":
-            return self.n_best
-        return self.beam_size if self.strategy == "beam" else 1
+        """Hypotheses searched per sentence, as the strategy says: the beam size for beam
+        search, the number of samples for sampling, 1 for greedy."""
+        return self.implementation.width(self)
 
     @classmethod
     def for_beam(cls, beam_size: int, **changes: Any) -> DecodingConfig:
@@ -118,22 +227,15 @@ class DecodingConfig:
         return replace(self, **changes)
 
     def describe(self) -> str:
-        """Short label for printed results, e.g. "greedy", "beam 5 (alpha 1)" or
-        "sampling (temperature 0.7, top-p 0.9, seed 0)"."""
-        if self.strategy == "beam":
-            return f"beam {self.beam_size} (alpha {self.alpha:g})"
-        if self.strategy == "sample":
-            parts = [f"temperature {self.temperature:g}"]
-            parts += [f"top-k {self.top_k}"] if self.top_k else []
-            parts += [f"top-p {self.top_p:g}"] if self.top_p < 1 else []
-            parts += [f"seed {self.seed}" if self.seed is not None else "unseeded"]
-            return f"sampling ({', '.join(parts)})"
-        return self.strategy
+        """Short label for printed results, as the strategy says, e.g. "greedy",
+        "beam 5 (alpha 1)" or "sampling (temperature 0.7, top-p 0.9, seed 0)"."""
+        return self.implementation.describe(self)
 
     @property
     def file_tag(self) -> str:
-        """How output file names name this decoding: "greedy" or "beam5" (beam size)."""
-        return f"beam{self.beam_size}" if self.strategy == "beam" else self.strategy
+        """How output file names name this decoding, as the strategy says: "greedy", "beam5"
+        (beam size) or "sample"."""
+        return self.implementation.file_tag(self)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict (hyper-parameters, JSON output)."""

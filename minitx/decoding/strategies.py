@@ -1,84 +1,159 @@
-"""The decoding-strategy registry and the one entry point, `decode`.
+"""The built-in decoding strategies (greedy, beam, sample) and the one entry point, `decode`.
 
-A strategy is a function `(model, src (B, S), config) -> list[list[Hypothesis]]`: for each
-source sentence its hypotheses, best first. Register a new one with
-`@STRATEGIES.register("name")`; `DecodingConfig(strategy="name")` then accepts it.
+Each strategy is a `DecodingStrategy` subclass registered in `STRATEGIES`: it decodes a batch
+and declares the `DecodingConfig` fields it reads, validates them and says how its results
+are labelled. Register a new one in any file with ``@STRATEGIES.register("name")``;
+`DecodingConfig(strategy="name")`, `Translator` and the commands' ``--strategy`` then
+accept it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+import math
+from typing import ClassVar
 
 import torch
 from torch import Tensor
 
 from minitx.decoding.beam import beam_search
 from minitx.decoding.common import Hypothesis
+from minitx.decoding.config import (
+    STRATEGIES,
+    DecodingConfig,
+    DecodingStrategy,
+    Strategy,
+    strategy_for,
+)
 from minitx.decoding.greedy import greedy_decode
 from minitx.decoding.sampling import sample_decode
+from minitx.errors import ConfigError
 from minitx.model import Transformer
-from minitx.registry import Registry
 from minitx.vocab import EOS_ID, PAD_ID
 
-if TYPE_CHECKING:
-    from minitx.decoding.config import DecodingConfig
-
-Strategy = Callable[[Transformer, Tensor, "DecodingConfig"], list[list[Hypothesis]]]
-
-STRATEGIES: Registry[Strategy] = Registry("decoding strategy")
-"""Decoding strategies by name."""
+__all__ = ["STRATEGIES", "BeamSearch", "Greedy", "Sampling", "Strategy", "decode"]
 
 
 @STRATEGIES.register("greedy")
-def greedy(model: Transformer, src: Tensor, config: DecodingConfig) -> list[list[Hypothesis]]:
+class Greedy(DecodingStrategy):
     """`greedy_decode`, as one hypothesis per sentence (greedy does not score: NaN)."""
-    ids = greedy_decode(
-        model,
-        src,
-        max_len_a=config.max_len_a,
-        max_len_b=config.max_len_b,
-        use_cache=config.use_cache,
-    )
-    out = []
-    for row in ids.tolist():
-        tokens = row[: row.index(EOS_ID) + 1] if EOS_ID in row else [t for t in row if t != PAD_ID]
-        out.append([Hypothesis(tokens, float("nan"), float("nan"))])
-    return out
+
+    def decode(
+        self, model: Transformer, src: Tensor, config: DecodingConfig
+    ) -> list[list[Hypothesis]]:
+        """One unscored hypothesis per sentence of `src` (B, S)."""
+        ids = greedy_decode(
+            model,
+            src,
+            max_len_a=config.max_len_a,
+            max_len_b=config.max_len_b,
+            use_cache=config.use_cache,
+        )
+        out = []
+        for row in ids.tolist():
+            if EOS_ID in row:
+                tokens = row[: row.index(EOS_ID) + 1]
+            else:
+                tokens = [t for t in row if t != PAD_ID]
+            out.append([Hypothesis(tokens, float("nan"), float("nan"))])
+        return out
 
 
 @STRATEGIES.register("beam")
-def beam(model: Transformer, src: Tensor, config: DecodingConfig) -> list[list[Hypothesis]]:
+class BeamSearch(DecodingStrategy):
     """`beam_search` with the config's beam size, n-best, length penalty and cap."""
-    return beam_search(
-        model,
-        src,
-        beam_size=config.beam_size,
-        n_best=config.n_best,
-        alpha=config.alpha,
-        max_len_a=config.max_len_a,
-        max_len_b=config.max_len_b,
-        use_cache=config.use_cache,
-    )
+
+    options: ClassVar[tuple[str, ...]] = ("beam_size",)
+    exclusive_options: ClassVar[bool] = False  # greedy is beam size 1 (`--beam 1`)
+
+    def decode(
+        self, model: Transformer, src: Tensor, config: DecodingConfig
+    ) -> list[list[Hypothesis]]:
+        """`config.n_best` hypotheses per sentence of `src` (B, S), best first."""
+        return beam_search(
+            model,
+            src,
+            beam_size=config.beam_size,
+            n_best=config.n_best,
+            alpha=config.alpha,
+            max_len_a=config.max_len_a,
+            max_len_b=config.max_len_b,
+            use_cache=config.use_cache,
+        )
+
+    def width(self, config: DecodingConfig) -> int:
+        """The beam size."""
+        return config.beam_size
+
+    def describe(self, config: DecodingConfig) -> str:
+        """E.g. "beam 5 (alpha 1)"."""
+        return f"beam {config.beam_size} (alpha {config.alpha:g})"
+
+    def file_tag(self, config: DecodingConfig) -> str:
+        """E.g. "beam5"."""
+        return f"beam{config.beam_size}"
 
 
 @STRATEGIES.register("sample")
-def sample(model: Transformer, src: Tensor, config: DecodingConfig) -> list[list[Hypothesis]]:
+class Sampling(DecodingStrategy):
     """`sample_decode`: `n_best` samples per sentence with the config's temperature, top-k,
     top-p and seed, ranked by length-normalised log-probability (`alpha`)."""
-    return sample_decode(
-        model,
-        src,
-        num_samples=config.n_best,
-        temperature=config.temperature,
-        top_k=config.top_k,
-        top_p=config.top_p,
-        seed=config.seed,
-        alpha=config.alpha,
-        max_len_a=config.max_len_a,
-        max_len_b=config.max_len_b,
-        use_cache=config.use_cache,
-    )
+
+    options: ClassVar[tuple[str, ...]] = ("temperature", "top_k", "top_p", "seed")
+
+    def decode(
+        self, model: Transformer, src: Tensor, config: DecodingConfig
+    ) -> list[list[Hypothesis]]:
+        """`config.n_best` samples per sentence of `src` (B, S), best score first."""
+        return sample_decode(
+            model,
+            src,
+            num_samples=config.n_best,
+            temperature=config.temperature,
+            top_k=config.top_k,
+            top_p=config.top_p,
+            seed=config.seed,
+            alpha=config.alpha,
+            max_len_a=config.max_len_a,
+            max_len_b=config.max_len_b,
+            use_cache=config.use_cache,
+        )
+
+    def width(self, config: DecodingConfig) -> int:
+        """The number of samples, `n_best`."""
+        return config.n_best
+
+    def check(self, config: DecodingConfig) -> None:
+        """Temperature >= 0, top-k >= 0, top-p in (0, 1], an integer seed or None, and at
+        least one sample per sentence."""
+        if not (math.isfinite(config.temperature) and config.temperature >= 0):
+            raise ConfigError(
+                f"DecodingConfig.temperature must be >= 0 (0 = argmax), got {config.temperature}"
+            )
+        if config.top_k < 0:
+            raise ConfigError(f"DecodingConfig.top_k must be >= 0 (0 = off), got {config.top_k}")
+        if not 0 < config.top_p <= 1:
+            raise ConfigError(
+                f"DecodingConfig.top_p must be in (0, 1] (1 = off), got {config.top_p}"
+            )
+        seed = config.seed
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise ConfigError(f"DecodingConfig.seed must be an integer or None, got {seed!r}")
+        if config.n_best < 1:
+            raise ConfigError(
+                f"DecodingConfig.n_best (samples per sentence) must be >= 1, got {config.n_best}"
+            )
+
+    def describe(self, config: DecodingConfig) -> str:
+        """E.g. "sampling (temperature 0.7, top-p 0.9, seed 0)"."""
+        parts = [f"temperature {config.temperature:g}"]
+        parts += [f"top-k {config.top_k}"] if config.top_k else []
+        parts += [f"top-p {config.top_p:g}"] if config.top_p < 1 else []
+        parts += [f"seed {config.seed}" if config.seed is not None else "unseeded"]
+        return f"sampling ({', '.join(parts)})"
+
+    def file_tag(self, config: DecodingConfig) -> str:
+        """Always "sample" (the seed and settings are in the JSON and the summary)."""
+        return "sample"
 
 
 @torch.no_grad()
@@ -94,4 +169,4 @@ def decode(model: Transformer, src: Tensor, config: DecodingConfig) -> list[list
         For each sentence, its `config.n_best` hypotheses, best first; each hypothesis's
         tokens end with eos when one was generated before the length cap.
     """
-    return STRATEGIES[config.strategy](model, src, config)
+    return strategy_for(config.strategy).decode(model, src, config)

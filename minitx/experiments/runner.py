@@ -202,7 +202,7 @@ def _status(returncode: int, log: str) -> str:
 
 def _split(source: str, langs: tuple[str, str], split: str, limit: int | None = None):
     """The pairs of one split of `source` (minitx-evaluate's reader)."""
-    from minitx.cli.evaluate import load_split
+    from minitx.evaluation import load_split
 
     return load_split(source, split, langs[0], langs[1], limit)
 

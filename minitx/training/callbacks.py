@@ -16,11 +16,16 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+from minitx.errors import MinitxError
 from minitx.maps import KINDS, AttentionMaps, attention_entropy, teacher_forced_maps
+from minitx.training.deprecation import renamed_value
 from minitx.viz import figures_for_maps
 from minitx.vocab import PAD_ID
 
 logger = logging.getLogger(__name__)
+
+_DEFAULT_MAX_PIECES = 24
+"""`AttentionMapLogger`'s default `max_pieces`."""
 
 
 class AttentionMapLogger(L.Callback):
@@ -40,16 +45,21 @@ class AttentionMapLogger(L.Callback):
         every_n_epochs: log after every N training epochs (and once before training).
         kinds: attention kinds to log, a subset of ("encoder", "decoder", "cross").
         save_png: also write PNG files.
-        max_tokens: skip validation sentences whose pieces exceed this, so panels stay readable.
+        max_pieces: the longest sentence drawn, in sentencepiece pieces with its eos (the
+            source) or bos (the reference): longer validation sentences are passed over, so
+            that the panels stay readable.
+        max_tokens: deprecated name of `max_pieces` (`attention_maps.max_tokens`); None = not
+            set. Still accepted, with a note.
     """
 
     def __init__(
         self,
         num_sentences: int = 2,
-        every_n_epochs: int = 1,
+        every_n_epochs: int = 3,
         kinds: tuple[str, ...] = KINDS,
         save_png: bool = True,
-        max_tokens: int = 24,
+        max_pieces: int = _DEFAULT_MAX_PIECES,
+        max_tokens: int | None = None,
     ) -> None:
         super().__init__()
         unknown = set(kinds) - set(KINDS)
@@ -59,8 +69,15 @@ class AttentionMapLogger(L.Callback):
             )
         if num_sentences < 1 or every_n_epochs < 1:
             raise ValueError("AttentionMapLogger: num_sentences and every_n_epochs must be >= 1")
+        max_pieces = renamed_value(
+            "attention_maps.max_tokens",
+            max_tokens,
+            "attention_maps.max_pieces",
+            max_pieces,
+            _DEFAULT_MAX_PIECES,
+        )
         self.num_sentences, self.every_n_epochs = num_sentences, every_n_epochs
-        self.kinds, self.save_png, self.max_tokens = tuple(kinds), save_png, max_tokens
+        self.kinds, self.save_png, self.max_pieces = tuple(kinds), save_png, max_pieces
         self._pairs: list[tuple[str, str]] | None = None
         self.written: list[Path] = []
 
@@ -69,14 +86,14 @@ class AttentionMapLogger(L.Callback):
         pairs = []
         for src, ref in zip(sources, references, strict=True):
             lengths = (len(ids) + 1 for ids in tokenizer.encode([src, ref]))
-            if max(lengths) <= self.max_tokens:
+            if max(lengths) <= self.max_pieces:
                 pairs.append((src, ref))
             if len(pairs) == self.num_sentences:
                 break
         if not pairs:
             logger.warning(
                 "AttentionMapLogger: no validation sentence has <= %d pieces; nothing to log",
-                self.max_tokens,
+                self.max_pieces,
             )
         return pairs
 
@@ -297,7 +314,7 @@ class CheckpointOnInterrupt(L.Callback):
             return
         path = Path(callback.dirpath) / "last.ckpt"
         trainer.save_checkpoint(path, weights_only=False)  # the full state, to resume from
-        if getattr(exception, "user_error", False):  # e.g. divergence: resuming would repeat it
+        if isinstance(exception, MinitxError):  # e.g. divergence: resuming would repeat it
             logger.warning("training stopped: saved %s (the weights before this step)", path)
             return
         logger.warning(

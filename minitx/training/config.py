@@ -3,6 +3,8 @@
 The model's own settings are `minitx.model.TransformerConfig`; decoding settings are
 `minitx.decoding.DecodingConfig`. Each setting is defined once, here or there, and the YAML
 configs use the same names (`model.transformer.*`, `model.optim.*`, `model.validation.*`).
+The defaults are the default recipe's (`minitx-train` without a `--config`); the packaged
+YAML configs list only what they change.
 """
 
 from __future__ import annotations
@@ -11,10 +13,17 @@ from dataclasses import dataclass, field
 
 from minitx.decoding import DecodingConfig
 from minitx.errors import ConfigError
-from minitx.training.schedules import SCHEDULES
+from minitx.training.deprecation import deprecated_setting
+from minitx.training.schedules import SCHEDULES, decaying_schedules
 
 SDPA_BACKENDS: tuple[str, ...] = ("auto", "flash", "math", "default")
-"""Choices of `OptimConfig.sdpa_backend`."""
+"""Choices of `TranslationModule`'s `sdpa_backend` (`model.sdpa_backend`)."""
+
+
+def check_sdpa_backend(value: str, key: str = "model.sdpa_backend") -> None:
+    """Raise `ConfigError` unless `value` is one of `SDPA_BACKENDS`; `key` names the setting."""
+    if value not in SDPA_BACKENDS:
+        raise ConfigError(f"{key}={value!r}; choose one of {SDPA_BACKENDS}")
 
 
 @dataclass
@@ -25,21 +34,21 @@ class OptimConfig:
         label_smoothing: label-smoothing epsilon of the training loss.
         lr: peak learning rate (reached at the end of warm-up).
         warmup_steps: optimizer steps of linear warm-up to the peak rate `lr`.
-        schedule: the rate after warm-up: "inverse_sqrt" (lr ~ 1/sqrt(step), the paper's;
-            never reaches zero), "linear" or "cosine" (decay to zero at the last planned
-            step: the better choice when the budget is fixed in advance).
-        total_steps: the optimizer step at which "linear" and "cosine" reach zero (warm-up
-            included); 0 = the run's plan, Lightning's `estimated_stepping_batches`:
-            `trainer.max_epochs` x optimizer steps per epoch, or `trainer.max_steps` if that
-            is smaller. `trainer.max_time` is not counted: a run it stops early ends with
-            its rate above zero.
+        schedule: the rate after warm-up: "linear" (the default) or "cosine" (decay to zero
+            at the last planned step: for a budget fixed in advance), or "inverse_sqrt"
+            (lr ~ 1/sqrt(step), the paper's; never reaches zero: for a run of open length);
+            any name in `minitx.training.schedules.SCHEDULES`.
+        total_steps: the optimizer step at which "linear" and "cosine" (the schedules with
+            `needs_total_steps`) reach zero (warm-up included); 0 = the run's plan,
+            Lightning's `estimated_stepping_batches`: `trainer.max_epochs` x optimizer steps
+            per epoch, or `trainer.max_steps` if that is smaller. `trainer.max_time` is not
+            counted: a run it stops early ends with its rate above zero.
         weight_decay: AdamW decoupled weight decay, applied to the weight matrices of linear
             layers only (not to embeddings, biases, norms or score parameters).
         betas: AdamW betas.
-        sdpa_backend: kernel behind `F.scaled_dot_product_attention` in training steps:
-            "flash", "math", "default" (PyTorch's choice) or "auto" = "math" on CPU under
-            bf16 autocast (there the fused flash backward is about 2x slower than the math
-            one for sequences up to 128 tokens, see scripts/benchmark.py), else "default".
+        sdpa_backend: deprecated, use `model.sdpa_backend` (a `TranslationModule`
+            argument: the attention kernel is a runtime choice, not an optimisation
+            setting); None = not set. Still accepted, with a note.
         skip_bad_batches: opt-in tolerance, as fairseq has: skip up to this many batches
             whose loss or gradient norm is NaN or infinite (no update; each one logged and
             counted in ``train/skipped_batches``); the next one stops the run. 0 (default):
@@ -47,13 +56,13 @@ class OptimConfig:
     """
 
     label_smoothing: float = 0.1
-    lr: float = 1e-3
-    warmup_steps: int = 1000
-    schedule: str = "inverse_sqrt"
+    lr: float = 1.5e-3
+    warmup_steps: int = 100
+    schedule: str = "linear"
     total_steps: int = 0
     weight_decay: float = 0.0
     betas: tuple[float, float] = (0.9, 0.98)
-    sdpa_backend: str = "auto"
+    sdpa_backend: str | None = None
     skip_bad_batches: int = 0
 
     def __post_init__(self) -> None:
@@ -62,21 +71,24 @@ class OptimConfig:
             raise ConfigError(
                 f"OptimConfig.skip_bad_batches must be >= 0, got {self.skip_bad_batches}"
             )
-        if self.sdpa_backend not in SDPA_BACKENDS:
-            raise ConfigError(
-                f"OptimConfig.sdpa_backend={self.sdpa_backend!r}; choose one of {SDPA_BACKENDS}"
-            )
+        if self.sdpa_backend is not None:
+            deprecated_setting("model.optim.sdpa_backend", "model.sdpa_backend")
+            check_sdpa_backend(self.sdpa_backend, "OptimConfig.sdpa_backend")
         if self.schedule not in SCHEDULES:
-            raise ConfigError(f"OptimConfig.schedule={self.schedule!r}; choose one of {SCHEDULES}")
+            raise ConfigError(
+                f"OptimConfig.schedule={self.schedule!r}; choose one of {SCHEDULES.names()}"
+            )
         if self.total_steps < 0:
             raise ConfigError(
                 f"OptimConfig.total_steps must be >= 0 (0 = the run's planned steps), "
                 f"got {self.total_steps}"
             )
-        if self.total_steps and self.schedule == "inverse_sqrt":
+        if self.total_steps and not SCHEDULES[self.schedule].needs_total_steps:
+            decaying = decaying_schedules()
             raise ConfigError(
-                f"OptimConfig.total_steps={self.total_steps} applies to the linear and cosine "
-                "schedules only; set model.optim.schedule linear or cosine, or total_steps 0"
+                f"OptimConfig.total_steps={self.total_steps} applies to the "
+                f"{_join(decaying, 'and')} schedules only; set model.optim.schedule "
+                f"{_join(decaying, 'or')}, or total_steps 0"
             )
         if 0 < self.total_steps <= self.warmup_steps:
             raise ConfigError(
@@ -92,6 +104,11 @@ class OptimConfig:
                 "OptimConfig: lr must be > 0, warmup_steps and weight_decay >= 0, got "
                 f"lr={self.lr}, warmup_steps={self.warmup_steps}, weight_decay={self.weight_decay}"
             )
+
+
+def _join(names: tuple[str, ...], word: str) -> str:
+    """("a", "b", "c"), "or" -> "a, b or c"."""
+    return f" {word} ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
 
 
 def _greedy() -> DecodingConfig:

@@ -2,9 +2,11 @@
 
 It is thin on purpose: the loop, precision, clipping, checkpointing, logging and DDP are the
 Trainer's. It owns the loss (label-smoothed cross-entropy without padding), AdamW with a
-warm-up schedule (`minitx.training.schedules`; the paper's inverse square root by default),
-and the validation metrics: loss, perplexity, and corpus BLEU / chrF of translations decoded
-as `validation.decoding` says (greedy in the shipped configs).
+warm-up schedule (`minitx.training.schedules`; `OptimConfig.schedule`: by default a linear
+decay to zero at the run's last planned step, the paper's inverse square root on request),
+the attention kernel of training steps (`sdpa_backend`) and the validation metrics: loss,
+perplexity, and corpus BLEU / chrF of translations decoded as `validation.decoding` says
+(greedy by default).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import contextlib
 import logging
 import math
 from collections.abc import Mapping
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any
 
 import lightning as L
@@ -25,25 +27,23 @@ from torchmetrics.text import CHRFScore, SacreBLEUScore
 
 from minitx.checkpoint import CHECKPOINT_KEY, write_payload
 from minitx.decoding import decode
-from minitx.errors import ConfigError
+from minitx.errors import ConfigError, ResumeError, TrainingError
 from minitx.model import Transformer, TransformerConfig
-from minitx.training.config import OptimConfig, ValidationConfig
-from minitx.training.schedules import make_schedule
+from minitx.training.config import OptimConfig, ValidationConfig, check_sdpa_backend
+from minitx.training.deprecation import renamed_value
+from minitx.training.schedules import SCHEDULES, make_schedule
 from minitx.vocab import PAD_ID
 
 logger = logging.getLogger(__name__)
 
 
-class DivergenceError(RuntimeError):
-    """Training produced a non-finite loss or non-finite weights."""
+class DivergenceError(TrainingError):
+    """Training produced a non-finite loss or non-finite weights (the settings' doing: the
+    learning rate, the warm-up; not a bug)."""
 
-    user_error = True  # the settings' doing (learning rate, warm-up), not a bug: one-line error
 
-
-class ResumeMismatchError(ValueError):
+class ResumeMismatchError(ResumeError):
     """The checkpoint to resume from was trained with another model config or tokenizer."""
-
-    user_error = True
 
 
 def _coerce(value: Any, cls: type) -> Any:
@@ -65,10 +65,18 @@ class TranslationModule(L.LightningModule):
     Args:
         transformer: the model's settings; its vocabulary sizes are linked to
             `data.vocab_size` by the training command.
-        optim: loss, optimiser, schedule and attention-kernel settings.
+        optim: loss, optimiser and schedule settings.
         validation: BLEU/chrF schedule and the decoding used for it.
+        sdpa_backend: the kernel behind `F.scaled_dot_product_attention` in training steps
+            (`model.sdpa_backend`): "flash", "math", "default" (PyTorch's choice) or "auto":
+            "math" on a CPU under bf16 autocast, where it is the faster backward for
+            Multi30k's lengths (scripts/benchmark.py measures it; the README has the
+            figures), else "default". A runtime choice: it changes no result beyond rounding
+            and is not part of the model's config in checkpoints. `model.optim.sdpa_backend`,
+            its old place, still works (deprecated).
 
-    Each accepts its dataclass or a plain dict of its fields (missing fields: defaults).
+    The settings groups accept their dataclass or a plain dict of its fields (missing
+    fields: defaults).
     """
 
     def __init__(
@@ -76,17 +84,30 @@ class TranslationModule(L.LightningModule):
         transformer: TransformerConfig = _DEFAULTS[0],
         optim: OptimConfig = _DEFAULTS[1],
         validation: ValidationConfig = _DEFAULTS[2],
+        sdpa_backend: str = "auto",
     ) -> None:
         super().__init__()
         self.model_config: TransformerConfig = _coerce(transformer, TransformerConfig)
-        self.optim: OptimConfig = _coerce(optim, OptimConfig)
+        optim = _coerce(optim, OptimConfig)
+        self.sdpa_backend: str = renamed_value(
+            "model.optim.sdpa_backend",
+            optim.sdpa_backend,
+            "model.sdpa_backend",
+            sdpa_backend,
+            "auto",
+        )
+        check_sdpa_backend(self.sdpa_backend)
+        self.optim: OptimConfig = replace(optim, sdpa_backend=None)
         self.validation: ValidationConfig = _coerce(validation, ValidationConfig)
+        optim_hparams = asdict(self.optim)
+        del optim_hparams["sdpa_backend"]  # deprecated: saved as sdpa_backend
         # Plain data only, so that checkpoints load with weights_only=True.
         self.save_hyperparameters(
             {
                 "transformer": self.model_config.to_dict(),
-                "optim": asdict(self.optim),
+                "optim": optim_hparams,
                 "validation": asdict(self.validation),
+                "sdpa_backend": self.sdpa_backend,
             }
         )
         self.model = Transformer(self.model_config)
@@ -246,8 +267,8 @@ class TranslationModule(L.LightningModule):
         return loss, nll.detach().mean(), real.sum()
 
     def _sdpa_kernel(self) -> contextlib.AbstractContextManager:
-        """The attention-kernel choice for a training step (see `OptimConfig.sdpa_backend`)."""
-        choice = self.optim.sdpa_backend
+        """The attention-kernel choice for a training step (see `sdpa_backend`)."""
+        choice = self.sdpa_backend
         if choice == "auto":
             on_cpu_bf16 = (
                 self.device.type == "cpu"
@@ -404,7 +425,7 @@ class TranslationModule(L.LightningModule):
     def _total_steps(self) -> int | None:
         """Where a decaying schedule reaches zero: `optim.total_steps`, else the trainer's plan."""
         o = self.optim
-        if o.schedule == "inverse_sqrt":
+        if not SCHEDULES[o.schedule].needs_total_steps:
             return None
         if o.total_steps:
             return o.total_steps

@@ -1,9 +1,23 @@
-"""Learning-rate schedules: factors of the peak rate, one per optimizer step.
+"""Learning-rate schedules: factors of the peak rate, one per optimizer step, by name in the
+`SCHEDULES` registry (`model.optim.schedule NAME`).
 
-Each schedule is a small class, not a lambda, so `LambdaLR` stores its state (plain ints)
-in checkpoints, which load with `torch.load(weights_only=True)`. A resumed run keeps the
-checkpoint's peak rate and warm-up; a decaying schedule's end follows the resumed run's
-plan (`TranslationModule.on_load_checkpoint`).
+Each schedule is a small `Schedule` class, not a lambda, so `LambdaLR` stores its state
+(plain ints) in checkpoints, which load with `torch.load(weights_only=True)`. A resumed run
+keeps the checkpoint's peak rate and warm-up; a decaying schedule's end follows the resumed
+run's plan (`TranslationModule.on_load_checkpoint`).
+
+Add one in any file imported before the model is built::
+
+    @SCHEDULES.register("constant")
+    class Constant(Schedule):
+        def __init__(self, warmup_steps: int) -> None:
+            self.warmup_steps = max(1, warmup_steps)
+
+        def __call__(self, step: int) -> float:
+            return min(1.0, max(1, step) / self.warmup_steps)
+
+A schedule that decays to zero at the run's last planned step sets
+``needs_total_steps = True`` and is built as ``cls(warmup_steps, total_steps)``.
 
 - `InverseSqrtSchedule` is the paper's: it never reaches zero, so it suits runs of unknown
   length (`--config long`, the 45-minute recipe).
@@ -16,12 +30,34 @@ plan (`TranslationModule.on_load_checkpoint`).
 from __future__ import annotations
 
 import math
+from typing import ClassVar
 
-SCHEDULES: tuple[str, ...] = ("inverse_sqrt", "linear", "cosine")
-"""Choices of `OptimConfig.schedule`."""
+from minitx.registry import Registry
 
 
-class InverseSqrtSchedule:
+class Schedule:
+    """A learning-rate schedule: `schedule(step)` is the factor of the peak rate at an
+    optimizer step (1.0 = the peak, `OptimConfig.lr`).
+
+    Built as ``cls(warmup_steps)``, or ``cls(warmup_steps, total_steps)`` when
+    `needs_total_steps`. Keep the state in plain attributes (ints, floats): `LambdaLR` saves
+    an object's ``__dict__`` in checkpoints.
+    """
+
+    needs_total_steps: ClassVar[bool] = False
+    """Whether it ends at a known step (`OptimConfig.total_steps`, else the run's plan)."""
+
+    def __call__(self, step: int) -> float:
+        """The factor of the peak rate at optimizer step `step` (0-based, as `LambdaLR`)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement __call__")
+
+
+SCHEDULES: Registry[type[Schedule]] = Registry("learning-rate schedule")
+"""Learning-rate schedules by name: the choices of `OptimConfig.schedule`."""
+
+
+@SCHEDULES.register("inverse_sqrt")
+class InverseSqrtSchedule(Schedule):
     """Learning-rate factor of Vaswani et al. (2017, §5.3), normalised to peak at 1.0.
 
     factor(step) = min(step / warmup, sqrt(warmup / step)): linear warm-up, then 1/sqrt decay.
@@ -35,11 +71,14 @@ class InverseSqrtSchedule:
         return min(step / self.warmup_steps, math.sqrt(self.warmup_steps / step))
 
 
-class LinearDecaySchedule:
+@SCHEDULES.register("linear")
+class LinearDecaySchedule(Schedule):
     """Linear warm-up to 1.0 at `warmup_steps`, then a straight line to 0.0 at `total_steps`.
 
     Steps past `total_steps` (a run extended beyond its plan) keep the factor at 0.
     """
+
+    needs_total_steps: ClassVar[bool] = True
 
     def __init__(self, warmup_steps: int, total_steps: int) -> None:
         self.warmup_steps = max(1, warmup_steps)
@@ -57,6 +96,7 @@ class LinearDecaySchedule:
         return 1.0 - self.progress(step)
 
 
+@SCHEDULES.register("cosine")
 class CosineDecaySchedule(LinearDecaySchedule):
     """Linear warm-up, then half a cosine from 1.0 down to 0.0 at `total_steps`.
 
@@ -70,16 +110,21 @@ class CosineDecaySchedule(LinearDecaySchedule):
         return 0.5 * (1.0 + math.cos(math.pi * self.progress(step)))
 
 
-def make_schedule(
-    name: str, warmup_steps: int, total_steps: int | None
-) -> InverseSqrtSchedule | LinearDecaySchedule:
-    """The schedule `name` (one of `SCHEDULES`); the decaying ones need `total_steps`."""
-    if name == "inverse_sqrt":
-        return InverseSqrtSchedule(warmup_steps)
+def decaying_schedules() -> tuple[str, ...]:
+    """The registered schedules that end at a known step (`Schedule.needs_total_steps`)."""
+    return tuple(name for name in SCHEDULES if SCHEDULES[name].needs_total_steps)
+
+
+def make_schedule(name: str, warmup_steps: int, total_steps: int | None) -> Schedule:
+    """The schedule `name` of `SCHEDULES`; one that `needs_total_steps` gets `total_steps`.
+
+    Raises:
+        ConfigError: `name` is not registered (the message lists the choices).
+        ValueError: the schedule needs `total_steps` and it is None.
+    """
+    schedule = SCHEDULES[name]
+    if not schedule.needs_total_steps:
+        return schedule(warmup_steps)
     if total_steps is None:
         raise ValueError(f"schedule {name!r} needs total_steps")
-    if name == "linear":
-        return LinearDecaySchedule(warmup_steps, total_steps)
-    if name == "cosine":
-        return CosineDecaySchedule(warmup_steps, total_steps)
-    raise ValueError(f"unknown schedule {name!r}; choose one of {SCHEDULES}")
+    return schedule(warmup_steps, total_steps)
