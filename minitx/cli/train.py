@@ -60,10 +60,16 @@ from minitx.training import (
     ValidateAtMaxSteps,
     ValidationExamples,
 )
-from minitx.training.callbacks import train_time_elapsed, train_time_remaining
+from minitx.training.callbacks import (
+    BudgetClock,
+    budget_schedules,
+    train_time_elapsed,
+    train_time_remaining,
+)
 from minitx.training.checkpoint_io import AtomicCheckpointIO
 from minitx.training.loggers import ContinuingCSVLogger
 from minitx.training.precision import resolve_precision
+from minitx.training.schedules import BudgetSchedule
 
 logger = logging.getLogger(__name__)
 
@@ -353,6 +359,7 @@ def build_cli(args: list[str] | None = None) -> MinitxCLI:
                 TokenThroughput(),
                 CheckpointOnInterrupt(),
                 ValidateAtMaxSteps(),
+                BudgetClock(),
             ]
         },
         args=args,
@@ -505,7 +512,21 @@ def _time_budget_note(trainer: L.Trainer) -> str:
     )
     max_epochs = trainer.max_epochs if trainer.max_epochs and trainer.max_epochs > 0 else None
     elapsed, step = train_time_elapsed(trainer), trainer.global_step
-    return time_budget_note(remaining, elapsed, step, planned, steps_per_epoch, max_epochs)
+    note = time_budget_note(remaining, elapsed, step, planned, steps_per_epoch, max_epochs)
+    return note + clock_note(budget_schedules(trainer), step)
+
+
+def clock_note(schedules: list[BudgetSchedule], global_step: int) -> str:
+    """How to repeat a run whose rate the clock set (`BudgetSchedule`), step for step, or an
+    empty string when the steps led throughout (the run is then deterministic for a seed)."""
+    led = max((s.clock_led_steps for s in schedules), default=0)
+    if not led:
+        return ""
+    return (
+        f"; the clock set the rate of {led:,} of its {global_step:,} updates, so a rerun may "
+        f"differ: to repeat a run of this length deterministically, use --trainer.max_steps "
+        f"{global_step} --trainer.max_time null"
+    )
 
 
 def _check_resumable(path: Path) -> None:

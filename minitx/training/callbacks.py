@@ -19,6 +19,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from minitx.errors import MinitxError
 from minitx.maps import KINDS, AttentionMaps, attention_entropy, teacher_forced_maps
 from minitx.training.deprecation import renamed_value
+from minitx.training.schedules import BudgetSchedule
 from minitx.viz import figures_for_maps
 from minitx.vocab import PAD_ID
 
@@ -450,3 +451,47 @@ class MinitxProgressBar(RichProgressBar):
         items = super().get_metrics(trainer, pl_module)
         items.pop("v_num", None)
         return items
+
+
+def budget_schedules(trainer: L.Trainer) -> list[BudgetSchedule]:
+    """The `BudgetSchedule`s among the trainer's learning-rate schedules."""
+    found = []
+    for config in trainer.lr_scheduler_configs:
+        for factor in getattr(config.scheduler, "lr_lambdas", []):
+            if isinstance(factor, BudgetSchedule):
+                found.append(factor)
+    return found
+
+
+class BudgetClock(L.Callback):
+    """Tells each `BudgetSchedule` the training time after every update, so that its rate
+    reaches zero at `trainer.max_time` when the clock ends the run before its step plan; logs
+    the run's progress through its budget as ``train/budget`` (0 to 1).
+
+    The time is that of `trainer.max_time`'s own clock (Lightning's `Timer`: validation
+    included, restored on resume). ``minitx-train`` adds this callback to every run; it does
+    nothing for other schedules.
+    """
+
+    def on_before_optimizer_step(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: Any
+    ) -> None:
+        """Tell the time just before the update: Lightning steps the schedulers right after
+        it (before ``on_train_batch_end``), so the next update's rate reads this time."""
+        schedules = budget_schedules(trainer)
+        if not schedules:
+            return
+        elapsed, remaining = train_time_elapsed(trainer), train_time_remaining(trainer)
+        budget = None if elapsed is None or remaining is None else elapsed + remaining
+        for schedule in schedules:
+            schedule.tell(trainer.global_step + 1, elapsed or 0.0, budget)
+
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any, **kwargs: Any
+    ) -> None:
+        schedules = budget_schedules(trainer)
+        if not schedules:
+            return
+        first, step = schedules[0], trainer.global_step
+        progress = first.budget_progress(step) if step >= first.warmup_steps else 0.0
+        pl_module.log("train/budget", progress, on_step=True, on_epoch=False)

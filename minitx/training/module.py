@@ -437,6 +437,8 @@ class TranslationModule(L.LightningModule):
                 "trainer.max_steps, or model.optim.total_steps"
             )
         if planned <= o.warmup_steps:
+            if self.trainer.fast_dev_run:  # a smoke run of a batch or two: any shape will do
+                return o.warmup_steps + 1
             raise ConfigError(
                 f"model.optim.schedule {o.schedule!r}: the run plans {int(planned)} optimizer "
                 f"steps, not more than its warm-up ({o.warmup_steps}); lower "

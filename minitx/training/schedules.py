@@ -25,6 +25,9 @@ A schedule that decays to zero at the run's last planned step sets
   what a fixed budget wants (Li, Yumer and Ramanan, "Budgeted Training", ICLR 2020, found
   linear decay to zero the best schedule when the budget is set in advance): the default
   config's.
+- `BudgetSchedule` is `linear` whose end is also set by the clock: it reaches zero at the
+  last planned step or at `trainer.max_time`, whichever comes first, so a slower machine is
+  not cut off with its rate still high and a faster one uses its whole budget.
 """
 
 from __future__ import annotations
@@ -108,6 +111,72 @@ class CosineDecaySchedule(LinearDecaySchedule):
         if step < self.warmup_steps:
             return step / self.warmup_steps
         return 0.5 * (1.0 + math.cos(math.pi * self.progress(step)))
+
+
+@SCHEDULES.register("budget")
+class BudgetSchedule(LinearDecaySchedule):
+    """Linear warm-up, then a straight line to 0.0 at the end of the run's budget: its last
+    planned step or `trainer.max_time`, whichever comes first.
+
+    After the warm-up, progress is the larger of two fractions, so the rate reaches zero when
+    either bound ends the run (Izsak et al., "How to Train BERT with an Academic Budget", 2021,
+    and Geiping and Goldstein, "Cramming", 2022, drive the schedule by elapsed time):
+
+    - by steps: ``(step - warmup_steps) / (total_steps - warmup_steps)``, as `linear`;
+    - by the clock: ``(t - t_w) / (budget - t_w)``, where ``t`` is the training time on
+      `trainer.max_time`'s clock (validation included: the budget a user sets is wall time;
+      data preparation before the first update and the final test are not), ``budget`` is
+      `max_time` in seconds and ``t_w`` the time at which the warm-up ended.
+
+    The warm-up is counted in steps, and the clock starts counting from its end, so a run that
+    finishes its step plan inside the budget is led by the steps throughout and is
+    deterministic for a seed. The `BudgetClock` callback tells the schedule the time
+    (`tell`); without it (or without `max_time`) this is exactly `linear`. All state is plain
+    floats and ints, saved in checkpoints: a resumed run continues the clock (Lightning's
+    `Timer` restores its elapsed time) and the plan.
+    """
+
+    uses_clock: ClassVar[bool] = True
+    """Whether the `BudgetClock` callback must tell it the time."""
+
+    def __init__(self, warmup_steps: int, total_steps: int) -> None:
+        super().__init__(warmup_steps, total_steps)
+        self.budget_s: float | None = None
+        self.elapsed_s = 0.0
+        self.warmup_end_s: float | None = None
+        self.clock_led_steps = 0  # updates whose rate the clock set (not bit-reproducible)
+        self.told_step = -1
+
+    def clock_progress(self) -> float:
+        """Fraction of the budget's decay phase used by the clock (0.0 before the warm-up ends
+        and without a budget)."""
+        if self.budget_s is None or self.warmup_end_s is None:
+            return 0.0
+        span = self.budget_s - self.warmup_end_s
+        if span <= 0:
+            return 1.0
+        return min(1.0, max(0.0, (self.elapsed_s - self.warmup_end_s) / span))
+
+    def budget_progress(self, step: int) -> float:
+        """The run's progress at `step`: the larger of the step and clock fractions."""
+        return max(self.progress(step), self.clock_progress())
+
+    def tell(self, step: int, elapsed_s: float, budget_s: float | None) -> None:
+        """Record the training time `elapsed_s` (of `budget_s`) after optimizer step `step`;
+        the factor of the next step reads it."""
+        new_step = step > self.told_step  # told once per update (accumulation repeats a step)
+        self.elapsed_s, self.budget_s, self.told_step = float(elapsed_s), budget_s, step
+        if step >= self.warmup_steps and self.warmup_end_s is None:
+            self.warmup_end_s = self.elapsed_s
+        led = step + 1 >= self.warmup_steps and self.clock_progress() > self.progress(step + 1)
+        if led and new_step:
+            self.clock_led_steps += 1
+
+    def __call__(self, step: int) -> float:
+        step = max(1, step)
+        if step < self.warmup_steps:
+            return step / self.warmup_steps
+        return 1.0 - self.budget_progress(step)
 
 
 def decaying_schedules() -> tuple[str, ...]:
