@@ -80,10 +80,14 @@ class Tokenizer:
             model_type: ``"unigram"`` or ``"bpe"``.
             character_coverage: fraction of characters covered by the vocabulary; 1.0 keeps
                 every character seen in training (right for small European-language corpora).
-            cache_dir: when given, the model is stored as ``cache_dir/spm-{key}.model`` and a
-                later call with the same settings and data loads it instead of training.
+            cache_dir: when given, the model is stored as ``cache_dir/spm-{key}.model``, with
+                its size and sha256 in ``spm-{key}.json``, and a later call with the same
+                settings and data loads it instead of training. A cached model that does not
+                match its record (a damaged file) is trained again, with a one-line warning.
             cache_key: a string identifying the training data (for example a corpus hash).
-                When ``None`` the sentences themselves are hashed.
+                When given, a cached model is found without reading `sentences` (which may
+                then be a lazy iterable that does the reading); when ``None`` the sentences
+                themselves are hashed.
 
         Returns:
             The trained (or cached) tokenizer.
@@ -100,23 +104,27 @@ class Tokenizer:
             )
         if not 0.0 < character_coverage <= 1.0:
             raise ConfigError(f"character_coverage must be in (0, 1], got {character_coverage}.")
-        sentences = [s for s in sentences if s and not s.isspace()]
-        if not sentences:
-            raise DataError("Tokenizer.train got no (non-empty) sentences to train on.")
-
         settings: dict[str, Any] = {
             "vocab_size": vocab_size,
             "model_type": model_type,
             "character_coverage": character_coverage,
             "sentencepiece": spm.__version__,
+            "cache_format": _CACHE_FORMAT,
         }
         path: Path | None = None
-        if cache_dir is not None:
-            key = _cache_key(settings, sentences, cache_key)
-            path = Path(cache_dir) / f"spm-{key}.model"
-            if path.is_file():
-                logger.info("Loaded cached tokenizer %s (no training needed).", path)
-                return cls.load(path)
+        if cache_dir is not None and cache_key is not None:  # found without reading `sentences`
+            path = Path(cache_dir) / f"spm-{_cache_key(settings, [], cache_key)}.model"
+            cached = _read_cached(path)
+            if cached is not None:
+                return cached
+        sentences = [s for s in sentences if s and not s.isspace()]
+        if not sentences:
+            raise DataError("Tokenizer.train got no (non-empty) sentences to train on.")
+        if cache_dir is not None and cache_key is None:
+            path = Path(cache_dir) / f"spm-{_cache_key(settings, sentences, None)}.model"
+            cached = _read_cached(path)
+            if cached is not None:
+                return cached
 
         start = time.perf_counter()
         model_bytes = _train_bytes(
@@ -134,7 +142,8 @@ class Tokenizer:
             time.perf_counter() - start,
         )
         if path is not None:
-            _atomic_write(path, model_bytes)
+            _atomic_write(_record_path(path), _record(model_bytes))  # first: a model file
+            _atomic_write(path, model_bytes)  # without its record would read as damaged
             logger.info("Cached the tokenizer at %s.", path)
         return tokenizer
 
@@ -333,6 +342,38 @@ def _load_processor(model_bytes: bytes) -> spm.SentencePieceProcessor:
             "--eos_id=3)."
         )
     return sp
+
+
+_CACHE_FORMAT = 2
+"""Bump when cached tokenizer files change layout (2: with a checksum record beside them)."""
+
+
+def _record_path(path: Path) -> Path:
+    """The checksum record of a cached model: ``spm-{key}.json`` beside ``spm-{key}.model``."""
+    return path.with_suffix(".json")
+
+
+def _record(model_bytes: bytes) -> bytes:
+    record = {"bytes": len(model_bytes), "sha256": hashlib.sha256(model_bytes).hexdigest()}
+    return json.dumps(record).encode()
+
+
+def _read_cached(path: Path) -> Tokenizer | None:
+    """The cached tokenizer at `path` when it matches its checksum record; None when there is
+    none, or (with a one-line warning) when the file is damaged: the caller trains again."""
+    if not path.is_file():
+        return None
+    try:
+        model_bytes = path.read_bytes()
+        record = json.loads(_record_path(path).read_text(encoding="utf-8"))
+        if record != json.loads(_record(model_bytes)):
+            raise DataError(f"{len(model_bytes)} bytes that do not match its checksum record")
+        tokenizer = Tokenizer(model_bytes)
+    except (OSError, ValueError) as exc:  # json and DataError are ValueErrors
+        logger.warning("%s: a damaged cached tokenizer (%s); training it again.", path, exc)
+        return None
+    logger.info("Loaded cached tokenizer %s (no training needed).", path)
+    return tokenizer
 
 
 def _cache_key(settings: dict[str, Any], sentences: list[str], cache_key: str | None) -> str:

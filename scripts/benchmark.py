@@ -22,22 +22,38 @@ Sections (all by default; pick with --sections):
   ct2        (opt-in, needs --checkpoint) the checkpoint exported to CTranslate2, float32 and
              int8 weights, vs minitx on the test split: sentences/s, BLEU, and the share of
              translations identical to minitx's, greedy and beam; needs minitx[export].
+  data       (opt-in) data preparation at scale: for each --data-pairs N, a synthetic corpus of
+             N training pairs (two sentences of --data's training split joined per side;
+             its validation and test splits as they are) prepared with the default data
+             settings in a fresh process: preparation time, pairs/s, peak RSS, cache size,
+             time to the first training batch; then again from the cache, in another process.
 
     python scripts/benchmark.py                         # train, attention, decode: ~4 minutes here
     python scripts/benchmark.py --sections decode --checkpoint RUN.ckpt --data DIR
     python scripts/benchmark.py --sections ct2 --checkpoint RUN.ckpt --decode-sentences 1000
     python scripts/benchmark.py --sections scores      # ~3 minutes here
     python scripts/benchmark.py --sections padding --max-tokens 1024 --train-examples 29000
+    python scripts/benchmark.py --sections data       # 30k, 300k, 1M pairs: ~2 minutes here
+    python scripts/benchmark.py --sections data --data-pairs 5000000
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import logging
+import os
+import random
+import resource
+import shutil
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -428,6 +444,131 @@ def _attention_times(dtype: torch.dtype, t: int, repeats: int) -> tuple[list[flo
     return fwd, both
 
 
+# ------------------------------------------------------------------------------------ data
+
+
+def synthesize_corpus(args: argparse.Namespace, n_pairs: int, directory: Path) -> None:
+    """`n_pairs` training pairs, each side two sentences of --data's training split joined
+    (seeded), and --data's validation and test splits, as raw files in `directory`."""
+    from minitx.data import load_parallel_corpus, resolve_data_source
+
+    src, tgt = args.src_lang, args.tgt_lang
+    corpus = load_parallel_corpus(resolve_data_source(args.data), src, tgt)
+    directory.mkdir(parents=True, exist_ok=True)
+    stems = {"train": "train", "validation": "val", "test": "test_2016_flickr"}
+    for split in ("validation", "test"):
+        pairs = corpus[split]["translation"]
+        for lang in (src, tgt):
+            text = "".join(pair[lang] + "\n" for pair in pairs)
+            (directory / f"{stems[split]}.{lang}").write_text(text, encoding="utf-8")
+    pairs = corpus["train"]["translation"]
+    sides = [[pair[lang] for pair in pairs] for lang in (src, tgt)]
+    rng = random.Random(0)
+    with (
+        open(directory / f"train.{src}", "w", encoding="utf-8") as src_file,
+        open(directory / f"train.{tgt}", "w", encoding="utf-8") as tgt_file,
+    ):
+        for _ in range(n_pairs):
+            i, j = rng.randrange(len(pairs)), rng.randrange(len(pairs))
+            src_file.write(f"{sides[0][i]} {sides[0][j]}\n")
+            tgt_file.write(f"{sides[1][i]} {sides[1][j]}\n")
+
+
+class _Records(logging.Handler):
+    """Keeps the log records of minitx (the child reads its phases' times from them)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+def prepare_child(corpus: str, cache: str) -> None:
+    """The measured process: prepare `corpus` with the default data settings and draw the
+    first training batch; prints one line of JSON (times, peak RSS in MB)."""
+    from minitx.data import TranslationDataModule
+
+    records = _Records()
+    logging.getLogger("minitx").addHandler(records)
+    logging.getLogger("minitx").setLevel(logging.INFO)
+    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    start = time.perf_counter()
+    dm = TranslationDataModule(
+        source=corpus, cache_dir=cache, max_positions=TransformerConfig().max_positions
+    )
+    dm.setup("fit")
+    prepared = time.perf_counter()
+    batch = next(iter(dm.train_dataloader()))
+    first_batch = time.perf_counter()
+    trained = [r for r in records.records if r.getMessage().startswith("Trained a ")]
+    print(
+        json.dumps(
+            {
+                "prepare_s": prepared - start,
+                "first_batch_s": first_batch - prepared,
+                "tokenizer_s": trained[0].args[3] if trained else 0.0,
+                "tokenizer_sentences": trained[0].args[2] if trained else 0,
+                "train_pairs": len(dm.dataset["train"]),
+                "batch_shape": list(batch["src"].shape),
+                "rss_imports_mb": rss_before,
+                "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                "cpu_s": sum(os.times()[:2]),
+            }
+        )
+    )
+
+
+def _run_child(corpus: Path, cache: Path) -> dict:
+    command = [sys.executable, __file__, "--data-child", str(corpus), str(cache)]
+    env = {**os.environ, "MINITX_DATA_DIR": ""}  # the synthetic corpus, nothing else
+    done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"data section: the preparation process failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def bench_data(args: argparse.Namespace) -> None:
+    """Preparation time, pairs/s, peak RSS, cache size and time to the first batch of
+    synthetic corpora of --data-pairs pairs, cold and from the cache."""
+    print(
+        f"\n== data preparation: N synthetic {args.src_lang}-{args.tgt_lang} training pairs (two "
+        f"{args.data} sentences joined per side), the default data settings, a fresh process "
+        "per run (its peak RSS, imports included); cold, then warm (from the cache) =="
+    )
+    print(
+        "          N | cold: prepare s  pairs/s | tokenizer s (sentences) | rest s  pairs/s | "
+        "peak RSS MB  cache MB  first batch s | warm: prepare s  peak RSS MB"
+    )
+    root = Path(args.data_workdir or tempfile.mkdtemp(prefix="minitx-bench-data-"))
+    try:
+        for n_pairs in args.data_pairs:
+            corpus, cache = root / f"corpus-{n_pairs}", root / f"cache-{n_pairs}"
+            shutil.rmtree(cache, ignore_errors=True)
+            synthesize_corpus(args, n_pairs, corpus)
+            cold = _run_child(corpus, cache)
+            size = sum(f.stat().st_size for f in cache.iterdir()) / 1e6
+            warm = _run_child(corpus, cache)
+            rest = cold["prepare_s"] - cold["tokenizer_s"]  # reading, tokenizing, writing
+            print(
+                f"  {n_pairs:>9,d} | {cold['prepare_s']:15.1f} "
+                f"{n_pairs / cold['prepare_s']:8.0f} | "
+                f"{cold['tokenizer_s']:11.1f} ({cold['tokenizer_sentences']:>9,d}) | "
+                f"{rest:6.1f} {n_pairs / rest:8.0f} | {cold['peak_rss_mb']:11.0f} {size:9.0f} "
+                f"{cold['first_batch_s']:14.2f} | {warm['prepare_s']:15.1f} "
+                f"{warm['peak_rss_mb']:12.0f}",
+                flush=True,
+            )
+            if not args.data_workdir:
+                shutil.rmtree(corpus)
+                shutil.rmtree(cache)
+    finally:
+        if not args.data_workdir:
+            shutil.rmtree(root, ignore_errors=True)
+    print(f"  (peak RSS right after the imports: {cold['rss_imports_mb']:.0f} MB)")
+
+
 # ------------------------------------------------------------------------------------ decode
 
 
@@ -561,9 +702,9 @@ def main() -> None:
         "--sections",
         nargs="+",
         default=["train", "attention", "decode"],
-        choices=["train", "attention", "decode", "scores", "padding", "ct2"],
-        help="sections to run (default: train attention decode; scores, padding and ct2 are "
-        "opt-in)",
+        choices=["train", "attention", "decode", "scores", "padding", "ct2", "data"],
+        help="sections to run (default: train attention decode; scores, padding, ct2 and data "
+        "are opt-in)",
     )
     parser.add_argument(
         "--precisions",
@@ -600,7 +741,7 @@ def main() -> None:
     parser.add_argument(
         "--data",
         default="bentrevett/multi30k",
-        help="corpus for --checkpoint (MINITX_DATA_DIR applies)",
+        help="corpus for --checkpoint and the data section's sentences (MINITX_DATA_DIR applies)",
     )
     parser.add_argument("--src-lang", default="de")
     parser.add_argument("--tgt-lang", default="en")
@@ -613,7 +754,22 @@ def main() -> None:
         default=2,
         help="ct2 section: threads of both runtimes (torch, CTranslate2 intra_threads)",
     )
+    parser.add_argument(
+        "--data-pairs",
+        type=int,
+        nargs="+",
+        default=[30_000, 300_000, 1_000_000],
+        help="data section: training pairs of each synthetic corpus",
+    )
+    parser.add_argument(
+        "--data-workdir",
+        help="data section: keep the corpora and caches here (default: a temporary directory)",
+    )
+    parser.add_argument("--data-child", nargs=2, help=argparse.SUPPRESS)  # the measured process
     args = parser.parse_args()
+    if args.data_child:
+        prepare_child(*args.data_child)
+        return
     if "ct2" in args.sections and not args.checkpoint:
         parser.error("--sections ct2 needs --checkpoint (a trained model to export)")
     print(
@@ -628,6 +784,7 @@ def main() -> None:
         "scores": bench_scores,
         "padding": bench_padding,
         "ct2": bench_ct2,
+        "data": bench_data,
     }
     for section in args.sections:
         sections[section](args)

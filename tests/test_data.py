@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import logging
 import pickle
@@ -549,6 +550,87 @@ def test_datamodule_argument_errors(toy_corpus_dir: Path) -> None:
     )
     with pytest.raises(DataError, match=r"No 'validation' split; this DataModule has \['train'\]"):
         dm.val_dataloader()
+
+
+# ======================================================================= cache integrity
+def _cached_train_file(dm: TranslationDataModule) -> Path:
+    (path,) = Path(dm.hparams.cache_dir).glob("tokenized-*-train.arrow")
+    return path
+
+
+def _rewrite_with_token_id(path: Path, value: int) -> None:
+    """Rewrite a cached Arrow file with the first source id of row 0 set to `value`: what a
+    flipped bit in a token id does (pyarrow here, in the test only)."""
+    import pyarrow as pa
+
+    table = pa.ipc.open_stream(pa.BufferReader(path.read_bytes())).read_all()
+    index = table.schema.get_field_index("src_ids")
+    field = table.schema.field(index)
+    rows = table.column(index).to_pylist()
+    rows[0][0] = value
+    table = table.set_column(index, field, pa.array(rows, type=field.type))
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+
+
+def _reload_with_notice(
+    dm: TranslationDataModule, expected: dict, path: Path, caplog: pytest.LogCaptureFixture
+) -> tuple[TranslationDataModule, str]:
+    """A new DataModule on the damaged cache: it must say so in one line naming the file,
+    rebuild it, and serve the `expected` training rows; the run after it is silent. Returns
+    it and the notice."""
+    again = TranslationDataModule(**dm.hparams)
+    with caplog.at_level(logging.WARNING, logger="minitx"):
+        again.setup("fit")
+    notices = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(notices) == 1, notices
+    assert str(path) in notices[0] and "rebuilding" in notices[0] and "\n" not in notices[0]
+    assert again.dataset is not None and again.dataset["train"][:] == expected
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="minitx"):
+        TranslationDataModule(**dm.hparams).setup("fit")
+    assert caplog.records == []
+    return again, notices[0]
+
+
+def test_a_truncated_cache_file_is_rebuilt_with_a_notice(
+    toy_dm: TranslationDataModule, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Was: 'Expected to be able to read N bytes ...' naming neither file nor fix, on every
+    later run."""
+    path, expected = _cached_train_file(toy_dm), toy_dm.dataset["train"][:]
+    toy_dm.dataset = None  # it maps the file this test damages in place
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    _, notice = _reload_with_notice(toy_dm, expected, path, caplog)
+    assert "cut short" in notice
+
+
+def test_a_flipped_token_id_is_caught_at_load(
+    toy_dm: TranslationDataModule, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Was: loaded silently, then an IndexError deep in the embedding mid-epoch."""
+    path, expected = _cached_train_file(toy_dm), toy_dm.dataset["train"][:]
+    toy_dm.dataset = None  # it maps the file this test damages in place
+    _rewrite_with_token_id(path, 60_000)
+    again, _ = _reload_with_notice(toy_dm, expected, path, caplog)
+    served = [int(i) for batch in again.train_dataloader() for i in batch["src"].flatten()]
+    assert max(served) < again.tokenizer.vocab_size
+
+
+def test_token_ids_out_of_range_are_caught_even_with_a_matching_checksum(
+    toy_dm: TranslationDataModule, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The ids themselves are checked at load, not only the file's checksum."""
+    path, expected = _cached_train_file(toy_dm), toy_dm.dataset["train"][:]
+    toy_dm.dataset = None  # it maps the file this test damages in place
+    _rewrite_with_token_id(path, 60_000)
+    record_file = path.with_suffix(".json")
+    record = json.loads(record_file.read_text(encoding="utf-8"))
+    record["bytes"] = path.stat().st_size
+    record["sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
+    record_file.write_text(json.dumps(record), encoding="utf-8")
+    _, notice = _reload_with_notice(toy_dm, expected, path, caplog)
+    assert "src_ids from 0 to 60000, outside the tokenizer's vocabulary [0, 150)" in notice
 
 
 class _RecordingModule(L.LightningModule):

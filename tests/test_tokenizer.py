@@ -132,6 +132,32 @@ def test_cache_hit_skips_training(
     )
 
 
+@pytest.mark.parametrize("damage", ["truncate", "flip"])
+def test_a_damaged_cached_tokenizer_is_trained_again(
+    sentences: list[str], tmp_path: Path, caplog: pytest.LogCaptureFixture, damage: str
+) -> None:
+    """A cut-short or bit-flipped spm-*.model in the cache is not an error on every later
+    run: one warning naming the file, the model trained again, the cache repaired."""
+    first = Tokenizer.train(sentences, vocab_size=150, cache_dir=tmp_path)
+    (model,) = tmp_path.glob("spm-*.model")
+    data = bytearray(model.read_bytes())
+    if damage == "truncate":
+        data = data[: len(data) // 3]
+    else:  # a flipped bit in a piece's text: still a parseable model, a different one
+        data[data.index(first.id_to_piece([100])[0].encode())] ^= 1
+    model.write_bytes(bytes(data))
+    with caplog.at_level("INFO", logger="minitx.tokenizer"):
+        second = Tokenizer.train(sentences, vocab_size=150, cache_dir=tmp_path)
+    assert second == first
+    notices = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(notices) == 1 and str(model) in notices[0] and "\n" not in notices[0]
+    assert "training it again" in notices[0]
+    caplog.clear()
+    with caplog.at_level("INFO", logger="minitx.tokenizer"):
+        assert Tokenizer.train(sentences, vocab_size=150, cache_dir=tmp_path) == first
+    assert "Loaded cached tokenizer" in caplog.text and "WARNING" not in caplog.text
+
+
 def test_vocab_too_large_is_a_clear_error(sentences: list[str]) -> None:
     with pytest.raises(ValueError, match=r"vocab_size=8000 is too large .* at most \d+ pieces"):
         Tokenizer.train(sentences, vocab_size=8000)

@@ -28,13 +28,19 @@ def _column(dataset: datasets.Dataset, name: str) -> np.ndarray:
     return dataset.select_columns([name]).with_format("arrow")[:].column(name).to_numpy()
 
 
-def _log_skips(split: str, reason: str, lines: Sequence[int], total: int) -> None:
-    if len(lines) == 0:
+def log_skips(
+    split: str, reason: str, lines: Sequence[int], total: int, *, count: int | None = None
+) -> None:
+    """Warn that `count` (default: ``len(lines)``) of `total` pairs of `split` were skipped for
+    `reason`, quoting the first `lines` (with "..." when there were more); nothing when none.
+    """
+    count = len(lines) if count is None else count
+    if count == 0:
         return
     logger.warning(
         "%s: skipped %d of %d pairs %s (lines %s).",
         split,
-        len(lines),
+        count,
         total,
         reason,
         quote_lines(lines),
@@ -83,8 +89,8 @@ def clean_pairs(
                 for i, (s, t) in enumerate(zip(src, tgt, strict=True))
                 if i not in empty_set and max(len(s), len(t)) > max_chars
             ]
-        _log_skips(split, "with an empty side", [i + 1 for i in empty], len(dataset))
-        _log_skips(
+        log_skips(split, "with an empty side", [i + 1 for i in empty], len(dataset))
+        log_skips(
             split, f"longer than max_chars={max_chars}", [i + 1 for i in too_long], len(dataset)
         )
         dataset = dataset.add_column("line", np.arange(1, len(dataset) + 1, dtype=np.int64))

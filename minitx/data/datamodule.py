@@ -1,5 +1,9 @@
 """`TranslationDataModule`: corpus -> tokenizer -> token-bucketed batches, for Lightning.
 
+Preparation streams the corpus (`minitx.data.prepare`): memory stays bounded whatever its
+size, each split is tokenized once into a memory-mapped Arrow file under ``cache_dir``, and
+every later run and every DDP process maps that file instead of tokenizing again.
+
 Distributed training: the batch sampler shards itself (each rank gets its own batches), so
 Lightning must not inject a ``DistributedSampler``: use ``Trainer(use_distributed_sampler=False)``.
 Lightning raises a ``TypeError`` saying so if you forget.
@@ -8,24 +12,33 @@ Lightning raises a ``TypeError`` saying so if you forget.
 from __future__ import annotations
 
 import functools
+import hashlib
 import logging
+import shutil
+import tempfile
 import time
+import weakref
+from pathlib import Path
 
 import datasets
 import lightning as L
+import torch
 from torch.utils.data import DataLoader
 
 from minitx.data.batching import TokenBucketBatchSampler, collate
-from minitx.data.cleaning import Counts, clean_pairs, side_texts
-from minitx.data.sources import load_parallel_corpus, resolve_data_source
-from minitx.data.tokenization import (
-    example_lengths,
-    filter_long_pairs,
-    tokenize_corpus,
-    truncate_long_pairs,
-)
+from minitx.data.cleaning import Counts
+from minitx.data.prepare import prepare_split, prepare_tokenizer
+from minitx.data.sources import DATA_DIR_ENV, open_parallel_corpus, resolve_data_source
+from minitx.data.tokenization import example_lengths
 from minitx.errors import ConfigError, DataError
 from minitx.tokenizer import ModelType, Tokenizer
+
+TOKENIZER_SAMPLE = 500_000
+"""Default `data.tokenizer_sample`: sentences (both sides together) that train the tokenizer.
+
+sentencepiece holds them all while it trains, about 2.7 kB per 25-word sentence (measured:
+1.4 GB for 500,000), so this bounds the peak memory of preparing any corpus. Multi30k (58,000
+sentences), IWSLT'14 (about 340,000) and smaller corpora train on every sentence."""
 
 logger = logging.getLogger(__name__)
 
@@ -33,9 +46,10 @@ logger = logging.getLogger(__name__)
 class TranslationDataModule(L.LightningDataModule):
     """Corpus -> tokenizer -> token-bucketed batches, for Lightning (or plain loops).
 
-    ``setup()`` loads the corpus (through :func:`resolve_data_source`), drops empty pairs
-    (every split) and over-long training pairs, trains or loads the cached joint tokenizer
-    and tokenizes (cached too). It works without a Trainer: ``dm.setup("fit")`` then
+    ``setup()`` opens the corpus (through :func:`resolve_data_source`), trains or loads the
+    cached joint tokenizer, and in one streaming pass per split drops empty pairs (every
+    split) and over-long training pairs and tokenizes, into a memory-mapped Arrow file (cached
+    too; `minitx.data.prepare`). It works without a Trainer: ``dm.setup("fit")`` then
     ``dm.train_dataloader()``. After setup: ``dm.tokenizer``, ``dm.dataset`` (the tokenized
     ``DatasetDict``) and ``dm.skipped`` (per split ``{"empty": n, "too_long": m}``, plus
     ``"truncated"`` for evaluation splits cut to the model's ``max_positions``).
@@ -62,14 +76,24 @@ class TranslationDataModule(L.LightningDataModule):
             pairs are skipped and counted, evaluation splits keep everything.
         pad_multiple: pad lengths up to a multiple of this (keeps batch shapes few).
         num_workers: DataLoader worker processes.
-        cache_dir: directory for the tokenizer and tokenized data caches (None: no cache).
-        seed: shuffling seed.
+        cache_dir: directory for the tokenizer and tokenized data caches (None: no cache; the
+            tokenized splits then live in a temporary directory removed at exit).
+        seed: shuffling seed, and the seed of the tokenizer's sample.
         eval_max_tokens: batch budget in tokens for validation/test (None: same as
             max_tokens).
         max_positions: the model's position limit (``minitx-train`` links it from
             ``model.transformer.max_positions``). Evaluation pairs longer than that are cut to
             fit when the data is loaded (counted and logged), instead of failing the first
             validation; ``max_len`` must not exceed it. None: no check.
+        tokenizer_sample: at most this many sentences (source and target together) train
+            the tokenizer: all of them when the training split has no more, else a uniform
+            sample seeded by ``seed`` (sentencepiece's ``input_sentence_size`` with
+            shuffling; `minitx.data.sample`). None: every sentence, whatever the memory.
+        hub_options: more ``datasets.load_dataset`` arguments for a hub ``source``:
+            ``name`` (the configuration, e.g. ``de-en``), ``revision``, ``data_dir``.
+        prepare_data_per_node: prepare the data once per node (Lightning's default). Set it
+            to False when every node shares ``cache_dir`` (a shared filesystem): global rank
+            0 prepares and every other process maps its files.
     """
 
     def __init__(
@@ -88,6 +112,9 @@ class TranslationDataModule(L.LightningDataModule):
         seed: int = 0,
         eval_max_tokens: int | None = 8192,
         max_positions: int | None = None,
+        tokenizer_sample: int | None = TOKENIZER_SAMPLE,
+        hub_options: dict[str, str] | None = None,
+        prepare_data_per_node: bool = True,
     ) -> None:
         super().__init__()
         if src_lang == tgt_lang:
@@ -101,6 +128,11 @@ class TranslationDataModule(L.LightningDataModule):
             raise ConfigError(f"max_len must be >= 2, got {max_len}.")
         if num_workers < 0:
             raise ConfigError(f"num_workers must be >= 0, got {num_workers}.")
+        if tokenizer_sample is not None and tokenizer_sample < 1:
+            raise ConfigError(
+                f"data.tokenizer_sample must be >= 1 or null (every sentence), got "
+                f"{tokenizer_sample}."
+            )
         if max_positions is not None and max_len > max_positions:
             raise ConfigError(
                 f"data.max_len ({max_len}) exceeds the model's max_positions ({max_positions}); "
@@ -121,6 +153,10 @@ class TranslationDataModule(L.LightningDataModule):
         self.seed = seed
         self.eval_max_tokens = eval_max_tokens
         self.max_positions = max_positions
+        self.tokenizer_sample = tokenizer_sample
+        self.hub_options = hub_options
+        self.prepare_data_per_node = prepare_data_per_node
+        self._scratch: Path | None = None
         self.tokenizer: Tokenizer | None = None
         self.dataset: datasets.DatasetDict | None = None
         self.skipped: Counts = {}
@@ -131,51 +167,87 @@ class TranslationDataModule(L.LightningDataModule):
         """Fill the caches (hub download, tokenizer, tokenized data); once per node.
 
         The result is also kept for :meth:`setup` in this process; other processes build from
-        the caches in their own ``setup``.
+        the caches in their own ``setup``. Nothing to do once :meth:`setup` has run (e.g.
+        ``minitx-train`` checking a resume before it fits).
         """
-        self._prepared = self._build()
+        if self.dataset is None:
+            self._prepared = self._build()
 
     def setup(self, stage: str | None = None) -> None:
-        """Load everything (from the caches when :meth:`prepare_data` ran). Idempotent."""
+        """Load everything (from the caches when :meth:`prepare_data` ran). Idempotent.
+
+        Under DDP every rank checks that all built the same tokenizer.
+
+        Raises:
+            DataError: ranks hold different tokenizers (nodes that prepared apart with
+                unequal results).
+        """
         if self.dataset is None:
             built, self._prepared = self._prepared or self._build(), None
             self.tokenizer, self.dataset, self.skipped = built
+            _check_same_tokenizer(self.tokenizer, self.cache_dir)
+
+    def _work_dir(self) -> Path:
+        """Where the tokenized splits go: ``cache_dir``, or a temporary directory (removed
+        when this object is, or at exit) when there is no cache."""
+        if self.cache_dir is not None:
+            return Path(self.cache_dir)
+        if self._scratch is None:
+            self._scratch = Path(tempfile.mkdtemp(prefix="minitx-data-"))
+            weakref.finalize(self, shutil.rmtree, self._scratch, ignore_errors=True)
+        return self._scratch
 
     def _build(self) -> tuple[Tokenizer, datasets.DatasetDict, Counts]:
         start = time.perf_counter()
         source = resolve_data_source(self.source)
-        corpus = load_parallel_corpus(source, self.src_lang, self.tgt_lang, splits=self.splits)
-        if "train" not in corpus:
+        if source != self.source and self.hub_options:
+            logger.warning(
+                "%s=%s replaces the configured hub dataset %r (hub_options %s); unset it to "
+                "train on the hub dataset.",
+                DATA_DIR_ENV,
+                source,
+                self.source,
+                self.hub_options,
+            )
+        streams = open_parallel_corpus(
+            source,
+            self.src_lang,
+            self.tgt_lang,
+            splits=self.splits,
+            hub_options=self.hub_options,
+        )
+        if "train" not in streams:
             raise DataError(
-                f"The corpus has no 'train' split (found {sorted(corpus)}); "
+                f"The corpus has no 'train' split (found {sorted(streams)}); "
                 "it trains the tokenizer."
             )
-        cleaned, skipped = clean_pairs(corpus, self.src_lang, self.tgt_lang)
-        train = cleaned["train"]
-        tokenizer = Tokenizer.train(
-            side_texts(train, self.src_lang) + side_texts(train, self.tgt_lang),
+        tokenizer = prepare_tokenizer(
+            streams["train"],
             vocab_size=self.vocab_size,
             model_type=self.tokenizer_type,
+            sample_size=self.tokenizer_sample,
+            seed=self.seed,
             cache_dir=self.cache_dir,
         )
-        tokenized = tokenize_corpus(
-            cleaned, tokenizer, self.src_lang, self.tgt_lang, cache_dir=self.cache_dir
-        )
-        tokenized, too_long = filter_long_pairs(tokenized, self.max_len, splits=("train",))
-        for split, count in too_long.items():
-            skipped[split]["too_long"] += count
-        if self.max_positions is not None:
-            evaluation = [split for split in tokenized if split != "train"]
-            tokenized, cut = truncate_long_pairs(tokenized, self.max_positions, splits=evaluation)
-            for split, count in cut.items():
-                skipped[split]["truncated"] = count
+        tokenized: dict[str, datasets.Dataset] = {}
+        skipped: Counts = {}
+        for split, stream in streams.items():
+            train = split == "train"
+            tokenized[split], skipped[split] = prepare_split(
+                stream,
+                tokenizer,
+                self._work_dir(),
+                max_len=self.max_len,
+                filter_long=train,
+                max_positions=None if train else self.max_positions,
+            )
         logger.info(
             "Data ready in %.1f s: %s pairs (skipped: %s).",
             time.perf_counter() - start,
             {split: len(ds) for split, ds in tokenized.items()},
             skipped,
         )
-        return tokenizer, tokenized, skipped
+        return tokenizer, datasets.DatasetDict(tokenized), skipped
 
     # -------------------------------------------------------------------- dataloaders
     def train_dataloader(self) -> DataLoader:
@@ -236,3 +308,24 @@ class TranslationDataModule(L.LightningDataModule):
         dataset = self._split(split)
         data = dataset.select_columns(["src_text", "tgt_text"]).with_format("arrow")[:]
         return data.column("src_text").to_pylist(), data.column("tgt_text").to_pylist()
+
+
+def _check_same_tokenizer(tokenizer: Tokenizer, cache_dir: str | None) -> None:
+    """Under DDP: every rank must hold the same tokenizer (else the same ids mean different
+    pieces on different ranks). A no-op in a single process.
+
+    Raises:
+        DataError: the ranks' tokenizers differ; the message says how to share one.
+    """
+    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+        return
+    mine = hashlib.sha256(tokenizer.model_bytes).hexdigest()
+    every: list[str | None] = [None] * torch.distributed.get_world_size()
+    torch.distributed.all_gather_object(every, mine)
+    if len(set(every)) > 1:
+        raise DataError(
+            f"the training processes built {len(set(every))} different tokenizers (sha256 "
+            f"{sorted(set(every))}); give every node the same data.cache_dir on a shared "
+            "filesystem with --data.prepare_data_per_node false, or copy the cache directory "
+            f"({cache_dir}) of node 0 to the others before training"
+        )

@@ -1,7 +1,8 @@
-"""Reading parallel corpora: raw `{split}.{lang}[.gz]` directories, jsonl files, hub ids and
-the corpora shipped with minitx (`builtin:toy`), into a `DatasetDict` with one
-`translation` column. Invalid files (unequal line counts, bad UTF-8, missing splits) raise
-errors that name the file and line.
+"""Which corpus a data source names, and opening it: raw `{split}.{lang}[.gz]` directories,
+jsonl files, hub ids and the corpora shipped with minitx (`builtin:toy`). Each split opens
+as a `minitx.data.streams.PairStream` (read in bounded memory, for the tokenized cache) or
+loads into a `DatasetDict` with one `translation` column (for evaluation sets). Invalid files
+(unequal line counts, bad UTF-8, missing splits) raise errors that name the file and line.
 
 Data sources (``source`` / ``data.source``), tried in this order:
 
@@ -17,20 +18,17 @@ or flat language fields (``{"de": .., "en": ..}``).
 
 from __future__ import annotations
 
-import gzip
-import json
 import logging
 import os
 import re
-import zlib
 from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 
 import datasets
 
+from minitx.data.streams import HubStream, JsonlStream, PairStream, RawFilesStream, hub_columns
 from minitx.errors import DataError, MissingFileError, SourceUnreachableError
-from minitx.textio import decode_utf8
 
 logger = logging.getLogger(__name__)
 
@@ -106,14 +104,25 @@ def is_hub_id(source: str) -> bool:
     return re.fullmatch(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?", source) is not None
 
 
-def load_parallel_corpus(
+HUB_OPTIONS: tuple[str, ...] = ("name", "revision", "data_dir")
+"""The ``datasets.load_dataset`` arguments ``data.hub_options`` may set: the configuration
+(``name``, e.g. ``de-en`` of ``wmt/wmt14``), a branch or commit (``revision``) and a folder of
+the repository (``data_dir``)."""
+
+
+def open_parallel_corpus(
     source: str,
     src_lang: str,
     tgt_lang: str,
     *,
     splits: Mapping[str, str] | None = None,
-) -> datasets.DatasetDict:
-    """Load a parallel corpus as a ``DatasetDict`` with one ``translation`` column.
+    hub_options: Mapping[str, str] | None = None,
+) -> dict[str, PairStream]:
+    """Open every split of a parallel corpus as a `PairStream`, without reading it.
+
+    Files, splits and languages are checked here, so a corpus that cannot be read fails
+    before any work is done; the content (UTF-8, JSON, line counts) is checked as the
+    streams are read.
 
     Args:
         source: ``builtin:<name>``, a ``{split}`` jsonl pattern, a directory of raw
@@ -123,16 +132,19 @@ def load_parallel_corpus(
         tgt_lang: target language code, e.g. ``"en"``.
         splits: split name -> file stem / hub split. ``None`` means :data:`MULTI30K_SPLITS`
             for local files and :data:`HUB_SPLITS` for hub datasets.
+        hub_options: more ``datasets.load_dataset`` arguments for a hub id (the keys of
+            :data:`HUB_OPTIONS`), e.g. ``{"name": "de-en"}``.
 
     Returns:
-        A ``DatasetDict`` with the keys of ``splits``, rows in file order.
+        split name -> stream, in the order of ``splits``.
 
     Raises:
-        ValueError: unequal line counts, invalid UTF-8 or JSON, a jsonl record or hub
-            dataset without the split or language asked for.
-        FileNotFoundError: a local path that does not exist, or missing ``{split}.{lang}`` /
+        DataError: a single file as the source, a hub dataset without the split or language
+            asked for, unknown ``hub_options``.
+        MissingFileError: a local path that does not exist, or missing ``{split}.{lang}`` /
             jsonl files (the message lists the splits, languages and files that were found).
-        ConnectionError: the hub could not be reached (the message says how to use local files).
+        SourceUnreachableError: the hub could not be reached (the message says how to use
+            local files).
     """
     if src_lang == tgt_lang:
         raise DataError(f"src_lang and tgt_lang are both {src_lang!r}; they must differ.")
@@ -140,13 +152,13 @@ def load_parallel_corpus(
     if source.startswith(BUILTIN_PREFIX):
         source = str(builtin_corpus_dir(source.removeprefix(BUILTIN_PREFIX)))
     if "{split}" in source:
-        return _load_jsonl(source, langs, dict(splits or MULTI30K_SPLITS))
+        return _open_jsonl(source, langs, dict(splits or MULTI30K_SPLITS))
     path = Path(source).expanduser()
     if path.is_dir():
         local_splits = dict(splits or MULTI30K_SPLITS)
         if _has_raw_files(path, local_splits, langs) or not _jsonl_files(path):
-            return _load_raw_dir(path, langs, local_splits)
-        return _load_jsonl(str(path / "{split}.jsonl"), langs, local_splits)
+            return _open_raw_dir(path, langs, local_splits)
+        return _open_jsonl(str(path / "{split}.jsonl"), langs, local_splits)
     if path.is_file():
         raise DataError(
             f"Data source {source!r} is a single file. Use a directory of {{split}}.{{lang}}[.gz] "
@@ -157,15 +169,63 @@ def load_parallel_corpus(
             f"Data source directory not found: {path.resolve()} (from {source!r}). Point "
             f"data.source or {DATA_DIR_ENV} at a directory of {{split}}.{{lang}}[.gz] files."
         )
-    return _load_hub(source, langs, dict(splits or HUB_SPLITS))
+    return _open_hub(source, langs, dict(splits or HUB_SPLITS), dict(hub_options or {}))
 
 
-def _make_split(
-    src: Sequence[str | None], tgt: Sequence[str | None], langs: tuple[str, str]
-) -> datasets.Dataset:
+def load_parallel_corpus(
+    source: str,
+    src_lang: str,
+    tgt_lang: str,
+    *,
+    splits: Mapping[str, str] | None = None,
+    hub_options: Mapping[str, str] | None = None,
+) -> datasets.DatasetDict:
+    """Load a parallel corpus into memory as a ``DatasetDict`` with one ``translation`` column.
+
+    For evaluation sets and small corpora; training reads large ones as streams
+    (:func:`open_parallel_corpus`) straight into the tokenized cache.
+
+    Args:
+        source: ``builtin:<name>``, a ``{split}`` jsonl pattern, a directory of raw
+            ``{split}.{lang}[.gz]`` or ``{split}.jsonl[.gz]`` files, or a Hugging Face hub
+            id (see the module docstring).
+        src_lang: source language code, e.g. ``"de"``.
+        tgt_lang: target language code, e.g. ``"en"``.
+        splits: split name -> file stem / hub split. ``None`` means :data:`MULTI30K_SPLITS`
+            for local files and :data:`HUB_SPLITS` for hub datasets.
+        hub_options: more ``datasets.load_dataset`` arguments for a hub id (see
+            :func:`open_parallel_corpus`).
+
+    Returns:
+        A ``DatasetDict`` with the keys of ``splits``, rows in file order.
+
+    Raises:
+        DataError: unequal line counts, invalid UTF-8 or JSON, a jsonl record or hub
+            dataset without the split or language asked for.
+        MissingFileError: a local path that does not exist, or missing ``{split}.{lang}`` /
+            jsonl files (the message lists the splits, languages and files that were found).
+        SourceUnreachableError: the hub could not be reached (the message says how to use
+            local files).
+    """
+    streams = open_parallel_corpus(
+        source, src_lang, tgt_lang, splits=splits, hub_options=hub_options
+    )
+    result = {}
+    for split, stream in streams.items():
+        src: list[str] = []
+        tgt: list[str] = []
+        for chunk in stream.chunks():
+            src += chunk.src
+            tgt += chunk.tgt
+        result[split] = _make_split(src, tgt, (src_lang, tgt_lang))
+    logger.info("Loaded %s from %s.", {k: len(v) for k, v in result.items()}, source)
+    return datasets.DatasetDict(result)
+
+
+def _make_split(src: Sequence[str], tgt: Sequence[str], langs: tuple[str, str]) -> datasets.Dataset:
     """Rows of (src, tgt) text as a ``Dataset`` with a ``translation`` column."""
     src_lang, tgt_lang = langs
-    rows = [{src_lang: s or "", tgt_lang: t or ""} for s, t in zip(src, tgt, strict=True)]
+    rows = [{src_lang: s, tgt_lang: t} for s, t in zip(src, tgt, strict=True)]
     features = datasets.Features({"translation": datasets.Translation(languages=list(langs))})
     return datasets.Dataset.from_dict({"translation": rows}, features=features)
 
@@ -203,10 +263,10 @@ def _describe_dir(directory: Path) -> str:
     return f"found splits {sorted(found_splits)}, languages {sorted(found_langs)}; files: [{shown}]"
 
 
-def _load_raw_dir(
+def _open_raw_dir(
     directory: Path, langs: tuple[str, str], splits: Mapping[str, str]
-) -> datasets.DatasetDict:
-    """Read ``{stem}.{lang}[.gz]`` line-aligned files for every split."""
+) -> dict[str, PairStream]:
+    """Streams of the line-aligned ``{stem}.{lang}[.gz]`` files of every split."""
     missing = [
         f"{stem}.{lang}[.gz]"
         for stem in splits.values()
@@ -219,44 +279,20 @@ def _load_raw_dir(
             f"{dict(splits)} for languages {list(langs)}); {_describe_dir(directory)}. Set "
             "data.splits / data.src_lang / data.tgt_lang to match the files."
         )
-    result = {}
+    streams: dict[str, PairStream] = {}
     for split, stem in splits.items():
         src_path, tgt_path = (_raw_file(directory, stem, lang) for lang in langs)
         assert src_path is not None and tgt_path is not None
-        src, tgt = _read_lines(src_path), _read_lines(tgt_path)
-        if len(src) != len(tgt):
-            raise DataError(
-                f"Split {split!r}: {src_path} has {len(src)} lines but {tgt_path} has {len(tgt)}; "
-                "parallel files must be line-aligned (one sentence pair per line)."
-            )
-        result[split] = _make_split(src, tgt, langs)
-    logger.info("Loaded %s from %s.", {k: len(v) for k, v in result.items()}, directory)
-    return datasets.DatasetDict(result)
-
-
-def _read_text(path: Path) -> str:
-    """Read a (possibly gzipped) UTF-8 file; errors name the file and the 1-based line."""
-    try:
-        raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
-    except (OSError, EOFError, zlib.error) as exc:
-        raise DataError(f"{path}: cannot read the file ({exc}).") from exc
-    return decode_utf8(raw, str(path))
-
-
-def _read_lines(path: Path) -> list[str]:
-    """Lines of a text file, split on ``\\n`` only (so counts match ``wc -l``), ``\\r`` removed."""
-    lines = _read_text(path).split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    return [line.removesuffix("\r") for line in lines]
+        streams[split] = RawFilesStream(split, src_path, tgt_path)
+    return streams
 
 
 # ---------------------------------------------------------------------------------- jsonl
-def _load_jsonl(
+def _open_jsonl(
     pattern: str, langs: tuple[str, str], splits: Mapping[str, str]
-) -> datasets.DatasetDict:
-    """Read ``pattern.format(split=stem)`` (or its ``.gz``) for every split."""
-    result = {}
+) -> dict[str, PairStream]:
+    """Streams of ``pattern.format(split=stem)`` (or its ``.gz``) for every split."""
+    streams: dict[str, PairStream] = {}
     for split, stem in splits.items():
         path = Path(pattern.format(split=stem)).expanduser()
         if not path.is_file() and Path(f"{path}.gz").is_file():
@@ -268,51 +304,29 @@ def _load_jsonl(
                 f"Missing jsonl file for split {split!r}: {path}; found in {parent}: {found}. "
                 "Set data.splits to map train/validation/test to the file stems."
             )
-        src, tgt = _read_jsonl_pairs(path, langs)
-        result[split] = _make_split(src, tgt, langs)
-    logger.info("Loaded %s from %s.", {k: len(v) for k, v in result.items()}, pattern)
-    return datasets.DatasetDict(result)
-
-
-def _read_jsonl_pairs(path: Path, langs: tuple[str, str]) -> tuple[list[str], list[str]]:
-    src: list[str] = []
-    tgt: list[str] = []
-    for number, line in enumerate(_read_text(path).split("\n"), start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise DataError(f"{path}: line {number} is not valid JSON ({exc.msg}).") from None
-        pair = record.get("translation", record) if isinstance(record, dict) else None
-        if not isinstance(pair, dict) or any(lang not in pair for lang in langs):
-            fields = sorted(pair) if isinstance(pair, dict) else type(record).__name__
-            raise DataError(
-                f"{path}: line {number} has no {list(langs)} fields (found {fields}). Expected "
-                f'{{"translation": {{"{langs[0]}": ..., "{langs[1]}": ...}}}} or flat '
-                f'{{"{langs[0]}": ..., "{langs[1]}": ...}}.'
-            )
-        values = [pair[lang] for lang in langs]
-        if not all(v is None or isinstance(v, str) for v in values):
-            raise DataError(
-                f"{path}: line {number}: {list(langs)} values must be strings, got {values!r}."
-            )
-        src.append(values[0])
-        tgt.append(values[1])
-    return src, tgt
+        streams[split] = JsonlStream(split, path, langs)
+    return streams
 
 
 # ------------------------------------------------------------------------------------ hub
-def _load_hub(
-    source: str, langs: tuple[str, str], splits: Mapping[str, str]
-) -> datasets.DatasetDict:
-    """Load a hub dataset and convert it to the ``translation`` layout."""
+def _open_hub(
+    source: str, langs: tuple[str, str], splits: Mapping[str, str], options: dict[str, str]
+) -> dict[str, PairStream]:
+    """Load (download once, then from the ``datasets`` cache) a hub dataset; a stream of the
+    language columns of every split."""
+    unknown = sorted(set(options) - set(HUB_OPTIONS))
+    if unknown:
+        raise DataError(
+            f"data.hub_options: unknown keys {unknown} for the hub dataset {source!r}; "
+            f"known keys are {list(HUB_OPTIONS)} (arguments of datasets.load_dataset)."
+        )
+    described = source + "".join(f" {k}={v}" for k, v in sorted(options.items()))
     try:
-        loaded = datasets.load_dataset(source)
+        loaded = datasets.load_dataset(source, **options)
     except OSError as exc:  # ConnectionError, DatasetNotFoundError (a FileNotFoundError), ...
         error = SourceUnreachableError if isinstance(exc, ConnectionError) else MissingFileError
         raise error(
-            f"Could not load the Hugging Face hub dataset {source!r} "
+            f"Could not load the Hugging Face hub dataset {described!r} "
             f"({type(exc).__name__}: {exc}); no local directory {source!r} exists either. "
             f"To use local files, set {DATA_DIR_ENV} or data.source to a directory of "
             "{split}.{lang}[.gz] files (e.g. train.de, train.en, val.de, val.en, "
@@ -320,32 +334,22 @@ def _load_hub(
             "data/task1/raw)."
         ) from exc
     if not isinstance(loaded, datasets.DatasetDict):
-        raise DataError(f"Hub dataset {source!r} did not load as a DatasetDict of splits.")
-    result = {}
+        raise DataError(f"Hub dataset {described!r} did not load as a DatasetDict of splits.")
+    streams: dict[str, PairStream] = {}
     for split, name in splits.items():
         if name not in loaded:
             raise DataError(
-                f"Hub dataset {source!r} has no split {name!r} (found {sorted(loaded)}); set "
+                f"Hub dataset {described!r} has no split {name!r} (found {sorted(loaded)}); set "
                 "data.splits to map train/validation/test to its split names."
             )
-        table = loaded[name]
-        if "translation" in table.column_names:
-            table = table.select_columns(["translation"]).flatten()
-            columns = {lang: f"translation.{lang}" for lang in langs}
-        else:
-            columns = {lang: lang for lang in langs}
-        absent = [lang for lang, col in columns.items() if col not in table.column_names]
+        table, columns = hub_columns(loaded[name], langs)
+        absent = [lang for lang in langs if lang not in columns]
         if absent:
             raise DataError(
-                f"Hub dataset {source!r} split {name!r} has no language(s) {absent}; "
+                f"Hub dataset {described!r} split {name!r} has no language(s) {absent}; "
                 f"its columns are {table.column_names}. Pick languages it has, or set "
                 f"{DATA_DIR_ENV} or data.source to a directory of {{split}}.{{lang}}[.gz] files "
                 "(Multi30k's French and Czech: the multi30k/dataset repository's data/task1/raw)."
             )
-        data = table.select_columns(list(columns.values())).with_format("arrow")[:]
-        src, tgt = (data.column(columns[lang]).to_pylist() for lang in langs)
-        result[split] = _make_split(src, tgt, langs)
-    logger.info(
-        "Loaded %s from the hub dataset %s.", {k: len(v) for k, v in result.items()}, source
-    )
-    return datasets.DatasetDict(result)
+        streams[split] = HubStream(split, table, columns, f"{described} [{name}]")
+    return streams

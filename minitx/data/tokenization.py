@@ -13,7 +13,7 @@ from typing import Any
 import datasets
 import numpy as np
 
-from minitx.data.cleaning import _column, _log_skips, side_texts
+from minitx.data.cleaning import _column, log_skips, side_texts
 from minitx.errors import ConfigError
 from minitx.textio import quote_lines
 from minitx.tokenizer import Tokenizer, hash_texts
@@ -144,7 +144,7 @@ def filter_long_pairs(
         lines = (
             _column(dataset, "line")[too_long] if "line" in dataset.column_names else too_long + 1
         )
-        _log_skips(split, f"longer than max_len={max_len} tokens", lines.tolist(), len(dataset))
+        log_skips(split, f"longer than max_len={max_len} tokens", lines.tolist(), len(dataset))
         if len(too_long):
             dataset = dataset.select(np.flatnonzero(longest <= max_len))
         result[split] = dataset

@@ -1,0 +1,194 @@
+"""The tokenized-data cache: one memory-mapped Arrow file per split, with a record beside it.
+
+``tokenized-{key}-{split}.arrow`` holds the split's rows (texts, token ids, lengths, line
+numbers); ``tokenized-{key}-{split}.json`` its record: the file's size and sha256, its row
+count, the largest token id and the vocabulary it was written for, and what preparing it
+skipped. Both are written atomically (`minitx.textio.atomic_path`), the Arrow file last, so a
+reader sees a whole pair or none.
+
+`open_tokenized` verifies a file against its record before using it and scans its token ids
+against the tokenizer's vocabulary. A file that fails (cut short, overwritten, a flipped
+byte, ids out of range) is reported in one warning line naming it and is rebuilt by the
+caller; it never reaches training.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import datasets
+from datasets.arrow_writer import ArrowWriter
+
+from minitx.errors import DataError
+from minitx.textio import atomic_path, write_text_atomic
+
+logger = logging.getLogger(__name__)
+
+FORMAT = 2
+"""Bump when the cached columns or the record change (2: streamed, with a record)."""
+
+ID_COLUMNS = ("src_ids", "tgt_ids")
+
+
+def split_features(vocab_size: int) -> datasets.Features:
+    """The cached columns: ids as uint16 when the vocabulary fits (half the bytes of int32)."""
+    id_type = "uint16" if vocab_size <= 1 << 16 else "int32"
+    return datasets.Features(
+        {
+            "line": datasets.Value("int64"),  # 1-based row of the pair in its split
+            "src_text": datasets.Value("string"),
+            "tgt_text": datasets.Value("string"),
+            "src_ids": datasets.List(datasets.Value(id_type)),  # no bos/eos
+            "tgt_ids": datasets.List(datasets.Value(id_type)),
+            "src_len": datasets.Value("int32"),
+            "tgt_len": datasets.Value("int32"),
+        }
+    )
+
+
+def record_path(path: Path) -> Path:
+    """The record of a cached split: the ``.json`` beside its ``.arrow``."""
+    return path.with_suffix(".json")
+
+
+def file_sha256(path: Path) -> str:
+    """The sha256 of a file, read in 1 MiB blocks (never memory-mapped, never whole)."""
+    digest = hashlib.sha256()
+    buffer = bytearray(1 << 20)
+    view = memoryview(buffer)
+    with open(path, "rb", buffering=0) as file:
+        while n := file.readinto(buffer):
+            digest.update(view[:n])
+    return digest.hexdigest()
+
+
+def write_split(
+    path: Path,
+    vocab_size: int,
+    batches: Iterable[dict[str, list[Any]]],
+    extras: Callable[[], dict[str, Any]],
+) -> dict[str, Any]:
+    """Write one cached split from batches of rows, then its record; returns the record.
+
+    The rows go to a temporary file beside `path` (`atomic_path`), which becomes `path` only
+    when every batch is written and the record (written first) is in place; an error on the
+    way (an unreadable corpus line, a full disk) leaves no file behind.
+
+    Args:
+        path: the ``.arrow`` file to write.
+        vocab_size: the tokenizer's vocabulary size (decides the id type; in the record).
+        batches: rows, as columns of lists (the columns of `split_features`).
+        extras: called after the last batch: more fields for the record (skip counts).
+    """
+    rows, max_id = 0, -1
+    with atomic_path(path) as tmp:
+        writer = ArrowWriter(features=split_features(vocab_size), path=str(tmp))
+        try:
+            for batch in batches:
+                writer.write_batch(batch)
+                rows += len(batch["line"])
+                for column in ID_COLUMNS:
+                    largest = (max(ids) for ids in batch[column] if ids)
+                    max_id = max(max_id, max(largest, default=-1))
+            writer.finalize()
+        finally:
+            writer.close()
+        record = {
+            "format": FORMAT,
+            "rows": rows,
+            "bytes": os.path.getsize(tmp),
+            "sha256": file_sha256(tmp),
+            "vocab_size": vocab_size,
+            "max_id": max_id,
+            **extras(),
+        }
+        write_text_atomic(record_path(path), json.dumps(record, indent=1) + "\n")
+    return record
+
+
+def open_tokenized(path: Path, vocab_size: int) -> tuple[datasets.Dataset, dict[str, Any]] | None:
+    """A cached split, memory-mapped, with its record; None when there is none or it is damaged.
+
+    Checked, in this order: the record (present, this format), the file's size and sha256,
+    its row count, and every token id against ``[0, vocab_size)``. A failed check logs one
+    warning naming the file and what is wrong; the caller then rebuilds it.
+
+    Args:
+        path: the ``.arrow`` file.
+        vocab_size: the tokenizer's vocabulary size.
+    """
+    if not path.is_file():
+        return None
+    try:
+        record = json.loads(record_path(path).read_text(encoding="utf-8"))
+        problem = _problem(path, record, vocab_size)
+        dataset = None
+        if problem is None:
+            dataset = datasets.Dataset.from_file(str(path))
+            problem = check_dataset(dataset, record["rows"], vocab_size)
+    except (OSError, ValueError, KeyError, TypeError) as exc:  # incl. json and Arrow errors
+        problem, dataset = f"unreadable ({type(exc).__name__}: {exc})", None
+    if problem is not None or dataset is None:
+        logger.warning("%s: cached tokenized data %s; rebuilding it.", path, problem)
+        return None
+    return dataset, record
+
+
+def _problem(path: Path, record: Any, vocab_size: int) -> str | None:
+    """What is wrong with the file by its record (no Arrow read), or None."""
+    if not isinstance(record, dict) or record.get("format") != FORMAT:
+        return f"has no usable record ({record_path(path).name} is not of format {FORMAT})"
+    size = path.stat().st_size
+    if size != record["bytes"]:
+        return f"is {size} bytes but its record says {record['bytes']} (cut short or overwritten)"
+    if record["vocab_size"] != vocab_size:
+        return f"was written for a vocabulary of {record['vocab_size']}, not {vocab_size}"
+    if file_sha256(path) != record["sha256"]:
+        return "does not match the sha256 in its record (the file is damaged)"
+    return None
+
+
+def check_dataset(dataset: datasets.Dataset, rows: int, vocab_size: int) -> str | None:
+    """What is wrong with a cached split's rows (count, token id range), or None."""
+    if len(dataset) != rows:
+        return f"has {len(dataset)} rows but its record says {rows}"
+    for column in ID_COLUMNS:
+        low, high = id_range(dataset, column)
+        if low < 0 or high >= vocab_size:
+            return (
+                f"holds {column} from {low} to {high}, outside the tokenizer's vocabulary "
+                f"[0, {vocab_size})"
+            )
+    return None
+
+
+def id_range(dataset: datasets.Dataset, column: str) -> tuple[int, int]:
+    """The smallest and largest token id of a list column ((0, -1) when it holds none)."""
+    low, high = 0, -1
+    table = dataset.with_format("arrow")[:]
+    for chunk in table.column(column).chunks:
+        values = chunk.flatten().to_numpy(zero_copy_only=False)  # (n_tokens,)
+        if len(values):
+            low, high = min(low, int(values.min())), max(high, int(values.max()))
+    return low, high
+
+
+def require_valid(path: Path, vocab_size: int) -> tuple[datasets.Dataset, dict[str, Any]]:
+    """`open_tokenized` for a file just written: a failure here is not the disk's doing.
+
+    Raises:
+        DataError: the file does not pass its own checks; the message names it.
+    """
+    opened = open_tokenized(path, vocab_size)
+    if opened is None:
+        raise DataError(
+            f"{path}: the tokenized data just written does not pass its checks (see the warning "
+            f"above); delete {path.parent} and run again."
+        )
+    return opened

@@ -1,0 +1,275 @@
+"""Preparing a corpus for training in bounded memory: a stream of sentence pairs in, the
+tokenizer and one memory-mapped, tokenized Arrow file per split out.
+
+- `prepare_tokenizer`: the joint sentencepiece model, trained on both sides of the training
+  split (or a seeded sample of them, `minitx.data.sample`), cached by the split's content.
+- `prepare_split`: one pass over a split that drops pairs with an empty side, tokenizes,
+  drops over-long training pairs (``max_len``) or cuts over-long evaluation pairs to the
+  model's ``max_positions``, and writes the rows (`minitx.data.cache`); a later call, in this
+  process or another (every DDP rank, the next run), memory-maps the verified file instead.
+
+Skips are counted and logged with their line numbers, as the in-memory steps
+(`clean_pairs`, `filter_long_pairs`, `truncate_long_pairs`) do.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import datasets
+import numpy as np
+from datasets.utils.tqdm import tqdm as progress_bar
+
+from minitx.data.cache import FORMAT, open_tokenized, require_valid, write_split
+from minitx.data.cleaning import log_skips
+from minitx.data.sample import iter_sentences, usable_pairs
+from minitx.data.streams import CHUNK_PAIRS, PairChunk, PairStream
+from minitx.errors import ConfigError
+from minitx.textio import QUOTED_LINES, quote_lines
+from minitx.tokenizer import ModelType, Tokenizer
+
+logger = logging.getLogger(__name__)
+
+
+def prepare_tokenizer(
+    train: PairStream,
+    *,
+    vocab_size: int,
+    model_type: ModelType,
+    sample_size: int | None,
+    seed: int,
+    cache_dir: str | Path | None,
+) -> Tokenizer:
+    """The joint tokenizer of a training split: cached, or trained on (a sample of) its sides.
+
+    The cache key is the split's content (`PairStream.fingerprint`) with the sampling
+    settings, so a cached model is found without reading the corpus again.
+
+    Args:
+        train: the training split.
+        vocab_size: the vocabulary size.
+        model_type: ``unigram`` or ``bpe``.
+        sample_size: at most this many sentences train it (`minitx.data.sample`); None: all.
+        seed: the sampling seed.
+        cache_dir: where the model is cached (None: no cache).
+    """
+    key = None
+    if cache_dir is not None:
+        key = f"{train.fingerprint()} sample={sample_size} seed={seed}"
+    return Tokenizer.train(
+        iter_sentences(train, sample_size, seed),
+        vocab_size=vocab_size,
+        model_type=model_type,
+        cache_dir=cache_dir,
+        cache_key=key,
+    )
+
+
+def prepare_split(
+    stream: PairStream,
+    tokenizer: Tokenizer,
+    cache_dir: Path,
+    *,
+    max_len: int,
+    filter_long: bool,
+    max_positions: int | None = None,
+    chunk_size: int = CHUNK_PAIRS,
+) -> tuple[datasets.Dataset, dict[str, int]]:
+    """One split, tokenized and memory-mapped from the cache (built first when absent).
+
+    The rows keep their order; each has ``line`` (1-based row in the split), ``src_text``,
+    ``tgt_text``, ``src_ids`` and ``tgt_ids`` (no bos/eos), ``src_len`` and ``tgt_len``.
+
+    Args:
+        stream: the split.
+        tokenizer: the joint tokenizer.
+        cache_dir: where the split's Arrow file and record live.
+        max_len: longest sequence in tokens, bos/eos included (``data.max_len``).
+        filter_long: drop pairs longer than `max_len` (the training split); otherwise they
+            are kept and only counted in an INFO line.
+        max_positions: cut the ids of longer pairs to this many positions, eos/bos included,
+            keeping their texts whole (evaluation splits; None: no cut).
+        chunk_size: pairs tokenized at a time.
+
+    Returns:
+        The split and its skip counts: ``{"empty": n, "too_long": m}``, plus ``"truncated"``
+        when `max_positions` is given.
+    """
+    if max_len < 2:
+        raise ConfigError(f"max_len must be at least 2 (one token plus bos/eos), got {max_len}.")
+    settings = {
+        "format": FORMAT,
+        "stream": stream.fingerprint(),
+        "split": stream.split,
+        "tokenizer": hashlib.sha256(tokenizer.model_bytes).hexdigest(),
+        "max_len": max_len if filter_long else None,
+        "max_positions": max_positions,
+    }
+    key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
+    path = Path(cache_dir) / f"tokenized-{key}-{stream.split}.arrow"
+    opened = open_tokenized(path, tokenizer.vocab_size)
+    if opened is None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        start = time.perf_counter()
+        tally = _Tally()
+        batches = _tokenized_batches(
+            stream, tokenizer, tally, max_len, filter_long, max_positions, chunk_size
+        )
+        write_split(path, tokenizer.vocab_size, batches, tally.as_record)
+        elapsed = time.perf_counter() - start
+        logger.info(
+            "%s: tokenized %d pairs in %.1f s (%.0f pairs/s) into %s.",
+            stream.split,
+            tally.read,
+            elapsed,
+            tally.read / max(elapsed, 1e-9),
+            path,
+        )
+        opened = require_valid(path, tokenizer.vocab_size)
+    else:
+        logger.info("%s: loading tokenized data from %s.", stream.split, path)
+    dataset, record = opened
+    _log_record(stream.split, record, max_len, max_positions, filter_long)
+    counts = {"empty": record["empty"]["count"], "too_long": record["too_long"]["count"]}
+    if max_positions is not None:
+        counts["truncated"] = record["truncated"]["count"]
+    return dataset, counts
+
+
+class _Tally:
+    """What one pass read and skipped: counts and the first line numbers of each reason."""
+
+    def __init__(self) -> None:
+        self.read = 0
+        self.kept_before_length = 0
+        self.too_long_kept = 0  # evaluation splits: over max_len, kept
+        self.lines: dict[str, list[int]] = {"empty": [], "too_long": [], "truncated": []}
+        self.counts = dict.fromkeys(self.lines, 0)
+
+    def add(self, reason: str, lines: np.ndarray) -> None:
+        self.counts[reason] += len(lines)
+        room = QUOTED_LINES + 1 - len(self.lines[reason])  # enough to write "..."
+        if room > 0:
+            self.lines[reason] += [int(n) for n in lines[:room]]
+
+    def as_record(self) -> dict[str, Any]:
+        """The record fields: per reason its count and first lines; the pairs read."""
+        record: dict[str, Any] = {
+            "read": self.read,
+            "usable": self.kept_before_length,
+            "too_long_kept": self.too_long_kept,
+        }
+        for reason, count in self.counts.items():
+            record[reason] = {"count": count, "lines": self.lines[reason]}
+        return record
+
+
+def _tokenized_batches(
+    stream: PairStream,
+    tokenizer: Tokenizer,
+    tally: _Tally,
+    max_len: int,
+    filter_long: bool,
+    max_positions: int | None,
+    chunk_size: int,
+) -> Iterator[dict[str, list[Any]]]:
+    """The split's rows, chunk by chunk: cleaned, tokenized, length-filtered or cut."""
+    with progress_bar(desc=f"Tokenizing {stream.split}", unit=" pairs") as bar:
+        for chunk in stream.chunks(chunk_size):
+            bar.update(len(chunk.src))
+            yield _tokenized_chunk(chunk, tokenizer, tally, max_len, filter_long, max_positions)
+
+
+def _tokenized_chunk(
+    chunk: PairChunk,
+    tokenizer: Tokenizer,
+    tally: _Tally,
+    max_len: int,
+    filter_long: bool,
+    max_positions: int | None,
+) -> dict[str, list[Any]]:
+    """One chunk's rows: pairs with an empty side dropped, tokenized, over-long pairs
+    dropped (`filter_long`) or their ids cut to `max_positions`; skips go to `tally`."""
+    tally.read += len(chunk.src)
+    keep = usable_pairs(chunk.src, chunk.tgt)
+    if len(keep) < len(chunk.src):
+        lines = np.setdiff1d(np.arange(len(chunk.src)), keep) + chunk.start + 1
+        tally.add("empty", lines)
+    src = [chunk.src[i] for i in keep]
+    tgt = [chunk.tgt[i] for i in keep]
+    line = [chunk.start + i + 1 for i in keep]
+    tally.kept_before_length += len(keep)
+    src_ids, tgt_ids = tokenizer.encode(src), tokenizer.encode(tgt)
+    src_len = np.fromiter(map(len, src_ids), dtype=np.int64, count=len(src_ids))
+    tgt_len = np.fromiter(map(len, tgt_ids), dtype=np.int64, count=len(tgt_ids))
+    longest = np.maximum(src_len, tgt_len) + 1  # (n,) with eos / bos
+    over = np.flatnonzero(longest > max_len)
+    if filter_long and len(over):
+        tally.add("too_long", np.asarray(line)[over])
+        fits = np.flatnonzero(longest <= max_len)
+        src, tgt, line = ([column[i] for i in fits] for column in (src, tgt, line))
+        src_ids, tgt_ids = [src_ids[i] for i in fits], [tgt_ids[i] for i in fits]
+        src_len, tgt_len = src_len[fits], tgt_len[fits]
+    elif len(over):
+        tally.too_long_kept += len(over)
+    if max_positions is not None:
+        cut = np.flatnonzero(np.maximum(src_len, tgt_len) + 1 > max_positions)
+        if len(cut):
+            tally.add("truncated", np.asarray(line)[cut])
+            for i in cut:
+                src_ids[i] = src_ids[i][: max_positions - 1]
+                tgt_ids[i] = tgt_ids[i][: max_positions - 1]
+            src_len = np.minimum(src_len, max_positions - 1)
+            tgt_len = np.minimum(tgt_len, max_positions - 1)
+    return {
+        "line": line,
+        "src_text": src,
+        "tgt_text": tgt,
+        "src_ids": src_ids,
+        "tgt_ids": tgt_ids,
+        "src_len": src_len.tolist(),
+        "tgt_len": tgt_len.tolist(),
+    }
+
+
+def _log_record(
+    split: str,
+    record: dict[str, Any],
+    max_len: int,
+    max_positions: int | None,
+    filter_long: bool,
+) -> None:
+    """The skip warnings of a prepared split, as the in-memory steps log them."""
+    empty, too_long, cut = record["empty"], record["too_long"], record["truncated"]
+    log_skips(split, "with an empty side", empty["lines"], record["read"], count=empty["count"])
+    if filter_long:
+        log_skips(
+            split,
+            f"longer than max_len={max_len} tokens",
+            too_long["lines"],
+            record["usable"],
+            count=too_long["count"],
+        )
+    elif record.get("too_long_kept"):
+        logger.info(
+            "%s: %d pairs are longer than max_len=%d; evaluation splits keep them.",
+            split,
+            record["too_long_kept"],
+            max_len,
+        )
+    if max_positions is not None and cut["count"]:
+        logger.warning(
+            "%s: %d of %d pairs are longer than the model's max_positions=%d; their ids are cut "
+            "to fit for the loss, their texts stay whole for BLEU (lines %s).",
+            split,
+            cut["count"],
+            record["rows"],
+            max_positions,
+            quote_lines(cut["lines"]),  # the first lines, "..." when there were more
+        )

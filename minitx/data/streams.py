@@ -1,0 +1,289 @@
+"""A corpus split as a stream of sentence-pair chunks, read in bounded memory.
+
+Every reader of a parallel corpus (raw ``{split}.{lang}[.gz]`` files, jsonl files, a hub
+dataset) opens a split as a `PairStream` without reading it: missing files, splits and
+languages are reported when it is opened. ``chunks()`` then reads the split from its start,
+``chunk_size`` pairs at a time (each call reads it again), and ``fingerprint()`` identifies
+its content for the caches built from it. Nothing here holds a whole split in memory; the
+in-memory loader (`minitx.data.load_parallel_corpus`) collects the same chunks.
+
+Lines are split on ``\\n`` only (so counts match ``wc -l``), a trailing ``\\r`` is removed and
+a byte-order mark at the start of a file is dropped; a missing value (jsonl ``null``, a hub
+``None``) reads as an empty sentence.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import zlib
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import datasets
+
+from minitx.errors import DataError
+from minitx.textio import decode_utf8
+
+CHUNK_PAIRS = 20_000
+"""Pairs per chunk: large enough for fast batch tokenization, small enough to stay a few MB."""
+
+_READ_BYTES = 1 << 20
+"""Bytes read from a file at a time."""
+
+
+@dataclass(frozen=True)
+class PairChunk:
+    """Consecutive pairs of a split.
+
+    Attributes:
+        start: 0-based row of the first pair in the split (its line is ``start + 1`` in a raw
+            file).
+        src: source sentences.
+        tgt: target sentences, as many as `src`.
+    """
+
+    start: int
+    src: list[str]
+    tgt: list[str]
+
+
+class PairStream(ABC):
+    """One split of a parallel corpus, read chunk by chunk.
+
+    Attributes:
+        split: the split's name (``train``, ``validation``, ``test``).
+    """
+
+    split: str
+    _fingerprint: str | None = None
+
+    @abstractmethod
+    def describe(self) -> str:
+        """Where the split is read from (for messages and cache records)."""
+
+    def fingerprint(self) -> str:
+        """A hex digest of the split's content (changes whenever the pairs may change);
+        computed once per stream (for files: one read of their bytes)."""
+        if self._fingerprint is None:
+            self._fingerprint = self._content_digest()
+        return self._fingerprint
+
+    @abstractmethod
+    def _content_digest(self) -> str:
+        """The digest behind `fingerprint`."""
+
+    @abstractmethod
+    def chunks(self, chunk_size: int = CHUNK_PAIRS) -> Iterator[PairChunk]:
+        """The split's pairs in order, at most `chunk_size` per chunk.
+
+        Raises:
+            DataError: a file cannot be read or decoded, or its sides differ in length; the
+                message names the file and, where it helps, the line.
+        """
+
+
+def _sha256_files(paths: Sequence[Path], extra: str = "") -> str:
+    """A sha256 of the files' bytes (as stored: gzip files are not decompressed)."""
+    digest = hashlib.sha256(extra.encode())
+    buffer = bytearray(_READ_BYTES)
+    view = memoryview(buffer)
+    for path in paths:
+        digest.update(f"\0{path.name}\0".encode())
+        with open(path, "rb", buffering=0) as file:
+            while n := file.readinto(buffer):
+                digest.update(view[:n])
+    return digest.hexdigest()
+
+
+# ------------------------------------------------------------------------------ raw files
+def _open_binary(path: Path) -> IO[bytes]:
+    return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")  # noqa: SIM115
+
+
+def iter_lines(path: Path) -> Iterator[str]:
+    """The lines of a (possibly gzipped) UTF-8 text file, one at a time.
+
+    Raises:
+        DataError: the file cannot be read (a damaged gzip file) or is not UTF-8; the message
+            names the file and the 1-based line.
+    """
+    line_number = 1
+    pending = b""
+    try:
+        with _open_binary(path) as file:
+            while block := file.read(_READ_BYTES):
+                lines = (pending + block).split(b"\n")
+                pending = lines.pop()
+                if lines:
+                    yield from _decode_lines(lines, path, line_number)
+                    line_number += len(lines)
+            if pending:
+                yield from _decode_lines([pending], path, line_number)
+    except (OSError, EOFError, zlib.error) as exc:
+        raise DataError(f"{path}: cannot read the file ({exc}).") from exc
+
+
+def _decode_lines(lines: list[bytes], path: Path, first_line: int) -> list[str]:
+    raw = b"\n".join(lines)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        decode_utf8(raw, str(path), first_line=first_line)  # raises, naming line and byte
+        raise
+    if first_line == 1:
+        text = text.removeprefix("\ufeff")
+    return [line.removesuffix("\r") for line in text.split("\n")]
+
+
+class RawFilesStream(PairStream):
+    """A split stored as two line-aligned text files, ``{stem}.{src}`` and ``{stem}.{tgt}``
+    (each optionally ``.gz``)."""
+
+    def __init__(self, split: str, src_path: Path, tgt_path: Path) -> None:
+        self.split = split
+        self.src_path = src_path
+        self.tgt_path = tgt_path
+
+    def describe(self) -> str:
+        return f"{self.src_path} + {self.tgt_path.name}"
+
+    def _content_digest(self) -> str:
+        return _sha256_files([self.src_path, self.tgt_path], "raw")
+
+    def chunks(self, chunk_size: int = CHUNK_PAIRS) -> Iterator[PairChunk]:
+        src_lines, tgt_lines = iter_lines(self.src_path), iter_lines(self.tgt_path)
+        start = 0
+        src: list[str] = []
+        tgt: list[str] = []
+        for s in src_lines:
+            t = next(tgt_lines, None)
+            if t is None:  # the target file ended first
+                self._unequal(start + len(src) + 1 + sum(1 for _ in src_lines), start + len(tgt))
+            src.append(s)
+            tgt.append(t)
+            if len(src) == chunk_size:
+                yield PairChunk(start, src, tgt)
+                start, src, tgt = start + chunk_size, [], []
+        rest = sum(1 for _ in tgt_lines)
+        if rest:  # the source file ended first
+            self._unequal(start + len(src), start + len(tgt) + rest)
+        if src:
+            yield PairChunk(start, src, tgt)
+
+    def _unequal(self, n_src: int, n_tgt: int) -> None:
+        raise DataError(
+            f"Split {self.split!r}: {self.src_path} has {n_src} lines but {self.tgt_path} has "
+            f"{n_tgt}; parallel files must be line-aligned (one sentence pair per line)."
+        )
+
+
+# ---------------------------------------------------------------------------------- jsonl
+class JsonlStream(PairStream):
+    """A split stored as one jsonl file: a ``translation`` object or flat language fields
+    per line; blank lines are skipped (rows are numbered without them)."""
+
+    def __init__(self, split: str, path: Path, langs: tuple[str, str]) -> None:
+        self.split = split
+        self.path = path
+        self.langs = langs
+
+    def describe(self) -> str:
+        return str(self.path)
+
+    def _content_digest(self) -> str:
+        return _sha256_files([self.path], f"jsonl {self.langs}")
+
+    def chunks(self, chunk_size: int = CHUNK_PAIRS) -> Iterator[PairChunk]:
+        start = 0
+        src: list[str] = []
+        tgt: list[str] = []
+        for number, line in enumerate(iter_lines(self.path), start=1):
+            if not line.strip():
+                continue
+            s, t = self._pair(line, number)
+            src.append(s)
+            tgt.append(t)
+            if len(src) == chunk_size:
+                yield PairChunk(start, src, tgt)
+                start, src, tgt = start + chunk_size, [], []
+        if src:
+            yield PairChunk(start, src, tgt)
+
+    def _pair(self, line: str, number: int) -> tuple[str, str]:
+        langs = self.langs
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise DataError(f"{self.path}: line {number} is not valid JSON ({exc.msg}).") from None
+        pair = record.get("translation", record) if isinstance(record, dict) else None
+        if not isinstance(pair, dict) or any(lang not in pair for lang in langs):
+            fields = sorted(pair) if isinstance(pair, dict) else type(record).__name__
+            raise DataError(
+                f"{self.path}: line {number} has no {list(langs)} fields (found {fields}). "
+                f'Expected {{"translation": {{"{langs[0]}": ..., "{langs[1]}": ...}}}} or flat '
+                f'{{"{langs[0]}": ..., "{langs[1]}": ...}}.'
+            )
+        values = [pair[lang] for lang in langs]
+        if not all(v is None or isinstance(v, str) for v in values):
+            raise DataError(
+                f"{self.path}: line {number}: {list(langs)} values must be strings, got {values!r}."
+            )
+        return values[0] or "", values[1] or ""
+
+
+# ------------------------------------------------------------------------------------ hub
+class HubStream(PairStream):
+    """A split of a hub dataset (memory-mapped by ``datasets``), with a ``translation``
+    column or one column per language."""
+
+    def __init__(
+        self, split: str, table: datasets.Dataset, columns: Mapping[str, str], where: str
+    ) -> None:
+        self.split = split
+        self.src_column, self.tgt_column = columns.values()
+        self.table = table.select_columns([self.src_column, self.tgt_column])
+        self.where = where
+
+    def describe(self) -> str:
+        return self.where
+
+    def _content_digest(self) -> str:
+        # datasets' own fingerprint of the split: a hash of the downloaded data's identity
+        # (repository revision, configuration, files), the same on every load of that data.
+        identity: dict[str, Any] = {
+            "fingerprint": getattr(self.table, "_fingerprint", None),
+            "rows": len(self.table),
+            "columns": [self.src_column, self.tgt_column],
+            "where": self.where,
+        }
+        return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
+
+    def chunks(self, chunk_size: int = CHUNK_PAIRS) -> Iterator[PairChunk]:
+        start = 0
+        for batch in self.table.iter(batch_size=chunk_size):
+            src = [s or "" for s in batch[self.src_column]]
+            tgt = [t or "" for t in batch[self.tgt_column]]
+            yield PairChunk(start, src, tgt)
+            start += len(src)
+
+
+def hub_columns(
+    table: datasets.Dataset, langs: Sequence[str]
+) -> tuple[datasets.Dataset, dict[str, str]]:
+    """The table with a ``translation`` column flattened, and the column of each language.
+
+    Returns:
+        The (possibly flattened) table and ``{lang: column}``; a language without a column is
+        left out, for the caller to report.
+    """
+    if "translation" in table.column_names:
+        table = table.select_columns(["translation"]).flatten()
+        columns = {lang: f"translation.{lang}" for lang in langs}
+    else:
+        columns = {lang: lang for lang in langs}
+    return table, {lang: c for lang, c in columns.items() if c in table.column_names}
