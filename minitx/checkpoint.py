@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from minitx.errors import CheckpointError as CheckpointError  # re-exported: its home
+from minitx.errors import MissingFileError
 from minitx.model import Transformer, TransformerConfig
 from minitx.textio import atomic_path
 from minitx.tokenizer import Tokenizer
@@ -89,13 +90,13 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     """Read a checkpoint safely (`weights_only=True`) and check that it is a minitx one.
 
     Raises:
-        FileNotFoundError: no file at `path`.
+        MissingFileError: no file at `path` (a `FileNotFoundError`).
         CheckpointError: unreadable (truncated / not a torch file), holds non-data objects, or
             lacks the minitx payload (e.g. a checkpoint of another project).
     """
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(
+        raise MissingFileError(
             f"checkpoint not found: {path} (pass the .ckpt written under <run dir>/checkpoints/)"
         )
     unreadable = (

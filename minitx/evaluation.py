@@ -46,7 +46,8 @@ def load_split(source: str, split: str, src_lang: str, tgt_lang: str, limit: int
             ``{split}.{lang}[.gz]`` files, a ``{split}`` jsonl pattern, ``builtin:toy``, a hub
             id); ``MINITX_DATA_DIR`` replaces a hub id, as in training.
         split: "train", "validation" or "test", under the loader's default file names.
-        src_lang, tgt_lang: the language pair.
+        src_lang: the source language.
+        tgt_lang: the target language.
         limit: read only the first `limit` lines (None: all).
 
     Raises:

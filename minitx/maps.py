@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from minitx.vocab import BOS_ID, EOS_ID, EOS_PIECE
+from minitx.vocab import EOS_PIECE, frame_source, frame_target
 
 logger = logging.getLogger(__name__)
 
@@ -184,10 +184,10 @@ def teacher_forced_maps(
                 limit + 1,
                 limit,
             )
-    src_ids = source_ids[:limit] + [EOS_ID]
-    tgt_ids = [BOS_ID] + target_ids[:limit]
+    src_ids = frame_source(source_ids[:limit])
+    tgt_ids, predicted_ids = frame_target(target_ids[:limit])
     device = next(model.parameters()).device
-    src = torch.tensor([src_ids], device=device)
+    src = torch.tensor([src_ids], device=device)  # (1, S)
     out = model(src, torch.tensor([tgt_ids], device=device), need_weights=True)
 
     def first(maps: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
@@ -196,7 +196,7 @@ def teacher_forced_maps(
     return AttentionMaps(
         src_tokens=tokenizer.id_to_piece(src_ids),
         tgt_tokens=tokenizer.id_to_piece(tgt_ids),
-        predicted_tokens=tokenizer.id_to_piece(tgt_ids[1:] + [EOS_ID]),
+        predicted_tokens=tokenizer.id_to_piece(predicted_ids),
         encoder_attentions=first(out.encoder_attentions),
         decoder_attentions=first(out.decoder_attentions),
         cross_attentions=first(out.cross_attentions),

@@ -12,9 +12,13 @@ A release directory holds what inference needs and nothing else (no optimizer st
 
 Reading one never executes code: safetensors holds tensors only, `config.json` is plain JSON
 validated through `TransformerConfig.from_dict`, and the tokenizer is sentencepiece data.
-`load` also accepts a `.ckpt` file, and a hub repo id (downloaded with
-`huggingface_hub.snapshot_download`). This module sits beside `checkpoint`: it imports the
-model, the tokenizer and the checkpoint reader; never Lightning or the inference API.
+
+`load` is minitx's one loading path: a `.ckpt` file, a release directory or a hub repo id
+(downloaded with `huggingface_hub.snapshot_download`; a local path wins) becomes a `Release`
+(model, tokenizer, model config, languages, training config). `Translator.from_pretrained`
+/ `from_checkpoint`, every command's ``--checkpoint``, the demo and the experiments load
+through it. This module sits beside `checkpoint`: it imports the model, the tokenizer and
+the checkpoint reader; never Lightning or the inference API.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from minitx.checkpoint import (
     load_checkpoint,
     model_from_checkpoint,
 )
-from minitx.errors import check_known_keys
+from minitx.errors import MissingFileError, check_known_keys
 from minitx.model import Transformer, TransformerConfig
 from minitx.textio import atomic_path
 from minitx.tokenizer import Tokenizer
@@ -63,7 +67,7 @@ _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 @dataclass
 class Release:
-    """A trained model with what it needs to translate.
+    """A trained model with what it needs to translate: what `load` returns.
 
     Attributes:
         model: the Transformer, weights loaded (CPU, eval mode not set).
@@ -77,13 +81,19 @@ class Release:
     languages: tuple[str | None, str | None] = (None, None)
     train_config: str | None = None
 
+    @property
+    def config(self) -> TransformerConfig:
+        """The model's config (sizes, positions, vocabulary)."""
+        return self.model.config
+
 
 # ---------------------------------------------------------------------------------- reading
 def from_checkpoint_file(path: str | Path) -> Release:
-    """A `Release` from a Lightning `.ckpt` (see `minitx.checkpoint`).
+    """A `Release` from a Lightning `.ckpt` (see `minitx.checkpoint`); `load` calls it for a
+    file.
 
     Raises:
-        FileNotFoundError, CheckpointError: as `minitx.checkpoint.load_checkpoint`.
+        MissingFileError, CheckpointError: as `minitx.checkpoint.load_checkpoint`.
     """
     checkpoint = load_checkpoint(path)
     model, tokenizer = model_from_checkpoint(checkpoint, path)
@@ -139,15 +149,16 @@ def read_config(directory: str | Path) -> dict[str, Any]:
 
 
 def load_pretrained(directory: str | Path) -> Release:
-    """A `Release` from a release directory (see the module docstring).
+    """A `Release` from a release directory (see the module docstring); `load` calls it for a
+    directory and for a downloaded repo.
 
     Raises:
-        FileNotFoundError: no such directory.
+        MissingFileError: no such directory (a `FileNotFoundError`).
         CheckpointError: a file is missing or damaged, or the weights do not fit the config.
     """
     directory = Path(directory)
     if not directory.is_dir():
-        raise FileNotFoundError(f"release directory not found: {directory}")
+        raise MissingFileError(f"release directory not found: {directory}")
     missing = [name for name in REQUIRED_FILES if not (directory / name).is_file()]
     if missing:
         raise CheckpointError(
@@ -220,28 +231,38 @@ def download(repo_id: str, *, revision: str | None = None, token: str | None = N
         ) from None
 
 
-def load(path_or_repo_id: str | Path, *, revision: str | None = None) -> Release:
-    """A `Release` from a `.ckpt` file, a release directory or a hub repo id ("owner/name").
+def load(source: str | Path, *, revision: str | None = None) -> Release:
+    """The one loading path: a `Release` from a `.ckpt` file, a release directory or a hub
+    repo id ("owner/name").
 
-    A local path wins; a name that is no local path and looks like "owner/name" is fetched
-    from the hub.
+    A local path wins: a directory is read as a release (`load_pretrained`), a file as a
+    checkpoint (`from_checkpoint_file`); a name that is no local path and looks like
+    "owner/name" is fetched from the hub (`download`) and read as a release.
+
+    Args:
+        source: the `.ckpt`, the release directory or the repo id.
+        revision: the hub revision (branch, tag or commit) of a repo id.
+
+    Returns:
+        The model (CPU, weights loaded), its tokenizer, model config, languages and training
+        config.
 
     Raises:
-        FileNotFoundError: no such file or directory (and not a repo id).
+        MissingFileError: no such file or directory, and not a repo id (a
+            `FileNotFoundError`).
         CheckpointError: a damaged checkpoint or release, or a failed download.
     """
-    path = Path(path_or_repo_id)
+    path = Path(source)
     if path.is_dir():
         return load_pretrained(path)
-    if path.exists() or not looks_like_repo_id(str(path_or_repo_id)):
-        if not path.exists():
-            raise FileNotFoundError(
-                f"checkpoint not found: {path} (pass a .ckpt written under "
-                "<run dir>/checkpoints/, a release directory written by minitx-export, or a "
-                "hub repo id owner/name)"
-            )
+    if path.exists():
         return from_checkpoint_file(path)
-    return load_pretrained(download(str(path_or_repo_id), revision=revision))
+    if looks_like_repo_id(str(source)):
+        return load_pretrained(download(str(source), revision=revision))
+    raise MissingFileError(
+        f"checkpoint not found: {path} (pass a .ckpt written under <run dir>/checkpoints/, a "
+        "release directory written by minitx-export, or a hub repo id owner/name)"
+    )
 
 
 # ---------------------------------------------------------------------------------- writing

@@ -1,6 +1,8 @@
 #!/usr/bin/env python
-"""The `minitx-average` command (see minitx/cli/average.py), runnable from a checkout as
-`python scripts/average.py` so that the commands in README.md work either way."""
+"""The `minitx-average` command (see minitx/cli/average.py) as a script of the checkout:
+`python scripts/average.py ARGS` runs it with the Python that runs the script (e.g.
+`.venv/bin/python scripts/average.py`: no activated environment, no console script on
+PATH needed). docs/cli.md lists these wrappers."""
 
 import sys
 

@@ -1,6 +1,8 @@
 #!/usr/bin/env python
-"""The `minitx-export` command (see minitx/cli/export.py), runnable from a checkout as
-`python scripts/export.py` so that the commands in README.md work either way."""
+"""The `minitx-export` command (see minitx/cli/export.py) as a script of the checkout:
+`python scripts/export.py ARGS` runs it with the Python that runs the script (e.g.
+`.venv/bin/python scripts/export.py`: no activated environment, no console script on
+PATH needed). docs/cli.md lists these wrappers."""
 
 import sys
 

@@ -1,8 +1,9 @@
 #!/usr/bin/env python
 """Train a translation Transformer: `python scripts/train.py` (Multi30k de->en by default).
 
-The same command as `minitx-train` (see `minitx/cli/train.py`); kept so that the commands in
-README.md work from a checkout. Examples:
+The same command as `minitx-train` (see `minitx/cli/train.py`), as a script of the checkout:
+it runs with the Python that runs it, no activated environment or console script on PATH
+needed (README.md's quick start uses it). Examples:
     python scripts/train.py                                      # default config
     python scripts/train.py --config configs/multi30k_en_de.yaml # other direction
     python scripts/train.py --config tiny                        # packaged config by name

@@ -1,6 +1,8 @@
 #!/usr/bin/env python
-"""The `minitx-visualize` command (see minitx/cli/visualize.py), runnable from a checkout as
-`python scripts/visualize_attention.py` so that the commands in README.md work either way."""
+"""The `minitx-visualize` command (see minitx/cli/visualize.py) as a script of the checkout:
+`python scripts/visualize_attention.py ARGS` runs it with the Python that runs the script (e.g.
+`.venv/bin/python scripts/visualize_attention.py`: no activated environment, no console script on
+PATH needed). docs/cli.md lists these wrappers."""
 
 import sys
 

@@ -3,17 +3,18 @@ and an overfit run that greedy decoding must reproduce exactly."""
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 import torch.nn.functional as F
 
 from minitx.decoding import (
     DecodingConfig,
-    Hypothesis,
     beam_search,
     decode,
+    generate,
     greedy_decode,
-    hypotheses_to_tensor,
     length_penalty,
     max_target_lengths,
     sample_decode,
@@ -21,6 +22,7 @@ from minitx.decoding import (
 )
 from minitx.errors import ConfigError
 from minitx.model import Transformer, TransformerConfig
+from minitx.vocab import pad
 
 PAD, BOS, EOS = 0, 2, 3
 LOGITS = {"atol": 1e-4, "rtol": 1e-4}
@@ -232,7 +234,7 @@ def test_beam_size_one_equals_greedy(model, sources):
         greedy = greedy_decode(model, sources, max_len_a=a, max_len_b=b)
         hyps = beam_search(model, sources, beam_size=1, max_len_a=a, max_len_b=b)
         assert [h[0].tokens for h in hyps] == [row_tokens(r) for r in greedy]
-        assert torch.equal(hypotheses_to_tensor(hyps), greedy)
+        assert torch.equal(pad([h[0].tokens for h in hyps]), greedy)
 
 
 def _assert_same_hypotheses(a, b):
@@ -335,15 +337,19 @@ def test_beam_search_rejects_bad_arguments(model, sources, beam_size, n_best):
         beam_search(model, sources, beam_size=beam_size, n_best=n_best)
 
 
-def test_hypotheses_to_tensor():
-    def hyp(tokens):
-        return Hypothesis(tokens, -1.0, -1.0)
+def test_decode_is_the_deprecated_name_of_generate(model, sources, monkeypatch):
+    """`minitx.decoding.decode` still works: it warns once (DeprecationWarning) and returns
+    what `generate` returns."""
+    from minitx.decoding import strategies
 
-    hyps = [[hyp([5, 6, EOS]), hyp([5])], [hyp([7, EOS])], []]
-    assert hypotheses_to_tensor(hyps).tolist() == [[5, 6, EOS], [7, EOS, PAD], [PAD, PAD, PAD]]
-    assert hypotheses_to_tensor(hyps, pad_id=9).tolist() == [[5, 6, EOS], [7, EOS, 9], [9, 9, 9]]
-    out = hypotheses_to_tensor([[], []])
-    assert out.dtype == torch.long and out.tolist() == [[PAD], [PAD]]
+    monkeypatch.setattr(strategies, "_decode_warned", False)
+    config = DecodingConfig(beam_size=2, max_len_b=3)
+    with pytest.warns(DeprecationWarning, match=r"minitx\.decoding\.generate"):
+        old = decode(model, sources, config)
+    assert old == generate(model, sources, config)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a second warning would raise
+        assert decode(model, sources, config) == old
 
 
 # --------------------------------------------------------------------------------------------
@@ -409,7 +415,7 @@ def test_sampling_n_samples_per_sentence(model, sources):
     config = DecodingConfig(
         strategy="sample", n_best=5, seed=1, alpha=0.6, max_len_a=1.0, max_len_b=3
     )
-    assert [[h.tokens for h in s] for s in decode(model, sources, config)] == [
+    assert [[h.tokens for h in s] for s in generate(model, sources, config)] == [
         [h.tokens for h in s] for s in hyps
     ]
 

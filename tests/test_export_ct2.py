@@ -16,7 +16,7 @@ from minitx.errors import ConfigError, MissingExtraError
 from minitx.layers import ACTIVATIONS
 from minitx.model import Transformer, TransformerConfig
 from minitx.translator import Translator
-from minitx.vocab import BOS_ID, EOS_ID
+from minitx.vocab import frame_source, frame_target
 
 ctranslate2 = pytest.importorskip(
     "ctranslate2", reason="ctranslate2 is not installed (pip install 'minitx[export]')"
@@ -61,9 +61,10 @@ def minitx_log_probs(
     tok = translator.tokenizer
     with torch.inference_mode():
         for src, tgt in zip(tok.encode(sources), tok.encode(targets), strict=True):
-            logits = model.eval()(torch.tensor([src + [EOS_ID]]), torch.tensor([[BOS_ID] + tgt]))
+            tgt_in, labels = frame_target(tgt)
+            logits = model.eval()(torch.tensor([frame_source(src)]), torch.tensor([tgt_in]))
             logp = torch.log_softmax(logits[0].float(), dim=-1)  # (T, V)
-            out.append(logp.gather(-1, torch.tensor(tgt + [EOS_ID])[:, None])[:, 0])
+            out.append(logp.gather(-1, torch.tensor(labels)[:, None])[:, 0])
     return out
 
 

@@ -20,9 +20,11 @@ from minitx import release
 from minitx.checkpoint import CheckpointError
 from minitx.cli import export as export_cli
 from minitx.cli import translate as translate_cli
+from minitx.cli.common import load_translator
 from minitx.decoding import DecodingConfig
+from minitx.errors import MissingFileError
 from minitx.translator import Translator
-from minitx.vocab import BOS_ID, EOS_ID
+from minitx.vocab import frame_source, frame_target
 
 SENTENCES = TOY_TEST_SOURCES[:6]
 
@@ -82,8 +84,8 @@ def test_round_trip_gives_identical_logits_and_translations(
     # tied matrices stay tied, not two copies
     assert loaded.model.output.weight.data_ptr() == loaded.model.tgt_embed.weight.data_ptr()
     ids = original.tokenizer.encode(SENTENCES[:2])
-    src = torch.tensor([ids[0] + [EOS_ID]])
-    tgt = torch.tensor([[BOS_ID, *ids[1][:5]]])
+    src = torch.tensor([frame_source(ids[0])])
+    tgt = torch.tensor([frame_target(ids[1][:5])[0]])
     with torch.inference_mode():
         assert torch.equal(original.model(src, tgt), loaded.model(src, tgt))
     for decoding in (DecodingConfig.for_beam(1), DecodingConfig.for_beam(4)):
@@ -123,6 +125,70 @@ def test_save_pretrained_replaces_an_earlier_release(
     assert Translator.from_pretrained(directory).translate(SENTENCES[:2]) == (
         original.translate(SENTENCES[:2])
     )
+
+
+# ------------------------------------------------------------------------------ one path
+LOADERS = {
+    "Translator.from_checkpoint": Translator.from_checkpoint,
+    "Translator.from_pretrained": Translator.from_pretrained,
+    "the commands' load_translator": lambda source: load_translator(
+        source, device="cpu", bf16=False
+    ),
+}
+
+
+def test_ckpt_release_dir_and_hub_id_load_through_one_path(
+    tiny_checkpoint: Path, release_dir: Path, original: Translator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A `.ckpt`, a release directory and a hub repo id (a local stand-in: the download
+    returns the release directory) all go through `release.load`, from every entry point, and
+    translate identically."""
+    import huggingface_hub
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", lambda repo_id, **kw: release_dir)
+    loaded_from = []
+    load = release.load
+
+    def recording_load(source, **kwargs):
+        loaded_from.append(str(source))
+        return load(source, **kwargs)
+
+    monkeypatch.setattr(release, "load", recording_load)
+    sources = [tiny_checkpoint, release_dir, "me/minitx-de-en"]
+    greedy = DecodingConfig.for_beam(1)
+    expected = original.translate(SENTENCES), original.translate(SENTENCES, greedy)
+    for source in sources:
+        for name, loader in LOADERS.items():
+            translator = loader(source)
+            got = translator.translate(SENTENCES), translator.translate(SENTENCES, greedy)
+            assert got == expected, (name, source)
+            assert translator.languages == original.languages == ("de", "en")
+            assert translator.train_config == original.train_config
+    assert loaded_from == [str(source) for source in sources for _ in LOADERS]
+
+
+def test_load_returns_model_tokenizer_config_languages_and_train_config(
+    tiny_checkpoint: Path, release_dir: Path, original: Translator
+) -> None:
+    for source in (tiny_checkpoint, release_dir):
+        loaded = release.load(source)
+        assert loaded.config == loaded.model.config == original.model.config
+        assert loaded.tokenizer.model_bytes == original.tokenizer.model_bytes
+        assert loaded.languages == ("de", "en")
+        assert loaded.train_config == original.train_config
+
+
+def test_a_missing_source_is_the_same_error_from_every_entry_point(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Neither a local path nor a repo id: `MissingFileError` (a `FileNotFoundError`, and one
+    ``error:`` line in the commands) naming what the path may be, whoever loads it."""
+    monkeypatch.chdir(tmp_path)
+    assert issubclass(MissingFileError, FileNotFoundError)
+    for loader in LOADERS.values():
+        for missing in ("runs/tiny/last.ckpt", "no_such_dir"):
+            with pytest.raises(MissingFileError, match=re.escape(f"not found: {missing} (pass")):
+                loader(missing)
 
 
 # ------------------------------------------------------------------------------ damage

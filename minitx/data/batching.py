@@ -1,6 +1,6 @@
 """Length-bucketed batching: `TokenBucketBatchSampler` groups examples of equal padded
 length into batches of at most ``max_tokens`` padded tokens (sharded per rank under DDP);
-`collate` pads them into tensors (eos after the source, bos/eos around the target)."""
+`collate` pads them into tensors, framed by `minitx.vocab.frame_source` / `frame_target`."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import numpy as np
 import torch
 from torch.utils.data import Sampler
 
-from minitx.vocab import BOS_ID, EOS_ID, PAD_ID
+from minitx.vocab import frame_source, frame_target, pad
 
 logger = logging.getLogger(__name__)
 
@@ -181,26 +181,20 @@ def collate(examples: Sequence[Mapping[str, Any]], pad_multiple: int = 8) -> dic
         pad_multiple: padded lengths are rounded up to a multiple of this.
 
     Returns:
-        ``src`` (B, S) = src_ids + [eos]; ``tgt_in`` (B, T) = [bos] + tgt_ids;
-        ``tgt_out`` (B, T) = tgt_ids + [eos]; all ``torch.long``, padded with ``PAD_ID`` (0) to
-        lengths rounded up to ``pad_multiple``; plus ``src_text`` and ``tgt_text``, the raw
+        ``src`` (B, S) = src_ids + [eos] (`minitx.vocab.frame_source`); ``tgt_in`` (B, T) =
+        [bos] + tgt_ids and ``tgt_out`` (B, T) = tgt_ids + [eos] (`minitx.vocab.frame_target`);
+        all ``torch.long``, padded with ``PAD_ID`` (0) to lengths rounded up to
+        ``pad_multiple`` (`minitx.vocab.pad`); plus ``src_text`` and ``tgt_text``, the raw
         strings (for BLEU).
     """
     if not examples:
         raise ValueError("collate got an empty batch.")
-    src_rows = [list(ex["src_ids"]) + [EOS_ID] for ex in examples]
-    tgt_in_rows = [[BOS_ID] + list(ex["tgt_ids"]) for ex in examples]
-    tgt_out_rows = [list(ex["tgt_ids"]) + [EOS_ID] for ex in examples]
-    src_len = round_up(max(map(len, src_rows)), pad_multiple)
-    tgt_len = round_up(max(map(len, tgt_in_rows)), pad_multiple)
+    sources = [frame_source(ex["src_ids"]) for ex in examples]
+    tgt_in, tgt_out = zip(*(frame_target(ex["tgt_ids"]) for ex in examples), strict=True)
     return {
-        "src": _pad(src_rows, src_len),  # (B, S)
-        "tgt_in": _pad(tgt_in_rows, tgt_len),  # (B, T)
-        "tgt_out": _pad(tgt_out_rows, tgt_len),  # (B, T)
+        "src": pad(sources, multiple=pad_multiple),  # (B, S)
+        "tgt_in": pad(tgt_in, multiple=pad_multiple),  # (B, T)
+        "tgt_out": pad(tgt_out, multiple=pad_multiple),  # (B, T)
         "src_text": [ex["src_text"] for ex in examples],
         "tgt_text": [ex["tgt_text"] for ex in examples],
     }
-
-
-def _pad(rows: list[list[int]], length: int) -> torch.Tensor:
-    return torch.tensor([row + [PAD_ID] * (length - len(row)) for row in rows], dtype=torch.long)

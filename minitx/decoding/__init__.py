@@ -1,19 +1,15 @@
 """Decoding: turning source ids into target ids with a trained `Transformer`.
 
-One entry point, `decode(model, src, DecodingConfig(...))`, used by validation, `Translator`
-and every command; strategies (greedy, beam, sample, ...) are `DecodingStrategy` classes in
-the `STRATEGIES` registry, each declaring and validating the settings it reads.
+One entry point, `generate(model, src, DecodingConfig(...))`, used by validation,
+`Translator` and every command (`decode` is its deprecated old name); strategies (greedy,
+beam, sample, ...) are `DecodingStrategy` classes in the `STRATEGIES` registry, each
+declaring and validating the settings it reads.
 All of them work on a batch, stop each sentence at its own eos, cap the output length at
 max_len_a·|src| + max_len_b, and never generate pad or bos.
 """
 
 from minitx.decoding.beam import beam_search
-from minitx.decoding.common import (
-    Hypothesis,
-    hypotheses_to_tensor,
-    length_penalty,
-    max_target_lengths,
-)
+from minitx.decoding.common import Hypothesis, length_penalty, max_target_lengths
 from minitx.decoding.config import (
     DEFAULT_BEAM_SIZE,
     STRATEGIES,
@@ -23,7 +19,7 @@ from minitx.decoding.config import (
 )
 from minitx.decoding.greedy import greedy_decode
 from minitx.decoding.sampling import sample_decode, sampling_distribution
-from minitx.decoding.strategies import BeamSearch, Greedy, Sampling, decode
+from minitx.decoding.strategies import BeamSearch, Greedy, Sampling, decode, generate
 
 __all__ = [
     "DEFAULT_BEAM_SIZE",
@@ -36,8 +32,8 @@ __all__ = [
     "Sampling",
     "beam_search",
     "decode",
+    "generate",
     "greedy_decode",
-    "hypotheses_to_tensor",
     "length_penalty",
     "max_target_lengths",
     "sample_decode",

@@ -41,7 +41,9 @@ def beam_search(
         beam_size: hypotheses kept per sentence (1 = greedy).
         n_best: hypotheses returned per sentence (<= beam_size).
         alpha: length-penalty exponent (see `length_penalty`).
-        max_len_a, max_len_b: length cap a·|src| + b per sentence.
+        max_len_a: length cap a·|src| + b per sentence: the factor a of the source length
+            (eos included).
+        max_len_b: length cap a·|src| + b per sentence: the constant b.
         use_cache: reuse keys/values of earlier steps.
 
     Returns:

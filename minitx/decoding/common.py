@@ -40,16 +40,3 @@ def _next_token_scores(logits: Tensor, model: Transformer) -> Tensor:
     logp[:, PAD_ID] = float("-inf")
     logp[:, BOS_ID] = float("-inf")
     return logp
-
-
-def hypotheses_to_tensor(
-    hyps: list[list[Hypothesis]], pad_id: int = 0, device: torch.device | str = "cpu"
-) -> Tensor:
-    """Best hypothesis of each sentence as a (B, L) right-padded id tensor on `device`, as
-    `greedy_decode` returns."""
-    best = [h[0].tokens if h else [] for h in hyps]
-    width = max(1, max(len(t) for t in best))
-    out = torch.full((len(best), width), pad_id, dtype=torch.long)
-    for i, t in enumerate(best):
-        out[i, : len(t)] = torch.tensor(t, dtype=torch.long)
-    return out.to(device)

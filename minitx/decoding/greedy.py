@@ -25,7 +25,9 @@ def greedy_decode(
     Args:
         model: the Transformer (put it in eval mode first).
         src: (B, S) source ids, right-padded.
-        max_len_a, max_len_b: length cap a·|src| + b per sentence.
+        max_len_a: length cap a·|src| + b per sentence: the factor a of the source length
+            (eos included).
+        max_len_b: length cap a·|src| + b per sentence: the constant b.
         use_cache: reuse keys/values of earlier steps (same result, much faster).
 
     Returns:

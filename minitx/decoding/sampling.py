@@ -92,10 +92,15 @@ def sample_decode(
         model: the Transformer (eval mode).
         src: (B, S) source ids, right-padded.
         num_samples: samples per sentence.
-        temperature, top_k, top_p: see `sampling_distribution`.
+        temperature: divide the logits by it; 0 = argmax (see `sampling_distribution`).
+        top_k: draw among the k most probable tokens only; 0 = all.
+        top_p: then among the fewest most probable tokens holding probability `top_p`
+            (nucleus sampling); 1.0 = all.
         seed: seed of the row generators; None draws a fresh one from the operating system.
         alpha: length-penalty exponent for ranking the samples.
-        max_len_a, max_len_b: length cap a·|src| + b per sentence.
+        max_len_a: length cap a·|src| + b per sentence: the factor a of the source length
+            (eos included).
+        max_len_b: length cap a·|src| + b per sentence: the constant b.
         use_cache: reuse keys/values of earlier steps.
 
     Returns:

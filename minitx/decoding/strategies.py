@@ -1,4 +1,4 @@
-"""The built-in decoding strategies (greedy, beam, sample) and the one entry point, `decode`.
+"""The built-in decoding strategies (greedy, beam, sample) and the one entry point, `generate`.
 
 Each strategy is a `DecodingStrategy` subclass registered in `STRATEGIES`: it decodes a batch
 and declares the `DecodingConfig` fields it reads, validates them and says how its results
@@ -10,6 +10,7 @@ accept it.
 from __future__ import annotations
 
 import math
+import warnings
 from typing import ClassVar
 
 import torch
@@ -30,7 +31,7 @@ from minitx.errors import ConfigError
 from minitx.model import Transformer
 from minitx.vocab import EOS_ID, PAD_ID
 
-__all__ = ["STRATEGIES", "BeamSearch", "Greedy", "Sampling", "Strategy", "decode"]
+__all__ = ["STRATEGIES", "BeamSearch", "Greedy", "Sampling", "Strategy", "decode", "generate"]
 
 
 @STRATEGIES.register("greedy")
@@ -157,7 +158,7 @@ class Sampling(DecodingStrategy):
 
 
 @torch.no_grad()
-def decode(model: Transformer, src: Tensor, config: DecodingConfig) -> list[list[Hypothesis]]:
+def generate(model: Transformer, src: Tensor, config: DecodingConfig) -> list[list[Hypothesis]]:
     """Translate a batch of source ids with the strategy the config names.
 
     Args:
@@ -170,3 +171,25 @@ def decode(model: Transformer, src: Tensor, config: DecodingConfig) -> list[list
         tokens end with eos when one was generated before the length cap.
     """
     return strategy_for(config.strategy).decode(model, src, config)
+
+
+_decode_warned = False
+"""Whether `decode` has warned in this process."""
+
+
+def decode(model: Transformer, src: Tensor, config: DecodingConfig) -> list[list[Hypothesis]]:
+    """Deprecated: the old name of `generate` (same arguments, same result).
+
+    Renamed so that `decode` means the decoder stack (`Transformer.decode`) and ids to text
+    (`Tokenizer.decode`) only. Warns once per process with a `DeprecationWarning`.
+    """
+    global _decode_warned
+    if not _decode_warned:
+        _decode_warned = True
+        warnings.warn(
+            "minitx.decoding.decode is deprecated and will be removed; use "
+            "minitx.decoding.generate (same arguments)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+    return generate(model, src, config)

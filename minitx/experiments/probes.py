@@ -28,7 +28,7 @@ from minitx.attention import MultiHeadAttention
 from minitx.maps import KINDS, row_entropy
 from minitx.model import Transformer
 from minitx.tokenizer import Tokenizer
-from minitx.vocab import BOS_ID, EOS_ID
+from minitx.vocab import frame_source, frame_target
 
 
 def head_divergence(weights: Tensor) -> float:
@@ -59,15 +59,16 @@ def _kind_of(model: Transformer) -> dict[int, tuple[str, int]]:
 
 
 def _one_pair(
-    model: Transformer, src: Tensor, tgt: Tensor
+    model: Transformer, src: Tensor, tgt_in: Tensor, labels: Tensor
 ) -> tuple[
     dict[str, tuple[Tensor, ...]], dict[tuple[str, int], float], dict[tuple[str, int], float]
 ]:
-    """One teacher-forced forward/backward pass of one pair (src (1, S), tgt (1, T+1) with bos
-    and eos): the weights of every attention by kind, one (H, Tq, Tk) tensor per layer, and
-    per (kind, layer) the norm of the loss gradient reaching the score's inputs (the
-    projected queries and keys: the gradient that flows through the softmax, not the values)
-    and the standard deviation of the score logits."""
+    """One teacher-forced forward/backward pass of one pair (src (1, S); tgt_in and labels
+    (1, T), as `minitx.vocab.frame_target` makes them): the weights of every attention by
+    kind, one (H, Tq, Tk) tensor per layer, and per (kind, layer) the norm of the loss
+    gradient reaching the score's inputs (the projected queries and keys: the gradient that
+    flows through the softmax, not the values) and the standard deviation of the score
+    logits."""
     kinds = _kind_of(model)
     squares: dict[tuple[str, int], float] = defaultdict(float)  # |dL/dq|^2 + |dL/dk|^2
     logits: dict[tuple[str, int], float] = {}
@@ -91,8 +92,8 @@ def _one_pair(
     try:
         with torch.enable_grad():
             # need_weights: the explicit path, where the score module (and its hook) runs
-            out = model(src, tgt[:, :-1], need_weights=True)
-            loss = F.cross_entropy(out.logits.float().flatten(0, 1), tgt[:, 1:].flatten())
+            out = model(src, tgt_in, need_weights=True)
+            loss = F.cross_entropy(out.logits.float().flatten(0, 1), labels.flatten())
             loss.backward()
     finally:
         for handle in handles:
@@ -123,7 +124,8 @@ def attention_statistics(
     Args:
         model: the Transformer.
         tokenizer: its tokenizer.
-        sources, references: sentence pairs read teacher-forced, one at a time.
+        sources: source sentences, read teacher-forced one pair at a time.
+        references: their reference translations (the decoder inputs and labels).
         max_weight_samples: how many rows' largest weights to keep per attention kind, for a
             histogram.
 
@@ -150,9 +152,14 @@ def attention_statistics(
                 continue
             limit = model.config.max_positions - 1  # eos / bos take one position
             src_ids, tgt_ids = (ids[:limit] for ids in tokenizer.encode([source, reference]))
-            src = torch.tensor([[*src_ids, EOS_ID]], device=device)  # (1, S)
-            tgt = torch.tensor([[BOS_ID, *tgt_ids, EOS_ID]], device=device)  # (1, T + 1)
-            maps, grads, logits = _one_pair(model, src, tgt)
+            tgt_in, labels = frame_target(tgt_ids)
+            src = torch.tensor([frame_source(src_ids)], device=device)  # (1, S)
+            maps, grads, logits = _one_pair(
+                model,
+                src,
+                torch.tensor([tgt_in], device=device),  # (1, T)
+                torch.tensor([labels], device=device),  # (1, T)
+            )
             pairs += 1
             for kind in KINDS:
                 for layer, weights in enumerate(maps[kind]):  # (H, Tq, Tk)

@@ -47,7 +47,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from minitx.checkpoint import languages_of, load_checkpoint, model_from_checkpoint
+from minitx import release
 from minitx.errors import ConfigError, require_extra
 from minitx.model import Transformer, TransformerConfig
 from minitx.outputs import check_output_dir, mark_output_dir, replace_dir
@@ -323,23 +323,29 @@ def export_ctranslate2(
     quantization: str | None = None,
     force: bool = False,
 ) -> Path:
-    """Convert a minitx `.ckpt` into a CTranslate2 model directory (see `export_model`).
+    """Convert a minitx model into a CTranslate2 model directory (see `export_model`).
+
+    Args:
+        checkpoint: a `.ckpt`, a release directory or a hub repo id, loaded as every command
+            loads one (`minitx.release.load`).
+        out_dir: the directory to write.
+        quantization: weight type, one of `QUANTIZATIONS` (None: float32).
+        force: replace `out_dir` when it exists (see `export_model`).
 
     Raises:
-        FileNotFoundError, CheckpointError: the checkpoint is missing or not a usable one.
+        MissingFileError, CheckpointError: the model is missing or not a usable one.
         ConfigError, OutputError, MissingExtraError: as `export_model`.
     """
     _ctranslate2()  # fail before loading anything when the extra is missing
     check_output_dir(out_dir, inputs=[checkpoint], force=force)  # before the slow part
-    loaded = load_checkpoint(checkpoint)
-    model, tokenizer = model_from_checkpoint(loaded, checkpoint)
+    loaded = release.load(checkpoint)
     return export_model(
-        model.eval(),
-        tokenizer,
+        loaded.model.eval(),
+        loaded.tokenizer,
         out_dir,
         quantization=quantization,
         force=force,
-        languages=languages_of(loaded),
+        languages=loaded.languages,
         inputs=[checkpoint],
     )
 
@@ -418,8 +424,9 @@ class Ct2Translator:
             beam_size: 1 = greedy.
             batch_size: sentences per batch (CTranslate2 sorts them by length).
             alpha: length-penalty exponent, passed to CTranslate2 (its formula, see above).
-            max_len_a, max_len_b: length cap a·|src| + b generated tokens (eos included),
-                |src| counting the eos, as in `minitx.decoding.DecodingConfig`.
+            max_len_a: length cap a·|src| + b generated tokens (eos included), |src|
+                counting the eos, as in `minitx.decoding.DecodingConfig`: the factor a.
+            max_len_b: that cap's constant b.
         """
         sources = self._sources(sentences)
         todo = [i for i, pieces in enumerate(sources) if pieces]
