@@ -10,6 +10,14 @@ fragment's inline scripts).
 The page works offline: analytics are off, the theme uses the system's fonts (nothing from
 a font CDN), the viewer forbids every network load, and the server binds to 127.0.0.1
 unless told otherwise. ``minitx-demo`` (minitx/cli/demo.py) is the command.
+
+The page's memory is bounded, so it stays flat under repeated requests: a sentence over the
+page's limits (`DEFAULT_MAX_CHARS` characters, checked before tokenizing, and the model's
+positions in sentencepiece pieces; `build_demo`'s ``max_chars`` / ``max_pieces``) is refused
+with a message on the page before anything is translated, since the viewer grows with
+pieces² × layers × heads; and Gradio keeps the last input and output values of only
+`DEFAULT_MAX_SESSIONS` browser tabs or API clients (with its default, 10,000, it kept a copy of
+every visitor's last viewer page for good; see `launch`).
 """
 
 from __future__ import annotations
@@ -20,7 +28,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from minitx.decoding import DEFAULT_BEAM_SIZE, STRATEGIES, DecodingConfig, strategy_for
-from minitx.errors import require_extra
+from minitx.errors import ConfigError, InputTooLongError, require_extra
 from minitx.translator import Translator
 from minitx.viz import viewer_html
 
@@ -46,6 +54,16 @@ EXAMPLES: dict[str, list[str]] = {
 }
 """Sentences offered for a checkpoint's source language."""
 VIEWER_HEIGHT_PX = 820
+DEFAULT_MAX_CHARS = 1000
+"""Longest sentence the page translates by default, in characters (checked before tokenizing)."""
+DEFAULT_MAX_SESSIONS = 4
+"""Browser tabs / API clients whose last input and output values Gradio keeps in memory (its
+``state_session_capacity``): the page needs none of them between requests, and each can hold a
+viewer page of many megabytes."""
+MAX_QUEUED = 16
+"""Translations that may wait in Gradio's queue (one runs at a time); more are refused."""
+MAX_UPLOAD_BYTES = 1 << 20
+"""Gradio's upload limit (``max_file_size``): the page takes no files."""
 
 
 def import_gradio() -> Any:
@@ -90,16 +108,96 @@ def viewer_iframe(page: str) -> str:
     )
 
 
+def model_max_pieces(translator: Translator) -> int:
+    """The most source pieces `translator`'s model reads: its ``max_positions`` less one (the
+    eos piece); the translator would cut a longer sentence."""
+    return translator.model.config.max_positions - 1
+
+
+def page_limits(
+    translator: Translator, max_chars: int = DEFAULT_MAX_CHARS, max_pieces: int | None = None
+) -> tuple[int, int]:
+    """The page's (characters, pieces) limits: `max_chars`, and `max_pieces` or, when None,
+    the most the model reads (`model_max_pieces`).
+
+    Raises:
+        ConfigError: a limit below 1, or `max_pieces` over what the model reads.
+    """
+    most = model_max_pieces(translator)
+    pieces = most if max_pieces is None else max_pieces
+    if max_chars < 1:
+        raise ConfigError(f"--max-chars (max_chars) must be at least 1, got {max_chars}")
+    if not 1 <= pieces <= most:
+        raise ConfigError(
+            f"--max-pieces (max_pieces) must be between 1 and {most:,} (the model's "
+            f"max_positions {most + 1:,} less one for the eos piece), got {pieces:,}"
+        )
+    return max_chars, pieces
+
+
+def check_sentence_length(
+    translator: Translator,
+    sentence: str,
+    *,
+    max_chars: int = DEFAULT_MAX_CHARS,
+    max_pieces: int | None = None,
+) -> None:
+    """Refuse a sentence over the page's limits: more than `max_chars` characters (counted
+    before tokenizing, so a huge input costs nothing more) or more than `max_pieces`
+    sentencepiece pieces (None: the most the model reads).
+
+    Raises:
+        InputTooLongError: over a limit; the message is one sentence for the page.
+        ConfigError: impossible limits (see `page_limits`).
+    """
+    max_chars, max_pieces = page_limits(translator, max_chars, max_pieces)
+    if len(sentence) > max_chars:
+        raise InputTooLongError(
+            f"This sentence has {len(sentence):,} characters, more than the {max_chars:,} the "
+            "demo translates: shorten it, or start minitx-demo with a larger --max-chars."
+        )
+    pieces = len(translator.tokenizer.encode([sentence.strip()])[0])
+    if pieces > max_pieces:
+        most = model_max_pieces(translator)
+        how = (
+            "shorten it, or start minitx-demo with a larger --max-pieces "
+            f"(at most {most:,}, what the model reads)"
+            if max_pieces < most
+            else "shorten it (the model reads no more)"
+        )
+        raise InputTooLongError(
+            f"This sentence has {pieces:,} sentencepiece pieces, more than the {max_pieces:,} "
+            f"the demo translates: {how}."
+        )
+
+
 def translate_for_page(
-    translator: Translator, sentence: str, strategy: str, beam_size: int
+    translator: Translator,
+    sentence: str,
+    strategy: str,
+    beam_size: int,
+    *,
+    max_chars: int = DEFAULT_MAX_CHARS,
+    max_pieces: int | None = None,
 ) -> tuple[str, list[list[Any]], str]:
     """What the page shows for one sentence: the translation, the n-best rows (rank, score,
     translation; the whole beam, best first; greedy: one row, score None; in general the
     strategy's `width` hypotheses) and the attention viewer's iframe.
 
+    Args:
+        translator: the model.
+        sentence: the source sentence, as typed.
+        strategy: a registered decoding strategy.
+        beam_size: the beam size, for a strategy that reads one.
+        max_chars: the longest sentence translated, in characters.
+        max_pieces: the longest sentence translated, in sentencepiece pieces (None: the most
+            the model reads).
+
     Raises:
+        InputTooLongError: over `max_chars` or `max_pieces`; nothing is translated.
         ValueError: for an empty sentence (shown on the page as an error).
     """
+    check_sentence_length(translator, sentence, max_chars=max_chars, max_pieces=max_pieces)
     if not sentence.strip():
         raise ValueError("type a sentence first")
     decoding = decoding_for(strategy, beam_size)
@@ -113,29 +211,61 @@ def translate_for_page(
     return n_best[0][0], rows, viewer_iframe(viewer_html(maps, title=title))
 
 
-def build_demo(translator: Translator, *, title: str = "minitx translation demo") -> gr.Blocks:
+def build_demo(
+    translator: Translator,
+    *,
+    title: str = "minitx translation demo",
+    max_chars: int = DEFAULT_MAX_CHARS,
+    max_pieces: int | None = None,
+) -> gr.Blocks:
     """The demo app for `translator` (not yet launched; see `launch`).
 
     Element ids for scripts and tests: ``#source`` (the sentence box), ``#strategy`` (every
     strategy registered when the page is built, `strategy_choices`), ``#beam-size``,
     ``#translate`` (the button), ``#translation``, ``#n-best`` and ``#viewer`` (holding
     ``iframe#attention-viewer``).
+
+    Args:
+        translator: the model.
+        title: the page's title.
+        max_chars: the longest sentence translated, in characters (checked before
+            tokenizing).
+        max_pieces: the longest sentence translated, in sentencepiece pieces (None: the most
+            the model reads, `model_max_pieces`). A longer sentence is not translated: the
+            page shows a message saying the limit, the sentence's length and how to raise it.
+
+    Raises:
+        ConfigError: impossible limits (see `page_limits`).
     """
+    max_chars, max_pieces = page_limits(translator, max_chars, max_pieces)
     gr = import_gradio()
     src, tgt = translator.languages
     pair = f"{src} → {tgt}" if src and tgt else "source → target"
 
     def run(sentence: str, strategy: str, beam_size: int) -> tuple[str, list[list[Any]], str]:
         try:
-            return translate_for_page(translator, sentence, strategy, beam_size)
+            return translate_for_page(
+                translator,
+                sentence or "",
+                strategy,
+                beam_size,
+                max_chars=max_chars,
+                max_pieces=max_pieces,
+            )
+        except InputTooLongError as exc:  # a message in the page (Gradio renders it as HTML)
+            raise gr.Error(html.escape(str(exc)), duration=None, print_exception=False) from None
         except ValueError as exc:
-            raise gr.Error(str(exc)) from None
+            raise gr.Error(html.escape(str(exc)), print_exception=False) from None
 
     with gr.Blocks(title=title, analytics_enabled=False) as demo:
         gr.Markdown(f"# {title}\n{pair}: type or pick a sentence, choose the decoding.")
         with gr.Row():
             with gr.Column(scale=3):
-                source = gr.Textbox(label=f"sentence ({src or 'source'})", elem_id="source")
+                source = gr.Textbox(
+                    label=f"sentence ({src or 'source'})",
+                    info=f"at most {max_chars:,} characters and {max_pieces:,} pieces",
+                    elem_id="source",
+                )  # no max_length: the browser would cut a longer paste without a word
                 examples = EXAMPLES.get(src or "", [])
                 if examples:
                     gr.Examples(examples=[[e] for e in examples], inputs=[source])
@@ -165,9 +295,11 @@ def build_demo(translator: Translator, *, title: str = "minitx translation demo"
         strategy.change(lambda s: gr.update(visible=reads_beam_size(s)), strategy, beam_size)
         outputs = [translation, n_best, viewer]
         inputs = [source, strategy, beam_size]
-        button.click(run, inputs, outputs)
-        source.submit(run, inputs, outputs)
-    return demo
+        for trigger in (button.click, source.submit):  # one translation at a time, both ways
+            trigger(
+                run, inputs, outputs, concurrency_limit=1, concurrency_id="translate"
+            )  # fmt: skip
+    return demo.queue(max_size=MAX_QUEUED)
 
 
 def offline_theme() -> Any:
@@ -185,14 +317,22 @@ def launch(
     host: str = DEFAULT_HOST,
     port: int = DEFAULT_PORT,
     block: bool = True,
+    max_sessions: int = DEFAULT_MAX_SESSIONS,
 ) -> str:
     """Serve `demo` on http://host:port (no share link, no browser opened).
+
+    Gradio keeps, for each browser tab or API client, a copy of its last input and output
+    values (the viewer page included) until that many others have come: `max_sessions` (the
+    page needs none of them between requests) bounds that memory, where Gradio's own default
+    (10,000) let it grow by a viewer page per visitor. Uploads are capped (the page takes no
+    files) and the browser keeps no run history of the pages.
 
     Args:
         demo: from `build_demo`.
         host: interface to bind; the default serves this machine only.
         port: TCP port.
         block: wait until Ctrl-C (False: return at once, e.g. in tests; `demo.close()` stops).
+        max_sessions: browser tabs / API clients whose last values Gradio keeps in memory.
 
     Returns:
         The local URL.
@@ -208,5 +348,8 @@ def launch(
         ssr_mode=False,
         theme=offline_theme(),
         footer_links=[],
+        run_history=False,
+        state_session_capacity=max_sessions,
+        max_file_size=MAX_UPLOAD_BYTES,
     )
     return url

@@ -13,6 +13,7 @@ One hierarchy, raised where the problem is found and told from a bug by its type
     ├── ResumeError                  a resume that does not match its checkpoint
     ├── TrainingError                training cannot go on (divergence)
     ├── OutputError                  an output that cannot be written safely (or no room)
+    ├── InputTooLongError (ValueError)   an input over a size limit (the demo's sentence box)
     └── MissingExtraError (ImportError)   an optional library is not installed
 
 The builtin base beside `MinitxError` keeps code that catches `ValueError`,
@@ -82,6 +83,11 @@ class TrainingError(MinitxError):
 class OutputError(MinitxError):
     """An output cannot be written as asked: it would replace files minitx did not write, an
     input, or the current directory; or the disk has no room for it."""
+
+
+class InputTooLongError(MinitxError, ValueError):
+    """An input over a size limit (characters or sentencepiece pieces); the message says which
+    limit, how long the input is and how to raise the limit."""
 
 
 class MissingExtraError(MinitxError, ImportError):

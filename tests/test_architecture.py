@@ -11,6 +11,7 @@ only inside functions.
 from __future__ import annotations
 
 import ast
+import logging
 import os
 import shutil
 import subprocess
@@ -72,8 +73,21 @@ def third_party(graph: grimp.ImportGraph) -> set[str]:
 
 def lint() -> int:
     """Run every contract of pyproject.toml in this process, as ``lint-imports`` does; its
-    exit status (the report goes to standard output)."""
-    return lint_imports(config_filename=str(PYPROJECT), no_cache=True, no_logo=True)
+    exit status (the report goes to standard output).
+
+    import-linter configures logging with `logging.config.dictConfig`, which disables every
+    logger that exists already (minitx's among them); they are enabled again afterwards, so
+    that later tests still see minitx's log records.
+    """
+    loggers = [
+        lg for lg in logging.root.manager.loggerDict.values() if isinstance(lg, logging.Logger)
+    ]
+    disabled = {lg: lg.disabled for lg in loggers}
+    try:
+        return lint_imports(config_filename=str(PYPROJECT), no_cache=True, no_logo=True)
+    finally:
+        for lg, was in disabled.items():
+            lg.disabled = was
 
 
 def lint_copy(root: Path, contract_ids: list[str]) -> tuple[dict[str, int], str]:

@@ -377,20 +377,20 @@ def test_validation_examples_go_to_tensorboard_as_text(tiny_run: TinyRun) -> Non
 def test_a_redirected_log_gets_one_plain_line_per_epoch(tmp_path: Path) -> None:
     cmd = [sys.executable, str(REPO / "scripts" / "train.py"), *TINY, "--trainer.max_epochs", "2"]
     cmd += ["--test", "false", "--model.validation.log_examples", "2"]
-    proc = subprocess.run(
-        cmd, cwd=tmp_path, env=subprocess_env(), capture_output=True, text=True, timeout=300
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("epoch ")]
+    # bytes: text mode would turn carriage returns into newlines
+    proc = subprocess.run(cmd, cwd=tmp_path, env=subprocess_env(), capture_output=True, timeout=300)
+    stdout, stderr = proc.stdout.decode("utf-8"), proc.stderr.decode("utf-8")
+    assert proc.returncode == 0, stderr[-3000:]
+    lines = [line for line in stdout.splitlines() if line.startswith("epoch ")]
     pattern = (
         r"epoch {e}/2 \| step \d+ \| train loss [\d.]+ \| val loss [\d.]+ \| ppl [\d.]+ \| "
         r"BLEU [\d.]+ \| chrF [\d.]+ \| [\d,]+ tok/s \| elapsed \d+:\d\d, ETA \d+:\d\d$"
     )
-    assert len(lines) == 2, proc.stdout[-3000:]
+    assert len(lines) == 2, stdout[-3000:]
     for epoch, line in enumerate(lines, 1):
         assert re.match(pattern.format(e=epoch), line), line
     # each epoch line is followed by that validation's example translations (2 asked for)
-    out = proc.stdout.splitlines()
+    out = stdout.splitlines()
     for epoch, line in enumerate(lines, 1):
         block = out[out.index(line) + 1 : out.index(line) + 6]
         assert block[0].startswith(f"validation examples, epoch {epoch} (step ")
@@ -401,7 +401,9 @@ def test_a_redirected_log_gets_one_plain_line_per_epoch(tmp_path: Path) -> None:
             "hypothesis",
         ]
         assert block[4].strip().startswith("2. source:")
-    assert "\u2501" not in proc.stdout + proc.stderr  # no progress-bar frames in the log
+    assert "\u2501" not in stdout + stderr  # no progress-bar frames in the log
+    assert "\r" not in stdout + stderr  # nor datasets' carriage-return frames
+    assert "Seed set to" not in stderr and "available:" not in stderr  # nor Lightning's INFO
 
 
 def test_a_redirected_log_shows_validations_inside_an_epoch(tmp_path: Path) -> None:
@@ -699,6 +701,7 @@ def test_ddp_two_cpu_processes(tmp_path: Path) -> None:
         sys.executable, str(REPO / "scripts" / "train.py"), *TINY,
         "--trainer.strategy", "ddp", "--trainer.devices", "2", "--trainer.accelerator", "cpu",
         "--trainer.max_epochs", "1", "--trainer.enable_progress_bar", "false", "--test", "false",
+        "--verbose",  # Lightning's INFO lines: they say which backend it initialised
     ]  # fmt: skip
     result = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]

@@ -1,17 +1,21 @@
-"""The live demo page (minitx/demo.py, minitx-demo): what it computes, its command, and the
-page end to end in headless Chromium (selenium) against `Translator` itself.
+"""The live demo page (minitx/demo.py, minitx-demo): what it computes, its command, its
+limits on the input and its memory under repeated large requests, and the page end to end in
+headless Chromium (selenium) against `Translator` itself.
 
-The browser test skips, with the install command, without chromium + chromedriver; the
+The browser tests skip, with the install command, without chromium + chromedriver; the
 Gradio parts skip without Gradio (`pip install -e '.[dev]'` brings it).
 """
 
 from __future__ import annotations
 
+import gc
 import html
+import itertools
 import os
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,7 +26,15 @@ from browser import free_port, wait_for
 from helpers import PYTHON, TOY_TEST_SOURCES, subprocess_env
 
 from minitx.decoding import DecodingConfig
-from minitx.demo import decoding_for, translate_for_page
+from minitx.demo import (
+    DEFAULT_MAX_CHARS,
+    build_demo,
+    check_sentence_length,
+    decoding_for,
+    model_max_pieces,
+    translate_for_page,
+)
+from minitx.errors import ConfigError, InputTooLongError
 from minitx.translator import Translator
 
 SENTENCE = TOY_TEST_SOURCES[3]
@@ -79,6 +91,7 @@ def test_demo_command_help_and_missing_gradio(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert "--checkpoint" in proc.stdout and "127.0.0.1" in proc.stdout
+    assert "--max-chars" in proc.stdout and "--max-pieces" in proc.stdout
     blocker = tmp_path / "gradio.py"  # shadows the real package: `import gradio` fails
     blocker.write_text("raise ImportError('no gradio here')\n")
     env = subprocess_env()
@@ -106,10 +119,106 @@ def test_a_port_in_use_is_a_one_line_error(
     def taken(*args: Any, **kwargs: Any) -> str:
         raise OSError("Cannot find empty port in range: 7860-7860.")  # as Gradio says it
 
-    monkeypatch.setattr(minitx.demo, "build_demo", lambda translator: None)
+    monkeypatch.setattr(minitx.demo, "build_demo", lambda translator, **limits: None)
     monkeypatch.setattr(minitx.demo, "launch", taken)
     assert command.main(["--checkpoint", str(tiny_checkpoint), "--port", "7860"]) == 2
     assert capsys.readouterr().err.startswith("error: cannot serve on 127.0.0.1:7860: the port")
+
+
+# ---------------------------------------------------------------------- input limits
+
+
+def longest_sentence(translator: Translator, chars: int = DEFAULT_MAX_CHARS) -> str:
+    """Toy test sentences, joined and cut to `chars` characters (the largest input the page
+    takes by default: within the model's pieces too)."""
+    sentence = " ".join(itertools.islice(itertools.cycle(TOY_TEST_SOURCES), chars))[:chars]
+    assert len(translator.tokenizer.encode([sentence])[0]) <= model_max_pieces(translator)
+    return sentence
+
+
+@pytest.fixture
+def no_translation(translator: Translator, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Any translating call of `translator` fails the test."""
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a sentence over the limits was translated")
+
+    for method in ("translate", "translate_n_best", "attention"):
+        monkeypatch.setattr(translator, method, refuse)
+
+
+def test_a_sentence_over_the_character_limit_is_not_translated(
+    translator: Translator, no_translation: None
+) -> None:
+    sentence = "x" * (DEFAULT_MAX_CHARS + 1)
+    with pytest.raises(InputTooLongError) as caught:
+        translate_for_page(translator, sentence, "greedy", 5)
+    message = str(caught.value)  # one sentence: the length, the limit, how to raise it
+    assert message.count(". ") == 0 and message.endswith(".")
+    assert "1,001 characters" in message and "the 1,000 the demo translates" in message
+    assert "--max-chars" in message
+    with pytest.raises(InputTooLongError, match="3 characters, more than the 2 "):
+        translate_for_page(translator, "abc", "greedy", 5, max_chars=2)
+
+
+def test_the_characters_are_counted_before_tokenizing(
+    translator: Translator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def tokenize(texts: list[str]) -> list[list[int]]:
+        raise AssertionError("a sentence over the character limit was tokenized")
+
+    monkeypatch.setattr(translator.tokenizer, "encode", tokenize)
+    with pytest.raises(InputTooLongError, match="1,000,000 characters"):
+        check_sentence_length(translator, "Ein Mann. " * 100_000)
+
+
+def test_a_sentence_over_the_piece_limit_is_not_translated(
+    translator: Translator, no_translation: None
+) -> None:
+    pieces = len(translator.tokenizer.encode([SENTENCE])[0])
+    with pytest.raises(InputTooLongError) as caught:
+        translate_for_page(translator, SENTENCE, "beam", 5, max_pieces=pieces - 1)
+    message = str(caught.value)
+    assert f"{pieces} sentencepiece pieces, more than the {pieces - 1} " in message
+    assert f"--max-pieces (at most {model_max_pieces(translator):,}" in message
+    # the default piece limit is what the model reads: beyond it, only a shorter sentence helps
+    long = " ".join(["Mann"] * (model_max_pieces(translator) + 1))
+    with pytest.raises(InputTooLongError, match="shorten it \\(the model reads no more\\)"):
+        translate_for_page(translator, long, "greedy", 5, max_chars=len(long))
+
+
+def test_limits_the_model_cannot_honour_are_refused(translator: Translator) -> None:
+    most = model_max_pieces(translator)
+    with pytest.raises(ConfigError, match=f"between 1 and {most:,} .* got {most + 1:,}"):
+        build_demo(translator, max_pieces=most + 1)  # the translator would cut it silently
+    with pytest.raises(ConfigError, match="--max-chars .* at least 1, got 0"):
+        build_demo(translator, max_chars=0)
+
+
+def test_the_command_passes_its_limits_to_the_page(
+    tiny_checkpoint: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    pytest.importorskip("gradio", reason="the demo needs Gradio: pip install -e '.[dev]'")
+    import minitx.demo
+    from minitx.cli import demo as command
+
+    built: list[dict[str, Any]] = []
+    monkeypatch.setattr(minitx.demo, "build_demo", lambda translator, **kw: built.append(kw))
+    monkeypatch.setattr(minitx.demo, "launch", lambda *args, **kwargs: "http://127.0.0.1:1/")
+    ckpt = ["--checkpoint", str(tiny_checkpoint)]
+    assert command.main(ckpt) == 0
+    assert command.main([*ckpt, "--max-chars", "200", "--max-pieces", "50"]) == 0
+    assert built == [
+        {"max_chars": DEFAULT_MAX_CHARS, "max_pieces": None},
+        {"max_chars": 200, "max_pieces": 50},
+    ]
+    with pytest.raises(SystemExit) as exited:
+        command.main([*ckpt, "--max-chars", "0"])
+    assert exited.value.code == 2 and "--max-chars must be at least 1" in capsys.readouterr().err
+    monkeypatch.undo()  # the real page: a limit the model cannot honour is a one-line error
+    assert command.main([*ckpt, "--max-pieces", "100000"]) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("error: --max-pieces (max_pieces) must be between 1 and ")
 
 
 # ---------------------------------------------------------------------- in the browser
@@ -205,6 +314,112 @@ def test_demo_end_to_end(
     target = Path(os.environ.get(SCREENSHOT_ENV) or tmp_path / "demo.png")
     assert chrome.save_screenshot(str(target)) and target.read_bytes()[:4] == b"\x89PNG"
     chrome.set_window_size(1280, 1000)
+
+
+def test_a_long_sentence_is_refused_with_a_message_in_the_page(chrome: Any, demo_url: str) -> None:
+    from selenium.webdriver.common.by import By
+
+    chrome.get(demo_url)
+    box = wait_for(chrome, "return document.querySelector('#source textarea')", timeout=30)
+    assert "at most 1,000 characters" in chrome.find_element(By.CSS_SELECTOR, "#source").text
+    chrome.execute_script(  # a paste: typing 1,001 keys would take long
+        "arguments[0].value = arguments[1];"
+        "arguments[0].dispatchEvent(new Event('input', {bubbles: true}));",
+        box,
+        "x" * (DEFAULT_MAX_CHARS + 1),
+    )
+    chrome.find_element(By.CSS_SELECTOR, "#translate").click()
+    shown = wait_for(
+        chrome,
+        "var t = document.body.innerText; return t.includes('--max-chars') && t;",
+        timeout=30,
+    )
+    assert "This sentence has 1,001 characters, more than the 1,000 the demo translates" in shown
+    assert "Traceback" not in shown
+    translation = "return document.querySelector('#translation textarea').value;"
+    assert chrome.execute_script(translation) == ""  # nothing was translated
+    assert not chrome.find_elements(By.CSS_SELECTOR, "#viewer iframe")
+
+
+# ---------------------------------------------------------------------- memory
+
+MEMORY_REQUESTS_ENV = "MINITX_DEMO_MEMORY_REQUESTS"
+"""Requests of the memory test after its first `WARM_UP` (default 15; the measurement reported
+for the demo used 40, i.e. RSS after 10 and after 50 requests)."""
+WARM_UP = 10
+"""Requests before the first reading: Gradio's kept values are at their bound, allocator pools
+grown."""
+MAX_GROWTH_MIB = 40
+"""Allowed RSS growth over the measured requests. Every request comes from a new client, as
+every browser tab or page reload does. With Gradio's default of 10,000 kept clients, Gradio
+keeps each one's last viewer page: with the default limits and the tiny model (a 1,000-character
+sentence, a 3.5 MiB page) the server grew by 193 MiB over 15 requests. With `launch`'s bound
+(`DEFAULT_MAX_SESSIONS`) it moves within about 20 MiB of allocator noise once warm; 40 MiB
+leaves room for that noise and still catches a kept page per request (over 50 MiB in 15)."""
+
+
+def rss_mib() -> float:
+    """This process's resident set size (the demo server runs in it), from /proc, after a
+    garbage collection: what is kept, not what awaits collection."""
+    gc.collect()
+    status = Path("/proc/self/status")
+    if not status.exists():
+        pytest.skip("reading the resident set size needs Linux's /proc")
+    [line] = [x for x in status.read_text().splitlines() if x.startswith("VmRSS:")]
+    return int(line.split()[1]) / 1024
+
+
+@pytest.fixture(scope="module")
+def client(demo_url: str) -> Any:
+    from gradio_client import Client
+
+    return Client(demo_url, verbose=False)
+
+
+def page_request(client: Any, sentence: str) -> tuple[str, Any, str]:
+    """One request of the page's translate event, from a new client (a new browser tab)."""
+    client.reset_session()
+    return client.predict(sentence, "greedy", 5, api_name="/run")
+
+
+@pytest.mark.slow
+def test_memory_stays_flat_under_repeated_largest_requests(
+    client: Any, translator: Translator
+) -> None:
+    sentence = longest_sentence(translator)
+    requests = int(os.environ.get(MEMORY_REQUESTS_ENV) or 15)
+    for _ in range(WARM_UP):
+        translation, _, viewer = page_request(client, sentence)
+    assert translation and "attention-viewer" in viewer  # a real, large page each time
+    warm = rss_mib()
+    for _ in range(requests):
+        page_request(client, sentence)
+    grown = rss_mib() - warm
+    print(
+        f"RSS after {WARM_UP} requests of {len(sentence)} characters ({len(viewer) >> 10} KiB "
+        f"viewer): {warm:.0f} MiB; after {WARM_UP + requests}: {warm + grown:.0f} MiB"
+    )
+    assert grown < MAX_GROWTH_MIB, f"RSS grew {grown:.0f} MiB over {requests} requests"
+
+
+def test_a_one_megabyte_sentence_is_refused_quickly_and_memory_stays_flat(client: Any) -> None:
+    from gradio_client.exceptions import AppError
+
+    sentence = ("Ein Mann fährt Fahrrad. " * 50_000)[:1_000_000]  # the reported case
+    readings = []
+    for _ in range(12):
+        start = time.monotonic()
+        with pytest.raises(AppError) as refused:
+            page_request(client, sentence)
+        assert time.monotonic() - start < 5  # no translation, no viewer: refused at once
+        readings.append(rss_mib())
+    message = str(refused.value)
+    assert "1,000,000 characters, more than the 1,000 the demo translates" in message
+    assert "--max-chars" in message
+    # Gradio keeps each client's last input (1 MB here) for the few clients `launch` allows:
+    # a few MiB at most, and nothing else is kept
+    grown = readings[-1] - readings[1]
+    assert grown < 16, f"RSS grew {grown:.0f} MiB over {len(readings) - 2} refused requests"
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -23,7 +23,7 @@ from minitx.decoding import (
     DecodingConfig,
     DecodingStrategy,
     Hypothesis,
-    decode,
+    generate,
     greedy_decode,
 )
 from minitx.errors import ConfigError
@@ -92,7 +92,7 @@ def test_a_score_registered_in_this_file_trains_and_decodes() -> None:
         assert scores[0].temperature.grad is not None  # the new score is really in the graph
         model = module.model.eval()
         for config in (DecodingConfig(strategy="greedy"), DecodingConfig(beam_size=3)):
-            hyps = decode(model, batch()["src"], config)
+            hyps = generate(model, batch()["src"], config)
             assert len(hyps) == 3 and all(h[0].tokens for h in hyps)
         out = model(batch()["src"], batch()["tgt_in"], need_weights=True)
         assert torch.allclose(out.cross_attentions[0].sum(-1), torch.tensor(1.0))
@@ -133,7 +133,7 @@ def test_a_decoding_strategy_registered_in_this_file_is_reachable_from_the_confi
         torch.manual_seed(0)
         model = Transformer(TransformerConfig(**SMALL)).eval()
         config = DecodingConfig(strategy="eos_only")
-        assert decode(model, batch()["src"], config) == [[Hypothesis([EOS_ID], 0.0, 0.0)]] * 3
+        assert generate(model, batch()["src"], config) == [[Hypothesis([EOS_ID], 0.0, 0.0)]] * 3
         assert calls == [config]
     with pytest.raises(ValueError, match="unknown decoding strategy 'eos_only'"):
         DecodingConfig(strategy="eos_only")
@@ -152,7 +152,7 @@ def test_greedy_strategy_equals_greedy_decode() -> None:
     model = Transformer(TransformerConfig(**SMALL)).eval()
     src = batch(3)["src"]
     ids = greedy_decode(model, src)
-    hyps = decode(model, src, DecodingConfig(strategy="greedy"))
+    hyps = generate(model, src, DecodingConfig(strategy="greedy"))
     for row, (hyp,) in zip(ids.tolist(), hyps, strict=True):
         assert hyp.tokens == [t for t in row if t != PAD_ID]
 
@@ -394,7 +394,9 @@ def test_a_schedule_registered_in_this_file_is_model_optim_schedule(
         schedule = scheduler_of(cli.model, 200)
         assert isinstance(schedule, StepDown) and schedule.total_steps == 200  # the run's plan
         assert [schedule(s) for s in (5, 10, 99, 100)] == [0.5, 1.0, 1.0, 0.5]
-        with pytest.raises(ConfigError, match="applies to the linear, cosine and step_down"):
+        with pytest.raises(
+            ConfigError, match="applies to the linear, cosine, budget and step_down"
+        ):
             TranslationModule(
                 transformer=SMALL, optim={"schedule": "inverse_sqrt", "total_steps": 500}
             )

@@ -16,6 +16,7 @@ Everything trains the tiny config on the toy corpus.
 from __future__ import annotations
 
 import csv
+import hashlib
 import logging
 import os
 import re
@@ -32,7 +33,9 @@ from helpers import REPO_DIR, TINY_CONFIG, TOY_CORPUS_DIR, subprocess_env
 from lightning.pytorch.callbacks import Callback
 from PIL import Image
 
+from minitx import evaluation
 from minitx.cli import evaluate as evaluate_cli
+from minitx.cli import train as train_cli
 from minitx.cli import translate as translate_cli
 from minitx.cli import visualize as visualize_cli
 from minitx.cli.common import UsageError
@@ -224,15 +227,15 @@ def test_a_resumed_run_with_more_epochs_decays_over_its_new_plan(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A linear schedule planned for 1 epoch, resumed for 2: the rate reaches zero at the end
-    of epoch 2, not of epoch 1 (which would leave the second epoch without updates); the
-    checkpoint's warm-up is kept."""
+    of epoch 2, not of epoch 1 (which would leave the second epoch without updates). A
+    changed warm-up would be refused (test_resuming_with_other_settings_is_refused)."""
     monkeypatch.chdir(tmp_path)
     common = TINY + QUIET + ["--model.optim.schedule", "linear"]
     first = main(common + ["--model.optim.warmup_steps", "5", "--trainer.max_epochs", "1"])
     n = first.trainer.global_step
     assert first.trainer.optimizers[0].param_groups[0]["lr"] == pytest.approx(0.0)
 
-    args = ["--model.optim.warmup_steps", "7", "--trainer.max_epochs", "2", "--ckpt_path", "last"]
+    args = ["--model.optim.warmup_steps", "5", "--trainer.max_epochs", "2", "--ckpt_path", "last"]
     second = main(common + args)
     schedule = second.trainer.lr_scheduler_configs[0].scheduler.lr_lambdas[0]
     assert (schedule.total_steps, schedule.warmup_steps) == (2 * n, 5)
@@ -351,8 +354,13 @@ def test_a_kill_during_a_checkpoint_save_leaves_the_previous_file_loadable(
         (["--model.transformer.d_ff", "256"], r"model config differs .*d_ff: 128 -> 256"),
         (["--data.vocab_size", "100"], r"model config differs"),
         (["--data.source", "{other_corpus}"], r"tokenizer .* differs"),
+        (["--model.optim.lr", "0.002"], r"optimizer settings \(model.optim.lr 0.005 -> 0.002\)"),
+        (
+            ["--model.optim.warmup_steps", "5"],
+            r"optimizer settings \(model.optim.warmup_steps 20 -> 5\)",
+        ),
     ],
-    ids=["model", "vocabulary", "corpus"],
+    ids=["model", "vocabulary", "corpus", "rate", "warm-up"],
 )
 def test_resuming_with_other_settings_is_refused(
     change: list[str],
@@ -371,11 +379,144 @@ def test_resuming_with_other_settings_is_refused(
         lines = (other_corpus / f"train.{lang}").read_text(encoding="utf-8").splitlines()
         (other_corpus / f"train.{lang}").write_text("\n".join(lines[:30]) + "\n", encoding="utf-8")
     change = [arg.format(other_corpus=other_corpus) for arg in change]
+    (run_dir,) = run_dirs(tmp_path)
+    before = file_digests(run_dir)
     with pytest.raises(SystemExit) as exit_info:
         main(common + ["--trainer.max_epochs", "2", "--ckpt_path", "last", *change])
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
-    assert re.search(r"error: cannot resume: .*" + message, err), err[-2000:]
+    assert re.search(r"error: cannot resume.*" + message, err), err[-2000:]
+    # a refused resume writes nothing: config.yaml, metrics, events, checkpoints as they were
+    assert file_digests(run_dir) == before
+
+
+def file_digests(directory: Path) -> dict[str, str]:
+    """sha256 of every file under `directory`, by relative path."""
+    return {
+        str(path.relative_to(directory)): hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted(directory.rglob("*"))
+        if path.is_file()
+    }
+
+
+class InterruptValidation(Callback):
+    """Ctrl-C at the second batch of the first validation of the fit at step `step` or after."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, *args) -> None:
+        if not trainer.sanity_checking and trainer.global_step >= self.step and batch_idx == 1:
+            raise KeyboardInterrupt
+
+
+def with_callback(monkeypatch: pytest.MonkeyPatch, callback: Callback) -> None:
+    """The next `main()` fits with `callback` too (as --trainer.callbacks+= would add it)."""
+    build = train_cli.build_cli
+
+    def build_once(args: list[str] | None = None):
+        monkeypatch.setattr(train_cli, "build_cli", build)
+        cli = build(args)
+        cli.trainer.callbacks.append(callback)
+        return cli
+
+    monkeypatch.setattr(train_cli, "build_cli", build_once)
+
+
+@pytest.mark.parametrize(
+    ("plan", "step"),
+    [(["--trainer.max_epochs", "1"], 23), (["--trainer.max_steps", "30"], 30)],
+    ids=["epoch-end", "max-steps-inside-an-epoch"],
+)
+def test_an_interrupted_final_validation_is_redone_on_resume(
+    plan: list[str],
+    step: int,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+) -> None:
+    """Ctrl-C during the last validation (at the end of the last epoch, or where max_steps
+    ends the run inside an epoch), then --ckpt_path last: that validation runs at the same
+    step, from its first batch, the best checkpoint comes from it and the test is scored."""
+    monkeypatch.chdir(tmp_path)
+    args = TINY + ["--trainer.enable_progress_bar", "false", "--trainer.max_epochs", "5", *plan]
+    with_callback(monkeypatch, InterruptValidation(step))
+    with pytest.raises(SystemExit) as exit_info:
+        main(args)
+    assert exit_info.value.code == 130
+    (run_dir,) = run_dirs(tmp_path)
+    assert not [r for r in metrics(run_dir) if r.get("val/loss") and int(r["step"]) >= step - 1]
+    capsys.readouterr()
+
+    resumed = main(args + ["--ckpt_path", "last"])
+    out = capsys.readouterr().out
+    assert resumed.trainer.global_step == step  # no update more: the validation only
+    rows = metrics(run_dir)
+    final = [r for r in rows if r.get("val/bleu") and int(r["step"]) == step - 1]
+    assert len(final) == 1, rows  # the redone validation, logged at its step, once
+    trained = [int(r["step"]) for r in rows if r.get("train/loss")]
+    assert trained == list(range(step))
+    best = Path(resumed.trainer.checkpoint_callback.best_model_path)
+    assert best.is_file() and f"best checkpoint: {best}" in out
+    assert re.search(r"^test \(10 sentences\), best checkpoint:$", out, re.M), out[-2000:]
+    hypotheses = (run_dir / "test.greedy.hyp").read_text(encoding="utf-8").splitlines()
+    assert len(hypotheses) == 10
+    assert [r for r in rows if r.get("test/bleu_greedy")]
+
+
+def test_an_interrupted_test_exits_130_and_the_resume_runs_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """Ctrl-C during the test after training: status 130 with a note, and a resume, with
+    nothing left to train, prints the best checkpoint (from the saved checkpoint state) and
+    runs the test."""
+    monkeypatch.chdir(tmp_path)
+    args = TINY + ["--trainer.enable_progress_bar", "false", "--trainer.max_epochs", "1"]
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patch:
+        patch.setattr(evaluation, "evaluate", interrupted)
+        try:
+            main(args)
+        except KeyboardInterrupt:
+            pytest.fail("Ctrl-C during the test ended the command with a traceback")
+        except SystemExit as exit_info:
+            assert exit_info.code == 130
+        else:
+            pytest.fail("the interrupted command exited 0")
+    assert "test interrupted" in capsys.readouterr().err
+    (run_dir,) = run_dirs(tmp_path)
+    assert not (run_dir / "test.greedy.hyp").exists()
+
+    resumed = main(args + ["--ckpt_path", "last"])
+    out = capsys.readouterr().out
+    best = Path(resumed.trainer.checkpoint_callback.best_model_path)
+    assert best.is_file() and best.name.startswith("epoch00") and f"best checkpoint: {best}" in out
+    assert "test (10 sentences), best checkpoint:" in out
+    assert len((run_dir / "test.beam5.hyp").read_text(encoding="utf-8").splitlines()) == 10
+
+
+def test_the_training_test_hypotheses_stay_line_aligned_with_the_test_split(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """A whitespace-only line in the test split is not scored, and gets an empty line in the
+    training's test.*.hyp, as in minitx-evaluate's: 10 lines for 10 sources."""
+    corpus = corpus_copy(tmp_path)
+    sources = (corpus / "test_2016_flickr.de").read_text(encoding="utf-8").splitlines()
+    sources[3] = "  \t "
+    (corpus / "test_2016_flickr.de").write_text("\n".join(sources) + "\n", encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    args = ["--trainer.enable_progress_bar", "false", "--trainer.max_epochs", "1"]
+    main(TINY + args + ["--data.source", str(corpus)])
+    out = capsys.readouterr().out
+    assert "test (9 sentences; 1 of 10 lines not scored: an empty side)" in out, out[-2000:]
+    (run_dir,) = run_dirs(tmp_path)
+    for decoding in ("greedy", "beam5"):
+        lines = (run_dir / f"test.{decoding}.hyp").read_text(encoding="utf-8").split("\n")
+        assert len(lines) == len(sources) + 1 and lines[-1] == ""
+        assert lines[3] == "" and all(lines[i] for i in range(len(sources)) if i != 3)
 
 
 @pytest.mark.parametrize(

@@ -174,7 +174,7 @@ def test_settings_are_accepted_as_dataclasses_or_dicts_and_saved_as_plain_data()
         ),
         (
             {"schedule": "inverse_sqrt", "total_steps": 5000},
-            "applies to the linear and cosine schedules only",
+            "applies to the linear, cosine and budget schedules only",
         ),
     ],
 )

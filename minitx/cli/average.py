@@ -20,12 +20,12 @@ import argparse
 import sys
 from pathlib import Path
 
-from minitx.cli.common import UsageError, run_cli
+from minitx.cli.common import OneLineArgumentParser, UsageError, run_cli
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The command-line interface."""
-    parser = argparse.ArgumentParser(
+    parser = OneLineArgumentParser(
         description=(
             "Average the weights of minitx checkpoints of one model (e.g. the last epochs of a "
             "run) into a new checkpoint."

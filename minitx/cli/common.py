@@ -11,11 +11,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import math
 import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from minitx.errors import (  # UsageError: re-exported, the commands import it from here
     DEBUG_ENV,
@@ -59,6 +60,64 @@ def report_user_error(exc: BaseException) -> int | None:
     hint = "" if typed else f"  (set {DEBUG_ENV}=1 for the traceback)"
     print(f"error: {one_line}{hint}", file=sys.stderr)
     return EXIT_USER_ERROR
+
+
+def _program() -> str | None:
+    """The program name of a command run as ``python -m minitx NAME`` (argparse would say
+    ``__main__.py``); None otherwise (argparse's own choice: the script's name)."""
+    script = Path(sys.argv[0])
+    if script.name == "__main__.py" and script.parent.name == "minitx" and len(sys.argv) > 1:
+        return f"python -m minitx {sys.argv[1]}"
+    return None
+
+
+class OneLineArgumentParser(argparse.ArgumentParser):
+    """The argparse parser of every command: a command-line error is one line, ``error:
+    <message>  (PROG --help shows the usage)``, exit status 2, without argparse's usage block
+    (``--help`` shows it; ``MINITX_DEBUG=1`` keeps argparse's own report). minitx-train's
+    jsonargparse parser (`minitx.cli.train.OneLineErrorParser`) reports the same way."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        if not args and "prog" not in kwargs:
+            kwargs["prog"] = _program()
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        """Print ``error: <message>`` on one line and exit with status 2."""
+        if debug_requested():
+            super().error(message)
+        one_line = " ".join(message.split())
+        print(f"error: {one_line}  ({self.prog} --help shows the usage)", file=sys.stderr)
+        raise SystemExit(EXIT_USER_ERROR)
+
+
+def finite_float(text: str) -> float:
+    """argparse ``type=`` of every number option: a float, neither NaN nor infinite (``--alpha
+    nan`` would make every score NaN).
+
+    Raises:
+        argparse.ArgumentTypeError: not a number, or not a finite one (argparse reports it,
+            naming the option).
+    """
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """argparse ``type=``: a finite float above 0 (`finite_float`, then the sign).
+
+    Raises:
+        argparse.ArgumentTypeError: not a finite number, or not above 0.
+    """
+    value = finite_float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be above 0, got {text}")
+    return value
 
 
 class _CurrentStderr(logging.StreamHandler):
@@ -116,13 +175,19 @@ CHECKPOINT_HELP = (
 """Help of every inference command's ``--checkpoint``: what `load_translator` accepts."""
 
 
-def load_translator(path: Path, *, device: str, bf16: bool) -> Translator:
-    """`Translator.from_checkpoint` for a local `.ckpt` or release directory,
-    `Translator.from_pretrained` for anything else (a hub repo id), with every loading problem
-    turned into a `UsageError`."""
+def load_translator(path: Path | str, *, device: str, bf16: bool) -> Translator:
+    """`Translator.from_checkpoint` (the one loading path, `minitx.release.load`: a `.ckpt`,
+    a release directory or a hub repo id) for a ``--checkpoint`` and a ``--device``.
+
+    Loading problems are typed already (`MissingFileError`, `CheckpointError`: one ``error:``
+    line in every command); only the device is checked here.
+
+    Raises:
+        UsageError: a ``--device`` torch does not know, or CUDA asked for on a machine without.
+    """
     import torch
 
-    from minitx.translator import CheckpointError, Translator
+    from minitx.translator import Translator
 
     try:
         torch_device = torch.device(device)
@@ -130,12 +195,7 @@ def load_translator(path: Path, *, device: str, bf16: bool) -> Translator:
         raise UsageError(f"--device {device!r}: {exc}") from None
     if torch_device.type == "cuda" and not torch.cuda.is_available():
         raise UsageError(f"--device {device}: CUDA is not available on this machine")
-    try:
-        if Path(path).exists():  # a .ckpt file or a release directory
-            return Translator.from_checkpoint(path, device=torch_device, bf16=bf16)
-        return Translator.from_pretrained(path, device=torch_device, bf16=bf16)  # a hub repo id
-    except (FileNotFoundError, CheckpointError) as exc:
-        raise UsageError(str(exc)) from None
+    return Translator.from_checkpoint(path, device=torch_device, bf16=bf16)
 
 
 class _StoreGiven(argparse.Action):
@@ -204,7 +264,7 @@ def add_decoding_arguments(
     )
     parser.add_argument(
         "--alpha",
-        type=float,
+        type=finite_float,
         default=1.0,
         help="length-penalty exponent ranking beam hypotheses (and samples); 0 disables it "
         "(default: 1.0)",
@@ -220,7 +280,7 @@ def add_decoding_arguments(
     defaults = DecodingConfig()
     sampling.add_argument(
         "--temperature",
-        type=float,
+        type=finite_float,
         metavar="T",
         help=f"divide the logits by T; 0 = argmax (default: {defaults.temperature:g})",
     )
@@ -232,7 +292,7 @@ def add_decoding_arguments(
     )
     sampling.add_argument(
         "--top-p",
-        type=float,
+        type=finite_float,
         metavar="P",
         help="nucleus: then among the fewest most probable tokens holding probability P; "
         "1 = no limit (default: 1)",

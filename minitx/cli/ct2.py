@@ -8,8 +8,9 @@ Examples:
 Writes a CTranslate2 model directory (``model.bin``, ``config.json``,
 ``shared_vocabulary.json``) with the checkpoint's sentencepiece model
 (``sentencepiece.model``) and ``minitx.json`` beside it; translate with
-``ctranslate2.Translator(DIR)`` or ``minitx.export.ctranslate2.translate_with_ct2`` (README,
-"Export to CTranslate2"). Needs the ``export`` extra: ``pip install 'minitx[export]'``.
+``ctranslate2.Translator(DIR)`` or ``minitx.export.ctranslate2.translate_with_ct2`` (the
+guide ``docs/guides/export.md``, section "CTranslate2"). Needs the ``export`` extra:
+``pip install 'minitx[export]'``.
 
 Exit status: 0 ok; 2 a usage or input error (missing or foreign checkpoint, a model setting
 CTranslate2 cannot express, an existing ``--out`` without ``--force``, ctranslate2 not
@@ -22,21 +23,19 @@ import argparse
 import sys
 from pathlib import Path
 
-from minitx.cli.common import UsageError, run_cli
+from minitx.cli.common import CHECKPOINT_HELP, OneLineArgumentParser, UsageError, run_cli
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The command-line interface."""
-    parser = argparse.ArgumentParser(
+    parser = OneLineArgumentParser(
         prog="minitx-ct2",
         description=(
             "Convert a minitx checkpoint into a CTranslate2 model directory, with its "
             "sentencepiece model beside it."
         ),
     )
-    parser.add_argument(
-        "--checkpoint", required=True, type=Path, help="self-contained minitx .ckpt file"
-    )
+    parser.add_argument("--checkpoint", required=True, type=Path, help=CHECKPOINT_HELP)
     parser.add_argument("--out", required=True, type=Path, help="model directory to write")
     parser.add_argument(
         "--quantization",

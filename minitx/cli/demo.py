@@ -4,14 +4,21 @@ Example:
     minitx-demo --checkpoint RUN.ckpt            # then open http://127.0.0.1:7860
     python -m minitx demo --checkpoint RUN.ckpt --port 8000
 
+``--checkpoint`` takes a ``.ckpt``, a release directory or a hub repo id, loaded as every
+command loads one (`minitx.cli.common.load_translator`).
+
 The page translates a typed or picked sentence with greedy or beam search and shows the
 translation, the n-best list and the attention viewer of that translation (see
-`minitx.demo`). It needs no network: nothing is loaded from a CDN and analytics are off. It
-binds to 127.0.0.1 (this machine only) unless ``--host`` says otherwise (``--host 0.0.0.0``
-serves every interface: anyone who can reach the port can use the model).
+`minitx.demo`). A sentence longer than ``--max-chars`` characters (default 1,000) or
+``--max-pieces`` sentencepiece pieces (default: what the model reads) is not translated: the
+page says so, with the limit and how to raise it. It needs no network: nothing is loaded
+from a CDN and analytics are off. It binds to 127.0.0.1 (this machine only) unless ``--host``
+says otherwise (``--host 0.0.0.0`` serves every interface: anyone who can reach the port can
+use the model).
 
 Exit status: 0 when stopped with Ctrl-C (the server's normal end); 2 a usage error (missing
-or foreign checkpoint, Gradio not installed, port taken), one ``error: ...`` line.
+or foreign checkpoint, Gradio not installed, port taken, a ``--max-pieces`` over what the
+model reads), one ``error: ...`` line.
 """
 
 from __future__ import annotations
@@ -20,21 +27,25 @@ import argparse
 import sys
 from pathlib import Path
 
-from minitx.cli.common import UsageError, load_translator, run_cli
-from minitx.demo import DEFAULT_HOST, DEFAULT_PORT
+from minitx.cli.common import (
+    CHECKPOINT_HELP,
+    OneLineArgumentParser,
+    UsageError,
+    load_translator,
+    run_cli,
+)
+from minitx.demo import DEFAULT_HOST, DEFAULT_MAX_CHARS, DEFAULT_PORT
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The command-line interface."""
-    parser = argparse.ArgumentParser(
+    parser = OneLineArgumentParser(
         description=(
             "Serve a live demo page of a minitx checkpoint: translate a sentence (greedy or "
             "beam search) and explore its attention. Offline; binds to localhost by default."
         ),
     )
-    parser.add_argument(
-        "--checkpoint", required=True, type=Path, help="self-contained minitx .ckpt file"
-    )
+    parser.add_argument("--checkpoint", required=True, type=Path, help=CHECKPOINT_HELP)
     parser.add_argument(
         "--host",
         default=DEFAULT_HOST,
@@ -46,6 +57,27 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--device", default="cpu", help="torch device, e.g. cpu, cuda (default: cpu)"
     )
+    parser.add_argument(
+        "--max-chars",
+        type=int,
+        default=DEFAULT_MAX_CHARS,
+        metavar="N",
+        help=(
+            "longest sentence the page translates, in characters; a longer one is refused "
+            f"with a message on the page (default: {DEFAULT_MAX_CHARS:,})"
+        ),
+    )
+    parser.add_argument(
+        "--max-pieces",
+        type=int,
+        default=None,
+        metavar="N",
+        help=(
+            "longest sentence the page translates, in sentencepiece pieces; a longer one is "
+            "refused with a message on the page (default and most: what the model reads, its "
+            "max_positions - 1)"
+        ),
+    )
     return parser
 
 
@@ -55,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
 
     import_gradio()  # before loading the model: a missing extra is reported at once
     translator = load_translator(args.checkpoint, device=args.device, bf16=False)
-    demo = build_demo(translator)
+    demo = build_demo(translator, max_chars=args.max_chars, max_pieces=args.max_pieces)
     try:
         launch(demo, host=args.host, port=args.port)
     except OSError:  # Gradio: "Cannot find empty port in range ..."
@@ -72,6 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not 0 < args.port < 65536:
         parser.error(f"--port must be between 1 and 65535, got {args.port}")
+    for flag, value in (("--max-chars", args.max_chars), ("--max-pieces", args.max_pieces)):
+        if value is not None and value < 1:
+            parser.error(f"{flag} must be at least 1, got {value}")
     return run_cli(run, args)
 
 

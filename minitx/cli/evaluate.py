@@ -1,39 +1,11 @@
-"""Score a checkpoint on a corpus split: sacreBLEU (cased, 13a) with its signature, lowercased
-BLEU, chrF, the decoding time and sentences per second.
+"""The `minitx-evaluate` command: score a trained minitx model on a corpus split.
 
-Examples:
-    minitx-evaluate --checkpoint RUN.ckpt                  # Multi30k test, beam 5 (the default)
-    minitx-evaluate --checkpoint RUN.ckpt --beam 1 5       # greedy vs beam 5
-    minitx-evaluate --checkpoint RUN.ckpt --sample --top-p 0.9 --seed 1   # one sample each
-    minitx-evaluate --checkpoint RUN.ckpt --beam 1 --attention hard-argmax  # hard cross-attn
-    minitx-evaluate --checkpoint RUN.ckpt --data builtin:toy --split validation
-    MINITX_DATA_DIR=../shared/data/multi30k minitx-evaluate --checkpoint RUN.ckpt
-(``python scripts/evaluate.py`` is the same command.)
-
-Corpus: ``--data`` takes anything ``minitx.data.load_parallel_corpus`` reads (a directory of
-``{split}.{lang}[.gz]`` files, a ``{split}`` jsonl pattern, a hub id) with the loader's default
-split names. The default is the Multi30k hub id, which ``MINITX_DATA_DIR`` (when set) replaces
-by a local directory, as in training. The languages default to the ones stored in the
-checkpoint (de -> en when it has none). Pairs with an empty side are not scored and are
-counted, as in training (``minitx.data.clean_pairs``), so every score covers all other pairs;
-their line in the hypotheses file is empty, so that file stays line-aligned with the source.
-
-Output: standard output gets two lines per beam size: the summary, starting with the decoding
-(``greedy: BLEU ... | signature``, ``beam 5 (alpha 1): BLEU ...`` or, with a hard
-``--attention``, ``greedy, hard-argmax cross-attention: BLEU ...``), then sacreBLEU's
-detailed BLEU (n-gram precisions, brevity penalty, length ratio, lengths) with chrF and its
-signature. Progress notes go to standard error: a progress bar on a terminal, otherwise one
-line per decoding such as ``greedy: translated 1000 sentences in 5.7 s (175.4 sentences/s)``.
-The hypotheses of each decoding are written to ``--hyp-out`` (default: next to the
-checkpoint, ``<checkpoint stem>.<split>.<decoding>.hyp``, ``<decoding>`` being ``greedy``,
-``beam<N>`` or ``sample``, the names training uses too, with ``.first<L>`` before
-``<decoding>`` under ``--limit L`` and ``.<mode>-<scope>`` after it under a hard
-``--attention``, e.g. ``greedy.hard-argmax-cross``), one line per line of the split's source
-file, in order (empty for a pair with an empty side). ``--json FILE`` writes every figure
-(and the file names) as JSON. Output files are replaced only once they are complete.
-
-Exit status: 0 on success; 2 on a usage or input error (bad checkpoint, missing corpus,
-unreadable files), with a one-line ``error: ...`` message and no traceback.
+Its usage (the corpus, the scores printed, the hypothesis files, exit status) is written once,
+in the parser's description and epilog: see ``minitx-evaluate --help`` or the documentation
+site's command-line reference, which is generated from them. This module reads the split
+(`minitx.evaluation.load_split`), translates it with a `minitx.translator.Translator` once per
+decoding, scores it with sacreBLEU (`minitx.evaluation`) and writes the hypotheses and the
+JSON report.
 """
 
 from __future__ import annotations
@@ -46,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from minitx.cli.common import (
     CHECKPOINT_HELP,
+    OneLineArgumentParser,
     UsageError,
     add_decoding_arguments,
     attention_from_args,
@@ -66,29 +39,57 @@ DEFAULT_DATA = "bentrevett/multi30k"
 """The default corpus (the Multi30k hub copy; MINITX_DATA_DIR points it at local files)."""
 DEFAULT_LANGS = ("de", "en")
 SPLITS = ("test", "validation", "train")
+DESCRIPTION = """\
+Translate a corpus split with a minitx model (--checkpoint: a .ckpt, a release directory or a
+hub repo id) and score it: sacreBLEU (cased, 13a) with its signature, lowercased BLEU, chrF,
+the decoding time and sentences per second. (`python scripts/evaluate.py` is the same
+command.)
+
+corpus: --data takes anything minitx.data.load_parallel_corpus reads (a directory of
+{split}.{lang}[.gz] files, a {split} jsonl pattern, builtin:toy, a hub id) with the loader's
+default split names. The default is the Multi30k hub id, which MINITX_DATA_DIR (when set)
+replaces by a local directory, as in training. The languages default to the ones stored in
+the checkpoint (de -> en when it has none). Pairs with an empty side are not scored and are
+counted, as in training (minitx.data.clean_pairs), so every score covers all other pairs;
+their line in the hypotheses file is empty, so that file stays line-aligned with the source.
+
+output: standard output gets two lines per beam size: the summary, starting with the
+decoding (`greedy: BLEU ... | signature`, `beam 5 (alpha 1): BLEU ...` or, with a hard
+--attention, `greedy, hard-argmax cross-attention: BLEU ...`), then sacreBLEU's detailed
+BLEU (n-gram precisions, brevity penalty, length ratio, lengths) with chrF and its
+signature. Notes (corpus, pair counts, hypothesis files) and progress go to standard error: a
+progress bar on a terminal, otherwise one line per decoding such as `greedy: translated 1000
+sentences in 5.7 s (175.4 sentences/s)`. The hypotheses of each decoding are written to
+--hyp-out (default: next to the checkpoint, <checkpoint stem>.<split>.<decoding>.hyp,
+<decoding> being greedy, beam<N> or sample, the names training uses too, with .first<L>
+before <decoding> under --limit L and .<mode>-<scope> after it under a hard --attention, e.g.
+greedy.hard-argmax-cross), one line per line of the split's source file, in order (empty for
+a pair with an empty side). --json FILE writes every figure (and the file names) as JSON.
+Output files are replaced only once they are complete.
+"""
 EPILOG = """\
 examples:
-  evaluate.py --checkpoint RUN.ckpt                      # Multi30k test split, beam 5
-  evaluate.py --checkpoint RUN.ckpt --beam 1 5           # greedy vs beam 5
-  evaluate.py --checkpoint RUN.ckpt --sample --top-p 0.9 --seed 1   # sampling, one per sentence
-  evaluate.py --checkpoint RUN.ckpt --beam 1 --attention hard-argmax   # hard cross-attention
-  evaluate.py --checkpoint RUN.ckpt --beam 1 --attention hard-sample --hard-attention-scope all
-  evaluate.py --checkpoint RUN.ckpt --data builtin:toy --split validation --limit 5
+  minitx-evaluate --checkpoint RUN.ckpt                   # Multi30k test split, beam 5
+  minitx-evaluate --checkpoint RUN.ckpt --beam 1 5        # greedy vs beam 5
+  minitx-evaluate --checkpoint RUN.ckpt --sample --top-p 0.9 --seed 1   # one sample each
+  minitx-evaluate --checkpoint RUN.ckpt --beam 1 --attention hard-argmax   # hard cross-attention
+  minitx-evaluate --checkpoint RUN.ckpt --beam 1 --attention hard-sample --hard-attention-scope all
+  minitx-evaluate --checkpoint RUN.ckpt --data builtin:toy --split validation --limit 5
+  MINITX_DATA_DIR=../shared/data/multi30k minitx-evaluate --checkpoint RUN.ckpt
 
 standard output, per beam size: `greedy: BLEU ... | <sacreBLEU signature>`, then
-`  BLEU = 39.55 71.2/46.3/... (BP = ... ratio = ... hyp_len = ... ref_len = ...) | chrF2 ...`;
-notes (corpus, pair counts, hypothesis files) go to standard error.
-exit status: 0 ok, 2 usage or input error (message on stderr), 130 interrupted
+`  BLEU = 39.55 71.2/46.3/... (BP = ... ratio = ... hyp_len = ... ref_len = ...) | chrF2 ...`
+
+exit status: 0 ok; 2 a usage or input error (bad checkpoint, missing corpus, unreadable
+files): one "error: ..." line on standard error, no traceback; 130 interrupted
 """
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The command-line interface."""
-    parser = argparse.ArgumentParser(
-        description=(
-            "Translate a corpus split with a minitx checkpoint and score it with sacreBLEU "
-            "(BLEU cased 13a + signature, lowercased BLEU, chrF) and the decoding speed."
-        ),
+    parser = OneLineArgumentParser(
+        prog="minitx-evaluate",
+        description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=EPILOG,
     )

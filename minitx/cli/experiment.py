@@ -6,6 +6,7 @@ Examples:
     minitx-experiment norm --steps 2000        # a budget in steps: the same work anywhere
     minitx-experiment scores --variants dot    # one row (others in results.md are kept)
     minitx-experiment hard --checkpoint RUN.ckpt   # hard attention on a trained model
+    minitx-experiment explain --checkpoint RUN.ckpt --sentences 200   # attention vs gradients
     minitx-experiment scores --config tiny --budget 0.2 --val-every 10   # a smoke run
 
 Each experiment writes `<out>/<name>/results.md`, `results.json` and PNG figures (with
@@ -25,7 +26,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from minitx.cli.common import UsageError, run_cli
+from minitx.cli.common import OneLineArgumentParser, UsageError, positive_float, run_cli
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -33,7 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     from minitx.experiments import EXPERIMENTS
 
     names = ", ".join(EXPERIMENTS)
-    parser = argparse.ArgumentParser(
+    parser = OneLineArgumentParser(
         description="Measure the claims made about attention: train variants of the 45-minute "
         "de->en recipe (--config long) within a time budget each, probe them, write tables "
         "and figures.",
@@ -41,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("experiments", nargs="+", metavar="NAME", help=f"{names} or all")
     parser.add_argument(
-        "--budget", type=float, default=8.0, metavar="MIN",
+        "--budget", type=positive_float, default=8.0, metavar="MIN",
         help="training minutes per variant, validation included (default: 8)",
     )  # fmt: skip
     parser.add_argument(
@@ -73,8 +74,12 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     parser.add_argument(
         "--checkpoint", type=Path, metavar="CKPT",
-        help="the trained model `hard` decodes (default: the default settings trained "
-        "within --budget)",
+        help="the trained model `hard` decodes and `explain` reads (default: the default "
+        "settings trained within --budget)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--sentences", type=int, metavar="N",
+        help="explain: read only the first N test sentences (default: all)",
     )  # fmt: skip
     parser.add_argument("--seed", type=int, default=0, help="seed of the sampling probes (0)")
     return parser
@@ -102,6 +107,8 @@ def run(args: argparse.Namespace) -> int:
     steps_ok = args.steps is None or args.steps >= 1
     if args.budget <= 0 or args.val_every < 1 or args.probe_pairs < 1 or not steps_ok:
         raise UsageError("--budget, --steps, --val-every and --probe-pairs must be positive")
+    if args.sentences is not None and args.sentences < 1:
+        raise UsageError("--sentences must be positive")
     bad = [o for o in args.overrides if "=" not in o]
     if bad:
         raise UsageError(f"--set {bad[0]!r}: write KEY=VALUE, e.g. trainer.max_epochs=2")
@@ -121,7 +128,12 @@ def run(args: argparse.Namespace) -> int:
     for name in names:
         if args.variants and not {v.name for v in EXPERIMENTS[name].variants} & set(args.variants):
             continue  # none of its variants asked for
-        run_experiment(name, settings, args.variants)
+        if name == "explain":  # a checkpoint against its gradients: its own runner
+            from minitx.experiments.explain import run_explain
+
+            run_explain(settings, args.variants, sentences=args.sentences)
+        else:
+            run_experiment(name, settings, args.variants)
         print(f"{name}: {args.out / name / 'results.md'}", flush=True)
     print(f"all results: {write_index(args.out)}")
     return 0

@@ -21,12 +21,12 @@ import json
 import sys
 from pathlib import Path
 
-from minitx.cli.common import CHECKPOINT_HELP, UsageError, run_cli
+from minitx.cli.common import CHECKPOINT_HELP, OneLineArgumentParser, UsageError, run_cli
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The command-line interface."""
-    parser = argparse.ArgumentParser(
+    parser = OneLineArgumentParser(
         description=(
             "Write a minitx checkpoint as a release directory (safetensors weights, config.json, "
             "tokenizer.model, model card README.md) and optionally push it to the Hugging Face hub."

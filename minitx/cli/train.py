@@ -16,7 +16,10 @@ What it adds to LightningCLI:
 - Ctrl-C and SIGTERM save `last.ckpt`, then end the process with status 130 / 143, so that
   schedulers and `train && evaluate` chains see an unfinished run;
 - after fitting, the best checkpoint is scored on the test split with greedy decoding and
-  with the default beam search (sacreBLEU with its signature).
+  with the default beam search (sacreBLEU with its signature);
+- quiet libraries: Lightning's INFO lines (seed, accelerators, tips, the model summary) and
+  the datasets progress bars (where standard error is not a terminal) only with
+  ``--verbose`` / ``-v``, so that the first line of a failed run is its ``error:`` line.
 """
 
 from __future__ import annotations
@@ -31,9 +34,10 @@ import sys
 import tempfile
 import time
 import warnings
+from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import lightning as L
 import torch
@@ -44,7 +48,7 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from minitx.checkpoint import CHECKPOINT_KEY
-from minitx.cli.common import EXIT_SIGINT, UsageError, report_user_error
+from minitx.cli.common import EXIT_SIGINT, UsageError, report_user_error, show_library_warnings
 from minitx.data import TranslationDataModule
 from minitx.decoding import DecodingConfig
 from minitx.errors import ConfigError, debug_requested
@@ -71,6 +75,9 @@ from minitx.training.loggers import ContinuingCSVLogger
 from minitx.training.precision import resolve_precision
 from minitx.training.schedules import BudgetSchedule
 
+if TYPE_CHECKING:
+    from minitx.evaluation import Split
+
 logger = logging.getLogger(__name__)
 
 EXIT_SIGTERM = 143
@@ -79,6 +86,67 @@ EXIT_SIGTERM = 143
 CONFIG_DIR = Path(str(resources.files("minitx") / "configs"))
 """The configs shipped with the package."""
 DEFAULT_CONFIG = CONFIG_DIR / "multi30k_de_en.yaml"
+
+LIBRARY_LOGGERS = ("lightning.pytorch", "lightning.fabric")
+"""Lightning's loggers: INFO lines (seed, accelerators, tips, the model summary) only with
+``--verbose``."""
+
+_QUIET_MINITX: dict[str, Any] = {}
+"""The minitx logger's level and handlers before a ``--verbose`` run changed them."""
+
+
+def set_verbosity(verbose: bool) -> None:
+    """Quiet the libraries' chatter, or (`verbose`) let it through.
+
+    Quiet: Lightning's loggers at WARNING, and no datasets progress bars where standard
+    error is not a terminal (in a log file they are carriage-return frames). Verbose:
+    Lightning's INFO lines, the datasets progress bars, and minitx's own INFO lines (data
+    preparation, tokens/s per epoch) on standard error.
+    """
+    import datasets
+
+    for name in LIBRARY_LOGGERS:
+        logging.getLogger(name).setLevel(logging.INFO if verbose else logging.WARNING)
+    if verbose or sys.stderr.isatty():
+        datasets.enable_progress_bars()
+    else:
+        datasets.disable_progress_bars()
+    log = logging.getLogger("minitx")
+    if verbose:
+        if not _QUIET_MINITX:  # as it was: restored by the next quiet run in this process
+            _QUIET_MINITX.update(level=log.level, handlers=list(log.handlers))
+        show_library_warnings()
+        log.setLevel(logging.INFO)
+    elif _QUIET_MINITX:
+        log.setLevel(_QUIET_MINITX["level"])
+        log.handlers = _QUIET_MINITX["handlers"]
+        _QUIET_MINITX.clear()
+
+
+def _non_finite(key: str, value: Any) -> Iterator[tuple[str, float]]:
+    """The settings under `key` (a config namespace, list or value) that are a NaN or an
+    infinite float, as (key, value)."""
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            yield key, value
+    elif hasattr(value, "items"):  # a jsonargparse Namespace or a dict
+        for name, item in value.items():
+            yield from _non_finite(f"{key}.{name}" if key else str(name), item)
+    elif isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            yield from _non_finite(f"{key}[{index}]", item)
+
+
+def check_finite(config: Any) -> None:
+    """Refuse a NaN or infinite number anywhere in the parsed config (``model.optim.lr: .nan``
+    in a YAML file, ``--model.optim.lr=1e999``): no setting of minitx or Lightning means
+    anything with one.
+
+    Raises:
+        ConfigError: naming the first such key.
+    """
+    for key, value in _non_finite("", config):
+        raise ConfigError(f"{key}={value}: not a finite number; give a finite value")
 
 
 class ConfigInCheckpoint(SaveConfigCallback):
@@ -129,11 +197,24 @@ def _shared_version(run_root: Path) -> str:
 
 
 def _rank() -> int:
-    """This process's global rank as the launchers set it (0 when launched alone)."""
-    for name in ("RANK", "SLURM_PROCID", "LOCAL_RANK"):
+    """This process's global rank as the launchers set it (0 when launched alone).
+
+    torchrun sets RANK and SLURM sets SLURM_PROCID. A manual multi-node launch (Lightning's
+    own launcher on every node: NODE_RANK or GROUP_RANK, MASTER_ADDR, MASTER_PORT) sets no
+    global rank before Lightning starts; there it is NODE_RANK x the processes per node +
+    LOCAL_RANK. The processes per node (``trainer.devices``) are not known yet, so
+    LOCAL_WORLD_SIZE stands in, else 1: the value may be off, but it is 0 exactly for the
+    first process of node 0, which is all that callers ask.
+    """
+    for name in ("RANK", "SLURM_PROCID"):
         if os.environ.get(name, "").isdigit():
             return int(os.environ[name])
-    return 0
+    node = os.environ.get("NODE_RANK", os.environ.get("GROUP_RANK", "0"))
+    local = os.environ.get("LOCAL_RANK", "0")
+    per_node = os.environ.get("LOCAL_WORLD_SIZE", "1")
+    if not (node.isdigit() and local.isdigit() and per_node.isdigit()):
+        return 0
+    return int(node) * max(1, int(per_node)) + int(local)
 
 
 def _check_writable(directory: Path, what: str, setting: str) -> None:
@@ -219,6 +300,21 @@ class OneLineErrorParser(LightningArgumentParser):
         raise SystemExit(2)
 
 
+class NotesAtFitStart(L.Callback):
+    """Print ``note: ...`` lines (e.g. the precision chosen instead of the configured one) when
+    fitting starts, after the data is ready: a run that fails before, on its data or
+    settings, shows its ``error:`` line first."""
+
+    def __init__(self, notes: list[str]) -> None:
+        self.notes = list(notes)
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.is_global_zero:
+            for note in self.notes:
+                print(f"note: {note}", file=sys.stderr, flush=True)
+        self.notes = []
+
+
 class MinitxCLI(LightningCLI):
     """LightningCLI with minitx's links, run directories, callbacks and resume logic."""
 
@@ -250,12 +346,26 @@ class MinitxCLI(LightningCLI):
             default=True,
             help="after fitting, score the best checkpoint on the test split (greedy and beam)",
         )
+        parser.add_argument(
+            "-v",
+            "--verbose",
+            action="store_true",
+            help="show the libraries' messages too: Lightning's INFO lines (seed, accelerators, "
+            "model summary), the datasets progress bars, minitx's INFO lines",
+        )
         parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
         parser.add_lightning_class_args(AttentionMapLogger, "attention_maps")
         parser.add_lightning_class_args(CheckpointAveraging, "averaging")
 
+    def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
+        """Parse, then quiet the libraries unless ``--verbose`` (before the seed is set: its
+        message is Lightning's first line)."""
+        super().parse_arguments(parser, args)
+        set_verbosity(bool(self.config.get("verbose")))
+
     def before_instantiate_classes(self) -> None:
         config = self.config
+        check_finite(config)
         self.resume_path: str | None = config.ckpt_path
         self.run_version: str | None = None
         self.resume_step: int | None = None
@@ -302,9 +412,15 @@ class MinitxCLI(LightningCLI):
             kwargs.get("precision", trainer_config.get("precision")),
             kwargs.get("accelerator", trainer_config.get("accelerator")),
         )
+        notes = []
         if note is not None:
-            print(f"note: {note}", file=sys.stderr, flush=True)
+            notes.append(note)
             kwargs["precision"] = precision
+        summary = trainer_config.get("enable_model_summary")
+        if summary is None:  # Lightning's layer table (FLOPs 0 without an example input)
+            kwargs["enable_model_summary"] = bool(self.config.get("verbose"))
+        elif summary:  # asked for: shown even without --verbose
+            logging.getLogger("lightning.pytorch.callbacks.model_summary").setLevel(logging.INFO)
         plain = not sys.stdout.isatty()  # a log file: one line per epoch, no bar frames
         if trainer_config.get("enable_progress_bar") is not False:
             configured = trainer_config.get("callbacks") or []
@@ -332,6 +448,7 @@ class MinitxCLI(LightningCLI):
                 ),
             ]
         trainer = super().instantiate_trainer(**kwargs)
+        trainer.callbacks.append(NotesAtFitStart(notes))
         if plain:  # last, so that TokenThroughput has measured the epoch already
             trainer.callbacks.append(PlainProgress())
         trainer.callbacks.append(ValidationExamples())  # its block follows the epoch line
@@ -404,12 +521,9 @@ def main(args: list[str] | None = None) -> MinitxCLI:
 
 
 def _train_and_test(args: list[str] | None) -> MinitxCLI:
-    from minitx.evaluation import evaluate  # the inference API, used only after training
-    from minitx.translator import Translator
-
     cli = build_cli(args)
     if cli.resume_path:
-        _check_resumable(Path(cli.resume_path))
+        _check_resume(cli, Path(cli.resume_path))
     trainer = cli.trainer
     _check_checkpoint_dirs(trainer)
     start = time.perf_counter()
@@ -418,6 +532,8 @@ def _train_and_test(args: list[str] | None) -> MinitxCLI:
             # Lightning 2.6 builds pytree leaves in a way torch 2.13 deprecates: harmless, and
             # it would open every training log.
             warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)`")
+            # resuming writes into its run's checkpoint directory, not empty by design
+            warnings.filterwarnings("ignore", message=r"Checkpoint directory .* is not empty")
             trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=cli.resume_path)
     except SIGTERMException:  # a bare SystemExit: it would end the process with status 0
         raise SystemExit(EXIT_SIGTERM) from None
@@ -438,22 +554,58 @@ def _train_and_test(args: list[str] | None) -> MinitxCLI:
     )
     tested = averaged or best  # what the user would ship: the average when averaging is on
     if cli.config.test and tested and trainer.is_global_zero:
-        translator = Translator.from_checkpoint(tested, device=cli.model.device)
-        sources, references = cli.datamodule.texts("test")
         which = f"averaged checkpoint {averaged}" if averaged else "best checkpoint"
-        print(f"test ({len(sources)} sentences), {which}:")
-        for decoding in (DecodingConfig(strategy="greedy"), DecodingConfig()):
-            result = evaluate(translator, sources, references, decoding)
-            hyp_path = Path(run_dir) / f"test.{decoding.file_tag}.hyp"  # as minitx-evaluate
-            write_text_atomic(hyp_path, "".join(h + "\n" for h in result.hypotheses))
-            print(f"  {result.summary()}")
-            print(f"  hypotheses written to {hyp_path}")
-            figures = result.as_dict()
-            scores = {f"test/{key}_{decoding.file_tag}": figures[key] for key in TEST_METRICS}
-            for lg in trainer.loggers:  # beside the validation curves, in every logger
-                lg.log_metrics(scores, step=trainer.global_step)
-                lg.save()
+        try:
+            _test(cli, Path(tested), which, Path(run_dir))
+        except KeyboardInterrupt:
+            print(
+                "\ntest interrupted: the training is finished and saved; the same command with "
+                "--ckpt_path last runs the test again",
+                file=sys.stderr,
+            )
+            raise SystemExit(EXIT_SIGINT) from None
     return cli
+
+
+def _test(cli: MinitxCLI, checkpoint: Path, which: str, run_dir: Path) -> None:
+    """Score `checkpoint` on the test split with greedy decoding and the default beam search:
+    ``test.<decoding>.hyp`` in `run_dir` (one line per line of the split's files, empty for a
+    pair that was not scored, as minitx-evaluate writes it) and ``test/<score>_<decoding>``
+    in every logger."""
+    from minitx.cli.evaluate import aligned_lines
+    from minitx.evaluation import evaluate  # the inference API, used only after training
+    from minitx.translator import Translator
+
+    trainer = cli.trainer
+    translator = Translator.from_checkpoint(checkpoint, device=cli.model.device)
+    split = _test_split(cli.datamodule)
+    unscored = split.n_lines - len(split.sources)
+    note = f"; {unscored} of {split.n_lines} lines not scored: an empty side" if unscored else ""
+    print(f"test ({len(split.sources)} sentences{note}), {which}:")
+    for decoding in (DecodingConfig(strategy="greedy"), DecodingConfig()):
+        result = evaluate(translator, split.sources, split.references, decoding)
+        hyp_path = run_dir / f"test.{decoding.file_tag}.hyp"  # as minitx-evaluate names it
+        write_text_atomic(hyp_path, aligned_lines(split, result.hypotheses))
+        print(f"  {result.summary()}")
+        print(f"  hypotheses written to {hyp_path}")
+        figures = result.as_dict()
+        scores = {f"test/{key}_{decoding.file_tag}": figures[key] for key in TEST_METRICS}
+        for lg in trainer.loggers:  # beside the validation curves, in every logger
+            lg.log_metrics(scores, step=trainer.global_step)
+            lg.save()
+
+
+def _test_split(datamodule: TranslationDataModule) -> Split:
+    """The test split the data module serves, as minitx-evaluate's `Split`: its pairs, and the
+    line of each in the split's files (pairs with an empty side are not among them)."""
+    from minitx.evaluation import Split
+
+    sources, references = datamodule.texts("test")
+    lines = [int(n) for n in datamodule.dataset["test"]["line"]]
+    skipped = dict(datamodule.skipped.get("test") or {})
+    dropped = skipped.get("empty", 0) + skipped.get("too_long", 0)  # "truncated" pairs stay
+    n_lines = max(len(lines) + dropped, max(lines, default=0))
+    return Split(sources, references, lines, n_lines, skipped, str(datamodule.source))
 
 
 UNUSED_BUDGET_NOTE = 0.1
@@ -529,22 +681,41 @@ def clock_note(schedules: list[BudgetSchedule], global_step: int) -> str:
     )
 
 
-def _check_resumable(path: Path) -> None:
-    """Refuse to resume from a weights-only checkpoint (e.g. written by minitx-average), which
-    has no optimizer state to continue with.
+def _check_resume(cli: MinitxCLI, path: Path) -> None:
+    """Refuse a resume before anything in the run directory is written (config.yaml, the
+    metrics, TensorBoard events, checkpoints): from a weights-only checkpoint (e.g. written
+    by minitx-average), which has no optimizer state to continue with, or from one of another
+    model or tokenizer (`TranslationModule.on_load_checkpoint`'s checks, run here on the
+    checkpoint's minitx entry; Lightning runs them again when it restores the checkpoint).
+
+    The tokenizer check needs this run's tokenizer: the data is prepared here, once (the fit
+    then finds it ready).
 
     Raises:
-        UsageError: naming the file and what to resume from instead.
+        UsageError: a weights-only checkpoint, naming the file and what to resume from.
+        ResumeError: another model config or tokenizer, or optimizer settings (rate, warm-up,
+            schedule, betas, weight decay) that the checkpoint's state would override.
     """
     try:
         state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except Exception:  # Lightning reports a missing or damaged checkpoint itself
         return
-    if isinstance(state, dict) and "optimizer_states" not in state:
+    if not isinstance(state, dict):
+        return
+    if "optimizer_states" not in state:
         raise UsageError(
             f"--ckpt_path {path}: a weights-only checkpoint (no optimizer state, e.g. written by "
             "minitx-average) cannot resume training; resume from a last.ckpt, or start a new run"
         )
+    entry = {  # the optimizer settings and the model config: before any data is read
+        CHECKPOINT_KEY: state.get(CHECKPOINT_KEY) or {},
+        "hyper_parameters": state.get("hyper_parameters") or {},
+    }
+    cli.model.on_load_checkpoint(entry)
+    if entry[CHECKPOINT_KEY].get("tokenizer") is not None:
+        cli.datamodule.setup("fit")
+        cli.model.tokenizer = cli.datamodule.tokenizer
+        cli.model.on_load_checkpoint(entry)
 
 
 def _check_checkpoint_dirs(trainer: L.Trainer) -> None:

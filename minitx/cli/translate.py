@@ -1,53 +1,10 @@
-"""Translate sentences with a trained minitx checkpoint.
+"""The `minitx-translate` command: translate sentences with a trained minitx model.
 
-Examples:
-    minitx-translate --checkpoint RUN.ckpt "Ein Mann fährt Fahrrad."
-    minitx-translate --checkpoint RUN.ckpt --input test.de --output test.hyp.en
-    cat test.de | minitx-translate --checkpoint RUN.ckpt --beam 1
-    minitx-translate --checkpoint RUN.ckpt             # interactive prompt
-    minitx-translate --checkpoint RUN.ckpt --n-best 3 "Ein Hund rennt."
-    minitx-translate --checkpoint RUN.ckpt --sample --top-p 0.9 --n-best 4 "Ein Hund rennt."
-    minitx-translate --checkpoint RUN.ckpt --print-alignment "Ein Hund rennt."
-
-Input, in this order: SENTENCE arguments; or ``--input FILE`` (UTF-8, one sentence per line);
-or standard input when neither is given: an interactive ``> `` prompt when it is a terminal
-(each line is translated as it is entered; Ctrl-D on an empty line ends); otherwise (a pipe
-or a redirected file) it is streamed: read in chunks of at most ``--buffer-size`` lines
-(default: the batch size), each translated and written (and flushed) before the next is
-read. A chunk is handed on as soon as it is full *or* no further line is waiting, so
-``producer | minitx-translate`` prints each translation as soon as its line arrives from a
-slow producer, and translates full batches from a fast one (``cat big.de |``).
-
-Output (standard output, or ``--output FILE``): one translation per input line, in input order.
-``--output FILE`` is replaced only when every line is translated (a failure or Ctrl-C leaves
-an existing FILE as it was). A sentence longer than the model's positions is cut to fit, with
-a warning that counts such lines; every other line is translated as usual.
-An empty input line gives an empty output line, so the line counts of input and output match.
-Progress goes to standard error: a bar (sentences done / total, sentences/s) on a terminal,
-otherwise one line at the end (``translated 200 sentences in 19.1 s (10.5 sentences/s)``).
-With ``--n-best K`` each input line gives up to K lines ``INDEX<TAB>SCORE<TAB>TRANSLATION``,
-best first: INDEX is the 0-based number of the input line, SCORE the length-normalised
-log-probability that beam search ranks by (see ``minitx.decoding.beam_search``). Beam search
-returns K hypotheses per sentence; an empty input line gets a single line ``INDEX<TAB>0.0000<TAB>``.
-With ``--print-alignment`` every translation is followed by a tab and its alignment to the
-source, ``SRC-TGT`` pairs of 0-based indices (the Pharaoh format of fast_align and fairseq's
-``A-`` lines), one pair per target word (``--alignment-unit piece``: per sentencepiece
-piece), read off the cross-attention of ``--alignment-layer`` averaged over the heads (see
-``minitx.alignment``); so the output keeps one line per input line (``cut -f2`` gives the
-alignments).
-
-Decoding: beam search with ``--beam 5`` by default, the default of every minitx command
-(better translations; ``--beam 1`` is greedy decoding, faster). ``--sample`` draws from the
-model's distribution instead (``--temperature``, ``--top-k``, ``--top-p``, ``--seed``);
-with ``--n-best K`` it draws K samples per sentence, listed best score first.
-``--attention hard-argmax`` (or ``hard-sample``, seeded by ``--seed``) replaces each row of
-the cross-attention weights (``--hard-attention-scope all``: of every attention) by a one-hot
-row at one source piece, to see what soft attention is worth (see ``minitx.attention``).
-
-Exit status: 0 on success; 2 on a usage or input error (missing, corrupt or foreign
-checkpoint, unreadable input file, invalid UTF-8 in a file, on standard input or in an argument,
-unwritable output), with a one-line ``error: ...`` message on standard error and no traceback;
-130 when interrupted with Ctrl-C.
+Its usage (input, output, the n-best and alignment formats, decoding, exit status) is written
+once, in the parser's description and epilog: see ``minitx-translate --help`` or the
+documentation site's command-line reference, which is generated from them. This module reads
+the input (SENTENCE arguments, a file, a terminal prompt or a stream, in chunks), translates
+it with a `minitx.translator.Translator` and writes each chunk before reading on.
 """
 
 from __future__ import annotations
@@ -67,6 +24,7 @@ from minitx.alignment import UNITS as ALIGNMENT_UNITS
 from minitx.alignment import AlignmentConfig, format_alignment
 from minitx.cli.common import (
     CHECKPOINT_HELP,
+    OneLineArgumentParser,
     UsageError,
     add_decoding_arguments,
     attention_from_args,
@@ -88,23 +46,59 @@ if (
     from minitx.translator import Progress, Translator
 
 PROMPT = "> "
+DESCRIPTION = """\
+Translate sentences with a minitx model (--checkpoint: a .ckpt, a release directory or a hub
+repo id). Prints one translation per input line, in input order.
+
+input, in this order: SENTENCE arguments; or --input FILE (UTF-8, one sentence per line); or
+standard input when neither is given: an interactive "> " prompt when it is a terminal (each
+line is translated as it is entered; Ctrl-D on an empty line ends); otherwise (a pipe or a
+redirected file) it is streamed: read in chunks of at most --buffer-size lines (default: the
+batch size), each translated and written (and flushed) before the next is read. A chunk is
+handed on as soon as it is full or no further line is waiting, so a slow producer's lines
+are translated as they arrive, and a fast one's in full batches.
+
+output (standard output, or --output FILE): one translation per input line, in input order;
+an empty input line gives an empty output line, so the line counts match. --output FILE is
+replaced only when every line is translated (a failure or Ctrl-C leaves an existing FILE as
+it was). A sentence longer than the model's positions is cut to fit, with a warning that
+counts such lines; every other line is translated as usual. Progress goes to standard error:
+a bar (sentences done / total, sentences/s) on a terminal, otherwise one line at the end
+(`translated 200 sentences in 19.1 s (10.5 sentences/s)`).
+
+decoding: beam search with --beam 5 by default, the default of every minitx command (better
+translations; --beam 1 is greedy decoding, faster). --sample draws from the model's
+distribution instead (--temperature, --top-k, --top-p, --seed); with --n-best K it draws K
+samples per sentence, listed best score first. --attention hard-argmax (or hard-sample,
+seeded by --seed) replaces each row of the cross-attention weights (--hard-attention-scope
+all: of every attention) by a one-hot row at one source piece, to see what soft attention is
+worth (see minitx.attention).
+"""
 EPILOG = """\
 examples:
-  translate.py --checkpoint RUN.ckpt "Ein Mann fährt Fahrrad."
-  translate.py --checkpoint RUN.ckpt --input test.de --output test.hyp.en
-  cat test.de | translate.py --checkpoint RUN.ckpt --beam 1
-  translate.py --checkpoint RUN.ckpt --n-best 3 "Ein Hund rennt."
-  translate.py --checkpoint RUN.ckpt --sample --top-p 0.9 --seed 1 --n-best 4 "Ein Hund rennt."
-  translate.py --checkpoint RUN.ckpt --print-alignment "Ein Hund rennt."  # TEXT<TAB>0-0 1-1 2-2
-  translate.py --checkpoint RUN.ckpt --attention hard-argmax "Ein Hund rennt."
-  producer | translate.py --checkpoint RUN.ckpt   # streams: prints as the lines arrive
+  minitx-translate --checkpoint RUN.ckpt "Ein Mann fährt Fahrrad."
+  minitx-translate --checkpoint RUN.ckpt --input test.de --output test.hyp.en
+  cat test.de | minitx-translate --checkpoint RUN.ckpt --beam 1
+  minitx-translate --checkpoint RUN.ckpt              # an interactive prompt
+  minitx-translate --checkpoint RUN.ckpt --n-best 3 "Ein Hund rennt."
+  minitx-translate --checkpoint RUN.ckpt --sample --top-p 0.9 --seed 1 --n-best 4 "Ein Hund."
+  minitx-translate --checkpoint RUN.ckpt --print-alignment "Ein Hund rennt."  # TEXT<TAB>0-0 1-1
+  minitx-translate --checkpoint RUN.ckpt --attention hard-argmax "Ein Hund rennt."
+  producer | minitx-translate --checkpoint RUN.ckpt   # streams: prints as the lines arrive
 
 --n-best K prints up to K lines per input line, best first (with --sample: K samples):
-  INDEX<TAB>SCORE<TAB>TRANSLATION  (INDEX: 0-based input line; SCORE: length-normalised
-  log-probability; an empty input line gives the single line INDEX<TAB>0.0000<TAB>)
---print-alignment appends <TAB>ALIGNMENT to each translation: SRC-TGT word index pairs
+  INDEX<TAB>SCORE<TAB>TRANSLATION  (INDEX: the 0-based number of the input line; SCORE: the
+  length-normalised log-probability beam search ranks by, see minitx.decoding.beam_search;
+  an empty input line gives the single line INDEX<TAB>0.0000<TAB>)
+--print-alignment appends <TAB>ALIGNMENT to each translation: SRC-TGT pairs of 0-based
+  indices (the Pharaoh format of fast_align and fairseq's A- lines), one per target word
+  (--alignment-unit piece: per sentencepiece piece), read off the cross-attention of
+  --alignment-layer averaged over the heads (see minitx.alignment); the output keeps one line
+  per input line (`cut -f2` gives the alignments)
 
-exit status: 0 ok, 2 usage or input error (message on stderr), 130 interrupted
+exit status: 0 ok; 2 a usage or input error (missing, corrupt or foreign checkpoint,
+unreadable input file, invalid UTF-8 in a file, on standard input or in an argument,
+unwritable output): one "error: ..." line on standard error, no traceback; 130 interrupted
 """
 DEFAULT_BEAM = DEFAULT_BEAM_SIZE
 
@@ -114,12 +108,9 @@ _DEFAULT_LAYER_NAME = "mean" if DEFAULT_ALIGNMENT_LAYER is None else str(DEFAULT
 
 def build_parser() -> argparse.ArgumentParser:
     """The command-line interface."""
-    parser = argparse.ArgumentParser(
-        description=(
-            "Translate sentences with a minitx checkpoint: SENTENCE arguments, --input FILE, or "
-            "standard input (an interactive prompt when it is a terminal). Prints one translation "
-            "per input line, in input order."
-        ),
+    parser = OneLineArgumentParser(
+        prog="minitx-translate",
+        description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=EPILOG,
     )

@@ -2,10 +2,13 @@
 
 Writes PNG heatmaps (one per attention kind and layer: every head as a panel, plus the head
 average) and a standalone HTML viewer ``attention.html`` into ``--out-dir``, then prints the
-translation and the written paths.
+translation and the written paths. With ``--attributions``, the gradient attributions of the
+source pieces (`minitx.attribution`) too: ``attribution_{method}.png`` beside the head-averaged
+cross-attention of every layer, and one more kind per method in the viewer.
 
 Example:
     minitx-visualize --checkpoint runs/best.ckpt "Ein Mann fährt Fahrrad." --out-dir attn/
+    minitx-visualize --checkpoint runs/best.ckpt "Ein Mann fährt Fahrrad." --attributions all
 
 (``python scripts/visualize_attention.py`` is the same command.) The sentence is translated
 with the default decoding of every minitx command (beam 5) unless ``--beam`` says otherwise.
@@ -22,8 +25,10 @@ import argparse
 import sys
 from pathlib import Path
 
+from minitx.attribution import DEFAULT_IG_STEPS, METHODS, check_methods
 from minitx.cli.common import (
     CHECKPOINT_HELP,
+    OneLineArgumentParser,
     UsageError,
     add_decoding_arguments,
     attention_from_args,
@@ -33,13 +38,14 @@ from minitx.cli.common import (
     load_translator,
     run_cli,
 )
+from minitx.errors import ConfigError
 from minitx.maps import KINDS
 from minitx.viz import DEFAULT_DPI, visualize
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The command-line interface."""
-    parser = argparse.ArgumentParser(
+    parser = OneLineArgumentParser(
         description=(
             "Translate SENTENCE with a minitx checkpoint and write its attention maps as PNG "
             "heatmaps (per kind and layer) and a standalone HTML viewer."
@@ -64,6 +70,23 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--dpi", type=int, default=DEFAULT_DPI, help=f"PNG resolution (default: {DEFAULT_DPI})"
     )
+    parser.add_argument(
+        "--attributions",
+        metavar="METHODS",
+        help="also show gradient attributions of the source pieces beside cross-attention: "
+        f"`all`, or comma-separated methods among {', '.join(METHODS)} (saliency, input x "
+        "gradient, integrated gradients); one PNG each, "
+        "attribution_METHOD.png, and one more kind each in the viewer. Off by default: "
+        "integrated gradients runs the model --ig-steps times per sentence and one backward "
+        "pass per target piece",
+    )
+    parser.add_argument(
+        "--ig-steps",
+        type=int,
+        default=DEFAULT_IG_STEPS,
+        metavar="N",
+        help=f"quadrature nodes of integrated gradients (default: {DEFAULT_IG_STEPS})",
+    )
     add_decoding_arguments(parser, what="of the translation whose maps are drawn", batch_size=False)
     return parser
 
@@ -79,6 +102,14 @@ def run(args: argparse.Namespace) -> int:
     translator.set_attention(**attention_from_args(args))  # hard attention: one-hot maps
     decoding = decoding_from_args(args)
     maps = translator.attention(args.sentence, decoding=decoding)  # maps of the generated pieces
+    scores = None
+    if args.methods:
+        found = translator.attributions(
+            args.sentence, methods=args.methods, ig_steps=args.ig_steps, decoding=decoding
+        )  # decodes the same translation again (decoding is deterministic)
+        if found.predicted_tokens != maps.predicted_tokens:
+            raise RuntimeError("the attributions and the maps read different translations")
+        scores = found.scores
     translation = (
         "".join(maps.tgt_tokens[1:]).replace("\u2581", " ").strip()
     )  # sentencepiece detokenisation
@@ -90,6 +121,7 @@ def run(args: argparse.Namespace) -> int:
             html_viewer=not args.no_html,
             dpi=args.dpi,
             title=f"minitx attention: {_shorten(args.sentence)} \u2192 {_shorten(translation)}",
+            attributions=scores,
         )
     except OSError as exc:
         raise UsageError(
@@ -111,6 +143,17 @@ def main(argv: list[str] | None = None) -> int:
     check_decoding_args(parser, args)
     if args.dpi <= 0:
         parser.error(f"--dpi must be positive, got {args.dpi}")
+    if args.ig_steps < 1:
+        parser.error(f"--ig-steps must be at least 1, got {args.ig_steps}")
+    args.methods = ()
+    if args.attributions is not None:
+        try:
+            names = args.attributions.split(",")
+            args.methods = check_methods(
+                METHODS if args.attributions == "all" else [m.strip() for m in names]
+            )
+        except ConfigError as exc:
+            parser.error(f"--attributions: {exc}")
     return run_cli(run, args)
 
 

@@ -13,9 +13,10 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import RichProgressBar, Timer
 from lightning.pytorch.loggers import TensorBoardLogger
-from lightning.pytorch.trainer.states import TrainerFn
+from lightning.pytorch.trainer.states import RunningStage, TrainerFn
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+from minitx.checkpoint import CHECKPOINT_KEY
 from minitx.errors import MinitxError
 from minitx.maps import KINDS, AttentionMaps, attention_entropy, teacher_forced_maps
 from minitx.training.deprecation import renamed_value
@@ -162,12 +163,14 @@ class TokenThroughput(L.Callback):
     excluded), and every `log_every_n_steps` steps as `train/tokens_per_sec_step`. After each
     validation, `time/fit_seconds`: wall-clock seconds since this process started fitting,
     validation included (the clock `trainer.max_time` stops on), so that scores can be
-    plotted over training time.
+    plotted over training time. An epoch resumed from a checkpoint saved inside it gets no
+    epoch figures (this process did not see it start).
     (Lightning's own `ThroughputMonitor` counts samples and FLOPs, not target tokens.)
     """
 
     def __init__(self) -> None:
         super().__init__()
+        self._epoch_started = False
         self._epoch_start = self._window_start = 0.0
         self._epoch_tokens = self._window_tokens = 0
         self._val_seconds = 0.0
@@ -178,7 +181,11 @@ class TokenThroughput(L.Callback):
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._fit_start = time.perf_counter()
 
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._window_start = time.perf_counter()  # resumed inside an epoch: no epoch start
+
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._epoch_started = True
         self._epoch_start = self._window_start = time.perf_counter()
         self._epoch_tokens = self._window_tokens = 0
         self._val_seconds = 0.0
@@ -217,6 +224,8 @@ class TokenThroughput(L.Callback):
         self._window_start += seconds  # a validation inside the window is no training time
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if not self._epoch_started:  # resumed inside the epoch: its start is not known here
+            return
         seconds = time.perf_counter() - self._epoch_start - self._val_seconds
         metrics = {
             "train/epoch_seconds": seconds,
@@ -289,13 +298,33 @@ class ValidationExamples(L.Callback):
         self._show_pending()  # a validation inside the epoch: after its own line
 
 
+INTERRUPTED_KEY = "interrupted"
+"""Key of the checkpoint's minitx entry that `CheckpointOnInterrupt` sets when it saves during
+a validation of the fit: ``{"stage": "validation", "stopping": bool}`` (``stopping``: the
+validation that ends the run, at ``max_steps`` or ``max_time``). Resuming redoes it."""
+
+
 class CheckpointOnInterrupt(L.Callback):
-    """Save `last.ckpt` when training is interrupted (Ctrl-C, SIGTERM, or an error).
+    """Save `last.ckpt` when training is interrupted (Ctrl-C, SIGTERM, or an error), and redo
+    an interrupted validation when training resumes from it.
 
     In a single process Lightning notices SIGTERM only at the end of an epoch; this callback
     checks after every batch, so a stop request is honoured within one step. (Under DDP,
     Lightning already checks every batch on all ranks.)
+
+    A validation cut short (Ctrl-C during the final validation, say) is marked in the saved
+    checkpoint (`INTERRUPTED_KEY` in its minitx entry). Lightning would resume after it, as
+    if it had run: no scores for that step, no best checkpoint from it, and a run whose
+    training was done would end at once. Resuming from a marked checkpoint instead sets
+    Lightning's loop state to "validation started, no batch done", so the fit runs that
+    validation again from its first batch, then what followed it (the end-of-epoch hooks:
+    checkpoints, progress line, attention maps) and goes on with training, or ends.
     """
+
+    def __init__(self) -> None:
+        self._saving: dict[str, Any] | None = None  # the mark of the checkpoint being saved
+        self._redo: dict[str, Any] | None = None  # an interrupted validation to run again
+        self._lifted: dict[str, Any] = {}  # trainer settings changed until the redo starts
 
     def on_train_batch_end(self, trainer: L.Trainer, *args: Any, **kwargs: Any) -> None:
         if trainer.received_sigterm and trainer.world_size == 1:
@@ -314,7 +343,14 @@ class CheckpointOnInterrupt(L.Callback):
             )
             return
         path = Path(callback.dirpath) / "last.ckpt"
-        trainer.save_checkpoint(path, weights_only=False)  # the full state, to resume from
+        fitting = trainer.state.fn == TrainerFn.FITTING
+        validating = fitting and trainer.state.stage == RunningStage.VALIDATING
+        if validating:
+            self._saving = {"stage": "validation", "stopping": bool(trainer.should_stop)}
+        try:
+            trainer.save_checkpoint(path, weights_only=False)  # the full state, to resume from
+        finally:
+            self._saving = None
         if isinstance(exception, MinitxError):  # e.g. divergence: resuming would repeat it
             logger.warning("training stopped: saved %s (the weights before this step)", path)
             return
@@ -323,6 +359,93 @@ class CheckpointOnInterrupt(L.Callback):
             type(exception).__name__,
             path,
         )
+
+    def on_save_checkpoint(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
+        if self._saving is not None:
+            checkpoint.setdefault(CHECKPOINT_KEY, {})[INTERRUPTED_KEY] = dict(self._saving)
+
+    def on_load_checkpoint(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
+        """Called before Lightning restores its loops from `checkpoint`: a marked validation
+        becomes one that Lightning resumes at its first batch."""
+        self._redo = None
+        mark = (checkpoint.get(CHECKPOINT_KEY) or {}).get(INTERRUPTED_KEY)
+        fit_loop = (checkpoint.get("loops") or {}).get("fit_loop") or {}
+        validation = fit_loop.get("epoch_loop.val_loop.batch_progress")
+        if not isinstance(mark, dict) or mark.get("stage") != "validation" or not validation:
+            return
+        step = int(checkpoint.get("global_step", 0))
+        stopping = bool(mark.get("stopping"))
+        if stopping and not _stop_still_applies(trainer, checkpoint, step):
+            return  # a longer plan now: training goes on and validates where that plan says
+        _restart_evaluation(validation)
+        self._redo = {"step": step, "stopping": stopping}
+        logger.info("resuming: the validation interrupted at step %d runs again", step)
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self._redo is None:
+            return
+        # The fit loop would end before it reaches the validation when max_steps is reached,
+        # or max_time spent (Lightning's `Timer` requests the stop when the fit starts): one
+        # step more, and no stop before it, until the validation starts.
+        loop, step = trainer.fit_loop.epoch_loop, self._redo["step"]
+        if 0 <= loop.max_steps <= step:
+            self._lifted["max_steps"], loop.max_steps = loop.max_steps, step + 1
+        if self._redo["stopping"]:
+            self._lifted["min_steps"], loop.min_steps = loop.min_steps, step + 1
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self._redo is None or not self._redo["stopping"]:
+            return
+        # The validation that ended the run came inside an epoch, where Lightning validates
+        # only on request (`trainer.should_stop`, which would also end the resumed loop before
+        # it validates): here, the batch it came after is made a validation batch instead.
+        loop = trainer.fit_loop.epoch_loop
+        every_epoch = trainer.check_val_every_n_epoch is not None
+        done = (loop.batch_idx if every_epoch else loop.total_batch_idx) + 1
+        self._lifted["val_check_batch"] = trainer.val_check_batch
+        trainer.val_check_batch = done
+
+    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self._redo is None or trainer.sanity_checking:
+            return
+        total = trainer.fit_loop.epoch_loop.val_loop.batch_progress.total
+        total.ready = total.started = total.completed  # the batch marked started: not done
+        loop = trainer.fit_loop.epoch_loop
+        for name, value in self._lifted.items():
+            setattr(trainer if name == "val_check_batch" else loop, name, value)
+        self._lifted = {}
+        if self._redo["stopping"]:
+            trainer.should_stop = True  # as when it first ran: the validation ending the run
+        self._redo = None
+
+
+def _restart_evaluation(progress: dict[str, Any]) -> None:
+    """Set a saved evaluation loop's batch progress to "started, no batch processed", which
+    Lightning resumes by running the evaluation from its first batch (the batches done before
+    the interruption are done again: their metrics were not saved)."""
+    total, current = progress["total"], progress["current"]
+    before = total["completed"] - current["completed"]  # of earlier validations this epoch
+    total.update(ready=before + 1, started=before + 1, processed=before, completed=before)
+    current.update(ready=1, started=1, processed=0, completed=0)
+    progress["is_last_batch"] = False
+
+
+def _stop_still_applies(trainer: L.Trainer, checkpoint: dict[str, Any], step: int) -> bool:
+    """Whether the run saved at `step` is still at its end under this run's settings: its
+    ``max_steps`` reached, or its ``max_time`` spent (the checkpoint's `Timer` clock)."""
+    if 0 <= trainer.max_steps <= step:
+        return True
+    timer = _max_time_timer(trainer)
+    if timer is None:
+        return False
+    saved = (checkpoint.get("callbacks") or {}).get(timer.state_key) or {}
+    elapsed = (saved.get("time_elapsed") or {}).get(RunningStage.TRAINING.value, 0.0)
+    remaining = timer.time_remaining(RunningStage.TRAINING)  # its whole budget: not started
+    return remaining is not None and elapsed >= remaining
 
 
 class ValidateAtMaxSteps(L.Callback):
@@ -378,7 +501,8 @@ class PlainProgress(L.Callback):
     BLEU, chrF when computed), target tokens/s (from `TokenThroughput`), the time so far and
     an estimate of the time left (the pace of the steps done so far, over the steps that
     ``max_epochs`` or ``max_steps`` leave, capped by ``max_time``; "unbounded" when nothing
-    bounds the run). A validation inside an epoch (``trainer.val_check_interval``) gets a
+    bounds the run, "unknown" in a resumed run before its first step, e.g. after a validation
+    redone on resume). A validation inside an epoch (``trainer.val_check_interval``) gets a
     line too, marked "validation", and the epoch's own line is left out when it would repeat
     that step (a run that ``max_steps`` ends inside an epoch validates, `ValidateAtMaxSteps`,
     then ends the epoch).
@@ -424,6 +548,8 @@ class PlainProgress(L.Callback):
         if remaining is not None:
             left = min(left, max(remaining, 0.0))
         eta = _clock(left) if math.isfinite(left) else "unbounded"
+        if step == self._first_step and steps_left > 0:  # resumed, no step timed yet
+            eta = "unknown"
         parts.append(f"elapsed {_clock(elapsed)}, ETA {eta}")
         return " | ".join(parts)
 

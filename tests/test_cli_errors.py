@@ -1,0 +1,198 @@
+"""What a command prints when it fails: one ``error:`` line, first, and nothing else.
+
+- every command's parser reports a command-line mistake as one line, ``error: <message>
+  (PROG --help shows the usage)``, exit status 2, without argparse's usage block;
+- number options and settings refuse NaN and infinity (one line naming the option or key);
+- minitx-train keeps Lightning's and datasets' messages quiet unless ``--verbose``: the first
+  line of a failed run is its ``error:`` line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import TINY_CONFIG, subprocess_env
+from lightning.pytorch.callbacks import ModelSummary
+
+from minitx.cli.common import OneLineArgumentParser, finite_float, positive_float
+from minitx.cli.train import build_cli, set_verbosity
+from minitx.cli.train import main as train_main
+
+COMMANDS = ("translate", "evaluate", "visualize", "ct2", "export", "average", "demo", "experiment")
+"""The argparse commands (minitx-train is a LightningCLI)."""
+
+ONE_LINE = r"^error: .+  \(\S.* --help shows the usage\)$"
+
+
+def command(name: str):
+    return importlib.import_module(f"minitx.cli.{name}")
+
+
+def the_error_line(stderr: str) -> str:
+    """The one line of a failed command's standard error (no usage block, no traceback)."""
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, stderr
+    assert lines[0].startswith("error: "), stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_every_command_reports_command_line_errors_on_one_line(name: str) -> None:
+    parser = command(name).build_parser()
+    assert isinstance(parser, OneLineArgumentParser)
+    floats = [
+        action.option_strings or action.dest
+        for action in parser._actions
+        if action.type is float  # a float option must refuse nan and inf
+    ]
+    assert not floats, f"minitx-{name}: use finite_float / positive_float for {floats}"
+
+
+@pytest.mark.parametrize(
+    ("name", "argv", "message"),
+    [
+        ("translate", ["--checkpoint", "x.ckpt", "--alpha", "nan"], "--alpha: 'nan'"),
+        ("translate", ["--checkpoint", "x.ckpt", "--alpha=-inf"], "--alpha: '-inf'"),
+        ("evaluate", ["--checkpoint", "c", "--sample", "--temperature", "inf"], "--temperature"),
+        ("visualize", ["Ein Hund.", "--checkpoint", "x.ckpt", "--top-p", "NaN"], "--top-p"),
+        ("experiment", ["scores", "--budget", "nan"], "--budget: 'nan'"),
+    ],
+    ids=["alpha-nan", "alpha-minus-inf", "temperature-inf", "top-p-nan", "budget-nan"],
+)
+def test_a_number_option_refuses_nan_and_infinity_on_one_line(
+    name: str, argv: list[str], message: str, capsys: pytest.CaptureFixture
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        command(name).main(argv)
+    assert exit_info.value.code == 2
+    line = the_error_line(capsys.readouterr().err)
+    assert message in line and "is not a finite number" in line
+    assert re.match(ONE_LINE, line), line
+
+
+@pytest.mark.parametrize(
+    ("name", "argv", "message"),
+    [
+        ("translate", ["--checkpoint", "x.ckpt", "--beam", "0"], "--beam must be >= 1, got 0"),
+        ("evaluate", ["--checkpoint", "x.ckpt", "--limit", "0"], "--limit must be >= 1"),
+        ("visualize", ["Ein Hund.", "--checkpoint", "x.ckpt", "--dpi", "0"], "--dpi must be"),
+        ("demo", ["--checkpoint", "x.ckpt", "--port", "0"], "--port must be between"),
+        ("experiment", ["scores", "--budget", "0"], "--budget: must be above 0"),
+        ("average", ["a.ckpt"], "the following arguments are required: --out"),
+        ("export", ["--checkpoint", "x.ckpt"], "required: --out"),
+        ("ct2", ["--out", "d"], "required: --checkpoint"),
+        ("translate", ["--checkpoint", "x.ckpt", "--beam", "two"], "invalid int value: 'two'"),
+    ],
+    ids=["beam", "limit", "dpi", "port", "budget", "average", "export", "ct2", "not-a-number"],
+)
+def test_a_command_line_mistake_is_one_error_line_without_the_usage_block(
+    name: str, argv: list[str], message: str, capsys: pytest.CaptureFixture
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        command(name).main(argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    line = the_error_line(err)
+    assert message in line, line
+    assert "usage:" not in err
+
+
+def test_debug_mode_keeps_argparse_usage_block(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    monkeypatch.setenv("MINITX_DEBUG", "1")
+    with pytest.raises(SystemExit):
+        command("translate").main(["--checkpoint", "x.ckpt", "--beam", "0"])
+    assert "usage:" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("text", ["nan", "inf", "-inf", "1e999", "NaN", "abc"])
+def test_finite_float_refuses_what_is_not_a_finite_number(text: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError):
+        finite_float(text)
+    assert finite_float("0.5") == 0.5 and finite_float("-2") == -2.0
+    with pytest.raises(argparse.ArgumentTypeError, match="above 0"):
+        positive_float("0")
+
+
+@pytest.mark.parametrize(
+    ("args", "key"),
+    [
+        (["--model.optim.lr=.nan"], "model.optim.lr=nan"),
+        (["--model.optim.lr=1e999"], "model.optim.lr=inf"),
+        (["--model.optim.betas=[0.9, .inf]"], "model.optim.betas[1]=inf"),
+        (["--model.validation.decoding.alpha=.nan"], "model.validation.decoding.alpha=nan"),
+        (["--trainer.gradient_clip_val=.nan"], "trainer.gradient_clip_val=nan"),
+        (["--config", "{nan_yaml}"], "model.optim.weight_decay=nan"),
+    ],
+    ids=["lr-nan", "lr-overflow", "betas-inf", "alpha-nan", "clip-nan", "yaml-nan"],
+)
+def test_training_refuses_a_nan_or_infinite_setting_before_anything_runs(
+    args: list[str],
+    key: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MINITX_DEBUG", raising=False)
+    nan_yaml = tmp_path / "nan.yaml"
+    nan_yaml.write_text("model:\n  optim:\n    weight_decay: .nan\n", encoding="utf-8")
+    args = [arg.format(nan_yaml=nan_yaml) for arg in args]
+    with pytest.raises(SystemExit) as exit_info:
+        train_main(["--config", str(TINY_CONFIG), "--trainer.max_epochs", "1", *args])
+    assert exit_info.value.code == 2
+    line = the_error_line(capsys.readouterr().err)
+    assert f"error: {key}: not a finite number" in line, line
+    assert not (tmp_path / "runs").exists() or not list((tmp_path / "runs").rglob("*.ckpt"))
+
+
+def train_process(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    """`python -m minitx train ...` as a user runs it, standard error captured (a pipe)."""
+    env = subprocess_env()
+    env.pop("MINITX_DEBUG", None)
+    cmd = [sys.executable, "-m", "minitx", "train", *args]
+    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_a_failed_training_shows_its_error_line_first(tmp_path: Path) -> None:
+    """No 'Seed set to 0', 'GPU available', 'TPU available' or litlogger tip before it: the
+    default recipe's run on a missing corpus prints its error line and nothing else."""
+    proc = train_process(["--data.source", str(tmp_path / "nonexistent")], tmp_path)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert lines and lines[0].startswith("error: "), proc.stderr[-3000:]
+    assert "nonexistent" in lines[0]
+    assert len(lines) == 1, proc.stderr[-3000:]
+    assert not proc.stdout.strip(), proc.stdout[-3000:]
+
+
+def test_verbose_brings_the_library_messages_back(tmp_path: Path) -> None:
+    args = ["--data.source", str(tmp_path / "nonexistent"), "--verbose"]
+    proc = train_process(args, tmp_path)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "Seed set to 0" in proc.stderr and "GPU available" in proc.stderr
+    assert [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_the_model_summary_comes_with_verbose_only(
+    verbose: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Lightning's layer table (its FLOPs column 0: minitx gives no example input) is
+    Lightning's chatter; an explicit `trainer.enable_model_summary` still decides."""
+    monkeypatch.chdir(tmp_path)
+    args = ["--trainer.logger", "false"] + (["-v"] if verbose else [])
+    try:
+        cli = build_cli(args)
+        assert any(isinstance(cb, ModelSummary) for cb in cli.trainer.callbacks) == verbose
+        cli = build_cli([*args, "--trainer.enable_model_summary", "true"])
+        assert any(isinstance(cb, ModelSummary) for cb in cli.trainer.callbacks)
+    finally:
+        set_verbosity(False)  # the libraries quiet again for the tests that follow
