@@ -1,10 +1,12 @@
 """`Translator`: a trained checkpoint -> translations and attention maps (the inference API).
 
-`Translator.from_checkpoint(path)` needs nothing but the `.ckpt` (see `minitx.checkpoint`) or
-a release directory; `Translator.from_pretrained` also takes a hub repo id, and
-`save_pretrained` / `push_to_hub` write and share release directories (see `minitx.release`).
-Every translation goes through `minitx.decoding.decode` with a `DecodingConfig`; the default
-config (beam search, `DEFAULT_BEAM_SIZE`) is the one every minitx command uses.
+`Translator.from_pretrained(source)` (or its other name `from_checkpoint`) takes a `.ckpt`, a
+release directory or a hub repo id: the one loading path, `minitx.release.load`, which the
+commands, the demo and the experiments use too; `save_pretrained` / `push_to_hub` write and
+share release directories. Every translation goes through `minitx.decoding.generate` with a
+`DecodingConfig`; the default config (beam search, `DEFAULT_BEAM_SIZE`) is the one every
+minitx command uses. Sources and targets are framed and padded by `minitx.vocab`
+(`frame_source`, `frame_target`, `pad`), as in training.
 """
 
 from __future__ import annotations
@@ -21,19 +23,26 @@ import torch
 from minitx import release
 from minitx.alignment import Alignment, AlignmentConfig, align, combine_cross_attention
 from minitx.attention import check_attention_mode
+from minitx.attribution import (
+    DEFAULT_IG_STEPS,
+    METHODS,
+    Attributions,
+    check_methods,
+    teacher_forced_attributions,
+)
 from minitx.checkpoint import (
     CHECKPOINT_KEY,
     MODEL_PREFIX,
     CheckpointError,
     load_checkpoint,
 )
-from minitx.decoding import DecodingConfig, Hypothesis, decode
+from minitx.decoding import DecodingConfig, Hypothesis, generate
 from minitx.maps import AttentionMaps, teacher_forced_maps
 from minitx.model import Transformer, check_attention_scope
 from minitx.release import Release
 from minitx.textio import quote_lines
 from minitx.tokenizer import Tokenizer
-from minitx.vocab import BOS_ID, EOS_ID, PAD_ID
+from minitx.vocab import EOS_ID, PAD_ID, frame_source, frame_target, pad
 
 logger = logging.getLogger(__name__)
 
@@ -141,41 +150,43 @@ class Translator:
         )
 
     @classmethod
-    def from_checkpoint(
-        cls, path: str | Path, *, device: str | torch.device = "cpu", bf16: bool = False
-    ) -> Translator:
-        """Build a Translator from a `.ckpt` file or a release directory alone.
-
-        Raises:
-            FileNotFoundError: no such file or directory.
-            CheckpointError: not a usable minitx checkpoint or release (see `minitx.checkpoint`,
-                `minitx.release`).
-        """
-        path = Path(path)
-        if path.is_dir():
-            return cls.from_release(release.load_pretrained(path), device=device, bf16=bf16)
-        return cls.from_release(release.from_checkpoint_file(path), device=device, bf16=bf16)
-
-    @classmethod
     def from_pretrained(
         cls,
-        dir_or_repo_id: str | Path,
+        source: str | Path,
         *,
         revision: str | None = None,
         device: str | torch.device = "cpu",
         bf16: bool = False,
     ) -> Translator:
-        """Build a Translator from a release directory, a hub repo id ("owner/name") or a
-        `.ckpt` file. A local path wins; a repo id is fetched with
-        `huggingface_hub.snapshot_download` (its cache serves later calls offline).
+        """Build a Translator from a `.ckpt` file, a release directory or a hub repo id
+        ("owner/name"), through `minitx.release.load`: a local path wins; a repo id is fetched
+        with `huggingface_hub.snapshot_download` (its cache serves later calls offline).
+
+        Args:
+            source: the `.ckpt`, the release directory or the repo id.
+            revision: the hub revision (branch, tag or commit) of a repo id.
+            device: where the model runs.
+            bf16: run the model under bfloat16 autocast.
 
         Raises:
-            FileNotFoundError: no such local path, and not a repo id.
+            MissingFileError: no such local path, and not a repo id (a `FileNotFoundError`).
             CheckpointError: damaged files, or the download failed (the message says how to
                 use a local directory instead).
         """
-        loaded = release.load(dir_or_repo_id, revision=revision)
-        return cls.from_release(loaded, device=device, bf16=bf16)
+        return cls.from_release(release.load(source, revision=revision), device=device, bf16=bf16)
+
+    @classmethod
+    def from_checkpoint(
+        cls,
+        source: str | Path,
+        *,
+        revision: str | None = None,
+        device: str | torch.device = "cpu",
+        bf16: bool = False,
+    ) -> Translator:
+        """`from_pretrained` under the name training scripts know: a `.ckpt` file, a release
+        directory or a hub repo id, loaded the same way."""
+        return cls.from_pretrained(source, revision=revision, device=device, bf16=bf16)
 
     def to_release(self) -> Release:
         """This Translator's model, tokenizer, languages and training config (shared, not
@@ -213,16 +224,9 @@ class Translator:
         order = sorted((i for i, seq in enumerate(ids) if seq), key=lambda i: len(ids[i]))
         return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
 
-    def _padded(self, rows: list[list[int]]) -> torch.Tensor:
-        """(B, L) ids right-padded with pad_id, on the model's device."""
-        out = torch.full((len(rows), max(len(row) for row in rows)), PAD_ID, dtype=torch.long)
-        for i, row in enumerate(rows):
-            out[i, : len(row)] = torch.tensor(row)
-        return out.to(self.device)
-
     def _src_tensor(self, ids: list[list[int]]) -> torch.Tensor:
-        """(B, S) right-padded source ids with eos appended."""
-        return self._padded([seq + [EOS_ID] for seq in ids])
+        """(B, S) source ids framed (eos appended) and right-padded, on the model's device."""
+        return pad([frame_source(seq) for seq in ids], device=self.device)
 
     def _source_ids(self, sentences: Sequence[str], first_line: int = 1) -> list[list[int]]:
         """Source ids per sentence (no eos). A sentence longer than the model's positions is
@@ -279,7 +283,8 @@ class Translator:
         with self._attention_context():
             for batch in batches:
                 with self._autocast():
-                    hyps = decode(self.model, self._src_tensor([ids[i] for i in batch]), decoding)
+                    src = self._src_tensor([ids[i] for i in batch])  # (B, S)
+                    hyps = generate(self.model, src, decoding)
                 for i, sentence_hyps in zip(batch, hyps, strict=True):
                     results[i] = sentence_hyps
                 report(len(batch))
@@ -298,7 +303,8 @@ class Translator:
         aligned = [src if tgt else [] for src, tgt in pairs]  # an empty side: no alignment
         for batch in self._batches(aligned, batch_size):
             src = self._src_tensor([pairs[i][0] for i in batch])  # (B, S)
-            tgt_in = self._padded([[BOS_ID, *pairs[i][1]] for i in batch])  # (B, T)
+            inputs = [frame_target(pairs[i][1])[0] for i in batch]  # bos + target, no eos
+            tgt_in = pad(inputs, device=self.device)  # (B, T)
             with self._autocast(), self._attention_context():
                 enc = self.model.encode(src)
                 dec = self.model.decode(tgt_in, enc.memory, enc.src_mask, need_weights=True)
@@ -479,3 +485,49 @@ class Translator:
             target = [i for i in ids if i not in (EOS_ID, PAD_ID)]
         with self._attention_context():
             return teacher_forced_maps(self.model, self.tokenizer, sentence, target)
+
+    def attributions(
+        self,
+        sentence: str,
+        *,
+        translation: str | None = None,
+        methods: Sequence[str] = METHODS,
+        ig_steps: int = DEFAULT_IG_STEPS,
+        decoding: DecodingConfig | None = None,
+        **changes: Any,
+    ) -> Attributions:
+        """Gradient attributions of the model translating `sentence`: how much each source
+        piece contributes to each predicted piece (see `minitx.attribution`).
+
+        The sentence is translated first (with `decoding`, default `DecodingConfig()`) or
+        `translation` is used, exactly as `attention` does, so that the same call of both
+        gives matrices on the same axes: `Attributions.scores[method]` (T, S) beside
+        `AttentionMaps.cross_attentions` (H, T, S). The gradients are taken in fp32 (no
+        bf16 autocast) with this Translator's attention mode.
+
+        Args:
+            sentence: the source sentence.
+            translation: the translation to attribute (default: the model's own).
+            methods: a subset of `minitx.attribution.METHODS` ("saliency", "ixg", "ig").
+            ig_steps: quadrature nodes of integrated gradients.
+            decoding: decoding settings of the translation.
+            **changes: `DecodingConfig` fields to override.
+
+        Raises:
+            ValueError: an empty sentence.
+            ConfigError: an unknown method.
+        """
+        methods = check_methods(methods)
+        target: str | list[int] | None = translation
+        if target is None:
+            config = resolve_decoding(decoding, **changes).replace(n_best=1)
+            if not sentence.strip():
+                raise ValueError("attributions need a non-empty source sentence")
+            with torch.inference_mode():
+                hyps = self._hypotheses([sentence], config, batch_size=1)[0]
+            ids = hyps[0].tokens if hyps else []
+            target = [i for i in ids if i not in (EOS_ID, PAD_ID)]
+        with self._attention_context():
+            return teacher_forced_attributions(
+                self.model, self.tokenizer, sentence, target, methods, ig_steps=ig_steps
+            )

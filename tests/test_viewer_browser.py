@@ -221,3 +221,115 @@ def test_hovering_a_query_token_shows_its_row(page: Page, maps: AttentionMaps) -
     np.testing.assert_allclose(
         [float(w) for w in readout["ws"]], expected(maps, "cross", 1, "avg")[1], atol=1e-4, rtol=0
     )
+
+
+# ----------------------------------------------------------------------------- attributions
+
+METHODS = ("saliency", "ig")
+
+
+@pytest.fixture(scope="module")
+def attributions() -> dict[str, torch.Tensor]:
+    """Random (T, S) attribution matrices of the fixture's sentence: rows sum to 1."""
+    return {m: softmaxed(len(PRED), len(SRC), seed=40 + i) for i, m in enumerate(METHODS)}
+
+
+@pytest.fixture
+def attribution_page(
+    chrome: Any,
+    maps: AttentionMaps,
+    attributions: dict[str, torch.Tensor],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Page:
+    path = tmp_path_factory.mktemp("viewer") / "attention.html"
+    write_html_viewer(maps, path, attributions=attributions)
+    chrome.get(path.resolve().as_uri())
+    wait_for(chrome, "return document.body.getAttribute('data-ready') === '1'")
+    return Page(chrome)
+
+
+COMPARE_JS = """
+var a = document.getElementById('agreement');
+return {hidden: document.getElementById('compare-panel').hidden,
+        title: document.getElementById('compare-title').textContent,
+        cells: Array.from(document.querySelectorAll('#compare td.cell')).map(function (td) {
+          return [+td.dataset.q, +td.dataset.k, +td.dataset.w]; }),
+        spearman: a.dataset.spearman, top1: a.dataset.top1, rows: a.dataset.rows,
+        text: a.textContent};
+"""
+
+
+def rounded(matrix: torch.Tensor) -> torch.Tensor:
+    return matrix.double().round(decimals=4)
+
+
+def test_attributions_are_shown_beside_cross_attention(
+    attribution_page: Page, maps: AttentionMaps, attributions: dict[str, torch.Tensor]
+) -> None:
+    from minitx.attribution import agreement
+
+    page = attribution_page
+    kinds = page.js("return Array.from(document.getElementById('kind').options).map(o => o.value)")
+    assert kinds == ["encoder", "decoder", "cross", "attribution:saliency", "attribution:ig"]
+    assert page.js(COMPARE_JS)["hidden"] is True  # cross-attention alone: nothing beside it
+
+    for method in METHODS:
+        select(page, "kind", f"attribution:{method}")
+        # the layer and head choices are the cross-attention's: what is shown beside it
+        for layer, head in [("0", "avg"), ("2", "1"), ("1", "avg")]:
+            select(page, "layer", layer)
+            select(page, "head", head)
+            assert status(page) == {"kind": f"attribution:{method}", "layer": layer, "head": head}
+            got, luminance = heatmap(page)  # the attribution itself, in #heatmap
+            want = attributions[method].double().numpy()
+            np.testing.assert_allclose(got, want, atol=1.01e-4, rtol=0)
+            assert luminance.max() - luminance.min() > 40
+            shown = page.js(COMPARE_JS)
+            assert shown["hidden"] is False
+            average = "average of heads" if head == "avg" else f"head {head}"
+            assert shown["title"] == f"cross-attention, layer {layer}, {average}"
+            cross = np.zeros((len(PRED), len(SRC)))
+            for q, k, w in shown["cells"]:
+                cross[q, k] = w
+            want_cross = expected(maps, "cross", int(layer), head)
+            np.testing.assert_allclose(cross, want_cross, atol=1.01e-4, rtol=0)
+            # the agreement line: minitx.attribution.agreement on the numbers on the page
+            heads = rounded(maps.cross_attentions[int(layer)])
+            shown_cross = heads.mean(0) if head == "avg" else heads[int(head)]
+            agree = agreement(rounded(attributions[method]), shown_cross)
+            assert int(shown["rows"]) == agree["rows"] == len(PRED) - 1
+            assert float(shown["spearman"]) == pytest.approx(agree["spearman"], abs=1e-4)
+            assert float(shown["top1"]) == pytest.approx(agree["top1"], abs=1e-4)
+            assert (
+                f"in {round(agree['top1'] * agree['rows'])} of {agree['rows']} rows"
+                in (shown["text"])
+            )
+
+
+def test_hovering_an_attribution_row_shows_both_rows(
+    attribution_page: Page, maps: AttentionMaps, attributions: dict[str, torch.Tensor]
+) -> None:
+    page = attribution_page
+    select(page, "kind", "attribution:ig")
+    select(page, "layer", "2")
+    select(page, "head", "0")
+    page.hover('#compare td.cell[data-q="4"][data-k="2"]')  # a cell of the cross-attention
+    page.wait_for("return document.getElementById('readout').dataset.q === '4'")
+    readout = page.js(
+        "var r = document.getElementById('readout');"
+        "return {mine: Array.from(r.querySelectorAll('.kw')).map(e => +e.dataset.w),"
+        " theirs: Array.from(r.querySelectorAll('.kwc')).map(e => +e.dataset.w),"
+        " toks: Array.from(r.querySelectorAll('.kw .tok')).map(e => e.textContent),"
+        " active: Array.from(document.querySelectorAll('tr.active')).map(e => e.dataset.q),"
+        " text: r.textContent};"
+    )
+    np.testing.assert_allclose(readout["mine"], attributions["ig"][4].numpy(), atol=1e-4)
+    np.testing.assert_allclose(readout["theirs"], expected(maps, "cross", 2, "0")[4], atol=1e-4)
+    assert readout["toks"] == SRC
+    assert readout["active"] == ["4", "4"]  # the row in both tables
+    assert f"predicting {PRED[4]} (reading {TGT[4]})" in readout["text"]
+    assert "cross-attention, layer 2, head 0 attends to:" in readout["text"]
+
+    select(page, "kind", "cross")  # back to attention: the panel beside it goes
+    assert page.js(COMPARE_JS)["hidden"] is True
+    assert page.js("return document.querySelectorAll('#readout .kwc').length") == 0

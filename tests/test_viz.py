@@ -396,3 +396,150 @@ def test_viewer_files_are_package_data_inlined_into_the_page(
         assert len(body) > 500 and body in text, name
     template = (static / "viewer.html").read_text(encoding="utf-8")
     assert "__DATA__" in template and "__DATA__" not in text
+
+
+# ----------------------------------------------------------------------------- attributions
+
+
+def make_attributions(maps: AttentionMaps, methods=("saliency", "ig")) -> dict[str, torch.Tensor]:
+    t, s = len(maps.predicted_tokens), len(maps.src_tokens)
+    return {m: softmaxed(t, s, seed=30 + i) for i, m in enumerate(methods)}
+
+
+def test_attribution_labels_cover_the_methods() -> None:
+    from minitx.attribution import METHOD_LABELS, METHODS
+    from minitx.viz.common import ATTRIBUTION_LABELS
+
+    assert ATTRIBUTION_LABELS == METHOD_LABELS and list(METHOD_LABELS) == list(METHODS)
+
+
+def test_viewer_data_adds_one_kind_per_attribution_method(maps: AttentionMaps) -> None:
+    from minitx.viz import viewer_data
+
+    attributions = make_attributions(maps)
+    data = viewer_data(maps, attributions=attributions)
+    assert list(data["kinds"]) == [*KINDS, "attribution:saliency", "attribution:ig"]
+    kind = data["kinds"]["attribution:ig"]
+    assert kind["label"] == "attribution: integrated gradients"
+    assert kind["attribution"] is True and kind["compare"] == "cross"
+    queries, keys = maps.axes("cross")
+    assert kind["query_tokens"] == queries and kind["key_tokens"] == keys
+    assert kind["query_inputs"] == maps.tgt_tokens
+    got = torch.tensor(kind["layers"], dtype=torch.float64)  # (1 layer, 1 head, T, S)
+    assert got.shape == (1, 1, len(queries), len(keys))
+    torch.testing.assert_close(got[0, 0], attributions["ig"].double(), atol=5.1e-5, rtol=0)
+    assert "attribution" not in data["kinds"]["cross"]  # attention kinds are unchanged
+    assert viewer_data(maps) == viewer_data(maps, attributions={})
+
+
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        (torch.zeros(3, 4), r"has shape \(1, 3, 4\)|weights have shape"),
+        (torch.full((9, 7), float("nan")), "NaN"),
+        (torch.zeros(2, 9, 7), r"expected a \(T, S\) tensor"),
+    ],
+)
+def test_viewer_rejects_attributions_that_do_not_fit(
+    maps: AttentionMaps, bad: torch.Tensor, match: str, tmp_path: Path
+) -> None:
+    with pytest.raises(ValueError, match=match):
+        write_html_viewer(maps, tmp_path / "v.html", attributions={"ig": bad})
+    with pytest.raises(ValueError, match=match):
+        visualize(maps, tmp_path / "out", attributions={"ig": bad}, dpi=30)
+    assert not (tmp_path / "v.html").exists() and not (tmp_path / "out").exists()
+
+
+def test_attribution_figures_sit_beside_cross_attention(maps: AttentionMaps) -> None:
+    from minitx.viz import figures_for_attributions
+
+    figures = figures_for_attributions(maps, make_attributions(maps))
+    assert list(figures) == ["attribution/saliency", "attribution/ig"]
+    fig = figures["attribution/ig"]
+    panels = image_axes(fig)
+    assert [ax.get_title() for ax in panels] == [
+        "integrated gradients",
+        *(f"cross-attention layer {i}, mean of heads" for i in range(N_LAYERS)),
+    ]
+    queries, keys = maps.axes("cross")
+    for ax in panels:
+        assert tick_texts(ax.get_yticklabels()) == queries
+        assert tick_texts(ax.get_xticklabels()) == keys
+    np.testing.assert_allclose(
+        panels[1].images[0].get_array(), maps.cross_attentions[0].mean(0).numpy(), atol=1e-6
+    )
+    assert fig._suptitle.get_text() == "attribution: integrated gradients beside cross-attention"
+
+
+def test_visualize_writes_attribution_pngs_and_viewer_kinds(tmp_path: Path) -> None:
+    maps = make_maps(n_layers=1)
+    paths = visualize(maps, tmp_path, dpi=30, attributions=make_attributions(maps))
+    names = [p.name for p in paths]
+    assert names == [
+        *(f"{k}_layer0.png" for k in KINDS),
+        "attribution_saliency.png",
+        "attribution_ig.png",
+        "attention.html",
+    ]
+    for path in paths[:-1]:
+        assert path.read_bytes()[:8] == PNG_MAGIC
+    data = embedded_data(paths[-1].read_text(encoding="utf-8"))
+    assert "attribution:ig" in data["kinds"]
+
+
+def test_script_writes_attributions_when_asked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    from minitx.attribution import Attributions
+
+    maps = make_maps(n_layers=1)
+    asked: dict[str, object] = {}
+
+    class FakeTranslator:
+        @classmethod
+        def from_checkpoint(cls, path, device="cpu", bf16=False):
+            return cls()
+
+        def set_attention(self, mode: str, *, scope: str, seed: int) -> None:
+            pass
+
+        def attention(self, sentence: str, decoding=None) -> AttentionMaps:
+            return maps
+
+        def attributions(self, sentence: str, *, methods, ig_steps, decoding) -> Attributions:
+            asked.update(methods=methods, ig_steps=ig_steps, decoding=decoding)
+            return Attributions(
+                list(maps.src_tokens),
+                list(maps.tgt_tokens),
+                list(maps.predicted_tokens),
+                make_attributions(maps, methods),
+                torch.zeros(len(maps.tgt_tokens)),
+            )
+
+    fake = types.ModuleType("minitx.translator")
+    fake.Translator = FakeTranslator
+    fake.CheckpointError = ValueError
+    monkeypatch.setitem(sys.modules, "minitx.translator", fake)
+    ckpt = tmp_path / "run.ckpt"
+    ckpt.write_bytes(b"not read by the fake")
+    script = load_script()
+    argv = ["--checkpoint", str(ckpt), "Ein Mann fährt Fahrrad.", "--dpi", "30", "--kinds", "cross"]
+    out = tmp_path / "a"
+    assert script.main([*argv, "--out-dir", str(out), "--attributions", "ig,saliency"]) == 0
+    assert asked == {"methods": ("ig", "saliency"), "ig_steps": 16, "decoding": DecodingConfig()}
+    assert sorted(p.name for p in out.iterdir()) == [
+        "attention.html",
+        "attribution_ig.png",
+        "attribution_saliency.png",
+        "cross_layer0.png",
+    ]
+    out = tmp_path / "b"
+    assert (
+        script.main([*argv, "--out-dir", str(out), "--attributions", "all", "--ig-steps", "4"]) == 0
+    )
+    assert asked["methods"] == ("saliency", "ixg", "ig") and asked["ig_steps"] == 4
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+        script.main([*argv, "--attributions", "saliency,lime"])
+    assert exit_info.value.code == 2
+    assert "--attributions: unknown attribution method(s) ['lime']" in capsys.readouterr().err

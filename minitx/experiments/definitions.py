@@ -11,7 +11,9 @@ in the tables, appear in five experiments).
 (`minitx.experiments.probes`): "attention" (entropy, largest weight, head diversity, score
 spread, gradient norm at the attention inputs, at initialisation and after training),
 "word_order" (BLEU with the source words shuffled). The "hard" experiment trains nothing: it
-decodes a given checkpoint with hard attention (`trains = False`).
+decodes a given checkpoint with hard attention (`trains = False`); nor does "explain"
+(`minitx.experiments.explain`), whose variants are the attribution methods it compares with
+the attention of a given checkpoint.
 
 The variants are overrides of the 45-minute recipe (`runner.RECIPE`): their names (d_head 64
 / 256, "3x-lr" = lr 0.003) hold for it; with another config on top (`--config tiny` for a
@@ -138,6 +140,15 @@ EXPERIMENTS: dict[str, Experiment] = {
                     {"model.transformer.norm_first": "false", "model.optim.lr": "0.003"},
                 ),
             ),
+        ),
+        Experiment(
+            "explain",
+            "The weight a head puts on a source word says which word the translation depends "
+            "on: attention agrees with gradient attributions, and removing the most attended "
+            "word changes the translation as much as removing the most attributed one.",
+            tuple(Variant(method) for method in ("saliency", "ixg", "ig")),
+            probes=(),
+            trains=False,
         ),
     )
 }

@@ -1,13 +1,13 @@
-"""What the heatmaps and the viewer share: kind labels, the PNG resolution, and checks that
-an attention map fits its tokens."""
+"""What the heatmaps and the viewer share: kind and attribution labels, the PNG resolution,
+and checks that an attention map (or an attribution matrix) fits its tokens."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 
-from minitx.maps import KINDS
+from minitx.maps import KINDS, AttentionMaps
 
 DEFAULT_DPI: int = 110
 """Resolution of saved PNG heatmaps."""
@@ -19,6 +19,22 @@ KIND_LABELS: dict[str, str] = {
 }
 """Human-readable name of each attention kind."""
 
+ATTRIBUTION_LABELS: dict[str, str] = {
+    "saliency": "saliency (gradient)",
+    "ixg": "input \u00d7 gradient",
+    "ig": "integrated gradients",
+}
+"""Human-readable name of each attribution method of `minitx.attribution.METHODS` (viz
+imports only the maps; a method not listed here is shown by its name)."""
+
+ATTRIBUTION_KIND_PREFIX = "attribution:"
+"""The viewer's kind of an attribution method: ``"attribution:" + method``."""
+
+
+def attribution_label(method: str) -> str:
+    """The display name of an attribution method."""
+    return f"attribution: {ATTRIBUTION_LABELS.get(method, method)}"
+
 
 def check_kinds(kinds: Sequence[str]) -> tuple[str, ...]:
     """The kinds as a tuple; ValueError when empty or not a subset of ``KINDS``."""
@@ -29,6 +45,29 @@ def check_kinds(kinds: Sequence[str]) -> tuple[str, ...]:
     if not kinds:
         raise ValueError(f"no attention kinds selected; expected a subset of {KINDS}")
     return kinds
+
+
+def check_attributions(
+    attributions: Mapping[str, torch.Tensor], maps: AttentionMaps
+) -> dict[str, torch.Tensor]:
+    """The attribution matrices as a dict, each checked against the cross-attention axes of
+    `maps` (rows: the predicted pieces, columns: the source pieces).
+
+    Raises:
+        ValueError: a matrix that is not (T, S), is not finite, or maps without
+            cross-attention to compare with.
+    """
+    queries, keys = maps.axes("cross")
+    if attributions and not maps.cross_attentions:
+        raise ValueError("attributions are shown beside cross-attention, and these maps have none")
+    checked = {}
+    for method, matrix in attributions.items():
+        if not isinstance(matrix, torch.Tensor) or matrix.dim() != 2:
+            shape = tuple(matrix.shape) if isinstance(matrix, torch.Tensor) else type(matrix)
+            raise ValueError(f"attribution {method}: expected a (T, S) tensor, got {shape}")
+        check_map(matrix.unsqueeze(0), queries, keys, f"attribution {method}")
+        checked[method] = matrix
+    return checked
 
 
 def check_map(

@@ -1,5 +1,6 @@
 """Attention heatmaps with matplotlib (Agg): one figure per kind and layer, a panel per head
-plus their average, subword tokens on the axes, colour scale 0-1.
+plus their average, subword tokens on the axes, colour scale 0-1; and one figure per
+attribution method, its (T, S) matrix beside the head-averaged cross-attention of every layer.
 
 Figures are plain `matplotlib.figure.Figure` objects with an Agg canvas attached: pyplot (and
 its global figure registry) is never used, so nothing is kept alive after a figure goes out
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +22,14 @@ from matplotlib.font_manager import FontProperties
 from matplotlib.textpath import TextToPath
 
 from minitx.maps import KINDS, AttentionMaps
-from minitx.viz.common import DEFAULT_DPI, KIND_LABELS, check_kinds, check_map
+from minitx.viz.common import (
+    DEFAULT_DPI,
+    KIND_LABELS,
+    attribution_label,
+    check_attributions,
+    check_kinds,
+    check_map,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -71,6 +79,8 @@ def plot_attention_heads(
     cmap: str = "viridis",
     query_axis: str = "queries",
     key_axis: str = "keys",
+    panel_names: Sequence[str] | None = None,
+    value_label: str = "attention weight",
 ) -> Figure:
     """Plot every head of one attention layer as a grid of heatmaps.
 
@@ -90,6 +100,9 @@ def plot_attention_heads(
         cmap: matplotlib colormap name.
         query_axis: name of the y axis (e.g. what the row labels mean).
         key_axis: name of the x axis.
+        panel_names: a title per panel of ``weights`` (default ``head 0``, ``head 1``, ...),
+            e.g. when the panels are an attribution beside cross-attention layers.
+        value_label: the colorbar's label.
 
     Returns:
         A Figure with an Agg canvas: H (+1 with ``average``) image panels and a colorbar.
@@ -101,7 +114,10 @@ def plot_attention_heads(
     check_map(weights, query_tokens, key_tokens, "plot_attention_heads")
     w = weights.detach().to(device="cpu", dtype=torch.float32).numpy()  # (H, Tq, Tk)
     n_heads, tq, tk = w.shape
-    panels: list[tuple[str, np.ndarray]] = [(f"head {h}", w[h]) for h in range(n_heads)]
+    names = list(panel_names) if panel_names is not None else [f"head {h}" for h in range(n_heads)]
+    if len(names) != n_heads:
+        raise ValueError(f"plot_attention_heads: {len(names)} panel names for {n_heads} panels")
+    panels: list[tuple[str, np.ndarray]] = list(zip(names, w, strict=True))
     if average:
         panels.append(("average of heads", w.mean(axis=0)))
 
@@ -151,7 +167,7 @@ def plot_attention_heads(
     cbar_h = min(grid_h, max(1.5, 0.6 * grid_h))
     cax = fig.add_axes(rect(fig_w - right + 0.25, grid_top + (grid_h - cbar_h) / 2, 0.14, cbar_h))
     colorbar = fig.colorbar(image, cax=cax)
-    colorbar.set_label("attention weight", fontsize=8)
+    colorbar.set_label(value_label, fontsize=8)
     colorbar.ax.tick_params(labelsize=7)
     grid_mid_x = (left + (ncols * cell_w - _PANEL_GAP_IN) / 2) / fig_w
     fig.text(grid_mid_x, 0.08 / fig_h, key_axis, ha="center", va="bottom", fontsize=8)
@@ -256,6 +272,84 @@ def save_attention_images(
         path = out_dir / f"{prefix}{kind}_layer{layer}.png"
         fig.savefig(path, dpi=dpi)
         fig.clear()  # drop artists now; the figure itself is unreferenced after this
+        paths.append(path)
+        logger.debug("wrote %s", path)
+    return paths
+
+
+def _iter_attribution_figures(
+    maps: AttentionMaps, attributions: Mapping[str, torch.Tensor]
+) -> Iterator[tuple[str, Figure]]:
+    """Yield (method, Figure): the attribution, then the head average of each layer's
+    cross-attention, as panels of one figure on one 0-1 scale."""
+    checked = check_attributions(attributions, maps)
+    queries, keys = maps.axes("cross")
+    for layer, weights in enumerate(maps.cross_attentions):
+        check_map(weights, queries, keys, f"cross layer {layer}")
+    averages = [weights.float().mean(0) for weights in maps.cross_attentions]  # (T, S) each
+    for method, matrix in checked.items():
+        names = [attribution_label(method).replace("attribution: ", "")]
+        names += [f"cross-attention layer {i}, mean of heads" for i in range(len(averages))]
+        panels = torch.stack([matrix.float().cpu(), *(a.cpu() for a in averages)])
+        title = f"{attribution_label(method)} beside cross-attention"
+        yield (
+            method,
+            plot_attention_heads(
+                panels,
+                queries,
+                keys,
+                title=title,
+                average=False,
+                panel_names=names,
+                value_label="share of the row (weight or attribution)",
+                **_AXIS_NAMES["cross"],
+            ),
+        )
+
+
+def figures_for_attributions(
+    maps: AttentionMaps, attributions: Mapping[str, torch.Tensor]
+) -> dict[str, Figure]:
+    """One figure per attribution method: its (T, S) matrix beside the head-averaged
+    cross-attention of every decoder layer, on the same axes and the same 0-1 colour scale
+    (each row of either is a distribution over the source pieces).
+
+    Args:
+        maps: the attention maps of one translation.
+        attributions: method -> (T, S) attributions of the same translation (rows: the
+            predicted pieces, columns: the source pieces; e.g. `Attributions.scores` of
+            `minitx.attribution`).
+
+    Returns:
+        Figures keyed ``"attribution/{method}"``, in the order of `attributions`.
+
+    Raises:
+        ValueError: a matrix whose shape does not match the cross-attention axes, or maps
+            without cross-attention.
+    """
+    return {f"attribution/{m}": fig for m, fig in _iter_attribution_figures(maps, attributions)}
+
+
+def save_attribution_images(
+    maps: AttentionMaps,
+    attributions: Mapping[str, torch.Tensor],
+    out_dir: Path | str,
+    *,
+    prefix: str = "",
+    dpi: int = DEFAULT_DPI,
+) -> list[Path]:
+    """Write ``{prefix}attribution_{method}.png`` per method (see `figures_for_attributions`).
+
+    Returns:
+        The written paths, in the order of `attributions`.
+    """
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths: list[Path] = []
+    for method, fig in _iter_attribution_figures(maps, attributions):
+        path = out_dir / f"{prefix}attribution_{method}.png"
+        fig.savefig(path, dpi=dpi)
+        fig.clear()
         paths.append(path)
         logger.debug("wrote %s", path)
     return paths

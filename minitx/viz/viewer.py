@@ -12,15 +12,22 @@ import html
 import json
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 
 import torch
 
 from minitx.maps import KINDS, AttentionMaps
-from minitx.viz.common import DEFAULT_DPI, KIND_LABELS, check_map
-from minitx.viz.heatmaps import save_attention_images
+from minitx.viz.common import (
+    ATTRIBUTION_KIND_PREFIX,
+    DEFAULT_DPI,
+    KIND_LABELS,
+    attribution_label,
+    check_attributions,
+    check_map,
+)
+from minitx.viz.heatmaps import save_attention_images, save_attribution_images
 
 logger = logging.getLogger(__name__)
 
@@ -50,12 +57,20 @@ def _json_for_script(obj: object) -> str:
     )
 
 
-def viewer_data(maps: AttentionMaps, *, decimals: int = _HTML_DECIMALS) -> dict[str, object]:
+def viewer_data(
+    maps: AttentionMaps,
+    *,
+    decimals: int = _HTML_DECIMALS,
+    attributions: Mapping[str, torch.Tensor] | None = None,
+) -> dict[str, object]:
     """The JSON document embedded in the HTML viewer.
 
     Args:
         maps: the attention maps of one translation.
         decimals: weights are rounded to this many decimal places.
+        attributions: method -> (T, S) attributions of the same translation, on the
+            cross-attention axes (e.g. `minitx.attribution.Attributions.scores`); each becomes
+            a kind ``"attribution:{method}"`` shown beside cross-attention.
 
     Returns:
         ``{"src_tokens", "tgt_tokens", "predicted_tokens", "decimals", "kinds": {kind:
@@ -63,11 +78,14 @@ def viewer_data(maps: AttentionMaps, *, decimals: int = _HTML_DECIMALS) -> dict[
         ``layers[l][h][q][k]`` is the weight of query q on key k in head h of layer l (kinds
         without layers are left out). ``query_tokens`` label the rows as `AttentionMaps.axes`
         does (decoder and cross rows: the piece being predicted); ``query_inputs`` is the
-        piece each row reads (None for encoder rows).
+        piece each row reads (None for encoder rows). An attribution kind has one layer of one
+        "head" (its (T, S) matrix), ``"attribution": true`` and ``"compare": "cross"``: the
+        viewer's layer and head choices then pick the cross-attention shown beside it.
 
     Raises:
         ValueError: if a map's shape does not match the tokens or contains NaN / inf.
     """
+    checked = check_attributions(attributions or {}, maps)
     kinds: dict[str, object] = {}
     for kind in KINDS:
         queries, keys = maps.axes(kind)
@@ -83,6 +101,17 @@ def viewer_data(maps: AttentionMaps, *, decimals: int = _HTML_DECIMALS) -> dict[
                 "key_tokens": list(keys),
                 "layers": layers,
             }
+    queries, keys = maps.axes("cross")
+    for method, matrix in checked.items():
+        kinds[ATTRIBUTION_KIND_PREFIX + method] = {
+            "label": attribution_label(method),
+            "query_tokens": list(queries),
+            "query_inputs": maps.query_inputs("cross"),
+            "key_tokens": list(keys),
+            "layers": [_rounded(matrix.unsqueeze(0), decimals)],
+            "attribution": True,
+            "compare": "cross",
+        }
     return {
         "src_tokens": list(maps.src_tokens),
         "tgt_tokens": list(maps.tgt_tokens),
@@ -92,7 +121,12 @@ def viewer_data(maps: AttentionMaps, *, decimals: int = _HTML_DECIMALS) -> dict[
     }
 
 
-def viewer_html(maps: AttentionMaps, *, title: str = "minitx attention") -> str:
+def viewer_html(
+    maps: AttentionMaps,
+    *,
+    title: str = "minitx attention",
+    attributions: Mapping[str, torch.Tensor] | None = None,
+) -> str:
     """The viewer page of :func:`write_html_viewer` as a string (e.g. for an iframe's
     ``srcdoc``, as the demo app embeds it).
 
@@ -103,7 +137,7 @@ def viewer_html(maps: AttentionMaps, *, title: str = "minitx attention") -> str:
         "TITLE": html.escape(title),
         "CSS": _static("viewer.css"),
         "JS": _static("viewer.js"),
-        "DATA": _json_for_script(viewer_data(maps)),
+        "DATA": _json_for_script(viewer_data(maps, attributions=attributions)),
     }
     # one pass: text substituted in (title, data) is never scanned for placeholders again
     template = _static("viewer.html")
@@ -111,7 +145,11 @@ def viewer_html(maps: AttentionMaps, *, title: str = "minitx attention") -> str:
 
 
 def write_html_viewer(
-    maps: AttentionMaps, path: Path | str, *, title: str = "minitx attention"
+    maps: AttentionMaps,
+    path: Path | str,
+    *,
+    title: str = "minitx attention",
+    attributions: Mapping[str, torch.Tensor] | None = None,
 ) -> Path:
     """Write a standalone, offline HTML viewer for one sentence's attention maps.
 
@@ -123,6 +161,14 @@ def write_html_viewer(
     over the key tokens (``#readout .kw`` with ``data-k``, ``data-w``). ``#status`` carries
     ``data-kind``, ``data-layer``, ``data-head`` of the map on screen.
 
+    With `attributions`, each method is one more kind (``attribution:saliency``, ...): the
+    heatmap and the lines show the attribution matrix, and beside them ``#compare`` shows the
+    cross-attention of the chosen layer and head (cells as in ``#heatmap``), with
+    ``#agreement`` (``data-spearman``, ``data-top1``, ``data-rows``): the mean rank correlation
+    of their rows and the share of rows whose largest entry is the same source piece, the
+    source eos and the row predicting eos left out (`minitx.attribution.agreement`). The
+    readout then lists both rows.
+
     The file needs no network: CSS and JavaScript are inline, the maps are embedded as JSON
     (``<script type="application/json" id="attn-data">``, see :func:`viewer_data`) and a
     Content-Security-Policy blocks every external load. Tokens are only ever inserted as
@@ -133,6 +179,8 @@ def write_html_viewer(
             (H, T, T), cross maps (H, T, S).
         path: the HTML file to write (parent directories are created).
         title: page title and heading.
+        attributions: method -> (T, S) attributions of the same translation, on the
+            cross-attention axes (see :func:`viewer_data`).
 
     Returns:
         ``path`` as a Path.
@@ -141,7 +189,7 @@ def write_html_viewer(
         ValueError: if a map's shape does not match the tokens or contains NaN / inf.
     """
     path = Path(path)
-    page = viewer_html(maps, title=title)
+    page = viewer_html(maps, title=title, attributions=attributions)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(page, encoding="utf-8")
     logger.debug("wrote %s (%d bytes)", path, len(page))
@@ -157,6 +205,7 @@ def visualize(
     dpi: int = DEFAULT_DPI,
     average: bool = True,
     title: str = "minitx attention",
+    attributions: Mapping[str, torch.Tensor] | None = None,
 ) -> list[Path]:
     """Write PNG heatmaps (per kind and layer) and, optionally, ``attention.html``.
 
@@ -170,11 +219,18 @@ def visualize(
         dpi: resolution of the PNGs.
         average: add a head-average panel to every PNG.
         title: title of the HTML viewer.
+        attributions: method -> (T, S) attributions of the same translation: one more PNG
+            each, ``attribution_{method}.png`` (beside the head-averaged cross-attention of
+            every layer), and one more kind each in the viewer.
 
     Returns:
-        The PNG paths (kind order, then layer order), then the HTML path if written.
+        The PNG paths (kind order, then layer order, then the attributions), then the HTML
+        path if written.
     """
+    attributions = check_attributions(attributions or {}, maps)  # before anything is written
     paths = save_attention_images(maps, out_dir, dpi=dpi, kinds=kinds, average=average)
+    paths += save_attribution_images(maps, attributions, out_dir, dpi=dpi)
     if html_viewer:
-        paths.append(write_html_viewer(maps, Path(out_dir) / "attention.html", title=title))
+        page = Path(out_dir) / "attention.html"
+        paths.append(write_html_viewer(maps, page, title=title, attributions=attributions))
     return paths

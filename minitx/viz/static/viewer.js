@@ -11,10 +11,14 @@
   var svg = document.getElementById("lines");
   var statusEl = document.getElementById("status");
   var readout = document.getElementById("readout");
+  var compareTable = document.getElementById("compare");
+  var comparePanel = document.getElementById("compare-panel");
+  var compareTitle = document.getElementById("compare-title");
+  var agreementEl = document.getElementById("agreement");
   var SVGNS = "http://www.w3.org/2000/svg";
   var VIRIDIS = [[68, 1, 84], [72, 40, 120], [62, 74, 137], [49, 104, 142], [38, 130, 142],
                  [31, 158, 137], [53, 183, 121], [110, 206, 88], [181, 222, 43], [253, 231, 37]];
-  var current = null;  // {kind, layer, head, label, queries, keys, matrix}
+  var current = null;  // {kind, layer, head, label, queries, keys, matrix, compare}
   var focusedQ = null;
 
   function colour(w) {
@@ -45,7 +49,15 @@
     sel.value = keep && values.indexOf(old) >= 0 ? old : values[0];
   }
 
+  // The kind whose layers and heads the layer / head choices list: an attribution kind has
+  // one matrix, and its choices pick the cross-attention shown beside it.
+  function layered(kind) {
+    var info = DATA.kinds[kind];
+    return info.attribution ? DATA.kinds[info.compare] : info;
+  }
+
   function selectedMatrix(kind, layer, head) {
+    if (DATA.kinds[kind].attribution) return DATA.kinds[kind].layers[0][0];
     var heads = DATA.kinds[kind].layers[layer];
     if (head !== "avg") return heads[+head];
     var nh = heads.length, rows = heads[0].length, cols = heads[0][0].length, m = [];
@@ -62,18 +74,18 @@
   }
 
   function fillLayers() {
-    var layers = DATA.kinds[kindSel.value].layers, opts = [];
+    var layers = layered(kindSel.value).layers, opts = [];
     for (var l = 0; l < layers.length; l++) opts.push([String(l), "layer " + l]);
     setOptions(layerSel, opts, true);
   }
   function fillHeads() {
-    var n = DATA.kinds[kindSel.value].layers[+layerSel.value].length;
+    var n = layered(kindSel.value).layers[+layerSel.value].length;
     var opts = [["avg", "average of heads"]];
     for (var h = 0; h < n; h++) opts.push([String(h), "head " + h]);
     setOptions(headSel, opts, true);
   }
 
-  function renderTable() {
+  function renderTable(table, matrix) {
     var c = current;
     var n = Math.max(c.queries.length, c.keys.length);
     table.style.setProperty("--cell", Math.max(14, Math.min(32, Math.floor(520 / n))) + "px");
@@ -90,7 +102,7 @@
     c.queries.forEach(function (tok, q) {
       var tr = el("tr", {"data-q": q});
       tr.appendChild(el("th", {"class": "qtok", "data-q": q, scope: "row", tabindex: 0}, tok));
-      c.matrix[q].forEach(function (w, k) {
+      matrix[q].forEach(function (w, k) {
         var s = fmt(w);
         var td = el("td", {"class": "cell", "data-q": q, "data-k": k, "data-w": s,
                            title: c.queries[q] + " \u2192 " + c.keys[k] + ": " + s});
@@ -132,8 +144,76 @@
     });
   }
 
+  // Agreement of two (T, S) matrices, as minitx.attribution.agreement computes it: the
+  // source eos (last column) and the row predicting eos (last row) are left out; per row,
+  // Spearman's rank correlation (ties share their mean rank) and whether the largest entry
+  // (the first of equal ones) is at the same source piece.
+  function ranks(row) {
+    return row.map(function (x) {
+      var below = 0, equal = 0;
+      row.forEach(function (y) { if (y < x) below++; else if (y === x) equal++; });
+      return below + (equal + 1) / 2;
+    });
+  }
+  function spearman(a, b) {
+    var ra = ranks(a), rb = ranks(b), n = a.length, ma = 0, mb = 0, num = 0, da = 0, db = 0;
+    for (var i = 0; i < n; i++) { ma += ra[i] / n; mb += rb[i] / n; }
+    for (var j = 0; j < n; j++) {
+      num += (ra[j] - ma) * (rb[j] - mb);
+      da += (ra[j] - ma) * (ra[j] - ma);
+      db += (rb[j] - mb) * (rb[j] - mb);
+    }
+    return da > 0 && db > 0 ? num / Math.sqrt(da * db) : NaN;
+  }
+  function argmax(row) {
+    var best = 0;
+    for (var i = 1; i < row.length; i++) if (row[i] > row[best]) best = i;
+    return best;
+  }
+  function agreement(a, b) {
+    var rows = a.length - 1, cols = a.length ? a[0].length - 1 : 0;
+    if (rows < 1 || cols < 1) return {rows: 0, spearman: NaN, top1: NaN};
+    var sum = 0, defined = 0, same = 0;
+    for (var q = 0; q < rows; q++) {
+      var x = a[q].slice(0, cols), y = b[q].slice(0, cols), rho = spearman(x, y);
+      if (!isNaN(rho)) { sum += rho; defined++; }
+      if (argmax(x) === argmax(y)) same++;
+    }
+    return {rows: rows, spearman: defined ? sum / defined : NaN, top1: same / rows, same: same};
+  }
+
+  function renderCompare() {
+    var c = current;
+    if (!c.compare) {
+      comparePanel.hidden = true;
+      compareTable.textContent = "";
+      agreementEl.textContent = "";
+      ["data-spearman", "data-top1", "data-rows"].forEach(function (a) {
+        agreementEl.removeAttribute(a);
+      });
+      return;
+    }
+    comparePanel.hidden = false;
+    compareTitle.textContent = c.compareLabel;
+    renderTable(compareTable, c.compare);
+    var agree = agreement(c.matrix, c.compare);
+    agreementEl.setAttribute("data-rows", agree.rows);
+    agreementEl.setAttribute("data-spearman", isNaN(agree.spearman) ? "nan" :
+                             agree.spearman.toFixed(4));
+    agreementEl.setAttribute("data-top1", isNaN(agree.top1) ? "nan" : agree.top1.toFixed(4));
+    agreementEl.textContent = agree.rows ?
+      "Agreement with the attribution over " + agree.rows + " rows (source </s> and the row " +
+      "predicting </s> left out): mean rank correlation (Spearman) " +
+      (isNaN(agree.spearman) ? "undefined" : agree.spearman.toFixed(2)) +
+      "; the same most important source piece in " + agree.same + " of " + agree.rows +
+      " rows." : "Too few pieces to compare.";
+  }
+
   function clearFocus() {
     focusedQ = null;
+    compareTable.querySelectorAll("tr.active").forEach(function (e) {
+      e.classList.remove("active");
+    });
     table.querySelectorAll("tr.active").forEach(function (e) { e.classList.remove("active"); });
     table.querySelectorAll("td.focus").forEach(function (e) { e.classList.remove("focus"); });
     table.querySelectorAll("th.ktok span").forEach(function (e) {
@@ -154,10 +234,11 @@
     if (!(q >= 0 && q < c.queries.length)) return;
     clearFocus();
     focusedQ = q;
-    var row = c.matrix[q], best = 0;
-    for (var i = 1; i < row.length; i++) if (row[i] > row[best]) best = i;
+    var row = c.matrix[q];
     var tr = table.querySelector('tr[data-q="' + q + '"]');
     if (tr) tr.classList.add("active");
+    var ctr = compareTable.querySelector('tr[data-q="' + q + '"]');
+    if (ctr && c.compare) ctr.classList.add("active");
     if (k !== undefined) {
       var td = table.querySelector('td[data-q="' + q + '"][data-k="' + k + '"]');
       if (td) td.classList.add("focus");
@@ -186,33 +267,51 @@
       title.appendChild(document.createTextNode("query " + q + " "));
       title.appendChild(el("span", {"class": "tok"}, c.queries[q]));
     }
-    title.appendChild(document.createTextNode(
+    title.appendChild(document.createTextNode(c.compare ?
+      " (" + c.label + "): the contribution of each source piece:" :
       " (" + c.label + ", layer " + c.layer + ", " +
       (c.head === "avg" ? "average of heads" : "head " + c.head) + ") attends to:"));
     readout.appendChild(title);
-    var keysDiv = el("div", {"class": "ro-keys"});
+    readout.appendChild(keyRow(row, "kw", "ro-keys"));
+    if (c.compare) {
+      readout.appendChild(el("div", {"class": "ro-sub"}, c.compareLabel + " attends to:"));
+      readout.appendChild(keyRow(c.compare[q], "kwc", "ro-keys ro-compare"));
+    }
+  }
+
+  // One row of weights over the key tokens, as labelled boxes (the largest one framed).
+  function keyRow(row, cls, divClass) {
+    var c = current, best = argmax(row);
+    var keysDiv = el("div", {"class": divClass});
     row.forEach(function (w, j) {
       var s = fmt(w);
-      var item = el("span", {"class": "kw" + (j === best ? " max" : ""), "data-k": j,
+      var item = el("span", {"class": cls + (j === best ? " max" : ""), "data-k": j,
                              "data-w": s, title: c.keys[j] + ": " + s});
       item.style.backgroundColor = "rgba(228, 87, 46, " + (w * 0.85).toFixed(3) + ")";
       item.appendChild(el("span", {"class": "tok"}, c.keys[j]));
       item.appendChild(el("span", {"class": "val"}, s));
       keysDiv.appendChild(item);
     });
-    readout.appendChild(keysDiv);
+    return keysDiv;
   }
 
   function render() {
     var kind = kindSel.value, layer = +layerSel.value, head = headSel.value;
     var info = DATA.kinds[kind];
+    var headName = head === "avg" ? "average of heads" : "head " + head;
     current = {kind: kind, layer: layer, head: head, label: info.label,
                queries: info.query_tokens, inputs: info.query_inputs, keys: info.key_tokens,
-               matrix: selectedMatrix(kind, layer, head)};
-    renderTable();
+               matrix: selectedMatrix(kind, layer, head), compare: null, compareLabel: ""};
+    if (info.attribution) {
+      current.compare = selectedMatrix(info.compare, layer, head);
+      current.compareLabel = DATA.kinds[info.compare].label + ", layer " + layer + ", " +
+        headName;
+    }
+    renderTable(table, current.matrix);
+    renderCompare();
     renderLines();
-    statusEl.textContent = info.label + " \u00b7 layer " + layer + " \u00b7 " +
-      (head === "avg" ? "average of heads" : "head " + head) + " \u00b7 " +
+    statusEl.textContent = info.label + (info.attribution ? " \u00b7 beside " +
+      current.compareLabel : " \u00b7 layer " + layer + " \u00b7 " + headName) + " \u00b7 " +
       current.queries.length + " queries \u00d7 " + current.keys.length + " keys";
     statusEl.setAttribute("data-kind", kind);
     statusEl.setAttribute("data-layer", layer);
@@ -240,7 +339,7 @@
   kindSel.addEventListener("change", function () { fillLayers(); fillHeads(); render(); });
   layerSel.addEventListener("change", function () { fillHeads(); render(); });
   headSel.addEventListener("change", render);
-  [table, svg].forEach(function (root) {
+  [table, compareTable, svg].forEach(function (root) {
     root.addEventListener("mouseover", onPoint);
     root.addEventListener("focusin", onPoint);
   });

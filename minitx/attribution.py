@@ -1,0 +1,411 @@
+"""Gradient attributions: how much each source piece contributes to each predicted piece.
+
+Attention weights say where a head looked; whether the prediction *depends* on what it looked
+at is another question (Jain & Wallace, 2019, "Attention is not Explanation"; Wiegreffe &
+Pinter, 2019, "Attention is not not Explanation"). The usual comparison is a gradient
+attribution over the input embeddings. For one (source, translation) pair read
+teacher-forced, this module gives a (T, S) matrix per method, on the axes of cross-attention
+(`minitx.maps.AttentionMaps.axes("cross")`): row t belongs to the decoder position that
+predicts ``predicted_tokens[t]``, column s to source piece s (eos included). Entry (t, s) is
+the contribution of source piece s to f_t, the log-probability the model gives the piece it
+predicts at position t.
+
+Methods (`METHODS`), each a (T, S, D) attribution over the D dimensions of the source
+embeddings e (the embedding rows, before scaling and positions):
+
+- "saliency": the gradient df_t/de (Simonyan et al., 2014).
+- "ixg", input x gradient: e * df_t/de (Shrikumar et al., 2017).
+- "ig", integrated gradients (Sundararajan et al., 2017): (e - e0) times the mean gradient
+  along the straight path from the baseline e0 = 0 (the embedding of padding, which minitx
+  keeps at zero; positions are still added) to e, by Gauss-Legendre quadrature with
+  `ig_steps` nodes, the rule Captum's `IntegratedGradients` uses by default. Completeness:
+  its entries sum to f_t(e) - f_t(e0), up to the quadrature error (`Attributions.ig_delta`).
+
+A piece's score is the L2 norm of its D values (the aggregation inseq applies by default),
+and each row is divided by its sum, so that rows are non-negative and sum to 1, like
+attention rows. The source side only: what the previous target pieces contribute is not
+attributed. Captum computes the same numbers one target position at a time
+(tests/test_attribution.py compares them); here one forward pass serves every row (one
+backward pass each), so minitx needs no extra library for it.
+
+`rank_correlation` and `top1_agreement` compare two such matrices row by row (attention
+against attributions, in the viewer and in ``minitx-experiment explain``).
+
+Torch, the standard library, `minitx.vocab` (the framing of sources and targets, as every
+teacher-forced pass builds it) and `minitx.errors` only; the model and the tokenizer are only
+type names here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+from torch import Tensor
+
+from minitx.errors import ConfigError
+from minitx.vocab import frame_source, frame_target
+
+if TYPE_CHECKING:
+    from minitx.model import Transformer
+    from minitx.tokenizer import Tokenizer
+
+
+METHODS: tuple[str, ...] = ("saliency", "ixg", "ig")
+"""Attribution methods: gradient norm, input x gradient, integrated gradients."""
+
+METHOD_LABELS: dict[str, str] = {
+    "saliency": "saliency (gradient)",
+    "ixg": "input \u00d7 gradient",
+    "ig": "integrated gradients",
+}
+"""Human-readable name of each method."""
+
+DEFAULT_IG_STEPS = 16
+"""Gauss-Legendre nodes of integrated gradients. The completeness gap (`Attributions.ig_delta`)
+shrinks fast with more nodes along a smooth path; ReLU's kinks slow that down: on the default
+model after 300 updates, 16 nodes left 0.02 nats per row on average (0.16 at most, against
+log-probability changes of several nats)."""
+
+
+def check_methods(methods: Sequence[str]) -> tuple[str, ...]:
+    """The methods as a tuple, each once, in the order given.
+
+    Raises:
+        ConfigError: an unknown method, or none.
+    """
+    chosen = tuple(dict.fromkeys(methods))
+    unknown = [m for m in chosen if m not in METHODS]
+    if unknown or not chosen:
+        raise ConfigError(
+            f"unknown attribution method(s) {unknown or '(none given)'}; choose from "
+            f"{', '.join(METHODS)}"
+        )
+    return chosen
+
+
+@dataclass
+class Attributions:
+    """Gradient attributions of one translation (see the module docstring).
+
+    Attributes:
+        src_tokens: source pieces, length S (eos included): the columns.
+        tgt_tokens: decoder input pieces, length T (bos first).
+        predicted_tokens: the piece each decoder position predicts, length T: the rows.
+        scores: method -> (T, S) attributions, rows non-negative and summing to 1.
+        log_probs: (T,) the attributed function: log-probability of each predicted piece.
+        ig_delta: (T,) completeness gap of integrated gradients (sum of its signed
+            attributions minus f_t(e) - f_t(0)), when "ig" was computed.
+    """
+
+    src_tokens: list[str]
+    tgt_tokens: list[str]
+    predicted_tokens: list[str]
+    scores: dict[str, Tensor]
+    log_probs: Tensor
+    ig_delta: Tensor | None = None
+
+    def __post_init__(self) -> None:
+        shape = (len(self.predicted_tokens), len(self.src_tokens))
+        for method, matrix in self.scores.items():
+            if tuple(matrix.shape) != shape:
+                raise ValueError(
+                    f"Attributions: {method} has shape {tuple(matrix.shape)}, expected "
+                    f"(T={shape[0]}, S={shape[1]}) for the tokens"
+                )
+
+    def axes(self) -> tuple[list[str], list[str]]:
+        """(row labels, column labels): the predicted pieces and the source pieces, as
+        `AttentionMaps.axes("cross")`."""
+        return self.predicted_tokens, self.src_tokens
+
+
+# ------------------------------------------------------------------------ the gradients
+
+
+def _gauss_legendre(n: int) -> tuple[Tensor, Tensor]:
+    """Nodes in (0, 1) and weights (summing to 1) of n-point Gauss-Legendre quadrature
+    (Golub-Welsch: the eigenvalues of the Jacobi matrix of the Legendre polynomials)."""
+    k = torch.arange(1, n, dtype=torch.float64)
+    off = k / torch.sqrt(4 * k**2 - 1)
+    jacobi = torch.diag(off, 1) + torch.diag(off, -1)
+    nodes, vectors = torch.linalg.eigh(jacobi)  # nodes on (-1, 1), ascending
+    weights = 2 * vectors[0] ** 2  # sum 2 on (-1, 1)
+    return (nodes + 1) / 2, weights / 2
+
+
+def _log_prob_function(
+    model: Transformer, src: Tensor, tgt_in: Tensor, targets: Tensor
+) -> Callable[[Tensor], Tensor]:
+    """f(e): (N, S, D) source embeddings -> (N, T) log p(targets[t] | source, tgt_in[:t+1]).
+
+    The embeddings replace the output of the source embedding lookup (a forward hook that
+    recognises the source ids tensor, so a matrix shared with the target side is unaffected);
+    the model's scaling, positions and every layer then run as usual.
+    """
+
+    def f(embeddings: Tensor) -> Tensor:
+        n = embeddings.size(0)
+        ids = src.expand(n, -1)  # (N, S): the padding mask and the hook's key
+
+        def swap(module: torch.nn.Module, args: tuple, output: Tensor) -> Tensor | None:
+            return embeddings if args[0] is ids else None
+
+        handle = model.src_embed.register_forward_hook(swap)
+        try:
+            enc = model.encode(ids)
+        finally:
+            handle.remove()
+        states = model.decoder_states(tgt_in.expand(n, -1), enc.memory, enc.src_mask).states
+        logits = model.output(states)  # (N, T, V)
+        logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
+        picked = targets.expand(n, -1).unsqueeze(-1)  # (N, T, 1)
+        return torch.log_softmax(logits, dim=-1).gather(-1, picked).squeeze(-1)  # (N, T)
+
+    return f
+
+
+def _row_gradients(f: Callable[[Tensor], Tensor], x: Tensor) -> tuple[Tensor, Tensor]:
+    """(values f(x) (N, T), gradients (T, N, S, D)): the gradient of every output column t
+    with respect to every row of x. One forward pass, then one backward pass per column t
+    (the rows of x are independent, so the gradient of a column's sum is each row's own);
+    on CPU that beats one batched (vmapped) backward pass."""
+    x = x.detach().requires_grad_(True)
+    with torch.enable_grad():  # also inside a caller's no_grad
+        values = f(x)  # (N, T)
+        n_rows = values.size(1)
+        grads = [
+            torch.autograd.grad(values[:, t].sum(), x, retain_graph=t < n_rows - 1)[0]
+            for t in range(n_rows)
+        ]  # T x (N, S, D)
+    return values.detach(), torch.stack(grads)
+
+
+@torch.inference_mode(False)  # gradients, also when the caller runs in inference mode
+def gradient_attributions(
+    model: Transformer,
+    src: Tensor,
+    tgt_in: Tensor,
+    targets: Tensor,
+    methods: Sequence[str] = METHODS,
+    *,
+    ig_steps: int = DEFAULT_IG_STEPS,
+) -> tuple[dict[str, Tensor], Tensor, Tensor | None]:
+    """Attributions of every method over every embedding dimension, before aggregation.
+
+    Args:
+        model: the Transformer, in eval mode (dropout would make the gradients random).
+        src: (S,) source ids, eos last.
+        tgt_in: (T,) decoder inputs, bos first.
+        targets: (T,) the piece each position predicts (the attributed log-probabilities).
+        methods: a subset of `METHODS`.
+        ig_steps: quadrature nodes of integrated gradients.
+
+    Returns:
+        method -> (T, S, D) signed attributions; the (T,) log-probabilities f(e); and, for
+        "ig", the (T,) completeness gap (sum of its attributions - (f(e) - f(0))), else None.
+
+    Raises:
+        ConfigError: an unknown method, or `ig_steps` < 1.
+    """
+    methods = check_methods(methods)
+    if ig_steps < 1:
+        raise ConfigError(f"ig_steps must be at least 1, got {ig_steps}")
+    src, tgt_in, targets = src[None], tgt_in[None], targets[None]  # (1, S), (1, T), (1, T)
+    f = _log_prob_function(model, src, tgt_in, targets)
+    with torch.no_grad():
+        e = model.src_embed(src)  # (1, S, D)
+    out: dict[str, Tensor] = {}
+    values, grads = _row_gradients(f, e)  # (1, T), (T, 1, S, D)
+    log_probs = values[0]
+    if "saliency" in methods:
+        out["saliency"] = grads[:, 0]
+    if "ixg" in methods:
+        out["ixg"] = grads[:, 0] * e[0]
+    delta = None
+    if "ig" in methods:
+        nodes, weights = _gauss_legendre(ig_steps)
+        alphas = nodes.to(e.dtype).to(e.device).view(-1, 1, 1)  # (K, 1, 1)
+        path_values, path_grads = _row_gradients(f, alphas * e)  # (K, T), (T, K, S, D)
+        w = weights.to(e.dtype).to(e.device).view(1, -1, 1, 1)
+        out["ig"] = (path_grads * w).sum(1) * e[0]  # (T, S, D)
+        with torch.no_grad():
+            baseline = f(torch.zeros_like(e))[0]  # (T,)
+        delta = out["ig"].sum((-2, -1)) - (log_probs - baseline)
+    return {m: out[m] for m in methods}, log_probs, delta
+
+
+def aggregate(attributions: Tensor) -> Tensor:
+    """(T, S, D) attributions -> (T, S) scores: the L2 norm over D, each row divided by its
+    sum (a row of zeros stays zeros)."""
+    norms = attributions.float().norm(dim=-1)  # (T, S)
+    total = norms.sum(-1, keepdim=True)
+    return torch.where(total > 0, norms / total.clamp_min(1e-30), torch.zeros_like(norms))
+
+
+@torch.inference_mode(False)
+def attribute(
+    model: Transformer,
+    src_ids: Sequence[int],
+    tgt_ids: Sequence[int],
+    methods: Sequence[str] = METHODS,
+    *,
+    ig_steps: int = DEFAULT_IG_STEPS,
+) -> tuple[dict[str, Tensor], Tensor, Tensor | None]:
+    """Row-normalised (T, S) attributions of a pair given as ids.
+
+    Args:
+        model: the Transformer (put in eval mode for the call, then back as it was).
+        src_ids: source ids without eos (eos is appended: S = len + 1).
+        tgt_ids: target ids without bos or eos: the decoder reads bos + tgt_ids and predicts
+            tgt_ids + eos (T = len + 1).
+        methods: a subset of `METHODS`.
+        ig_steps: quadrature nodes of integrated gradients.
+
+    Returns:
+        method -> (T, S) scores (rows sum to 1), on the CPU in float32; the (T,)
+        log-probabilities; the (T,) integrated-gradients completeness gap or None.
+    """
+    device = next(model.parameters()).device
+    decoder_input, labels = frame_target(tgt_ids)
+    src = torch.tensor(frame_source(src_ids), device=device)  # (S,)
+    tgt_in = torch.tensor(decoder_input, device=device)  # (T,)
+    targets = torch.tensor(labels, device=device)  # (T,)
+    was_training = model.training
+    model.eval()
+    try:
+        raw, log_probs, delta = gradient_attributions(
+            model, src, tgt_in, targets, methods, ig_steps=ig_steps
+        )
+    finally:
+        model.train(was_training)
+    scores = {m: aggregate(a).cpu() for m, a in raw.items()}
+    return scores, log_probs.float().cpu(), None if delta is None else delta.float().cpu()
+
+
+def teacher_forced_attributions(
+    model: Transformer,
+    tokenizer: Tokenizer,
+    source: str,
+    target: str | Sequence[int],
+    methods: Sequence[str] = METHODS,
+    *,
+    ig_steps: int = DEFAULT_IG_STEPS,
+) -> Attributions:
+    """The attributions of `model` reading `source` with `target` as decoder input: the
+    counterpart of `minitx.maps.teacher_forced_maps`, on the same pieces and axes.
+
+    Args:
+        model: the Transformer (its device is used).
+        tokenizer: the tokenizer it was trained with.
+        source: the source sentence.
+        target: target text, or target ids without bos/eos (e.g. generated ids).
+        methods: a subset of `METHODS`.
+        ig_steps: quadrature nodes of integrated gradients.
+
+    A side longer than the model's positions is cut to fit, as for the maps.
+
+    Raises:
+        ValueError: when the source is empty.
+        ConfigError: an unknown method.
+    """
+    methods = check_methods(methods)
+    source_ids = tokenizer.encode([source.strip()])[0]
+    if not source_ids:
+        raise ValueError("attributions need a non-empty source sentence")
+    target_ids = tokenizer.encode([target.strip()])[0] if isinstance(target, str) else list(target)
+    limit = model.config.max_positions - 1
+    src_ids, tgt_ids = source_ids[:limit], target_ids[:limit]
+    scores, log_probs, delta = attribute(model, src_ids, tgt_ids, methods, ig_steps=ig_steps)
+    decoder_input, labels = frame_target(tgt_ids)
+    return Attributions(
+        src_tokens=tokenizer.id_to_piece(frame_source(src_ids)),
+        tgt_tokens=tokenizer.id_to_piece(decoder_input),
+        predicted_tokens=tokenizer.id_to_piece(labels),
+        scores=scores,
+        log_probs=log_probs,
+        ig_delta=delta,
+    )
+
+
+# ------------------------------------------------------------------------ agreement
+
+
+def average_ranks(x: Tensor) -> Tensor:
+    """Ranks (1-based) of the entries of each row of (..., K), ties sharing their mean rank."""
+    below = (x.unsqueeze(-2) < x.unsqueeze(-1)).sum(-1)  # (..., K): entries smaller than x_i
+    equal = (x.unsqueeze(-2) == x.unsqueeze(-1)).sum(-1)  # x_i itself included
+    return below.double() + (equal.double() + 1) / 2
+
+
+def rank_correlation(a: Tensor, b: Tensor) -> Tensor:
+    """Spearman's rank correlation between matching rows of a and b (..., K).
+
+    Returns:
+        (...,) float64: the Pearson correlation of the rows' average ranks; NaN for a row
+        with fewer than two entries or with all entries equal in a or in b.
+    """
+    if a.shape != b.shape:
+        raise ValueError(f"rank_correlation: shapes {tuple(a.shape)} and {tuple(b.shape)} differ")
+    ra, rb = average_ranks(a), average_ranks(b)
+    ra, rb = ra - ra.mean(-1, keepdim=True), rb - rb.mean(-1, keepdim=True)
+    denominator = (ra.pow(2).sum(-1) * rb.pow(2).sum(-1)).sqrt()
+    return torch.where(
+        denominator > 0, (ra * rb).sum(-1) / denominator.clamp_min(1e-300), torch.nan
+    )
+
+
+def top1_agreement(a: Tensor, b: Tensor) -> Tensor:
+    """Whether matching rows of a and b (..., K) have their largest entry at the same key
+    (the first of equal largest entries): (...,) bool."""
+    if a.shape != b.shape:
+        raise ValueError(f"top1_agreement: shapes {tuple(a.shape)} and {tuple(b.shape)} differ")
+    return a.argmax(-1) == b.argmax(-1)
+
+
+def comparable(matrix: Tensor) -> Tensor:
+    """A (T, S) cross-attention or attribution matrix without the column of the source eos
+    and the row that predicts the target eos (the last of each), as alignments leave them
+    out: what `agreement` compares."""
+    return matrix[..., :-1, :-1]
+
+
+def agreement(a: Tensor, b: Tensor) -> dict[str, float]:
+    """How two (T, S) matrices of one sentence agree, over `comparable` rows and columns.
+
+    Returns:
+        "spearman": mean rank correlation over the rows where it is defined (NaN when none
+        is); "top1": the fraction of rows whose largest entry is at the same source piece;
+        "rows": the rows compared.
+    """
+    a, b = comparable(a), comparable(b)
+    rows = a.size(-2) if a.size(-1) > 0 else 0
+    if rows == 0:
+        return {"spearman": float("nan"), "top1": float("nan"), "rows": 0}
+    rho = rank_correlation(a, b)
+    defined = rho[~torch.isnan(rho)]
+    return {
+        "spearman": float(defined.mean()) if defined.numel() else float("nan"),
+        "top1": float(top1_agreement(a, b).double().mean()),
+        "rows": rows,
+    }
+
+
+__all__ = [
+    "DEFAULT_IG_STEPS",
+    "METHODS",
+    "METHOD_LABELS",
+    "Attributions",
+    "aggregate",
+    "agreement",
+    "attribute",
+    "average_ranks",
+    "check_methods",
+    "comparable",
+    "gradient_attributions",
+    "rank_correlation",
+    "teacher_forced_attributions",
+    "top1_agreement",
+]

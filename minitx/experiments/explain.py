@@ -1,0 +1,551 @@
+"""The "explain" experiment: does the weight a head puts on a source piece say which piece the
+translation depends on?
+
+Jain & Wallace (2019) found attention weights often at odds with gradient attributions and
+with what removing an input does; Wiegreffe & Pinter (2019) answered that this depends on the
+model and the test. This experiment asks it of one trained minitx model, on its own
+translations of the test split (greedy, the first `sentences`):
+
+1. **Agreement.** Teacher-forced on each translation, the cross-attention of every decoder
+   layer and head (and their means) is compared with the gradient attributions of
+   `minitx.attribution` (saliency, input x gradient, integrated gradients), row by row: the
+   mean Spearman rank correlation of a sentence's rows (`minitx.attribution.agreement`,
+   averaged over sentences) and top-1 agreement (the share of target pieces, over every row
+   of every sentence, whose most attended source piece is the most attributed one). The
+   source eos and the row predicting eos are left out, as alignments leave them out; so the
+   mean of every layer and head is also minitx's alignment (`AlignmentConfig()`, pieces). For
+   scale: how much the attribution methods agree with each other, and top-1 by chance.
+2. **Removal.** For each sentence, the source piece with the most attention (summed over the
+   rows; from the mean of every layer and head, and from each layer's mean of heads), the one
+   with the most attribution (each method), and a random one are removed in turn; the model
+   translates the shortened source again. Measured: the drop in log-probability of the
+   original translation (per target piece, teacher-forced), how many translations change,
+   and BLEU against the references.
+
+Writes ``<out>/explain/results.json``, ``results.md``, ``agreement.png``, ``removal.png`` and
+``example.png`` (one sentence's attributions beside its cross-attention). It trains nothing:
+it reads ``--checkpoint`` (default: the default settings trained within the budget, as
+"hard" does).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+from collections.abc import Callable, Sequence
+from itertools import combinations
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from minitx.attribution import (
+    DEFAULT_IG_STEPS,
+    METHOD_LABELS,
+    METHODS,
+    agreement,
+    attribute,
+    comparable,
+)
+from minitx.decoding import DecodingConfig, generate
+from minitx.experiments.definitions import EXPERIMENTS
+from minitx.experiments.runner import Settings, _data_of, _split, default_checkpoint
+from minitx.model import Transformer
+from minitx.vocab import EOS_ID, PAD_ID, frame_source, frame_target, pad
+
+if TYPE_CHECKING:
+    from minitx.tokenizer import Tokenizer
+
+NAME = "explain"
+GREEDY = DecodingConfig(strategy="greedy")
+MEAN = "mean"
+"""The key of a layer's mean of heads (and, with layer "all", of every layer and head)."""
+
+
+# ------------------------------------------------------------------------------- the model
+
+
+def greedy_ids(
+    model: Transformer, sources: Sequence[Sequence[int]], batch_size: int = 64
+) -> list[list[int]]:
+    """The greedy translation of each source (ids without eos) as ids without eos; [] for an
+    empty source."""
+    device = next(model.parameters()).device
+    out: list[list[int]] = [[] for _ in sources]
+    order = sorted((i for i, s in enumerate(sources) if s), key=lambda i: len(sources[i]))
+    with torch.inference_mode():
+        for start in range(0, len(order), batch_size):
+            batch = order[start : start + batch_size]
+            src = pad([frame_source(sources[i]) for i in batch], device=device)  # (B, S)
+            for i, hyps in zip(batch, generate(model, src, GREEDY), strict=True):
+                out[i] = [t for t in hyps[0].tokens if t not in (EOS_ID, PAD_ID)]
+    return out
+
+
+def log_probabilities(
+    model: Transformer, pairs: Sequence[tuple[Sequence[int], Sequence[int]]], batch_size: int = 64
+) -> list[float]:
+    """Teacher-forced log-probability (nats) of each target (ids without bos/eos, eos
+    predicted at the end) given its source (ids without eos)."""
+    device = next(model.parameters()).device
+    totals = [0.0] * len(pairs)
+    with torch.inference_mode():
+        for start in range(0, len(pairs), batch_size):
+            rows = list(range(start, min(start + batch_size, len(pairs))))
+            src = pad([frame_source(pairs[i][0]) for i in rows], device=device)  # (B, S)
+            framed = [frame_target(pairs[i][1]) for i in rows]
+            tgt_in = pad([f[0] for f in framed], device=device)  # (B, T)
+            labels = pad([f[1] for f in framed], device=device)  # (B, T), pad after eos
+            logits = model(src, tgt_in).float()  # (B, T, V)
+            picked = torch.log_softmax(logits, -1).gather(-1, labels.unsqueeze(-1)).squeeze(-1)
+            sums = picked.masked_fill(labels == PAD_ID, 0.0).sum(-1)  # (B,)
+            for i, value in zip(rows, sums.tolist(), strict=True):
+                totals[i] = value
+    return totals
+
+
+def cross_attention(model: Transformer, src_ids: list[int], tgt_ids: list[int]) -> torch.Tensor:
+    """(L, H, T, S) cross-attention of one pair read teacher-forced."""
+    device = next(model.parameters()).device
+    decoder_input, _ = frame_target(tgt_ids)
+    with torch.inference_mode():
+        out = model(
+            torch.tensor([frame_source(src_ids)], device=device),
+            torch.tensor([decoder_input], device=device),
+            need_weights=True,
+        )
+    return torch.stack([m[0] for m in out.cross_attentions]).float().cpu()
+
+
+# ------------------------------------------------------------------------------- measuring
+
+
+class _Mean:
+    """A running mean that skips NaN."""
+
+    def __init__(self) -> None:
+        self.total, self.count = 0.0, 0
+
+    def add(self, value: float, weight: int = 1) -> None:
+        if not math.isnan(value):
+            self.total, self.count = self.total + value * weight, self.count + weight
+
+    @property
+    def value(self) -> float | None:
+        return self.total / self.count if self.count else None
+
+
+def attention_views(cross: torch.Tensor) -> dict[tuple[str, str], torch.Tensor]:
+    """(layer, head) -> (T, S) for every head, each layer's mean of heads ("mean") and the
+    mean of every layer and head (("all", "mean"), the alignment's weights)."""
+    views = {}
+    for layer in range(cross.size(0)):
+        for head in range(cross.size(1)):
+            views[(str(layer), str(head))] = cross[layer, head]
+        views[(str(layer), MEAN)] = cross[layer].mean(0)
+    views[("all", MEAN)] = cross.mean((0, 1))
+    return views
+
+
+def most_important(weights: torch.Tensor) -> int:
+    """The source piece (index, eos excluded) with the largest total over the `comparable`
+    rows of a (T, S) attention or attribution matrix."""
+    return int(comparable(weights).sum(0).argmax())
+
+
+def explain(
+    model: Transformer,
+    tokenizer: Tokenizer,
+    sources: Sequence[str],
+    references: Sequence[str],
+    *,
+    methods: Sequence[str] = METHODS,
+    ig_steps: int = DEFAULT_IG_STEPS,
+    seed: int = 0,
+    log: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    """Measure agreement and removal (see the module docstring) on sentence pairs.
+
+    Args:
+        model: the trained Transformer (eval mode).
+        tokenizer: its tokenizer.
+        sources: the source sentences of the test pairs.
+        references: their reference translations.
+        methods: attribution methods, a subset of `METHODS`.
+        ig_steps: quadrature nodes of integrated gradients.
+        seed: the seed of the random removal.
+        log: called with a progress line now and then.
+
+    Returns:
+        A JSON-ready dict: "sentences" (measured), "skipped" (an empty translation or a
+        one-piece source: nothing to compare), "agreement" (one entry per method and
+        attention: "layer" (a number or "all"), "head" (a number or "mean"), "spearman",
+        "top1"), "between_methods", "chance_top1", "ig_delta" (mean and largest absolute
+        completeness gap, nats), "removal" (one entry per choice of the removed piece:
+        "removed", "delta_log_prob" (per target piece), "changed", "bleu", "same_as_attention"
+        (how often it is the piece the mean attention picks)), "bleu" (the translations as
+        they were) and "example" (one sentence's maps and attributions, for the figure).
+    """
+    from sacrebleu.metrics import BLEU
+
+    model.eval()
+    limit = model.config.max_positions - 1
+    source_ids = [ids[:limit] for ids in tokenizer.encode([s.strip() for s in sources])]
+    start = time.perf_counter()
+    translations = greedy_ids(model, source_ids)
+    spearman: dict[tuple[str, str, str], _Mean] = {}
+    top1: dict[tuple[str, str, str], _Mean] = {}
+    between = {pair: (_Mean(), _Mean()) for pair in combinations(methods, 2)}
+    chance, gaps, largest_gap = _Mean(), _Mean(), 0.0
+    choices: dict[str, list[int | None]] = {}  # removal choice -> piece per sentence
+    measured, example = [], None
+    rng = random.Random(seed)
+    for i, (src_ids, tgt_ids) in enumerate(zip(source_ids, translations, strict=True)):
+        if len(src_ids) < 2 or not tgt_ids:
+            continue
+        measured.append(i)
+        cross = cross_attention(model, src_ids, tgt_ids)  # (L, H, T, S)
+        scores, _, delta = attribute(model, src_ids, tgt_ids, methods, ig_steps=ig_steps)
+        views = attention_views(cross)
+        rows = len(tgt_ids)  # comparable rows: the row predicting eos left out
+        for method, matrix in scores.items():
+            for (layer, head), weights in views.items():
+                key = (method, layer, head)
+                found = agreement(weights, matrix)
+                spearman.setdefault(key, _Mean()).add(found["spearman"])
+                top1.setdefault(key, _Mean()).add(found["top1"], rows)
+        for (a, b), (rho, same) in between.items():
+            found = agreement(scores[a], scores[b])
+            rho.add(found["spearman"])
+            same.add(found["top1"], rows)
+        chance.add(1 / len(src_ids), rows)
+        if delta is not None:
+            gaps.add(float(delta.abs().mean()))
+            largest_gap = max(largest_gap, float(delta.abs().max()))
+        picks = {"attention: mean of layers and heads": most_important(views[("all", MEAN)])}
+        for layer in range(cross.size(0)):
+            picks[f"attention: layer {layer}, mean of heads"] = most_important(
+                views[(str(layer), MEAN)]
+            )
+        for method, matrix in scores.items():
+            picks[f"attribution: {METHOD_LABELS[method]}"] = most_important(matrix)
+        picks["a random piece"] = rng.randrange(len(src_ids))
+        for name, piece in picks.items():
+            choices.setdefault(name, []).append(piece)
+        if example is None and 6 <= len(src_ids) <= 14 and 6 <= len(tgt_ids) <= 14:
+            example = {
+                "index": i,
+                "src_tokens": tokenizer.id_to_piece(frame_source(src_ids)),
+                "tgt_tokens": tokenizer.id_to_piece(frame_target(tgt_ids)[0]),
+                "predicted_tokens": tokenizer.id_to_piece(frame_target(tgt_ids)[1]),
+                "cross": cross.tolist(),
+                "scores": {m: s.tolist() for m, s in scores.items()},
+            }
+        if len(measured) % 25 == 0:
+            log(
+                f"[{NAME}] {len(measured)} sentences measured ({time.perf_counter() - start:.0f} s)"
+            )
+    log(f"[{NAME}] removing the chosen pieces and translating again")
+    refs = [references[i] for i in measured]
+    originals = [translations[i] for i in measured]
+    bleu = BLEU()
+    before = log_probabilities(model, [(source_ids[i], translations[i]) for i in measured])
+    baseline_bleu = bleu.corpus_score(tokenizer.decode(originals), [refs]).score
+    attention_pick = choices.get("attention: mean of layers and heads", [])
+    removal = []
+    for name, pieces in choices.items():
+        shortened = [
+            [t for j, t in enumerate(source_ids[i]) if j != piece]
+            for i, piece in zip(measured, pieces, strict=True)
+        ]
+        new = greedy_ids(model, shortened)
+        after = log_probabilities(model, list(zip(shortened, originals, strict=True)))
+        per_piece = [
+            (a - b) / (len(t) + 1) for a, b, t in zip(after, before, originals, strict=True)
+        ]
+        removal.append(
+            {
+                "removed": name,
+                "delta_log_prob": sum(per_piece) / len(per_piece),
+                "changed": sum(n != o for n, o in zip(new, originals, strict=True)) / len(new),
+                "bleu": bleu.corpus_score(tokenizer.decode(new), [refs]).score,
+                "same_as_attention": sum(
+                    p == q for p, q in zip(pieces, attention_pick, strict=True)
+                )
+                / len(pieces),
+            }
+        )
+    return {
+        "sentences": len(measured),
+        "skipped": len(source_ids) - len(measured),
+        "methods": list(methods),
+        "ig_steps": ig_steps,
+        "seconds": time.perf_counter() - start,
+        "agreement": [
+            {
+                "method": method,
+                "layer": layer,
+                "head": head,
+                "spearman": spearman[(method, layer, head)].value,
+                "top1": top1[(method, layer, head)].value,
+            }
+            for (method, layer, head) in spearman
+        ],
+        "between_methods": [
+            {"a": a, "b": b, "spearman": rho.value, "top1": same.value}
+            for (a, b), (rho, same) in between.items()
+        ],
+        "chance_top1": chance.value,
+        "ig_delta": {"mean_abs": gaps.value, "max_abs": largest_gap} if gaps.count else None,
+        "bleu": baseline_bleu,
+        "removal": removal,
+        "example": example,
+    }
+
+
+# ------------------------------------------------------------------------------- the report
+
+
+def _fmt(value: float | None, digits: int = 2, percent: bool = False) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    return f"{100 * value:.0f}%" if percent else f"{value:.{digits}f}"
+
+
+def _cell(summary: dict[str, Any], method: str, layer: str, head: str) -> dict[str, Any]:
+    for entry in summary["agreement"]:
+        if (entry["method"], entry["layer"], entry["head"]) == (method, layer, head):
+            return entry
+    raise KeyError((method, layer, head))
+
+
+def _layers_heads(summary: dict[str, Any]) -> tuple[list[str], list[str]]:
+    layers = sorted({e["layer"] for e in summary["agreement"] if e["layer"] != "all"}, key=int)
+    heads = sorted({e["head"] for e in summary["agreement"] if e["head"] != MEAN}, key=int)
+    return layers, heads
+
+
+def markdown(summary: dict[str, Any]) -> str:
+    """The results as markdown: the claim, the settings, the tables, the command."""
+    layers, heads = _layers_heads(summary)
+    lines = [
+        f"## {NAME}",
+        "",
+        f"Claim: {summary['claim']}",
+        "",
+        f"`{summary['checkpoint']}`: {summary['sentences']} test sentences translated greedily "
+        f"(of {summary['sentences'] + summary['skipped']} read; a one-piece source or an empty "
+        f"translation is skipped), BLEU {summary['bleu']:.2f}. Integrated gradients: "
+        f"{summary['ig_steps']} Gauss-Legendre nodes"
+        + (
+            f", completeness gap {summary['ig_delta']['mean_abs']:.3f} nats on average "
+            f"(largest {summary['ig_delta']['max_abs']:.3f})."
+            if summary.get("ig_delta") and summary["ig_delta"]["mean_abs"] is not None
+            else "."
+        ),
+        "",
+        "### Attention against attributions",
+        "",
+        "Mean rank correlation (Spearman, per sentence) / top-1 agreement (share of target "
+        "pieces), source eos and the row predicting eos left out. Top-1 by chance: "
+        f"{_fmt(summary['chance_top1'], percent=True)}.",
+        "",
+    ]
+    header = ["attribution", "cross-attention", *(f"head {h}" for h in heads), "mean of heads"]
+    lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for method in summary["methods"]:
+        for layer in layers:
+            cells = [_cell(summary, method, layer, h) for h in [*heads, MEAN]]
+            row = [f"{_fmt(c['spearman'])} / {_fmt(c['top1'], percent=True)}" for c in cells]
+            lines.append(f"| {METHOD_LABELS[method]} | layer {layer} | " + " | ".join(row) + " |")
+        every = _cell(summary, method, "all", MEAN)
+        blanks = " | ".join("" for _ in heads)
+        lines.append(
+            f"| {METHOD_LABELS[method]} | every layer (the alignment) | {blanks} | "
+            f"{_fmt(every['spearman'])} / {_fmt(every['top1'], percent=True)} |"
+        )
+    if summary["between_methods"]:
+        lines += ["", "The attribution methods against each other:", ""]
+        lines += ["| methods | rank correlation | top-1 agreement |", "|---|---|---|"]
+        for entry in summary["between_methods"]:
+            lines.append(
+                f"| {METHOD_LABELS[entry['a']]} vs {METHOD_LABELS[entry['b']]} | "
+                f"{_fmt(entry['spearman'])} | {_fmt(entry['top1'], percent=True)} |"
+            )
+    lines += [
+        "",
+        "### Removing the most important source piece",
+        "",
+        "| removed piece | change in log-probability of the translation (nats per piece) | "
+        "translations changed | BLEU | same piece as the mean attention |",
+        "|---|---|---|---|---|",
+        f"| none | 0 | 0% | {summary['bleu']:.2f} | |",
+    ]
+    for entry in summary["removal"]:
+        lines.append(
+            f"| {entry['removed']} | {entry['delta_log_prob']:+.3f} | "
+            f"{_fmt(entry['changed'], percent=True)} | {entry['bleu']:.2f} | "
+            f"{_fmt(entry['same_as_attention'], percent=True)} |"
+        )
+    lines += ["", f"Command: `{summary['command']}`"]
+    return "\n".join(lines) + "\n"
+
+
+def figures(directory: Path, summary: dict[str, Any]) -> list[Path]:
+    """agreement.png, removal.png and example.png (see the module docstring)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written: list[Path] = []
+    layers, heads = _layers_heads(summary)
+    methods = summary["methods"]
+    columns = [*heads, MEAN]
+    height = 2 * (1.3 + 0.4 * len(layers)) + 0.6
+    fig, axes = plt.subplots(
+        2, len(methods), figsize=(3.6 * len(methods) + 0.8, height), squeeze=False,
+        layout="constrained",
+    )  # fmt: skip
+    for col, method in enumerate(methods):
+        for row, (key, title, vmin) in enumerate(
+            [("spearman", "rank correlation", -1.0), ("top1", "top-1 agreement", 0.0)]
+        ):
+            ax = axes[row][col]
+            grid = [[_cell(summary, method, layer, h)[key] for h in columns] for layer in layers]
+            values = [[math.nan if v is None else v for v in r] for r in grid]
+            image = ax.imshow(values, vmin=vmin, vmax=1.0, cmap="viridis", aspect="auto")
+            for y, r in enumerate(values):
+                for x, v in enumerate(r):
+                    if not math.isnan(v):
+                        dark = (v - vmin) / (1 - vmin) < 0.6  # the dark part of viridis
+                        ax.text(x, y, f"{v:.2f}", ha="center", va="center", fontsize=7,
+                                color="white" if dark else "black")  # fmt: skip
+            every = _cell(summary, method, "all", MEAN)[key]
+            ax.set_title(
+                f"{METHOD_LABELS[method]}\n{title} (every layer: {_fmt(every)})", fontsize=8
+            )
+            ax.set_xticks(range(len(columns)), [*heads, "mean"], fontsize=7)
+            ax.set_yticks(range(len(layers)), [f"layer {layer}" for layer in layers], fontsize=7)
+            ax.set_xlabel("cross-attention head", fontsize=7)
+            fig.colorbar(image, ax=ax, shrink=0.9).ax.tick_params(labelsize=7)
+    fig.suptitle(
+        "cross-attention against gradient attributions, per decoder layer and head", fontsize=10
+    )
+    path = directory / "agreement.png"
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    written.append(path)
+
+    removal = summary["removal"]
+    names = [entry["removed"].replace(": ", ":\n") for entry in removal]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    colours = ["tab:blue" if e["removed"].startswith("attention") else
+               "tab:orange" if e["removed"].startswith("attribution") else "tab:gray"
+               for e in removal]  # fmt: skip
+    axes[0].barh(names, [e["delta_log_prob"] for e in removal], color=colours)
+    axes[0].set_xlabel("change in log-probability of the translation (nats per piece)")
+    axes[1].barh(names, [100 * e["changed"] for e in removal], color=colours)
+    axes[1].set_xlabel("translations that change (%)")
+    axes[1].set_yticks(range(len(names)), [""] * len(names))
+    for ax in axes:
+        ax.invert_yaxis()
+        ax.tick_params(labelsize=7)
+    fig.suptitle("removing the source piece with the most attention or attribution", fontsize=10)
+    fig.tight_layout()
+    path = directory / "removal.png"
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    written.append(path)
+
+    example = summary.get("example")
+    if example:
+        from minitx.maps import AttentionMaps
+        from minitx.viz import figures_for_attributions
+
+        cross = torch.tensor(example["cross"])  # (L, H, T, S)
+        maps = AttentionMaps(
+            src_tokens=example["src_tokens"],
+            tgt_tokens=example["tgt_tokens"],
+            predicted_tokens=example["predicted_tokens"],
+            encoder_attentions=(),
+            decoder_attentions=(),
+            cross_attentions=tuple(cross),
+        )
+        method = "ig" if "ig" in example["scores"] else next(iter(example["scores"]))
+        scores = {method: torch.tensor(example["scores"][method])}
+        fig = figures_for_attributions(maps, scores)[f"attribution/{method}"]
+        path = directory / "example.png"
+        fig.savefig(path, dpi=100)
+        fig.clear()
+        written.append(path)
+    return written
+
+
+def write_report(directory: Path, summary: dict[str, Any]) -> list[Path]:
+    """results.json, results.md and the figures into `directory`; the paths written."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for stale in directory.glob("*.png"):
+        stale.unlink()
+    written = [directory / "results.json", directory / "results.md"]
+    written[0].write_text(json.dumps(summary, indent=1))
+    written[1].write_text(markdown(summary))
+    return written + figures(directory, summary)
+
+
+def run_explain(
+    settings: Settings,
+    only: Sequence[str] | None = None,
+    *,
+    sentences: int | None = None,
+    ig_steps: int = DEFAULT_IG_STEPS,
+) -> dict[str, Any]:
+    """`minitx-experiment explain`: measure a checkpoint (``settings.checkpoint``, else the
+    default settings trained within the budget) on its test split and write the report.
+
+    Args:
+        settings: the experiment settings (checkpoint, out, seed; a budget only when no
+            checkpoint is given).
+        only: the attribution methods to compute (default: every one).
+        sentences: read only the first this many test sentences (None: all).
+        ig_steps: quadrature nodes of integrated gradients.
+    """
+    from minitx.translator import Translator
+
+    experiment = EXPERIMENTS[NAME]
+    methods = [v.name for v in experiment.variants if not only or v.name in only]
+    checkpoint = settings.checkpoint or default_checkpoint(settings)
+    translator = Translator.from_checkpoint(checkpoint)
+    source, langs = _data_of(translator)
+    test = _split(source, langs, "test", sentences)
+    print(f"[{NAME}] {len(test.sources)} test sentences of {checkpoint}", flush=True)
+    summary = explain(
+        translator.model,
+        translator.tokenizer,
+        test.sources,
+        test.references,
+        methods=methods,
+        ig_steps=ig_steps,
+        seed=settings.seed,
+        log=lambda line: print(line, flush=True),
+    )
+    command = f"minitx-experiment {NAME} --checkpoint {checkpoint}"
+    if sentences is not None:
+        command += f" --sentences {sentences}"
+    if only:
+        command += " --variants " + " ".join(methods)
+    summary = {
+        "experiment": NAME,
+        "claim": experiment.claim,
+        "checkpoint": str(checkpoint),
+        "command": command,
+        "languages": list(langs),
+        **summary,
+    }
+    write_report(settings.out / NAME, summary)
+    return summary
+
+
+__all__ = ["explain", "greedy_ids", "log_probabilities", "markdown", "run_explain"]

@@ -1,0 +1,85 @@
+"""`minitx-experiment explain`: attention against gradient attributions on a trained checkpoint
+(minitx/experiments/explain.py), on the tiny model trained on the toy corpus."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from minitx.attribution import METHODS, attribute
+from minitx.experiments import EXPERIMENTS
+from minitx.experiments.explain import greedy_ids, log_probabilities
+
+
+def test_the_experiment_is_defined_by_its_methods() -> None:
+    explain = EXPERIMENTS["explain"]
+    assert not explain.trains and explain.probes == ()
+    assert [v.name for v in explain.variants] == list(METHODS)
+    assert list(EXPERIMENTS)[-1] == "explain"  # `all` runs it last, after the training ones
+
+
+def test_greedy_ids_and_log_probabilities_agree_with_the_inference_api(
+    tiny_checkpoint: Path,
+) -> None:
+    from minitx.translator import Translator
+
+    translator = Translator.from_checkpoint(tiny_checkpoint)
+    sources = ["ein mann fährt fahrrad .", "", "zwei hunde spielen im schnee ."]
+    ids = translator.tokenizer.encode(sources)
+    translations = greedy_ids(translator.model, ids, batch_size=2)
+    assert translations[1] == []
+    assert translator.tokenizer.decode(translations) == translator.translate(sources, beam_size=1)
+    pairs = [(ids[0], translations[0]), (ids[2], translations[2])]
+    batched = log_probabilities(translator.model, pairs, batch_size=2)
+    for (src, tgt), value in zip(pairs, batched, strict=True):
+        _, alone, _ = attribute(translator.model, src, tgt, ["saliency"])  # one pair, unpadded
+        assert value == pytest.approx(float(alone.sum()), abs=1e-4)
+
+
+def test_the_command_writes_tables_and_figures(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    from minitx.cli.experiment import main
+
+    out = tmp_path / "exp"
+    args = ["explain", "--checkpoint", str(tiny_checkpoint), "--out", str(out)]
+    assert main([*args, "--sentences", "6", "--variants", "saliency", "ig"]) == 0
+    summary = json.loads((out / "explain" / "results.json").read_text())
+    assert summary["sentences"] + summary["skipped"] == 6
+    assert summary["methods"] == ["saliency", "ig"]
+    assert summary["command"].endswith("--sentences 6 --variants saliency ig")
+    from minitx.translator import Translator
+
+    config = Translator.from_checkpoint(tiny_checkpoint).model.config
+    layers, heads = config.n_decoder_layers, config.n_heads
+    per_method = layers * (heads + 1) + 1  # every head, each layer's mean, every layer's mean
+    assert len(summary["agreement"]) == 2 * per_method
+    for entry in summary["agreement"]:
+        assert -1 <= entry["spearman"] <= 1 and 0 <= entry["top1"] <= 1
+    assert [(e["a"], e["b"]) for e in summary["between_methods"]] == [("saliency", "ig")]
+    assert 0 < summary["chance_top1"] < 1
+    removed = [entry["removed"] for entry in summary["removal"]]
+    assert removed == [
+        "attention: mean of layers and heads",
+        *(f"attention: layer {layer}, mean of heads" for layer in range(layers)),
+        "attribution: saliency (gradient)",
+        "attribution: integrated gradients",
+        "a random piece",
+    ]
+    assert summary["removal"][0]["same_as_attention"] == 1.0
+    for entry in summary["removal"]:
+        assert entry["delta_log_prob"] == pytest.approx(entry["delta_log_prob"])  # not NaN
+        assert 0 <= entry["changed"] <= 1
+    table = (out / "explain" / "results.md").read_text()
+    assert "## explain" in table and "| integrated gradients | layer 0 |" in table
+    assert "### Removing the most important source piece" in table
+    for png in ("agreement.png", "removal.png"):
+        assert (out / "explain" / png).stat().st_size > 1000, png
+    assert "## explain" in (out / "README.md").read_text()
+
+
+def test_command_checks_sentences(capsys: pytest.CaptureFixture) -> None:
+    from minitx.cli.experiment import main
+
+    assert main(["explain", "--sentences", "0"]) == 2
+    assert "--sentences must be positive" in capsys.readouterr().err
