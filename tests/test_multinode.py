@@ -13,6 +13,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -83,17 +84,19 @@ def test_two_nodes_on_localhost_see_disjoint_batches_and_end_equal(tmp_path: Pat
     for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "NODE_RANK", "MINITX_RUN_VERSION"):
         env.pop(name, None)
     env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), WORLD_SIZE="2")
-    nodes = [
-        subprocess.Popen(
-            command,
-            cwd=tmp_path,
-            env={**env, "NODE_RANK": str(node)},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
+    nodes = []
+    for node in (0, 1):
+        nodes.append(
+            subprocess.Popen(
+                command,
+                cwd=tmp_path,
+                env={**env, "NODE_RANK": str(node)},
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
         )
-        for node in (0, 1)
-    ]
+        time.sleep(1.2)  # node 1 starts in another second: it must still write no directory
     outputs = []
     try:
         for node in nodes:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 from typing import Any
 
+from lightning.fabric.loggers.logger import rank_zero_experiment
 from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 
@@ -64,6 +65,7 @@ class ContinuingCSVLogger(CSVLogger):
         self.resume_step = resume_step
 
     @property
+    @rank_zero_experiment  # as CSVLogger's: other ranks write nothing, create no directory
     def experiment(self) -> ExperimentWriter:
         if self._experiment is None:
             self._fs.makedirs(self.root_dir, exist_ok=True)
