@@ -29,6 +29,22 @@ def run(schedule: BudgetSchedule, seconds_per_step: float, budget: float | None,
     return factors
 
 
+def train_in(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str]):
+    """`minitx-train --config tiny --test false ARGS` in `tmp_path`, in this process; the
+    environment (Lightning sets PL_GLOBAL_SEED & co.) is restored afterwards."""
+    from minitx.cli.train import main
+
+    monkeypatch.chdir(tmp_path)
+    env = dict(os.environ)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="LightningCLI's args parameter")
+            return main(["--config", str(TINY_CONFIG), "--test", "false", *args])
+    finally:
+        os.environ.clear()
+        os.environ.update(env)
+
+
 def test_it_is_registered_and_without_a_clock_it_is_linear() -> None:
     assert SCHEDULES["budget"] is BudgetSchedule
     budget, linear = BudgetSchedule(WARMUP, TOTAL), LinearDecaySchedule(WARMUP, TOTAL)
@@ -109,28 +125,19 @@ def test_a_run_cut_by_max_time_ends_with_its_rate_near_zero(
     """The tiny config with a plan far beyond its budget: the clock ends the run, the rate is
     near zero on the last update, train/budget is logged, and the closing line says how to
     repeat the run step for step."""
-    from minitx.cli.train import main
-
-    monkeypatch.chdir(tmp_path)
-    env = dict(os.environ)
-    try:
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message="LightningCLI's args parameter")
-            cli = main(
-                [
-                    "--config", str(TINY_CONFIG), "--test", "false",
-                    "--trainer.enable_progress_bar", "false",
-                    "--trainer.max_epochs", "-1", "--trainer.max_steps", "100000",
-                    "--trainer.max_time", "00:00:00:08",
-                    "--trainer.log_every_n_steps", "1",
-                    "--trainer.check_val_every_n_epoch", "1000",
-                    "--checkpoint.every_n_epochs", "1000",
-                    "--model.optim.schedule", "budget", "--model.optim.warmup_steps", "5",
-                ]
-            )  # fmt: skip
-    finally:
-        os.environ.clear()
-        os.environ.update(env)
+    cli = train_in(
+        tmp_path,
+        monkeypatch,
+        [
+            "--trainer.enable_progress_bar", "false",
+            "--trainer.max_epochs", "-1", "--trainer.max_steps", "100000",
+            "--trainer.max_time", "00:00:00:08",
+            "--trainer.log_every_n_steps", "1",
+            "--trainer.check_val_every_n_epoch", "1000",
+            "--checkpoint.every_n_epochs", "1000",
+            "--model.optim.schedule", "budget", "--model.optim.warmup_steps", "5",
+        ],
+    )  # fmt: skip
     steps = cli.trainer.global_step
     assert 5 < steps < 100000
     # The rate of the last update was set after the update before it; between the last
@@ -150,21 +157,12 @@ def test_fast_dev_run_works_with_a_decaying_schedule_and_a_long_warm_up(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """fast_dev_run plans one update, fewer than any warm-up: a smoke run, not refused."""
-    from minitx.cli.train import main
-
-    monkeypatch.chdir(tmp_path)
-    env = dict(os.environ)
-    try:
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message="LightningCLI's args parameter")
-            cli = main(
-                [
-                    "--config", str(TINY_CONFIG), "--test", "false",
-                    "--trainer.enable_progress_bar", "false", "--trainer.fast_dev_run", "true",
-                    "--model.optim.schedule", "budget", "--model.optim.warmup_steps", "100",
-                ]
-            )  # fmt: skip
-    finally:
-        os.environ.clear()
-        os.environ.update(env)
+    cli = train_in(
+        tmp_path,
+        monkeypatch,
+        [
+            "--trainer.enable_progress_bar", "false", "--trainer.fast_dev_run", "true",
+            "--model.optim.schedule", "budget", "--model.optim.warmup_steps", "100",
+        ],
+    )  # fmt: skip
     assert cli.trainer.global_step == 1
