@@ -57,6 +57,24 @@ def orphans(directory: Path) -> list[str]:
     return sorted(p.name for p in directory.iterdir() if ".tmp-" in p.name)
 
 
+def minitx(
+    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: int = 180
+) -> subprocess.CompletedProcess[str]:
+    """``python -m minitx ARGS`` in a child process, its output captured as text."""
+    return subprocess.run(
+        [PYTHON, "-m", "minitx", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env=env or subprocess_env(),
+        timeout=timeout,
+    )
+
+
+def ct2(*args: str) -> subprocess.CompletedProcess[str]:
+    return minitx("ct2", *args)
+
+
 # --- atomic replacement -------------------------------------------------------------------
 
 
@@ -141,29 +159,14 @@ def test_training_on_a_full_disk_stops_with_one_line_and_no_truncated_checkpoint
     """The tiny config writes ~1.5 MB checkpoints; a 3 MB runs directory fills during the first
     epoch's checkpoints. Every .ckpt left must load, and the error must name the file."""
     with small_filesystem(tmp_path / "runs", "3m") as runs:
-        done = subprocess.run(
-            [
-                PYTHON,
-                "-m",
-                "minitx",
-                "train",
-                "--config",
-                str(TINY_CONFIG),
-                "--runs_dir",
-                str(runs),
-                "--trainer.max_epochs",
-                "2",
-                "--test",
-                "false",
-                "--trainer.enable_progress_bar",
-                "false",
-            ],  # fmt: skip
+        done = minitx(
+            "train", "--config", str(TINY_CONFIG), "--runs_dir", str(runs),
+            "--trainer.max_epochs", "2", "--test", "false",
+            "--trainer.enable_progress_bar", "false",
             cwd=tmp_path,
             env={**subprocess_env(), "TMPDIR": str(tmp_path)},
-            capture_output=True,
-            text=True,
             timeout=300,
-        )
+        )  # fmt: skip
         assert done.returncode == 2, done.stderr[-3000:]
         last_line = done.stderr.strip().splitlines()[-1]
         assert last_line.startswith(f"error: cannot write {runs}/tiny/"), last_line
@@ -198,16 +201,6 @@ def nest(tmp_path: Path, tiny_checkpoint: Path) -> Path:
     return inner
 
 
-def ct2(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [PYTHON, "-m", "minitx", "ct2", *args],
-        capture_output=True,
-        text=True,
-        env=subprocess_env(),
-        timeout=180,
-    )
-
-
 @pytest.mark.parametrize(
     ("out", "why"),
     [
@@ -221,14 +214,7 @@ def test_force_never_replaces_the_current_directory_or_its_parents(
 ) -> None:
     pytest.importorskip("ctranslate2")
     before = sorted(p.relative_to(nest.parent.parent) for p in nest.parent.parent.rglob("*"))
-    done = subprocess.run(
-        [PYTHON, "-m", "minitx", "ct2", "--checkpoint", "my.ckpt", "--out", out, "--force"],
-        cwd=nest,
-        capture_output=True,
-        text=True,
-        env=subprocess_env(),
-        timeout=180,
-    )
+    done = minitx("ct2", "--checkpoint", "my.ckpt", "--out", out, "--force", cwd=nest)
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and why in done.stderr
     after = sorted(p.relative_to(nest.parent.parent) for p in nest.parent.parent.rglob("*"))
@@ -295,13 +281,7 @@ def test_export_refuses_a_directory_that_is_not_a_minitx_release(
     hf.mkdir()
     (hf / "config.json").write_text('{"model_type": "marian"}\n')
     (hf / "README.md").write_text("someone else's card\n")
-    done = subprocess.run(
-        [PYTHON, "-m", "minitx", "export", "--checkpoint", str(tiny_checkpoint), "--out", str(hf)],
-        capture_output=True,
-        text=True,
-        env=subprocess_env(),
-        timeout=180,
-    )
+    done = minitx("export", "--checkpoint", str(tiny_checkpoint), "--out", str(hf))
     assert done.returncode == 2 and "not a minitx release" in done.stderr
     assert (hf / "README.md").read_text() == "someone else's card\n"
 
@@ -312,24 +292,13 @@ def test_average_and_translate_refuse_an_output_that_is_an_input(
     ckpt = tmp_path / "a.ckpt"
     ckpt.write_bytes(tiny_checkpoint.read_bytes())
     size = ckpt.stat().st_size
-    done = subprocess.run(
-        [PYTHON, "-m", "minitx", "average", str(ckpt), "--out", str(ckpt), "--overwrite"],
-        capture_output=True,
-        text=True,
-        env=subprocess_env(),
-        timeout=180,
-    )
+    done = minitx("average", str(ckpt), "--out", str(ckpt), "--overwrite")
     assert done.returncode == 2 and "also an input" in done.stderr
     assert ckpt.stat().st_size == size
     source = tmp_path / "in.de"
     source.write_text("ein mann .\n")
-    done = subprocess.run(
-        [PYTHON, "-m", "minitx", "translate", "--checkpoint", str(ckpt)]
-        + ["--input", str(source), "--output", str(source)],
-        capture_output=True,
-        text=True,
-        env=subprocess_env(),
-        timeout=180,
+    done = minitx(
+        "translate", "--checkpoint", str(ckpt), "--input", str(source), "--output", str(source)
     )
     assert done.returncode == 2 and "also an input" in done.stderr
     assert source.read_text() == "ein mann .\n"
@@ -392,24 +361,11 @@ def test_two_runs_started_at_once_get_their_own_directories(tmp_path: Path) -> N
 
 
 def test_a_run_that_wrote_nothing_leaves_no_directory(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [
-            PYTHON,
-            "-m",
-            "minitx",
-            "train",
-            "--config",
-            str(TINY_CONFIG),
-            "--runs_dir",
-            str(tmp_path / "runs"),
-            "--data.src_lang",
-            "xx",
-        ],  # fmt: skip
+    done = minitx(
+        "train", "--config", str(TINY_CONFIG), "--runs_dir", str(tmp_path / "runs"),
+        "--data.src_lang", "xx",
         cwd=tmp_path,
-        env=subprocess_env(),
-        capture_output=True,
-        text=True,
         timeout=300,
-    )
+    )  # fmt: skip
     assert done.returncode == 2, done.stderr[-2000:]
     assert list((tmp_path / "runs" / "tiny").glob("*")) == []
