@@ -66,7 +66,7 @@ class TransformerConfig:
         n_encoder_layers: encoder depth.
         n_decoder_layers: decoder depth.
         d_ff: feed-forward inner width (the paper's base model: 4 x d_model).
-        dropout: dropout on embeddings and sub-layer outputs (the paper's P_drop, 0.1 there).
+        dropout: dropout on embeddings and sub-layer outputs (the paper's P_drop, 0.1 there too).
         attention_dropout: dropout on attention weights.
         activation_dropout: dropout on the feed-forward hidden layer (off by default, as in
             the paper).
@@ -90,7 +90,7 @@ class TransformerConfig:
     n_encoder_layers: int = 3
     n_decoder_layers: int = 3
     d_ff: int = 512
-    dropout: float = 0.0
+    dropout: float = 0.1
     attention_dropout: float = 0.0
     activation_dropout: float = 0.0
     activation: str = "relu"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import TINY_CONFIG
+from helpers import TINY_CONFIG, train_tiny
 
 from minitx.training.schedules import SCHEDULES, BudgetSchedule, LinearDecaySchedule
 
@@ -166,3 +166,28 @@ def test_fast_dev_run_works_with_a_decaying_schedule_and_a_long_warm_up(
         ],
     )  # fmt: skip
     assert cli.trainer.global_step == 1
+
+
+def test_a_step_bound_run_with_a_clock_repeats_exactly(tmp_path: Path) -> None:
+    """Two real runs with the budget schedule, the clock on (a one-hour max_time) but the
+    step plan ending first: the same losses at every update and the same final weights."""
+    runs = []
+    for name in ("first", "second"):
+        (tmp_path / name).mkdir()
+        run = train_tiny(
+            tmp_path / name,
+            max_epochs=2,
+            test=False,
+            extra=(
+                "--model.optim.schedule", "budget", "--model.optim.warmup_steps", "5",
+                "--trainer.max_time", "00:01:00:00",
+            ),
+        )  # fmt: skip
+        rows = csv.DictReader((run.run_dir / "csv" / "metrics.csv").open())
+        losses = [(r["step"], r["train/loss"]) for r in rows if r.get("train/loss")]
+        weights = torch.load(run.checkpoint, map_location="cpu", weights_only=True)["state_dict"]
+        runs.append((losses, weights))
+    (losses, weights), (losses_again, weights_again) = runs
+    assert len(losses) > 20 and losses == losses_again
+    assert weights.keys() == weights_again.keys()
+    assert all(torch.equal(weights[k], weights_again[k]) for k in weights)

@@ -158,13 +158,15 @@ def test_the_default_is_the_20_minute_recipe(
     defaults = yaml.safe_load((CONFIG_DIR / "multi30k_de_en.yaml").read_text())
     cli = build_cli(["--trainer.logger", "false"])
     assert cli.config.trainer.max_time == defaults["trainer"]["max_time"] == "00:00:20:00"
-    assert cli.trainer.max_steps == defaults["trainer"]["max_steps"] == 1475  # the plan
-    assert cli.trainer.max_epochs == defaults["trainer"]["max_epochs"] == 3  # a bound only
+    assert cli.trainer.max_steps == defaults["trainer"]["max_steps"] == 15000  # the step plan
+    assert cli.trainer.max_epochs == defaults["trainer"]["max_epochs"] == -1  # no bound
     assert cli.datamodule.hparams.max_tokens == 1024
     assert cli.model.model_config.d_ff == 512
-    assert cli.model.model_config.dropout == 0.0
+    assert cli.model.model_config.dropout == 0.1
+    assert cli.model.optim.fused
     optim = cli.model.optim
-    assert (optim.schedule, optim.warmup_steps, optim.lr) == ("linear", 100, 0.0015)
+    assert (optim.schedule, optim.warmup_steps, optim.lr) == ("budget", 100, 0.0015)
+    assert cli.model.validation.validations_per_run == 10
 
 
 def _flat(tree: dict, prefix: str = "") -> dict[str, object]:
@@ -210,7 +212,7 @@ def test_the_long_recipe_goes_on_top_of_a_language_pair(
     assert cli.trainer.max_epochs == long["trainer"]["max_epochs"] == 16
     assert cli.datamodule.hparams.max_tokens == long["data"]["max_tokens"] == 2048
     assert cli.model.model_config.d_ff == long["model"]["transformer"]["d_ff"] == 1024
-    assert cli.model.model_config.dropout == long["model"]["transformer"]["dropout"] == 0.1
+    assert cli.model.model_config.dropout == 0.1  # the paper's P_drop, the default's too
     assert cli.model.optim.schedule == long["model"]["optim"]["schedule"] == "inverse_sqrt"
     assert cli.model.optim.warmup_steps == long["model"]["optim"]["warmup_steps"] == 1000
 
@@ -235,7 +237,7 @@ def test_dotted_override(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
             "false",
         ]
     )
-    assert (cli.trainer.max_steps, cli.trainer.max_epochs) == (3000, 6)  # the default: 1475, 3
+    assert (cli.trainer.max_steps, cli.trainer.max_epochs) == (3000, 6)  # the default: 15000, -1
     assert cli.model.model.config.dropout == 0.25
 
 
@@ -520,6 +522,8 @@ def test_a_run_ended_by_max_steps_inside_an_epoch_prints_its_last_step_once(
         ["epoch 2", "step 200/300"],
         ["epoch 3 validation", "step 300/300"],
     ], lines
+    # Step 200 did not validate: its line shows no figures of the validation at step 150.
+    assert ["BLEU" in line for line in lines] == [True, False, True], lines
 
 
 @pytest.mark.parametrize(
@@ -702,10 +706,13 @@ def test_ddp_two_cpu_processes(tmp_path: Path) -> None:
         "--trainer.strategy", "ddp", "--trainer.devices", "2", "--trainer.accelerator", "cpu",
         "--trainer.max_epochs", "1", "--trainer.enable_progress_bar", "false", "--test", "false",
         "--verbose",  # Lightning's INFO lines: they say which backend it initialised
+        # The clock (rank 0's) sets the rate and the validations of both processes.
+        "--model.optim.schedule", "budget", "--model.optim.warmup_steps", "5",
+        "--trainer.max_time", "00:00:10:00", "--model.validation.validations_per_run", "3",
     ]  # fmt: skip
     result = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "distributed_backend=gloo" in result.stdout + result.stderr
     (run_dir,) = run_dirs(tmp_path)
     assert (run_dir / "checkpoints" / "last.ckpt").is_file()
-    assert logged(metrics(run_dir), "val/bleu")
+    assert len(logged(metrics(run_dir), "val/bleu")) == 3

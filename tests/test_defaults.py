@@ -128,14 +128,14 @@ def test_transformer_defaults_are_the_model_minitx_train_builds(
     assert cli.model.model_config == TransformerConfig()
     model = Transformer(TransformerConfig())
     built = cli.model.model
-    assert model.config.d_ff == 512 and model.config.dropout == 0.0  # the 20-minute recipe's
+    assert model.config.d_ff == 512 and model.config.dropout == 0.1  # the 20-minute recipe's
     assert [(n, p.shape) for n, p in model.named_parameters()] == [
         (n, p.shape) for n, p in built.named_parameters()
     ]
     widths = {m.w1.out_features for m in model.modules() if hasattr(m, "w1")}
     assert widths == {512}
     dropouts = {m.p for m in model.modules() if isinstance(m, torch.nn.Dropout)}
-    assert dropouts <= {0.0}
+    assert 0.1 in dropouts and dropouts <= {0.0, 0.1}  # attention, activation: off
 
 
 def test_the_default_module_and_data_are_the_recipe_without_the_command() -> None:
@@ -143,7 +143,7 @@ def test_the_default_module_and_data_are_the_recipe_without_the_command() -> Non
     module = TranslationModule()
     assert module.model_config == TransformerConfig()
     optim = module.optim
-    assert (optim.lr, optim.warmup_steps, optim.schedule) == (0.0015, 100, "linear")
+    assert (optim.lr, optim.warmup_steps, optim.schedule) == (0.0015, 100, "budget")
     assert module.sdpa_backend == "auto"
     data = TranslationDataModule()
     assert (data.max_tokens, data.eval_max_tokens) == (1024, 8192)

@@ -425,8 +425,12 @@ def with_callback(monkeypatch: pytest.MonkeyPatch, callback: Callback) -> None:
 
 @pytest.mark.parametrize(
     ("plan", "step"),
-    [(["--trainer.max_epochs", "1"], 23), (["--trainer.max_steps", "30"], 30)],
-    ids=["epoch-end", "max-steps-inside-an-epoch"],
+    [
+        (["--trainer.max_epochs", "1"], 23),
+        (["--trainer.max_steps", "30"], 30),
+        (["--trainer.max_epochs", "2", "--model.validation.validations_per_run", "4"], 46),
+    ],
+    ids=["epoch-end", "max-steps-inside-an-epoch", "validations-per-run"],
 )
 def test_an_interrupted_final_validation_is_redone_on_resume(
     plan: list[str],
@@ -462,6 +466,29 @@ def test_an_interrupted_final_validation_is_redone_on_resume(
     hypotheses = (run_dir / "test.greedy.hyp").read_text(encoding="utf-8").splitlines()
     assert len(hypotheses) == 10
     assert [r for r in rows if r.get("test/bleu_greedy")]
+
+
+def test_a_validation_interrupted_mid_run_is_redone_and_training_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Validations at each quarter of a 46-update plan; Ctrl-C during the first (step 12):
+    the resume redoes it at step 12, trains on from update 13 (none twice, none lost) and
+    validates at the other quarters once each."""
+    monkeypatch.chdir(tmp_path)
+    args = TINY + ["--trainer.enable_progress_bar", "false", "--trainer.max_epochs", "2"]
+    args += ["--model.validation.validations_per_run", "4", "--test", "false"]
+    with_callback(monkeypatch, InterruptValidation(1))
+    with pytest.raises(SystemExit) as exit_info:
+        main(args)
+    assert exit_info.value.code == 130
+    (run_dir,) = run_dirs(tmp_path)
+    assert not [r for r in metrics(run_dir) if r.get("val/loss")]
+
+    resumed = main(args + ["--ckpt_path", "last"])
+    assert resumed.trainer.global_step == 46
+    rows = metrics(run_dir)
+    assert [int(r["step"]) + 1 for r in rows if r.get("val/loss")] == [12, 23, 35, 46]
+    assert [int(r["step"]) for r in rows if r.get("train/loss")] == list(range(46))
 
 
 def test_an_interrupted_test_exits_130_and_the_resume_runs_it(

@@ -9,6 +9,7 @@ import minitx.attention
 from minitx.errors import ConfigError
 from minitx.model import TransformerConfig
 from minitx.training import (
+    BudgetSchedule,
     CosineDecaySchedule,
     InverseSqrtSchedule,
     LinearDecaySchedule,
@@ -85,8 +86,8 @@ def test_the_decay_ends_at_the_trainers_planned_steps_or_at_total_steps() -> Non
     assert scheduler_of(fixed, 1180).total_steps == 300
     paper = TranslationModule(transformer=SMALL, optim={"schedule": "inverse_sqrt"})
     assert isinstance(scheduler_of(paper, float("inf")), InverseSqrtSchedule)
-    default = TranslationModule(transformer=SMALL)  # the default recipe's: linear decay
-    assert type(scheduler_of(default, 1475)) is LinearDecaySchedule
+    default = TranslationModule(transformer=SMALL)  # the default recipe's: the budget's
+    assert type(scheduler_of(default, 15000)) is BudgetSchedule
     with pytest.raises(ConfigError, match="trainer.max_epochs or trainer.max_steps"):
         scheduler_of(linear, float("inf"))  # max_epochs -1 and no max_steps: no end to decay to
     with pytest.raises(ConfigError, match="plans 80 optimizer steps, not more than"):
@@ -261,3 +262,17 @@ def test_non_finite_loss_and_weights_are_caught() -> None:
         module.on_save_checkpoint({})
     with pytest.raises(DivergenceError, match="training diverged at step 0: the loss is nan"):
         module.training_step(batch, 0)
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_a_resumed_optimizer_uses_this_runs_kernel(fused: bool) -> None:
+    """torch's load_state_dict takes `fused` from the saved param groups: the module resets it
+    to this run's `optim.fused`, and the restored optimizer steps with it."""
+    module = TranslationModule(transformer=SMALL, optim={"fused": not fused})
+    saved = torch.optim.AdamW(module.parameters(), fused=not fused or None)
+    checkpoint = {"optimizer_states": [saved.state_dict()]}
+    resumed = TranslationModule(transformer=SMALL, optim={"fused": fused})
+    resumed.on_load_checkpoint(checkpoint)
+    optimizer = torch.optim.AdamW(resumed.parameters(), fused=fused or None)
+    optimizer.load_state_dict(checkpoint["optimizer_states"][0])
+    assert all(group["fused"] == (fused or None) for group in optimizer.param_groups)

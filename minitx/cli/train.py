@@ -66,6 +66,7 @@ from minitx.training import (
 )
 from minitx.training.callbacks import (
     BudgetClock,
+    ValidationCadence,
     budget_schedules,
     train_time_elapsed,
     train_time_remaining,
@@ -477,6 +478,7 @@ def build_cli(args: list[str] | None = None) -> MinitxCLI:
                 CheckpointOnInterrupt(),
                 ValidateAtMaxSteps(),
                 BudgetClock(),
+                ValidationCadence(),
             ]
         },
         args=args,

@@ -13,6 +13,7 @@ from minitx.training.callbacks import (
     PlainProgress,
     TokenThroughput,
     ValidateAtMaxSteps,
+    ValidationCadence,
     ValidationExamples,
 )
 from minitx.training.config import OptimConfig, ValidationConfig
@@ -22,6 +23,7 @@ from minitx.training.module import (
     TranslationModule,
 )
 from minitx.training.schedules import (
+    BudgetSchedule,
     CosineDecaySchedule,
     InverseSqrtSchedule,
     LinearDecaySchedule,
@@ -29,6 +31,7 @@ from minitx.training.schedules import (
 
 __all__ = [
     "AttentionMapLogger",
+    "BudgetSchedule",
     "CheckpointAveraging",
     "CheckpointOnInterrupt",
     "CosineDecaySchedule",
@@ -42,6 +45,7 @@ __all__ = [
     "TokenThroughput",
     "TranslationModule",
     "ValidateAtMaxSteps",
+    "ValidationCadence",
     "ValidationConfig",
     "ValidationExamples",
 ]

@@ -1,5 +1,6 @@
 """Lightning callbacks of minitx: attention maps, token throughput, saving on interrupt,
-a validation at the last step, progress (bar or plain lines) and example translations."""
+a validation at the last step, validations at fixed fractions of the budget, progress (bar
+or plain lines), example translations and the budget schedule's clock."""
 
 from __future__ import annotations
 
@@ -497,15 +498,15 @@ class PlainProgress(L.Callback):
 
     ``minitx-train`` uses it instead of the progress bar when standard output is redirected
     (``train.py > train.log``): a bar there leaves only its last frame. Each line holds the
-    epoch, step, last training loss, the validation figures of that epoch (loss, perplexity,
-    BLEU, chrF when computed), target tokens/s (from `TokenThroughput`), the time so far and
-    an estimate of the time left (the pace of the steps done so far, over the steps that
-    ``max_epochs`` or ``max_steps`` leave, capped by ``max_time``; "unbounded" when nothing
-    bounds the run, "unknown" in a resumed run before its first step, e.g. after a validation
-    redone on resume). A validation inside an epoch (``trainer.val_check_interval``) gets a
-    line too, marked "validation", and the epoch's own line is left out when it would repeat
-    that step (a run that ``max_steps`` ends inside an epoch validates, `ValidateAtMaxSteps`,
-    then ends the epoch).
+    epoch, step, last training loss, the validation figures where the line's step validated
+    (loss, perplexity, BLEU, chrF when computed), target tokens/s (from `TokenThroughput`),
+    the time so far and an estimate of the time left (the pace of the steps done so far, over
+    the steps that ``max_epochs`` or ``max_steps`` leave, capped by ``max_time``; "unbounded"
+    when nothing bounds the run, "unknown" in a resumed run before its first step, e.g. after
+    a validation redone on resume). A validation inside an epoch (`ValidationCadence`,
+    ``trainer.val_check_interval``) gets a line too, marked "validation", and the epoch's own
+    line is left out when it would repeat that step (a run that ``max_steps`` ends inside an
+    epoch validates, `ValidateAtMaxSteps`, then ends the epoch).
     An unset bound (-1) is left out, and so is a ``max_steps`` that ``max_epochs`` reaches
     first: ``epoch 3 | step 250/300``, ``epoch 2/2 | step 46``.
     """
@@ -514,6 +515,7 @@ class PlainProgress(L.Callback):
         self._start = 0.0
         self._first_step = 0
         self._validation_line_step = -1  # the step of the last "validation" line printed
+        self._validated_step = -1  # the step of the last validation in this fit
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._start = time.perf_counter()
@@ -536,7 +538,8 @@ class PlainProgress(L.Callback):
             parts.append(f"train loss {metrics['train/loss']:.3f}")
         names = (("val/loss", "val loss", 3), ("val/ppl", "ppl", 2), ("val/bleu", "BLEU", 2))
         names += (("val/chrf", "chrF", 2),)
-        parts += [f"{label} {metrics[key]:.{d}f}" for key, label, d in names if key in metrics]
+        if step == self._validated_step:  # else the figures are an earlier validation's
+            parts += [f"{label} {metrics[key]:.{d}f}" for key, label, d in names if key in metrics]
         throughput = [cb for cb in trainer.callbacks if isinstance(cb, TokenThroughput)]
         if throughput and throughput[0].last_tokens_per_sec is not None:
             parts.append(f"{throughput[0].last_tokens_per_sec:,.0f} tok/s")
@@ -561,6 +564,8 @@ class PlainProgress(L.Callback):
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         within = not trainer.fit_loop.epoch_loop.batch_progress.is_last_batch
         fitting = trainer.state.fn == TrainerFn.FITTING and not trainer.sanity_checking
+        if fitting:
+            self._validated_step = trainer.global_step
         if fitting and within and trainer.is_global_zero:  # the epoch's own line comes later
             print(self.line(trainer, within_epoch=True), flush=True)
             self._validation_line_step = trainer.global_step
@@ -609,6 +614,8 @@ class BudgetClock(L.Callback):
             return
         elapsed, remaining = train_time_elapsed(trainer), train_time_remaining(trainer)
         budget = None if elapsed is None or remaining is None else elapsed + remaining
+        # Every process reads rank 0's clock: under DDP the replicas must use the same rate.
+        elapsed, budget = trainer.strategy.broadcast((elapsed, budget))
         for schedule in schedules:
             schedule.tell(trainer.global_step + 1, elapsed or 0.0, budget)
 
@@ -621,3 +628,90 @@ class BudgetClock(L.Callback):
         first, step = schedules[0], trainer.global_step
         progress = first.budget_progress(step) if step >= first.warmup_steps else 0.0
         pl_module.log("train/budget", progress, on_step=True, on_epoch=False)
+
+
+def run_progress(trainer: L.Trainer, planned_steps: float) -> float:
+    """The run's progress through its budget, 0 to 1: the larger of the updates done over
+    `planned_steps` (the step plan) and the training time used over ``trainer.max_time``."""
+    by_steps = trainer.global_step / planned_steps if math.isfinite(planned_steps) else 0.0
+    elapsed, remaining = train_time_elapsed(trainer), train_time_remaining(trainer)
+    by_time = 0.0
+    if elapsed is not None and remaining is not None and elapsed + remaining > 0:
+        by_time = elapsed / (elapsed + remaining)
+    return min(1.0, max(by_steps, by_time))
+
+
+class ValidationCadence(L.Callback):
+    """Validate each time the run passes another 1/N of its budget (N =
+    ``model.validation.validations_per_run``), and where it ends, instead of once per epoch.
+
+    Progress is `run_progress`: the step plan or ``trainer.max_time``, whichever is further
+    along. So a 20-minute run validates about every two minutes whether the machine makes
+    3,000 updates in it or 30,000, and best-checkpoint selection sees as many candidates in
+    a short run as in a long one, on a corpus of 29k sentences or of millions (where one
+    epoch may be the whole run).
+
+    Lightning decides when to validate in its training loop (``val_check_interval``,
+    ``check_val_every_n_epoch``, in batches or time fixed in advance); this callback replaces
+    that decision for the run, and makes every `ModelCheckpoint` that was left to choose save
+    after each validation rather than at the end of the epoch. Lightning's cadence applies
+    instead with ``validations_per_run`` 0, in a ``fast_dev_run``, and where the run sets
+    ``trainer.val_check_interval`` or ``trainer.check_val_every_n_epoch`` itself.
+    """
+
+    def __init__(self) -> None:
+        self.per_run = 0
+        self.planned_steps = math.inf
+        self.next_boundary = 1  # validate when progress reaches next_boundary / per_run
+        self.validated_step = -1  # the update after which the run last validated
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"validated_step": self.validated_step}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.validated_step = int(state_dict.get("validated_step", -1))
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        validation = getattr(pl_module, "validation", None)
+        self.per_run = getattr(validation, "validations_per_run", 0)
+        if not self.per_run or trainer.fast_dev_run:
+            self.per_run = 0
+            return
+        if trainer.val_check_interval != 1.0 or trainer.check_val_every_n_epoch != 1:
+            self.per_run = 0  # the run set Lightning's cadence itself: that one applies
+            return
+        self.planned_steps = float(trainer.estimated_stepping_batches)
+        progress = run_progress(trainer, self.planned_steps)  # > 0 in a resumed run
+        self.next_boundary = math.floor(progress * self.per_run) + 1
+        for callback in trainer.checkpoint_callbacks:  # save after validation, not epoch end
+            if getattr(callback, "_save_on_train_epoch_end", False) is None:
+                callback._save_on_train_epoch_end = False
+        loop = trainer.fit_loop.epoch_loop
+        loop._should_check_val_fx = lambda data_fetcher: self.should_validate(trainer)
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        trainer.fit_loop.epoch_loop.__dict__.pop("_should_check_val_fx", None)
+
+    def should_validate(self, trainer: L.Trainer) -> bool:
+        """Whether to validate after the update just made: a new 1/N of the budget passed,
+        the run is stopping (``max_steps``, ``max_time``, Ctrl-C) or its last epoch ended."""
+        loop = trainer.fit_loop.epoch_loop
+        if not loop._should_check_val_epoch():  # no validation data, limit_val_batches 0
+            return False
+        if loop.restarting and trainer.global_step == self.validated_step:
+            # Resumed from a checkpoint saved during or after this step's validation: Lightning
+            # asks so that it does not train the step again (and ends an interrupted validation).
+            return True
+        # Rank 0's clock decides for every process: under DDP they validate together.
+        progress = trainer.strategy.broadcast(run_progress(trainer, self.planned_steps))
+        due = progress * self.per_run >= self.next_boundary - 1e-9
+        if due:
+            self.next_boundary = math.floor(progress * self.per_run + 1e-9) + 1
+        last_epoch = trainer.max_epochs is not None and trainer.max_epochs > 0
+        last_epoch = last_epoch and trainer.current_epoch + 1 >= trainer.max_epochs
+        ending = last_epoch and loop.batch_progress.is_last_batch
+        stopping = trainer.should_stop and trainer.fit_loop._can_stop_early
+        if due or ending or stopping:
+            self.validated_step = trainer.global_step  # saved with the checkpoints it makes
+            return True
+        return False

@@ -3,7 +3,8 @@
 It is thin on purpose: the loop, precision, clipping, checkpointing, logging and DDP are the
 Trainer's. It owns the loss (label-smoothed cross-entropy without padding), AdamW with a
 warm-up schedule (`minitx.training.schedules`; `OptimConfig.schedule`: by default a linear
-decay to zero at the run's last planned step, the paper's inverse square root on request),
+decay to zero at the end of the run's budget, its last planned step or `trainer.max_time`,
+the paper's inverse square root on request),
 the attention kernel of training steps (`sdpa_backend`) and the validation metrics: loss,
 perplexity, and corpus BLEU / chrF of translations decoded as `validation.decoding` says
 (greedy by default).
@@ -169,8 +170,12 @@ class TranslationModule(L.LightningModule):
 
         A decaying schedule ends where this run's plan ends, not the checkpoint's: a run
         resumed with more epochs decays over them instead of training on at a rate of zero
-        (`on_train_start` then sets the rate of the first resumed step from the new plan).
+        (`on_train_start` then sets the rate of the first resumed step from the new plan). The
+        AdamW kernel is this run's `optim.fused`, not the one saved with the optimizer state.
         """
+        for optimizer_state in checkpoint.get("optimizer_states", []):
+            for group in optimizer_state.get("param_groups", []):  # the saved one would win
+                group["fused"] = True if self.optim.fused else None
         for scheduler_state in checkpoint.get("lr_schedulers", []):
             for schedule_state in scheduler_state.get("lr_lambdas", []):
                 if isinstance(schedule_state, dict):
@@ -475,8 +480,9 @@ class TranslationModule(L.LightningModule):
 
     def configure_optimizers(self) -> dict[str, Any]:
         o = self.optim
+        fused = {"fused": True} if o.fused else {}  # else PyTorch's default implementation
         optimizer = torch.optim.AdamW(
-            self.parameter_groups(), lr=o.lr, betas=tuple(o.betas), eps=1e-9
+            self.parameter_groups(), lr=o.lr, betas=tuple(o.betas), eps=1e-9, **fused
         )
         scheduler = torch.optim.lr_scheduler.LambdaLR(
             optimizer, make_schedule(o.schedule, o.warmup_steps, self._total_steps())

@@ -23,11 +23,10 @@ A schedule that decays to zero at the run's last planned step sets
   length (`--config long`, the 45-minute recipe).
 - `LinearDecaySchedule` and `CosineDecaySchedule` reach zero at a known last step, which is
   what a fixed budget wants (Li, Yumer and Ramanan, "Budgeted Training", ICLR 2020, found
-  linear decay to zero the best schedule when the budget is set in advance): the default
-  config's.
-- `BudgetSchedule` is `linear` whose end is also set by the clock: it reaches zero at the
-  last planned step or at `trainer.max_time`, whichever comes first, so a slower machine is
-  not cut off with its rate still high and a faster one uses its whole budget.
+  linear decay to zero the best schedule when the budget is set in advance).
+- `BudgetSchedule` (the default) is `linear` whose end is also set by the clock: it reaches
+  zero at the last planned step or at `trainer.max_time`, whichever comes first, so a slower
+  machine is not cut off with its rate still high and a faster one uses its whole budget.
 """
 
 from __future__ import annotations
