@@ -3,12 +3,18 @@ decoder layers.
 
 Pre-LN (default) normalises the input of each sub-layer, x + f(LN(x)), and needs a final
 LayerNorm after the stack; post-LN is the original paper's LN(x + f(x)).
+
+The feed-forward sub-layer treats every position alone, so a layer given `rows` (the real,
+non-pad positions of the batch, `real_rows`) runs it on those rows only: padded positions
+cost nothing there and keep their input unchanged (nothing reads them: attention masks them as
+keys, and the loss and the output layer skip them).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+import torch
 from torch import Tensor, nn
 
 from minitx.attention import KVCache, MultiHeadAttention
@@ -19,6 +25,37 @@ ACTIVATIONS: Registry[Callable[[], nn.Module]] = Registry("activation")
 ACTIVATIONS.register("relu")(nn.ReLU)
 ACTIVATIONS.register("gelu")(nn.GELU)
 ACTIVATIONS.register("silu")(nn.SiLU)
+
+
+def real_rows(ids: Tensor, pad_id: int, multiple: int = 64) -> Tensor | None:
+    """Indices of the non-pad positions of `ids` (B, T) in its flattened (B*T) order, topped
+    up with padded positions to a multiple of `multiple` rows (few distinct shapes: bf16
+    kernels are built per shape), or None when that would leave out no position."""
+    real = (ids != pad_id).flatten()  # (B*T,)
+    n_real = int(real.sum())
+    n_rows = min(real.numel(), -(-n_real // multiple) * multiple)
+    if n_rows == real.numel():
+        return None
+    pads = (~real).nonzero().squeeze(1)[: n_rows - n_real]
+    return torch.cat([real.nonzero().squeeze(1), pads])  # (N,), each position once
+
+
+def on_rows(fn: Callable[[Tensor], Tensor], x: Tensor, rows: Tensor | None) -> Tensor:
+    """`fn` applied to the positions `rows` of x only (all of them where rows is None).
+
+    Args:
+        fn: a position-wise map, (N, D) -> (N, D): each row's output depends on that row alone.
+        x: (B, T, D) states.
+        rows: (N,) indices into the flattened (B*T) positions, from `real_rows`.
+
+    Returns:
+        (B, T, D): fn's output at `rows`, x unchanged elsewhere.
+    """
+    if rows is None:
+        return fn(x)
+    flat = x.flatten(0, 1)  # (B*T, D)
+    packed = fn(flat.index_select(0, rows))  # (N, D)
+    return flat.index_copy(0, rows, packed.to(flat.dtype)).view_as(x)
 
 
 class FeedForward(nn.Module):
@@ -56,8 +93,23 @@ class _SubLayer(nn.Module):
         out = x + self.dropout(y)
         return out if self.norm_first else self.norm(out)
 
+    def around(self, x: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:
+        """The whole residual sub-layer: post(x, sublayer(pre(x))), (..., D) -> (..., D)."""
+        return self.post(x, sublayer(self.pre(x)))
 
-class EncoderLayer(nn.Module):
+
+class _FeedForwardSubLayer:
+    """Mixin: the residual feed-forward sub-layer of a layer with `ff_block` and
+    `feed_forward`, a position-wise map (..., D) -> (..., D) for `on_rows`."""
+
+    ff_block: _SubLayer
+    feed_forward: FeedForward
+
+    def _feed_forward_sublayer(self, x: Tensor) -> Tensor:
+        return self.ff_block.around(x, self.feed_forward)
+
+
+class EncoderLayer(_FeedForwardSubLayer, nn.Module):
     """Self-attention then feed-forward, each wrapped in a residual sub-layer."""
 
     def __init__(
@@ -85,18 +137,23 @@ class EncoderLayer(nn.Module):
         self.ff_block = _SubLayer(d_model, dropout, norm_first)
 
     def forward(
-        self, x: Tensor, src_mask: Tensor | None, need_weights: bool = False
+        self,
+        x: Tensor,
+        src_mask: Tensor | None,
+        need_weights: bool = False,
+        *,
+        rows: Tensor | None = None,
     ) -> tuple[Tensor, Tensor | None]:
-        """x (B, S, D), src_mask (B, 1, 1, S) -> (B, S, D) and weights (B, H, S, S) or None."""
+        """x (B, S, D), src_mask (B, 1, 1, S) -> (B, S, D) and weights (B, H, S, S) or None;
+        `rows` (N,): the real positions, the only ones the feed-forward sub-layer computes."""
         y, weights = self.self_attn(
             self.attn_block.pre(x), mask=src_mask, need_weights=need_weights
         )
         x = self.attn_block.post(x, y)
-        x = self.ff_block.post(x, self.feed_forward(self.ff_block.pre(x)))
-        return x, weights
+        return on_rows(self._feed_forward_sublayer, x, rows), weights
 
 
-class DecoderLayer(nn.Module):
+class DecoderLayer(_FeedForwardSubLayer, nn.Module):
     """Causal self-attention, cross-attention to the encoder output, then feed-forward."""
 
     def __init__(
@@ -135,6 +192,7 @@ class DecoderLayer(nn.Module):
         *,
         need_weights: bool = False,
         cache: tuple[KVCache, KVCache] | None = None,
+        rows: Tensor | None = None,
     ) -> tuple[Tensor, Tensor | None, Tensor | None]:
         """Decode one layer.
 
@@ -144,6 +202,8 @@ class DecoderLayer(nn.Module):
             src_mask: (B, 1, 1, S) source padding mask.
             need_weights: return the self- and cross-attention weights.
             cache: (self-attention cache, cross-attention cache) for incremental decoding.
+            rows: (N,) the real positions of x (`real_rows`), the only ones the feed-forward
+                sub-layer computes; None = all.
 
         Returns:
             (B, T, D) states, self weights (B, H, T, Tcache+T) or None, cross weights
@@ -162,5 +222,4 @@ class DecoderLayer(nn.Module):
             cache=cross_cache,
         )
         x = self.cross_block.post(x, y)
-        x = self.ff_block.post(x, self.feed_forward(self.ff_block.pre(x)))
-        return x, self_w, cross_w
+        return on_rows(self._feed_forward_sublayer, x, rows), self_w, cross_w

@@ -18,7 +18,7 @@ from minitx.attention import (
     padding_mask,
 )
 from minitx.errors import ConfigError, check_known_keys
-from minitx.layers import ACTIVATIONS, DecoderLayer, EncoderLayer
+from minitx.layers import ACTIVATIONS, DecoderLayer, EncoderLayer, real_rows
 from minitx.positional import POSITIONAL_ENCODINGS, make_positional_encoding
 from minitx.vocab import BOS_ID, EOS_ID, PAD_ID
 
@@ -243,11 +243,20 @@ class Transformer(nn.Module):
     Usage: `logits = model(src, tgt_in)` for training; `encode` + `decode(..., cache=...)` for
     incremental decoding; `model(src, tgt_in, need_weights=True)` for attention maps;
     `with model.attention_mode("hard-argmax", scope="cross"):` for hard attention at inference.
+
+    Attributes:
+        pack_rows: run the feed-forward sub-layers of full-sequence passes (training,
+            `encode`, teacher forcing) on the real positions only, packed (`real_rows`) and
+            topped up with padded ones to a multiple of `pack_rows` rows (64 by default);
+            0 computes them on every padded position too. A runtime switch, not a
+            `TransformerConfig` setting: the outputs at real positions are the same up to
+            rounding, and padded positions are read by nothing.
     """
 
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
         self.config = c = config
+        self.pack_rows = 64
         self.src_embed = nn.Embedding(c.src_vocab_size, c.d_model, padding_idx=PAD_ID)
         self.tgt_embed = (
             self.src_embed
@@ -305,10 +314,11 @@ class Transformer(nn.Module):
     def encode(self, src: Tensor, *, need_weights: bool = False) -> EncoderOutput:
         """Encode source ids (B, S) into memory (B, S, D)."""
         src_mask = padding_mask(src, self.config.pad_id)  # (B, 1, 1, S)
+        rows = real_rows(src, self.config.pad_id, self.pack_rows) if self.pack_rows else None
         x = self._embed(self.src_embed, src)
         maps = []
         for layer in self.encoder_layers:
-            x, weights = layer(x, src_mask, need_weights)
+            x, weights = layer(x, src_mask, need_weights, rows=rows)
             maps.append(weights)
         return EncoderOutput(self.encoder_norm(x), src_mask, tuple(maps) if need_weights else None)
 
@@ -348,11 +358,14 @@ class Transformer(nn.Module):
         can project only the positions it needs with `self.output`."""
         offset = cache.length if cache is not None else 0
         x = self._embed(self.tgt_embed, tgt_in, offset)
+        # Incremental decoding feeds one position per sentence: nothing to pack there.
+        pack = self.pack_rows and cache is None
+        rows = real_rows(tgt_in, self.config.pad_id, self.pack_rows) if pack else None
         self_maps, cross_maps = [], []
         for i, layer in enumerate(self.decoder_layers):
             layer_cache = cache.layers[i] if cache is not None else None
             x, self_w, cross_w = layer(
-                x, memory, src_mask, need_weights=need_weights, cache=layer_cache
+                x, memory, src_mask, need_weights=need_weights, cache=layer_cache, rows=rows
             )
             self_maps.append(self_w)
             cross_maps.append(cross_w)

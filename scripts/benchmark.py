@@ -18,6 +18,12 @@ Sections (all by default; pick with --sections):
              batch shapes and the time of a first pass over them, target tokens/s. Give it
              Multi30k's size (--max-tokens 1024 --train-examples 29000): with few sentences
              the part-filled last batch of every exact-length bucket weighs too much.
+  levers     (opt-in) the default config's training step (d_ff 512, dropout 0.1, fused AdamW,
+             feed-forward on the real positions packed to a multiple of 64 rows, 8,000 pieces)
+             against itself with one lever undone or changed: feed-forward on every padded
+             position, on exactly the real ones, AdamW's loop over the parameters, a
+             4,000-piece vocabulary; taking turns on the same sentences: target tokens/s and
+             the ratio to the default.
   decode     greedy and beam search, with vs without the KV cache, in sentences/s.
   ct2        (opt-in, needs --checkpoint) the checkpoint exported to CTranslate2, float32 and
              int8 weights, vs minitx on the test split: sentences/s, BLEU, and the share of
@@ -33,6 +39,7 @@ Sections (all by default; pick with --sections):
     python scripts/benchmark.py --sections ct2 --checkpoint RUN.ckpt --decode-sentences 1000
     python scripts/benchmark.py --sections scores      # ~3 minutes here
     python scripts/benchmark.py --sections padding --max-tokens 1024 --train-examples 29000
+    python scripts/benchmark.py --sections levers --max-tokens 1024 --train-steps 60
     python scripts/benchmark.py --sections data       # 30k, 300k, 1M pairs: ~2 minutes here
     python scripts/benchmark.py --sections data --data-pairs 5000000
 """
@@ -79,17 +86,22 @@ SIZES = dict(  # the model of `--config long` (the default config's feed-forward
 
 
 def multi30k_like_batches(
-    n_examples: int, max_tokens: int, seed: int = 0, pad_multiple: int = 8
+    n_examples: int,
+    max_tokens: int,
+    seed: int = 0,
+    pad_multiple: int = 8,
+    vocab_size: int = SIZES["vocab_size"],
 ) -> list[dict]:
-    """Token-bucketed batches of random ids whose lengths follow Multi30k's (mean ~15 pieces),
-    lengths padded up to a multiple of `pad_multiple` (`data.pad_multiple`)."""
+    """Token-bucketed batches of random ids below `vocab_size` whose lengths follow Multi30k's
+    (mean ~15 pieces), lengths padded up to a multiple of `pad_multiple` (`data.pad_multiple`).
+    The lengths and batches depend on `seed` alone, not on `vocab_size`."""
     rng = np.random.default_rng(seed)
     src_len = np.clip(np.rint(rng.normal(15.2, 5.5, n_examples)), 3, 50).astype(int)
     tgt_len = np.clip(np.rint(src_len + rng.normal(-0.5, 2.5, n_examples)), 3, 50).astype(int)
     examples = [
         {
-            "src_ids": rng.integers(4, SIZES["vocab_size"], s).tolist(),
-            "tgt_ids": rng.integers(4, SIZES["vocab_size"], t).tolist(),
+            "src_ids": (4 + rng.integers(0, SIZES["vocab_size"], s) % (vocab_size - 4)).tolist(),
+            "tgt_ids": (4 + rng.integers(0, SIZES["vocab_size"], t) % (vocab_size - 4)).tolist(),
             "src_text": "",
             "tgt_text": "",
         }
@@ -387,6 +399,61 @@ def _padding_rates(
             seconds[m] += time.perf_counter() - start
     done = {m: sum(tokens[m][i % len(own)] for i in range(steps)) for m, own in batches.items()}
     return first_pass, {m: done[m] / seconds[m] for m in batches}
+
+
+def bench_levers(args: argparse.Namespace) -> None:
+    """The default config's training step against itself with one speed lever changed."""
+    small_vocab = 4000
+    torch.manual_seed(0)
+    default = bench_module(d_ff=512)  # the default config's model: dropout 0.1, 8,000 pieces
+    torch.manual_seed(0)
+    sizes = {"src_vocab_size": small_vocab, "tgt_vocab_size": small_vocab}
+    small = bench_module(d_ff=512, **sizes)
+    batches = multi30k_like_batches(args.train_examples, args.max_tokens)
+    small_batches = multi30k_like_batches(args.train_examples, args.max_tokens, vocab_size=4000)
+    packed_loss = training_loss(default)
+
+    def packing(multiple: int) -> Callable[[dict], torch.Tensor]:
+        """The default's loss with `Transformer.pack_rows` = multiple (0: no packing)."""
+
+        def loss(batch: dict) -> torch.Tensor:
+            default.model.pack_rows = multiple
+            try:
+                return packed_loss(batch)
+            finally:
+                default.model.pack_rows = 64
+
+        return loss
+
+    small_loss = training_loss(small)
+    position = {id(b): i for i, b in enumerate(batches)}
+
+    def small_vocab_loss(batch: dict) -> torch.Tensor:  # the same sentences, ids below 4,000
+        return small_loss(small_batches[position[id(batch)]])
+
+    fused = {"lr": 1e-4, "fused": True}
+    contenders: dict[str, tuple[nn.Module, Callable, dict]] = {
+        "default": (default, packed_loss, fused),
+        "feed-forward on padded rows": (default, packing(0), fused),
+        "packed rows, exact count": (default, packing(1), fused),
+        "AdamW's loop (fused false)": (default, packed_loss, {"lr": 1e-4}),
+        f"vocabulary {small_vocab}": (small, small_vocab_loss, fused),
+    }
+    work = [_batch_work(default.model_config, b) for b in batches]
+    real = sum(int((b["src"] != 0).sum()) + int((b["tgt_in"] != 0).sum()) for b in batches)
+    positions = sum(b["src"].numel() + b["tgt_in"].numel() for b in batches)
+    print(
+        f"\n== levers: the default config's training step, {len(batches)} batches, max_tokens "
+        f"{args.max_tokens}, {1 - real / positions:.0%} of source and target positions padding =="
+    )
+    for precision in args.precisions:
+        rate = _train_rates(contenders, batches, work, precision, args.train_steps)
+        base = rate["default"][0]
+        for name, (tokens_per_s, _) in rate.items():
+            print(
+                f"  {precision:5s} {name:28s} {tokens_per_s:8.0f} target tokens/s  "
+                f"{tokens_per_s / base:5.2f}x default"
+            )
 
 
 # ------------------------------------------------------------------------------------ attention
@@ -702,9 +769,9 @@ def main() -> None:
         "--sections",
         nargs="+",
         default=["train", "attention", "decode"],
-        choices=["train", "attention", "decode", "scores", "padding", "ct2", "data"],
-        help="sections to run (default: train attention decode; scores, padding, ct2 and data "
-        "are opt-in)",
+        choices=["train", "attention", "decode", "scores", "padding", "levers", "ct2", "data"],
+        help="sections to run (default: train attention decode; scores, padding, levers, ct2 "
+        "and data are opt-in)",
     )
     parser.add_argument(
         "--precisions",
@@ -783,6 +850,7 @@ def main() -> None:
         "decode": bench_decode,
         "scores": bench_scores,
         "padding": bench_padding,
+        "levers": bench_levers,
         "ct2": bench_ct2,
         "data": bench_data,
     }

@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from minitx.attention import MultiHeadAttention, causal_mask
+from minitx.layers import on_rows, real_rows
 from minitx.model import Transformer, TransformerConfig
 from minitx.vocab import BOS_ID, EOS_ID, PAD_ID
 
@@ -362,7 +363,8 @@ def test_transformer_equals_torch_encoder_decoder_stacks(overrides):
         memory_key_padding_mask=ignore,
     )
     expected = states @ model.output.weight.T
-    torch.testing.assert_close(model.encode(src).memory, memory, **LOGITS)
+    real = ~ignore  # the memory at padded positions is read by nothing: left unspecified
+    torch.testing.assert_close(model.encode(src).memory[real], memory[real], **LOGITS)
     torch.testing.assert_close(model(src, tgt), expected, **LOGITS)
 
 
@@ -505,3 +507,56 @@ def test_encoder_without_positions_is_permutation_equivariant(lengths):
 def test_encoder_with_positions_is_not_permutation_equivariant(positional, lengths):
     expected, permuted = _permuted_encodings(positional, lengths)
     assert (permuted - expected).abs().amax() > 1e-3
+
+
+@pytest.mark.parametrize("overrides", PAD_VARIANTS, ids=range(len(PAD_VARIANTS)))
+def test_packed_feed_forward_equals_the_padded_one(overrides):
+    """Feed-forward sub-layers on the real positions only (`pack_rows`, on by default) give
+    the padded computation's logits at real positions, and the same gradients."""
+    model = tiny(seed=9, n_encoder_layers=2, n_decoder_layers=2, **overrides)
+    src = rand_ids((3, 6), seed=15)
+    src[0, 4:], src[2, 2:] = PAD_ID, PAD_ID
+    tgt = rand_ids((3, 5), seed=16)
+    tgt[1, 3:] = PAD_ID
+    real = tgt != PAD_ID
+    outputs = {}
+    for pack in (1, 0):  # every real row alone; no packing
+        model.zero_grad()
+        model.pack_rows = pack
+        logits = model(src, tgt)
+        logits[real].logsumexp(-1).sum().backward()
+        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        outputs[pack] = (logits[real], grads)
+    (packed, packed_grads), (padded, padded_grads) = outputs[1], outputs[0]
+    torch.testing.assert_close(packed, padded, **LOGITS)
+    assert packed_grads.keys() == padded_grads.keys()
+    for name, grad in packed_grads.items():
+        torch.testing.assert_close(grad, padded_grads[name], **LOGITS, msg=name)
+
+
+def test_packed_feed_forward_leaves_padded_rows_alone():
+    """The feed-forward sees the real rows topped up to a multiple of `pack_rows` (counted by
+    a hook), and a padded row left out comes out of the sub-layer as it went in."""
+    model = tiny(seed=10)
+    src = rand_ids((2, 8), seed=17)
+    src[1, 3:] = PAD_ID  # 8 + 3 real positions of 16
+    layer = model.encoder_layers[0]
+    seen = []
+    handle = layer.feed_forward.register_forward_hook(
+        lambda m, i, o: seen.append(i[0].numel() // i[0].size(-1))
+    )
+    try:
+        for multiple in (64, 4, 1, 0):
+            model.pack_rows = multiple
+            model.encode(src)
+    finally:
+        handle.remove()
+    assert seen == [2 * 8, 12, 11, 2 * 8]  # 64: all 16 rows; 4: 12 rows; 1: the 11 real ones
+    x = torch.randn(2, 8, TINY["d_model"])
+    rows = real_rows(src, PAD_ID, multiple=4)
+    assert sorted(rows.tolist()) == list(range(8 + 3)) + [11]  # the real rows + one pad row
+    out = on_rows(layer._feed_forward_sublayer, x, rows)
+    torch.testing.assert_close(out[1, 4:], x[1, 4:], rtol=0, atol=0)
+    torch.testing.assert_close(out[1, :4], layer._feed_forward_sublayer(x[1, :4]), **FP32)
+    assert not torch.allclose(out[1, :4], x[1, :4])
+    assert real_rows(rand_ids((2, 8)), PAD_ID, multiple=1) is None  # no padding: no packing
