@@ -6,8 +6,10 @@ LayerNorm after the stack; post-LN is the original paper's LN(x + f(x)).
 
 The feed-forward sub-layer treats every position alone, so a layer given `rows` (the real,
 non-pad positions of the batch, `real_rows`) runs it on those rows only: padded positions
-cost nothing there and keep their input unchanged (nothing reads them: attention masks them as
-keys, and the loss and the output layer skip them).
+cost nothing there and keep their input unchanged. Nothing downstream depends on them:
+encoder self- and cross-attention mask padded source positions as keys, and target padding
+is on the right, behind the causal mask, where the loss skips it (the logits `decode`
+returns at padded positions are meaningless, with or without packing).
 """
 
 from __future__ import annotations
@@ -30,14 +32,21 @@ ACTIVATIONS.register("silu")(nn.SiLU)
 def real_rows(ids: Tensor, pad_id: int, multiple: int = 64) -> Tensor | None:
     """Indices of the non-pad positions of `ids` (B, T) in its flattened (B*T) order, topped
     up with padded positions to a multiple of `multiple` rows (few distinct shapes: bf16
-    kernels are built per shape), or None when that would leave out no position."""
+    kernels are built per shape), or None when that would leave out no position.
+
+    Raises:
+        ValueError: `multiple` < 1.
+    """
+    if multiple < 1:
+        raise ValueError(f"multiple must be >= 1, got {multiple}")
     real = (ids != pad_id).flatten()  # (B*T,)
-    n_real = int(real.sum())
+    n_real = int(real.sum())  # the only host sync
     n_rows = min(real.numel(), -(-n_real // multiple) * multiple)
     if n_rows == real.numel():
         return None
-    pads = (~real).nonzero().squeeze(1)[: n_rows - n_real]
-    return torch.cat([real.nonzero().squeeze(1), pads])  # (N,), each position once
+    # Real positions first, then padded ones, each group in order; each position once.
+    order = torch.argsort((~real).to(torch.uint8), stable=True)  # (B*T,)
+    return order[:n_rows]  # (N,)
 
 
 def on_rows(fn: Callable[[Tensor], Tensor], x: Tensor, rows: Tensor | None) -> Tensor:

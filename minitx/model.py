@@ -30,6 +30,10 @@ HARD_ATTENTION_SCOPES = ("cross", "all")
 """Which attentions `Transformer.attention_mode` switches: the decoder's cross-attention only,
 or every attention (encoder self, decoder self and cross)."""
 
+PACK_ROWS = 64
+"""`Transformer.pack_rows` by default: feed-forward sub-layers on the real positions, topped up
+to a multiple of 64 rows (5% more target tokens/s in fp32 on Multi30k's batches, docs: Speed)."""
+
 
 def check_attention_scope(scope: str) -> None:
     """Raise `ConfigError` unless `scope` is one of `HARD_ATTENTION_SCOPES`."""
@@ -247,7 +251,7 @@ class Transformer(nn.Module):
     Attributes:
         pack_rows: run the feed-forward sub-layers of full-sequence passes (training,
             `encode`, teacher forcing) on the real positions only, packed (`real_rows`) and
-            topped up with padded ones to a multiple of `pack_rows` rows (64 by default);
+            topped up with padded ones to a multiple of `pack_rows` rows (`PACK_ROWS` by default);
             0 computes them on every padded position too. A runtime switch, not a
             `TransformerConfig` setting: the outputs at real positions are the same up to
             rounding, and padded positions are read by nothing.
@@ -256,7 +260,7 @@ class Transformer(nn.Module):
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
         self.config = c = config
-        self.pack_rows = 64
+        self.pack_rows = PACK_ROWS
         self.src_embed = nn.Embedding(c.src_vocab_size, c.d_model, padding_idx=PAD_ID)
         self.tgt_embed = (
             self.src_embed

@@ -29,17 +29,24 @@ def run(schedule: BudgetSchedule, seconds_per_step: float, budget: float | None,
     return factors
 
 
-def train_in(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str]):
-    """`minitx-train --config tiny --test false ARGS` in `tmp_path`, in this process; the
-    environment (Lightning sets PL_GLOBAL_SEED & co.) is restored afterwards."""
+def train_in(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    args: list[str],
+    config: list[str] | None = None,
+):
+    """`minitx-train --config tiny --test false ARGS` in `tmp_path`, in this process (`config`:
+    other config flags than the tiny config's, [] for the default config); the environment
+    (Lightning sets PL_GLOBAL_SEED & co.) is restored afterwards."""
     from minitx.cli.train import main
 
     monkeypatch.chdir(tmp_path)
     env = dict(os.environ)
+    config = ["--config", str(TINY_CONFIG)] if config is None else config
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="LightningCLI's args parameter")
-            return main(["--config", str(TINY_CONFIG), "--test", "false", *args])
+            return main([*config, "--test", "false", *args])
     finally:
         os.environ.clear()
         os.environ.update(env)
@@ -166,6 +173,23 @@ def test_fast_dev_run_works_with_a_decaying_schedule_and_a_long_warm_up(
         ],
     )  # fmt: skip
     assert cli.trainer.global_step == 1
+
+
+def test_fast_dev_run_works_with_the_default_config(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, multi30k_dir: Path
+) -> None:
+    """The default config (budget schedule, a 15,000-update plan, validations at each tenth)
+    on Multi30k: `--trainer.fast_dev_run true` makes its one update and one validation."""
+    monkeypatch.setenv("MINITX_DATA_DIR", str(multi30k_dir))
+    cli = train_in(
+        tmp_path,
+        monkeypatch,
+        ["--trainer.enable_progress_bar", "false", "--trainer.fast_dev_run", "true"],
+        config=[],
+    )
+    assert cli.model.optim.schedule == "budget" and cli.trainer.max_steps == 1
+    assert cli.trainer.global_step == 1
+    assert "val/loss" in cli.trainer.logged_metrics
 
 
 def test_a_step_bound_run_with_a_clock_repeats_exactly(tmp_path: Path) -> None:

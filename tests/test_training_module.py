@@ -7,7 +7,7 @@ import torch
 
 import minitx.attention
 from minitx.errors import ConfigError
-from minitx.model import TransformerConfig
+from minitx.model import PACK_ROWS, TransformerConfig
 from minitx.training import (
     BudgetSchedule,
     CosineDecaySchedule,
@@ -276,3 +276,13 @@ def test_a_resumed_optimizer_uses_this_runs_kernel(fused: bool) -> None:
     optimizer = torch.optim.AdamW(resumed.parameters(), fused=fused or None)
     optimizer.load_state_dict(checkpoint["optimizer_states"][0])
     assert all(group["fused"] == (fused or None) for group in optimizer.param_groups)
+
+
+def test_pack_rows_reaches_the_model_and_the_checkpoint_hyperparameters() -> None:
+    """`model.pack_rows` sets `Transformer.pack_rows` (the default: PACK_ROWS), travels in the
+    hyperparameters, and a negative value is refused."""
+    assert TranslationModule(transformer=SMALL).model.pack_rows == PACK_ROWS == 64
+    module = TranslationModule(transformer=SMALL, pack_rows=0)
+    assert module.model.pack_rows == 0 and module.hparams["pack_rows"] == 0
+    with pytest.raises(ConfigError, match="model.pack_rows must be >= 0"):
+        TranslationModule(transformer=SMALL, pack_rows=-8)

@@ -89,3 +89,19 @@ def test_a_resumed_run_goes_on_from_the_next_fraction_of_its_new_plan(tmp_path: 
     plan = resumed.global_step
     later = [s for s in validation_steps(resumed.run_dir) if s > first.global_step]
     assert later == [math.ceil(3 * plan / 4), plan]
+
+
+def test_a_run_without_validation_still_saves_its_checkpoints(tmp_path: Path) -> None:
+    """limit_val_batches 0: no budget fractions to validate at, so Lightning's saving at each
+    epoch's end applies (the cadence used to switch it off and leave no checkpoint)."""
+    run = train_tiny(
+        tmp_path,
+        max_epochs=2,
+        test=False,
+        extra=(
+            "--model.validation.validations_per_run", "4", "--trainer.limit_val_batches", "0",
+        ),
+    )  # fmt: skip
+    assert validation_steps(run.run_dir) == []
+    saved = torch.load(run.checkpoint, map_location="cpu", weights_only=True)
+    assert saved["global_step"] == run.global_step

@@ -655,8 +655,10 @@ class ValidationCadence(L.Callback):
     ``check_val_every_n_epoch``, in batches or time fixed in advance); this callback replaces
     that decision for the run, and makes every `ModelCheckpoint` that was left to choose save
     after each validation rather than at the end of the epoch. Lightning's cadence applies
-    instead with ``validations_per_run`` 0, in a ``fast_dev_run``, and where the run sets
-    ``trainer.val_check_interval`` or ``trainer.check_val_every_n_epoch`` itself.
+    instead with ``validations_per_run`` 0, in a ``fast_dev_run``, where the run sets
+    ``trainer.val_check_interval`` or ``trainer.check_val_every_n_epoch`` itself, where it
+    has no validation (``limit_val_batches`` 0), and where it has neither a finite plan nor
+    ``trainer.max_time`` (no budget to divide).
     """
 
     def __init__(self) -> None:
@@ -677,12 +679,20 @@ class ValidationCadence(L.Callback):
         if not self.per_run or trainer.fast_dev_run:
             self.per_run = 0
             return
-        if trainer.val_check_interval != 1.0 or trainer.check_val_every_n_epoch != 1:
+        interval = trainer.val_check_interval  # 1.0 (a float) unless the run set it
+        lightning_cadence = not (isinstance(interval, float) and interval == 1.0)
+        if lightning_cadence or trainer.check_val_every_n_epoch != 1:
             self.per_run = 0  # the run set Lightning's cadence itself: that one applies
             return
+        if not trainer.enable_validation:  # no validation data, limit_val_batches 0
+            self.per_run = 0  # Lightning then saves checkpoints at each epoch's end
+            return
         self.planned_steps = float(trainer.estimated_stepping_batches)
+        if not math.isfinite(self.planned_steps) and train_time_remaining(trainer) is None:
+            self.per_run = 0  # no plan and no clock: no budget to divide; validate every epoch
+            return
         progress = run_progress(trainer, self.planned_steps)  # > 0 in a resumed run
-        self.next_boundary = math.floor(progress * self.per_run) + 1
+        self.next_boundary = self._boundary_after(progress)
         for callback in trainer.checkpoint_callbacks:  # save after validation, not epoch end
             if getattr(callback, "_save_on_train_epoch_end", False) is None:
                 callback._save_on_train_epoch_end = False
@@ -691,6 +701,11 @@ class ValidationCadence(L.Callback):
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         trainer.fit_loop.epoch_loop.__dict__.pop("_should_check_val_fx", None)
+
+    def _boundary_after(self, progress: float) -> int:
+        """The next boundary (in 1/N of the budget) once `progress` has been reached; the same
+        rounding tolerance as the due test, so a resume does not validate a boundary again."""
+        return math.floor(progress * self.per_run + 1e-9) + 1
 
     def should_validate(self, trainer: L.Trainer) -> bool:
         """Whether to validate after the update just made: a new 1/N of the budget passed,
@@ -706,7 +721,7 @@ class ValidationCadence(L.Callback):
         progress = trainer.strategy.broadcast(run_progress(trainer, self.planned_steps))
         due = progress * self.per_run >= self.next_boundary - 1e-9
         if due:
-            self.next_boundary = math.floor(progress * self.per_run + 1e-9) + 1
+            self.next_boundary = self._boundary_after(progress)
         last_epoch = trainer.max_epochs is not None and trainer.max_epochs > 0
         last_epoch = last_epoch and trainer.current_epoch + 1 >= trainer.max_epochs
         ending = last_epoch and loop.batch_progress.is_last_batch

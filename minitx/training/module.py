@@ -29,7 +29,7 @@ from torchmetrics.text import CHRFScore, SacreBLEUScore
 from minitx.checkpoint import CHECKPOINT_KEY, write_payload
 from minitx.decoding import generate
 from minitx.errors import ConfigError, ResumeError, TrainingError
-from minitx.model import Transformer, TransformerConfig
+from minitx.model import PACK_ROWS, Transformer, TransformerConfig
 from minitx.training.config import OptimConfig, ValidationConfig, check_sdpa_backend
 from minitx.training.deprecation import renamed_value
 from minitx.training.schedules import SCHEDULES, make_schedule
@@ -75,6 +75,11 @@ class TranslationModule(L.LightningModule):
             figures), else "default". A runtime choice: it changes no result beyond rounding
             and is not part of the model's config in checkpoints. `model.optim.sdpa_backend`,
             its old place, still works (deprecated).
+        pack_rows: the feed-forward sub-layers run on the real (non-pad) positions only,
+            topped up to a multiple of this many rows (`model.pack_rows`,
+            `Transformer.pack_rows`); 0 = on every padded position too. A runtime choice
+            like `sdpa_backend`: it changes results only by rounding and by which dropout
+            mask each position draws.
 
     The settings groups accept their dataclass or a plain dict of its fields (missing
     fields: defaults).
@@ -86,6 +91,7 @@ class TranslationModule(L.LightningModule):
         optim: OptimConfig = _DEFAULTS[1],
         validation: ValidationConfig = _DEFAULTS[2],
         sdpa_backend: str = "auto",
+        pack_rows: int = PACK_ROWS,
     ) -> None:
         super().__init__()
         self.model_config: TransformerConfig = _coerce(transformer, TransformerConfig)
@@ -98,6 +104,8 @@ class TranslationModule(L.LightningModule):
             "auto",
         )
         check_sdpa_backend(self.sdpa_backend)
+        if pack_rows < 0:
+            raise ConfigError(f"model.pack_rows must be >= 0 (0 = no packing), got {pack_rows}")
         self.optim: OptimConfig = replace(optim, sdpa_backend=None)
         self.validation: ValidationConfig = _coerce(validation, ValidationConfig)
         optim_hparams = asdict(self.optim)
@@ -109,9 +117,11 @@ class TranslationModule(L.LightningModule):
                 "optim": optim_hparams,
                 "validation": asdict(self.validation),
                 "sdpa_backend": self.sdpa_backend,
+                "pack_rows": pack_rows,
             }
         )
         self.model = Transformer(self.model_config)
+        self.model.pack_rows = pack_rows
         self.val_loss = MeanMetric()
         self.val_nll = MeanMetric()
         self.val_bleu = SacreBLEUScore(tokenize="13a", lowercase=False)
