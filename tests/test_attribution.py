@@ -248,7 +248,12 @@ def test_translator_attributions_sit_beside_its_attention(tiny_checkpoint: Path)
     for matrix in found.scores.values():
         assert matrix.shape == maps.cross_attentions[0].shape[1:]
         torch.testing.assert_close(matrix.sum(-1), torch.ones(len(found.predicted_tokens)))
-    assert found.ig_delta is not None and float(found.ig_delta.abs().max()) < 0.05
+    # The completeness gap is integrated gradients' quadrature error: more nodes shrink it. (How
+    # small 16 nodes leave it depends on where the trained model's ReLU kinks fall: 0.07 here.)
+    assert found.ig_delta is not None and torch.isfinite(found.ig_delta).all()
+    finer = translator.attributions(sentence, beam_size=1, methods=["ig"], ig_steps=64)
+    gap, finer_gap = float(found.ig_delta.abs().max()), float(finer.ig_delta.abs().max())
+    assert finer_gap < gap and finer_gap < 0.05
 
     reference = translator.attributions(sentence, translation="A man rides a bike.")
     direct = teacher_forced_attributions(
