@@ -85,6 +85,11 @@ SIZES = dict(  # the model of `--config long` (the default config's feed-forward
 # ------------------------------------------------------------------------------------ data
 
 
+def _below(ids: np.ndarray, vocab_size: int) -> list[int]:
+    """`ids` (all >= 4) folded into [4, vocab_size); unchanged where already below it."""
+    return np.where(ids < vocab_size, ids, 4 + ids % (vocab_size - 4)).tolist()
+
+
 def multi30k_like_batches(
     n_examples: int,
     max_tokens: int,
@@ -100,8 +105,8 @@ def multi30k_like_batches(
     tgt_len = np.clip(np.rint(src_len + rng.normal(-0.5, 2.5, n_examples)), 3, 50).astype(int)
     examples = [
         {
-            "src_ids": (4 + rng.integers(0, SIZES["vocab_size"], s) % (vocab_size - 4)).tolist(),
-            "tgt_ids": (4 + rng.integers(0, SIZES["vocab_size"], t) % (vocab_size - 4)).tolist(),
+            "src_ids": _below(rng.integers(4, SIZES["vocab_size"], s), vocab_size),
+            "tgt_ids": _below(rng.integers(4, SIZES["vocab_size"], t), vocab_size),
             "src_text": "",
             "tgt_text": "",
         }
@@ -410,7 +415,9 @@ def bench_levers(args: argparse.Namespace) -> None:
     sizes = {"src_vocab_size": small_vocab, "tgt_vocab_size": small_vocab}
     small = bench_module(d_ff=512, **sizes)
     batches = multi30k_like_batches(args.train_examples, args.max_tokens)
-    small_batches = multi30k_like_batches(args.train_examples, args.max_tokens, vocab_size=4000)
+    small_batches = multi30k_like_batches(
+        args.train_examples, args.max_tokens, vocab_size=small_vocab
+    )
     packed_loss = training_loss(default)
 
     def packing(multiple: int) -> Callable[[dict], torch.Tensor]:
