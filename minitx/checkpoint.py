@@ -7,7 +7,9 @@ optimizer and loop state, ...) it holds a `minitx` entry with:
 - `data`: the source and target language codes;
 - `train_config`: the resolved training config (YAML text), when trained by the CLI.
 
-Loading uses `torch.load(weights_only=True)`: no code stored in the file is ever executed.
+Loading (`read_checkpoint`, the one reader of `.ckpt` files, resume included) passes
+`weights_only=True` to `torch.load` on every torch version: no code stored in the file is ever
+executed.
 Writing (`write_checkpoint`, also what training's checkpoint plugin calls) goes through a
 temporary file in the destination directory and a rename: a kill or a full disk never leaves
 a half-written checkpoint under its real name. This module imports torch, the model and the
@@ -86,13 +88,18 @@ TORCH_FILE_MAGIC = (b"PK", b"\x80")
 protocol header (the legacy format; a plain pickle too, which the safe loader then refuses)."""
 
 
-def load_checkpoint(path: str | Path) -> dict[str, Any]:
-    """Read a checkpoint safely (`weights_only=True`) and check that it is a minitx one.
+def read_checkpoint(path: str | Path, *, mmap: bool = False) -> dict[str, Any]:
+    """Read a `torch.save` file with `weights_only=True`, whatever torch's own default is.
+
+    The one reader of `.ckpt` files: the inference commands (through `load_checkpoint`) and
+    training's resume (Lightning calls it through `minitx.training.checkpoint_io`). torch
+    before 2.6 unpickles anything by default; passing `weights_only=True` here means a
+    crafted file is refused on every supported torch, never run.
 
     Raises:
         MissingFileError: no file at `path` (a `FileNotFoundError`).
-        CheckpointError: unreadable (truncated / not a torch file), holds non-data objects, or
-            lacks the minitx payload (e.g. a checkpoint of another project).
+        CheckpointError: unreadable (truncated / not a torch file) or holding objects other
+            than tensors and plain data.
     """
     path = Path(path)
     if not path.is_file():
@@ -107,7 +114,7 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     if not head.startswith(TORCH_FILE_MAGIC):  # torch would call a text file "unsafe" below
         raise CheckpointError(f"{unreadable}: it is not a file written by torch.save")
     try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except pickle.UnpicklingError as exc:
         if "Weights only load failed" in str(exc):
             raise CheckpointError(
@@ -118,7 +125,21 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
         raise CheckpointError(f"{unreadable}: {exc}") from exc
     except Exception as exc:  # torch raises KeyError, RuntimeError, EOFError, ... for damaged files
         raise CheckpointError(f"{unreadable}: {type(exc).__name__}: {exc}") from exc
-    payload = checkpoint.get(CHECKPOINT_KEY) if isinstance(checkpoint, dict) else None
+    if not isinstance(checkpoint, dict):
+        raise CheckpointError(f"{unreadable}: it holds a {type(checkpoint).__name__}, not a dict")
+    return checkpoint
+
+
+def load_checkpoint(path: str | Path) -> dict[str, Any]:
+    """Read a checkpoint safely (`read_checkpoint`) and check that it is a minitx one.
+
+    Raises:
+        MissingFileError: no file at `path` (a `FileNotFoundError`).
+        CheckpointError: unreadable (truncated / not a torch file), holds non-data objects, or
+            lacks the minitx payload (e.g. a checkpoint of another project).
+    """
+    checkpoint = read_checkpoint(path)
+    payload = checkpoint.get(CHECKPOINT_KEY)
     if (
         not isinstance(payload, dict)
         or "model_config" not in payload

@@ -40,14 +40,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import lightning as L
-import torch
 from lightning.fabric.plugins import CheckpointIO
 from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from minitx.checkpoint import CHECKPOINT_KEY
+from minitx.checkpoint import CHECKPOINT_KEY, read_checkpoint
 from minitx.cli.common import EXIT_SIGINT, UsageError, report_user_error, show_library_warnings
 from minitx.data import TranslationDataModule
 from minitx.decoding import DecodingConfig
@@ -238,8 +237,8 @@ def _check_writable(directory: Path, what: str, setting: str) -> None:
 def _global_step(checkpoint: Path) -> int | None:
     """The global step a Lightning checkpoint was saved at (None when unreadable)."""
     try:
-        state = torch.load(checkpoint, map_location="cpu", weights_only=True, mmap=True)
-    except Exception:  # Lightning reports a damaged checkpoint itself when it resumes
+        state = read_checkpoint(checkpoint, mmap=True)
+    except (OSError, ValueError):  # the resume refuses a damaged checkpoint itself, in one line
         return None
     return int(state.get("global_step", 0))
 
@@ -698,12 +697,7 @@ def _check_resume(cli: MinitxCLI, path: Path) -> None:
         ResumeError: another model config or tokenizer, or optimizer settings (rate, warm-up,
             schedule, betas, weight decay) that the checkpoint's state would override.
     """
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    except Exception:  # Lightning reports a missing or damaged checkpoint itself
-        return
-    if not isinstance(state, dict):
-        return
+    state = read_checkpoint(path, mmap=True)  # a crafted or damaged file: one line, here
     if "optimizer_states" not in state:
         raise UsageError(
             f"--ckpt_path {path}: a weights-only checkpoint (no optimizer state, e.g. written by "

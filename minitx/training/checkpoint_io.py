@@ -1,4 +1,4 @@
-"""How training writes its checkpoints: whole or not at all, beside their final name.
+"""How training writes and reads its checkpoints: whole or not at all, and never running code.
 
 Lightning's own `TorchCheckpointIO` serialises into memory and lets fsspec write the bytes
 through a temporary file in the system's temporary directory, then *moves* it over the
@@ -8,22 +8,27 @@ good one lost) and an orphan in ``$TMPDIR``; a full disk leaves a truncated file
 real name. `AtomicCheckpointIO` writes through `minitx.checkpoint.write_checkpoint` instead:
 a temporary file in the checkpoint's own directory, flushed, then renamed (atomic on every
 local filesystem).
+
+Reading goes through `minitx.checkpoint.read_checkpoint` too: Lightning's own loader calls
+`torch.load` with torch's default, which unpickled arbitrary objects before torch 2.6, so a
+crafted `--ckpt_path` file could run code on resume. Here it is refused in one line.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.fabric.utilities.types import _PATH
 
-from minitx.checkpoint import write_checkpoint
+from minitx.checkpoint import read_checkpoint, write_checkpoint
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
-    """`TorchCheckpointIO` whose `save_checkpoint` replaces the file atomically (see module doc).
+    """`TorchCheckpointIO` that writes atomically and reads weights-only (see module doc).
 
-    Loading and removing are Lightning's own.
+    Removing is Lightning's own.
     """
 
     def save_checkpoint(
@@ -38,3 +43,21 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         if storage_options is not None:
             raise TypeError(f"{type(self).__name__}.save_checkpoint takes no storage_options")
         write_checkpoint(checkpoint, path)
+
+    def load_checkpoint(
+        self,
+        path: _PATH,
+        map_location: Callable | None = None,
+        weights_only: bool | None = None,
+    ) -> dict[str, Any]:
+        """Read `path` with `weights_only=True` on every torch version, onto the CPU.
+
+        `map_location` and `weights_only` are accepted for Lightning's signature and ignored:
+        Lightning moves the restored state to the model's device itself, and a checkpoint is
+        never read with pickle's full powers.
+
+        Raises:
+            MissingFileError: no file at `path`.
+            CheckpointError: damaged, or holding objects other than tensors and plain data.
+        """
+        return read_checkpoint(path)
