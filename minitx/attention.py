@@ -1,41 +1,29 @@
-"""The attention core: masks, score functions, scaled dot-product attention, heads, MHA.
+"""Attention, written out: masks, the scaled dot-product score, attention itself, heads and
+multi-head attention (Vaswani et al., 2017, §3.2). Read `minitx.model` next.
 
-Everything here is explicit and readable on purpose; it is what minitx is about. The one
-concession to speed: when the caller does not need the attention weights, the score is the
-standard scaled dot product and attention is soft, `MultiHeadAttention` hands the work to
-PyTorch's fused kernel (`torch.nn.functional.scaled_dot_product_attention`), which the tests
-prove equal to ours.
-
-Conventions (docs/ARCHITECTURE.md, "Contracts"):
-- Boolean masks mean **True = may attend** (as in `F.scaled_dot_product_attention`). Float masks
-  are additive (0 = attend, -inf = blocked). Masks broadcast against (B, H, Tq, Tk).
-- A query row whose keys are all masked gets all-zero weights and a zero output, never NaN.
-- Hard attention (inference only): with `attention_mode` "hard-argmax" or "hard-sample" each
-  row of weights is replaced, after the softmax and the mask, by a one-hot row at one allowed
-  key (its most probable one, or one drawn from the row); see `hard_weights`.
-- Shapes: B batch, H heads, Tq / Tk query / key lengths, D model width, Dh = D / H.
+Conventions (docs/ARCHITECTURE.md, "Contracts"): boolean masks mean **True = may attend** (as
+in `F.scaled_dot_product_attention`), float masks are additive (0 = attend, -inf = blocked),
+and masks broadcast against (B, H, Tq, Tk). A query row whose keys are all masked gets
+all-zero weights and a zero output, never NaN. Shapes: B batch, H heads, Tq / Tk query / key
+lengths, D model width, Dh = D / H. Beside this file: the other score functions
+(`minitx.scores`), hard attention (`minitx.hard_attention`), the cache (`minitx.kv_cache`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from minitx.errors import ConfigError
+from minitx.kv_cache import KVCache
 from minitx.registry import Registry
-
-ATTENTION_MODES = ("soft", "hard-argmax", "hard-sample")
-"""How attention uses its weights: "soft" the softmax itself (training, and the default);
-"hard-argmax" a one-hot row at each query's most probable key; "hard-sample" a one-hot row at a
-key drawn from the query's weights. Hard modes are for inference: no gradient reaches the choice."""
 
 SCORES: Registry[Callable[..., nn.Module]] = Registry("attention score")
 """Score functions by name. An entry is a module class built as `cls(d_head=...)` whose
-`forward(q (..., Tq, Dk), k (..., Tk, Dk))` returns scores (..., Tq, Tk)."""
+`forward(q (..., Tq, Dk), k (..., Tk, Dk))` returns scores (..., Tq, Tk). "scaled_dot" is
+below; "dot", "additive" and "bilinear" are in `minitx.scores`."""
 
 # ------------------------------------------------------------------------------------------- Masks
 
@@ -59,14 +47,8 @@ def causal_mask(tq: int, tk: int | None = None, *, device: torch.device | None =
 
 
 def padding_mask(ids: Tensor, pad_id: int = 0) -> Tensor:
-    """Key padding mask from token ids: True at real tokens.
-
-    Args:
-        ids: (B, T) token ids.
-
-    Returns:
-        (B, 1, 1, T) bool mask that broadcasts over heads and queries.
-    """
+    """Key padding mask from token ids (B, T): True at real tokens, (B, 1, 1, T) so that it
+    broadcasts over heads and queries."""
     return (ids != pad_id)[:, None, None, :]
 
 
@@ -86,28 +68,22 @@ def combine_masks(*masks: Tensor | None) -> Tensor | None:
         return out
     out = None
     for m in present:
-        m = _to_additive(m)
+        if m.dtype == torch.bool:  # True -> 0, False -> -inf
+            m = torch.zeros(m.shape, dtype=torch.float32, device=m.device).masked_fill(
+                ~m, float("-inf")
+            )
         out = m if out is None else out + m
     return out
 
 
-def _to_additive(mask: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
-    if mask.dtype != torch.bool:
-        return mask
-    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(
-        ~mask, float("-inf")
-    )
-
-
-# --------------------- Score functions: (q (..., Tq, Dk), k (..., Tk, Dk)) -> scores (..., Tq, Tk)
+# ------------------------------------------------------------------------------------- Attention
 
 
 @SCORES.register("scaled_dot")
 class ScaledDotScore(nn.Module):
-    """Vaswani et al. (2017): (q / sqrt(Dk)) kᵀ. q is scaled *before* the matmul.
-
-    `MultiHeadAttention` hands this score to PyTorch's fused kernel when no weights are asked for.
-    """
+    """Vaswani et al. (2017): (q / sqrt(Dk)) kᵀ, (..., Tq, Dk), (..., Tk, Dk) -> (..., Tq, Tk).
+    q is scaled *before* the matmul. `MultiHeadAttention` hands this score to PyTorch's fused
+    kernel when no weights are asked for."""
 
     def __init__(self, *, d_head: int | None = None) -> None:
         super().__init__()
@@ -116,98 +92,9 @@ class ScaledDotScore(nn.Module):
         return (q * q.size(-1) ** -0.5) @ k.transpose(-2, -1)
 
 
-@SCORES.register("dot")
-class DotScore(nn.Module):
-    """Luong et al. (2015) "dot": q kᵀ, unscaled."""
-
-    def __init__(self, *, d_head: int | None = None) -> None:
-        super().__init__()
-
-    def forward(self, q: Tensor, k: Tensor) -> Tensor:
-        return q @ k.transpose(-2, -1)
-
-
-@SCORES.register("additive")
-class AdditiveScore(nn.Module):
-    """Bahdanau et al. (2015): vᵀ tanh(W_q q + W_k k).
-
-    Memory grows as B·H·Tq·Tk·d_attn, so it suits study, not long sequences. The parameters
-    are shared by all heads of a layer.
-    """
-
-    def __init__(self, *, d_head: int, d_attn: int | None = None) -> None:
-        super().__init__()
-        d_attn = d_attn or d_head
-        self.w_q = nn.Linear(d_head, d_attn, bias=False)
-        self.w_k = nn.Linear(d_head, d_attn, bias=True)
-        self.v = nn.Linear(d_attn, 1, bias=False)
-
-    def forward(self, q: Tensor, k: Tensor) -> Tensor:
-        hidden = torch.tanh(
-            self.w_q(q).unsqueeze(-2) + self.w_k(k).unsqueeze(-3)
-        )  # (..., Tq, Tk, A)
-        return self.v(hidden).squeeze(-1)  # (..., Tq, Tk)
-
-
-@SCORES.register("bilinear")
-class BilinearScore(nn.Module):
-    """Luong et al. (2015) "general": q W kᵀ with a learned (Dk, Dk) matrix W.
-
-    W starts as I / sqrt(Dk), so an untrained bilinear score equals the scaled dot product.
-    """
-
-    def __init__(self, *, d_head: int) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(torch.eye(d_head) * d_head**-0.5)
-
-    def forward(self, q: Tensor, k: Tensor) -> Tensor:
-        return (q @ self.weight.to(q.dtype)) @ k.transpose(-2, -1)
-
-
 def make_score(name: str, d_head: int) -> nn.Module:
     """Build the score function registered as `name` in `SCORES` for heads of width `d_head`."""
     return SCORES[name](d_head=d_head)
-
-
-# --------------------------------------------------------------------------------------- Attention
-
-
-def check_attention_mode(mode: str) -> None:
-    """Raise `ConfigError` unless `mode` is one of `ATTENTION_MODES`."""
-    if mode not in ATTENTION_MODES:
-        raise ConfigError(
-            f"unknown attention mode {mode!r}; choose one of {', '.join(ATTENTION_MODES)}"
-        )
-
-
-def hard_weights(weights: Tensor, mode: str, generator: torch.Generator | None = None) -> Tensor:
-    """Hard attention: each row of `weights` becomes a one-hot row at one of its keys.
-
-    "hard-argmax" picks the most probable key of each row, "hard-sample" draws a key with the
-    row's weights as probabilities (from `generator`, so a seeded generator repeats its draws);
-    "soft" returns `weights` unchanged. Masked keys have weight 0, so they are never picked,
-    and a row that is all zeros (every key masked) stays all zeros.
-
-    Args:
-        weights: (..., Tq, Tk) attention weights: rows summing to 1, or all zeros.
-        mode: one of `ATTENTION_MODES`.
-        generator: random source of "hard-sample", on the device of `weights`.
-
-    Returns:
-        (..., Tq, Tk) one-hot (or all-zero) rows, in the dtype of `weights`.
-    """
-    check_attention_mode(mode)
-    if mode == "soft":
-        return weights
-    alive = weights.sum(dim=-1, keepdim=True) > 0  # (..., Tq, 1); False: every key masked
-    if mode == "hard-argmax":
-        choice = weights.argmax(dim=-1, keepdim=True)  # (..., Tq, 1)
-    else:  # "hard-sample": one draw per row; a dead row draws from dummy ones, zeroed below
-        rows = weights.masked_fill(~alive, 1.0).reshape(-1, weights.size(-1))  # (N, Tk)
-        choice = torch.multinomial(rows, 1, generator=generator)  # (N, 1)
-        choice = choice.view(*weights.shape[:-1], 1)  # (..., Tq, 1)
-    one_hot = torch.zeros_like(weights).scatter_(-1, choice, 1.0)  # (..., Tq, Tk)
-    return one_hot.masked_fill(~alive, 0.0)
 
 
 def scaled_dot_product_attention(
@@ -218,8 +105,7 @@ def scaled_dot_product_attention(
     dropout_p: float = 0.0,
     score: nn.Module | None = None,
     *,
-    mode: str = "soft",
-    generator: torch.Generator | None = None,
+    reweight: Callable[[Tensor], Tensor] | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Attention, written out: softmax(score(q, k) + mask) v.
 
@@ -230,14 +116,12 @@ def scaled_dot_product_attention(
         mask: bool (True = may attend) or additive float mask broadcastable to (..., Tq, Tk).
         dropout_p: dropout on the attention weights (pass 0.0 in eval mode).
         score: a score module (see `make_score`); default `ScaledDotScore`.
-        mode: one of `ATTENTION_MODES`; a hard mode replaces each row of the softmax by a
-            one-hot row (`hard_weights`), after the mask, so only allowed keys are chosen.
-        generator: random source of mode "hard-sample" (None: torch's global one).
+        reweight: a map of the weights (..., Tq, Tk) applied after the softmax and the mask,
+            e.g. hard attention at inference (`minitx.hard_attention.HardAttention`).
 
     Returns:
-        output (..., Tq, Dv) and weights (..., Tq, Tk). The weights are the ones applied to
-        `v`, *before* dropout: the softmax over the key axis ("soft") or its one-hot rows (a
-        hard mode); rows whose keys are all masked are all zeros.
+        output (..., Tq, Dv) and the weights (..., Tq, Tk) applied to `v`, *before* dropout:
+        the softmax over the key axis (or its `reweight`); all zeros where every key is masked.
     """
     scores = ScaledDotScore()(q, k) if score is None else score(q, k)  # (..., Tq, Tk)
     scores = scores.float()  # softmax in fp32, also under autocast
@@ -249,10 +133,13 @@ def scaled_dot_product_attention(
     # A row with no visible key would give softmax(-inf, ..., -inf) = NaN: give it zeros instead.
     dead = torch.isneginf(scores).all(dim=-1, keepdim=True)  # (..., Tq, 1)
     weights = torch.softmax(scores.masked_fill(dead, 0.0), dim=-1).masked_fill(dead, 0.0)
-    if mode != "soft":
-        weights = hard_weights(weights, mode, generator)  # (..., Tq, Tk) one-hot rows
+    if reweight is not None:
+        weights = reweight(weights)  # (..., Tq, Tk)
     attn = F.dropout(weights, p=dropout_p) if dropout_p > 0.0 else weights
     return attn.to(v.dtype) @ v, weights
+
+
+# ----------------------------------------------------------------------------------------- Heads
 
 
 def split_heads(x: Tensor, n_heads: int) -> Tensor:
@@ -272,29 +159,6 @@ def merge_heads(x: Tensor) -> Tensor:
     return x.transpose(1, 2).reshape(b, t, h * dh)
 
 
-@dataclass
-class KVCache:
-    """Keys and values of one attention layer kept across decoding steps.
-
-    Self-attention appends the new step's keys/values; cross-attention fills it once with the
-    projected encoder output. Tensors are (B, H, T, Dh).
-    """
-
-    k: Tensor | None = None
-    v: Tensor | None = None
-
-    @property
-    def length(self) -> int:
-        """Number of cached positions."""
-        return 0 if self.k is None else self.k.size(-2)
-
-    def reorder(self, index: Tensor) -> None:
-        """Select batch rows (e.g. surviving beams): `index` is (B',) into the batch axis."""
-        if self.k is not None:
-            self.k = self.k.index_select(0, index)
-            self.v = self.v.index_select(0, index)
-
-
 class MultiHeadAttention(nn.Module):
     """Multi-head attention with named q/k/v/out projections (Vaswani et al., 2017, §3.2.2).
 
@@ -304,17 +168,13 @@ class MultiHeadAttention(nn.Module):
         dropout: dropout on the attention weights during training.
         bias: whether the projections have biases.
         score: score function name (see `SCORES`).
-        positions: an optional position hook applied to queries and keys of
-            *self*-attention after the heads are split, e.g. rotary encodings: any module with
-            `rotate(x (B, H, T, Dh), offset: int) -> (B, H, T, Dh)`, where `offset` is the
-            position of x's first step. Not used by cross-attention (source and target
-            positions do not share a frame).
+        positions: a hook on queries and keys of *self*-attention (rotary encodings):
+            `rotate(x (B, H, T, Dh), offset)`, offset = the position of x's first step. Not
+            for cross-attention: source and target positions do not share a frame.
 
     Attributes:
-        attention_mode: one of `ATTENTION_MODES`, "soft" unless switched for inference (see
-            `minitx.model.Transformer.attention_mode`); a hard mode always runs the explicit
-            path. A plain attribute: it is no parameter or buffer, so no checkpoint holds it.
-        generator: the random source of "hard-sample" (None: torch's global one).
+        reweight: None, or the `reweight` of `scaled_dot_product_attention`: hard attention
+            at inference (`Transformer.attention_mode`). Not in any checkpoint.
     """
 
     def __init__(
@@ -338,8 +198,7 @@ class MultiHeadAttention(nn.Module):
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
         self.score = make_score(score, self.d_head)
         self.positions = positions
-        self.attention_mode = "soft"
-        self.generator: torch.Generator | None = None
+        self.reweight: Callable[[Tensor], Tensor] | None = None
 
     def _project(self, x: Tensor, *projections: nn.Linear) -> tuple[Tensor, ...]:
         """Several projections of one input in one matmul: (B, T, D) -> n x (B, T, D)."""
@@ -367,7 +226,7 @@ class MultiHeadAttention(nn.Module):
             mask: bool/additive mask broadcastable to (B, H, Tq, Tk), e.g. `padding_mask(src)`.
             is_causal: add a right-aligned causal mask (self-attention in the decoder).
             need_weights: also return the (B, H, Tq, Tk) weights (uses the explicit path);
-                in a hard mode these are the one-hot rows that were applied.
+                under a `reweight` these are the reweighted rows that were applied.
             cache: incremental decoding state. Self-attention appends this step's keys and
                 values; cross-attention projects `memory` once and reuses it afterwards.
 
@@ -381,13 +240,10 @@ class MultiHeadAttention(nn.Module):
                 offset = cache.length if cache is not None else 0
                 q, k = self.positions.rotate(q, offset), self.positions.rotate(k, offset)
             if cache is not None:
-                if cache.k is not None:
-                    k = torch.cat([cache.k, k], dim=-2)  # (B, H, Tcache + Tq, Dh)
-                    v = torch.cat([cache.v, v], dim=-2)
-                cache.k, cache.v = k, v
+                k, v = cache.append(k, v)  # (B, H, Tcache + Tq, Dh)
         else:
             q = split_heads(self.q_proj(x), self.n_heads)
-            if cache is not None and cache.k is not None:
+            if cache is not None and cache.k is not None:  # memory projected at the first step
                 k, v = cache.k, cache.v
             else:
                 k, v = self._project(memory, self.k_proj, self.v_proj)
@@ -397,48 +253,21 @@ class MultiHeadAttention(nn.Module):
 
         tq, tk = q.size(-2), k.size(-2)
         dropout_p = self.dropout if self.training else 0.0
-        fused = self.attention_mode == "soft" and isinstance(self.score, ScaledDotScore)
+        fused = self.reweight is None and isinstance(self.score, ScaledDotScore)
         if fused and not need_weights:
-            # Fused kernel. Its is_causal is top-left aligned, so use it only when Tq == Tk.
+            # Speed: PyTorch's fused kernel computes the same (tests/test_attention.py) without
+            # materialising the weights. Its is_causal is top-left aligned: only for Tq == Tk.
             if is_causal and mask is None and tq == tk:
                 out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
             else:
                 if is_causal and tq > 1:
                     mask = combine_masks(mask, causal_mask(tq, tk, device=q.device))
                 out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
-            weights = None
-        else:
-            if is_causal and tq > 1:
-                mask = combine_masks(mask, causal_mask(tq, tk, device=q.device))
-            out, weights = scaled_dot_product_attention(
-                q,
-                k,
-                v,
-                mask,
-                dropout_p,
-                self.score,
-                mode=self.attention_mode,
-                generator=self.generator,
-            )
+            return self.out_proj(merge_heads(out)), None
+
+        if is_causal and tq > 1:
+            mask = combine_masks(mask, causal_mask(tq, tk, device=q.device))
+        out, weights = scaled_dot_product_attention(
+            q, k, v, mask, dropout_p, self.score, reweight=self.reweight
+        )  # (B, H, Tq, Dh), (B, H, Tq, Tk)
         return self.out_proj(merge_heads(out)), weights  # (B, Tq, D)
-
-
-__all__ = [
-    "ATTENTION_MODES",
-    "SCORES",
-    "AdditiveScore",
-    "BilinearScore",
-    "DotScore",
-    "KVCache",
-    "MultiHeadAttention",
-    "ScaledDotScore",
-    "causal_mask",
-    "check_attention_mode",
-    "combine_masks",
-    "hard_weights",
-    "make_score",
-    "merge_heads",
-    "padding_mask",
-    "scaled_dot_product_attention",
-    "split_heads",
-]

@@ -1,7 +1,21 @@
-"""The encoder–decoder Transformer (Vaswani et al., 2017) built from minitx's attention core."""
+"""The encoder–decoder Transformer (Vaswani et al., 2017), from token ids to logits.
+
+Read top to bottom after `minitx.attention`: sinusoidal positions, the feed-forward network,
+the residual sub-layer, the encoder and decoder layers, the settings, then `Transformer`:
+ids -> embeddings + positions -> encoder layers -> memory; ids -> embeddings + positions ->
+decoder layers (causal self-attention, cross-attention to the memory) -> logits.
+
+Pre-LN (default) normalises the input of each sub-layer, x + f(LN(x)), and needs a final
+LayerNorm after each stack; post-LN is the original paper's LN(x + f(x)).
+
+Beside this file: the other positional encodings (`minitx.positional`), the settings' checks
+(`minitx.model_config`), hard attention (`minitx.hard_attention`), the decoding cache
+(`minitx.kv_cache`) and row packing, a speed switch (`minitx.packing`).
+"""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields
@@ -10,53 +24,171 @@ from typing import ClassVar
 import torch
 from torch import Tensor, nn
 
-from minitx.attention import (
-    SCORES,
-    KVCache,
-    MultiHeadAttention,
-    check_attention_mode,
-    padding_mask,
-)
-from minitx.errors import ConfigError, check_known_keys
-from minitx.layers import ACTIVATIONS, DecoderLayer, EncoderLayer, real_rows
-from minitx.positional import POSITIONAL_ENCODINGS, make_positional_encoding
+from minitx import hard_attention
+from minitx.activations import ACTIVATIONS
+from minitx.attention import MultiHeadAttention, padding_mask
+from minitx.kv_cache import DecoderCache, KVCache
+from minitx.model_config import check_transformer_config, transformer_config_values
+from minitx.model_outputs import DecoderOutput, EncoderOutput, TransformerOutput
+from minitx.packing import PACK_ROWS, on_rows, real_rows
+from minitx.positional import POSITIONAL_ENCODINGS, PositionalEncoding, make_positional_encoding
 from minitx.vocab import BOS_ID, EOS_ID, PAD_ID
 
-_LEGACY_ID_KEYS = {"pad_id": PAD_ID, "bos_id": BOS_ID, "eos_id": EOS_ID}
-"""Special ids that checkpoints written before minitx.vocab carried in the model config."""
 
+@POSITIONAL_ENCODINGS.register("sinusoidal")
+class SinusoidalPositionalEncoding(PositionalEncoding):
+    """Fixed sinusoids added to the embeddings (Vaswani et al., 2017, §3.5).
 
-HARD_ATTENTION_SCOPES = ("cross", "all")
-"""Which attentions `Transformer.attention_mode` switches: the decoder's cross-attention only,
-or every attention (encoder self, decoder self and cross)."""
-
-PACK_ROWS = 64
-"""`Transformer.pack_rows` by default: feed-forward sub-layers on the real positions, topped up
-to a multiple of 64 rows (5% more target tokens/s in fp32 on Multi30k's batches, docs: Speed)."""
-
-
-def check_attention_scope(scope: str) -> None:
-    """Raise `ConfigError` unless `scope` is one of `HARD_ATTENTION_SCOPES`."""
-    if scope not in HARD_ATTENTION_SCOPES:
-        choices = ", ".join(HARD_ATTENTION_SCOPES)
-        raise ConfigError(f"unknown attention scope {scope!r}; choose one of {choices}")
-
-
-def _heads_hint(d_model: int, n_heads: int) -> str:
-    """Valid nearby choices: head counts dividing d_model, and d_model values for n_heads
-    that keep the head width even (rotary positions need that; sinusoidal ones an even d_model).
+    PE[p, 2i] = sin(p / 10000^(2i/D)) and PE[p, 2i+1] = cos(p / 10000^(2i/D)).
     """
-    heads = [h for h in range(1, 2 * n_heads + 3) if d_model % h == 0]
-    nearest = sorted(heads, key=lambda h: (abs(h - n_heads), h))[:2]
-    step = 2 * n_heads
-    below, above = (d_model // step) * step, (d_model // step + 1) * step
-    widths = [w for w in (below, above) if w > 0]
-    return f"choose n_heads from {sorted(nearest)} or d_model from {widths}"
+
+    def __init__(self, *, d_model: int, n_heads: int = 1, max_len: int = 1024) -> None:
+        super().__init__(d_model=d_model, n_heads=n_heads, max_len=max_len)
+        position = torch.arange(max_len, dtype=torch.float32)[:, None]  # (L, 1)
+        exponent = torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model)
+        inv_freq = torch.exp(exponent)  # (D/2,)
+        pe = torch.zeros(max_len, d_model)
+        pe[:, 0::2] = torch.sin(position * inv_freq)
+        pe[:, 1::2] = torch.cos(position * inv_freq[: d_model // 2])
+        self.register_buffer("pe", pe, persistent=False)  # derived, so not saved in checkpoints
+
+    @classmethod
+    def check_config(cls, *, d_model: int, n_heads: int) -> None:
+        if d_model % 2:
+            raise ValueError(f"sinusoidal positions need an even d_model, got {d_model}")
+
+    def forward(self, x: Tensor, offset: int = 0) -> Tensor:
+        """Embeddings x (B, T, D) of positions offset .. offset+T-1, with positions added."""
+        end = offset + x.size(1)
+        self._check_length(end)
+        return x + self.pe[offset:end].to(x.dtype)
+
+
+class FeedForward(nn.Module):
+    """Position-wise feed-forward: W2 · dropout(act(W1 x)), D -> d_ff -> D (§3.3)."""
+
+    def __init__(
+        self, d_model: int, d_ff: int, *, activation: str = "relu", dropout: float = 0.0
+    ) -> None:
+        super().__init__()
+        self.w1 = nn.Linear(d_model, d_ff)
+        self.w2 = nn.Linear(d_ff, d_model)
+        self.activation = ACTIVATIONS[activation]()  # minitx.activations: relu, gelu, silu
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.w2(self.dropout(self.activation(self.w1(x))))  # (..., D)
+
+
+class _SubLayer(nn.Module):
+    """Residual connection around one sub-layer, with pre- or post-LayerNorm and dropout."""
+
+    def __init__(self, d_model: int, dropout: float, norm_first: bool) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(d_model)
+        self.dropout = nn.Dropout(dropout)
+        self.norm_first = norm_first
+
+    def pre(self, x: Tensor) -> Tensor:
+        """What the sub-layer sees: LN(x) for pre-LN, x for post-LN."""
+        return self.norm(x) if self.norm_first else x
+
+    def post(self, x: Tensor, y: Tensor) -> Tensor:
+        """Add the sub-layer output y to the residual stream x."""
+        out = x + self.dropout(y)
+        return out if self.norm_first else self.norm(out)
+
+    def around(self, x: Tensor, sublayer: nn.Module) -> Tensor:
+        """The whole residual sub-layer: post(x, sublayer(pre(x))), (..., D) -> (..., D)."""
+        return self.post(x, sublayer(self.pre(x)))
+
+
+class EncoderLayer(nn.Module):
+    """Self-attention then feed-forward, each wrapped in a residual sub-layer (§3.1), built
+    from the model's settings `c`; `positions`: the positional encoding when it turns queries
+    and keys (`uses_qk_hook`, rotary)."""
+
+    def __init__(self, c: TransformerConfig, positions: nn.Module | None = None) -> None:
+        super().__init__()
+        self.self_attn = MultiHeadAttention(
+            c.d_model, c.n_heads, dropout=c.attention_dropout, score=c.score, positions=positions
+        )
+        self.feed_forward = FeedForward(
+            c.d_model, c.d_ff, activation=c.activation, dropout=c.activation_dropout
+        )
+        self.attn_block = _SubLayer(c.d_model, c.dropout, c.norm_first)
+        self.ff_block = _SubLayer(c.d_model, c.dropout, c.norm_first)
+
+    def forward(
+        self,
+        x: Tensor,
+        src_mask: Tensor | None,
+        need_weights: bool = False,
+        *,
+        rows: Tensor | None = None,
+    ) -> tuple[Tensor, Tensor | None]:
+        """x (B, S, D), src_mask (B, 1, 1, S) -> (B, S, D) and weights (B, H, S, S) or None;
+        `rows`: see `minitx.packing` (None: the feed-forward on every position)."""
+        y, weights = self.self_attn(
+            self.attn_block.pre(x), mask=src_mask, need_weights=need_weights
+        )
+        x = self.attn_block.post(x, y)
+        return on_rows(lambda h: self.ff_block.around(h, self.feed_forward), x, rows), weights
+
+
+class DecoderLayer(nn.Module):
+    """Causal self-attention, cross-attention to the encoder output, then feed-forward (§3.1).
+    Built as `EncoderLayer`."""
+
+    def __init__(self, c: TransformerConfig, positions: nn.Module | None = None) -> None:
+        super().__init__()
+        self.self_attn = MultiHeadAttention(
+            c.d_model, c.n_heads, dropout=c.attention_dropout, score=c.score, positions=positions
+        )
+        self.cross_attn = MultiHeadAttention(
+            c.d_model, c.n_heads, dropout=c.attention_dropout, score=c.score
+        )
+        self.feed_forward = FeedForward(
+            c.d_model, c.d_ff, activation=c.activation, dropout=c.activation_dropout
+        )
+        self.self_block = _SubLayer(c.d_model, c.dropout, c.norm_first)
+        self.cross_block = _SubLayer(c.d_model, c.dropout, c.norm_first)
+        self.ff_block = _SubLayer(c.d_model, c.dropout, c.norm_first)
+
+    def forward(
+        self,
+        x: Tensor,
+        memory: Tensor,
+        src_mask: Tensor | None,
+        *,
+        need_weights: bool = False,
+        cache: tuple[KVCache, KVCache] | None = None,
+        rows: Tensor | None = None,
+    ) -> tuple[Tensor, Tensor | None, Tensor | None]:
+        """x (B, T, D) target states (with a cache: only the new positions), memory (B, S, D)
+        encoder output, src_mask (B, 1, 1, S) -> (B, T, D), self-attention weights
+        (B, H, T, Tcache + T) and cross-attention weights (B, H, T, S) or None; `cache`: the
+        layer's (self, cross) `KVCache` pair; `rows`: see `minitx.packing`."""
+        self_cache, cross_cache = cache if cache is not None else (None, None)
+        y, self_w = self.self_attn(
+            self.self_block.pre(x), is_causal=True, need_weights=need_weights, cache=self_cache
+        )
+        x = self.self_block.post(x, y)
+        y, cross_w = self.cross_attn(
+            self.cross_block.pre(x),
+            memory,
+            mask=src_mask,
+            need_weights=need_weights,
+            cache=cross_cache,
+        )
+        x = self.cross_block.post(x, y)
+        x = on_rows(lambda h: self.ff_block.around(h, self.feed_forward), x, rows)
+        return x, self_w, cross_w
 
 
 @dataclass
 class TransformerConfig:
-    """Hyper-parameters of a `Transformer`; validated on construction.
+    """Hyper-parameters of a `Transformer`; validated on construction (`minitx.model_config`).
 
     The defaults are the model of the default recipe, the one `minitx-train` builds without a
     `--config` (`minitx/configs/multi30k_de_en.yaml` repeats none of them), so
@@ -74,7 +206,7 @@ class TransformerConfig:
         attention_dropout: dropout on attention weights.
         activation_dropout: dropout on the feed-forward hidden layer (off by default, as in
             the paper).
-        activation: feed-forward activation, a name in `minitx.layers.ACTIVATIONS`.
+        activation: feed-forward activation, a name in `minitx.activations.ACTIVATIONS`.
         norm_first: pre-LN (True, default) or post-LN (False, the original paper).
         positional: a name in `minitx.positional.POSITIONAL_ENCODINGS` ("sinusoidal",
             "learned", "rotary", "none").
@@ -111,59 +243,7 @@ class TransformerConfig:
     eos_id: ClassVar[int] = EOS_ID
 
     def __post_init__(self) -> None:
-        positive = (
-            "src_vocab_size",
-            "tgt_vocab_size",
-            "d_model",
-            "n_heads",
-            "d_ff",
-            "max_positions",
-        )
-        for name in positive:
-            if getattr(self, name) <= 0:
-                raise ConfigError(
-                    f"TransformerConfig.{name} must be positive, got {getattr(self, name)}"
-                )
-        for name in ("n_encoder_layers", "n_decoder_layers"):
-            if getattr(self, name) < 1:
-                raise ConfigError(
-                    f"TransformerConfig.{name} must be at least 1, got {getattr(self, name)}"
-                )
-        if self.d_model % self.n_heads:
-            raise ConfigError(
-                f"TransformerConfig: d_model ({self.d_model}) must be divisible by n_heads "
-                f"({self.n_heads}); {_heads_hint(self.d_model, self.n_heads)}"
-            )
-        for name in ("dropout", "attention_dropout", "activation_dropout"):
-            if not 0.0 <= getattr(self, name) < 1.0:
-                raise ConfigError(
-                    f"TransformerConfig.{name} must be in [0, 1), got {getattr(self, name)}"
-                )
-        registries = {
-            "activation": ACTIVATIONS,
-            "positional": POSITIONAL_ENCODINGS,
-            "score": SCORES,
-        }
-        for name, registry in registries.items():
-            registry.check(getattr(self, name), where=f"TransformerConfig.{name}")
-        try:
-            POSITIONAL_ENCODINGS[self.positional].check_config(
-                d_model=self.d_model, n_heads=self.n_heads
-            )
-        except ValueError as exc:
-            raise ConfigError(f"TransformerConfig: {exc}") from None
-        if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
-            raise ConfigError(
-                f"TransformerConfig: share_embeddings needs equal vocabularies, got src "
-                f"{self.src_vocab_size} and tgt {self.tgt_vocab_size}; set share_embeddings=False "
-                "for separate vocabularies"
-            )
-        smallest = min(self.src_vocab_size, self.tgt_vocab_size)
-        if smallest <= max(_LEGACY_ID_KEYS.values()):
-            raise ConfigError(
-                f"TransformerConfig: vocabularies must be larger than the special ids "
-                f"(pad {PAD_ID}, bos {BOS_ID}, eos {EOS_ID}), got {smallest}"
-            )
+        check_transformer_config(self)
 
     def to_dict(self) -> dict:
         """Plain dict (for checkpoints and hyper-parameter logging)."""
@@ -172,73 +252,7 @@ class TransformerConfig:
     @classmethod
     def from_dict(cls, values: dict) -> TransformerConfig:
         """Inverse of `to_dict`; unknown keys are an error."""
-        values = dict(values)
-        for key, expected in _LEGACY_ID_KEYS.items():  # older checkpoints stored the fixed ids
-            if key in values and values.pop(key) != expected:
-                raise ConfigError(
-                    f"TransformerConfig: {key} must be {expected} (minitx.vocab), got {values}"
-                )
-        check_known_keys("TransformerConfig", values, (f.name for f in fields(cls)))
-        return cls(**values)
-
-
-@dataclass
-class EncoderOutput:
-    """memory (B, S, D), src_mask (B, 1, 1, S) and, when asked, one (B, H, S, S) map per layer."""
-
-    memory: Tensor
-    src_mask: Tensor
-    attentions: tuple[Tensor, ...] | None = None
-
-
-@dataclass
-class DecoderOutput:
-    """Decoder results.
-
-    Attributes:
-        states: (B, T, D) final decoder states (after the last LayerNorm).
-        logits: (B, T, V) next-token logits; None from `Transformer.decoder_states`.
-        self_attentions: when asked, one (B, H, T, T') self-attention map per layer.
-        cross_attentions: when asked, one (B, H, T, S) cross-attention map per layer.
-    """
-
-    states: Tensor
-    logits: Tensor | None = None
-    self_attentions: tuple[Tensor, ...] | None = None
-    cross_attentions: tuple[Tensor, ...] | None = None
-
-
-@dataclass
-class TransformerOutput:
-    """`Transformer.forward(..., need_weights=True)`: logits plus maps in the bertviz layout."""
-
-    logits: Tensor
-    encoder_attentions: tuple[Tensor, ...]
-    decoder_attentions: tuple[Tensor, ...]
-    cross_attentions: tuple[Tensor, ...]
-
-
-class DecoderCache:
-    """Per-layer KV caches for incremental decoding: (self-attention, cross-attention) pairs."""
-
-    def __init__(self, n_layers: int) -> None:
-        self.layers = [(KVCache(), KVCache()) for _ in range(n_layers)]
-
-    @property
-    def length(self) -> int:
-        """Target positions decoded so far (the position offset of the next step)."""
-        return self.layers[0][0].length
-
-    def reorder(self, index: Tensor, *, cross: bool = True) -> None:
-        """Keep batch rows `index` (B',) in every cache, e.g. after a beam-search step.
-
-        `cross=False` leaves the cross-attention caches as they are: right when `index` only
-        permutes rows whose encoder outputs are equal (the beams of one sentence).
-        """
-        for self_cache, cross_cache in self.layers:
-            self_cache.reorder(index)
-            if cross:
-                cross_cache.reorder(index)
+        return cls(**transformer_config_values(values, (f.name for f in fields(cls))))
 
 
 class Transformer(nn.Module):
@@ -249,12 +263,9 @@ class Transformer(nn.Module):
     `with model.attention_mode("hard-argmax", scope="cross"):` for hard attention at inference.
 
     Attributes:
-        pack_rows: run the feed-forward sub-layers of full-sequence passes (training,
-            `encode`, teacher forcing) on the real positions only, packed (`real_rows`) and
-            topped up with padded ones to a multiple of `pack_rows` rows (`PACK_ROWS` by default);
-            0 computes them on every padded position too. A runtime switch, not a
-            `TransformerConfig` setting: the outputs at real positions are the same up to
-            rounding, and padded positions are read by nothing.
+        pack_rows: row packing, a speed switch (`minitx.packing`): the feed-forward
+            sub-layers of full-sequence passes on the real positions, topped up to a multiple
+            of `pack_rows` rows (`PACK_ROWS` by default); 0 = on every position.
     """
 
     def __init__(self, config: TransformerConfig) -> None:
@@ -265,28 +276,18 @@ class Transformer(nn.Module):
         self.tgt_embed = (
             self.src_embed
             if c.share_embeddings
-            else nn.Embedding(c.tgt_vocab_size, c.d_model, padding_idx=c.pad_id)
+            else nn.Embedding(c.tgt_vocab_size, c.d_model, padding_idx=PAD_ID)
         )
         self.positional = make_positional_encoding(
             c.positional, c.d_model, c.max_positions, n_heads=c.n_heads
         )
         self.embed_dropout = nn.Dropout(c.dropout)
-        layer_args = dict(
-            dropout=c.dropout,
-            attention_dropout=c.attention_dropout,
-            activation_dropout=c.activation_dropout,
-            activation=c.activation,
-            norm_first=c.norm_first,
-            score=c.score,
-            positions=self.positional if self.positional.uses_qk_hook else None,
-        )
+        positions = self.positional if self.positional.uses_qk_hook else None  # rotary
         self.encoder_layers = nn.ModuleList(
-            EncoderLayer(c.d_model, c.n_heads, c.d_ff, **layer_args)
-            for _ in range(c.n_encoder_layers)
+            EncoderLayer(c, positions) for _ in range(c.n_encoder_layers)
         )
         self.decoder_layers = nn.ModuleList(
-            DecoderLayer(c.d_model, c.n_heads, c.d_ff, **layer_args)
-            for _ in range(c.n_decoder_layers)
+            DecoderLayer(c, positions) for _ in range(c.n_decoder_layers)
         )
         # Pre-LN leaves the residual stream un-normalised: normalise once at the end of each stack.
         self.encoder_norm = nn.LayerNorm(c.d_model) if c.norm_first else nn.Identity()
@@ -310,15 +311,15 @@ class Transformer(nn.Module):
                 embedding.weight[PAD_ID].zero_()
 
     def _embed(self, embedding: nn.Embedding, ids: Tensor, offset: int = 0) -> Tensor:
-        x = embedding(ids)  # (B, T, D)
+        x = embedding(ids)  # (B, T) -> (B, T, D)
         if self.config.scale_embeddings:
             x = x * self.config.d_model**0.5
         return self.embed_dropout(self.positional(x, offset))
 
     def encode(self, src: Tensor, *, need_weights: bool = False) -> EncoderOutput:
         """Encode source ids (B, S) into memory (B, S, D)."""
-        src_mask = padding_mask(src, self.config.pad_id)  # (B, 1, 1, S)
-        rows = real_rows(src, self.config.pad_id, self.pack_rows) if self.pack_rows else None
+        src_mask = padding_mask(src, PAD_ID)  # (B, 1, 1, S)
+        rows = real_rows(src, PAD_ID, self.pack_rows) if self.pack_rows else None
         x = self._embed(self.src_embed, src)
         maps = []
         for layer in self.encoder_layers:
@@ -335,16 +336,12 @@ class Transformer(nn.Module):
         cache: DecoderCache | None = None,
         need_weights: bool = False,
     ) -> DecoderOutput:
-        """Decode target ids into next-token logits.
+        """Decode target ids `tgt_in` (B, T) (bos first) into next-token logits (B, T, V),
+        attending to the encoder's `memory` (B, S, D) under its `src_mask` (B, 1, 1, S).
 
-        Args:
-            tgt_in: (B, T) decoder input ids (bos first). With a cache: only the new ids,
-                usually (B, 1); positions continue from `cache.length`.
-            memory: (B, S, D) encoder output.
-            src_mask: (B, 1, 1, S) source padding mask from `encode`.
-            cache: a `DecoderCache` (see `new_cache`), updated in place.
-            need_weights: also return the per-layer attention maps.
-        """
+        With a `cache` (`new_cache`, updated in place) `tgt_in` holds only the new ids, usually
+        (B, 1), and positions continue from `cache.length`. `need_weights`: also return the
+        per-layer attention maps."""
         out = self.decoder_states(tgt_in, memory, src_mask, cache=cache, need_weights=need_weights)
         out.logits = self.output(out.states)  # (B, T, D) -> (B, T, V)
         return out
@@ -364,7 +361,7 @@ class Transformer(nn.Module):
         x = self._embed(self.tgt_embed, tgt_in, offset)
         # Incremental decoding feeds one position per sentence: nothing to pack there.
         pack = self.pack_rows and cache is None
-        rows = real_rows(tgt_in, self.config.pad_id, self.pack_rows) if pack else None
+        rows = real_rows(tgt_in, PAD_ID, self.pack_rows) if pack else None
         self_maps, cross_maps = [], []
         for i, layer in enumerate(self.decoder_layers):
             layer_cache = cache.layers[i] if cache is not None else None
@@ -379,7 +376,7 @@ class Transformer(nn.Module):
         return DecoderOutput(x, None, tuple(self_maps), tuple(cross_maps))
 
     def new_cache(self) -> DecoderCache:
-        """An empty cache for incremental decoding."""
+        """An empty cache for incremental decoding (`minitx.kv_cache`)."""
         return DecoderCache(len(self.decoder_layers))
 
     def forward(
@@ -404,58 +401,22 @@ class Transformer(nn.Module):
             dec.logits, enc.attentions, dec.self_attentions, dec.cross_attentions
         )
 
-    def attention_modules(self, scope: str = "all") -> list[MultiHeadAttention]:
-        """The attention modules of `scope` (see `HARD_ATTENTION_SCOPES`), in module order."""
-        check_attention_scope(scope)
-        if scope == "cross":
-            return [layer.cross_attn for layer in self.decoder_layers]
-        return [m for m in self.modules() if isinstance(m, MultiHeadAttention)]
-
     def set_attention_mode(
         self, mode: str = "soft", *, scope: str = "cross", seed: int = 0
     ) -> None:
-        """Switch how attention uses its weights, for inference (see
-        `minitx.attention.ATTENTION_MODES`): `mode` in the attentions of `scope`, "soft" in
-        all others. "hard-sample" draws from one `torch.Generator` seeded with `seed`, on the
-        model's device (call this after moving the model), shared by those modules in call
-        order: the same seed, inputs and batches give the same draws.
-
-        An inference-time switch, not a `TransformerConfig` setting: it changes no parameter,
-        so checkpoints never hold it. Prefer the context manager `attention_mode`.
-
-        Raises:
-            ConfigError: an unknown mode or scope.
+        """Hard attention at inference, an inference mode kept beside the model: see
+        `minitx.hard_attention.set_attention_mode`. Prefer the context manager `attention_mode`.
         """
-        check_attention_mode(mode)
-        chosen = {id(module) for module in self.attention_modules(scope)}
-        generator = None
-        if mode == "hard-sample":
-            device = next(self.parameters()).device
-            generator = torch.Generator(device=device).manual_seed(seed)
-        for module in self.attention_modules("all"):
-            hard = id(module) in chosen
-            module.attention_mode = mode if hard else "soft"
-            module.generator = generator if hard else None
+        hard_attention.set_attention_mode(self, mode, scope=scope, seed=seed)
 
     @contextmanager
     def attention_mode(
         self, mode: str = "soft", *, scope: str = "cross", seed: int = 0
     ) -> Iterator[Transformer]:
-        """`set_attention_mode` for the duration of a `with` block; the modes and generators
-        from before come back afterwards (also after an error). Each entry re-seeds "hard-sample".
-
-        Example:
-            with model.attention_mode("hard-argmax", scope="cross"):
-                ids = greedy_decode(model, src)
-        """
-        modules = self.attention_modules("all")
-        saved = [(m.attention_mode, m.generator) for m in modules]
-        self.set_attention_mode(mode, scope=scope, seed=seed)
-        try:
+        """`set_attention_mode` for a `with` block, e.g. `with model.attention_mode("hard-argmax",
+        scope="cross"): ids = greedy_decode(model, src)`; see `minitx.hard_attention`."""
+        with hard_attention.attention_mode(self, mode, scope=scope, seed=seed):
             yield self
-        finally:
-            for module, (old_mode, old_generator) in zip(modules, saved, strict=True):
-                module.attention_mode, module.generator = old_mode, old_generator
 
     def num_parameters(self) -> int:
         """Number of distinct trainable parameters (tied matrices counted once)."""

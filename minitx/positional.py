@@ -1,6 +1,8 @@
 """Positional encodings, by name: how the model learns where each token stands.
 
-Two hooks exist, and an encoding uses one or both:
+The registry, the interface and the encodings besides the sinusoidal one of the paper
+(`minitx.model.SinusoidalPositionalEncoding`): none, learned, rotary. Two hooks exist, and
+an encoding uses one or both:
 - `forward(x, offset)` adds position information to the embeddings (B, T, D)
   (sinusoidal, learned);
 - `rotate(x, offset)` turns queries and keys of every self-attention (B, H, T, Dh) by a
@@ -12,8 +14,6 @@ subclass; `TransformerConfig(positional="name")` then accepts it (docs/ARCHITECT
 """
 
 from __future__ import annotations
-
-import math
 
 import torch
 from torch import Tensor, nn
@@ -62,34 +62,6 @@ class PositionalEncoding(nn.Module):
 
 
 POSITIONAL_ENCODINGS.register("none")(PositionalEncoding)
-
-
-@POSITIONAL_ENCODINGS.register("sinusoidal")
-class SinusoidalPositionalEncoding(PositionalEncoding):
-    """Fixed sinusoids (Vaswani et al., 2017, §3.5).
-
-    PE[p, 2i] = sin(p / 10000^(2i/D)) and PE[p, 2i+1] = cos(p / 10000^(2i/D)).
-    """
-
-    def __init__(self, *, d_model: int, n_heads: int = 1, max_len: int = 1024) -> None:
-        super().__init__(d_model=d_model, n_heads=n_heads, max_len=max_len)
-        position = torch.arange(max_len, dtype=torch.float32)[:, None]  # (L, 1)
-        exponent = torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model)
-        inv_freq = torch.exp(exponent)  # (D/2,)
-        pe = torch.zeros(max_len, d_model)
-        pe[:, 0::2] = torch.sin(position * inv_freq)
-        pe[:, 1::2] = torch.cos(position * inv_freq[: d_model // 2])
-        self.register_buffer("pe", pe, persistent=False)  # derived, so not saved in checkpoints
-
-    @classmethod
-    def check_config(cls, *, d_model: int, n_heads: int) -> None:
-        if d_model % 2:
-            raise ValueError(f"sinusoidal positions need an even d_model, got {d_model}")
-
-    def forward(self, x: Tensor, offset: int = 0) -> Tensor:
-        end = offset + x.size(1)
-        self._check_length(end)
-        return x + self.pe[offset:end].to(x.dtype)
 
 
 @POSITIONAL_ENCODINGS.register("learned")

@@ -22,7 +22,6 @@ import torch
 
 from minitx import release
 from minitx.alignment import Alignment, AlignmentConfig, align, combine_cross_attention
-from minitx.attention import check_attention_mode
 from minitx.attribution import (
     DEFAULT_IG_STEPS,
     METHODS,
@@ -37,8 +36,9 @@ from minitx.checkpoint import (
     load_checkpoint,
 )
 from minitx.decoding import DecodingConfig, Hypothesis, generate
+from minitx.hard_attention import check_attention_mode, check_attention_scope
 from minitx.maps import AttentionMaps, teacher_forced_maps
-from minitx.model import Transformer, check_attention_scope
+from minitx.model import Transformer
 from minitx.release import Release
 from minitx.textio import quote_lines
 from minitx.tokenizer import Tokenizer
@@ -86,12 +86,13 @@ class Translator:
         train_config: the resolved training config (YAML text), when known; `save_pretrained`
             passes it on.
         attention_mode: how attention uses its weights at inference, one of
-            `minitx.attention.ATTENTION_MODES`: "soft" (the trained behaviour), "hard-argmax"
-            or "hard-sample" (each row one-hot at one key; see `minitx.attention.hard_weights`).
+            `minitx.hard_attention.ATTENTION_MODES`: "soft" (the trained behaviour),
+            "hard-argmax" or "hard-sample" (each row one-hot at one key; see
+            `minitx.hard_attention.hard_weights`).
             Applies to translations, alignments and attention maps (which then show the
             one-hot rows used). Change it later with `set_attention`.
         attention_scope: where a hard mode applies, "cross" (decoder cross-attention) or "all"
-            (every attention); see `minitx.model.HARD_ATTENTION_SCOPES`.
+            (every attention); see `minitx.hard_attention.HARD_ATTENTION_SCOPES`.
         attention_seed: seed of "hard-sample": each call of a translating method starts its
             draws afresh from it, so the same call gives the same output.
     """

@@ -72,8 +72,7 @@ from minitx.attention import padding_mask, scaled_dot_product_attention
 from minitx.data import TokenBucketBatchSampler, collate
 from minitx.decoding import beam_search, greedy_decode
 from minitx.flops import training_flops
-from minitx.model import Transformer, TransformerConfig
-from minitx.positional import SinusoidalPositionalEncoding
+from minitx.model import SinusoidalPositionalEncoding, Transformer, TransformerConfig
 from minitx.training import TranslationModule
 from minitx.training.precision import cpu_has_fast_bf16
 

@@ -1,4 +1,5 @@
-"""Tests for minitx.attention: masks, score functions, the attention core, heads, MHA, KV cache.
+"""Tests for minitx.attention (masks, the attention core, heads, MHA), minitx.scores and the
+KV cache (minitx.kv_cache).
 
 Equivalence with PyTorch's own implementations (`F.scaled_dot_product_attention`,
 `nn.MultiheadAttention`) and properties (masked keys get weight 0, rows sum to 1, no NaN,
@@ -16,10 +17,6 @@ from torch import Tensor, nn
 
 from minitx.attention import (
     SCORES,
-    AdditiveScore,
-    BilinearScore,
-    DotScore,
-    KVCache,
     MultiHeadAttention,
     ScaledDotScore,
     causal_mask,
@@ -30,6 +27,8 @@ from minitx.attention import (
     scaled_dot_product_attention,
     split_heads,
 )
+from minitx.kv_cache import KVCache
+from minitx.scores import AdditiveScore, BilinearScore, DotScore
 
 FP32 = {"atol": 1e-5, "rtol": 1e-5}
 MASK_KINDS = ("none", "causal", "padding", "causal+padding", "float")

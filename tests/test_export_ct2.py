@@ -12,8 +12,8 @@ import pytest
 import torch
 from helpers import PYTHON, TOY_CORPUS_DIR, TOY_TEST_REFERENCES, TOY_TEST_SOURCES, subprocess_env
 
+from minitx.activations import ACTIVATIONS
 from minitx.errors import ConfigError, MissingExtraError
-from minitx.layers import ACTIVATIONS
 from minitx.model import Transformer, TransformerConfig
 from minitx.translator import Translator
 from minitx.vocab import frame_source, frame_target

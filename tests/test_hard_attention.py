@@ -1,4 +1,4 @@
-"""Hard attention at inference (minitx.attention.hard_weights, Transformer.attention_mode,
+"""Hard attention at inference (minitx.hard_attention, Transformer.attention_mode,
 Translator's attention_mode, the commands' --attention): one-hot rows over allowed keys only,
 soft mode unchanged, seeded sampling that follows the weights, cached decoding unchanged."""
 
@@ -12,16 +12,15 @@ import torch
 from helpers import TOY_CORPUS_DIR, TOY_TEST_SOURCES
 
 from minitx.attention import (
-    ATTENTION_MODES,
     MultiHeadAttention,
     causal_mask,
     combine_masks,
-    hard_weights,
     padding_mask,
     scaled_dot_product_attention,
 )
 from minitx.decoding import greedy_decode
 from minitx.errors import ConfigError
+from minitx.hard_attention import ATTENTION_MODES, HardAttention, attention_modules, hard_weights
 from minitx.model import Transformer, TransformerConfig
 from minitx.translator import Translator
 
@@ -55,7 +54,7 @@ def test_hard_weights_are_one_hot_rows_over_allowed_keys(mode, kind) -> None:
     q, k, v = _qkv()
     mask = _masks()[kind]
     gen = torch.Generator().manual_seed(1)
-    out, weights = scaled_dot_product_attention(q, k, v, mask, mode=mode, generator=gen)
+    out, weights = scaled_dot_product_attention(q, k, v, mask, reweight=HardAttention(mode, gen))
     allowed = _allowed(mask).expand_as(weights)  # (B, H, Tq, Tk)
     live = allowed.any(dim=-1)  # (B, H, Tq)
     assert set(weights.unique().tolist()) <= {0.0, 1.0}
@@ -76,7 +75,7 @@ def test_soft_mode_is_the_existing_path_exactly() -> None:
     q, k, v = _qkv()
     for mask in _masks().values():
         before = scaled_dot_product_attention(q, k, v, mask)
-        after = scaled_dot_product_attention(q, k, v, mask, mode="soft")
+        after = scaled_dot_product_attention(q, k, v, mask, reweight=HardAttention("soft"))
         assert all(torch.equal(a, b) for a, b in zip(before, after, strict=True))
         assert hard_weights(before[1], "soft") is before[1]
 
@@ -101,6 +100,8 @@ def test_hard_sample_is_seeded_and_follows_the_weights() -> None:
 def test_unknown_mode_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="hard-argmax"):
         hard_weights(torch.ones(1, 2) / 2, "hardest")
+    with pytest.raises(ConfigError, match="hard-argmax"):
+        HardAttention("hardest")
 
 
 @pytest.mark.parametrize("mode", HARD_MODES)
@@ -110,10 +111,9 @@ def test_mha_hard_mode_uses_the_explicit_path(mode) -> None:
     x = torch.randn(2, 6, 16)
     mask = padding_mask(torch.tensor([[4, 5, 6, 7, 8, 9], [4, 5, 6, 0, 0, 0]]))
     soft, _ = mha(x, mask=mask)
-    mha.attention_mode = mode
     outs = []
     for need_weights in (False, True):
-        mha.generator = torch.Generator().manual_seed(3)
+        mha.reweight = HardAttention(mode, torch.Generator().manual_seed(3))
         out, weights = mha(x, mask=mask, need_weights=need_weights)
         outs.append(out)
     torch.testing.assert_close(outs[0], outs[1])  # no fused shortcut without weights
@@ -162,7 +162,7 @@ def test_model_attention_mode_switches_its_scope_and_restores(scope) -> None:
             assert torch.equal(a, b)
     assert not torch.allclose(hard.logits, soft.logits)
     assert torch.equal(after.logits, soft.logits)  # soft again, exactly
-    assert all(m.attention_mode == "soft" for m in model.attention_modules("all"))
+    assert all(m.reweight is None for m in attention_modules(model, "all"))
 
 
 def test_attention_mode_is_not_in_the_checkpoint() -> None:
@@ -210,7 +210,7 @@ def test_translator_hard_attention_maps_and_settings(hard_translator) -> None:
     maps = hard_translator.attention(TOY_TEST_SOURCES[0], beam_size=1)
     assert _is_one_hot(maps.cross_attentions)
     assert not _is_one_hot(maps.encoder_attentions)  # scope "cross" leaves the encoder soft
-    assert all(m.attention_mode == "soft" for m in hard_translator.model.attention_modules("all"))
+    assert all(m.reweight is None for m in attention_modules(hard_translator.model, "all"))
     with pytest.raises(ConfigError):
         Translator(hard_translator.model, hard_translator.tokenizer, attention_mode="hardest")
 

@@ -1,4 +1,5 @@
-"""Tests for minitx.layers: feed-forward (and its activation registry), encoder and decoder layers.
+"""Tests for the layers of minitx.model: feed-forward (and its activation registry), encoder and
+decoder layers.
 
 The layers are checked against PyTorch's `nn.TransformerEncoderLayer` /
 `nn.TransformerDecoderLayer` after copying weights (pre-LN and post-LN, relu and gelu).
@@ -11,10 +12,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from minitx.attention import KVCache, MultiHeadAttention, causal_mask
-from minitx.layers import DecoderLayer, EncoderLayer, FeedForward
+from minitx.attention import MultiHeadAttention, causal_mask
+from minitx.kv_cache import KVCache
+from minitx.model import DecoderLayer, EncoderLayer, FeedForward, TransformerConfig
 
 FP32 = {"atol": 1e-5, "rtol": 1e-5}
+
+
+def settings(d_model: int, n_heads: int, d_ff: int, **overrides) -> TransformerConfig:
+    """The settings a layer is built from: these widths, the rest the defaults."""
+    return TransformerConfig(d_model=d_model, n_heads=n_heads, d_ff=d_ff, **overrides)
 
 
 # --------------------------------------------------------------------------------------------
@@ -49,9 +56,9 @@ def test_bad_activation_raises():
     with pytest.raises(ValueError, match="unknown activation 'tanh'"):
         FeedForward(8, 16, activation="tanh")
     with pytest.raises(ValueError, match="unknown activation"):
-        EncoderLayer(8, 2, 16, activation="swish")
+        EncoderLayer(settings(8, 2, 16, activation="swish"))
     with pytest.raises(ValueError, match="unknown activation"):
-        DecoderLayer(8, 2, 16, activation="swish")
+        DecoderLayer(settings(8, 2, 16, activation="swish"))
 
 
 # --------------------------------------------------------------------------------------------
@@ -95,7 +102,9 @@ def _variant_id(v):
 def test_encoder_layer_equals_torch(variant):
     norm_first, activation = variant
     torch.manual_seed(4)
-    ours = EncoderLayer(D, H, FF, dropout=0.0, activation=activation, norm_first=norm_first)
+    ours = EncoderLayer(
+        settings(D, H, FF, dropout=0.0, activation=activation, norm_first=norm_first)
+    )
     _randomize_norms(ours, 5)
     ref = nn.TransformerEncoderLayer(
         D, H, FF, dropout=0.0, activation=activation, batch_first=True, norm_first=norm_first
@@ -122,7 +131,9 @@ def test_encoder_layer_equals_torch(variant):
 def test_decoder_layer_equals_torch(variant):
     norm_first, activation = variant
     torch.manual_seed(6)
-    ours = DecoderLayer(D, H, FF, dropout=0.0, activation=activation, norm_first=norm_first)
+    ours = DecoderLayer(
+        settings(D, H, FF, dropout=0.0, activation=activation, norm_first=norm_first)
+    )
     _randomize_norms(ours, 7)
     ref = nn.TransformerDecoderLayer(
         D, H, FF, dropout=0.0, activation=activation, batch_first=True, norm_first=norm_first
@@ -152,8 +163,8 @@ def test_decoder_layer_equals_torch(variant):
 @pytest.mark.parametrize("layer_cls", [EncoderLayer, DecoderLayer])
 def test_pre_and_post_ln_differ_and_post_ln_output_is_normalised(layer_cls):
     torch.manual_seed(8)
-    pre = layer_cls(D, H, FF, dropout=0.0, norm_first=True)
-    post = layer_cls(D, H, FF, dropout=0.0, norm_first=False)
+    pre = layer_cls(settings(D, H, FF, dropout=0.0, norm_first=True))
+    post = layer_cls(settings(D, H, FF, dropout=0.0, norm_first=False))
     post.load_state_dict(pre.state_dict())  # same weights, only the LN placement differs
     x, memory = 3.0 * torch.randn(2, 5, D) + 1.0, torch.randn(2, 4, D)
     mask = torch.ones(2, 1, 1, 4 if layer_cls is DecoderLayer else 5, dtype=torch.bool)
@@ -173,7 +184,7 @@ def test_pre_and_post_ln_differ_and_post_ln_output_is_normalised(layer_cls):
 @pytest.mark.parametrize("norm_first", [True, False])
 def test_decoder_layer_cache_step_by_step_equals_full(norm_first):
     torch.manual_seed(9)
-    layer = DecoderLayer(D, H, FF, dropout=0.0, norm_first=norm_first).eval()
+    layer = DecoderLayer(settings(D, H, FF, dropout=0.0, norm_first=norm_first)).eval()
     x, memory = torch.randn(2, 5, D), torch.randn(2, 6, D)
     mask = torch.tensor([[True] * 6, [True] * 2 + [False] * 4])[:, None, None, :]
     full, full_self, full_cross = layer(x, memory, mask, need_weights=True)
@@ -188,7 +199,7 @@ def test_decoder_layer_cache_step_by_step_equals_full(norm_first):
 
 def test_layer_dropout_is_active_only_in_training():
     torch.manual_seed(10)
-    layer = EncoderLayer(D, H, FF, dropout=0.5)
+    layer = EncoderLayer(settings(D, H, FF, dropout=0.5))
     x = torch.randn(2, 5, D)
     layer.eval()
     a, b = layer(x, None)[0], layer(x, None)[0]

@@ -11,8 +11,8 @@ import torch
 from torch import nn
 
 from minitx.attention import MultiHeadAttention, causal_mask
-from minitx.layers import on_rows, real_rows
 from minitx.model import Transformer, TransformerConfig
+from minitx.packing import on_rows, real_rows
 from minitx.vocab import BOS_ID, EOS_ID, PAD_ID
 
 FP32 = {"atol": 1e-5, "rtol": 1e-5}
@@ -555,8 +555,12 @@ def test_packed_feed_forward_leaves_padded_rows_alone():
     x = torch.randn(2, 8, TINY["d_model"])
     rows = real_rows(src, PAD_ID, multiple=4)
     assert sorted(rows.tolist()) == list(range(8 + 3)) + [11]  # the real rows + one pad row
-    out = on_rows(layer._feed_forward_sublayer, x, rows)
+
+    def ff_sublayer(h: torch.Tensor) -> torch.Tensor:
+        return layer.ff_block.around(h, layer.feed_forward)
+
+    out = on_rows(ff_sublayer, x, rows)
     torch.testing.assert_close(out[1, 4:], x[1, 4:], rtol=0, atol=0)
-    torch.testing.assert_close(out[1, :4], layer._feed_forward_sublayer(x[1, :4]), **FP32)
+    torch.testing.assert_close(out[1, :4], ff_sublayer(x[1, :4]), **FP32)
     assert not torch.allclose(out[1, :4], x[1, :4])
     assert real_rows(rand_ids((2, 8)), PAD_ID, multiple=1) is None  # no padding: no packing

@@ -1,4 +1,5 @@
-"""Tests for minitx.positional: the positional-encoding registry and its entries."""
+"""Tests for minitx.positional (the positional-encoding registry and its entries) and the
+sinusoidal encoding of minitx.model."""
 
 from __future__ import annotations
 
@@ -7,11 +8,11 @@ import math
 import pytest
 import torch
 
+from minitx.model import SinusoidalPositionalEncoding
 from minitx.positional import (
     LearnedPositionalEncoding,
     PositionalEncoding,
     RotaryPositionalEncoding,
-    SinusoidalPositionalEncoding,
     make_positional_encoding,
 )
 

@@ -17,6 +17,7 @@ import torch
 from helpers import TOY_CORPUS_DIR, TOY_TEST_SOURCES
 from torch import Tensor, nn
 
+from minitx.activations import ACTIVATIONS
 from minitx.attention import SCORES
 from minitx.decoding import (
     STRATEGIES,
@@ -27,7 +28,6 @@ from minitx.decoding import (
     greedy_decode,
 )
 from minitx.errors import ConfigError
-from minitx.layers import ACTIVATIONS
 from minitx.model import Transformer, TransformerConfig
 from minitx.positional import POSITIONAL_ENCODINGS, PositionalEncoding
 from minitx.registry import Registry

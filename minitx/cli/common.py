@@ -239,9 +239,8 @@ def add_decoding_arguments(
     ``--device`` and ``--bf16``. Build the `DecodingConfig` with `decoding_from_args` and the
     attention settings with `attention_from_args`; check the values with `check_decoding_args`.
     """
-    from minitx.attention import ATTENTION_MODES
     from minitx.decoding import DEFAULT_BEAM_SIZE, STRATEGIES, DecodingConfig
-    from minitx.model import HARD_ATTENTION_SCOPES
+    from minitx.hard_attention import ATTENTION_MODES, HARD_ATTENTION_SCOPES
 
     suffix = f" {what}" if what else ""
     parser.add_argument(
