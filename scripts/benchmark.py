@@ -7,7 +7,9 @@ Sections (all by default; pick with --sections):
              autocast, on token-bucketed batches of Multi30k-like lengths; A/B interleaved.
              Beside tokens/s: matmul GFLOP/s (minitx.flops: the FLOPs the batch's real
              lengths need) and MFU, that over a matmul peak measured here at the model's
-             shapes. bf16 only where the CPU has bf16 instructions (else it is emulated).
+             shapes, or over --peak-tflops, or on a GPU over the card's bf16 dense peak
+             (GPU_BF16_PEAK_TFLOPS). bf16 only where the CPU has bf16 instructions (else it
+             is emulated); on --device cuda fp32 and bf16.
   attention  the attention core: explicit weights path vs the fused kernel
              (F.scaled_dot_product_attention, flash and math backends), lengths 16..512.
   scores     (opt-in) the training step of the benchmark's model with each score function
@@ -25,6 +27,8 @@ Sections (all by default; pick with --sections):
              4,000-piece vocabulary; taking turns on the same sentences: target tokens/s and
              the ratio to the default.
   decode     greedy and beam search, with vs without the KV cache, in sentences/s.
+
+--device cuda runs the train and decode sections on the GPU (the others stay CPU-only).
   ct2        (opt-in, needs --checkpoint) the checkpoint exported to CTranslate2, float32 and
              int8 weights, vs minitx on the test split: sentences/s, BLEU, and the share of
              translations identical to minitx's, greedy and beam; needs minitx[export].
@@ -42,6 +46,7 @@ Sections (all by default; pick with --sections):
     python scripts/benchmark.py --sections levers --max-tokens 1024 --train-steps 60
     python scripts/benchmark.py --sections data       # 30k, 300k, 1M pairs: ~2 minutes here
     python scripts/benchmark.py --sections data --data-pairs 5000000
+    python scripts/benchmark.py --sections train decode --device cuda --max-tokens 8192
 """
 
 from __future__ import annotations
@@ -76,8 +81,20 @@ from minitx.model import SinusoidalPositionalEncoding, Transformer, TransformerC
 from minitx.training import TranslationModule
 from minitx.training.precision import cpu_has_fast_bf16
 
+GPU_BF16_PEAK_TFLOPS = {  # dense bf16 tensor-core peaks from NVIDIA's data sheets
+    "H100 PCIe": 756.0,
+    "H100": 989.4,  # SXM (HBM3); the H200 is the same chip
+    "H200": 989.4,
+    "A100": 312.0,
+}
+"""bf16 peak (TFLOP/s) by a part of the CUDA device name, searched in this order; the
+train section's MFU on a GPU is measured against it unless --peak-tflops is given."""
+
 SIZES = dict(  # the model of `--config long` (the default config's feed-forward is 512 wide)
     d_model=256, n_heads=4, n_encoder_layers=3, n_decoder_layers=3, d_ff=1024, vocab_size=8000
+)
+SMOKE_SIZES = dict(  # --smoke: a model small enough that every section runs in seconds
+    d_model=32, n_heads=2, n_encoder_layers=1, n_decoder_layers=1, d_ff=64, vocab_size=200
 )
 
 
@@ -94,11 +111,13 @@ def multi30k_like_batches(
     max_tokens: int,
     seed: int = 0,
     pad_multiple: int = 8,
-    vocab_size: int = SIZES["vocab_size"],
+    vocab_size: int | None = None,
 ) -> list[dict]:
-    """Token-bucketed batches of random ids below `vocab_size` whose lengths follow Multi30k's
-    (mean ~15 pieces), lengths padded up to a multiple of `pad_multiple` (`data.pad_multiple`).
-    The lengths and batches depend on `seed` alone, not on `vocab_size`."""
+    """Token-bucketed batches of random ids below `vocab_size` (default: SIZES') whose lengths
+    follow Multi30k's (mean ~15 pieces), lengths padded up to a multiple of `pad_multiple`
+    (`data.pad_multiple`). The lengths and batches depend on `seed` alone, not on
+    `vocab_size`."""
+    vocab_size = SIZES["vocab_size"] if vocab_size is None else vocab_size
     rng = np.random.default_rng(seed)
     src_len = np.clip(np.rint(rng.normal(15.2, 5.5, n_examples)), 3, 50).astype(int)
     tgt_len = np.clip(np.rint(src_len + rng.normal(-0.5, 2.5, n_examples)), 3, 50).astype(int)
@@ -148,7 +167,7 @@ class TorchTransformerBaseline(nn.Module):
         scale = SIZES["d_model"] ** 0.5
         s = self.dropout(self.positional(self.embed(src) * scale))
         t = self.dropout(self.positional(self.embed(tgt_in) * scale))
-        causal = nn.Transformer.generate_square_subsequent_mask(tgt_in.size(1))
+        causal = nn.Transformer.generate_square_subsequent_mask(tgt_in.size(1), tgt_in.device)
         h = self.transformer(
             s,
             t,
@@ -187,9 +206,10 @@ def bench_train(args: argparse.Namespace) -> None:
     torch.manual_seed(0)
     batches = multi30k_like_batches(args.train_examples, args.max_tokens)
     shapes = {_shape(b) for b in batches}
-    minitx = bench_module()
-    baseline = TorchTransformerBaseline().train()
+    minitx = bench_module().to(args.device)
+    baseline = TorchTransformerBaseline().train().to(args.device)
     work = [_batch_work(minitx.model_config, b) for b in batches]  # (target tokens, FLOPs)
+    batches = [_to_device(b, args.device) for b in batches]
     print(
         f"\n== training step: {len(batches)} batches, {len(shapes)} shapes, "
         f"max_tokens {args.max_tokens}, "
@@ -213,10 +233,15 @@ def bench_train(args: argparse.Namespace) -> None:
         "minitx (full-logits loss)": (minitx, minitx_plain_loss, adamw),
         "torch.nn.Transformer": (baseline, baseline.loss, adamw),
     }
+    given_peak = peak_flops(args)
     for precision in args.precisions:
-        peak = matmul_peak(minitx.model_config, precision, args.repeats)
-        rate = _train_rates(contenders, batches, work, precision, args.train_steps)
-        print(f"  {precision:5s} matmul peak at the model's shapes: {peak / 1e9:7.1f} GFLOP/s")
+        if given_peak is None:
+            peak = matmul_peak(minitx.model_config, precision, args.repeats, device=args.device)
+            what = "matmul peak at the model's shapes"
+        else:
+            peak, what = given_peak
+        rate = _train_rates(contenders, batches, work, precision, args.train_steps, args.device)
+        print(f"  {precision:5s} {what}: {peak / 1e9:7.1f} GFLOP/s")
         for name in contenders:
             tokens_per_s, flops_per_s = rate[name]
             print(
@@ -232,6 +257,31 @@ def bench_train(args: argparse.Namespace) -> None:
         )
 
 
+def peak_flops(args: argparse.Namespace) -> tuple[float, str] | None:
+    """(FLOP/s, description) that MFU is measured against: --peak-tflops, else on a GPU the
+    card's bf16 peak from GPU_BF16_PEAK_TFLOPS; None: measure a matmul peak here instead."""
+    if args.peak_tflops is not None:
+        return args.peak_tflops * 1e12, "peak given (--peak-tflops)"
+    if args.device == "cpu":
+        return None
+    name = torch.cuda.get_device_name(args.device)
+    for part, tflops in GPU_BF16_PEAK_TFLOPS.items():
+        if part in name:
+            return tflops * 1e12, f"{name} bf16 dense peak (data sheet)"
+    return None  # an unknown card: measure
+
+
+def _to_device(batch: dict, device: str) -> dict:
+    """`batch` with its tensors on `device` (the texts stay as they are)."""
+    return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+
+
+def _sync(device: str | torch.device) -> None:
+    """Wait for the GPU's queued work, so that a clock read after it measures the work."""
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def _batch_work(config: TransformerConfig, batch: dict) -> tuple[int, int]:
     """(real target tokens, training-step matmul FLOPs) of a batch (see minitx.flops)."""
     src_lengths = (batch["src"] != 0).sum(-1).tolist()
@@ -239,7 +289,9 @@ def _batch_work(config: TransformerConfig, batch: dict) -> tuple[int, int]:
     return sum(tgt_lengths), training_flops(config, src_lengths, tgt_lengths)
 
 
-def matmul_peak(config: TransformerConfig, precision: str, repeats: int, n: int = 2048) -> float:
+def matmul_peak(
+    config: TransformerConfig, precision: str, repeats: int, n: int = 2048, device: str = "cpu"
+) -> float:
     """FLOP/s of plain matrix products of the model's own shapes, n rows each, weighted as a
     training step uses them: the best a step could do if it were matmuls only."""
     d, f, v = config.d_model, config.d_ff, config.tgt_vocab_size
@@ -255,8 +307,9 @@ def matmul_peak(config: TransformerConfig, precision: str, repeats: int, n: int 
     dtype = torch.bfloat16 if precision == "bf16" else torch.float32
     flops = seconds = 0.0
     for inner, outer, times in shapes:
-        a, b = torch.randn(n, inner, dtype=dtype), torch.randn(inner, outer, dtype=dtype)
-        seconds += times * _time(lambda a=a, b=b: a @ b, repeats) / 1e3
+        a = torch.randn(n, inner, dtype=dtype, device=device)
+        b = torch.randn(inner, outer, dtype=dtype, device=device)
+        seconds += times * _time(lambda a=a, b=b: a @ b, repeats, device) / 1e3
         flops += times * 2 * n * inner * outer
     return flops / seconds
 
@@ -292,10 +345,13 @@ def _train_rates(
     work: list[tuple[int, int]],
     precision: str,
     steps: int,
+    device: str = "cpu",
 ) -> dict[str, tuple[float, float]]:
-    """(target tokens/s, matmul FLOP/s) of each contender; every batch shape is run once first
-    (bf16 builds kernels per shape), then the contenders take turns on the same batches."""
-    autocast = torch.autocast("cpu", dtype=torch.bfloat16) if precision == "bf16" else nullcontext()
+    """(target tokens/s, matmul FLOP/s) of each contender on `device` (where the contenders
+    and batches are); every batch shape is run once first (bf16 builds kernels per shape),
+    then the contenders take turns on the same batches."""
+    bf16 = torch.autocast(torch.device(device).type, dtype=torch.bfloat16)
+    autocast = bf16 if precision == "bf16" else nullcontext()
     optimizers = {
         name: torch.optim.AdamW(m.parameters(), **options)
         for name, (m, _, options) in contenders.items()
@@ -311,8 +367,10 @@ def _train_rates(
     for i in range(steps):
         batch = batches[i % len(batches)]
         for name in contenders:
+            _sync(device)
             start = time.perf_counter()
             step(name, batch)
+            _sync(device)
             seconds[name] += time.perf_counter() - start
     tokens = sum(work[i % len(batches)][0] for i in range(steps))
     flops = sum(work[i % len(batches)][1] for i in range(steps))
@@ -465,14 +523,16 @@ def bench_levers(args: argparse.Namespace) -> None:
 # ------------------------------------------------------------------------------------ attention
 
 
-def _time(fn: Callable[[], object], repeats: int) -> float:
-    """Median milliseconds of `fn` after two warm-up calls."""
+def _time(fn: Callable[[], object], repeats: int, device: str = "cpu") -> float:
+    """Median milliseconds of `fn` after two warm-up calls (its work on `device` done)."""
     fn()
     fn()
     samples = []
     for _ in range(repeats):
+        _sync(device)
         start = time.perf_counter()
         fn()
+        _sync(device)
         samples.append(time.perf_counter() - start)
     return statistics.median(samples) * 1e3
 
@@ -695,8 +755,13 @@ def _decode_inputs(args: argparse.Namespace) -> tuple[Transformer, list[torch.Te
 
 def bench_decode(args: argparse.Namespace) -> None:
     model, batches, what = _decode_inputs(args)
+    model = model.to(args.device)
+    batches = [b.to(args.device) for b in batches]
     n = sum(len(b) for b in batches)
-    print(f"\n== decoding: {what}, batches of {args.decode_batch}, fp32; sentences/s ==")
+    print(
+        f"\n== decoding: {what}, batches of {args.decode_batch}, fp32 on {args.device}; "
+        "sentences/s =="
+    )
     runs = [("greedy", lambda src, cache: greedy_decode(model, src, use_cache=cache))]
     runs.append(
         (
@@ -708,9 +773,11 @@ def bench_decode(args: argparse.Namespace) -> None:
         for name, fn in runs:
             rate = {}
             for cache in (True, False):
+                _sync(args.device)
                 start = time.perf_counter()
                 for src in batches:
                     fn(src, cache)
+                _sync(args.device)
                 rate[cache] = n / (time.perf_counter() - start)
             print(
                 f"  {name:8s} with KV cache {rate[True]:7.1f} | without {rate[False]:7.1f} | "
@@ -780,11 +847,21 @@ def main() -> None:
         "and data are opt-in)",
     )
     parser.add_argument(
+        "--device",
+        default="cpu",
+        help="where the train and decode sections run: cpu, cuda or cuda:N (default: cpu)",
+    )
+    parser.add_argument(
         "--precisions",
         nargs="+",
-        default=["fp32", "bf16"] if cpu_has_fast_bf16() else ["fp32"],
         choices=["fp32", "bf16"],
-        help="default: fp32, and bf16 where the CPU has bf16 instructions",
+        help="default: fp32, and bf16 on a GPU or where the CPU has bf16 instructions",
+    )
+    parser.add_argument(
+        "--peak-tflops",
+        type=float,
+        help="train section: the FLOP/s (in TFLOP/s) that MFU is measured against (default: "
+        "the card's bf16 peak on a known GPU, else a matmul peak measured here)",
     )
     parser.add_argument(
         "--max-tokens",
@@ -838,6 +915,12 @@ def main() -> None:
         "--data-workdir",
         help="data section: keep the corpora and caches here (default: a temporary directory)",
     )
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="a tiny model instead of the benchmark's: checks that the sections run (the "
+        "figures mean nothing)",
+    )
     parser.add_argument("--data-child", nargs=2, help=argparse.SUPPRESS)  # the measured process
     args = parser.parse_args()
     if args.data_child:
@@ -845,10 +928,21 @@ def main() -> None:
         return
     if "ct2" in args.sections and not args.checkpoint:
         parser.error("--sections ct2 needs --checkpoint (a trained model to export)")
+    on_gpu = torch.device(args.device).type == "cuda"
+    if on_gpu and not torch.cuda.is_available():
+        parser.error(f"--device {args.device}: this torch sees no CUDA device")
+    if on_gpu and set(args.sections) - {"train", "decode"}:
+        parser.error(f"--device {args.device} runs the train and decode sections only")
+    if args.smoke:
+        SIZES.update(SMOKE_SIZES)
+    if args.precisions is None:
+        args.precisions = ["fp32", "bf16"] if on_gpu or cpu_has_fast_bf16() else ["fp32"]
     print(
         f"torch {torch.__version__}, {torch.get_num_threads()} threads, CPU capability "
         f"{torch.backends.cpu.get_cpu_capability()}, native bf16: {cpu_has_fast_bf16()}"
     )
+    if on_gpu:
+        print(f"device {args.device}: {torch.cuda.get_device_name(args.device)}")
     start = time.perf_counter()
     sections = {
         "train": bench_train,
