@@ -63,15 +63,9 @@ __all__ = [
 
 
 def resolve_decoding(decoding: DecodingConfig | None = None, **changes: Any) -> DecodingConfig:
-    """`decoding` (default: `DecodingConfig()`) with `changes` applied.
-
-    A `beam_size` change without a `strategy` picks greedy for 1 and beam search otherwise,
-    so `beam_size=1` means greedy everywhere, as `--beam 1` does on the command line.
-    """
-    config = decoding or DecodingConfig()
-    if "beam_size" in changes and "strategy" not in changes:
-        changes["strategy"] = "greedy" if changes["beam_size"] == 1 else "beam"
-    return config.replace(**changes) if changes else config
+    """`decoding` (default: `DecodingConfig()`) with `changes` applied by
+    `DecodingConfig.with_changes` (`beam_size=1` alone means greedy)."""
+    return (decoding or DecodingConfig()).with_changes(**changes)
 
 
 class Translator:
