@@ -5,8 +5,9 @@ release directory or a hub repo id: the one loading path, `minitx.release.load`,
 commands, the demo and the experiments use too; `save_pretrained` / `push_to_hub` write and
 share release directories. Every translation goes through `minitx.decoding.generate` with a
 `DecodingConfig`; the default config (beam search, `DEFAULT_BEAM_SIZE`) is the one every
-minitx command uses. Sources and targets are framed and padded by `minitx.vocab`
-(`frame_source`, `frame_target`, `pad`), as in training.
+minitx command uses. Sources are framed and padded by `minitx.vocab` (`frame_source`,
+`pad`), as in training; alignments and attention maps read (source, translation) pairs in the
+one teacher-forced pass of `minitx.teacher_forcing`.
 """
 
 from __future__ import annotations
@@ -40,9 +41,10 @@ from minitx.decoding import DecodingConfig, Hypothesis, generate
 from minitx.maps import AttentionMaps, teacher_forced_maps
 from minitx.model import Transformer, check_attention_scope
 from minitx.release import Release
+from minitx.teacher_forcing import frame_pairs, length_batches, teacher_forced
 from minitx.textio import quote_lines
 from minitx.tokenizer import Tokenizer
-from minitx.vocab import EOS_ID, PAD_ID, frame_source, frame_target, pad
+from minitx.vocab import EOS_ID, PAD_ID, frame_source, pad
 
 logger = logging.getLogger(__name__)
 
@@ -213,11 +215,6 @@ class Translator:
             return torch.autocast(self.device.type, dtype=torch.bfloat16)
         return nullcontext()
 
-    def _batches(self, ids: list[list[int]], batch_size: int) -> list[list[int]]:
-        """Indices of non-empty sentences, sorted by length, cut into batches."""
-        order = sorted((i for i, seq in enumerate(ids) if seq), key=lambda i: len(ids[i]))
-        return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
-
     def _src_tensor(self, ids: list[list[int]]) -> torch.Tensor:
         """(B, S) source ids framed (eos appended) and right-padded, on the model's device."""
         return pad([frame_source(seq) for seq in ids], device=self.device)
@@ -269,7 +266,7 @@ class Translator:
     ) -> list[list[Hypothesis] | None]:
         """`_hypotheses` for source ids."""
         results: list[list[Hypothesis] | None] = [None] * len(ids)
-        batches = self._batches(ids, batch_size)
+        batches = length_batches(ids, batch_size)
         report = progress or (lambda done: None)
         empty = len(ids) - sum(len(batch) for batch in batches)
         if empty:
@@ -295,14 +292,11 @@ class Translator:
         config.check(self.model.config.n_decoder_layers, self.model.config.n_heads)
         out: list[Alignment] = [[] for _ in pairs]
         aligned = [src if tgt else [] for src, tgt in pairs]  # an empty side: no alignment
-        for batch in self._batches(aligned, batch_size):
-            src = self._src_tensor([pairs[i][0] for i in batch])  # (B, S)
-            inputs = [frame_target(pairs[i][1])[0] for i in batch]  # bos + target, no eos
-            tgt_in = pad(inputs, device=self.device)  # (B, T)
+        for batch in length_batches(aligned, batch_size):
+            src, tgt_in, _ = frame_pairs([pairs[i] for i in batch], self.device)  # (B, S), (B, T)
             with self._autocast(), self._attention_context():
-                enc = self.model.encode(src)
-                dec = self.model.decode(tgt_in, enc.memory, enc.src_mask, need_weights=True)
-            weights = combine_cross_attention(dec.cross_attentions, config).cpu()  # (B, T, S)
+                forced = teacher_forced(self.model, src, tgt_in, weights="decoder")
+            weights = combine_cross_attention(forced.cross_attentions, config).cpu()  # (B, T, S)
             for row, i in enumerate(batch):
                 src_ids, tgt_ids = pairs[i]
                 out[i] = align(
