@@ -132,20 +132,6 @@ class Translator:
         )
 
     @classmethod
-    def from_release(
-        cls, release: Release, *, device: str | torch.device = "cpu", bf16: bool = False
-    ) -> Translator:
-        """A Translator around a loaded `minitx.release.Release`."""
-        return cls(
-            release.model,
-            release.tokenizer,
-            device=device,
-            bf16=bf16,
-            languages=release.languages,
-            train_config=release.train_config,
-        )
-
-    @classmethod
     def from_pretrained(
         cls,
         source: str | Path,
@@ -156,7 +142,8 @@ class Translator:
     ) -> Translator:
         """Build a Translator from a `.ckpt` file, a release directory or a hub repo id
         ("owner/name"), through `minitx.release.load`: a local path wins; a repo id is fetched
-        with `huggingface_hub.snapshot_download` (its cache serves later calls offline).
+        with `huggingface_hub.snapshot_download` (its cache serves later calls offline). Every
+        command's ``--checkpoint``, the demo and the experiments load this way.
 
         Args:
             source: the `.ckpt`, the release directory or the repo id.
@@ -169,20 +156,18 @@ class Translator:
             CheckpointError: damaged files, or the download failed (the message says how to
                 use a local directory instead).
         """
-        return cls.from_release(release.load(source, revision=revision), device=device, bf16=bf16)
+        loaded = release.load(source, revision=revision)
+        return cls(
+            loaded.model,
+            loaded.tokenizer,
+            device=device,
+            bf16=bf16,
+            languages=loaded.languages,
+            train_config=loaded.train_config,
+        )
 
-    @classmethod
-    def from_checkpoint(
-        cls,
-        source: str | Path,
-        *,
-        revision: str | None = None,
-        device: str | torch.device = "cpu",
-        bf16: bool = False,
-    ) -> Translator:
-        """`from_pretrained` under the name training scripts know: a `.ckpt` file, a release
-        directory or a hub repo id, loaded the same way."""
-        return cls.from_pretrained(source, revision=revision, device=device, bf16=bf16)
+    from_checkpoint = from_pretrained
+    """The same loader under the name training scripts know (`from_pretrained`)."""
 
     def to_release(self) -> Release:
         """This Translator's model, tokenizer, languages and training config (shared, not
