@@ -31,9 +31,9 @@ backward pass each), so minitx needs no extra library for it.
 `rank_correlation` and `top1_agreement` compare two such matrices row by row (attention
 against attributions, in the viewer and in ``minitx-experiment explain``).
 
-Torch, the standard library, `minitx.vocab` (the framing of sources and targets, as every
-teacher-forced pass builds it) and `minitx.errors` only; the model and the tokenizer are only
-type names here.
+Torch, the standard library, `minitx.teacher_forcing` (the teacher-forced pass every reader
+of pairs shares: framing, the forward pass, the target log-probabilities) and `minitx.errors`
+only; the model and the tokenizer are only type names here.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ import torch
 from torch import Tensor
 
 from minitx.errors import ConfigError
-from minitx.vocab import frame_source, frame_target
+from minitx.teacher_forcing import frame_pairs, pair_ids, target_log_probs, teacher_forced
 
 if TYPE_CHECKING:
     from minitx.model import Transformer
@@ -143,7 +143,8 @@ def _log_prob_function(
 
     The embeddings replace the output of the source embedding lookup (a forward hook that
     recognises the source ids tensor, so a matrix shared with the target side is unaffected);
-    the model's scaling, positions and every layer then run as usual.
+    the model's scaling, positions and every layer then run as usual: the teacher-forced
+    pass of `minitx.teacher_forcing`.
     """
 
     def f(embeddings: Tensor) -> Tensor:
@@ -155,14 +156,10 @@ def _log_prob_function(
 
         handle = model.src_embed.register_forward_hook(swap)
         try:
-            enc = model.encode(ids)
+            logits = teacher_forced(model, ids, tgt_in.expand(n, -1)).logits  # (N, T, V)
         finally:
             handle.remove()
-        states = model.decoder_states(tgt_in.expand(n, -1), enc.memory, enc.src_mask).states
-        logits = model.output(states)  # (N, T, V)
-        logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
-        picked = targets.expand(n, -1).unsqueeze(-1)  # (N, T, 1)
-        return torch.log_softmax(logits, dim=-1).gather(-1, picked).squeeze(-1)  # (N, T)
+        return target_log_probs(logits, targets.expand(n, -1))  # (N, T)
 
     return f
 
@@ -269,10 +266,8 @@ def attribute(
         log-probabilities; the (T,) integrated-gradients completeness gap or None.
     """
     device = next(model.parameters()).device
-    decoder_input, labels = frame_target(tgt_ids)
-    src = torch.tensor(frame_source(src_ids), device=device)  # (S,)
-    tgt_in = torch.tensor(decoder_input, device=device)  # (T,)
-    targets = torch.tensor(labels, device=device)  # (T,)
+    framed = frame_pairs([(src_ids, tgt_ids)], device)  # (1, S), (1, T), (1, T)
+    src, tgt_in, targets = (rows[0] for rows in framed)  # (S,), (T,), (T,)
     was_training = model.training
     model.eval()
     try:
@@ -305,25 +300,20 @@ def teacher_forced_attributions(
         methods: a subset of `METHODS`.
         ig_steps: quadrature nodes of integrated gradients.
 
-    A side longer than the model's positions is cut to fit, as for the maps.
+    A side longer than the model's positions is cut to fit, with a warning, as for the maps.
 
     Raises:
         ValueError: when the source is empty.
         ConfigError: an unknown method.
     """
     methods = check_methods(methods)
-    source_ids = tokenizer.encode([source.strip()])[0]
-    if not source_ids:
-        raise ValueError("attributions need a non-empty source sentence")
-    target_ids = tokenizer.encode([target.strip()])[0] if isinstance(target, str) else list(target)
-    limit = model.config.max_positions - 1
-    src_ids, tgt_ids = source_ids[:limit], target_ids[:limit]
+    src_ids, tgt_ids = pair_ids(model, tokenizer, source, target, "attributions")
     scores, log_probs, delta = attribute(model, src_ids, tgt_ids, methods, ig_steps=ig_steps)
-    decoder_input, labels = frame_target(tgt_ids)
+    src, tgt_in, labels = frame_pairs([(src_ids, tgt_ids)])  # (1, S), (1, T), (1, T)
     return Attributions(
-        src_tokens=tokenizer.id_to_piece(frame_source(src_ids)),
-        tgt_tokens=tokenizer.id_to_piece(decoder_input),
-        predicted_tokens=tokenizer.id_to_piece(labels),
+        src_tokens=tokenizer.id_to_piece(src[0].tolist()),
+        tgt_tokens=tokenizer.id_to_piece(tgt_in[0].tolist()),
+        predicted_tokens=tokenizer.id_to_piece(labels[0].tolist()),
         scores=scores,
         log_probs=log_probs,
         ig_delta=delta,

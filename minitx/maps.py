@@ -3,21 +3,20 @@
 The maps follow the Hugging Face / bertviz layout (one tensor per layer) with the batch
 dimension removed, so that plotting and the HTML viewer work on a single sentence;
 `AttentionMaps.to_bertviz` puts it back for bertviz's views.
-`teacher_forced_maps` collects them from a model; training callbacks and `Translator` both
-use it.
+`teacher_forced_maps` collects them from a model in one teacher-forced pass
+(`minitx.teacher_forcing`); training callbacks, `Translator` and the experiments use it.
 """
 
 from __future__ import annotations
 
-import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from minitx.vocab import EOS_PIECE, frame_source, frame_target
-
-logger = logging.getLogger(__name__)
+from minitx.teacher_forcing import frame_pairs, pair_ids, teacher_forced
+from minitx.vocab import EOS_PIECE
 
 if TYPE_CHECKING:
     from minitx.model import Transformer
@@ -164,39 +163,32 @@ def teacher_forced_maps(
 
     One sentence at a time, so no padding appears on the axes. Source pieces end with eos;
     target pieces (the decoder inputs) start with bos. A side longer than the model's
-    positions is cut to fit, with a warning.
+    positions is cut to fit, with a warning (`minitx.teacher_forcing.pair_ids`).
 
     Raises:
         ValueError: when the source is empty.
     """
-    source_ids = tokenizer.encode([source.strip()])[0]
-    if not source_ids:
-        raise ValueError("attention maps need a non-empty source sentence")
-    target_ids = tokenizer.encode([target.strip()])[0] if isinstance(target, str) else list(target)
-    limit = model.config.max_positions - 1  # eos / bos take one position
-    for side, ids in (("source", source_ids), ("target", target_ids)):
-        if len(ids) > limit:
-            logger.warning(
-                "attention maps: the %s has %d pieces, more than the model's %d positions "
-                "allow; its first %d pieces are shown",
-                side,
-                len(ids),
-                limit + 1,
-                limit,
-            )
-    src_ids = frame_source(source_ids[:limit])
-    tgt_ids, predicted_ids = frame_target(target_ids[:limit])
+    src_ids, tgt_ids = pair_ids(model, tokenizer, source, target, "attention maps")
+    return pair_maps(model, tokenizer, src_ids, tgt_ids)
+
+
+@torch.inference_mode()
+def pair_maps(
+    model: Transformer, tokenizer: Tokenizer, src_ids: Sequence[int], tgt_ids: Sequence[int]
+) -> AttentionMaps:
+    """`teacher_forced_maps` of a pair given as ids without special ids (each side within the
+    model's positions): one teacher-forced pass (`minitx.teacher_forcing`) with every map."""
     device = next(model.parameters()).device
-    src = torch.tensor([src_ids], device=device)  # (1, S)
-    out = model(src, torch.tensor([tgt_ids], device=device), need_weights=True)
+    src, tgt_in, labels = frame_pairs([(src_ids, tgt_ids)], device)  # (1, S), (1, T), (1, T)
+    out = teacher_forced(model, src, tgt_in, weights="all")
 
     def first(maps: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
         return tuple(m[0].float().cpu() for m in maps)  # drop the batch axis: (H, Tq, Tk)
 
     return AttentionMaps(
-        src_tokens=tokenizer.id_to_piece(src_ids),
-        tgt_tokens=tokenizer.id_to_piece(tgt_ids),
-        predicted_tokens=tokenizer.id_to_piece(predicted_ids),
+        src_tokens=tokenizer.id_to_piece(src[0].tolist()),
+        tgt_tokens=tokenizer.id_to_piece(tgt_in[0].tolist()),
+        predicted_tokens=tokenizer.id_to_piece(labels[0].tolist()),
         encoder_attentions=first(out.encoder_attentions),
         decoder_attentions=first(out.decoder_attentions),
         cross_attentions=first(out.cross_attentions),

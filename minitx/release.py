@@ -88,24 +88,6 @@ class Release:
 
 
 # ---------------------------------------------------------------------------------- reading
-def from_checkpoint_file(path: str | Path) -> Release:
-    """A `Release` from a Lightning `.ckpt` (see `minitx.checkpoint`); `load` calls it for a
-    file.
-
-    Raises:
-        MissingFileError, CheckpointError: as `minitx.checkpoint.load_checkpoint`.
-    """
-    checkpoint = load_checkpoint(path)
-    model, tokenizer = model_from_checkpoint(checkpoint, path)
-    train_config = checkpoint[CHECKPOINT_KEY].get("train_config")
-    return Release(
-        model,
-        tokenizer,
-        languages_of(checkpoint),
-        train_config if isinstance(train_config, str) else None,
-    )
-
-
 def read_config(directory: str | Path) -> dict[str, Any]:
     """`config.json` of a release directory, checked key by key.
 
@@ -236,7 +218,8 @@ def load(source: str | Path, *, revision: str | None = None) -> Release:
     repo id ("owner/name").
 
     A local path wins: a directory is read as a release (`load_pretrained`), a file as a
-    checkpoint (`from_checkpoint_file`); a name that is no local path and looks like
+    Lightning `.ckpt` (`minitx.checkpoint.load_checkpoint`, then `model_from_checkpoint`); a
+    name that is no local path and looks like
     "owner/name" is fetched from the hub (`download`) and read as a release.
 
     Args:
@@ -256,7 +239,15 @@ def load(source: str | Path, *, revision: str | None = None) -> Release:
     if path.is_dir():
         return load_pretrained(path)
     if path.exists():
-        return from_checkpoint_file(path)
+        checkpoint = load_checkpoint(path)
+        model, tokenizer = model_from_checkpoint(checkpoint, path)
+        train_config = checkpoint[CHECKPOINT_KEY].get("train_config")
+        return Release(
+            model,
+            tokenizer,
+            languages_of(checkpoint),
+            train_config if isinstance(train_config, str) else None,
+        )
     if looks_like_repo_id(str(source)):
         return load_pretrained(download(str(source), revision=revision))
     raise MissingFileError(

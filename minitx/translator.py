@@ -5,8 +5,9 @@ release directory or a hub repo id: the one loading path, `minitx.release.load`,
 commands, the demo and the experiments use too; `save_pretrained` / `push_to_hub` write and
 share release directories. Every translation goes through `minitx.decoding.generate` with a
 `DecodingConfig`; the default config (beam search, `DEFAULT_BEAM_SIZE`) is the one every
-minitx command uses. Sources and targets are framed and padded by `minitx.vocab`
-(`frame_source`, `frame_target`, `pad`), as in training.
+minitx command uses. Sources are framed and padded by `minitx.vocab` (`frame_source`,
+`pad`), as in training; alignments and attention maps read (source, translation) pairs in the
+one teacher-forced pass of `minitx.teacher_forcing`.
 """
 
 from __future__ import annotations
@@ -40,9 +41,10 @@ from minitx.hard_attention import check_attention_mode, check_attention_scope
 from minitx.maps import AttentionMaps, teacher_forced_maps
 from minitx.model import Transformer
 from minitx.release import Release
+from minitx.teacher_forcing import frame_pairs, length_batches, teacher_forced
 from minitx.textio import quote_lines
 from minitx.tokenizer import Tokenizer
-from minitx.vocab import EOS_ID, PAD_ID, frame_source, frame_target, pad
+from minitx.vocab import EOS_ID, PAD_ID, frame_source, pad
 
 logger = logging.getLogger(__name__)
 
@@ -63,15 +65,9 @@ __all__ = [
 
 
 def resolve_decoding(decoding: DecodingConfig | None = None, **changes: Any) -> DecodingConfig:
-    """`decoding` (default: `DecodingConfig()`) with `changes` applied.
-
-    A `beam_size` change without a `strategy` picks greedy for 1 and beam search otherwise,
-    so `beam_size=1` means greedy everywhere, as `--beam 1` does on the command line.
-    """
-    config = decoding or DecodingConfig()
-    if "beam_size" in changes and "strategy" not in changes:
-        changes["strategy"] = "greedy" if changes["beam_size"] == 1 else "beam"
-    return config.replace(**changes) if changes else config
+    """`decoding` (default: `DecodingConfig()`) with `changes` applied by
+    `DecodingConfig.with_changes` (`beam_size=1` alone means greedy)."""
+    return (decoding or DecodingConfig()).with_changes(**changes)
 
 
 class Translator:
@@ -137,20 +133,6 @@ class Translator:
         )
 
     @classmethod
-    def from_release(
-        cls, release: Release, *, device: str | torch.device = "cpu", bf16: bool = False
-    ) -> Translator:
-        """A Translator around a loaded `minitx.release.Release`."""
-        return cls(
-            release.model,
-            release.tokenizer,
-            device=device,
-            bf16=bf16,
-            languages=release.languages,
-            train_config=release.train_config,
-        )
-
-    @classmethod
     def from_pretrained(
         cls,
         source: str | Path,
@@ -161,7 +143,8 @@ class Translator:
     ) -> Translator:
         """Build a Translator from a `.ckpt` file, a release directory or a hub repo id
         ("owner/name"), through `minitx.release.load`: a local path wins; a repo id is fetched
-        with `huggingface_hub.snapshot_download` (its cache serves later calls offline).
+        with `huggingface_hub.snapshot_download` (its cache serves later calls offline). Every
+        command's ``--checkpoint``, the demo and the experiments load this way.
 
         Args:
             source: the `.ckpt`, the release directory or the repo id.
@@ -174,20 +157,18 @@ class Translator:
             CheckpointError: damaged files, or the download failed (the message says how to
                 use a local directory instead).
         """
-        return cls.from_release(release.load(source, revision=revision), device=device, bf16=bf16)
+        loaded = release.load(source, revision=revision)
+        return cls(
+            loaded.model,
+            loaded.tokenizer,
+            device=device,
+            bf16=bf16,
+            languages=loaded.languages,
+            train_config=loaded.train_config,
+        )
 
-    @classmethod
-    def from_checkpoint(
-        cls,
-        source: str | Path,
-        *,
-        revision: str | None = None,
-        device: str | torch.device = "cpu",
-        bf16: bool = False,
-    ) -> Translator:
-        """`from_pretrained` under the name training scripts know: a `.ckpt` file, a release
-        directory or a hub repo id, loaded the same way."""
-        return cls.from_pretrained(source, revision=revision, device=device, bf16=bf16)
+    from_checkpoint = from_pretrained
+    """The same loader under the name training scripts know (`from_pretrained`)."""
 
     def to_release(self) -> Release:
         """This Translator's model, tokenizer, languages and training config (shared, not
@@ -219,11 +200,6 @@ class Translator:
         if self.bf16:
             return torch.autocast(self.device.type, dtype=torch.bfloat16)
         return nullcontext()
-
-    def _batches(self, ids: list[list[int]], batch_size: int) -> list[list[int]]:
-        """Indices of non-empty sentences, sorted by length, cut into batches."""
-        order = sorted((i for i, seq in enumerate(ids) if seq), key=lambda i: len(ids[i]))
-        return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
 
     def _src_tensor(self, ids: list[list[int]]) -> torch.Tensor:
         """(B, S) source ids framed (eos appended) and right-padded, on the model's device."""
@@ -276,7 +252,7 @@ class Translator:
     ) -> list[list[Hypothesis] | None]:
         """`_hypotheses` for source ids."""
         results: list[list[Hypothesis] | None] = [None] * len(ids)
-        batches = self._batches(ids, batch_size)
+        batches = length_batches(ids, batch_size)
         report = progress or (lambda done: None)
         empty = len(ids) - sum(len(batch) for batch in batches)
         if empty:
@@ -302,14 +278,11 @@ class Translator:
         config.check(self.model.config.n_decoder_layers, self.model.config.n_heads)
         out: list[Alignment] = [[] for _ in pairs]
         aligned = [src if tgt else [] for src, tgt in pairs]  # an empty side: no alignment
-        for batch in self._batches(aligned, batch_size):
-            src = self._src_tensor([pairs[i][0] for i in batch])  # (B, S)
-            inputs = [frame_target(pairs[i][1])[0] for i in batch]  # bos + target, no eos
-            tgt_in = pad(inputs, device=self.device)  # (B, T)
+        for batch in length_batches(aligned, batch_size):
+            src, tgt_in, _ = frame_pairs([pairs[i] for i in batch], self.device)  # (B, S), (B, T)
             with self._autocast(), self._attention_context():
-                enc = self.model.encode(src)
-                dec = self.model.decode(tgt_in, enc.memory, enc.src_mask, need_weights=True)
-            weights = combine_cross_attention(dec.cross_attentions, config).cpu()  # (B, T, S)
+                forced = teacher_forced(self.model, src, tgt_in, weights="decoder")
+            weights = combine_cross_attention(forced.cross_attentions, config).cpu()  # (B, T, S)
             for row, i in enumerate(batch):
                 src_ids, tgt_ids = pairs[i]
                 out[i] = align(

@@ -160,7 +160,7 @@ def test_allow_lists_forbid_everything_else(
     own = {source.split(".")[1] for source in contract["source_modules"]}
     missing: set[str] = set()
     if allowed_parts is not None:
-        parts = {child.split(".")[1] for child in graph.find_children("minitx")} - {"__main__"}
+        parts = {child.split(".")[1] for child in graph.find_children("minitx")}
         missing |= {f"minitx.{part}" for part in parts - allowed_parts - own}
         assert not forbidden & {f"minitx.{part}" for part in allowed_parts}, contract_id
     if allowed_packages is not None:

@@ -1,4 +1,4 @@
-"""Checkpoint averaging: `minitx.averaging`, the `minitx average` command and the
+"""Checkpoint averaging: `minitx.averaging`, the `minitx-average` command and the
 `CheckpointAveraging` training callback."""
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ def test_average_of_two_checkpoints_is_the_mean_of_their_weights(
     translations = Translator.from_checkpoint(out).translate(SENTENCES, GREEDY)
     assert len(translations) == len(SENTENCES) and all(isinstance(t, str) for t in translations)
     # and it exports as a release directory like any checkpoint (minitx-export)
-    release.save_pretrained(release.from_checkpoint_file(out), tmp_path / "release")
+    release.save_pretrained(release.load(out), tmp_path / "release")
     exported = Translator.from_checkpoint(tmp_path / "release")
     assert exported.translate(SENTENCES, GREEDY) == translations
 
@@ -185,7 +185,7 @@ def test_state_dict_mean_is_float64_keeps_ties_and_checks_integer_buffers() -> N
 def test_average_command_end_to_end(tiny_checkpoint: Path, tmp_path: Path) -> None:
     out = tmp_path / "avg.ckpt"
     proc = subprocess.run(
-        [PYTHON, "-m", "minitx", "average", "--out", str(out), *[str(tiny_checkpoint)] * 2],
+        [PYTHON, "-m", "minitx.cli.average", "--out", str(out), *[str(tiny_checkpoint)] * 2],
         capture_output=True,
         text=True,
         cwd=REPO_DIR,
@@ -209,7 +209,7 @@ def test_average_command_bad_input_is_one_line_and_status_2(
     )
     out = tmp_path / "avg.ckpt"
     proc = subprocess.run(
-        [PYTHON, "-m", "minitx", "average", "--out", str(out), str(tiny_checkpoint), str(other)],
+        [PYTHON, "-m", "minitx.cli.average", "--out", str(out), str(tiny_checkpoint), str(other)],
         capture_output=True,
         text=True,
         cwd=REPO_DIR,

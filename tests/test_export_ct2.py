@@ -210,7 +210,7 @@ def test_missing_ctranslate2_names_the_extra(
 # ----------------------------------------------------------------------- the command
 def run_ct2(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [PYTHON, "-m", "minitx", "ct2", *args],
+        [PYTHON, "-m", "minitx.cli.ct2", *args],
         capture_output=True,
         text=True,
         env=subprocess_env(),

@@ -20,7 +20,6 @@ from minitx import release
 from minitx.checkpoint import CheckpointError
 from minitx.cli import export as export_cli
 from minitx.cli import translate as translate_cli
-from minitx.cli.common import load_translator
 from minitx.decoding import DecodingConfig
 from minitx.errors import MissingFileError
 from minitx.translator import Translator
@@ -131,9 +130,6 @@ def test_save_pretrained_replaces_an_earlier_release(
 LOADERS = {
     "Translator.from_checkpoint": Translator.from_checkpoint,
     "Translator.from_pretrained": Translator.from_pretrained,
-    "the commands' load_translator": lambda source: load_translator(
-        source, device="cpu", bf16=False
-    ),
 }
 
 
@@ -165,6 +161,34 @@ def test_ckpt_release_dir_and_hub_id_load_through_one_path(
             assert translator.languages == original.languages == ("de", "en")
             assert translator.train_config == original.train_config
     assert loaded_from == [str(source) for source in sources for _ in LOADERS]
+
+
+def test_the_commands_checkpoint_option_loads_through_the_same_path(
+    tiny_checkpoint: Path,
+    release_dir: Path,
+    original: Translator,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+) -> None:
+    """``--checkpoint`` takes a `.ckpt`, a release directory and a hub repo id, each loaded
+    once through `release.load`, and translates as the Translator does."""
+    import huggingface_hub
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", lambda repo_id, **kw: release_dir)
+    loaded_from = []
+    load = release.load
+
+    def recording_load(source, **kwargs):
+        loaded_from.append(str(source))
+        return load(source, **kwargs)
+
+    monkeypatch.setattr(release, "load", recording_load)
+    sources = [str(tiny_checkpoint), str(release_dir), "me/minitx-de-en"]
+    expected = original.translate(SENTENCES, DecodingConfig.for_beam(1))
+    for source in sources:
+        assert translate_cli.main(["--checkpoint", source, "--beam", "1", *SENTENCES]) == 0
+        assert capsys.readouterr().out.splitlines() == expected, source
+    assert loaded_from == sources
 
 
 def test_load_returns_model_tokenizer_config_languages_and_train_config(
@@ -274,8 +298,9 @@ def test_a_damaged_release_is_one_error_line(
 
 
 def test_damaged_release_and_hub_id_through_the_command(copy_of) -> None:
-    """`python -m minitx translate` as a real process: exit 2 and one `error:` line for a
-    damaged directory and, offline, for a hub repo id that is not a local path."""
+    """`minitx-translate` (`python -m minitx.cli.translate`) as a real process: exit 2 and one
+    `error:` line for a damaged directory and, offline, for a hub repo id that is not a local
+    path."""
     directory = copy_of()
     _wrong_d_model(directory)
     env = {**subprocess_env(), "HF_HUB_OFFLINE": "1"}
@@ -285,7 +310,7 @@ def test_damaged_release_and_hub_id_through_the_command(copy_of) -> None:
         ("someone/minitx-de-en", "'someone/minitx-de-en' is not a local file or directory"),
     ):
         proc = subprocess.run(
-            [PYTHON, "-m", "minitx", "translate", "--checkpoint", target, "ein hund"],
+            [PYTHON, "-m", "minitx.cli.translate", "--checkpoint", target, "ein hund"],
             capture_output=True,
             text=True,
             env=env,
@@ -301,7 +326,8 @@ def test_damaged_release_and_hub_id_through_the_command(copy_of) -> None:
 def test_export_command_end_to_end(tiny_checkpoint: Path, original: Translator, tmp_path) -> None:
     out = tmp_path / "exported"
     proc = subprocess.run(
-        [PYTHON, "-m", "minitx", "export", "--checkpoint", str(tiny_checkpoint), "--out", str(out)],
+        [PYTHON, "-m", "minitx.cli.export", "--checkpoint", str(tiny_checkpoint)]
+        + ["--out", str(out)],
         capture_output=True,
         text=True,
         env=subprocess_env(),

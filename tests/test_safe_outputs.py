@@ -60,9 +60,10 @@ def orphans(directory: Path) -> list[str]:
 def minitx(
     *args: str, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: int = 180
 ) -> subprocess.CompletedProcess[str]:
-    """``python -m minitx ARGS`` in a child process, its output captured as text."""
+    """Command ``args[0]`` (``minitx-NAME``: ``python -m minitx.cli.NAME``) with the other
+    ``args`` in a child process, its output captured as text."""
     return subprocess.run(
-        [PYTHON, "-m", "minitx", *args],
+        [PYTHON, "-m", f"minitx.cli.{args[0]}", *args[1:]],
         cwd=cwd,
         capture_output=True,
         text=True,
@@ -340,7 +341,7 @@ def test_run_directories_are_claimed_once_even_within_a_second(tmp_path: Path) -
 @pytest.mark.slow
 def test_two_runs_started_at_once_get_their_own_directories(tmp_path: Path) -> None:
     command = [
-        PYTHON, "-m", "minitx", "train", "--config", str(TINY_CONFIG),
+        PYTHON, "-m", "minitx.cli.train", "--config", str(TINY_CONFIG),
         "--runs_dir", str(tmp_path / "runs"), "--trainer.max_steps", "3", "--test", "false",
         "--trainer.enable_progress_bar", "false",
     ]  # fmt: skip

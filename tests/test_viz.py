@@ -306,7 +306,7 @@ def test_visualize_writes_pngs_and_html(tmp_path: Path) -> None:
 
 
 def load_script():
-    """The visualize command (minitx-visualize; scripts/visualize_attention.py wraps it)."""
+    """The visualize command (minitx-visualize)."""
     import minitx.cli.visualize
 
     return minitx.cli.visualize

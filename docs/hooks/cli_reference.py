@@ -109,8 +109,6 @@ def help_text(name: str) -> str:
                 parser = module.build_parser()
                 parser.prog = name
                 text = parser.format_help()
-            elif hasattr(module, "usage"):  # `minitx <command>`: the dispatcher
-                text = module.usage() + "\n"
             else:  # minitx-train: LightningCLI builds its parser while it parses
                 text = _printed_help(lambda: module.main(["--help"]))
     elif name in scripts():
@@ -143,18 +141,12 @@ def flags(name: str) -> frozenset[str]:
 
 def command_of(words: list[str]) -> tuple[str, int] | None:
     """The NAME a command line's words start, and how many words name it, or None:
-    ``minitx-x``, ``minitx x`` and ``python -m minitx x`` -> ``minitx-x``;
-    ``python scripts/x.py`` -> its command (a wrapper) or ``scripts/x.py``."""
+    ``minitx-x`` -> ``minitx-x``; ``python scripts/x.py`` -> its command (the wrapper
+    ``scripts/train.py``: ``minitx-train``) or ``scripts/x.py``."""
     commands, wrapped, own = console_scripts(), wrapped_commands(), scripts()
-    if words[:3] == ["python", "-m", "minitx"] or words[:3] == ["python3", "-m", "minitx"]:
-        words, used = ["minitx", *words[3:]], 3
-    else:
-        used = 1
     head = words[0] if words else ""
-    if head == "minitx" and len(words) > 1 and f"minitx-{words[1]}" in commands:
-        return f"minitx-{words[1]}", used + 1
     if head in commands:
-        return head, used
+        return head, 1
     if head in ("python", "python3") and len(words) > 1:
         script = words[1].removeprefix("./")
         if script in wrapped:

@@ -1,6 +1,7 @@
-"""The command line: `minitx-train`, `minitx-translate`, `minitx-evaluate`,
-`minitx-visualize`, `minitx-export` (console scripts), also reachable as
-`python -m minitx <command>`.
+"""The command line: one module per command, each run as its console script `minitx-NAME`
+(pyproject.toml's ``[project.scripts]``: `minitx-train`, `minitx-translate`,
+`minitx-evaluate`, `minitx-visualize`, `minitx-ct2`, `minitx-export`, `minitx-average`,
+`minitx-demo`, `minitx-experiment`).
 
 Exit codes of every command: 0 ok, 2 user error (one line `error: ...`), 130 interrupted,
 1 a bug in minitx (with its traceback).

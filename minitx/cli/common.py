@@ -1,4 +1,5 @@
-"""Pieces shared by the commands: one-line user errors, logging, loading a checkpoint.
+"""Pieces shared by the commands: one-line user errors, logging, the decoding and device
+options.
 
 Exit statuses of every minitx command: 0 success; 2 a problem with the user's input, files,
 settings or environment, reported as one line ``error: <what, where, how to fix>`` on standard
@@ -15,19 +16,18 @@ import math
 import sys
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from minitx.errors import (  # UsageError: re-exported, the commands import it from here
     DEBUG_ENV,
     ConfigError,
     MinitxError,
-    UsageError,
+    UsageError,  # noqa: F401
     debug_requested,
 )
 
 if TYPE_CHECKING:
-    from minitx.translator import Translator
+    from minitx.decoding import DecodingConfig
 
 EXIT_USER_ERROR = 2
 """Exit status for a problem with the user's input, files, settings or environment."""
@@ -62,25 +62,11 @@ def report_user_error(exc: BaseException) -> int | None:
     return EXIT_USER_ERROR
 
 
-def _program() -> str | None:
-    """The program name of a command run as ``python -m minitx NAME`` (argparse would say
-    ``__main__.py``); None otherwise (argparse's own choice: the script's name)."""
-    script = Path(sys.argv[0])
-    if script.name == "__main__.py" and script.parent.name == "minitx" and len(sys.argv) > 1:
-        return f"python -m minitx {sys.argv[1]}"
-    return None
-
-
 class OneLineArgumentParser(argparse.ArgumentParser):
     """The argparse parser of every command: a command-line error is one line, ``error:
     <message>  (PROG --help shows the usage)``, exit status 2, without argparse's usage block
     (``--help`` shows it; ``MINITX_DEBUG=1`` keeps argparse's own report). minitx-train's
     jsonargparse parser (`minitx.cli.train.OneLineErrorParser`) reports the same way."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        if not args and "prog" not in kwargs:
-            kwargs["prog"] = _program()
-        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         """Print ``error: <message>`` on one line and exit with status 2."""
@@ -172,30 +158,22 @@ CHECKPOINT_HELP = (
     "self-contained minitx .ckpt file, a release directory written by minitx-export, or the "
     "hub repo id (owner/name) of one"
 )
-"""Help of every inference command's ``--checkpoint``: what `load_translator` accepts."""
+"""Help of every inference command's ``--checkpoint``: what `Translator.from_pretrained` (the
+one loading path, `minitx.release.load`) accepts."""
 
 
-def load_translator(path: Path | str, *, device: str, bf16: bool) -> Translator:
-    """`Translator.from_checkpoint` (the one loading path, `minitx.release.load`: a `.ckpt`,
-    a release directory or a hub repo id) for a ``--checkpoint`` and a ``--device``.
-
-    Loading problems are typed already (`MissingFileError`, `CheckpointError`: one ``error:``
-    line in every command); only the device is checked here.
-
-    Raises:
-        UsageError: a ``--device`` torch does not know, or CUDA asked for on a machine without.
-    """
+def check_device(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Reject a ``--device`` torch does not know, or CUDA asked for on a machine without
+    (argparse exits with status 2), before anything is loaded; the commands then load with
+    ``Translator.from_pretrained(args.checkpoint, device=args.device, ...)``."""
     import torch
 
-    from minitx.translator import Translator
-
     try:
-        torch_device = torch.device(device)
+        device = torch.device(args.device)
     except RuntimeError as exc:
-        raise UsageError(f"--device {device!r}: {exc}") from None
-    if torch_device.type == "cuda" and not torch.cuda.is_available():
-        raise UsageError(f"--device {device}: CUDA is not available on this machine")
-    return Translator.from_checkpoint(path, device=torch_device, bf16=bf16)
+        parser.error(f"--device {args.device!r}: {exc}")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        parser.error(f"--device {args.device}: CUDA is not available on this machine")
 
 
 class _StoreGiven(argparse.Action):
@@ -236,8 +214,8 @@ def add_decoding_arguments(
     sampling (``--sample``, i.e. ``--strategy sample``, with ``--temperature``,
     ``--top-k``, ``--top-p``, ``--seed``), hard attention (``--attention``,
     ``--hard-attention-scope``), ``--batch-size`` (unless `batch_size` is False),
-    ``--device`` and ``--bf16``. Build the `DecodingConfig` with `decoding_from_args` and the
-    attention settings with `attention_from_args`; check the values with `check_decoding_args`.
+    ``--device`` and ``--bf16``. `check_decoding_args` checks the values and builds the
+    `DecodingConfig` (``args.decoding``); `attention_from_args` gives the attention settings.
     """
     from minitx.decoding import DEFAULT_BEAM_SIZE, STRATEGIES, DecodingConfig
     from minitx.hard_attention import ATTENTION_MODES, HARD_ATTENTION_SCOPES
@@ -336,8 +314,20 @@ def add_decoding_arguments(
     parser.add_argument("--bf16", action="store_true", help="run the model under bfloat16 autocast")
 
 
-def check_decoding_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """Reject impossible decoding options (argparse exits with status 2)."""
+def check_decoding_args(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, *, n_best: int | None = None
+) -> None:
+    """Reject impossible decoding and device options (argparse exits with status 2), then
+    build the `DecodingConfig` the options ask for, once: ``args.decoding`` (a single
+    ``--beam``) or ``args.decodings`` (``--beam`` value -> its config, each value once, in the
+    order given, when several are allowed). The commands decode with these.
+
+    Args:
+        parser: the command's parser (its `error` reports).
+        args: the parsed options of `add_decoding_arguments`.
+        n_best: hypotheses per sentence (minitx-translate's ``--n-best``), when given:
+            between 1 and ``--beam``, at least 1 with ``--sample``, else as the strategy says.
+    """
     beams = args.beam if isinstance(args.beam, list) else [args.beam]
     if any(beam < 1 for beam in beams):
         parser.error(f"--beam must be >= 1, got {args.beam}")
@@ -366,10 +356,20 @@ def check_decoding_args(parser: argparse.ArgumentParser, args: argparse.Namespac
         parser.error(f"{', '.join(given)} {verb} only with --sample{other}")
     if args.hard_attention_scope is not None and args.attention == "soft":
         parser.error("--hard-attention-scope applies only with a hard --attention")
+    if n_best is not None and args.sample and n_best < 1:
+        parser.error(f"--n-best (samples per sentence) must be >= 1, got {n_best}")
+    if n_best is not None and strategy_from_args(args) is None and not 1 <= n_best <= beams[0]:
+        parser.error(f"--n-best must be between 1 and --beam ({args.beam}), got {n_best}")
+    check_device(parser, args)
+    changes = {} if n_best is None else {"n_best": n_best}
     try:
-        decoding_from_args(args, beams[0])
+        configs = {beam: decoding_from_args(args, beam, **changes) for beam in dict.fromkeys(beams)}
     except ConfigError as exc:
         parser.error(str(exc))
+    if isinstance(args.beam, list):
+        args.decodings = configs
+    else:
+        args.decoding = configs[args.beam]
 
 
 def strategy_from_args(args: argparse.Namespace) -> str | None:
@@ -396,9 +396,12 @@ def beam_of(args: argparse.Namespace, beam: int) -> int | None:
     return beam if "beam_size" in _options_read(args) else None
 
 
-def decoding_from_args(args: argparse.Namespace, beam: int | None = None, **changes: Any):
+def decoding_from_args(
+    args: argparse.Namespace, beam: int | None = None, **changes: Any
+) -> DecodingConfig:
     """The `DecodingConfig` the options ask for (`beam` picks one of several ``--beam``;
-    ignored by a strategy that reads no beam size, such as ``--sample``'s).
+    ignored by a strategy that reads no beam size, such as ``--sample``'s); built once per
+    command, by `check_decoding_args`.
 
     ``--beam`` alone decides between greedy (1) and beam search; with ``--strategy`` (or
     ``--sample``) the strategy gets the options it reads (`DecodingStrategy.options`).

@@ -3,7 +3,7 @@
 Examples:
     minitx-ct2 --checkpoint RUN.ckpt --out RUN-ct2
     minitx-ct2 --checkpoint RUN.ckpt --out RUN-ct2-int8 --quantization int8
-    python -m minitx ct2 --checkpoint RUN.ckpt --out RUN-ct2 --force
+    minitx-ct2 --checkpoint RUN.ckpt --out RUN-ct2 --force        # replace an earlier export
 
 Writes a CTranslate2 model directory (``model.bin``, ``config.json``,
 ``shared_vocabulary.json``) with the checkpoint's sentencepiece model

@@ -2,10 +2,10 @@
 
 Example:
     minitx-demo --checkpoint RUN.ckpt            # then open http://127.0.0.1:7860
-    python -m minitx demo --checkpoint RUN.ckpt --port 8000
+    minitx-demo --checkpoint RUN.ckpt --port 8000
 
 ``--checkpoint`` takes a ``.ckpt``, a release directory or a hub repo id, loaded as every
-command loads one (`minitx.cli.common.load_translator`).
+command loads one (`Translator.from_pretrained`).
 
 The page translates a typed or picked sentence with greedy or beam search and shows the
 translation, the n-best list and the attention viewer of that translation (see
@@ -31,7 +31,7 @@ from minitx.cli.common import (
     CHECKPOINT_HELP,
     OneLineArgumentParser,
     UsageError,
-    load_translator,
+    check_device,
     run_cli,
 )
 from minitx.demo import DEFAULT_HOST, DEFAULT_MAX_CHARS, DEFAULT_PORT
@@ -86,7 +86,9 @@ def run(args: argparse.Namespace) -> int:
     from minitx.demo import build_demo, import_gradio, launch  # Gradio loads only here
 
     import_gradio()  # before loading the model: a missing extra is reported at once
-    translator = load_translator(args.checkpoint, device=args.device, bf16=False)
+    from minitx.translator import Translator
+
+    translator = Translator.from_pretrained(args.checkpoint, device=args.device)
     demo = build_demo(translator, max_chars=args.max_chars, max_pieces=args.max_pieces)
     try:
         launch(demo, host=args.host, port=args.port)
@@ -107,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     for flag, value in (("--max-chars", args.max_chars), ("--max-pieces", args.max_pieces)):
         if value is not None and value < 1:
             parser.error(f"{flag} must be at least 1, got {value}")
+    check_device(parser, args)
     return run_cli(run, args)
 
 

@@ -24,9 +24,7 @@ from minitx.cli.common import (
     attention_from_args,
     beam_of,
     check_decoding_args,
-    decoding_from_args,
     describe_attention,
-    load_translator,
     run_cli,
     sentence_progress,
 )
@@ -42,8 +40,7 @@ SPLITS = ("test", "validation", "train")
 DESCRIPTION = """\
 Translate a corpus split with a minitx model (--checkpoint: a .ckpt, a release directory or a
 hub repo id) and score it: sacreBLEU (cased, 13a) with its signature, lowercased BLEU, chrF,
-the decoding time and sentences per second. (`python scripts/evaluate.py` is the same
-command.)
+the decoding time and sentences per second.
 
 corpus: --data takes anything minitx.data.load_parallel_corpus reads (a directory of
 {split}.{lang}[.gz] files, a {split} jsonl pattern, builtin:toy, a hub id) with the loader's
@@ -130,7 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Reject impossible values (argparse exits with status 2)."""
-    check_decoding_args(parser, args)
+    check_decoding_args(parser, args)  # builds args.decodings
     if args.limit is not None and args.limit < 1:
         parser.error(f"--limit must be >= 1, got {args.limit}")
     if args.hyp_out is not None and len(set(args.beam)) > 1 and "{beam}" not in str(args.hyp_out):
@@ -142,7 +139,7 @@ def hypothesis_path(args: argparse.Namespace, beam: int) -> Path:
     if args.hyp_out is not None:
         return Path(str(args.hyp_out).replace("{beam}", str(beam)))
     limit = f".first{args.limit}" if args.limit is not None else ""
-    tag = decoding_from_args(args, beam).file_tag
+    tag = args.decodings[beam].file_tag
     if args.attention != "soft":  # e.g. greedy.hard-argmax-cross
         tag += f".{args.attention}-{attention_from_args(args)['scope']}"
     name = f"{args.checkpoint.stem}.{args.split}{limit}.{tag}.hyp"
@@ -172,7 +169,9 @@ def aligned_lines(data: Split, hypotheses: list[str]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Load, translate, score, write. Raises `UsageError` for input problems."""
-    translator = load_translator(args.checkpoint, device=args.device, bf16=args.bf16)
+    from minitx.translator import Translator
+
+    translator = Translator.from_pretrained(args.checkpoint, device=args.device, bf16=args.bf16)
     translator.set_attention(**attention_from_args(args))
     ckpt_src, ckpt_tgt = translator.languages
     src_lang = args.src_lang or ckpt_src or DEFAULT_LANGS[0]
@@ -194,15 +193,14 @@ def run(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
 
-    for path in [hypothesis_path(args, beam) for beam in args.beam] + [args.json]:
+    for path in [hypothesis_path(args, beam) for beam in args.decodings] + [args.json]:
         if path is not None and not path.parent.is_dir():
             raise UsageError(f"cannot write {path}: directory {path.parent} does not exist")
 
     from minitx.evaluation import evaluate
 
     results = []
-    for beam in dict.fromkeys(args.beam):  # each beam size once, in the order given
-        decoding = decoding_from_args(args, beam)
+    for beam, decoding in args.decodings.items():  # each beam size once, in the order given
         label = ", ".join(filter(None, [decoding.describe(), describe_attention(args)]))
         with sentence_progress(len(data.sources), label) as progress:
             result = evaluate(

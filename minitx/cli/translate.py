@@ -30,19 +30,14 @@ from minitx.cli.common import (
     attention_from_args,
     check_arguments_utf8,
     check_decoding_args,
-    decoding_from_args,
-    load_translator,
     run_cli,
     sentence_progress,
 )
 from minitx.decoding import DEFAULT_BEAM_SIZE
-from minitx.errors import ConfigError
 from minitx.outputs import check_output_file
 from minitx.textio import atomic_output, decode_utf8
 
-if (
-    TYPE_CHECKING
-):  # torch and the inference stack load lazily (load_translator), so --help stays fast
+if TYPE_CHECKING:  # the inference stack loads lazily (in `run`), so --help stays fast
     from minitx.translator import Progress, Translator
 
 PROMPT = "> "
@@ -200,18 +195,7 @@ def alignment_from_args(args: argparse.Namespace) -> AlignmentConfig:
 
 def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Reject impossible option combinations (argparse exits with status 2)."""
-    check_decoding_args(parser, args)
-    if args.sample:
-        if args.n_best is not None and args.n_best < 1:
-            parser.error(f"--n-best (samples per sentence) must be >= 1, got {args.n_best}")
-    elif args.strategy is None:
-        if args.n_best is not None and not 1 <= args.n_best <= args.beam:
-            parser.error(f"--n-best must be between 1 and --beam ({args.beam}), got {args.n_best}")
-    elif args.n_best is not None:  # the strategy says how many hypotheses it has
-        try:
-            decoding_from_args(args, n_best=args.n_best)
-        except ConfigError as exc:
-            parser.error(f"--n-best {args.n_best}: {exc}")
+    check_decoding_args(parser, args, n_best=args.n_best)  # builds args.decoding
     if args.sentences and args.input is not None:
         parser.error("give SENTENCE arguments or --input FILE, not both")
     if args.buffer_size is not None and args.buffer_size < 1:
@@ -350,18 +334,17 @@ def format_results(
 ) -> list[str]:
     """Translate `lines` (input lines `first_index`, ... counted from 0) and format the output
     lines: plain or n-best, each translation followed by <TAB>ALIGNMENT when asked."""
-    decoding = decoding_from_args(args, n_best=args.n_best or 1)
     common = {"batch_size": args.batch_size, "first_line": first_index + 1, "progress": progress}
     if args.print_alignment:
         aligned = translator.translate_with_alignment(
-            lines, decoding, alignment=alignment_from_args(args), **common
+            lines, args.decoding, alignment=alignment_from_args(args), **common
         )
         results = [
             [(f"{text}\t{format_alignment(pairs)}", score) for text, score, pairs in hyps]
             for hyps in aligned
         ]
     else:
-        results = translator.translate_n_best(lines, decoding, **common)
+        results = translator.translate_n_best(lines, args.decoding, **common)
     if args.n_best is None:
         return [hyps[0][0] for hyps in results]
     return [
@@ -404,7 +387,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         chunks = stdin_chunks(args.buffer_size or args.batch_size)
 
-    translator = load_translator(args.checkpoint, device=args.device, bf16=args.bf16)
+    from minitx.translator import Translator
+
+    translator = Translator.from_pretrained(args.checkpoint, device=args.device, bf16=args.bf16)
     translator.set_attention(**attention_from_args(args))
     with contextlib.ExitStack() as stack:
         out: TextIO = sys.stdout

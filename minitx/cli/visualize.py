@@ -10,11 +10,10 @@ Example:
     minitx-visualize --checkpoint runs/best.ckpt "Ein Mann fährt Fahrrad." --out-dir attn/
     minitx-visualize --checkpoint runs/best.ckpt "Ein Mann fährt Fahrrad." --attributions all
 
-(``python scripts/visualize_attention.py`` is the same command.) The sentence is translated
-with the default decoding of every minitx command (beam 5) unless ``--beam`` says otherwise.
-A sentence longer than the model's positions is cut to fit (with a warning). PNGs of long
-sentences are drawn at a bounded size with every k-th token labelled; the HTML viewer has
-every token.
+The sentence is translated with the default decoding of every minitx command (beam 5) unless
+``--beam`` says otherwise. A sentence longer than the model's positions is cut to fit (with a
+warning). PNGs of long sentences are drawn at a bounded size with every k-th token labelled;
+the HTML viewer has every token.
 
 Exit status: 0 ok; 2 a usage or input error (one ``error: ...`` line); 130 Ctrl-C.
 """
@@ -34,8 +33,6 @@ from minitx.cli.common import (
     attention_from_args,
     check_arguments_utf8,
     check_decoding_args,
-    decoding_from_args,
-    load_translator,
     run_cli,
 )
 from minitx.errors import ConfigError
@@ -98,9 +95,11 @@ def _shorten(text: str, limit: int = 100) -> str:
 def run(args: argparse.Namespace) -> int:
     """Load, translate, draw, write. Raises `UsageError` for input problems."""
     check_arguments_utf8({"SENTENCE": args.sentence})
-    translator = load_translator(args.checkpoint, device=args.device, bf16=args.bf16)
+    from minitx.translator import Translator
+
+    translator = Translator.from_pretrained(args.checkpoint, device=args.device, bf16=args.bf16)
     translator.set_attention(**attention_from_args(args))  # hard attention: one-hot maps
-    decoding = decoding_from_args(args)
+    decoding = args.decoding
     maps = translator.attention(args.sentence, decoding=decoding)  # maps of the generated pieces
     scores = None
     if args.methods:
@@ -140,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.sentence.strip():
         parser.error("the sentence is empty")
-    check_decoding_args(parser, args)
+    check_decoding_args(parser, args)  # builds args.decoding
     if args.dpi <= 0:
         parser.error(f"--dpi must be positive, got {args.dpi}")
     if args.ig_steps < 1:

@@ -1,7 +1,7 @@
 """Decoding: turning source ids into target ids with a trained `Transformer`.
 
 One entry point, `generate(model, src, DecodingConfig(...))`, used by validation,
-`Translator` and every command (`decode` is its deprecated old name); strategies (greedy,
+`Translator` and every command; strategies (greedy,
 beam, sample, ...) are `DecodingStrategy` classes in the `STRATEGIES` registry, each
 declaring and validating the settings it reads.
 All of them work on a batch, stop each sentence at its own eos, cap the output length at
@@ -15,11 +15,12 @@ from minitx.decoding.config import (
     STRATEGIES,
     DecodingConfig,
     DecodingStrategy,
+    beam_strategy,
     strategy_for,
 )
 from minitx.decoding.greedy import greedy_decode
 from minitx.decoding.sampling import sample_decode, sampling_distribution
-from minitx.decoding.strategies import BeamSearch, Greedy, Sampling, decode, generate
+from minitx.decoding.strategies import BeamSearch, Greedy, Sampling, generate
 
 __all__ = [
     "DEFAULT_BEAM_SIZE",
@@ -31,7 +32,7 @@ __all__ = [
     "Hypothesis",
     "Sampling",
     "beam_search",
-    "decode",
+    "beam_strategy",
     "generate",
     "greedy_decode",
     "length_penalty",

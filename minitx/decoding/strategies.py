@@ -10,7 +10,6 @@ accept it.
 from __future__ import annotations
 
 import math
-import warnings
 from typing import ClassVar
 
 import torch
@@ -31,7 +30,7 @@ from minitx.errors import ConfigError
 from minitx.model import Transformer
 from minitx.vocab import EOS_ID, PAD_ID
 
-__all__ = ["STRATEGIES", "BeamSearch", "Greedy", "Sampling", "Strategy", "decode", "generate"]
+__all__ = ["STRATEGIES", "BeamSearch", "Greedy", "Sampling", "Strategy", "generate"]
 
 
 @STRATEGIES.register("greedy")
@@ -171,25 +170,3 @@ def generate(model: Transformer, src: Tensor, config: DecodingConfig) -> list[li
         tokens end with eos when one was generated before the length cap.
     """
     return strategy_for(config.strategy).decode(model, src, config)
-
-
-_decode_warned = False
-"""Whether `decode` has warned in this process."""
-
-
-def decode(model: Transformer, src: Tensor, config: DecodingConfig) -> list[list[Hypothesis]]:
-    """Deprecated: the old name of `generate` (same arguments, same result).
-
-    Renamed so that `decode` means the decoder stack (`Transformer.decode`) and ids to text
-    (`Tokenizer.decode`) only. Warns once per process with a `DeprecationWarning`.
-    """
-    global _decode_warned
-    if not _decode_warned:
-        _decode_warned = True
-        warnings.warn(
-            "minitx.decoding.decode is deprecated and will be removed; use "
-            "minitx.decoding.generate (same arguments)",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-    return generate(model, src, config)

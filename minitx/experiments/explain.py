@@ -52,8 +52,10 @@ from minitx.attribution import (
 from minitx.decoding import DecodingConfig, generate
 from minitx.experiments.definitions import EXPERIMENTS
 from minitx.experiments.runner import Settings, _data_of, _split, default_checkpoint
+from minitx.maps import pair_maps
 from minitx.model import Transformer
-from minitx.vocab import EOS_ID, PAD_ID, frame_source, frame_target, pad
+from minitx.teacher_forcing import frame_pairs, length_batches, target_log_probs, teacher_forced
+from minitx.vocab import EOS_ID, PAD_ID, frame_source, pad
 
 if TYPE_CHECKING:
     from minitx.tokenizer import Tokenizer
@@ -74,10 +76,8 @@ def greedy_ids(
     empty source."""
     device = next(model.parameters()).device
     out: list[list[int]] = [[] for _ in sources]
-    order = sorted((i for i, s in enumerate(sources) if s), key=lambda i: len(sources[i]))
     with torch.inference_mode():
-        for start in range(0, len(order), batch_size):
-            batch = order[start : start + batch_size]
+        for batch in length_batches(sources, batch_size):
             src = pad([frame_source(sources[i]) for i in batch], device=device)  # (B, S)
             for i, hyps in zip(batch, generate(model, src, GREEDY), strict=True):
                 out[i] = [t for t in hyps[0].tokens if t not in (EOS_ID, PAD_ID)]
@@ -94,29 +94,12 @@ def log_probabilities(
     with torch.inference_mode():
         for start in range(0, len(pairs), batch_size):
             rows = list(range(start, min(start + batch_size, len(pairs))))
-            src = pad([frame_source(pairs[i][0]) for i in rows], device=device)  # (B, S)
-            framed = [frame_target(pairs[i][1]) for i in rows]
-            tgt_in = pad([f[0] for f in framed], device=device)  # (B, T)
-            labels = pad([f[1] for f in framed], device=device)  # (B, T), pad after eos
-            logits = model(src, tgt_in).float()  # (B, T, V)
-            picked = torch.log_softmax(logits, -1).gather(-1, labels.unsqueeze(-1)).squeeze(-1)
-            sums = picked.masked_fill(labels == PAD_ID, 0.0).sum(-1)  # (B,)
+            src, tgt_in, labels = frame_pairs([pairs[i] for i in rows], device)  # (B, S), (B, T)
+            logits = teacher_forced(model, src, tgt_in).logits  # (B, T, V)
+            sums = target_log_probs(logits, labels).sum(-1)  # (B,): padding adds 0
             for i, value in zip(rows, sums.tolist(), strict=True):
                 totals[i] = value
     return totals
-
-
-def cross_attention(model: Transformer, src_ids: list[int], tgt_ids: list[int]) -> torch.Tensor:
-    """(L, H, T, S) cross-attention of one pair read teacher-forced."""
-    device = next(model.parameters()).device
-    decoder_input, _ = frame_target(tgt_ids)
-    with torch.inference_mode():
-        out = model(
-            torch.tensor([frame_source(src_ids)], device=device),
-            torch.tensor([decoder_input], device=device),
-            need_weights=True,
-        )
-    return torch.stack([m[0] for m in out.cross_attentions]).float().cpu()
 
 
 # ------------------------------------------------------------------------------- measuring
@@ -206,7 +189,8 @@ def explain(
         if len(src_ids) < 2 or not tgt_ids:
             continue
         measured.append(i)
-        cross = cross_attention(model, src_ids, tgt_ids)  # (L, H, T, S)
+        maps = pair_maps(model, tokenizer, src_ids, tgt_ids)
+        cross = torch.stack(maps.cross_attentions)  # (L, H, T, S)
         scores, _, delta = attribute(model, src_ids, tgt_ids, methods, ig_steps=ig_steps)
         views = attention_views(cross)
         rows = len(tgt_ids)  # comparable rows: the row predicting eos left out
@@ -237,9 +221,9 @@ def explain(
         if example is None and 6 <= len(src_ids) <= 14 and 6 <= len(tgt_ids) <= 14:
             example = {
                 "index": i,
-                "src_tokens": tokenizer.id_to_piece(frame_source(src_ids)),
-                "tgt_tokens": tokenizer.id_to_piece(frame_target(tgt_ids)[0]),
-                "predicted_tokens": tokenizer.id_to_piece(frame_target(tgt_ids)[1]),
+                "src_tokens": maps.src_tokens,
+                "tgt_tokens": maps.tgt_tokens,
+                "predicted_tokens": maps.predicted_tokens,
                 "cross": cross.tolist(),
                 "scores": {m: s.tolist() for m, s in scores.items()},
             }

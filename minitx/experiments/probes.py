@@ -21,14 +21,13 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from minitx.attention import MultiHeadAttention
 from minitx.maps import KINDS, row_entropy
 from minitx.model import Transformer
+from minitx.teacher_forcing import frame_pairs, target_log_probs, teacher_forced
 from minitx.tokenizer import Tokenizer
-from minitx.vocab import frame_source, frame_target
 
 
 def head_divergence(weights: Tensor) -> float:
@@ -64,10 +63,10 @@ def _one_pair(
     dict[str, tuple[Tensor, ...]], dict[tuple[str, int], float], dict[tuple[str, int], float]
 ]:
     """One teacher-forced forward/backward pass of one pair (src (1, S); tgt_in and labels
-    (1, T), as `minitx.vocab.frame_target` makes them): the weights of every attention by
-    kind, one (H, Tq, Tk) tensor per layer, and per (kind, layer) the norm of the loss
-    gradient reaching the score's inputs (the projected queries and keys: the gradient that
-    flows through the softmax, not the values) and the standard deviation of the score
+    (1, T), as `minitx.teacher_forcing.frame_pairs` makes them): the weights of every
+    attention by kind, one (H, Tq, Tk) tensor per layer, and per (kind, layer) the norm of the
+    loss gradient reaching the score's inputs (the projected queries and keys: the gradient
+    that flows through the softmax, not the values) and the standard deviation of the score
     logits."""
     kinds = _kind_of(model)
     squares: dict[tuple[str, int], float] = defaultdict(float)  # |dL/dq|^2 + |dL/dk|^2
@@ -91,9 +90,9 @@ def _one_pair(
             handles.append(module.score.register_forward_hook(scores_seen(kinds[id(module)])))
     try:
         with torch.enable_grad():
-            # need_weights: the explicit path, where the score module (and its hook) runs
-            out = model(src, tgt_in, need_weights=True)
-            loss = F.cross_entropy(out.logits.float().flatten(0, 1), labels.flatten())
+            # every map: the explicit path, where the score module (and its hook) runs
+            out = teacher_forced(model, src, tgt_in, weights="all")
+            loss = -target_log_probs(out.logits, labels).mean()  # the cross-entropy
             loss.backward()
     finally:
         for handle in handles:
@@ -152,14 +151,8 @@ def attention_statistics(
                 continue
             limit = model.config.max_positions - 1  # eos / bos take one position
             src_ids, tgt_ids = (ids[:limit] for ids in tokenizer.encode([source, reference]))
-            tgt_in, labels = frame_target(tgt_ids)
-            src = torch.tensor([frame_source(src_ids)], device=device)  # (1, S)
-            maps, grads, logits = _one_pair(
-                model,
-                src,
-                torch.tensor([tgt_in], device=device),  # (1, T)
-                torch.tensor([labels], device=device),  # (1, T)
-            )
+            src, tgt_in, labels = frame_pairs([(src_ids, tgt_ids)], device)  # (1, S), (1, T)
+            maps, grads, logits = _one_pair(model, src, tgt_in, labels)
             pairs += 1
             for kind in KINDS:
                 for layer, weights in enumerate(maps[kind]):  # (H, Tq, Tk)

@@ -1,6 +1,6 @@
 """Run an experiment: train its variants within a time budget, probe them, collect results.
 
-Each variant is one `minitx-train` process (`python -m minitx train`) on `RECIPE` (the
+Each variant is one `minitx-train` process (`python -m minitx.cli.train`) on `RECIPE` (the
 45-minute de->en recipe, `--config long`), with `Settings.config` on top of it when given (a
 language pair, or `tiny` for a smoke run), then the variant's overrides, `trainer.max_time` set
 to the budget and validation every `val_every` steps, so that BLEU is seen over training time.
@@ -90,10 +90,11 @@ def max_time(minutes: float) -> str:
 
 
 def train_command(settings: Settings, variant: Variant, run_name: str) -> list[str]:
-    """The `minitx-train` command line of one variant (as run, with `python -m minitx`)."""
+    """The `minitx-train` command line of one variant (as run: `python -m minitx.cli.train`,
+    with the Python that runs the experiment)."""
     base = [arg for config in base_configs(settings) for arg in ("--config", config)]
     return [
-        sys.executable, "-m", "minitx", "train", *base,
+        sys.executable, "-m", "minitx.cli.train", *base,
         "--runs_dir", str(settings.out / "runs"),
         "--run_name", run_name,
         *_budget(settings),

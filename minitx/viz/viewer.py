@@ -209,7 +209,7 @@ def visualize(
 ) -> list[Path]:
     """Write PNG heatmaps (per kind and layer) and, optionally, ``attention.html``.
 
-    This is the whole of ``scripts/visualize_attention.py`` after inference.
+    This is the whole of ``minitx-visualize`` after inference.
 
     Args:
         maps: the attention maps of one translation.

@@ -1,0 +1,144 @@
+"""The teacher-forced pass: the model reads a source and a *given* target, every target
+position at once, as in training.
+
+Attention maps (`minitx.maps`), alignments (`Translator.align`), gradient attributions
+(`minitx.attribution`) and the experiments' probes all read (source, target) pairs this way;
+each goes through `pair_ids` (one pair as ids, cut to the model's positions), `frame_pairs`
+(framed and padded by `minitx.vocab`), `teacher_forced` (the forward pass, with the attention
+maps it asks for) and `target_log_probs` (the log-probability of each target piece).
+`length_batches` cuts id sequences into length-sorted batches, for decoding and for the
+teacher-forced passes of many pairs.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from minitx.model import Transformer
+from minitx.tokenizer import Tokenizer
+from minitx.vocab import PAD_ID, frame_source, frame_target, pad
+
+logger = logging.getLogger(__name__)
+
+WEIGHTS: tuple[str, ...] = ("none", "decoder", "all")
+"""Which attention maps `teacher_forced` returns: none, the decoder's (self and cross; the
+encoder keeps its fused path, so its output is the one decoding sees) or every map."""
+
+
+def length_batches(ids: Sequence[Sequence[int]], batch_size: int) -> list[list[int]]:
+    """Indices of the non-empty sequences, sorted by length (shortest first), cut into batches
+    of `batch_size`: little padding per batch. Empty sequences are left out."""
+    order = sorted((i for i, seq in enumerate(ids) if seq), key=lambda i: len(ids[i]))
+    return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+
+
+def pair_ids(
+    model: Transformer, tokenizer: Tokenizer, source: str, target: str | Sequence[int], what: str
+) -> tuple[list[int], list[int]]:
+    """One (source, target) pair as ids without special ids, each side cut to the model's
+    positions (with a warning naming `what`, e.g. "attention maps").
+
+    Args:
+        model: the Transformer (its `max_positions`).
+        tokenizer: the tokenizer it was trained with.
+        source: the source sentence.
+        target: target text, or target ids without bos/eos (e.g. generated ids).
+        what: what the pair is read for, in messages.
+
+    Raises:
+        ValueError: when the source is empty.
+    """
+    source_ids = tokenizer.encode([source.strip()])[0]
+    if not source_ids:
+        raise ValueError(f"{what} need a non-empty source sentence")
+    target_ids = tokenizer.encode([target.strip()])[0] if isinstance(target, str) else list(target)
+    limit = model.config.max_positions - 1  # eos / bos take one position
+    for side, ids in (("source", source_ids), ("target", target_ids)):
+        if len(ids) > limit:
+            logger.warning(
+                "%s: the %s has %d pieces, more than the model's %d positions allow; its first "
+                "%d pieces are used",
+                what,
+                side,
+                len(ids),
+                limit + 1,
+                limit,
+            )
+    return source_ids[:limit], target_ids[:limit]
+
+
+def frame_pairs(
+    pairs: Sequence[tuple[Sequence[int], Sequence[int]]], device: torch.device | str | None = None
+) -> tuple[Tensor, Tensor, Tensor]:
+    """(source ids, target ids) pairs, without special ids, as the teacher-forced tensors.
+
+    Returns:
+        src (B, S): each source + eos; tgt_in (B, T): bos + each target; labels (B, T): each
+        target + eos (what position t predicts); all right-padded with `PAD_ID`.
+    """
+    framed = [frame_target(target) for _, target in pairs]
+    src = pad([frame_source(source) for source, _ in pairs], device=device)
+    tgt_in = pad([decoder_input for decoder_input, _ in framed], device=device)
+    labels = pad([label for _, label in framed], device=device)
+    return src, tgt_in, labels
+
+
+@dataclass
+class TeacherForced:
+    """What `teacher_forced` returns.
+
+    Attributes:
+        logits: (B, T, V) next-piece logits at every target position.
+        encoder_attentions: with weights "all", one (B, H, S, S) map per encoder layer.
+        decoder_attentions: with weights "decoder" or "all", one (B, H, T, T) map per layer.
+        cross_attentions: with weights "decoder" or "all", one (B, H, T, S) map per layer.
+    """
+
+    logits: Tensor
+    encoder_attentions: tuple[Tensor, ...] | None = None
+    decoder_attentions: tuple[Tensor, ...] | None = None
+    cross_attentions: tuple[Tensor, ...] | None = None
+
+
+def teacher_forced(
+    model: Transformer, src: Tensor, tgt_in: Tensor, *, weights: str = "none"
+) -> TeacherForced:
+    """The teacher-forced forward pass: `model` reads `src` (B, S) and `tgt_in` (B, T) (as
+    `frame_pairs` makes them) and predicts every target position at once.
+
+    Args:
+        model: the Transformer (in the caller's grad / inference mode and autocast).
+        src: (B, S) source ids, eos last, right-padded.
+        tgt_in: (B, T) decoder inputs, bos first, right-padded.
+        weights: which attention maps to return, one of `WEIGHTS`. Maps need the explicit
+            attention path; "decoder" leaves the encoder on its fused one.
+    """
+    if weights not in WEIGHTS:
+        raise ValueError(f"weights must be one of {WEIGHTS}, got {weights!r}")
+    enc = model.encode(src, need_weights=weights == "all")
+    dec = model.decode(tgt_in, enc.memory, enc.src_mask, need_weights=weights != "none")
+    return TeacherForced(dec.logits, enc.attentions, dec.self_attentions, dec.cross_attentions)
+
+
+def target_log_probs(logits: Tensor, labels: Tensor) -> Tensor:
+    """log p(labels[..., t] | ...) from (..., T, V) logits: (..., T), computed in float32 at
+    least (float64 stays float64); 0 where the label is padding."""
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
+    picked = torch.log_softmax(logits, dim=-1).gather(-1, labels.unsqueeze(-1)).squeeze(-1)
+    return picked.masked_fill(labels == PAD_ID, 0.0)
+
+
+__all__ = [
+    "WEIGHTS",
+    "TeacherForced",
+    "frame_pairs",
+    "length_batches",
+    "pair_ids",
+    "target_log_probs",
+    "teacher_forced",
+]
