@@ -1,5 +1,5 @@
-"""The live demo page (minitx/extras/demo/page.py, minitx-demo): what it computes, its command, its
-limits on the input and its memory under repeated large requests, and the page end to end in
+"""The live demo page (minitx/extras/demo/page.py, minitx-demo): what it computes, its command,
+its limits on the input and its memory under repeated large requests, and the page end to end in
 headless Chromium (selenium) against `Translator` itself.
 
 The browser tests skip, with the install command, without chromium + chromedriver; the
