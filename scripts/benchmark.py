@@ -790,7 +790,7 @@ def bench_decode(args: argparse.Namespace) -> None:
 
 def bench_ct2(args: argparse.Namespace) -> None:
     from minitx.evaluation import score
-    from minitx.export.ctranslate2 import Ct2Translator, export_model
+    from minitx.extras.ctranslate2.export import Ct2Translator, export_model
     from minitx.translator import Translator
 
     translator = Translator.from_checkpoint(args.checkpoint)

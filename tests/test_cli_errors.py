@@ -17,7 +17,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import TINY_CONFIG, subprocess_env
+import tomllib
+from helpers import REPO_DIR, TINY_CONFIG, subprocess_env
 from lightning.pytorch.callbacks import ModelSummary
 
 from minitx.cli.common import OneLineArgumentParser, finite_float, positive_float
@@ -30,8 +31,14 @@ COMMANDS = ("translate", "evaluate", "visualize", "ct2", "export", "average", "d
 ONE_LINE = r"^error: .+  \(\S.* --help shows the usage\)$"
 
 
+PYPROJECT = tomllib.loads((REPO_DIR / "pyproject.toml").read_text(encoding="utf-8"))
+SCRIPTS = PYPROJECT["project"]["scripts"]
+"""Console script (minitx-NAME) -> "module:function"; an extra's command lives beside it."""
+
+
 def command(name: str):
-    return importlib.import_module(f"minitx.cli.{name}")
+    """The module of `minitx-NAME` (minitx.cli.NAME, or an extra's command.py)."""
+    return importlib.import_module(SCRIPTS[f"minitx-{name}"].split(":")[0])
 
 
 def the_error_line(stderr: str) -> str:

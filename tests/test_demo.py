@@ -1,5 +1,5 @@
-"""The live demo page (minitx/demo.py, minitx-demo): what it computes, its command, its
-limits on the input and its memory under repeated large requests, and the page end to end in
+"""The live demo page (minitx/extras/demo/page.py, minitx-demo): what it computes, its command,
+its limits on the input and its memory under repeated large requests, and the page end to end in
 headless Chromium (selenium) against `Translator` itself.
 
 The browser tests skip, with the install command, without chromium + chromedriver; the
@@ -26,7 +26,8 @@ from browser import free_port, wait_for
 from helpers import PYTHON, TOY_TEST_SOURCES, subprocess_env
 
 from minitx.decoding import DecodingConfig
-from minitx.demo import (
+from minitx.errors import ConfigError, InputTooLongError
+from minitx.extras.demo.page import (
     DEFAULT_MAX_CHARS,
     build_demo,
     check_sentence_length,
@@ -34,7 +35,6 @@ from minitx.demo import (
     model_max_pieces,
     translate_for_page,
 )
-from minitx.errors import ConfigError, InputTooLongError
 from minitx.translator import Translator
 
 SENTENCE = TOY_TEST_SOURCES[3]
@@ -83,7 +83,7 @@ def test_an_empty_sentence_is_refused(translator: Translator) -> None:
 
 def test_demo_command_help_and_missing_gradio(tmp_path: Path) -> None:
     proc = subprocess.run(
-        [PYTHON, "-m", "minitx.cli.demo", "--help"],
+        [PYTHON, "-m", "minitx.extras.demo.command", "--help"],
         capture_output=True,
         text=True,
         env=subprocess_env(),
@@ -97,7 +97,7 @@ def test_demo_command_help_and_missing_gradio(tmp_path: Path) -> None:
     env = subprocess_env()
     env["PYTHONPATH"] = f"{tmp_path}{os.pathsep}{env['PYTHONPATH']}"
     proc = subprocess.run(
-        [PYTHON, "-m", "minitx.cli.demo", "--checkpoint", "missing.ckpt"],
+        [PYTHON, "-m", "minitx.extras.demo.command", "--checkpoint", "missing.ckpt"],
         capture_output=True,
         text=True,
         env=env,
@@ -113,14 +113,13 @@ def test_a_port_in_use_is_a_one_line_error(
     tiny_checkpoint: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
     pytest.importorskip("gradio", reason="the demo needs Gradio: pip install -e '.[dev]'")
-    import minitx.demo
-    from minitx.cli import demo as command
+    from minitx.extras.demo import command, page
 
     def taken(*args: Any, **kwargs: Any) -> str:
         raise OSError("Cannot find empty port in range: 7860-7860.")  # as Gradio says it
 
-    monkeypatch.setattr(minitx.demo, "build_demo", lambda translator, **limits: None)
-    monkeypatch.setattr(minitx.demo, "launch", taken)
+    monkeypatch.setattr(page, "build_demo", lambda translator, **limits: None)
+    monkeypatch.setattr(page, "launch", taken)
     assert command.main(["--checkpoint", str(tiny_checkpoint), "--port", "7860"]) == 2
     assert capsys.readouterr().err.startswith("error: cannot serve on 127.0.0.1:7860: the port")
 
@@ -199,12 +198,11 @@ def test_the_command_passes_its_limits_to_the_page(
     tiny_checkpoint: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
     pytest.importorskip("gradio", reason="the demo needs Gradio: pip install -e '.[dev]'")
-    import minitx.demo
-    from minitx.cli import demo as command
+    from minitx.extras.demo import command, page
 
     built: list[dict[str, Any]] = []
-    monkeypatch.setattr(minitx.demo, "build_demo", lambda translator, **kw: built.append(kw))
-    monkeypatch.setattr(minitx.demo, "launch", lambda *args, **kwargs: "http://127.0.0.1:1/")
+    monkeypatch.setattr(page, "build_demo", lambda translator, **kw: built.append(kw))
+    monkeypatch.setattr(page, "launch", lambda *args, **kwargs: "http://127.0.0.1:1/")
     ckpt = ["--checkpoint", str(tiny_checkpoint)]
     assert command.main(ckpt) == 0
     assert command.main([*ckpt, "--max-chars", "200", "--max-pieces", "50"]) == 0
@@ -227,7 +225,7 @@ def test_the_command_passes_its_limits_to_the_page(
 @pytest.fixture(scope="module")
 def demo_url(translator: Translator) -> Iterator[str]:
     pytest.importorskip("gradio", reason="the demo needs Gradio: pip install -e '.[dev]'")
-    from minitx.demo import build_demo, launch
+    from minitx.extras.demo.page import build_demo, launch
 
     demo = build_demo(translator)
     url = launch(demo, port=free_port(), block=False)

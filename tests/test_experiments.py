@@ -1,5 +1,5 @@
-"""The experiments suite (minitx.experiments, minitx-experiment): the definitions, the probes,
-and the runner end to end on the toy corpus with a budget of seconds."""
+"""The experiments suite (minitx.extras.experiments, minitx-experiment): the definitions, the
+probes, and the runner end to end on the toy corpus with a budget of seconds."""
 
 from __future__ import annotations
 
@@ -14,10 +14,16 @@ import torch
 import yaml
 from helpers import PYTHON, REPO_DIR, subprocess_env
 
-from minitx.experiments import EXPERIMENTS
-from minitx.experiments.probes import attention_statistics, head_divergence, shuffled_sources
-from minitx.experiments.report import bleu_curve, budget_in_steps
-from minitx.experiments.runner import Settings, max_time, run_key, summarise_metrics, train_command
+from minitx.extras.experiments import EXPERIMENTS
+from minitx.extras.experiments.probes import attention_statistics, head_divergence, shuffled_sources
+from minitx.extras.experiments.report import bleu_curve, budget_in_steps
+from minitx.extras.experiments.runner import (
+    Settings,
+    max_time,
+    run_key,
+    summarise_metrics,
+    train_command,
+)
 from minitx.model import Transformer, TransformerConfig
 from minitx.tokenizer import Tokenizer
 from minitx.training import OptimConfig
@@ -220,7 +226,7 @@ def test_attention_statistics_leave_the_model_as_it_was(toy_tokenizer) -> None:
 
 def run_command(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [PYTHON, "-m", "minitx.cli.experiment", *args],
+        [PYTHON, "-m", "minitx.extras.experiments.command", *args],
         capture_output=True,
         text=True,
         cwd=cwd,
@@ -310,7 +316,7 @@ def test_runner_on_the_toy_corpus(tmp_path: Path, tiny_checkpoint: Path) -> None
     ],
 )
 def test_command_errors_are_one_line(args, message, capsys) -> None:
-    from minitx.cli.experiment import main
+    from minitx.extras.experiments.command import main
 
     try:
         status = main(args)

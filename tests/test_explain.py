@@ -1,5 +1,5 @@
 """`minitx-experiment explain`: attention against gradient attributions on a trained checkpoint
-(minitx/experiments/explain.py), on the tiny model trained on the toy corpus."""
+(minitx/extras/experiments/explain.py), on the tiny model trained on the toy corpus."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from minitx.attribution import METHODS, attribute
-from minitx.experiments import EXPERIMENTS
-from minitx.experiments.explain import greedy_ids, log_probabilities
+from minitx.extras.experiments import EXPERIMENTS
+from minitx.extras.experiments.explain import greedy_ids, log_probabilities
 
 
 def test_the_experiment_is_defined_by_its_methods() -> None:
@@ -39,7 +39,7 @@ def test_greedy_ids_and_log_probabilities_agree_with_the_inference_api(
 
 
 def test_the_command_writes_tables_and_figures(tiny_checkpoint: Path, tmp_path: Path) -> None:
-    from minitx.cli.experiment import main
+    from minitx.extras.experiments.command import main
 
     out = tmp_path / "exp"
     args = ["explain", "--checkpoint", str(tiny_checkpoint), "--out", str(out)]
@@ -79,7 +79,7 @@ def test_the_command_writes_tables_and_figures(tiny_checkpoint: Path, tmp_path: 
 
 
 def test_command_checks_sentences(capsys: pytest.CaptureFixture) -> None:
-    from minitx.cli.experiment import main
+    from minitx.extras.experiments.command import main
 
     assert main(["explain", "--sentences", "0"]) == 2
     assert "--sentences must be positive" in capsys.readouterr().err

@@ -1,4 +1,4 @@
-"""CTranslate2 export (minitx/export/ctranslate2.py, minitx/cli/ct2.py): the exported model
+"""CTranslate2 export (minitx/extras/ctranslate2/): the exported model
 scores and translates as minitx does; settings CTranslate2 cannot express are refused."""
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ ctranslate2 = pytest.importorskip(
     "ctranslate2", reason="ctranslate2 is not installed (pip install 'minitx[export]')"
 )
 
-from minitx.cli import ct2 as ct2_cli  # noqa: E402
 from minitx.cli.common import user_error_message  # noqa: E402
-from minitx.export.ctranslate2 import (  # noqa: E402
+from minitx.extras.ctranslate2 import command as ct2_cli  # noqa: E402
+from minitx.extras.ctranslate2.export import (  # noqa: E402
     Ct2Translator,
     check_exportable,
     export_ctranslate2,
@@ -210,7 +210,7 @@ def test_missing_ctranslate2_names_the_extra(
 # ----------------------------------------------------------------------- the command
 def run_ct2(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [PYTHON, "-m", "minitx.cli.ct2", *args],
+        [PYTHON, "-m", "minitx.extras.ctranslate2.command", *args],
         capture_output=True,
         text=True,
         env=subprocess_env(),

@@ -343,7 +343,7 @@ def test_a_registered_strategy_reaches_the_demo_page(
     reversed_strategy, translator: Translator
 ) -> None:
     pytest.importorskip("gradio", reason="the demo needs Gradio: pip install -e '.[dev]'")
-    from minitx.demo import build_demo
+    from minitx.extras.demo.page import build_demo
 
     demo = build_demo(translator)
     [radio] = [b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "strategy"]

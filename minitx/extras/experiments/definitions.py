@@ -8,11 +8,11 @@ overrides are the same run: the runner trains them once (the recipe's own settin
 in the tables, appear in five experiments).
 
 `probes` name the measurements taken on each trained variant besides BLEU and speed
-(`minitx.experiments.probes`): "attention" (entropy, largest weight, head diversity, score
+(`minitx.extras.experiments.probes`): "attention" (entropy, largest weight, head diversity, score
 spread, gradient norm at the attention inputs, at initialisation and after training),
 "word_order" (BLEU with the source words shuffled). The "hard" experiment trains nothing: it
 decodes a given checkpoint with hard attention (`trains = False`); nor does "explain"
-(`minitx.experiments.explain`), whose variants are the attribution methods it compares with
+(`minitx.extras.experiments.explain`), whose variants are the attribution methods it compares with
 the attention of a given checkpoint.
 
 The variants are overrides of the 45-minute recipe (`runner.RECIPE`): their names (d_head 64

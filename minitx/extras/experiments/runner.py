@@ -8,7 +8,7 @@ Runs live under `<out>/runs/<key>/`, `key` a hash of everything that decides the
 budget, overrides): a run that finished (or diverged) is reused, by this experiment or another
 one with the same variant (the default settings appear in five experiments), so an interrupted
 suite continues where it stopped. After training, the best checkpoint is probed
-(`minitx.experiments.probes`); the end-of-training test of minitx-train gives the test BLEU
+(`minitx.extras.experiments.probes`); the end-of-training test of minitx-train gives the test BLEU
 (greedy and beam 5).
 """
 
@@ -31,7 +31,7 @@ import torch
 import yaml
 
 from minitx.errors import ConfigError
-from minitx.experiments.definitions import EXPERIMENTS, Experiment, Variant
+from minitx.extras.experiments.definitions import EXPERIMENTS, Experiment, Variant
 
 RESULT_FILE = "result.json"
 """Written into a run's directory when its training and probes are complete."""
@@ -276,7 +276,7 @@ def _display(command: list[str]) -> list[str]:
 def probe(settings: Settings, probes: list[str], checkpoint: Path) -> dict[str, Any]:
     """The named probes on a trained checkpoint (and the model at initialisation)."""
     from minitx.evaluation import evaluate
-    from minitx.experiments.probes import attention_statistics, shuffled_sources
+    from minitx.extras.experiments.probes import attention_statistics, shuffled_sources
     from minitx.model import Transformer
     from minitx.translator import Translator
 
@@ -365,7 +365,7 @@ DEFAULT_SOURCE = "bentrevett/multi30k"
 def run_experiment(name: str, settings: Settings, only: list[str] | None = None) -> dict[str, Any]:
     """Run one experiment (only the variants named in `only`, when given) and write its
     results (`<out>/<name>/results.json`, `results.md`, figures); returns the results."""
-    from minitx.experiments.report import write_report
+    from minitx.extras.experiments.report import write_report
 
     experiment = EXPERIMENTS[name]
     variants = [v for v in experiment.variants if not only or v.name in only]

@@ -8,7 +8,7 @@ Examples:
 Writes a CTranslate2 model directory (``model.bin``, ``config.json``,
 ``shared_vocabulary.json``) with the checkpoint's sentencepiece model
 (``sentencepiece.model``) and ``minitx.json`` beside it; translate with
-``ctranslate2.Translator(DIR)`` or ``minitx.export.ctranslate2.translate_with_ct2`` (the
+``ctranslate2.Translator(DIR)`` or ``minitx.extras.ctranslate2.export.translate_with_ct2`` (the
 guide ``docs/guides/export.md``, section "CTranslate2"). Needs the ``export`` extra:
 ``pip install 'minitx[export]'``.
 
@@ -56,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     """Convert; raises `UsageError` for input problems."""
     from minitx.checkpoint import CheckpointError
-    from minitx.export.ctranslate2 import export_ctranslate2
+    from minitx.extras.ctranslate2.export import export_ctranslate2
 
     try:
         out = export_ctranslate2(

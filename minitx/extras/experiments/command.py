@@ -31,7 +31,7 @@ from minitx.cli.common import OneLineArgumentParser, UsageError, positive_float,
 
 def build_parser() -> argparse.ArgumentParser:
     """The command-line interface."""
-    from minitx.experiments import EXPERIMENTS
+    from minitx.extras.experiments import EXPERIMENTS
 
     names = ", ".join(EXPERIMENTS)
     parser = OneLineArgumentParser(
@@ -87,8 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     """Check the arguments, run the experiments in order, print where the results are."""
-    from minitx.experiments import EXPERIMENTS, Settings, run_experiment
-    from minitx.experiments.report import write_index
+    from minitx.extras.experiments import EXPERIMENTS, Settings, run_experiment
+    from minitx.extras.experiments.report import write_index
 
     names = list(EXPERIMENTS) if args.experiments == ["all"] else args.experiments
     unknown = [n for n in names if n not in EXPERIMENTS]
@@ -129,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
         if args.variants and not {v.name for v in EXPERIMENTS[name].variants} & set(args.variants):
             continue  # none of its variants asked for
         if name == "explain":  # a checkpoint against its gradients: its own runner
-            from minitx.experiments.explain import run_explain
+            from minitx.extras.experiments.explain import run_explain
 
             run_explain(settings, args.variants, sentences=args.sentences)
         else:

@@ -9,7 +9,7 @@ fragment's inline scripts).
 
 The page works offline: analytics are off, the theme uses the system's fonts (nothing from
 a font CDN), the viewer forbids every network load, and the server binds to 127.0.0.1
-unless told otherwise. ``minitx-demo`` (minitx/cli/demo.py) is the command.
+unless told otherwise. ``minitx-demo`` (minitx/extras/demo/command.py) is the command.
 
 The page's memory is bounded, so it stays flat under repeated requests: a sentence over the
 page's limits (`DEFAULT_MAX_CHARS` characters, checked before tokenizing, and the model's

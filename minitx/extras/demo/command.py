@@ -9,7 +9,7 @@ command loads one (`Translator.from_pretrained`).
 
 The page translates a typed or picked sentence with greedy or beam search and shows the
 translation, the n-best list and the attention viewer of that translation (see
-`minitx.demo`). A sentence longer than ``--max-chars`` characters (default 1,000) or
+`minitx.extras.demo.page`). A sentence longer than ``--max-chars`` characters (default 1,000) or
 ``--max-pieces`` sentencepiece pieces (default: what the model reads) is not translated: the
 page says so, with the limit and how to raise it. It needs no network: nothing is loaded
 from a CDN and analytics are off. It binds to 127.0.0.1 (this machine only) unless ``--host``
@@ -34,7 +34,7 @@ from minitx.cli.common import (
     check_device,
     run_cli,
 )
-from minitx.demo import DEFAULT_HOST, DEFAULT_MAX_CHARS, DEFAULT_PORT
+from minitx.extras.demo.page import DEFAULT_HOST, DEFAULT_MAX_CHARS, DEFAULT_PORT
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -83,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     """Load the checkpoint, build the page, serve it until Ctrl-C."""
-    from minitx.demo import build_demo, import_gradio, launch  # Gradio loads only here
+    from minitx.extras.demo.page import build_demo, import_gradio, launch  # Gradio loads only here
 
     import_gradio()  # before loading the model: a missing extra is reported at once
     from minitx.translator import Translator

@@ -50,8 +50,8 @@ from minitx.attribution import (
     comparable,
 )
 from minitx.decoding import DecodingConfig, generate
-from minitx.experiments.definitions import EXPERIMENTS
-from minitx.experiments.runner import Settings, _data_of, _split, default_checkpoint
+from minitx.extras.experiments.definitions import EXPERIMENTS
+from minitx.extras.experiments.runner import Settings, _data_of, _split, default_checkpoint
 from minitx.maps import pair_maps
 from minitx.model import Transformer
 from minitx.teacher_forcing import frame_pairs, length_batches, target_log_probs, teacher_forced

@@ -238,7 +238,7 @@ def figures(directory: Path, summary: dict[str, Any]) -> list[Path]:
 
 def write_index(out: Path) -> Path:
     """`<out>/README.md`: every experiment's results table written so far, in suite order."""
-    from minitx.experiments.definitions import EXPERIMENTS
+    from minitx.extras.experiments.definitions import EXPERIMENTS
 
     parts = ["# What attention does, measured\n", "Written by `minitx-experiment`.\n"]
     for name in EXPERIMENTS:
