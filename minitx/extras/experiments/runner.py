@@ -89,12 +89,16 @@ def max_time(minutes: float) -> str:
     return f"00:{seconds // 3600:02d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
 
 
+TRAIN = [sys.executable, "-m", "minitx.cli.train"]
+"""How a variant's `minitx-train` is started: with the Python that runs the experiment."""
+
+
 def train_command(settings: Settings, variant: Variant, run_name: str) -> list[str]:
     """The `minitx-train` command line of one variant (as run: `python -m minitx.cli.train`,
     with the Python that runs the experiment)."""
     base = [arg for config in base_configs(settings) for arg in ("--config", config)]
     return [
-        sys.executable, "-m", "minitx.cli.train", *base,
+        *TRAIN, *base,
         "--runs_dir", str(settings.out / "runs"),
         "--run_name", run_name,
         *_budget(settings),
@@ -270,7 +274,7 @@ def _train(
 
 def _display(command: list[str]) -> list[str]:
     """The command as a user would type it: `minitx-train ...`."""
-    return ["minitx-train", *command[4:]]
+    return ["minitx-train", *command[len(TRAIN) :]]
 
 
 def probe(settings: Settings, probes: list[str], checkpoint: Path) -> dict[str, Any]:
