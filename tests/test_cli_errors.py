@@ -10,14 +10,18 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
+import io
+import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from helpers import TINY_CONFIG, subprocess_env
+import torch
+from helpers import TINY_CONFIG, TOY_CORPUS_DIR, subprocess_env
 from lightning.pytorch.callbacks import ModelSummary
 
 from minitx.cli.common import OneLineArgumentParser, finite_float, positive_float
@@ -196,3 +200,121 @@ def test_the_model_summary_comes_with_verbose_only(
         assert any(isinstance(cb, ModelSummary) for cb in cli.trainer.callbacks)
     finally:
         set_verbosity(False)  # the libraries quiet again for the tests that follow
+
+
+# ------------------------------------------------------------------ devices and standard output
+INFERENCE = ("translate", "evaluate", "visualize", "demo")
+"""The commands that load a model onto ``--device``."""
+
+
+def inference_argv(name: str, checkpoint: Path) -> list[str]:
+    """A command line of `name` that runs (demo: up to its server) on the tiny checkpoint."""
+    return {
+        "translate": ["--checkpoint", str(checkpoint), "ein hund"],
+        "evaluate": [
+            "--checkpoint",
+            str(checkpoint),
+            "--data",
+            str(TOY_CORPUS_DIR),
+            "--limit",
+            "1",
+        ],
+        "visualize": ["ein hund", "--checkpoint", str(checkpoint), "--no-html", "--kinds", "cross"],
+        "demo": ["--checkpoint", str(checkpoint)],
+    }[name]
+
+
+@pytest.mark.parametrize("name", INFERENCE)
+@pytest.mark.parametrize(
+    ("device", "message"),
+    [
+        ("meta", "--device meta: minitx runs on cpu, cuda, mps"),
+        ("cuda", "--device cuda: CUDA is not available on this machine"),
+        ("cuda:1", "--device cuda:1: CUDA is not available"),
+        ("tpu", "--device 'tpu':"),
+        ("", "--device '':"),
+    ],
+)
+def test_a_device_minitx_cannot_use_is_one_error_line(
+    name: str,
+    device: str,
+    message: str,
+    tiny_checkpoint: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MINITX_DEBUG", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # also on a GPU machine
+    assert command(name).main([*inference_argv(name, tiny_checkpoint), "--device", device]) == 2
+    line = the_error_line(capsys.readouterr().err)
+    assert line.startswith(f"error: {message}"), line
+
+
+class _Unwritable(io.StringIO):
+    """A standard output that fails every write with `error`."""
+
+    def __init__(self, error: OSError) -> None:
+        super().__init__()
+        self.error = error
+
+    def write(self, text: str) -> int:
+        raise self.error
+
+
+@pytest.mark.parametrize("name", ["translate", "evaluate"])
+def test_a_full_disk_under_standard_output_is_one_error_line(
+    name: str,
+    tiny_checkpoint: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MINITX_DEBUG", raising=False)
+    full = _Unwritable(OSError(errno.ENOSPC, "No space left on device"))
+    monkeypatch.setattr(sys, "stdout", full)
+    assert command(name).main(inference_argv(name, tiny_checkpoint)) == 2
+    err = capsys.readouterr().err  # evaluate's progress lines come before
+    line = err.splitlines()[-1]
+    assert "Traceback" not in err and err.count("error:") == 1, err
+    assert line.startswith("error: cannot write the output (standard output"), err
+    assert "No space left" in line
+
+
+@pytest.mark.parametrize("name", ["translate", "evaluate"])
+def test_a_reader_that_has_gone_ends_the_command_quietly(
+    name: str,
+    tiny_checkpoint: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+) -> None:
+    """``... | head -0``: no message, exit status 141, as a shell reports a SIGPIPE death."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "stdout", _Unwritable(BrokenPipeError(errno.EPIPE, "Broken pipe")))
+    assert command(name).main(inference_argv(name, tiny_checkpoint)) == 141
+    assert "error" not in capsys.readouterr().err.lower()
+
+
+def test_full_disk_and_closed_pipe_as_a_shell_runs_them(tiny_checkpoint: Path) -> None:
+    """The real thing, exit-time flush included: `> /dev/full` and `| head -c 0`."""
+    env = subprocess_env()
+    env.pop("MINITX_DEBUG", None)
+    argv = [sys.executable, "-m", "minitx", "translate", "--checkpoint", str(tiny_checkpoint)]
+    if Path("/dev/full").exists():
+        with open("/dev/full", "w") as full:
+            proc = subprocess.run(
+                [*argv, "ein hund"], stdout=full, stderr=subprocess.PIPE, text=True, env=env
+            )
+        assert proc.returncode == 2, proc.stderr
+        assert the_error_line(proc.stderr).startswith("error: cannot write the output")
+    reader, writer = os.pipe()
+    os.close(reader)  # the reader has gone before the first line
+    proc = subprocess.run(
+        argv, input="ein hund\n" * 200, stdout=writer, stderr=subprocess.PIPE, text=True, env=env
+    )
+    os.close(writer)
+    assert proc.returncode == 141, proc.stderr
+    assert "Traceback" not in proc.stderr and "error" not in proc.stderr.lower(), proc.stderr
