@@ -24,7 +24,12 @@ import torch
 from helpers import TINY_CONFIG, TOY_CORPUS_DIR, subprocess_env
 from lightning.pytorch.callbacks import ModelSummary
 
-from minitx.cli.common import OneLineArgumentParser, finite_float, positive_float
+from minitx.cli.common import (
+    OneLineArgumentParser,
+    finite_float,
+    load_translator,
+    positive_float,
+)
 from minitx.cli.train import build_cli, set_verbosity
 from minitx.cli.train import main as train_main
 
@@ -318,3 +323,90 @@ def test_full_disk_and_closed_pipe_as_a_shell_runs_them(tiny_checkpoint: Path) -
     os.close(writer)
     assert proc.returncode == 141, proc.stderr
     assert "Traceback" not in proc.stderr and "error" not in proc.stderr.lower(), proc.stderr
+
+
+# ------------------------------------------------------------------ every flag, bad values
+RUNS_FOR_REAL = ("translate", "evaluate", "average")
+"""Commands run to the end on the tiny checkpoint with each bad value; the others (a server, a
+hub upload, training runs, CTranslate2) stop where their work would start: `run` is replaced
+by a stand-in that loads the model on ``--device`` when they have one."""
+
+
+def bad_values(action: argparse.Action, real: bool) -> list[str]:
+    """Values of the wrong type, out of range and malformed for one option (from its
+    argparse action, so that a new option is covered without a change here)."""
+    if action.nargs == 0:  # a flag: a value is malformed
+        return ["=1"]
+    if action.choices is not None:
+        return ["no-such-choice", ""]
+    kind = action.type
+    if kind is int:
+        return ["two", "1.5", "-1", "0", *([] if real else ["1000000000000"])]
+    if kind in (finite_float, positive_float):
+        return ["x", "nan", "-1e30", "0", *([] if real else ["1e30"])]
+    if kind is Path:
+        return ["", "/nonexistent/dir/file", "."]
+    return ["", "-1", "no such thing"]  # text, or a type of the command's own
+
+
+def flag_cases() -> list[tuple[str, str, str]]:
+    cases = []
+    for name in COMMANDS:
+        for action in command(name).build_parser()._actions:
+            if not action.option_strings or isinstance(action, argparse._HelpAction):
+                continue
+            flag = action.option_strings[-1]
+            for value in bad_values(action, name in RUNS_FOR_REAL):
+                cases.append((name, flag, value))
+    return cases
+
+
+def base_argv(name: str, checkpoint: Path, tmp_path: Path) -> list[str]:
+    if name in INFERENCE:
+        return inference_argv(name, checkpoint)
+    return {
+        "average": [str(checkpoint), str(checkpoint), "--out", str(tmp_path / "avg.ckpt")],
+        "export": ["--checkpoint", str(checkpoint), "--out", str(tmp_path / "release")],
+        "ct2": ["--checkpoint", str(checkpoint), "--out", str(tmp_path / "ct2")],
+        "experiment": ["scores"],
+    }[name]
+
+
+@pytest.mark.parametrize(
+    ("name", "flag", "value"), flag_cases(), ids=lambda v: repr(v)[1:-1] or "empty"
+)
+def test_every_flag_of_every_inference_command_refuses_bad_values_in_one_line(
+    name: str,
+    flag: str,
+    value: str,
+    tiny_checkpoint: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+) -> None:
+    """Each bad value ends in one ``error:`` line and status 2, or is used (status 0); never
+    a traceback (an exception escaping `main` fails the test)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MINITX_DEBUG", raising=False)
+    monkeypatch.setattr(sys, "stdin", io.StringIO("ein hund\n"))
+    module = command(name)
+    if name not in RUNS_FOR_REAL:
+
+        def stand_in(args: argparse.Namespace) -> int:
+            if getattr(args, "device", None) is not None:
+                load_translator(args.checkpoint, device=args.device, bf16=False)
+            return 0
+
+        monkeypatch.setattr(module, "run", stand_in)
+    argv = base_argv(name, tiny_checkpoint, tmp_path)
+    argv += [f"{flag}{value}"] if value.startswith("=") else [flag, value]
+    try:
+        status = module.main(argv)
+    except SystemExit as exc:
+        status = exc.code
+    err = capsys.readouterr().err
+    assert "Traceback" not in err, err
+    assert status in (0, 2), (status, err)
+    if status == 2:
+        errors = [line for line in err.splitlines() if line.startswith("error: ")]
+        assert len(errors) == 1 and err.rstrip().endswith(errors[0]), err
