@@ -37,6 +37,24 @@ class Split(NamedTuple):
     """The corpus as read: `source` after `minitx.data.resolve_data_source`."""
 
 
+def _has_side(directory: Path, stem: str, lang: str) -> bool:
+    return any((directory / f"{stem}.{lang}{gz}").is_file() for gz in ("", ".gz"))
+
+
+def naming_rule(split: str, src_lang: str, tgt_lang: str) -> str:
+    """How to name the two files of `split` in a ``--data`` directory (for error messages)."""
+    from minitx.data import MULTI30K_SPLITS
+
+    multi30k = MULTI30K_SPLITS.get(split)
+    names = f"{multi30k}.{src_lang} and {multi30k}.{tgt_lang}, or " if multi30k else ""
+    return (
+        f"minitx-evaluate --split {split} reads {names}{split}.{src_lang} and "
+        f"{split}.{tgt_lang} (each optionally .gz), one sentence a line, line-aligned; to score "
+        f"any file pair, put it there as NAME.{src_lang} and NAME.{tgt_lang} and pass "
+        "--split NAME"
+    )
+
+
 def load_split(source: str, split: str, src_lang: str, tgt_lang: str, limit: int | None) -> Split:
     """The pairs of one split (the first `limit` lines only, when given) with both sides
     non-empty, their line numbers and the skip counts.
@@ -45,7 +63,9 @@ def load_split(source: str, split: str, src_lang: str, tgt_lang: str, limit: int
         source: anything `minitx.data.load_parallel_corpus` reads (a directory of
             ``{split}.{lang}[.gz]`` files, a ``{split}`` jsonl pattern, ``builtin:toy``, a hub
             id); ``MINITX_DATA_DIR`` replaces a hub id, as in training.
-        split: "train", "validation" or "test", under the loader's default file names.
+        split: "train", "validation" or "test", under the loader's default file names (in a
+            directory: the Multi30k names, e.g. test_2016_flickr.de, else the split's own,
+            test.de; either may end in .gz); any other name is a file stem (NAME.de).
         src_lang: the source language.
         tgt_lang: the target language.
         limit: read only the first `limit` lines (None: all).
@@ -60,6 +80,7 @@ def load_split(source: str, split: str, src_lang: str, tgt_lang: str, limit: int
         HUB_SPLITS,
         MULTI30K_SPLITS,
         clean_pairs,
+        describe_directory,
         load_parallel_corpus,
         resolve_data_source,
         side_texts,
@@ -68,10 +89,20 @@ def load_split(source: str, split: str, src_lang: str, tgt_lang: str, limit: int
     resolved = resolve_data_source(source)
     # Read only the wanted split, under the loader's default name for it (local files or hub).
     local = "{split}" in resolved or Path(resolved).expanduser().exists()
-    names = MULTI30K_SPLITS if local else HUB_SPLITS
+    stem = (MULTI30K_SPLITS if local else HUB_SPLITS).get(split, split)
+    directory = Path(resolved).expanduser()
+    if directory.is_dir() and not _has_side(directory, stem, src_lang):
+        stem = split  # test.de(.gz) when there is no test_2016_flickr.de(.gz)
     try:
-        corpus = load_parallel_corpus(resolved, src_lang, tgt_lang, splits={split: names[split]})
-    except (FileNotFoundError, ValueError, ConnectionError) as exc:
+        corpus = load_parallel_corpus(resolved, src_lang, tgt_lang, splits={split: stem})
+    except FileNotFoundError as exc:
+        if not directory.is_dir():
+            raise CorpusError(str(exc)) from None
+        raise CorpusError(
+            f"{directory}: no {split!r} split for {src_lang} -> {tgt_lang}: "
+            f"{naming_rule(split, src_lang, tgt_lang)}; {describe_directory(directory)}"
+        ) from None
+    except (ValueError, ConnectionError) as exc:
         raise CorpusError(str(exc)) from None
     if split not in corpus:
         raise CorpusError(f"{resolved}: no {split!r} split (found {sorted(corpus)})")

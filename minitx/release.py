@@ -12,6 +12,10 @@ A release directory holds what inference needs and nothing else (no optimizer st
 
 Reading one never executes code: safetensors holds tensors only, `config.json` is plain JSON
 validated through `TransformerConfig.from_dict`, and the tokenizer is sentencepiece data.
+Nothing is allocated before the files agree: `config.json` must match its checksum
+(`model_sha256`, written by `save_pretrained`: an edited `n_heads` changes no weight's shape),
+its sizes must lie within `MODEL_MAXIMA`, and every tensor named in the safetensors header must
+have the shape the config implies (`check_weight_shapes`, on a model built on the meta device).
 
 `load` is minitx's one loading path: a `.ckpt` file, a release directory or a hub repo id
 (downloaded with `huggingface_hub.snapshot_download`; a local path wins) becomes a `Release`
@@ -23,6 +27,7 @@ the checkpoint reader; never Lightning or the inference API.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -30,6 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
+from safetensors import safe_open
 from safetensors.torch import load_model, save_model
 
 import minitx
@@ -48,8 +55,9 @@ from minitx.tokenizer import Tokenizer
 
 FORMAT = "minitx-release"
 """The `format` entry of `config.json`."""
-FORMAT_VERSION = 1
-"""Version of the release layout; a reader refuses a newer one."""
+FORMAT_VERSION = 2
+"""Version of the release layout; a reader refuses a newer one, and an older one: format 1 had
+no `model_sha256` (re-export it with minitx-export)."""
 
 WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
@@ -60,7 +68,29 @@ REQUIRED_FILES = (CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_FILE)
 """What `load_pretrained` needs; the card and the training config are for people."""
 RELEASE_FILES = (*REQUIRED_FILES, CARD_FILE, TRAIN_CONFIG_FILE)
 
-CONFIG_KEYS = ("format", "format_version", "minitx_version", "model", "src_lang", "tgt_lang")
+CONFIG_KEYS = (
+    "format",
+    "format_version",
+    "minitx_version",
+    "model",
+    "model_sha256",
+    "src_lang",
+    "tgt_lang",
+)
+
+MODEL_MAXIMA = {
+    "src_vocab_size": 1 << 20,
+    "tgt_vocab_size": 1 << 20,
+    "d_model": 8192,
+    "n_heads": 256,
+    "n_encoder_layers": 128,
+    "n_decoder_layers": 128,
+    "d_ff": 32768,
+    "max_positions": 32768,
+}
+"""Largest `TransformerConfig` sizes a release may declare: far above any model minitx trains
+(the paper's big model: d_model 1024, d_ff 4096, 6 + 6 layers), low enough that an absurd
+`config.json` (`d_model: 1000000000`) is refused in one line before anything is allocated."""
 
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
@@ -88,15 +118,13 @@ class Release:
 
 
 # ---------------------------------------------------------------------------------- reading
-def read_config(directory: str | Path) -> dict[str, Any]:
-    """`config.json` of a release directory, checked key by key.
-
-    Returns:
-        The dict, with `model` replaced by its `TransformerConfig`.
+def read_config_json(directory: str | Path) -> dict[str, Any]:
+    """`config.json` of a release directory as written, checked only for being a minitx
+    release's (its `format`), of any version and checksum: what minitx-export needs to know
+    before it replaces an earlier release (a damaged or older one included).
 
     Raises:
-        CheckpointError: not JSON, not a minitx release, a newer format, unknown keys, or a
-            model config `TransformerConfig` rejects.
+        CheckpointError: not JSON, or not a minitx release config.
     """
     path = Path(directory) / CONFIG_FILE
     try:
@@ -108,6 +136,21 @@ def read_config(directory: str | Path) -> dict[str, Any]:
             f'{path}: not a minitx release config (it needs "format": "{FORMAT}"); '
             "write release directories with minitx-export"
         )
+    return values
+
+
+def read_config(directory: str | Path) -> dict[str, Any]:
+    """`config.json` of a release directory, checked key by key.
+
+    Returns:
+        The dict, with `model` replaced by its `TransformerConfig`.
+
+    Raises:
+        CheckpointError: not JSON, not a minitx release, a newer format, unknown keys, or a
+            model config `TransformerConfig` rejects.
+    """
+    path = Path(directory) / CONFIG_FILE
+    values = read_config_json(directory)
     version = values.get("format_version")
     if not isinstance(version, int) or version < 1:
         raise CheckpointError(f"{path}: format_version must be a positive integer, got {version!r}")
@@ -117,17 +160,81 @@ def read_config(directory: str | Path) -> dict[str, Any]:
             f"{values.get('minitx_version')}; this minitx ({minitx.__version__}) reads up to "
             f"format {FORMAT_VERSION}: upgrade minitx"
         )
+    if version < FORMAT_VERSION:
+        raise CheckpointError(
+            f"{path}: release format {version} (minitx {values.get('minitx_version')}) has no "
+            f"config checksum; this minitx reads format {FORMAT_VERSION}: re-export the "
+            "release from its checkpoint (minitx-export --checkpoint RUN.ckpt --out DIR)"
+        )
     try:
         check_known_keys(str(path), values, CONFIG_KEYS)
         if not isinstance(values.get("model"), dict):
             raise ValueError("'model' must be an object of TransformerConfig settings")
+    except (ValueError, TypeError) as exc:
+        raise CheckpointError(f"{path}: {exc}") from None
+    if values.get("model_sha256") != model_checksum(values["model"]):
+        raise CheckpointError(
+            f"{path}: the model config does not match its checksum (model_sha256): the file "
+            "was edited or damaged after export, and an edited setting such as n_heads loads "
+            "silently and translates worse; re-export the release from its checkpoint "
+            "(minitx-export --checkpoint RUN.ckpt --out DIR)"
+        )
+    try:
         values["model"] = TransformerConfig.from_dict(values["model"])
     except (ValueError, TypeError) as exc:
         raise CheckpointError(f"{path}: {exc}") from None
+    for name, maximum in MODEL_MAXIMA.items():
+        if getattr(values["model"], name) > maximum:
+            raise CheckpointError(
+                f"{path}: model {name} is {getattr(values['model'], name)}, above the "
+                f"largest a release may declare ({maximum}); the file is damaged or not "
+                "written by minitx-export"
+            )
     for key in ("src_lang", "tgt_lang"):
         if not isinstance(values.get(key), (str, type(None))):
             raise CheckpointError(f"{path}: {key} must be a language code or null")
     return values
+
+
+def model_checksum(model: Mapping[str, Any]) -> str:
+    """sha256 (hex) of the canonical JSON (sorted keys, no spaces) of `config.json`'s `model`
+    dict: what `save_pretrained` writes as `model_sha256` and `read_config` checks."""
+    canonical = json.dumps(model, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def check_weight_shapes(weights: Path, config: TransformerConfig) -> None:
+    """Compare the tensor shapes in the safetensors header of `weights` with those of the model
+    `config` describes, before any memory is allocated for it: the model is built on the meta
+    device (shapes only) and the file's header is read, not its tensors.
+
+    Raises:
+        CheckpointError: not a safetensors file, a tensor the model does not have, or a shape
+            that differs (naming the tensor and both shapes).
+    """
+    try:
+        with safe_open(weights, framework="pt") as file:
+            shapes = {name: tuple(file.get_slice(name).get_shape()) for name in file.keys()}
+    except Exception as exc:  # safetensors' own error type for a damaged or foreign file
+        raise CheckpointError(
+            f"{weights}: not a readable safetensors file ({type(exc).__name__}: {exc})"
+        ) from None
+    try:
+        with torch.device("meta"):
+            model = Transformer(config)
+    except (ValueError, TypeError) as exc:
+        raise CheckpointError(f"{weights.parent / CONFIG_FILE}: {exc}") from None
+    expected = {name: tuple(tensor.shape) for name, tensor in model.state_dict().items()}
+    fit = f"{weights}: the weights do not fit the model of {CONFIG_FILE}"
+    unknown = sorted(set(shapes) - set(expected))
+    if unknown:
+        raise CheckpointError(f"{fit}: the model has no tensor {unknown[0]!r}")
+    for name, shape in shapes.items():
+        if shape != expected[name]:
+            raise CheckpointError(
+                f"{fit}: size mismatch for {name}: the file holds {list(shape)}, "
+                f"{CONFIG_FILE} implies {list(expected[name])}"
+            )
 
 
 def load_pretrained(directory: str | Path) -> Release:
@@ -161,6 +268,7 @@ def load_pretrained(directory: str | Path) -> Release:
             "models"
         )
     weights = directory / WEIGHTS_FILE
+    check_weight_shapes(weights, model_config)
     try:
         model = Transformer(model_config)
     except (ValueError, TypeError) as exc:
@@ -264,11 +372,13 @@ def _write_bytes(path: Path, data: bytes) -> None:
 
 def config_dict(release: Release) -> dict[str, Any]:
     """What `config.json` holds for `release`."""
+    model = release.model.config.to_dict()
     return {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
         "minitx_version": minitx.__version__,
-        "model": release.model.config.to_dict(),
+        "model": model,
+        "model_sha256": model_checksum(model),
         "src_lang": release.languages[0],
         "tgt_lang": release.languages[1],
     }

@@ -74,7 +74,7 @@ def _umask() -> int:
     return mask
 
 
-_NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 """Errors that mean "the destination has no room": disk full, quota, file-size limit."""
 
 
@@ -161,7 +161,7 @@ def atomic_path(path: str | Path, *, size_hint: int | None = None) -> Iterator[P
             dir=path.parent, prefix=f"{_temporary_prefix(path)}{_writer_tag()}-", suffix=".tmp"
         )
     except OSError as exc:
-        if exc.errno in _NO_ROOM:
+        if exc.errno in NO_ROOM:
             raise no_room_error(path, exc, size_hint) from None
         raise
     os.close(fd)
@@ -186,7 +186,7 @@ def _no_room(exc: BaseException) -> OSError | None:
     library wrote into its message (safetensors); None when the disk is not the cause."""
     seen: BaseException | None = exc
     while seen is not None:
-        if isinstance(seen, OSError) and seen.errno in _NO_ROOM:
+        if isinstance(seen, OSError) and seen.errno in NO_ROOM:
             return seen
         seen = seen.__cause__ or seen.__context__
     text = str(exc).lower()

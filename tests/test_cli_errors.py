@@ -10,7 +10,10 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
+import io
+import os
 import re
 import subprocess
 import sys
@@ -18,12 +21,18 @@ from pathlib import Path
 
 import pytest
 import tomllib
-from helpers import REPO_DIR, TINY_CONFIG, subprocess_env
+import torch
+from helpers import REPO_DIR, TINY_CONFIG, TOY_CORPUS_DIR, subprocess_env
 from lightning.pytorch.callbacks import ModelSummary
 
-from minitx.cli.common import OneLineArgumentParser, finite_float, positive_float
+from minitx.cli.common import (
+    OneLineArgumentParser,
+    finite_float,
+    positive_float,
+)
 from minitx.cli.train import build_cli, set_verbosity
 from minitx.cli.train import main as train_main
+from minitx.translator import Translator
 
 COMMANDS = ("translate", "evaluate", "visualize", "ct2", "export", "average", "demo", "experiment")
 """The argparse commands (minitx-train is a LightningCLI)."""
@@ -204,3 +213,208 @@ def test_the_model_summary_comes_with_verbose_only(
         assert any(isinstance(cb, ModelSummary) for cb in cli.trainer.callbacks)
     finally:
         set_verbosity(False)  # the libraries quiet again for the tests that follow
+
+
+# ------------------------------------------------------------------ devices and standard output
+INFERENCE = ("translate", "evaluate", "visualize", "demo")
+"""The commands that load a model onto ``--device``."""
+
+
+def inference_argv(name: str, checkpoint: Path) -> list[str]:
+    """A command line of `name` that runs (demo: up to its server) on the tiny checkpoint."""
+    return {
+        "translate": ["--checkpoint", str(checkpoint), "ein hund"],
+        "evaluate": [
+            "--checkpoint",
+            str(checkpoint),
+            "--data",
+            str(TOY_CORPUS_DIR),
+            "--limit",
+            "1",
+        ],
+        "visualize": ["ein hund", "--checkpoint", str(checkpoint), "--no-html", "--kinds", "cross"],
+        "demo": ["--checkpoint", str(checkpoint)],
+    }[name]
+
+
+@pytest.mark.parametrize("name", INFERENCE)
+@pytest.mark.parametrize(
+    ("device", "message"),
+    [
+        ("meta", "--device meta: minitx runs on cpu, cuda, mps"),
+        ("cuda", "--device cuda: CUDA is not available on this machine"),
+        ("cuda:1", "--device cuda:1: CUDA is not available"),
+        ("tpu", "--device 'tpu':"),
+        ("", "--device '':"),
+    ],
+)
+def test_a_device_minitx_cannot_use_is_one_error_line(
+    name: str,
+    device: str,
+    message: str,
+    tiny_checkpoint: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MINITX_DEBUG", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # also on a GPU machine
+    assert command(name).main([*inference_argv(name, tiny_checkpoint), "--device", device]) == 2
+    line = the_error_line(capsys.readouterr().err)
+    assert line.startswith(f"error: {message}"), line
+
+
+class _Unwritable(io.StringIO):
+    """A standard output that fails every write with `error`."""
+
+    def __init__(self, error: OSError) -> None:
+        super().__init__()
+        self.error = error
+
+    def write(self, text: str) -> int:
+        raise self.error
+
+
+@pytest.mark.parametrize("name", ["translate", "evaluate"])
+def test_a_full_disk_under_standard_output_is_one_error_line(
+    name: str,
+    tiny_checkpoint: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MINITX_DEBUG", raising=False)
+    full = _Unwritable(OSError(errno.ENOSPC, "No space left on device"))
+    monkeypatch.setattr(sys, "stdout", full)
+    assert command(name).main(inference_argv(name, tiny_checkpoint)) == 2
+    err = capsys.readouterr().err  # evaluate's progress lines come before
+    line = err.splitlines()[-1]
+    assert "Traceback" not in err and err.count("error:") == 1, err
+    assert line.startswith("error: cannot write the output (standard output"), err
+    assert "No space left" in line
+
+
+@pytest.mark.parametrize("name", ["translate", "evaluate"])
+def test_a_reader_that_has_gone_ends_the_command_quietly(
+    name: str,
+    tiny_checkpoint: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+) -> None:
+    """``... | head -0``: no message, exit status 141, as a shell reports a SIGPIPE death."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "stdout", _Unwritable(BrokenPipeError(errno.EPIPE, "Broken pipe")))
+    assert command(name).main(inference_argv(name, tiny_checkpoint)) == 141
+    assert "error" not in capsys.readouterr().err.lower()
+
+
+def test_full_disk_and_closed_pipe_as_a_shell_runs_them(tiny_checkpoint: Path) -> None:
+    """The real thing, exit-time flush included: `> /dev/full` and `| head -c 0`."""
+    env = subprocess_env()
+    env.pop("MINITX_DEBUG", None)
+    argv = [sys.executable, "-m", "minitx", "translate", "--checkpoint", str(tiny_checkpoint)]
+    if Path("/dev/full").exists():
+        with open("/dev/full", "w") as full:
+            proc = subprocess.run(
+                [*argv, "ein hund"], stdout=full, stderr=subprocess.PIPE, text=True, env=env
+            )
+        assert proc.returncode == 2, proc.stderr
+        assert the_error_line(proc.stderr).startswith("error: cannot write the output")
+    reader, writer = os.pipe()
+    os.close(reader)  # the reader has gone before the first line
+    proc = subprocess.run(
+        argv, input="ein hund\n" * 200, stdout=writer, stderr=subprocess.PIPE, text=True, env=env
+    )
+    os.close(writer)
+    assert proc.returncode == 141, proc.stderr
+    assert "Traceback" not in proc.stderr and "error" not in proc.stderr.lower(), proc.stderr
+
+
+# ------------------------------------------------------------------ every flag, bad values
+RUNS_FOR_REAL = ("translate", "evaluate", "average")
+"""Commands run to the end on the tiny checkpoint with each bad value; the others (a server, a
+hub upload, training runs, CTranslate2) stop where their work would start: `run` is replaced
+by a stand-in that loads the model on ``--device`` when they have one."""
+
+
+def bad_values(action: argparse.Action, real: bool) -> list[str]:
+    """Values of the wrong type, out of range and malformed for one option (from its
+    argparse action, so that a new option is covered without a change here)."""
+    if action.nargs == 0:  # a flag: a value is malformed
+        return ["=1"]
+    if action.choices is not None:
+        return ["no-such-choice", ""]
+    kind = action.type
+    if kind is int:
+        return ["two", "1.5", "-1", "0", *([] if real else ["1000000000000"])]
+    if kind in (finite_float, positive_float):
+        return ["x", "nan", "-1e30", "0", *([] if real else ["1e30"])]
+    if kind is Path:
+        return ["", "/nonexistent/dir/file", "."]
+    return ["", "-1", "no such thing"]  # text, or a type of the command's own
+
+
+def flag_cases() -> list[tuple[str, str, str]]:
+    cases = []
+    for name in COMMANDS:
+        for action in command(name).build_parser()._actions:
+            if not action.option_strings or isinstance(action, argparse._HelpAction):
+                continue
+            flag = action.option_strings[-1]
+            for value in bad_values(action, name in RUNS_FOR_REAL):
+                cases.append((name, flag, value))
+    return cases
+
+
+def base_argv(name: str, checkpoint: Path, tmp_path: Path) -> list[str]:
+    if name in INFERENCE:
+        return inference_argv(name, checkpoint)
+    return {
+        "average": [str(checkpoint), str(checkpoint), "--out", str(tmp_path / "avg.ckpt")],
+        "export": ["--checkpoint", str(checkpoint), "--out", str(tmp_path / "release")],
+        "ct2": ["--checkpoint", str(checkpoint), "--out", str(tmp_path / "ct2")],
+        "experiment": ["scores"],
+    }[name]
+
+
+@pytest.mark.parametrize(
+    ("name", "flag", "value"), flag_cases(), ids=lambda v: repr(v)[1:-1] or "empty"
+)
+def test_every_flag_of_every_inference_command_refuses_bad_values_in_one_line(
+    name: str,
+    flag: str,
+    value: str,
+    tiny_checkpoint: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+) -> None:
+    """Each bad value ends in one ``error:`` line and status 2, or is used (status 0); never
+    a traceback (an exception escaping `main` fails the test)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MINITX_DEBUG", raising=False)
+    monkeypatch.setattr(sys, "stdin", io.StringIO("ein hund\n"))
+    module = command(name)
+    if name not in RUNS_FOR_REAL:
+
+        def stand_in(args: argparse.Namespace) -> int:
+            if getattr(args, "device", None) is not None:
+                Translator.from_pretrained(args.checkpoint, device=args.device)
+            return 0
+
+        monkeypatch.setattr(module, "run", stand_in)
+    argv = base_argv(name, tiny_checkpoint, tmp_path)
+    argv += [f"{flag}{value}"] if value.startswith("=") else [flag, value]
+    try:
+        status = module.main(argv)
+    except SystemExit as exc:
+        status = exc.code
+    err = capsys.readouterr().err
+    assert "Traceback" not in err, err
+    assert status in (0, 2), (status, err)
+    if status == 2:
+        errors = [line for line in err.splitlines() if line.startswith("error: ")]
+        assert len(errors) == 1 and err.rstrip().endswith(errors[0]), err

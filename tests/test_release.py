@@ -22,6 +22,7 @@ from minitx.cli import export as export_cli
 from minitx.cli import translate as translate_cli
 from minitx.decoding import DecodingConfig
 from minitx.errors import MissingFileError
+from minitx.model import Transformer
 from minitx.translator import Translator
 from minitx.vocab import frame_source, frame_target
 
@@ -58,8 +59,10 @@ def dir_size(directory: Path) -> int:
 def test_files_of_a_release(release_dir: Path, original: Translator) -> None:
     assert sorted(p.name for p in release_dir.iterdir()) == sorted(release.RELEASE_FILES)
     config = json.loads((release_dir / "config.json").read_text(encoding="utf-8"))
-    assert config["format"] == release.FORMAT and config["format_version"] == 1
+    assert config["format"] == release.FORMAT and config["format_version"] == 2
     assert config["model"] == original.model.config.to_dict()
+    assert config["model_sha256"] == release.model_checksum(config["model"])
+    assert len(config["model_sha256"]) == 64
     assert (config["src_lang"], config["tgt_lang"]) == original.languages == ("de", "en")
     assert (release_dir / "tokenizer.model").read_bytes() == original.tokenizer.model_bytes
     assert (release_dir / "train_config.yaml").read_text(encoding="utf-8") == (
@@ -216,10 +219,14 @@ def test_a_missing_source_is_the_same_error_from_every_entry_point(
 
 
 # ------------------------------------------------------------------------------ damage
-def _edit_config(directory: Path, change) -> None:
+def _edit_config(directory: Path, change, *, reseal: bool = True) -> None:
+    """Apply `change` to config.json; `reseal`: write the edited model's checksum too (a
+    forger's edit, which the later checks must still catch), else leave the old one."""
     path = directory / "config.json"
     config = json.loads(path.read_text(encoding="utf-8"))
     change(config)
+    if reseal and isinstance(config.get("model"), dict):
+        config["model_sha256"] = release.model_checksum(config["model"])
     path.write_text(json.dumps(config), encoding="utf-8")
 
 
@@ -240,6 +247,26 @@ def _wrong_shape_weights(directory: Path) -> None:
     save_file(tensors, path)
 
 
+def _extra_tensor(directory: Path) -> None:
+    path = directory / "model.safetensors"
+    with safe_open(path, framework="pt") as f:
+        tensors = {k: f.get_tensor(k) for k in f.keys()}
+    tensors["backdoor.weight"] = torch.zeros(2, 2)
+    save_file(tensors, path)
+
+
+def _edited_n_heads(directory: Path) -> None:
+    """Twice the heads: no weight changes shape, so only the checksum can tell."""
+    _edit_config(
+        directory, lambda c: c["model"].update(n_heads=2 * c["model"]["n_heads"]), reseal=False
+    )
+
+
+def _format_1(directory: Path) -> None:
+    """A release as the first format wrote it: no checksum."""
+    _edit_config(directory, lambda c: (c.update(format_version=1), c.pop("model_sha256")))
+
+
 def _nan_weights(directory: Path) -> None:
     path = directory / "model.safetensors"
     with safe_open(path, framework="pt") as f:
@@ -257,6 +284,24 @@ DAMAGE = {
         r"TransformerConfig: unknown keys \['d_modle'\]",
     ),
     "wrong-d_model": (_wrong_d_model, r"model\.safetensors: the weights do not fit"),
+    "huge-d_model": (
+        lambda d: _edit_config(d, lambda c: c["model"].update(d_model=10**9)),
+        r"config\.json: model d_model is 1000000000, above the largest a release may declare",
+    ),
+    "huge-layers": (
+        lambda d: _edit_config(d, lambda c: c["model"].update(n_decoder_layers=10**6)),
+        r"config\.json: model n_decoder_layers is 1000000, above",
+    ),
+    "edited-n_heads": (
+        _edited_n_heads,
+        r"config\.json: the model config does not match its checksum .* re-export",
+    ),
+    "no-checksum": (
+        lambda d: _edit_config(d, lambda c: c.pop("model_sha256"), reseal=False),
+        r"config\.json: the model config does not match its checksum",
+    ),
+    "format-1": (_format_1, r"config\.json: release format 1 .* no config checksum.* re-export"),
+    "extra-tensor": (_extra_tensor, r"the model has no tensor 'backdoor\.weight'"),
     "newer-format": (
         lambda d: _edit_config(d, lambda c: c.update(format_version=99)),
         r"format 99 .* upgrade minitx",
@@ -295,6 +340,49 @@ def test_a_damaged_release_is_one_error_line(
     assert translate_cli.main(["--checkpoint", str(directory), "ein hund"]) == 2
     out, err = capsys.readouterr()
     assert out == "" and err.count("\n") == 1 and err.startswith("error: "), err
+
+
+@pytest.mark.parametrize(
+    "damage", ["wrong-d_model", "huge-d_model", "wrong-shape-weights", "extra-tensor"]
+)
+def test_a_release_is_checked_before_its_model_is_allocated(
+    damage: str, copy_of, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Sizes and the safetensors header's shapes are compared with config.json before the
+    model exists: neither a real-sized model is built nor its weights read."""
+    directory = copy_of()
+    DAMAGE[damage][0](directory)
+
+    def no_real_model(config):
+        assert torch.empty(0).device.type == "meta", "a model was allocated before the check"
+        return Transformer(config)
+
+    monkeypatch.setattr(release, "Transformer", no_real_model)
+    monkeypatch.setattr(release, "load_model", lambda *a, **k: pytest.fail("weights were read"))
+    with pytest.raises(CheckpointError, match=DAMAGE[damage][1]):
+        release.load_pretrained(directory)
+
+
+def test_an_intact_release_passes_the_checks(release_dir: Path) -> None:
+    config = release.read_config(release_dir)
+    release.check_weight_shapes(release_dir / "model.safetensors", config["model"])
+    assert (
+        config["model"].n_heads
+        == json.loads((release_dir / "config.json").read_text(encoding="utf-8"))["model"]["n_heads"]
+    )
+
+
+@pytest.mark.parametrize("damage", ["format-1", "edited-n_heads"])
+def test_re_exporting_over_a_refused_release_fixes_it(
+    damage: str, copy_of, tiny_checkpoint: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """The refusal says "re-export"; minitx-export replaces the older or edited release."""
+    directory = copy_of()
+    DAMAGE[damage][0](directory)
+    assert translate_cli.main(["--checkpoint", str(directory), "ein hund"]) == 2
+    assert "re-export" in capsys.readouterr().err
+    assert export_cli.main(["--checkpoint", str(tiny_checkpoint), "--out", str(directory)]) == 0
+    assert release.load(directory).config == release.load(tiny_checkpoint).config
 
 
 def test_damaged_release_and_hub_id_through_the_command(copy_of) -> None:

@@ -3,16 +3,21 @@ options.
 
 Exit statuses of every minitx command: 0 success; 2 a problem with the user's input, files,
 settings or environment, reported as one line ``error: <what, where, how to fix>`` on standard
-error (``MINITX_DEBUG=1`` shows the traceback); 130 Ctrl-C; 143 SIGTERM (training only, after
-saving ``last.ckpt``); 1 with a traceback: a bug in minitx.
+error (``MINITX_DEBUG=1`` shows the traceback); 130 Ctrl-C; 141, quietly, when the reader of
+standard output has gone (``minitx-translate ... | head -1``: what a shell reports for a
+SIGPIPE death, as ``yes | head -1`` gives); 143 SIGTERM (training only, after saving
+``last.ckpt``); 1 with a traceback: a bug in minitx. A full disk under standard output
+(``> /dev/full``) is a user error: one line, status 2.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import io
 import logging
 import math
+import os
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -22,9 +27,11 @@ from minitx.errors import (  # UsageError: re-exported, the commands import it f
     DEBUG_ENV,
     ConfigError,
     MinitxError,
+    OutputError,
     UsageError,  # noqa: F401
     debug_requested,
 )
+from minitx.textio import NO_ROOM
 
 if TYPE_CHECKING:
     from minitx.decoding import DecodingConfig
@@ -33,6 +40,12 @@ EXIT_USER_ERROR = 2
 """Exit status for a problem with the user's input, files, settings or environment."""
 EXIT_SIGINT = 130
 """Exit status after Ctrl-C, as shells report a SIGINT death."""
+EXIT_SIGPIPE = 141
+"""Exit status when the reader of standard output has gone, as shells report a SIGPIPE death;
+nothing is printed (the Unix way: ``yes | head -1`` is quiet too)."""
+DEVICE_TYPES = ("cpu", "cuda", "mps")
+"""The ``--device`` types minitx runs on (torch knows more, such as meta, which holds no
+values)."""
 
 
 def user_error_message(exc: BaseException) -> str | None:
@@ -129,16 +142,43 @@ def show_library_warnings() -> None:
         log.setLevel(logging.WARNING)
 
 
+def _detach_stdout() -> None:
+    """Flush standard output what it can take, then point its file descriptor at /dev/null, so
+    that Python's flush at exit of what is left does not fail a second time (a traceback)."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        sys.stdout.flush()
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        pass  # not a real file (a test's capture): nothing is flushed at exit
+
+
 def run_cli(run: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
     """Call `run(args)`; a user error becomes ``error: ...`` and exit status 2 (see
-    `user_error_message`), Ctrl-C exit status 130; bugs keep their traceback."""
+    `user_error_message`; a full disk under standard output too), Ctrl-C exit status 130, a
+    reader of standard output that has gone a quiet exit status 141; bugs keep their
+    traceback."""
     show_library_warnings()
     try:
-        return run(args)
+        status = run(args)
+        sys.stdout.flush()  # a gone reader or a full disk shows here, not at exit
+        return status
     except KeyboardInterrupt:
         print(file=sys.stderr)
         return EXIT_SIGINT
+    except BrokenPipeError:  # e.g. `... | head -1`: the reader has gone, nothing left to do
+        _detach_stdout()
+        return EXIT_SIGPIPE
     except Exception as exc:
+        if isinstance(exc, OSError) and exc.errno in NO_ROOM and exc.filename is None:
+            # Files go through textio.atomic_path, whose error names them; this is most
+            # likely standard output (`> /dev/full`), which has no name.
+            _detach_stdout()
+            exc = OutputError(
+                f"cannot write the output (standard output, or a file the command writes): "
+                f"{exc.strerror or exc}; free some space there or write somewhere else"
+            )
         status = report_user_error(exc)
         if status is None:
             raise
@@ -163,8 +203,9 @@ one loading path, `minitx.release.load`) accepts."""
 
 
 def check_device(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """Reject a ``--device`` torch does not know, or CUDA asked for on a machine without
-    (argparse exits with status 2), before anything is loaded; the commands then load with
+    """Reject a ``--device`` torch does not know or minitx does not run on (meta), or CUDA (a
+    CUDA device number, MPS) asked for on a machine without: argparse exits with status 2,
+    before anything is loaded; the commands then load with
     ``Translator.from_pretrained(args.checkpoint, device=args.device, ...)``."""
     import torch
 
@@ -172,8 +213,20 @@ def check_device(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
         device = torch.device(args.device)
     except RuntimeError as exc:
         parser.error(f"--device {args.device!r}: {exc}")
+    if device.type not in DEVICE_TYPES:
+        parser.error(
+            f"--device {args.device}: minitx runs on {', '.join(DEVICE_TYPES)} (e.g. cuda:1), "
+            f"not {device.type}"
+        )
     if device.type == "cuda" and not torch.cuda.is_available():
         parser.error(f"--device {args.device}: CUDA is not available on this machine")
+    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
+        parser.error(
+            f"--device {args.device}: this machine has {torch.cuda.device_count()} CUDA "
+            "device(s), numbered from 0"
+        )
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        parser.error(f"--device {args.device}: MPS is not available on this machine")
 
 
 class _StoreGiven(argparse.Action):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -37,6 +38,8 @@ DEFAULT_DATA = "bentrevett/multi30k"
 """The default corpus (the Multi30k hub copy; MINITX_DATA_DIR points it at local files)."""
 DEFAULT_LANGS = ("de", "en")
 SPLITS = ("test", "validation", "train")
+SPLIT_NAME = re.compile(r"\w[\w.-]*")
+"""A ``--split``: one of `SPLITS` or the stem of a file pair (no path, no braces)."""
 DESCRIPTION = """\
 Translate a corpus split with a minitx model (--checkpoint: a .ckpt, a release directory or a
 hub repo id) and score it: sacreBLEU (cased, 13a) with its signature, lowercased BLEU, chrF,
@@ -100,7 +103,13 @@ def build_parser() -> argparse.ArgumentParser:
         f"(default: {DEFAULT_DATA}; MINITX_DATA_DIR replaces a hub id)",
     )
     parser.add_argument(
-        "--split", choices=SPLITS, default="test", help="split to translate (default: test)"
+        "--split",
+        default="test",
+        metavar="SPLIT",
+        help=f"split to translate: {', '.join(SPLITS)} (in a directory: Multi30k's file names, "
+        "e.g. test_2016_flickr.de, else the split's own, test.de; .gz optional), or any file "
+        "stem NAME of NAME.<src-lang> / NAME.<tgt-lang> in --data DIR, to score any file pair "
+        "(default: test)",
     )
     parser.add_argument("--src-lang", help="source language (default: the checkpoint's, else de)")
     parser.add_argument("--tgt-lang", help="target language (default: the checkpoint's, else en)")
@@ -128,6 +137,11 @@ def build_parser() -> argparse.ArgumentParser:
 def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Reject impossible values (argparse exits with status 2)."""
     check_decoding_args(parser, args)  # builds args.decodings
+    if not SPLIT_NAME.fullmatch(args.split):
+        parser.error(
+            f"--split {args.split!r}: give {', '.join(SPLITS)} or a file stem (letters, digits, "
+            "'_', '-', '.')"
+        )
     if args.limit is not None and args.limit < 1:
         parser.error(f"--limit must be >= 1, got {args.limit}")
     if args.hyp_out is not None and len(set(args.beam)) > 1 and "{beam}" not in str(args.hyp_out):

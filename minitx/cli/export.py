@@ -57,10 +57,11 @@ def check_out_dir(out: Path) -> None:
 
     The release's own files are replaced one by one, atomically; nothing else is touched. A
     directory whose ``config.json`` is not a minitx release's (a Hugging Face model has the
-    same file names) is refused.
+    same file names) is refused; an older-format or edited release is not (re-exporting over
+    it is the fix its loading error suggests).
     """
     from minitx.checkpoint import CheckpointError
-    from minitx.release import CONFIG_FILE, RELEASE_FILES, read_config
+    from minitx.release import CONFIG_FILE, RELEASE_FILES, read_config_json
 
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out} is a file; give a directory")
@@ -73,7 +74,7 @@ def check_out_dir(out: Path) -> None:
             )
         if any(out.iterdir()):
             try:
-                read_config(out)
+                read_config_json(out)  # an older or damaged release may be replaced
             except (CheckpointError, OSError) as exc:
                 raise UsageError(
                     f"--out {out} holds files that are not a minitx release ({CONFIG_FILE}: "

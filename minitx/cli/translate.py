@@ -420,12 +420,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     check_args(parser, args)
-    try:
-        return run_cli(run, args)
-    except BrokenPipeError:  # e.g. `... | head -1`: the reader has gone, nothing left to do
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        return 0
+    return run_cli(run, args)  # a gone reader (`| head -1`): quiet, status 141
 
 
 if __name__ == "__main__":

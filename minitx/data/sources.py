@@ -231,7 +231,7 @@ def _make_split(src: Sequence[str], tgt: Sequence[str], langs: tuple[str, str]) 
 
 
 # ------------------------------------------------------------------------------ raw files
-_RAW_NAME = re.compile(r"(?P<stem>.+)\.(?P<lang>[A-Za-z][A-Za-z_-]*?)(?P<gz>\.gz)?")
+_RAW_NAME = re.compile(r"(?P<stem>.+?)\.(?P<lang>[A-Za-z][A-Za-z_-]*?)(?P<gz>\.gz)?")
 
 
 def _raw_file(directory: Path, stem: str, lang: str) -> Path | None:
@@ -249,8 +249,9 @@ def _jsonl_files(directory: Path) -> list[Path]:
     return sorted(p for p in directory.iterdir() if p.name.endswith((".jsonl", ".jsonl.gz")))
 
 
-def _describe_dir(directory: Path) -> str:
-    """What a corpus directory holds: raw splits, languages and file names (for errors)."""
+def describe_directory(directory: Path) -> str:
+    """What a corpus directory holds: raw splits, languages and file names (for errors); a
+    ``.gz`` is read as a compression suffix (test.de.gz: split test, language de)."""
     names = sorted(p.name for p in directory.iterdir() if p.is_file())
     found_splits: set[str] = set()
     found_langs: set[str] = set()
@@ -276,7 +277,7 @@ def _open_raw_dir(
     if missing:
         raise MissingFileError(
             f"Missing corpus files in {directory}: {', '.join(missing)} (wanted splits "
-            f"{dict(splits)} for languages {list(langs)}); {_describe_dir(directory)}. Set "
+            f"{dict(splits)} for languages {list(langs)}); {describe_directory(directory)}. Set "
             "data.splits / data.src_lang / data.tgt_lang to match the files."
         )
     streams: dict[str, PairStream] = {}
