@@ -260,7 +260,11 @@ def test_a_device_minitx_cannot_use_is_one_error_line(
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("MINITX_DEBUG", raising=False)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # also on a GPU machine
-    assert command(name).main([*inference_argv(name, tiny_checkpoint), "--device", device]) == 2
+    try:  # refused while the options are checked (argparse's exit), before any loading
+        status = command(name).main([*inference_argv(name, tiny_checkpoint), "--device", device])
+    except SystemExit as exc:
+        status = exc.code
+    assert status == 2
     line = the_error_line(capsys.readouterr().err)
     assert line.startswith(f"error: {message}"), line
 
@@ -315,7 +319,7 @@ def test_full_disk_and_closed_pipe_as_a_shell_runs_them(tiny_checkpoint: Path) -
     """The real thing, exit-time flush included: `> /dev/full` and `| head -c 0`."""
     env = subprocess_env()
     env.pop("MINITX_DEBUG", None)
-    argv = [sys.executable, "-m", "minitx", "translate", "--checkpoint", str(tiny_checkpoint)]
+    argv = [sys.executable, "-m", "minitx.cli.translate", "--checkpoint", str(tiny_checkpoint)]
     if Path("/dev/full").exists():
         with open("/dev/full", "w") as full:
             proc = subprocess.run(

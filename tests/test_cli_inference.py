@@ -577,25 +577,25 @@ def _gzip_pair(directory: Path, stem: str) -> Path:
 
 @pytest.mark.parametrize(("stem", "split"), [("test", []), ("mine", ["--split", "mine"])])
 def test_evaluate_reads_gzipped_pairs_under_the_split_name(
-    evaluate_script, translator, tiny_checkpoint, tmp_path, capsys, stem, split
+    evaluate_command, translator, tiny_checkpoint, tmp_path, capsys, stem, split
 ) -> None:
     """test.de.gz / test.en.gz (no Multi30k names) are the test split; any other pair is
     scored with --split NAME."""
     data = _gzip_pair(tmp_path / "corpus", stem)
     hyp = tmp_path / "h.txt"
     args = ["--checkpoint", str(tiny_checkpoint), "--data", str(data), "--hyp-out", str(hyp)]
-    assert evaluate_script.main([*args, "--beam", "1", *split]) == 0
+    assert evaluate_command.main([*args, "--beam", "1", *split]) == 0
     assert "10 of 10 pairs" in capsys.readouterr().err
     written = hyp.read_text(encoding="utf-8").split("\n")[:-1]
     assert written == translator.translate(TOY_TEST_SOURCES, DecodingConfig.for_beam(1))
 
 
 def test_evaluate_names_what_it_found_and_how_to_name_files(
-    evaluate_script, tiny_checkpoint, tmp_path, capsys
+    evaluate_command, tiny_checkpoint, tmp_path, capsys
 ) -> None:
     data = _gzip_pair(tmp_path / "corpus", "newstest")
     args = ["--checkpoint", str(tiny_checkpoint), "--data", str(data), "--beam", "1"]
-    assert evaluate_script.main(args) == 2
+    assert evaluate_command.main(args) == 2
     out, err = capsys.readouterr()
     assert out == "" and err.count("\n") == 1, err
     assert "found splits ['newstest'], languages ['de', 'en']" in err  # .gz is no language
@@ -605,10 +605,10 @@ def test_evaluate_names_what_it_found_and_how_to_name_files(
 
 @pytest.mark.parametrize("split", ["", "../test", "{split}"])
 def test_evaluate_refuses_a_split_that_is_no_file_stem(
-    evaluate_script, tiny_checkpoint, capsys, split
+    evaluate_command, tiny_checkpoint, capsys, split
 ) -> None:
     with pytest.raises(SystemExit) as exit_info:
-        evaluate_script.main(["--checkpoint", str(tiny_checkpoint), "--split", split])
+        evaluate_command.main(["--checkpoint", str(tiny_checkpoint), "--split", split])
     assert exit_info.value.code == 2
     assert "--split" in capsys.readouterr().err
 
