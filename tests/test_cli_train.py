@@ -275,56 +275,6 @@ def test_invalid_model_value_is_a_clear_error(
     assert "divisible" in str(exc.value) or exc.type is SystemExit
 
 
-def _attention_map_logger(cli):
-    from minitx.training import AttentionMapLogger
-
-    (logger,) = [c for c in cli.trainer.callbacks if isinstance(c, AttentionMapLogger)]
-    return logger
-
-
-def test_the_old_names_of_renamed_keys_still_work_with_a_note_printed_once(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
-) -> None:
-    """`model.optim.sdpa_backend` (now `model.sdpa_backend`) and `attention_maps.max_tokens`
-    (now `attention_maps.max_pieces`), on the command line or in a YAML config, set the
-    same thing as the new names; each prints one deprecation note per process."""
-    from minitx.training import deprecation
-
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(deprecation, "_NOTED", set())
-    base = ["--config", "tiny", "--trainer.logger", "false"]
-    old_names = ["--model.optim.sdpa_backend", "math", "--attention_maps.max_tokens", "9"]
-    old = build_cli(base + old_names)
-    new = build_cli(base + ["--model.sdpa_backend", "math", "--attention_maps.max_pieces", "9"])
-    for cli in (old, new):
-        assert cli.model.sdpa_backend == "math" and cli.model.hparams["sdpa_backend"] == "math"
-        assert _attention_map_logger(cli).max_pieces == 9
-    assert old.model.optim == new.model.optim  # the old key leaves nothing behind in optim
-    config = tmp_path / "old.yaml"
-    config.write_text(
-        "model:\n  optim:\n    sdpa_backend: flash\nattention_maps:\n  max_tokens: 11\n"
-    )
-    from_yaml = build_cli(base + ["--config", str(config)])
-    assert from_yaml.model.sdpa_backend == "flash"
-    assert _attention_map_logger(from_yaml).max_pieces == 11
-    err = capsys.readouterr().err
-    assert err.count("note: model.optim.sdpa_backend is deprecated") == 1, err
-    assert err.count("use model.sdpa_backend") == 1
-    assert err.count("note: attention_maps.max_tokens is deprecated") == 1, err
-    assert err.count("use attention_maps.max_pieces") == 1
-
-
-def test_a_renamed_key_set_under_both_names_to_different_values_is_an_error(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.chdir(tmp_path)
-    args = ["--config", "tiny", "--trainer.logger", "false"]
-    with pytest.raises(ValueError, match="set one setting twice"):
-        build_cli(args + ["--model.optim.sdpa_backend", "math", "--model.sdpa_backend", "flash"])
-    with pytest.raises(ValueError, match="set one setting twice"):
-        build_cli(args + ["--attention_maps.max_tokens", "9", "--attention_maps.max_pieces", "12"])
-
-
 # ---------------------------------------------------------------------------- smoke fit
 
 

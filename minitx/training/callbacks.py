@@ -20,15 +20,11 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from minitx.checkpoint import CHECKPOINT_KEY
 from minitx.errors import MinitxError
 from minitx.maps import KINDS, AttentionMaps, attention_entropy, teacher_forced_maps
-from minitx.training.deprecation import renamed_value
 from minitx.training.schedules import BudgetSchedule
 from minitx.viz import figures_for_maps
 from minitx.vocab import PAD_ID
 
 logger = logging.getLogger(__name__)
-
-_DEFAULT_MAX_PIECES = 24
-"""`AttentionMapLogger`'s default `max_pieces`."""
 
 
 class AttentionMapLogger(L.Callback):
@@ -51,8 +47,6 @@ class AttentionMapLogger(L.Callback):
         max_pieces: the longest sentence drawn, in sentencepiece pieces with its eos (the
             source) or bos (the reference): longer validation sentences are passed over, so
             that the panels stay readable.
-        max_tokens: deprecated name of `max_pieces` (`attention_maps.max_tokens`); None = not
-            set. Still accepted, with a note.
     """
 
     def __init__(
@@ -61,8 +55,7 @@ class AttentionMapLogger(L.Callback):
         every_n_epochs: int = 3,
         kinds: tuple[str, ...] = KINDS,
         save_png: bool = True,
-        max_pieces: int = _DEFAULT_MAX_PIECES,
-        max_tokens: int | None = None,
+        max_pieces: int = 24,
     ) -> None:
         super().__init__()
         unknown = set(kinds) - set(KINDS)
@@ -72,13 +65,6 @@ class AttentionMapLogger(L.Callback):
             )
         if num_sentences < 1 or every_n_epochs < 1:
             raise ValueError("AttentionMapLogger: num_sentences and every_n_epochs must be >= 1")
-        max_pieces = renamed_value(
-            "attention_maps.max_tokens",
-            max_tokens,
-            "attention_maps.max_pieces",
-            max_pieces,
-            _DEFAULT_MAX_PIECES,
-        )
         self.num_sentences, self.every_n_epochs = num_sentences, every_n_epochs
         self.kinds, self.save_png, self.max_pieces = tuple(kinds), save_png, max_pieces
         self._pairs: list[tuple[str, str]] | None = None

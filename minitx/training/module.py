@@ -16,7 +16,7 @@ import contextlib
 import logging
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from typing import Any
 
 import lightning as L
@@ -31,7 +31,6 @@ from minitx.decoding import generate
 from minitx.errors import ConfigError, ResumeError, TrainingError
 from minitx.model import PACK_ROWS, Transformer, TransformerConfig
 from minitx.training.config import OptimConfig, ValidationConfig, check_sdpa_backend
-from minitx.training.deprecation import renamed_value
 from minitx.training.schedules import SCHEDULES, make_schedule
 from minitx.vocab import PAD_ID
 
@@ -73,8 +72,7 @@ class TranslationModule(L.LightningModule):
             "math" on a CPU under bf16 autocast, where it is the faster backward for
             Multi30k's lengths (scripts/benchmark.py measures it; the README has the
             figures), else "default". A runtime choice: it changes no result beyond rounding
-            and is not part of the model's config in checkpoints. `model.optim.sdpa_backend`,
-            its old place, still works (deprecated).
+            and is not part of the model's config in checkpoints.
         pack_rows: the feed-forward sub-layers run on the real (non-pad) positions only,
             topped up to a multiple of this many rows (`model.pack_rows`,
             `Transformer.pack_rows`); 0 = on every padded position too. A runtime choice
@@ -95,26 +93,17 @@ class TranslationModule(L.LightningModule):
     ) -> None:
         super().__init__()
         self.model_config: TransformerConfig = _coerce(transformer, TransformerConfig)
-        optim = _coerce(optim, OptimConfig)
-        self.sdpa_backend: str = renamed_value(
-            "model.optim.sdpa_backend",
-            optim.sdpa_backend,
-            "model.sdpa_backend",
-            sdpa_backend,
-            "auto",
-        )
+        self.sdpa_backend = sdpa_backend
         check_sdpa_backend(self.sdpa_backend)
         if pack_rows < 0:
             raise ConfigError(f"model.pack_rows must be >= 0 (0 = no packing), got {pack_rows}")
-        self.optim: OptimConfig = replace(optim, sdpa_backend=None)
+        self.optim: OptimConfig = _coerce(optim, OptimConfig)
         self.validation: ValidationConfig = _coerce(validation, ValidationConfig)
-        optim_hparams = asdict(self.optim)
-        del optim_hparams["sdpa_backend"]  # deprecated: saved as sdpa_backend
         # Plain data only, so that checkpoints load with weights_only=True.
         self.save_hyperparameters(
             {
                 "transformer": self.model_config.to_dict(),
-                "optim": optim_hparams,
+                "optim": asdict(self.optim),
                 "validation": asdict(self.validation),
                 "sdpa_backend": self.sdpa_backend,
                 "pack_rows": pack_rows,
