@@ -205,7 +205,7 @@ def test_resume_last_continues_at_the_saved_step_epoch_and_lr(
     assert steps_per_epoch > 0
     (run_dir,) = run_dirs(tmp_path)
     saved = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)
-    saved_lr = saved["lr_schedulers"][0]["_last_lr"][0]
+    saved_lr = saved["optimizer_states"][0]["param_groups"][0]["lr"]
 
     second = build_cli(common + ["--trainer.max_epochs", "2", "--ckpt_path", "last"])
     record = RecordLr()

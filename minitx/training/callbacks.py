@@ -14,10 +14,9 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import RichProgressBar, Timer
 from lightning.pytorch.loggers import TensorBoardLogger
-from lightning.pytorch.trainer.states import RunningStage, TrainerFn
+from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from minitx.checkpoint import CHECKPOINT_KEY
 from minitx.errors import MinitxError
 from minitx.maps import KINDS, AttentionMaps, attention_entropy, teacher_forced_maps
 from minitx.training.schedules import BudgetSchedule
@@ -285,33 +284,22 @@ class ValidationExamples(L.Callback):
         self._show_pending()  # a validation inside the epoch: after its own line
 
 
-INTERRUPTED_KEY = "interrupted"
-"""Key of the checkpoint's minitx entry that `CheckpointOnInterrupt` sets when it saves during
-a validation of the fit: ``{"stage": "validation", "stopping": bool}`` (``stopping``: the
-validation that ends the run, at ``max_steps`` or ``max_time``). Resuming redoes it."""
-
-
 class CheckpointOnInterrupt(L.Callback):
-    """Save `last.ckpt` when training is interrupted (Ctrl-C, SIGTERM, or an error), and redo
-    an interrupted validation when training resumes from it.
+    """Save `last.ckpt` when training is interrupted (Ctrl-C, SIGTERM, or an error).
 
     In a single process Lightning notices SIGTERM only at the end of an epoch; this callback
     checks after every batch, so a stop request is honoured within one step. (Under DDP,
-    Lightning already checks every batch on all ranks.)
+    Lightning already checks every batch on all ranks.) A SIGTERM that arrives during a
+    validation is therefore acted on after it: the validation, its scores and its
+    checkpoints are complete.
 
-    A validation cut short (Ctrl-C during the final validation, say) is marked in the saved
-    checkpoint (`INTERRUPTED_KEY` in its minitx entry). Lightning would resume after it, as
-    if it had run: no scores for that step, no best checkpoint from it, and a run whose
-    training was done would end at once. Resuming from a marked checkpoint instead sets
-    Lightning's loop state to "validation started, no batch done", so the fit runs that
-    validation again from its first batch, then what followed it (the end-of-epoch hooks:
-    checkpoints, progress line, attention maps) and goes on with training, or ends.
+    A Ctrl-C during a validation saves the training state of that step (no update is lost);
+    the interrupted validation's scores are not recorded. Resuming restores Lightning's own
+    loop state, which runs that validation again from its first batch where Lightning's
+    cadence falls on that step (a validation every N updates, or the end of the epoch or of
+    the run); with a time-based cadence training goes on and the next validation comes at
+    the next interval.
     """
-
-    def __init__(self) -> None:
-        self._saving: dict[str, Any] | None = None  # the mark of the checkpoint being saved
-        self._redo: dict[str, Any] | None = None  # an interrupted validation to run again
-        self._lifted: dict[str, Any] = {}  # trainer settings changed until the redo starts
 
     def on_train_batch_end(self, trainer: L.Trainer, *args: Any, **kwargs: Any) -> None:
         if trainer.received_sigterm and trainer.world_size == 1:
@@ -330,14 +318,7 @@ class CheckpointOnInterrupt(L.Callback):
             )
             return
         path = Path(callback.dirpath) / "last.ckpt"
-        fitting = trainer.state.fn == TrainerFn.FITTING
-        validating = fitting and trainer.state.stage == RunningStage.VALIDATING
-        if validating:
-            self._saving = {"stage": "validation", "stopping": bool(trainer.should_stop)}
-        try:
-            trainer.save_checkpoint(path, weights_only=False)  # the full state, to resume from
-        finally:
-            self._saving = None
+        trainer.save_checkpoint(path, weights_only=False)  # the full state, to resume from
         if isinstance(exception, MinitxError):  # e.g. divergence: resuming would repeat it
             logger.warning("training stopped: saved %s (the weights before this step)", path)
             return
@@ -347,111 +328,28 @@ class CheckpointOnInterrupt(L.Callback):
             path,
         )
 
-    def on_save_checkpoint(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]
-    ) -> None:
-        if self._saving is not None:
-            checkpoint.setdefault(CHECKPOINT_KEY, {})[INTERRUPTED_KEY] = dict(self._saving)
 
-    def on_load_checkpoint(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]
-    ) -> None:
-        """Called before Lightning restores its loops from `checkpoint`: a marked validation
-        becomes one that Lightning resumes at its first batch."""
-        self._redo = None
-        mark = (checkpoint.get(CHECKPOINT_KEY) or {}).get(INTERRUPTED_KEY)
-        fit_loop = (checkpoint.get("loops") or {}).get("fit_loop") or {}
-        validation = fit_loop.get("epoch_loop.val_loop.batch_progress")
-        if not isinstance(mark, dict) or mark.get("stage") != "validation" or not validation:
-            return
-        step = int(checkpoint.get("global_step", 0))
-        stopping = bool(mark.get("stopping"))
-        if stopping and not _stop_still_applies(trainer, checkpoint, step):
-            return  # a longer plan now: training goes on and validates where that plan says
-        _restart_evaluation(validation)
-        self._redo = {"step": step, "stopping": stopping}
-        logger.info("resuming: the validation interrupted at step %d runs again", step)
+class ValidateAtEnd(L.Callback):
+    """Validate the final weights of a run whose end is not a validation point of its own.
 
-    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if self._redo is None:
-            return
-        # The fit loop would end before it reaches the validation when max_steps is reached,
-        # or max_time spent (Lightning's `Timer` requests the stop when the fit starts): one
-        # step more, and no stop before it, until the validation starts.
-        loop, step = trainer.fit_loop.epoch_loop, self._redo["step"]
-        if 0 <= loop.max_steps <= step:
-            self._lifted["max_steps"], loop.max_steps = loop.max_steps, step + 1
-        if self._redo["stopping"]:
-            self._lifted["min_steps"], loop.min_steps = loop.min_steps, step + 1
-
-    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if self._redo is None or not self._redo["stopping"]:
-            return
-        # The validation that ended the run came inside an epoch, where Lightning validates
-        # only on request (`trainer.should_stop`, which would also end the resumed loop before
-        # it validates): here, the batch it came after is made a validation batch instead.
-        loop = trainer.fit_loop.epoch_loop
-        every_epoch = trainer.check_val_every_n_epoch is not None
-        done = (loop.batch_idx if every_epoch else loop.total_batch_idx) + 1
-        self._lifted["val_check_batch"] = trainer.val_check_batch
-        trainer.val_check_batch = done
-
-    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if self._redo is None or trainer.sanity_checking:
-            return
-        total = trainer.fit_loop.epoch_loop.val_loop.batch_progress.total
-        total.ready = total.started = total.completed  # the batch marked started: not done
-        loop = trainer.fit_loop.epoch_loop
-        for name, value in self._lifted.items():
-            setattr(trainer if name == "val_check_batch" else loop, name, value)
-        self._lifted = {}
-        if self._redo["stopping"]:
-            trainer.should_stop = True  # as when it first ran: the validation ending the run
-        self._redo = None
-
-
-def _restart_evaluation(progress: dict[str, Any]) -> None:
-    """Set a saved evaluation loop's batch progress to "started, no batch processed", which
-    Lightning resumes by running the evaluation from its first batch (the batches done before
-    the interruption are done again: their metrics were not saved)."""
-    total, current = progress["total"], progress["current"]
-    before = total["completed"] - current["completed"]  # of earlier validations this epoch
-    total.update(ready=before + 1, started=before + 1, processed=before, completed=before)
-    current.update(ready=1, started=1, processed=0, completed=0)
-    progress["is_last_batch"] = False
-
-
-def _stop_still_applies(trainer: L.Trainer, checkpoint: dict[str, Any], step: int) -> bool:
-    """Whether the run saved at `step` is still at its end under this run's settings: its
-    ``max_steps`` reached, or its ``max_time`` spent (the checkpoint's `Timer` clock)."""
-    if 0 <= trainer.max_steps <= step:
-        return True
-    timer = _max_time_timer(trainer)
-    if timer is None:
-        return False
-    saved = (checkpoint.get("callbacks") or {}).get(timer.state_key) or {}
-    elapsed = (saved.get("time_elapsed") or {}).get(RunningStage.TRAINING.value, 0.0)
-    remaining = timer.time_remaining(RunningStage.TRAINING)  # its whole budget: not started
-    return remaining is not None and elapsed >= remaining
-
-
-class ValidateAtMaxSteps(L.Callback):
-    """Validate the final weights when ``trainer.max_steps`` ends a run inside an epoch.
-
-    Lightning validates at the end of each epoch (or every ``val_check_interval``); a run that
-    reaches ``max_steps`` in the middle of an epoch ends without validating, so its last
-    updates (with a schedule that decays to zero, the best weights of the run) are never
-    scored, and neither the best checkpoint nor the test after training can pick them.
-    This callback requests the stop at that step through ``trainer.should_stop``, as
-    Lightning's `Timer` does for ``max_time``; the training loop then validates before it
-    ends, exactly as after a ``max_time`` stop.
+    Lightning validates at the end of each epoch, every ``val_check_interval`` or when a stop
+    is requested; a run that reaches ``max_steps`` in the middle of an epoch, or whose last
+    epoch ends between two validations of a cadence that counts across epochs
+    (``check_val_every_n_epoch: null``, as `validation_cadence` sets), would end without
+    validating, so its last updates (with a schedule that decays to zero, the best weights
+    of the run) would never be scored, and neither the best checkpoint nor the test after
+    training could pick them. This callback requests the stop at that step through
+    ``trainer.should_stop``, as Lightning's `Timer` does for ``max_time``; the training loop
+    then validates before it ends, exactly as after a ``max_time`` stop.
     """
 
     def on_train_batch_end(self, trainer: L.Trainer, *args: Any, **kwargs: Any) -> None:
-        max_steps = trainer.max_steps
-        if max_steps < 0 or trainer.global_step < max_steps:
-            return
-        if not trainer.fit_loop.epoch_loop.batch_progress.is_last_batch:  # else: epoch end
+        epoch_end = trainer.fit_loop.epoch_loop.batch_progress.is_last_batch
+        if epoch_end and trainer.check_val_every_n_epoch is not None:
+            return  # Lightning validates at the end of the epoch itself
+        max_epochs = trainer.max_epochs
+        last_epoch = max_epochs is not None and 0 < max_epochs <= trainer.current_epoch + 1
+        if 0 <= trainer.max_steps <= trainer.global_step or (epoch_end and last_epoch):
             trainer.should_stop = True
 
 
@@ -614,105 +512,3 @@ class BudgetClock(L.Callback):
         first, step = schedules[0], trainer.global_step
         progress = first.budget_progress(step) if step >= first.warmup_steps else 0.0
         pl_module.log("train/budget", progress, on_step=True, on_epoch=False)
-
-
-def run_progress(trainer: L.Trainer, planned_steps: float) -> float:
-    """The run's progress through its budget, 0 to 1: the larger of the updates done over
-    `planned_steps` (the step plan) and the training time used over ``trainer.max_time``."""
-    by_steps = trainer.global_step / planned_steps if math.isfinite(planned_steps) else 0.0
-    elapsed, remaining = train_time_elapsed(trainer), train_time_remaining(trainer)
-    by_time = 0.0
-    if elapsed is not None and remaining is not None and elapsed + remaining > 0:
-        by_time = elapsed / (elapsed + remaining)
-    return min(1.0, max(by_steps, by_time))
-
-
-class ValidationCadence(L.Callback):
-    """Validate each time the run passes another 1/N of its budget (N =
-    ``model.validation.validations_per_run``), and where it ends, instead of once per epoch.
-
-    Progress is `run_progress`: the step plan or ``trainer.max_time``, whichever is further
-    along. So a 20-minute run validates about every two minutes whether the machine makes
-    3,000 updates in it or 30,000, and best-checkpoint selection sees as many candidates in
-    a short run as in a long one, on a corpus of 29k sentences or of millions (where one
-    epoch may be the whole run).
-
-    Lightning decides when to validate in its training loop (``val_check_interval``,
-    ``check_val_every_n_epoch``, in batches or time fixed in advance); this callback replaces
-    that decision for the run, and makes every `ModelCheckpoint` that was left to choose save
-    after each validation rather than at the end of the epoch. Lightning's cadence applies
-    instead with ``validations_per_run`` 0, in a ``fast_dev_run``, where the run sets
-    ``trainer.val_check_interval`` or ``trainer.check_val_every_n_epoch`` itself, where it
-    has no validation (``limit_val_batches`` 0), and where it has neither a finite plan nor
-    ``trainer.max_time`` (no budget to divide).
-    """
-
-    def __init__(self) -> None:
-        self.per_run = 0
-        self.planned_steps = math.inf
-        self.next_boundary = 1  # validate when progress reaches next_boundary / per_run
-        self.validated_step = -1  # the update after which the run last validated
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"validated_step": self.validated_step}
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.validated_step = int(state_dict.get("validated_step", -1))
-
-    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        validation = getattr(pl_module, "validation", None)
-        self.per_run = getattr(validation, "validations_per_run", 0)
-        if not self.per_run or trainer.fast_dev_run:
-            self.per_run = 0
-            return
-        interval = trainer.val_check_interval  # 1.0 (a float) unless the run set it
-        lightning_cadence = not (isinstance(interval, float) and interval == 1.0)
-        if lightning_cadence or trainer.check_val_every_n_epoch != 1:
-            self.per_run = 0  # the run set Lightning's cadence itself: that one applies
-            return
-        if not trainer.enable_validation:  # no validation data, limit_val_batches 0
-            self.per_run = 0  # Lightning then saves checkpoints at each epoch's end
-            return
-        self.planned_steps = float(trainer.estimated_stepping_batches)
-        if not math.isfinite(self.planned_steps) and train_time_remaining(trainer) is None:
-            self.per_run = 0  # no plan and no clock: no budget to divide; validate every epoch
-            return
-        progress = run_progress(trainer, self.planned_steps)  # > 0 in a resumed run
-        self.next_boundary = self._boundary_after(progress)
-        for callback in trainer.checkpoint_callbacks:  # save after validation, not epoch end
-            if getattr(callback, "_save_on_train_epoch_end", False) is None:
-                callback._save_on_train_epoch_end = False
-        loop = trainer.fit_loop.epoch_loop
-        loop._should_check_val_fx = lambda data_fetcher: self.should_validate(trainer)
-
-    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        trainer.fit_loop.epoch_loop.__dict__.pop("_should_check_val_fx", None)
-
-    def _boundary_after(self, progress: float) -> int:
-        """The next boundary (in 1/N of the budget) once `progress` has been reached; the same
-        rounding tolerance as the due test, so a resume does not validate a boundary again."""
-        return math.floor(progress * self.per_run + 1e-9) + 1
-
-    def should_validate(self, trainer: L.Trainer) -> bool:
-        """Whether to validate after the update just made: a new 1/N of the budget passed,
-        the run is stopping (``max_steps``, ``max_time``, Ctrl-C) or its last epoch ended."""
-        loop = trainer.fit_loop.epoch_loop
-        if not loop._should_check_val_epoch():  # no validation data, limit_val_batches 0
-            return False
-        if loop.restarting and trainer.global_step == self.validated_step:
-            # Resumed from a checkpoint saved during or after this step's validation: Lightning
-            # asks so that it does not train the step again (and ends an interrupted validation).
-            return True
-        # Rank 0's clock decides for every process: under DDP they validate together.
-        progress = trainer.strategy.broadcast(run_progress(trainer, self.planned_steps))
-        due = progress * self.per_run >= self.next_boundary - 1e-9
-        if due:
-            self.next_boundary = self._boundary_after(progress)
-        last_epoch = trainer.max_epochs is not None and trainer.max_epochs > 0
-        last_epoch = last_epoch and trainer.current_epoch + 1 >= trainer.max_epochs
-        ending = last_epoch and loop.batch_progress.is_last_batch
-        stopping = trainer.should_stop and trainer.fit_loop._can_stop_early
-        if due or ending or stopping:
-            self.validated_step = trainer.global_step  # saved with the checkpoints it makes
-            return True
-        return False
