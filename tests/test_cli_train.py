@@ -477,29 +477,41 @@ def test_a_run_ended_by_max_steps_inside_an_epoch_prints_its_last_step_once(
 
 
 @pytest.mark.parametrize(
-    ("max_steps", "global_step", "last_batch", "stops"),
+    ("max_steps", "global_step", "last_batch", "every_n_epochs", "max_epochs", "stops"),
     [
-        (30, 30, False, True),  # the plan ends inside an epoch: stop here, validating first
-        (30, 30, True, False),  # it ends with the epoch: the epoch's own validation follows
-        (30, 29, False, False),  # not yet
-        (-1, 30, False, False),  # no step budget
+        (30, 30, False, 1, None, True),  # the plan ends inside an epoch: stop, validating first
+        (30, 30, True, 1, None, False),  # it ends with the epoch: the epoch's own validation
+        (30, 30, True, None, None, True),  # ... unless the cadence counts across epochs
+        (30, 29, False, 1, None, False),  # not yet
+        (-1, 30, False, 1, None, False),  # no step budget
+        (-1, 30, True, None, 2, True),  # the last epoch ends between two validations
+        (-1, 30, True, None, 3, False),  # an epoch that is not the last one
+        (-1, 30, True, 1, 2, False),  # the last epoch validates at its end by itself
     ],
 )
-def test_validate_at_max_steps_requests_the_stop_only_inside_an_epoch(
-    max_steps: int, global_step: int, last_batch: bool, stops: bool
+def test_validate_at_end_requests_the_stop_where_the_cadence_would_not_validate(
+    max_steps: int,
+    global_step: int,
+    last_batch: bool,
+    every_n_epochs: int | None,
+    max_epochs: int | None,
+    stops: bool,
 ) -> None:
     from types import SimpleNamespace
 
-    from minitx.training import ValidateAtMaxSteps
+    from minitx.training import ValidateAtEnd
 
     batch_progress = SimpleNamespace(is_last_batch=last_batch)
     trainer = SimpleNamespace(
         max_steps=max_steps,
+        max_epochs=max_epochs,
+        current_epoch=1,
+        check_val_every_n_epoch=every_n_epochs,
         global_step=global_step,
         should_stop=False,
         fit_loop=SimpleNamespace(epoch_loop=SimpleNamespace(batch_progress=batch_progress)),
     )
-    ValidateAtMaxSteps().on_train_batch_end(trainer, None, None, None, 0)
+    ValidateAtEnd().on_train_batch_end(trainer, None, None, None, 0)
     assert trainer.should_stop is stops
 
 

@@ -10,6 +10,7 @@ the cadence does not end on them.
 
 from __future__ import annotations
 
+import math
 from datetime import timedelta
 from typing import Any
 
@@ -38,10 +39,12 @@ def validation_cadence(
       ``max_time / per_run`` of wall-clock training time, counted by Lightning from the end
       of the previous validation (so the validations themselves stretch the intervals a
       little); the run's last validation is where it ends.
-    - else ``max_steps`` set: every ``max_steps // per_run`` updates, across epochs
-      (Lightning counts batches: that many times `accumulate_grad_batches`).
+    - else ``max_steps`` set: every ``ceil(max_steps / per_run)`` updates, across epochs
+      (Lightning counts batches: that many times `accumulate_grad_batches`), the last
+      validation where ``max_steps`` ends the run.
     - else ``max_epochs`` set: every k epochs, k the largest divisor of ``max_epochs`` not
-      above ``max_epochs / per_run`` (so the last epoch validates; at least every epoch).
+      above ``max_epochs / per_run`` (so the last epoch validates), at least every epoch:
+      a run of fewer epochs than `per_run` validates once per epoch.
     - else (nothing bounds the run, or `per_run` is 0): no arguments, Lightning's cadence.
     """
     if per_run <= 0:
@@ -50,7 +53,7 @@ def validation_cadence(
         interval = duration(max_time) / per_run
         return {"val_check_interval": interval, "check_val_every_n_epoch": None}
     if max_steps > 0:
-        batches = max(1, max_steps // per_run) * accumulate_grad_batches
+        batches = math.ceil(max_steps / per_run) * accumulate_grad_batches
         return {"val_check_interval": batches, "check_val_every_n_epoch": None}
     if max_epochs is not None and max_epochs > 0:
         most = max(1, max_epochs // per_run)

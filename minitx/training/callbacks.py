@@ -1,11 +1,14 @@
-"""Lightning callbacks of minitx: attention maps, token throughput, saving on interrupt,
-a validation at the last step, validations at fixed fractions of the budget, progress (bar
-or plain lines), example translations and the budget schedule's clock."""
+"""Lightning callbacks of minitx: attention maps, token throughput, stopping and saving on
+Ctrl-C / SIGTERM, a validation of the final weights, progress (bar or plain lines), example
+translations and the budget schedule's clock."""
 
 from __future__ import annotations
 
 import logging
 import math
+import signal
+import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -285,29 +288,62 @@ class ValidationExamples(L.Callback):
 
 
 class CheckpointOnInterrupt(L.Callback):
-    """Save `last.ckpt` when training is interrupted (Ctrl-C, SIGTERM, or an error).
+    """Stop between two steps on Ctrl-C or SIGTERM, saving `last.ckpt` (also on an error).
 
     In a single process Lightning notices SIGTERM only at the end of an epoch; this callback
-    checks after every batch, so a stop request is honoured within one step. (Under DDP,
-    Lightning already checks every batch on all ranks.) A SIGTERM that arrives during a
-    validation is therefore acted on after it: the validation, its scores and its
-    checkpoints are complete.
-
-    A Ctrl-C during a validation saves the training state of that step (no update is lost);
-    the interrupted validation's scores are not recorded. Resuming restores Lightning's own
-    loop state, which runs that validation again from its first batch where Lightning's
-    cadence falls on that step (a validation every N updates, or the end of the epoch or of
-    the run); with a time-based cadence training goes on and the next validation comes at
-    the next interval.
+    checks after every batch, so a stop request is honoured within one step. Ctrl-C is
+    treated alike: the first one is noted and acted on after the current step, or after the
+    current validation when it comes during one, so that a validation is never cut short
+    (its scores and its checkpoints are complete, and a resume need not redo it). A second
+    Ctrl-C stops at once, as Python's default does: a validation it cuts short is not redone
+    by the resume (its scores are missing; ``minitx-evaluate`` can score ``last.ckpt``).
+    Under DDP Lightning already checks SIGTERM every batch on all ranks, and Ctrl-C keeps
+    Python's default (ranks that stopped at different steps would wait on each other).
     """
 
-    def on_train_batch_end(self, trainer: L.Trainer, *args: Any, **kwargs: Any) -> None:
+    def __init__(self) -> None:
+        self._sigint_seen = False
+        self._default_sigint: Any = None  # the handler to put back after the fit
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._sigint_seen = False
+        main_thread = threading.current_thread() is threading.main_thread()
+        if trainer.world_size == 1 and main_thread:  # signal handlers: main thread only
+            self._default_sigint = signal.signal(signal.SIGINT, self._note_sigint)
+
+    def _note_sigint(self, signum: int, frame: Any) -> None:
+        if self._sigint_seen:  # the second one: stop now
+            raise KeyboardInterrupt
+        self._sigint_seen = True
+        print(
+            "\nCtrl-C: stopping after this step or validation (Ctrl-C again stops at once)",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    def _restore_sigint(self) -> None:
+        if self._default_sigint is not None:
+            signal.signal(signal.SIGINT, self._default_sigint)
+            self._default_sigint = None
+
+    def on_train_batch_start(self, trainer: L.Trainer, *args: Any, **kwargs: Any) -> None:
+        """Stop before the next update: the last one is complete, logged included."""
         if trainer.received_sigterm and trainer.world_size == 1:
             raise SIGTERMException
+        if self._sigint_seen:
+            raise KeyboardInterrupt  # Lightning's Ctrl-C path: on_exception, then exit
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self._sigint_seen:  # during the final validation: the run is saved, the test not run
+            raise KeyboardInterrupt
+
+    def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        self._restore_sigint()
 
     def on_exception(
         self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
     ) -> None:
+        self._restore_sigint()
         callback = trainer.checkpoint_callback
         if callback is None or callback.dirpath is None or trainer.global_step == 0:
             return
@@ -386,11 +422,11 @@ class PlainProgress(L.Callback):
     (loss, perplexity, BLEU, chrF when computed), target tokens/s (from `TokenThroughput`),
     the time so far and an estimate of the time left (the pace of the steps done so far, over
     the steps that ``max_epochs`` or ``max_steps`` leave, capped by ``max_time``; "unbounded"
-    when nothing bounds the run, "unknown" in a resumed run before its first step, e.g. after
-    a validation redone on resume). A validation inside an epoch (`ValidationCadence`,
-    ``trainer.val_check_interval``) gets a line too, marked "validation", and the epoch's own
-    line is left out when it would repeat that step (a run that ``max_steps`` ends inside an
-    epoch validates, `ValidateAtMaxSteps`, then ends the epoch).
+    when nothing bounds the run, "unknown" in a resumed run before its first step). A
+    validation inside an epoch (``trainer.val_check_interval``, which `validation_cadence`
+    sets) gets a line too, marked "validation", and the epoch's own line is left out when it
+    would repeat that step (a run that ``max_steps`` ends inside an epoch validates,
+    `ValidateAtEnd`, then ends the epoch).
     An unset bound (-1) is left out, and so is a ``max_steps`` that ``max_epochs`` reaches
     first: ``epoch 3 | step 250/300``, ``epoch 2/2 | step 46``.
     """

@@ -119,10 +119,11 @@ class ValidationConfig:
     """What validation measures besides the loss.
 
     Attributes:
-        validations_per_run: validate each time the run passes another 1/N of its budget
-            (its step plan or ``trainer.max_time``, whichever is further along) and where it
-            ends: about N validations whatever the machine's speed or the corpus size
-            (`minitx.training.callbacks.ValidationCadence`). 0 = Lightning's cadence,
+        validations_per_run: about N validations spread over the run's budget, whatever the
+            machine's speed or the corpus size, and one where it ends: every
+            ``trainer.max_time / N`` of training, else every ``max_steps / N`` updates, else
+            every ``max_epochs / N`` epochs (at least every epoch)
+            (`minitx.training.cadence.validation_cadence`). 0 = Lightning's cadence,
             ``trainer.check_val_every_n_epoch`` / ``trainer.val_check_interval``, which
             also applies where the run sets either of those two itself.
         bleu_every_n_epochs: translate the validation set and compute BLEU/chrF every N epochs
