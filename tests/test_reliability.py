@@ -450,7 +450,7 @@ def test_a_ctrl_c_during_the_final_validation_stops_after_it(
     with pytest.raises(SystemExit) as exit_info:
         main(args)
     assert exit_info.value.code == 130
-    assert "Ctrl-C: stopping after this step or validation" in capsys.readouterr().err
+    assert "Ctrl-C: stopping after this update or validation" in capsys.readouterr().err
     (run_dir,) = run_dirs(tmp_path)
     final = [r for r in metrics(run_dir) if r.get("val/bleu") and int(r["step"]) == step - 1]
     assert len(final) == 1  # the validation ran to its end, logged at its step, once

@@ -30,6 +30,7 @@ import itertools
 import logging
 import math
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -578,7 +579,9 @@ def _train_and_test(args: list[str] | None) -> MinitxCLI:
             warnings.filterwarnings("ignore", message=r"Checkpoint directory .* is not empty")
             trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=cli.resume_path)
     except SIGTERMException:  # a bare SystemExit: it would end the process with status 0
-        raise SystemExit(EXIT_SIGTERM) from None
+        stops = [c.stop_signal for c in trainer.callbacks if isinstance(c, CheckpointOnInterrupt)]
+        ctrl_c = signal.SIGINT in stops  # a Ctrl-C that Lightning handled as a SIGTERM
+        raise SystemExit(EXIT_SIGINT if ctrl_c else EXIT_SIGTERM) from None
     except SystemExit as exc:  # Lightning ends a Ctrl-C interrupted fit with sys.exit(1)
         if trainer.interrupted and exc.code == 1:
             raise SystemExit(EXIT_SIGINT) from None

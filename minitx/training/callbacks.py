@@ -288,62 +288,89 @@ class ValidationExamples(L.Callback):
 
 
 class CheckpointOnInterrupt(L.Callback):
-    """Stop between two steps on Ctrl-C or SIGTERM, saving `last.ckpt` (also on an error).
+    """Stop between two updates on Ctrl-C or SIGTERM, not inside a validation; save
+    `last.ckpt` (also on an error).
 
-    In a single process Lightning notices SIGTERM only at the end of an epoch; this callback
-    checks after every batch, so a stop request is honoured within one step. Ctrl-C is
-    treated alike: the first one is noted and acted on after the current step, or after the
-    current validation when it comes during one, so that a validation is never cut short
-    (its scores and its checkpoints are complete, and a resume need not redo it). A second
-    Ctrl-C stops at once, as Python's default does: a validation it cuts short is not redone
-    by the resume (its scores are missing; ``minitx-evaluate`` can score ``last.ckpt``).
-    Under DDP Lightning already checks SIGTERM every batch on all ranks, and Ctrl-C keeps
-    Python's default (ranks that stopped at different steps would wait on each other).
+    The first Ctrl-C or SIGTERM is noted, and handed to Lightning's own SIGTERM handling once
+    the current update is done, or the current validation when it comes during one: Lightning
+    then stops after logging that update (raising `SIGTERMException`), so the history, the
+    validation's scores and its checkpoints are complete and a resume redoes nothing
+    (Lightning alone would cut a validation short on SIGTERM, and Python on Ctrl-C). A signal
+    during an update that a validation inside the epoch follows reaches Lightning before that
+    validation, which Lightning then ends after its first batch. During the run's final
+    update or validation the fit ends as planned, then stops before the test after training.
+    A second signal stops at once: a validation it cuts short is not redone by the resume
+    (its scores are missing; ``minitx-evaluate`` can score ``last.ckpt``). `stop_signal`
+    tells ``minitx-train`` which signal it was (exit status 130 or 143). Under DDP,
+    Lightning's own handling applies (it checks SIGTERM on every rank after each batch).
     """
 
     def __init__(self) -> None:
-        self._sigint_seen = False
-        self._default_sigint: Any = None  # the handler to put back after the fit
+        self.stop_signal: int | None = None  # the first Ctrl-C (SIGINT) or SIGTERM of the fit
+        self._handed_over = False
+        self._previous: dict[int, Any] = {}  # the handlers to put back after the fit
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._sigint_seen = False
+        self.stop_signal, self._handed_over = None, False
         main_thread = threading.current_thread() is threading.main_thread()
         if trainer.world_size == 1 and main_thread:  # signal handlers: main thread only
-            self._default_sigint = signal.signal(signal.SIGINT, self._note_sigint)
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                self._previous[signum] = signal.signal(signum, self._note_signal)
 
-    def _note_sigint(self, signum: int, frame: Any) -> None:
-        if self._sigint_seen:  # the second one: stop now
-            raise KeyboardInterrupt
-        self._sigint_seen = True
+    def _note_signal(self, signum: int, frame: Any) -> None:
+        if self.stop_signal is not None:  # the second one: stop now
+            raise KeyboardInterrupt if signum == signal.SIGINT else SIGTERMException
+        self.stop_signal = signum
+        what = "Ctrl-C" if signum == signal.SIGINT else "SIGTERM"
         print(
-            "\nCtrl-C: stopping after this step or validation (Ctrl-C again stops at once)",
+            f"\n{what}: stopping after this update or validation (Ctrl-C again stops at once)",
             file=sys.stderr,
             flush=True,
         )
 
-    def _restore_sigint(self) -> None:
-        if self._default_sigint is not None:
-            signal.signal(signal.SIGINT, self._default_sigint)
-            self._default_sigint = None
-
-    def on_train_batch_start(self, trainer: L.Trainer, *args: Any, **kwargs: Any) -> None:
-        """Stop before the next update: the last one is complete, logged included."""
-        if trainer.received_sigterm and trainer.world_size == 1:
+    def _hand_over(self) -> None:
+        """Pass a noted signal to Lightning's SIGTERM handler, which stops the fit at its next
+        check (after the current update's logging, or at the end of the epoch loop)."""
+        if self.stop_signal is None or self._handed_over:
+            return
+        self._handed_over = True
+        lightning_handler = self._previous.get(signal.SIGTERM)
+        self._restore_handlers()  # a further signal: Python's and Lightning's own handling
+        if not callable(lightning_handler):  # Lightning installed none: stop here
             raise SIGTERMException
-        if self._sigint_seen:
-            raise KeyboardInterrupt  # Lightning's Ctrl-C path: on_exception, then exit
+        lightning_handler(signal.SIGTERM, None)
+
+    def _restore_handlers(self) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        self._previous = {}
+
+    def on_train_batch_end(self, trainer: L.Trainer, *args: Any, **kwargs: Any) -> None:
+        # Not at an epoch's end, where a validation may follow (handed over after it, or after
+        # the next epoch's first update), nor at the run's end (on_train_end stops then).
+        epoch_end = trainer.fit_loop.epoch_loop.batch_progress.is_last_batch
+        if not epoch_end and not _run_ends_here(trainer):
+            self._hand_over()
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        fitting = trainer.state.fn == TrainerFn.FITTING and not trainer.sanity_checking
+        if fitting and not _run_ends_here(trainer):
+            self._hand_over()
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if self._sigint_seen:  # during the final validation: the run is saved, the test not run
-            raise KeyboardInterrupt
+        """A signal during the run's final update or validation: the run is complete and
+        saved; stop now, before the test after training."""
+        if self.stop_signal is not None and not self._handed_over:
+            self._restore_handlers()
+            raise KeyboardInterrupt if self.stop_signal == signal.SIGINT else SIGTERMException
 
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        self._restore_sigint()
+        self._restore_handlers()
 
     def on_exception(
         self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
     ) -> None:
-        self._restore_sigint()
+        self._restore_handlers()
         callback = trainer.checkpoint_callback
         if callback is None or callback.dirpath is None or trainer.global_step == 0:
             return
@@ -358,10 +385,11 @@ class CheckpointOnInterrupt(L.Callback):
         if isinstance(exception, MinitxError):  # e.g. divergence: resuming would repeat it
             logger.warning("training stopped: saved %s (the weights before this step)", path)
             return
+        reason = type(exception).__name__
+        if self.stop_signal == signal.SIGINT:
+            reason = KeyboardInterrupt.__name__  # handed to Lightning as a SIGTERM
         logger.warning(
-            "training interrupted (%s): saved %s; resume with --ckpt_path last",
-            type(exception).__name__,
-            path,
+            "training interrupted (%s): saved %s; resume with --ckpt_path last", reason, path
         )
 
 
@@ -387,6 +415,16 @@ class ValidateAtEnd(L.Callback):
         last_epoch = max_epochs is not None and 0 < max_epochs <= trainer.current_epoch + 1
         if 0 <= trainer.max_steps <= trainer.global_step or (epoch_end and last_epoch):
             trainer.should_stop = True
+
+
+def _run_ends_here(trainer: L.Trainer) -> bool:
+    """Whether the fit ends after the current step (a stop requested, ``max_steps`` reached, or
+    the last batch of the last epoch)."""
+    max_epochs = trainer.max_epochs
+    last_epoch = max_epochs is not None and 0 < max_epochs <= trainer.current_epoch + 1
+    last_batch = trainer.fit_loop.epoch_loop.batch_progress.is_last_batch
+    max_steps_reached = 0 <= trainer.max_steps <= trainer.global_step
+    return trainer.should_stop or max_steps_reached or (last_epoch and last_batch)
 
 
 def train_time_remaining(trainer: L.Trainer) -> float | None:
