@@ -507,6 +507,7 @@ def test_validate_at_end_requests_the_stop_where_the_cadence_would_not_validate(
         max_epochs=max_epochs,
         current_epoch=1,
         check_val_every_n_epoch=every_n_epochs,
+        val_check_interval=1.0,
         global_step=global_step,
         should_stop=False,
         fit_loop=SimpleNamespace(epoch_loop=SimpleNamespace(batch_progress=batch_progress)),
@@ -668,7 +669,8 @@ def test_ddp_two_cpu_processes(tmp_path: Path) -> None:
         "--trainer.strategy", "ddp", "--trainer.devices", "2", "--trainer.accelerator", "cpu",
         "--trainer.max_epochs", "1", "--trainer.enable_progress_bar", "false", "--test", "false",
         "--verbose",  # Lightning's INFO lines: they say which backend it initialised
-        # The clock (rank 0's) sets the rate and the validations of both processes.
+        # The clock (rank 0's) sets the rate of both processes; under DDP the validations
+        # come at thirds of the one epoch, not by the clock.
         "--model.optim.schedule", "budget", "--model.optim.warmup_steps", "5",
         "--trainer.max_time", "00:00:10:00", "--model.validation.validations_per_run", "3",
     ]  # fmt: skip

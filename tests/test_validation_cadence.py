@@ -26,7 +26,7 @@ from minitx.training.cadence import validation_cadence
         (10, 600, -1, None, 2, (120, None)),  # Lightning counts batches
         (10, -1, 50, None, 1, (None, 5)),  # epochs alone
         (4, -1, 10, None, 1, (None, 2)),  # 2.5 epochs apart: every 2, a divisor of 10
-        (10, -1, 3, None, 1, (None, 1)),  # fewer epochs than validations: every epoch
+        (10, -1, 3, None, 1, (1 / 3, 1)),  # fewer epochs than validations: thirds of each
         (0, 600, -1, None, 1, ()),  # 0: Lightning's cadence
         (10, -1, -1, None, 1, ()),  # nothing bounds the run
     ],
@@ -41,6 +41,8 @@ def test_the_cadence_divides_the_budget_that_bounds_the_run(
     interval, every = expected
     if interval is None:
         assert settings == {"check_val_every_n_epoch": every}
+    elif every == 1:
+        assert settings == {"val_check_interval": interval}
     else:
         assert settings == {"val_check_interval": interval, "check_val_every_n_epoch": None}
 
@@ -53,6 +55,16 @@ def validation_steps(run_dir: Path) -> list[int]:
     """
     rows = csv.DictReader((run_dir / "csv" / "metrics.csv").open())
     return [int(r["step"]) + 1 for r in rows if r.get("val/loss")]
+
+
+def test_under_ddp_the_clock_does_not_decide() -> None:
+    """Each DDP process would read its own clock: a max_time run of several processes
+    validates by its step plan (or its epochs) instead."""
+    settings = validation_cadence(10, 15000, -1, "00:00:20:00", one_process=False)
+    assert settings == {"val_check_interval": 1500, "check_val_every_n_epoch": None}
+    assert validation_cadence(3, -1, 1, "00:00:10:00", one_process=False) == {
+        "val_check_interval": 1 / 3
+    }
 
 
 def test_an_epoch_bound_run_validates_at_each_quarter_and_keeps_the_best_of_them(

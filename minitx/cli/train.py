@@ -495,7 +495,16 @@ class MinitxCLI(LightningCLI):
             max_epochs,
             trainer_config.get("max_time"),
             trainer_config.get("accumulate_grad_batches", 1),
+            one_process=_one_process(trainer_config),
         )
+
+
+def _one_process(trainer_config: Any) -> bool:
+    """Whether the trainer settings ask for exactly one training process (one device, one
+    node); ``devices: auto`` may mean several."""
+    devices = trainer_config.get("devices", "auto")
+    one_device = devices in (1, "1") or (isinstance(devices, (list, tuple)) and len(devices) == 1)
+    return one_device and (trainer_config.get("num_nodes") or 1) == 1
 
 
 def build_cli(args: list[str] | None = None) -> MinitxCLI:

@@ -398,9 +398,10 @@ class ValidateAtEnd(L.Callback):
 
     Lightning validates at the end of each epoch, every ``val_check_interval`` or when a stop
     is requested; a run that reaches ``max_steps`` in the middle of an epoch, or whose last
-    epoch ends between two validations of a cadence that counts across epochs
-    (``check_val_every_n_epoch: null``, as `validation_cadence` sets), would end without
-    validating, so its last updates (with a schedule that decays to zero, the best weights
+    epoch ends between two validations (a cadence across epochs,
+    ``check_val_every_n_epoch: null``, or a ``val_check_interval`` that is a fraction of an
+    epoch, as `validation_cadence` sets them), would end without validating, so its last
+    updates (with a schedule that decays to zero, the best weights
     of the run) would never be scored, and neither the best checkpoint nor the test after
     training could pick them. This callback requests the stop at that step through
     ``trainer.should_stop``, as Lightning's `Timer` does for ``max_time``; the training loop
@@ -409,7 +410,8 @@ class ValidateAtEnd(L.Callback):
 
     def on_train_batch_end(self, trainer: L.Trainer, *args: Any, **kwargs: Any) -> None:
         epoch_end = trainer.fit_loop.epoch_loop.batch_progress.is_last_batch
-        if epoch_end and trainer.check_val_every_n_epoch is not None:
+        per_epoch = trainer.check_val_every_n_epoch is not None and trainer.val_check_interval == 1
+        if epoch_end and per_epoch:
             return  # Lightning validates at the end of the epoch itself
         max_epochs = trainer.max_epochs
         last_epoch = max_epochs is not None and 0 < max_epochs <= trainer.current_epoch + 1
