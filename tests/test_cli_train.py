@@ -275,56 +275,6 @@ def test_invalid_model_value_is_a_clear_error(
     assert "divisible" in str(exc.value) or exc.type is SystemExit
 
 
-def _attention_map_logger(cli):
-    from minitx.training import AttentionMapLogger
-
-    (logger,) = [c for c in cli.trainer.callbacks if isinstance(c, AttentionMapLogger)]
-    return logger
-
-
-def test_the_old_names_of_renamed_keys_still_work_with_a_note_printed_once(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
-) -> None:
-    """`model.optim.sdpa_backend` (now `model.sdpa_backend`) and `attention_maps.max_tokens`
-    (now `attention_maps.max_pieces`), on the command line or in a YAML config, set the
-    same thing as the new names; each prints one deprecation note per process."""
-    from minitx.training import deprecation
-
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(deprecation, "_NOTED", set())
-    base = ["--config", "tiny", "--trainer.logger", "false"]
-    old_names = ["--model.optim.sdpa_backend", "math", "--attention_maps.max_tokens", "9"]
-    old = build_cli(base + old_names)
-    new = build_cli(base + ["--model.sdpa_backend", "math", "--attention_maps.max_pieces", "9"])
-    for cli in (old, new):
-        assert cli.model.sdpa_backend == "math" and cli.model.hparams["sdpa_backend"] == "math"
-        assert _attention_map_logger(cli).max_pieces == 9
-    assert old.model.optim == new.model.optim  # the old key leaves nothing behind in optim
-    config = tmp_path / "old.yaml"
-    config.write_text(
-        "model:\n  optim:\n    sdpa_backend: flash\nattention_maps:\n  max_tokens: 11\n"
-    )
-    from_yaml = build_cli(base + ["--config", str(config)])
-    assert from_yaml.model.sdpa_backend == "flash"
-    assert _attention_map_logger(from_yaml).max_pieces == 11
-    err = capsys.readouterr().err
-    assert err.count("note: model.optim.sdpa_backend is deprecated") == 1, err
-    assert err.count("use model.sdpa_backend") == 1
-    assert err.count("note: attention_maps.max_tokens is deprecated") == 1, err
-    assert err.count("use attention_maps.max_pieces") == 1
-
-
-def test_a_renamed_key_set_under_both_names_to_different_values_is_an_error(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.chdir(tmp_path)
-    args = ["--config", "tiny", "--trainer.logger", "false"]
-    with pytest.raises(ValueError, match="set one setting twice"):
-        build_cli(args + ["--model.optim.sdpa_backend", "math", "--model.sdpa_backend", "flash"])
-    with pytest.raises(ValueError, match="set one setting twice"):
-        build_cli(args + ["--attention_maps.max_tokens", "9", "--attention_maps.max_pieces", "12"])
-
-
 # ---------------------------------------------------------------------------- smoke fit
 
 
@@ -513,29 +463,42 @@ def test_a_run_ended_by_max_steps_inside_an_epoch_prints_its_last_step_once(
 
 
 @pytest.mark.parametrize(
-    ("max_steps", "global_step", "last_batch", "stops"),
+    ("max_steps", "global_step", "last_batch", "every_n_epochs", "max_epochs", "stops"),
     [
-        (30, 30, False, True),  # the plan ends inside an epoch: stop here, validating first
-        (30, 30, True, False),  # it ends with the epoch: the epoch's own validation follows
-        (30, 29, False, False),  # not yet
-        (-1, 30, False, False),  # no step budget
+        (30, 30, False, 1, None, True),  # the plan ends inside an epoch: stop, validating first
+        (30, 30, True, 1, None, False),  # it ends with the epoch: the epoch's own validation
+        (30, 30, True, None, None, True),  # ... unless the cadence counts across epochs
+        (30, 29, False, 1, None, False),  # not yet
+        (-1, 30, False, 1, None, False),  # no step budget
+        (-1, 30, True, None, 2, True),  # the last epoch ends between two validations
+        (-1, 30, True, None, 3, False),  # an epoch that is not the last one
+        (-1, 30, True, 1, 2, False),  # the last epoch validates at its end by itself
     ],
 )
-def test_validate_at_max_steps_requests_the_stop_only_inside_an_epoch(
-    max_steps: int, global_step: int, last_batch: bool, stops: bool
+def test_validate_at_end_requests_the_stop_where_the_cadence_would_not_validate(
+    max_steps: int,
+    global_step: int,
+    last_batch: bool,
+    every_n_epochs: int | None,
+    max_epochs: int | None,
+    stops: bool,
 ) -> None:
     from types import SimpleNamespace
 
-    from minitx.training import ValidateAtMaxSteps
+    from minitx.training import ValidateAtEnd
 
     batch_progress = SimpleNamespace(is_last_batch=last_batch)
     trainer = SimpleNamespace(
         max_steps=max_steps,
+        max_epochs=max_epochs,
+        current_epoch=1,
+        check_val_every_n_epoch=every_n_epochs,
+        val_check_interval=1.0,
         global_step=global_step,
         should_stop=False,
         fit_loop=SimpleNamespace(epoch_loop=SimpleNamespace(batch_progress=batch_progress)),
     )
-    ValidateAtMaxSteps().on_train_batch_end(trainer, None, None, None, 0)
+    ValidateAtEnd().on_train_batch_end(trainer, None, None, None, 0)
     assert trainer.should_stop is stops
 
 
@@ -692,7 +655,8 @@ def test_ddp_two_cpu_processes(tmp_path: Path) -> None:
         "--trainer.strategy", "ddp", "--trainer.devices", "2", "--trainer.accelerator", "cpu",
         "--trainer.max_epochs", "1", "--trainer.enable_progress_bar", "false", "--test", "false",
         "--verbose",  # Lightning's INFO lines: they say which backend it initialised
-        # The clock (rank 0's) sets the rate and the validations of both processes.
+        # The clock (rank 0's) sets the rate of both processes; under DDP the validations
+        # come at thirds of the one epoch, not by the clock.
         "--model.optim.schedule", "budget", "--model.optim.warmup_steps", "5",
         "--trainer.max_time", "00:00:10:00", "--model.validation.validations_per_run", "3",
     ]  # fmt: skip

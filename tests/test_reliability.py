@@ -205,7 +205,7 @@ def test_resume_last_continues_at_the_saved_step_epoch_and_lr(
     assert steps_per_epoch > 0
     (run_dir,) = run_dirs(tmp_path)
     saved = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)
-    saved_lr = saved["lr_schedulers"][0]["_last_lr"][0]
+    saved_lr = saved["optimizer_states"][0]["param_groups"][0]["lr"]
 
     second = build_cli(common + ["--trainer.max_epochs", "2", "--ckpt_path", "last"])
     record = RecordLr()
@@ -400,14 +400,15 @@ def file_digests(directory: Path) -> dict[str, str]:
 
 
 class InterruptValidation(Callback):
-    """Ctrl-C at the second batch of the first validation of the fit at step `step` or after."""
+    """Ctrl-C (a SIGINT to this process) at the second batch of the first validation of the
+    fit at step `step` or after."""
 
     def __init__(self, step: int) -> None:
         self.step = step
 
     def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, *args) -> None:
         if not trainer.sanity_checking and trainer.global_step >= self.step and batch_idx == 1:
-            raise KeyboardInterrupt
+            os.kill(os.getpid(), signal.SIGINT)
 
 
 def with_callback(monkeypatch: pytest.MonkeyPatch, callback: Callback) -> None:
@@ -428,11 +429,11 @@ def with_callback(monkeypatch: pytest.MonkeyPatch, callback: Callback) -> None:
     [
         (["--trainer.max_epochs", "1"], 23),
         (["--trainer.max_steps", "30"], 30),
-        (["--trainer.max_epochs", "2", "--model.validation.validations_per_run", "4"], 46),
+        (["--trainer.max_steps", "46", "--model.validation.validations_per_run", "4"], 46),
     ],
     ids=["epoch-end", "max-steps-inside-an-epoch", "validations-per-run"],
 )
-def test_an_interrupted_final_validation_is_redone_on_resume(
+def test_a_ctrl_c_during_the_final_validation_stops_after_it(
     plan: list[str],
     step: int,
     tmp_path: Path,
@@ -440,24 +441,26 @@ def test_an_interrupted_final_validation_is_redone_on_resume(
     capsys: pytest.CaptureFixture,
 ) -> None:
     """Ctrl-C during the last validation (at the end of the last epoch, or where max_steps
-    ends the run inside an epoch), then --ckpt_path last: that validation runs at the same
-    step, from its first batch, the best checkpoint comes from it and the test is scored."""
+    ends the run inside an epoch): the validation finishes, its scores are logged and the best
+    checkpoint can come from it, then the process ends with 130 before the test; the same
+    command with --ckpt_path last trains nothing more and scores the test."""
     monkeypatch.chdir(tmp_path)
     args = TINY + ["--trainer.enable_progress_bar", "false", "--trainer.max_epochs", "5", *plan]
     with_callback(monkeypatch, InterruptValidation(step))
     with pytest.raises(SystemExit) as exit_info:
         main(args)
     assert exit_info.value.code == 130
+    assert "Ctrl-C: stopping after this update or validation" in capsys.readouterr().err
     (run_dir,) = run_dirs(tmp_path)
-    assert not [r for r in metrics(run_dir) if r.get("val/loss") and int(r["step"]) >= step - 1]
-    capsys.readouterr()
+    final = [r for r in metrics(run_dir) if r.get("val/bleu") and int(r["step"]) == step - 1]
+    assert len(final) == 1  # the validation ran to its end, logged at its step, once
+    assert not (run_dir / "test.greedy.hyp").exists()
 
     resumed = main(args + ["--ckpt_path", "last"])
     out = capsys.readouterr().out
-    assert resumed.trainer.global_step == step  # no update more: the validation only
+    assert resumed.trainer.global_step == step  # no update more
     rows = metrics(run_dir)
-    final = [r for r in rows if r.get("val/bleu") and int(r["step"]) == step - 1]
-    assert len(final) == 1, rows  # the redone validation, logged at its step, once
+    assert len([r for r in rows if r.get("val/bleu") and int(r["step"]) == step - 1]) == 1
     trained = [int(r["step"]) for r in rows if r.get("train/loss")]
     assert trained == list(range(step))
     best = Path(resumed.trainer.checkpoint_callback.best_model_path)
@@ -468,26 +471,28 @@ def test_an_interrupted_final_validation_is_redone_on_resume(
     assert [r for r in rows if r.get("test/bleu_greedy")]
 
 
-def test_a_validation_interrupted_mid_run_is_redone_and_training_goes_on(
+def test_a_ctrl_c_during_a_validation_mid_run_stops_after_it_and_the_resume_goes_on(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Validations at each quarter of a 46-update plan; Ctrl-C during the first (step 12):
-    the resume redoes it at step 12, trains on from update 13 (none twice, none lost) and
-    validates at the other quarters once each."""
+    """Validations every 12 updates of a 46-update plan (validations_per_run 4); Ctrl-C during
+    the first (step 12): it finishes, the run stops before the next update (130), and the
+    resume trains on from there (no update twice, none lost) and validates at the other
+    points once each."""
     monkeypatch.chdir(tmp_path)
-    args = TINY + ["--trainer.enable_progress_bar", "false", "--trainer.max_epochs", "2"]
-    args += ["--model.validation.validations_per_run", "4", "--test", "false"]
+    args = TINY + ["--trainer.enable_progress_bar", "false", "--trainer.max_epochs", "5"]
+    args += ["--trainer.max_steps", "46", "--model.validation.validations_per_run", "4"]
+    args += ["--test", "false"]
     with_callback(monkeypatch, InterruptValidation(1))
     with pytest.raises(SystemExit) as exit_info:
         main(args)
     assert exit_info.value.code == 130
     (run_dir,) = run_dirs(tmp_path)
-    assert not [r for r in metrics(run_dir) if r.get("val/loss")]
+    assert [int(r["step"]) + 1 for r in metrics(run_dir) if r.get("val/loss")] == [12]
 
     resumed = main(args + ["--ckpt_path", "last"])
     assert resumed.trainer.global_step == 46
     rows = metrics(run_dir)
-    assert [int(r["step"]) + 1 for r in rows if r.get("val/loss")] == [12, 23, 35, 46]
+    assert [int(r["step"]) + 1 for r in rows if r.get("val/loss")] == [12, 24, 36, 46]
     assert [int(r["step"]) for r in rows if r.get("train/loss")] == list(range(46))
 
 

@@ -165,7 +165,6 @@ def test_settings_are_accepted_as_dataclasses_or_dicts_and_saved_as_plain_data()
 @pytest.mark.parametrize(
     ("optim", "message"),
     [
-        ({"sdpa_backend": "fast"}, "sdpa_backend='fast'"),
         ({"lr": 0}, "lr must be > 0"),
         ({"schedule": "noam"}, "schedule='noam'; choose one of"),
         ({"total_steps": -1}, "total_steps must be >= 0"),
@@ -184,27 +183,14 @@ def test_bad_optim_settings_are_clear_errors(optim: dict, message: str) -> None:
         TranslationModule(transformer=SMALL, optim=optim)
 
 
-def test_the_attention_kernel_is_a_module_setting_with_its_old_optim_name_deprecated(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
-) -> None:
-    """`sdpa_backend` (`model.sdpa_backend`) chooses the training kernel; the old
-    `OptimConfig.sdpa_backend` still sets it, with one note, and is not kept in `optim`."""
-    from minitx.training import deprecation
-
-    monkeypatch.setattr(deprecation, "_NOTED", set())
+def test_the_attention_kernel_is_a_module_setting(capsys: pytest.CaptureFixture) -> None:
+    """`sdpa_backend` (`model.sdpa_backend`) chooses the training kernel; it is saved beside,
+    not inside, the optimisation settings."""
     assert TranslationModule(transformer=SMALL).sdpa_backend == "auto"
-    new = TranslationModule(transformer=SMALL, sdpa_backend="math")
+    module = TranslationModule(transformer=SMALL, sdpa_backend="math")
+    assert module.sdpa_backend == "math" and module.hparams["sdpa_backend"] == "math"
+    assert "sdpa_backend" not in module.hparams["optim"]
     assert capsys.readouterr().err == ""
-    for _ in range(2):
-        old = TranslationModule(transformer=SMALL, optim={"sdpa_backend": "math"})
-        assert old.sdpa_backend == new.sdpa_backend == "math"
-        assert old.optim == new.optim and old.optim.sdpa_backend is None
-        assert "sdpa_backend" not in old.hparams["optim"] and old.hparams["sdpa_backend"] == "math"
-    assert capsys.readouterr().err.count("model.optim.sdpa_backend is deprecated") == 1
-    same = TranslationModule(transformer=SMALL, optim={"sdpa_backend": "math"}, sdpa_backend="math")
-    assert same.sdpa_backend == "math"
-    with pytest.raises(ConfigError, match="set one setting twice"):
-        TranslationModule(transformer=SMALL, optim={"sdpa_backend": "math"}, sdpa_backend="flash")
     with pytest.raises(ConfigError, match="model.sdpa_backend='fast'; choose one of"):
         TranslationModule(transformer=SMALL, sdpa_backend="fast")
 

@@ -1,15 +1,50 @@
-"""Validation at fixed fractions of the run's budget (`model.validation.validations_per_run`,
-the `ValidationCadence` callback): led by the step plan, led by the clock, and Lightning's
-own cadence where the run asks for it."""
+"""Validations spread over the run's budget (`model.validation.validations_per_run`, set as
+Lightning's own cadence by `validation_cadence`): by epochs, by the step plan, by the clock,
+and Lightning's own cadence where the run asks for it."""
 
 from __future__ import annotations
 
 import csv
 import math
+from datetime import timedelta
 from pathlib import Path
 
+import pytest
 import torch
 from helpers import train_tiny
+
+from minitx.training.cadence import validation_cadence
+
+
+@pytest.mark.parametrize(
+    ("per_run", "max_steps", "max_epochs", "max_time", "accumulate", "expected"),
+    [
+        (10, 15000, -1, "00:00:20:00", 1, (timedelta(minutes=2), None)),  # the default
+        (4, -1, -1, {"seconds": 8}, 1, (timedelta(seconds=2), None)),
+        (10, 600, -1, None, 1, (60, None)),  # the step-bound default: every 60 updates
+        (4, 46, 5, None, 1, (12, None)),  # rounded up: the fourth is where the run ends
+        (10, 600, -1, None, 2, (120, None)),  # Lightning counts batches
+        (10, -1, 50, None, 1, (None, 5)),  # epochs alone
+        (4, -1, 10, None, 1, (None, 2)),  # 2.5 epochs apart: every 2, a divisor of 10
+        (10, -1, 3, None, 1, (1 / 3, 1)),  # fewer epochs than validations: thirds of each
+        (0, 600, -1, None, 1, ()),  # 0: Lightning's cadence
+        (10, -1, -1, None, 1, ()),  # nothing bounds the run
+    ],
+)
+def test_the_cadence_divides_the_budget_that_bounds_the_run(
+    per_run, max_steps, max_epochs, max_time, accumulate, expected
+) -> None:
+    settings = validation_cadence(per_run, max_steps, max_epochs, max_time, accumulate)
+    if not expected:
+        assert settings == {}
+        return
+    interval, every = expected
+    if interval is None:
+        assert settings == {"check_val_every_n_epoch": every}
+    elif every == 1:
+        assert settings == {"val_check_interval": interval}
+    else:
+        assert settings == {"val_check_interval": interval, "check_val_every_n_epoch": None}
 
 
 def validation_steps(run_dir: Path) -> list[int]:
@@ -22,7 +57,17 @@ def validation_steps(run_dir: Path) -> list[int]:
     return [int(r["step"]) + 1 for r in rows if r.get("val/loss")]
 
 
-def test_a_step_led_run_validates_at_each_quarter_and_keeps_the_best_of_them(
+def test_under_ddp_the_clock_does_not_decide() -> None:
+    """Each DDP process would read its own clock: a max_time run of several processes
+    validates by its step plan (or its epochs) instead."""
+    settings = validation_cadence(10, 15000, -1, "00:00:20:00", one_process=False)
+    assert settings == {"val_check_interval": 1500, "check_val_every_n_epoch": None}
+    assert validation_cadence(3, -1, 1, "00:00:10:00", one_process=False) == {
+        "val_check_interval": 1 / 3
+    }
+
+
+def test_an_epoch_bound_run_validates_at_each_quarter_and_keeps_the_best_of_them(
     tmp_path: Path,
 ) -> None:
     run = train_tiny(
@@ -30,15 +75,30 @@ def test_a_step_led_run_validates_at_each_quarter_and_keeps_the_best_of_them(
     )
     planned = run.global_step  # no max_time in the tiny config: the plan is the run
     steps = validation_steps(run.run_dir)
-    # The first update at which the run has passed k/4 of its plan, k = 1..4.
-    assert steps == [math.ceil(k * planned / 4) for k in range(1, 5)]
-    # The best checkpoint was saved right after a validation, not at an epoch's end.
+    assert steps == [k * planned // 4 for k in range(1, 5)]  # at each epoch's end
+    # The best checkpoint was saved right after a validation.
     best = torch.load(run.best_checkpoint, map_location="cpu", weights_only=True)
     assert best["global_step"] in steps
 
 
+def test_a_step_bound_run_validates_every_nth_of_its_plan_across_epochs(tmp_path: Path) -> None:
+    """40 updates (an epoch of the tiny config is 23), validations_per_run 4: every 10
+    updates, inside epochs and across their ends, the last where max_steps ends the run."""
+    run = train_tiny(
+        tmp_path,
+        max_epochs=-1,
+        test=False,
+        extra=("--trainer.max_steps", "40", "--model.validation.validations_per_run", "4"),
+    )
+    assert run.global_step == 40
+    assert validation_steps(run.run_dir) == [10, 20, 30, 40]
+    best = torch.load(run.best_checkpoint, map_location="cpu", weights_only=True)
+    assert best["global_step"] in [10, 20, 30, 40]
+
+
 def test_a_clock_led_run_spreads_its_validations_over_the_budget(tmp_path: Path) -> None:
-    """A plan far beyond an 8-second budget: the clock leads; the validations fall at
+    """A plan far beyond a 20-second budget: the clock leads, a validation about every 5
+    seconds of training (counted from the end of the previous one); they fall at
     increasing steps, the last one where the clock stops the run. (Where they fall in steps
     depends on the machine's pace, so only their number and order are checked.)"""
     run = train_tiny(
@@ -46,13 +106,13 @@ def test_a_clock_led_run_spreads_its_validations_over_the_budget(tmp_path: Path)
         max_epochs=-1,
         test=False,
         extra=(
-            "--trainer.max_steps", "100000", "--trainer.max_time", "00:00:00:08",
+            "--trainer.max_steps", "100000", "--trainer.max_time", "00:00:00:20",
             "--model.optim.schedule", "budget", "--model.optim.warmup_steps", "5",
             "--model.validation.validations_per_run", "4",
         ),
     )  # fmt: skip
     steps = validation_steps(run.run_dir)
-    assert 3 <= len(steps) <= 4, steps  # a slow validation may pass a quarter by itself
+    assert 3 <= len(steps) <= 4, steps  # slow validations stretch the intervals
     assert steps == sorted(set(steps)) and steps[-1] == run.global_step
 
 
@@ -79,7 +139,7 @@ def test_without_it_lightning_validates_every_epoch_or_as_the_run_says(tmp_path:
 
 def test_a_resumed_run_goes_on_from_the_next_fraction_of_its_new_plan(tmp_path: Path) -> None:
     """Two epochs, then resumed to four: the resumed run starts half-way through its new plan
-    and validates at its third quarter and at its end, no earlier boundary again."""
+    and validates at its third quarter and at its end, no earlier point again."""
     cadence = ("--model.validation.validations_per_run", "4")
     first = train_tiny(tmp_path, max_epochs=2, test=False, extra=cadence)
     resumed = train_tiny(
@@ -92,8 +152,8 @@ def test_a_resumed_run_goes_on_from_the_next_fraction_of_its_new_plan(tmp_path: 
 
 
 def test_a_run_without_validation_still_saves_its_checkpoints(tmp_path: Path) -> None:
-    """limit_val_batches 0: no budget fractions to validate at, so Lightning's saving at each
-    epoch's end applies (the cadence used to switch it off and leave no checkpoint)."""
+    """limit_val_batches 0: no validations to spread, so Lightning's saving at each epoch's
+    end applies (a cadence across epochs would leave no checkpoint)."""
     run = train_tiny(
         tmp_path,
         max_epochs=2,

@@ -30,6 +30,7 @@ import itertools
 import logging
 import math
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -60,12 +61,12 @@ from minitx.training import (
     PlainProgress,
     TokenThroughput,
     TranslationModule,
-    ValidateAtMaxSteps,
+    ValidateAtEnd,
     ValidationExamples,
 )
+from minitx.training.cadence import validation_cadence
 from minitx.training.callbacks import (
     BudgetClock,
-    ValidationCadence,
     budget_schedules,
     train_time_elapsed,
     train_time_remaining,
@@ -169,6 +170,25 @@ class ConfigInCheckpoint(SaveConfigCallback):
     ) -> None:
         text = self.parser.dump(self.config, skip_none=False)
         checkpoint.setdefault(CHECKPOINT_KEY, {})["train_config"] = text
+
+
+def _check_bleu_schedule(config: Any) -> None:
+    """The best checkpoint watching val/bleu needs BLEU in every epoch it is chosen in.
+
+    Raises:
+        ConfigError: naming both settings.
+    """
+    every = config.model.validation.bleu_every_n_epochs
+    checkpoint = config.checkpoint
+    n_epochs = checkpoint.every_n_epochs  # None: every epoch, unless a step or time trigger
+    if n_epochs is None:
+        n_epochs = 0 if checkpoint.every_n_train_steps or checkpoint.train_time_interval else 1
+    if checkpoint.monitor == "val/bleu" and (every <= 0 or n_epochs % every):
+        raise ConfigError(
+            f"model.validation.bleu_every_n_epochs={every} but checkpoint.monitor is val/bleu "
+            f"every {n_epochs} epoch(s); set checkpoint.every_n_epochs to a multiple of "
+            f"{every} (or monitor val/loss instead)"
+        )
 
 
 def _last_run_checkpoint(run_root: Path) -> Path | None:
@@ -366,6 +386,7 @@ class MinitxCLI(LightningCLI):
     def before_instantiate_classes(self) -> None:
         config = self.config
         check_finite(config)
+        _check_bleu_schedule(config)
         self.resume_path: str | None = config.ckpt_path
         self.run_version: str | None = None
         self.resume_step: int | None = None
@@ -407,7 +428,7 @@ class MinitxCLI(LightningCLI):
     def instantiate_trainer(self, **kwargs: Any) -> L.Trainer:
         """The trainer, with the default loggers (TensorBoard + CSV in one run directory) and
         the rich progress bar (unless `trainer.enable_progress_bar` is false)."""
-        trainer_config = self._get(self.config_init, "trainer", default={})
+        trainer_config = self.config_init.get("trainer") or {}
         precision, note = resolve_precision(
             kwargs.get("precision", trainer_config.get("precision")),
             kwargs.get("accelerator", trainer_config.get("accelerator")),
@@ -447,12 +468,43 @@ class MinitxCLI(LightningCLI):
                     save_dir=str(run_dir), name="", version="csv", resume_step=self.resume_step
                 ),
             ]
+        kwargs.update(self._validation_cadence(trainer_config))
         trainer = super().instantiate_trainer(**kwargs)
         trainer.callbacks.append(NotesAtFitStart(notes))
         if plain:  # last, so that TokenThroughput has measured the epoch already
             trainer.callbacks.append(PlainProgress())
         trainer.callbacks.append(ValidationExamples())  # its block follows the epoch line
         return trainer
+
+    def _validation_cadence(self, trainer_config: Any) -> dict[str, Any]:
+        """Lightning's settings for ``model.validation.validations_per_run``
+        (`validation_cadence`), unless the run sets Lightning's cadence itself
+        (``val_check_interval``, ``check_val_every_n_epoch``), has no validation
+        (``limit_val_batches`` 0: Lightning then saves checkpoints at each epoch's end) or is
+        a ``fast_dev_run``."""
+        own = trainer_config.get("val_check_interval") is not None
+        own = own or trainer_config.get("check_val_every_n_epoch", 1) != 1
+        if own or trainer_config.get("limit_val_batches") == 0:
+            return {}
+        if trainer_config.get("fast_dev_run"):
+            return {}
+        max_epochs = trainer_config.get("max_epochs")
+        return validation_cadence(
+            self.model.validation.validations_per_run,
+            trainer_config.get("max_steps", -1),
+            max_epochs,
+            trainer_config.get("max_time"),
+            trainer_config.get("accumulate_grad_batches", 1),
+            one_process=_one_process(trainer_config),
+        )
+
+
+def _one_process(trainer_config: Any) -> bool:
+    """Whether the trainer settings ask for exactly one training process (one device, one
+    node); ``devices: auto`` may mean several."""
+    devices = trainer_config.get("devices", "auto")
+    one_device = devices in (1, "1") or (isinstance(devices, (list, tuple)) and len(devices) == 1)
+    return one_device and (trainer_config.get("num_nodes") or 1) == 1
 
 
 def build_cli(args: list[str] | None = None) -> MinitxCLI:
@@ -475,9 +527,8 @@ def build_cli(args: list[str] | None = None) -> MinitxCLI:
                 ModelCheckpoint(filename="last", save_top_k=1, enable_version_counter=False),
                 TokenThroughput(),
                 CheckpointOnInterrupt(),
-                ValidateAtMaxSteps(),
+                ValidateAtEnd(),
                 BudgetClock(),
-                ValidationCadence(),
             ]
         },
         args=args,
@@ -537,7 +588,9 @@ def _train_and_test(args: list[str] | None) -> MinitxCLI:
             warnings.filterwarnings("ignore", message=r"Checkpoint directory .* is not empty")
             trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=cli.resume_path)
     except SIGTERMException:  # a bare SystemExit: it would end the process with status 0
-        raise SystemExit(EXIT_SIGTERM) from None
+        stops = [c.stop_signal for c in trainer.callbacks if isinstance(c, CheckpointOnInterrupt)]
+        ctrl_c = signal.SIGINT in stops  # a Ctrl-C that Lightning handled as a SIGTERM
+        raise SystemExit(EXIT_SIGINT if ctrl_c else EXIT_SIGTERM) from None
     except SystemExit as exc:  # Lightning ends a Ctrl-C interrupted fit with sys.exit(1)
         if trainer.interrupted and exc.code == 1:
             raise SystemExit(EXIT_SIGINT) from None
@@ -686,8 +739,8 @@ def _check_resume(cli: MinitxCLI, path: Path) -> None:
     """Refuse a resume before anything in the run directory is written (config.yaml, the
     metrics, TensorBoard events, checkpoints): from a weights-only checkpoint (e.g. written
     by minitx-average), which has no optimizer state to continue with, or from one of another
-    model or tokenizer (`TranslationModule.on_load_checkpoint`'s checks, run here on the
-    checkpoint's minitx entry; Lightning runs them again when it restores the checkpoint).
+    model, optimizer settings or tokenizer (`TranslationModule.check_resume`, which the
+    module's checkpoint hook runs again when Lightning restores the checkpoint).
 
     The tokenizer check needs this run's tokenizer: the data is prepared here, once (the fit
     then finds it ready).
@@ -703,15 +756,11 @@ def _check_resume(cli: MinitxCLI, path: Path) -> None:
             f"--ckpt_path {path}: a weights-only checkpoint (no optimizer state, e.g. written by "
             "minitx-average) cannot resume training; resume from a last.ckpt, or start a new run"
         )
-    entry = {  # the optimizer settings and the model config: before any data is read
-        CHECKPOINT_KEY: state.get(CHECKPOINT_KEY) or {},
-        "hyper_parameters": state.get("hyper_parameters") or {},
-    }
-    cli.model.on_load_checkpoint(entry)
-    if entry[CHECKPOINT_KEY].get("tokenizer") is not None:
+    cli.model.check_resume(state)  # the optimizer settings and the model config: no data yet
+    if (state.get(CHECKPOINT_KEY) or {}).get("tokenizer") is not None:
         cli.datamodule.setup("fit")
         cli.model.tokenizer = cli.datamodule.tokenizer
-        cli.model.on_load_checkpoint(entry)
+        cli.model.check_resume(state)
 
 
 def _check_checkpoint_dirs(trainer: L.Trainer) -> None:

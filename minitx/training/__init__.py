@@ -12,8 +12,7 @@ from minitx.training.callbacks import (
     MinitxProgressBar,
     PlainProgress,
     TokenThroughput,
-    ValidateAtMaxSteps,
-    ValidationCadence,
+    ValidateAtEnd,
     ValidationExamples,
 )
 from minitx.training.config import OptimConfig, ValidationConfig
@@ -44,8 +43,7 @@ __all__ = [
     "ResumeMismatchError",
     "TokenThroughput",
     "TranslationModule",
-    "ValidateAtMaxSteps",
-    "ValidationCadence",
+    "ValidateAtEnd",
     "ValidationConfig",
     "ValidationExamples",
 ]

@@ -1,11 +1,14 @@
-"""Lightning callbacks of minitx: attention maps, token throughput, saving on interrupt,
-a validation at the last step, validations at fixed fractions of the budget, progress (bar
-or plain lines), example translations and the budget schedule's clock."""
+"""Lightning callbacks of minitx: attention maps, token throughput, stopping and saving on
+Ctrl-C / SIGTERM, a validation of the final weights, progress (bar or plain lines), example
+translations and the budget schedule's clock."""
 
 from __future__ import annotations
 
 import logging
 import math
+import signal
+import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -14,21 +17,16 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import RichProgressBar, Timer
 from lightning.pytorch.loggers import TensorBoardLogger
-from lightning.pytorch.trainer.states import RunningStage, TrainerFn
+from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from minitx.checkpoint import CHECKPOINT_KEY
 from minitx.errors import MinitxError
 from minitx.maps import KINDS, AttentionMaps, attention_entropy, teacher_forced_maps
-from minitx.training.deprecation import renamed_value
 from minitx.training.schedules import BudgetSchedule
 from minitx.viz import figures_for_maps
 from minitx.vocab import PAD_ID
 
 logger = logging.getLogger(__name__)
-
-_DEFAULT_MAX_PIECES = 24
-"""`AttentionMapLogger`'s default `max_pieces`."""
 
 
 class AttentionMapLogger(L.Callback):
@@ -51,8 +49,6 @@ class AttentionMapLogger(L.Callback):
         max_pieces: the longest sentence drawn, in sentencepiece pieces with its eos (the
             source) or bos (the reference): longer validation sentences are passed over, so
             that the panels stay readable.
-        max_tokens: deprecated name of `max_pieces` (`attention_maps.max_tokens`); None = not
-            set. Still accepted, with a note.
     """
 
     def __init__(
@@ -61,8 +57,7 @@ class AttentionMapLogger(L.Callback):
         every_n_epochs: int = 3,
         kinds: tuple[str, ...] = KINDS,
         save_png: bool = True,
-        max_pieces: int = _DEFAULT_MAX_PIECES,
-        max_tokens: int | None = None,
+        max_pieces: int = 24,
     ) -> None:
         super().__init__()
         unknown = set(kinds) - set(KINDS)
@@ -72,13 +67,6 @@ class AttentionMapLogger(L.Callback):
             )
         if num_sentences < 1 or every_n_epochs < 1:
             raise ValueError("AttentionMapLogger: num_sentences and every_n_epochs must be >= 1")
-        max_pieces = renamed_value(
-            "attention_maps.max_tokens",
-            max_tokens,
-            "attention_maps.max_pieces",
-            max_pieces,
-            _DEFAULT_MAX_PIECES,
-        )
         self.num_sentences, self.every_n_epochs = num_sentences, every_n_epochs
         self.kinds, self.save_png, self.max_pieces = tuple(kinds), save_png, max_pieces
         self._pairs: list[tuple[str, str]] | None = None
@@ -299,41 +287,90 @@ class ValidationExamples(L.Callback):
         self._show_pending()  # a validation inside the epoch: after its own line
 
 
-INTERRUPTED_KEY = "interrupted"
-"""Key of the checkpoint's minitx entry that `CheckpointOnInterrupt` sets when it saves during
-a validation of the fit: ``{"stage": "validation", "stopping": bool}`` (``stopping``: the
-validation that ends the run, at ``max_steps`` or ``max_time``). Resuming redoes it."""
-
-
 class CheckpointOnInterrupt(L.Callback):
-    """Save `last.ckpt` when training is interrupted (Ctrl-C, SIGTERM, or an error), and redo
-    an interrupted validation when training resumes from it.
+    """Stop between two updates on Ctrl-C or SIGTERM, not inside a validation; save
+    `last.ckpt` (also on an error).
 
-    In a single process Lightning notices SIGTERM only at the end of an epoch; this callback
-    checks after every batch, so a stop request is honoured within one step. (Under DDP,
-    Lightning already checks every batch on all ranks.)
-
-    A validation cut short (Ctrl-C during the final validation, say) is marked in the saved
-    checkpoint (`INTERRUPTED_KEY` in its minitx entry). Lightning would resume after it, as
-    if it had run: no scores for that step, no best checkpoint from it, and a run whose
-    training was done would end at once. Resuming from a marked checkpoint instead sets
-    Lightning's loop state to "validation started, no batch done", so the fit runs that
-    validation again from its first batch, then what followed it (the end-of-epoch hooks:
-    checkpoints, progress line, attention maps) and goes on with training, or ends.
+    The first Ctrl-C or SIGTERM is noted, and handed to Lightning's own SIGTERM handling once
+    the current update is done, or the current validation when it comes during one: Lightning
+    then stops after logging that update (raising `SIGTERMException`), so the history, the
+    validation's scores and its checkpoints are complete and a resume redoes nothing
+    (Lightning alone would cut a validation short on SIGTERM, and Python on Ctrl-C). A signal
+    during an update that a validation inside the epoch follows reaches Lightning before that
+    validation, which Lightning then ends after its first batch. During the run's final
+    update or validation the fit ends as planned, then stops before the test after training.
+    A second signal stops at once: a validation it cuts short is not redone by the resume
+    (its scores are missing; ``minitx-evaluate`` can score ``last.ckpt``). `stop_signal`
+    tells ``minitx-train`` which signal it was (exit status 130 or 143). Under DDP,
+    Lightning's own handling applies (it checks SIGTERM on every rank after each batch).
     """
 
     def __init__(self) -> None:
-        self._saving: dict[str, Any] | None = None  # the mark of the checkpoint being saved
-        self._redo: dict[str, Any] | None = None  # an interrupted validation to run again
-        self._lifted: dict[str, Any] = {}  # trainer settings changed until the redo starts
+        self.stop_signal: int | None = None  # the first Ctrl-C (SIGINT) or SIGTERM of the fit
+        self._handed_over = False
+        self._previous: dict[int, Any] = {}  # the handlers to put back after the fit
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.stop_signal, self._handed_over = None, False
+        main_thread = threading.current_thread() is threading.main_thread()
+        if trainer.world_size == 1 and main_thread:  # signal handlers: main thread only
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                self._previous[signum] = signal.signal(signum, self._note_signal)
+
+    def _note_signal(self, signum: int, frame: Any) -> None:
+        if self.stop_signal is not None:  # the second one: stop now
+            raise KeyboardInterrupt if signum == signal.SIGINT else SIGTERMException
+        self.stop_signal = signum
+        what = "Ctrl-C" if signum == signal.SIGINT else "SIGTERM"
+        print(
+            f"\n{what}: stopping after this update or validation (Ctrl-C again stops at once)",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    def _hand_over(self) -> None:
+        """Pass a noted signal to Lightning's SIGTERM handler, which stops the fit at its next
+        check (after the current update's logging, or at the end of the epoch loop)."""
+        if self.stop_signal is None or self._handed_over:
+            return
+        self._handed_over = True
+        lightning_handler = self._previous.get(signal.SIGTERM)
+        self._restore_handlers()  # a further signal: Python's and Lightning's own handling
+        if not callable(lightning_handler):  # Lightning installed none: stop here
+            raise SIGTERMException
+        lightning_handler(signal.SIGTERM, None)
+
+    def _restore_handlers(self) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        self._previous = {}
 
     def on_train_batch_end(self, trainer: L.Trainer, *args: Any, **kwargs: Any) -> None:
-        if trainer.received_sigterm and trainer.world_size == 1:
-            raise SIGTERMException
+        # Not at an epoch's end, where a validation may follow (handed over after it, or after
+        # the next epoch's first update), nor at the run's end (on_train_end stops then).
+        epoch_end = trainer.fit_loop.epoch_loop.batch_progress.is_last_batch
+        if not epoch_end and not _run_ends_here(trainer):
+            self._hand_over()
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        fitting = trainer.state.fn == TrainerFn.FITTING and not trainer.sanity_checking
+        if fitting and not _run_ends_here(trainer):
+            self._hand_over()
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """A signal during the run's final update or validation: the run is complete and
+        saved; stop now, before the test after training."""
+        if self.stop_signal is not None and not self._handed_over:
+            self._restore_handlers()
+            raise KeyboardInterrupt if self.stop_signal == signal.SIGINT else SIGTERMException
+
+    def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        self._restore_handlers()
 
     def on_exception(
         self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
     ) -> None:
+        self._restore_handlers()
         callback = trainer.checkpoint_callback
         if callback is None or callback.dirpath is None or trainer.global_step == 0:
             return
@@ -344,129 +381,52 @@ class CheckpointOnInterrupt(L.Callback):
             )
             return
         path = Path(callback.dirpath) / "last.ckpt"
-        fitting = trainer.state.fn == TrainerFn.FITTING
-        validating = fitting and trainer.state.stage == RunningStage.VALIDATING
-        if validating:
-            self._saving = {"stage": "validation", "stopping": bool(trainer.should_stop)}
-        try:
-            trainer.save_checkpoint(path, weights_only=False)  # the full state, to resume from
-        finally:
-            self._saving = None
+        trainer.save_checkpoint(path, weights_only=False)  # the full state, to resume from
         if isinstance(exception, MinitxError):  # e.g. divergence: resuming would repeat it
             logger.warning("training stopped: saved %s (the weights before this step)", path)
             return
+        reason = type(exception).__name__
+        if self.stop_signal == signal.SIGINT:
+            reason = KeyboardInterrupt.__name__  # handed to Lightning as a SIGTERM
         logger.warning(
-            "training interrupted (%s): saved %s; resume with --ckpt_path last",
-            type(exception).__name__,
-            path,
+            "training interrupted (%s): saved %s; resume with --ckpt_path last", reason, path
         )
 
-    def on_save_checkpoint(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]
-    ) -> None:
-        if self._saving is not None:
-            checkpoint.setdefault(CHECKPOINT_KEY, {})[INTERRUPTED_KEY] = dict(self._saving)
 
-    def on_load_checkpoint(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]
-    ) -> None:
-        """Called before Lightning restores its loops from `checkpoint`: a marked validation
-        becomes one that Lightning resumes at its first batch."""
-        self._redo = None
-        mark = (checkpoint.get(CHECKPOINT_KEY) or {}).get(INTERRUPTED_KEY)
-        fit_loop = (checkpoint.get("loops") or {}).get("fit_loop") or {}
-        validation = fit_loop.get("epoch_loop.val_loop.batch_progress")
-        if not isinstance(mark, dict) or mark.get("stage") != "validation" or not validation:
-            return
-        step = int(checkpoint.get("global_step", 0))
-        stopping = bool(mark.get("stopping"))
-        if stopping and not _stop_still_applies(trainer, checkpoint, step):
-            return  # a longer plan now: training goes on and validates where that plan says
-        _restart_evaluation(validation)
-        self._redo = {"step": step, "stopping": stopping}
-        logger.info("resuming: the validation interrupted at step %d runs again", step)
+class ValidateAtEnd(L.Callback):
+    """Validate the final weights of a run whose end is not a validation point of its own.
 
-    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if self._redo is None:
-            return
-        # The fit loop would end before it reaches the validation when max_steps is reached,
-        # or max_time spent (Lightning's `Timer` requests the stop when the fit starts): one
-        # step more, and no stop before it, until the validation starts.
-        loop, step = trainer.fit_loop.epoch_loop, self._redo["step"]
-        if 0 <= loop.max_steps <= step:
-            self._lifted["max_steps"], loop.max_steps = loop.max_steps, step + 1
-        if self._redo["stopping"]:
-            self._lifted["min_steps"], loop.min_steps = loop.min_steps, step + 1
-
-    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if self._redo is None or not self._redo["stopping"]:
-            return
-        # The validation that ended the run came inside an epoch, where Lightning validates
-        # only on request (`trainer.should_stop`, which would also end the resumed loop before
-        # it validates): here, the batch it came after is made a validation batch instead.
-        loop = trainer.fit_loop.epoch_loop
-        every_epoch = trainer.check_val_every_n_epoch is not None
-        done = (loop.batch_idx if every_epoch else loop.total_batch_idx) + 1
-        self._lifted["val_check_batch"] = trainer.val_check_batch
-        trainer.val_check_batch = done
-
-    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if self._redo is None or trainer.sanity_checking:
-            return
-        total = trainer.fit_loop.epoch_loop.val_loop.batch_progress.total
-        total.ready = total.started = total.completed  # the batch marked started: not done
-        loop = trainer.fit_loop.epoch_loop
-        for name, value in self._lifted.items():
-            setattr(trainer if name == "val_check_batch" else loop, name, value)
-        self._lifted = {}
-        if self._redo["stopping"]:
-            trainer.should_stop = True  # as when it first ran: the validation ending the run
-        self._redo = None
-
-
-def _restart_evaluation(progress: dict[str, Any]) -> None:
-    """Set a saved evaluation loop's batch progress to "started, no batch processed", which
-    Lightning resumes by running the evaluation from its first batch (the batches done before
-    the interruption are done again: their metrics were not saved)."""
-    total, current = progress["total"], progress["current"]
-    before = total["completed"] - current["completed"]  # of earlier validations this epoch
-    total.update(ready=before + 1, started=before + 1, processed=before, completed=before)
-    current.update(ready=1, started=1, processed=0, completed=0)
-    progress["is_last_batch"] = False
-
-
-def _stop_still_applies(trainer: L.Trainer, checkpoint: dict[str, Any], step: int) -> bool:
-    """Whether the run saved at `step` is still at its end under this run's settings: its
-    ``max_steps`` reached, or its ``max_time`` spent (the checkpoint's `Timer` clock)."""
-    if 0 <= trainer.max_steps <= step:
-        return True
-    timer = _max_time_timer(trainer)
-    if timer is None:
-        return False
-    saved = (checkpoint.get("callbacks") or {}).get(timer.state_key) or {}
-    elapsed = (saved.get("time_elapsed") or {}).get(RunningStage.TRAINING.value, 0.0)
-    remaining = timer.time_remaining(RunningStage.TRAINING)  # its whole budget: not started
-    return remaining is not None and elapsed >= remaining
-
-
-class ValidateAtMaxSteps(L.Callback):
-    """Validate the final weights when ``trainer.max_steps`` ends a run inside an epoch.
-
-    Lightning validates at the end of each epoch (or every ``val_check_interval``); a run that
-    reaches ``max_steps`` in the middle of an epoch ends without validating, so its last
-    updates (with a schedule that decays to zero, the best weights of the run) are never
-    scored, and neither the best checkpoint nor the test after training can pick them.
-    This callback requests the stop at that step through ``trainer.should_stop``, as
-    Lightning's `Timer` does for ``max_time``; the training loop then validates before it
-    ends, exactly as after a ``max_time`` stop.
+    Lightning validates at the end of each epoch, every ``val_check_interval`` or when a stop
+    is requested; a run that reaches ``max_steps`` in the middle of an epoch, or whose last
+    epoch ends between two validations (a cadence across epochs,
+    ``check_val_every_n_epoch: null``, or a ``val_check_interval`` that is a fraction of an
+    epoch, as `validation_cadence` sets them), would end without validating, so its last
+    updates (with a schedule that decays to zero, the best weights
+    of the run) would never be scored, and neither the best checkpoint nor the test after
+    training could pick them. This callback requests the stop at that step through
+    ``trainer.should_stop``, as Lightning's `Timer` does for ``max_time``; the training loop
+    then validates before it ends, exactly as after a ``max_time`` stop.
     """
 
     def on_train_batch_end(self, trainer: L.Trainer, *args: Any, **kwargs: Any) -> None:
-        max_steps = trainer.max_steps
-        if max_steps < 0 or trainer.global_step < max_steps:
-            return
-        if not trainer.fit_loop.epoch_loop.batch_progress.is_last_batch:  # else: epoch end
+        epoch_end = trainer.fit_loop.epoch_loop.batch_progress.is_last_batch
+        per_epoch = trainer.check_val_every_n_epoch is not None and trainer.val_check_interval == 1
+        if epoch_end and per_epoch:
+            return  # Lightning validates at the end of the epoch itself
+        max_epochs = trainer.max_epochs
+        last_epoch = max_epochs is not None and 0 < max_epochs <= trainer.current_epoch + 1
+        if 0 <= trainer.max_steps <= trainer.global_step or (epoch_end and last_epoch):
             trainer.should_stop = True
+
+
+def _run_ends_here(trainer: L.Trainer) -> bool:
+    """Whether the fit ends after the current step (a stop requested, ``max_steps`` reached, or
+    the last batch of the last epoch)."""
+    max_epochs = trainer.max_epochs
+    last_epoch = max_epochs is not None and 0 < max_epochs <= trainer.current_epoch + 1
+    last_batch = trainer.fit_loop.epoch_loop.batch_progress.is_last_batch
+    max_steps_reached = 0 <= trainer.max_steps <= trainer.global_step
+    return trainer.should_stop or max_steps_reached or (last_epoch and last_batch)
 
 
 def train_time_remaining(trainer: L.Trainer) -> float | None:
@@ -502,11 +462,11 @@ class PlainProgress(L.Callback):
     (loss, perplexity, BLEU, chrF when computed), target tokens/s (from `TokenThroughput`),
     the time so far and an estimate of the time left (the pace of the steps done so far, over
     the steps that ``max_epochs`` or ``max_steps`` leave, capped by ``max_time``; "unbounded"
-    when nothing bounds the run, "unknown" in a resumed run before its first step, e.g. after
-    a validation redone on resume). A validation inside an epoch (`ValidationCadence`,
-    ``trainer.val_check_interval``) gets a line too, marked "validation", and the epoch's own
-    line is left out when it would repeat that step (a run that ``max_steps`` ends inside an
-    epoch validates, `ValidateAtMaxSteps`, then ends the epoch).
+    when nothing bounds the run, "unknown" in a resumed run before its first step). A
+    validation inside an epoch (``trainer.val_check_interval``, which `validation_cadence`
+    sets) gets a line too, marked "validation", and the epoch's own line is left out when it
+    would repeat that step (a run that ``max_steps`` ends inside an epoch validates,
+    `ValidateAtEnd`, then ends the epoch).
     An unset bound (-1) is left out, and so is a ``max_steps`` that ``max_epochs`` reaches
     first: ``epoch 3 | step 250/300``, ``epoch 2/2 | step 46``.
     """
@@ -628,105 +588,3 @@ class BudgetClock(L.Callback):
         first, step = schedules[0], trainer.global_step
         progress = first.budget_progress(step) if step >= first.warmup_steps else 0.0
         pl_module.log("train/budget", progress, on_step=True, on_epoch=False)
-
-
-def run_progress(trainer: L.Trainer, planned_steps: float) -> float:
-    """The run's progress through its budget, 0 to 1: the larger of the updates done over
-    `planned_steps` (the step plan) and the training time used over ``trainer.max_time``."""
-    by_steps = trainer.global_step / planned_steps if math.isfinite(planned_steps) else 0.0
-    elapsed, remaining = train_time_elapsed(trainer), train_time_remaining(trainer)
-    by_time = 0.0
-    if elapsed is not None and remaining is not None and elapsed + remaining > 0:
-        by_time = elapsed / (elapsed + remaining)
-    return min(1.0, max(by_steps, by_time))
-
-
-class ValidationCadence(L.Callback):
-    """Validate each time the run passes another 1/N of its budget (N =
-    ``model.validation.validations_per_run``), and where it ends, instead of once per epoch.
-
-    Progress is `run_progress`: the step plan or ``trainer.max_time``, whichever is further
-    along. So a 20-minute run validates about every two minutes whether the machine makes
-    3,000 updates in it or 30,000, and best-checkpoint selection sees as many candidates in
-    a short run as in a long one, on a corpus of 29k sentences or of millions (where one
-    epoch may be the whole run).
-
-    Lightning decides when to validate in its training loop (``val_check_interval``,
-    ``check_val_every_n_epoch``, in batches or time fixed in advance); this callback replaces
-    that decision for the run, and makes every `ModelCheckpoint` that was left to choose save
-    after each validation rather than at the end of the epoch. Lightning's cadence applies
-    instead with ``validations_per_run`` 0, in a ``fast_dev_run``, where the run sets
-    ``trainer.val_check_interval`` or ``trainer.check_val_every_n_epoch`` itself, where it
-    has no validation (``limit_val_batches`` 0), and where it has neither a finite plan nor
-    ``trainer.max_time`` (no budget to divide).
-    """
-
-    def __init__(self) -> None:
-        self.per_run = 0
-        self.planned_steps = math.inf
-        self.next_boundary = 1  # validate when progress reaches next_boundary / per_run
-        self.validated_step = -1  # the update after which the run last validated
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"validated_step": self.validated_step}
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.validated_step = int(state_dict.get("validated_step", -1))
-
-    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        validation = getattr(pl_module, "validation", None)
-        self.per_run = getattr(validation, "validations_per_run", 0)
-        if not self.per_run or trainer.fast_dev_run:
-            self.per_run = 0
-            return
-        interval = trainer.val_check_interval  # 1.0 (a float) unless the run set it
-        lightning_cadence = not (isinstance(interval, float) and interval == 1.0)
-        if lightning_cadence or trainer.check_val_every_n_epoch != 1:
-            self.per_run = 0  # the run set Lightning's cadence itself: that one applies
-            return
-        if not trainer.enable_validation:  # no validation data, limit_val_batches 0
-            self.per_run = 0  # Lightning then saves checkpoints at each epoch's end
-            return
-        self.planned_steps = float(trainer.estimated_stepping_batches)
-        if not math.isfinite(self.planned_steps) and train_time_remaining(trainer) is None:
-            self.per_run = 0  # no plan and no clock: no budget to divide; validate every epoch
-            return
-        progress = run_progress(trainer, self.planned_steps)  # > 0 in a resumed run
-        self.next_boundary = self._boundary_after(progress)
-        for callback in trainer.checkpoint_callbacks:  # save after validation, not epoch end
-            if getattr(callback, "_save_on_train_epoch_end", False) is None:
-                callback._save_on_train_epoch_end = False
-        loop = trainer.fit_loop.epoch_loop
-        loop._should_check_val_fx = lambda data_fetcher: self.should_validate(trainer)
-
-    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        trainer.fit_loop.epoch_loop.__dict__.pop("_should_check_val_fx", None)
-
-    def _boundary_after(self, progress: float) -> int:
-        """The next boundary (in 1/N of the budget) once `progress` has been reached; the same
-        rounding tolerance as the due test, so a resume does not validate a boundary again."""
-        return math.floor(progress * self.per_run + 1e-9) + 1
-
-    def should_validate(self, trainer: L.Trainer) -> bool:
-        """Whether to validate after the update just made: a new 1/N of the budget passed,
-        the run is stopping (``max_steps``, ``max_time``, Ctrl-C) or its last epoch ended."""
-        loop = trainer.fit_loop.epoch_loop
-        if not loop._should_check_val_epoch():  # no validation data, limit_val_batches 0
-            return False
-        if loop.restarting and trainer.global_step == self.validated_step:
-            # Resumed from a checkpoint saved during or after this step's validation: Lightning
-            # asks so that it does not train the step again (and ends an interrupted validation).
-            return True
-        # Rank 0's clock decides for every process: under DDP they validate together.
-        progress = trainer.strategy.broadcast(run_progress(trainer, self.planned_steps))
-        due = progress * self.per_run >= self.next_boundary - 1e-9
-        if due:
-            self.next_boundary = self._boundary_after(progress)
-        last_epoch = trainer.max_epochs is not None and trainer.max_epochs > 0
-        last_epoch = last_epoch and trainer.current_epoch + 1 >= trainer.max_epochs
-        ending = last_epoch and loop.batch_progress.is_last_batch
-        stopping = trainer.should_stop and trainer.fit_loop._can_stop_early
-        if due or ending or stopping:
-            self.validated_step = trainer.global_step  # saved with the checkpoints it makes
-            return True
-        return False

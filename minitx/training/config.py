@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 
 from minitx.decoding import DecodingConfig
 from minitx.errors import ConfigError
-from minitx.training.deprecation import deprecated_setting
 from minitx.training.schedules import SCHEDULES, decaying_schedules
 
 SDPA_BACKENDS: tuple[str, ...] = ("auto", "flash", "math", "default")
@@ -52,9 +51,6 @@ class OptimConfig:
             parameters instead of a loop over them), on CPU and GPU alike: 20% more target
             tokens/s on a bf16 CPU, 5% in fp32 (docs: Speed). False = PyTorch's own choice (a
             loop over the parameters on CPU, grouped ``foreach`` kernels on GPU).
-        sdpa_backend: deprecated, use `model.sdpa_backend` (a `TranslationModule`
-            argument: the attention kernel is a runtime choice, not an optimisation
-            setting); None = not set. Still accepted, with a note.
         skip_bad_batches: opt-in tolerance, as fairseq has: skip up to this many batches
             whose loss or gradient norm is NaN or infinite (no update; each one logged and
             counted in ``train/skipped_batches``); the next one stops the run. 0 (default):
@@ -69,7 +65,6 @@ class OptimConfig:
     weight_decay: float = 0.0
     betas: tuple[float, float] = (0.9, 0.98)
     fused: bool = True
-    sdpa_backend: str | None = None
     skip_bad_batches: int = 0
 
     def __post_init__(self) -> None:
@@ -78,9 +73,6 @@ class OptimConfig:
             raise ConfigError(
                 f"OptimConfig.skip_bad_batches must be >= 0, got {self.skip_bad_batches}"
             )
-        if self.sdpa_backend is not None:
-            deprecated_setting("model.optim.sdpa_backend", "model.sdpa_backend")
-            check_sdpa_backend(self.sdpa_backend, "OptimConfig.sdpa_backend")
         if self.schedule not in SCHEDULES:
             raise ConfigError(
                 f"OptimConfig.schedule={self.schedule!r}; choose one of {SCHEDULES.names()}"
@@ -127,10 +119,11 @@ class ValidationConfig:
     """What validation measures besides the loss.
 
     Attributes:
-        validations_per_run: validate each time the run passes another 1/N of its budget
-            (its step plan or ``trainer.max_time``, whichever is further along) and where it
-            ends: about N validations whatever the machine's speed or the corpus size
-            (`minitx.training.callbacks.ValidationCadence`). 0 = Lightning's cadence,
+        validations_per_run: about N validations spread over the run's budget, whatever the
+            machine's speed or the corpus size, and one where it ends: every
+            ``trainer.max_time / N`` of training, else every ``max_steps / N`` updates, else
+            every ``max_epochs / N`` epochs (at least every epoch)
+            (`minitx.training.cadence.validation_cadence`). 0 = Lightning's cadence,
             ``trainer.check_val_every_n_epoch`` / ``trainer.val_check_interval``, which
             also applies where the run sets either of those two itself.
         bleu_every_n_epochs: translate the validation set and compute BLEU/chrF every N epochs

@@ -1,73 +1,146 @@
-"""Loggers that continue a run's history when training resumes (`--ckpt_path last`).
+"""`ContinuingCSVLogger`: ``metrics.csv`` that continues a run's history when training
+resumes (`--ckpt_path last`).
 
 Lightning's `CSVLogger` deletes an existing ``metrics.csv`` when its directory is reused, so
-a resumed run would lose every earlier row. `ContinuingCSVLogger` keeps the rows up to the
-step the checkpoint was saved at (later rows were logged after it and are logged again by
-the resumed run) and appends from there. TensorBoard does the same with `purge_step`.
+a resumed run would lose every earlier row. This logger writes the same file (one row per
+logged step, the columns sorted by name, ``step`` among them) through Lightning's public
+`Logger` interface, keeps the rows up to the step the checkpoint was saved at (later rows
+were logged after it and are logged again by the resumed run) and appends from there.
+TensorBoard does the same with `purge_step`. Every rewrite of the file (a new metric's
+column, the trim on resume) replaces it whole, never leaving it half-written.
 """
 
 from __future__ import annotations
 
 import csv
+import os
+from argparse import Namespace
+from pathlib import Path
 from typing import Any
 
-from lightning.fabric.loggers.logger import rank_zero_experiment
-from lightning.pytorch.loggers import CSVLogger
-from lightning.pytorch.loggers.csv_logs import ExperimentWriter
+from lightning.pytorch.core.saving import save_hparams_to_yaml
+from lightning.pytorch.loggers import Logger
+from lightning.pytorch.utilities import rank_zero_only
+from torch import Tensor
 
 from minitx.textio import atomic_path
 
+METRICS_FILE = "metrics.csv"
 
-class _ContinuingWriter(ExperimentWriter):
-    """`ExperimentWriter` that keeps ``metrics.csv`` rows with ``step <= resume_step``."""
 
-    def __init__(self, log_dir: str, resume_step: int | None) -> None:
+class ContinuingCSVLogger(Logger):
+    """Log metrics to ``{save_dir}/{name}/{version}/metrics.csv``, continuing it on resume.
+
+    Args:
+        save_dir: the directory holding the logger's own.
+        name: a subdirectory of `save_dir` ("" for none).
+        version: the logger's directory under it.
+        resume_step: the global step of the checkpoint training resumes from; None for a new
+            run (an existing file is then replaced, as `CSVLogger` does).
+        flush_logs_every_n_steps: how often the rows logged so far are written.
+    """
+
+    def __init__(
+        self,
+        save_dir: str,
+        name: str = "",
+        version: str = "csv",
+        resume_step: int | None = None,
+        flush_logs_every_n_steps: int = 100,
+    ) -> None:
+        super().__init__()
         self.resume_step = resume_step
-        super().__init__(log_dir=log_dir)
+        self.flush_logs_every_n_steps = flush_logs_every_n_steps
+        self.path = Path(save_dir) / name / version / METRICS_FILE
+        self.keys: list[str] = []  # the file's columns
+        self.rows: list[dict[str, Any]] = []  # logged, not written yet
+        self.hparams: dict[str, Any] = {}
+        self.prepared = False  # the file trimmed (resume) or removed (new run)
+        self._save_dir, self._name, self._version = save_dir, name, version
 
-    def _check_log_dir_exists(self) -> None:
-        if self.resume_step is None or not self._fs.isfile(self.metrics_file_path):
-            super()._check_log_dir_exists()
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def version(self) -> str:
+        return self._version
+
+    @property
+    def save_dir(self) -> str:
+        return self._save_dir
+
+    @property
+    def log_dir(self) -> str:
+        return str(self.path.parent)
+
+    @property
+    def experiment(self) -> ContinuingCSVLogger:
+        """The logger itself: it writes its file directly."""
+        return self
+
+    @rank_zero_only
+    def log_hyperparams(self, params: dict[str, Any] | Namespace, *args: Any, **kw: Any) -> None:
+        """The module's hyperparameters as ``hparams.yaml`` beside the metrics, as
+        `CSVLogger` writes them."""
+        self.hparams.update(vars(params) if isinstance(params, Namespace) else params)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        save_hparams_to_yaml(self.path.parent / "hparams.yaml", self.hparams)
+
+    @rank_zero_only
+    def log_metrics(self, metrics: dict[str, float | Tensor], step: int | None = None) -> None:
+        row = {k: v.item() if isinstance(v, Tensor) else v for k, v in metrics.items()}
+        row["step"] = len(self.rows) if step is None else step
+        self.rows.append(row)
+        if (row["step"] + 1) % self.flush_logs_every_n_steps == 0:
+            self.save()
+
+    @rank_zero_only
+    def save(self) -> None:
+        """Write the rows logged so far: appended, or the file rewritten whole when a new
+        metric adds a column."""
+        self._prepare()
+        if not self.rows:
             return
-        with self._fs.open(self.metrics_file_path, "r", newline="") as file:
+        new_keys = set().union(*self.rows) - set(self.keys)
+        exists = self.path.is_file()
+        self.keys = sorted([*self.keys, *new_keys])
+        if new_keys and exists:
+            with self.path.open(newline="", encoding="utf-8") as file:
+                _write_rows(self.path, self.keys, list(csv.DictReader(file)))
+        with self.path.open("a" if exists else "w", newline="", encoding="utf-8") as file:
+            writer = csv.DictWriter(file, fieldnames=self.keys)
+            if not exists:
+                writer.writeheader()
+            writer.writerows(self.rows)
+        self.rows = []
+
+    @rank_zero_only
+    def finalize(self, status: str) -> None:
+        self.save()
+
+    def _prepare(self) -> None:
+        """Once: keep the rows up to `resume_step` of an existing file, or remove it."""
+        if self.prepared:
+            return
+        self.prepared = True
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if not self.path.is_file():
+            return
+        if self.resume_step is None:
+            os.remove(self.path)
+            return
+        with self.path.open(newline="", encoding="utf-8") as file:
             reader = csv.DictReader(file)
             header = list(reader.fieldnames or [])
             rows = [r for r in reader if r.get("step") and int(r["step"]) <= self.resume_step]
-        _write_rows(self.metrics_file_path, header, rows)
-        self.metrics_keys = header
-
-    def _rewrite_with_new_header(self, fieldnames: list[str]) -> None:
-        """A new metric's column: the file is rewritten whole (atomically), then appended to."""
-        with self._fs.open(self.metrics_file_path, "r", newline="") as file:
-            rows = list(csv.DictReader(file))
-        _write_rows(self.metrics_file_path, fieldnames, rows)
+        _write_rows(self.path, header, rows)
+        self.keys = header
 
 
-def _write_rows(path: str, header: list[str], rows: list[dict[str, Any]]) -> None:
+def _write_rows(path: Path, header: list[str], rows: list[dict[str, Any]]) -> None:
     """Replace the CSV file `path` by `header` and `rows`, whole or not at all."""
     with atomic_path(path) as tmp, open(tmp, "w", newline="", encoding="utf-8") as file:
         writer = csv.DictWriter(file, fieldnames=header)
         writer.writeheader()
         writer.writerows(rows)
-
-
-class ContinuingCSVLogger(CSVLogger):
-    """`CSVLogger` that, given `resume_step`, continues ``metrics.csv`` instead of deleting it.
-
-    Args:
-        resume_step: the global step of the checkpoint training resumes from; None for a new
-            run (then it behaves exactly like `CSVLogger`).
-        **kwargs: `CSVLogger` arguments.
-    """
-
-    def __init__(self, *args: Any, resume_step: int | None = None, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.resume_step = resume_step
-
-    @property
-    @rank_zero_experiment  # as CSVLogger's: other ranks write nothing, create no directory
-    def experiment(self) -> ExperimentWriter:
-        if self._experiment is None:
-            self._fs.makedirs(self.root_dir, exist_ok=True)
-            self._experiment = _ContinuingWriter(self.log_dir, self.resume_step)
-        return self._experiment

@@ -16,7 +16,7 @@ import contextlib
 import logging
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from typing import Any
 
 import lightning as L
@@ -31,7 +31,6 @@ from minitx.decoding import generate
 from minitx.errors import ConfigError, ResumeError, TrainingError
 from minitx.model import PACK_ROWS, Transformer, TransformerConfig
 from minitx.training.config import OptimConfig, ValidationConfig, check_sdpa_backend
-from minitx.training.deprecation import renamed_value
 from minitx.training.schedules import SCHEDULES, make_schedule
 from minitx.vocab import PAD_ID
 
@@ -73,8 +72,7 @@ class TranslationModule(L.LightningModule):
             "math" on a CPU under bf16 autocast, where it is the faster backward for
             Multi30k's lengths (scripts/benchmark.py measures it; the README has the
             figures), else "default". A runtime choice: it changes no result beyond rounding
-            and is not part of the model's config in checkpoints. `model.optim.sdpa_backend`,
-            its old place, still works (deprecated).
+            and is not part of the model's config in checkpoints.
         pack_rows: the feed-forward sub-layers run on the real (non-pad) positions only,
             topped up to a multiple of this many rows (`model.pack_rows`,
             `Transformer.pack_rows`); 0 = on every padded position too. A runtime choice
@@ -95,26 +93,17 @@ class TranslationModule(L.LightningModule):
     ) -> None:
         super().__init__()
         self.model_config: TransformerConfig = _coerce(transformer, TransformerConfig)
-        optim = _coerce(optim, OptimConfig)
-        self.sdpa_backend: str = renamed_value(
-            "model.optim.sdpa_backend",
-            optim.sdpa_backend,
-            "model.sdpa_backend",
-            sdpa_backend,
-            "auto",
-        )
+        self.sdpa_backend = sdpa_backend
         check_sdpa_backend(self.sdpa_backend)
         if pack_rows < 0:
             raise ConfigError(f"model.pack_rows must be >= 0 (0 = no packing), got {pack_rows}")
-        self.optim: OptimConfig = replace(optim, sdpa_backend=None)
+        self.optim: OptimConfig = _coerce(optim, OptimConfig)
         self.validation: ValidationConfig = _coerce(validation, ValidationConfig)
-        optim_hparams = asdict(self.optim)
-        del optim_hparams["sdpa_backend"]  # deprecated: saved as sdpa_backend
         # Plain data only, so that checkpoints load with weights_only=True.
         self.save_hyperparameters(
             {
                 "transformer": self.model_config.to_dict(),
-                "optim": optim_hparams,
+                "optim": asdict(self.optim),
                 "validation": asdict(self.validation),
                 "sdpa_backend": self.sdpa_backend,
                 "pack_rows": pack_rows,
@@ -134,20 +123,21 @@ class TranslationModule(L.LightningModule):
 
     # ---------------------------------------------------------------- wiring
 
+    def _attached_trainer(self) -> L.Trainer | None:
+        """The trainer running this module; None outside a fit (a module used on its own)."""
+        try:
+            return self.trainer
+        except RuntimeError:  # Lightning's answer for a module not attached to a Trainer
+            return None
+
     def setup(self, stage: str) -> None:
-        self._check_bleu_schedule()
-        if (
-            self.optim.skip_bad_batches
-            and self._trainer is not None
-            and self.trainer.world_size > 1
-        ):
+        trainer = self._attached_trainer()
+        if self.optim.skip_bad_batches and trainer is not None and trainer.world_size > 1:
             raise ConfigError(
                 "model.optim.skip_bad_batches works in single-process training only (a rank "
                 "that skips a batch would leave the others waiting); set it to 0 for DDP"
             )
-        datamodule = (
-            getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
-        )
+        datamodule = getattr(trainer, "datamodule", None)
         if datamodule is not None and getattr(datamodule, "tokenizer", None) is not None:
             self.tokenizer = datamodule.tokenizer
             sizes = {self.model_config.src_vocab_size, self.model_config.tgt_vocab_size}
@@ -158,25 +148,8 @@ class TranslationModule(L.LightningModule):
                     "model.transformer.src_vocab_size/tgt_vocab_size to data.vocab_size"
                 )
 
-    def _check_bleu_schedule(self) -> None:
-        """A checkpoint callback watching val/bleu needs BLEU in every epoch it runs in."""
-        every = self.validation.bleu_every_n_epochs
-        if self._trainer is None:
-            return
-        for cb in self.trainer.checkpoint_callbacks:
-            if getattr(cb, "monitor", None) == "val/bleu" and (
-                every <= 0 or cb._every_n_epochs % every
-            ):
-                raise ValueError(
-                    f"model.validation.bleu_every_n_epochs={every} but a ModelCheckpoint monitors "
-                    f"val/bleu every {cb._every_n_epochs} epoch(s); set that callback's "
-                    f"every_n_epochs to a multiple of {every} "
-                    "(or monitor val/loss instead)"
-                )
-
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Refuse to resume from a checkpoint whose model config or tokenizer differ from this
-        run's (the checkpoint's tokenizer is the one its weights were trained with).
+        """Refuse to resume from a checkpoint this run cannot continue (`check_resume`).
 
         A decaying schedule ends where this run's plan ends, not the checkpoint's: a run
         resumed with more epochs decays over them instead of training on at a rate of zero
@@ -190,6 +163,16 @@ class TranslationModule(L.LightningModule):
             for schedule_state in scheduler_state.get("lr_lambdas", []):
                 if isinstance(schedule_state, dict):
                     schedule_state.pop("total_steps", None)
+        self.check_resume(checkpoint)
+
+    def check_resume(self, checkpoint: dict[str, Any]) -> None:
+        """Refuse to resume from `checkpoint` (a Lightning checkpoint's dict) when its model
+        config, its optimizer settings (`RESUME_KEEPS`) or its tokenizer (the one its weights
+        were trained with; checked once this module has its tokenizer) differ from this run's.
+
+        Raises:
+            ResumeMismatchError: naming what differs.
+        """
         self._check_resumed_optim(checkpoint.get("hyper_parameters") or {})
         payload = checkpoint.get(CHECKPOINT_KEY) or {}
         saved = payload.get("model_config")
@@ -256,12 +239,12 @@ class TranslationModule(L.LightningModule):
             lrs = [base * f(step) for base, f in zip(scheduler.base_lrs, factors, strict=True)]
             for group, lr in zip(scheduler.optimizer.param_groups, lrs, strict=True):
                 group["lr"] = lr
-            scheduler._last_lr = lrs
 
     def _current_lr(self) -> float:
-        if self._trainer is None or not self.trainer.optimizers:
+        trainer = self._attached_trainer()
+        if trainer is None or not trainer.optimizers:
             return float("nan")
-        return float(self.trainer.optimizers[0].param_groups[0]["lr"])
+        return float(trainer.optimizers[0].param_groups[0]["lr"])
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Make the checkpoint self-contained: model config and tokenizer travel inside it.
@@ -275,7 +258,7 @@ class TranslationModule(L.LightningModule):
                 f"refusing to write a checkpoint at step {self.global_step}: {len(bad)} weight "
                 f"tensors hold NaN or inf (e.g. {bad[0]}); the earlier checkpoints are kept"
             )
-        datamodule = getattr(self._trainer, "datamodule", None)
+        datamodule = getattr(self._attached_trainer(), "datamodule", None)
         languages = None
         if datamodule is not None:
             languages = (datamodule.hparams.get("src_lang"), datamodule.hparams.get("tgt_lang"))
