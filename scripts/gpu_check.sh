@@ -244,7 +244,7 @@ train() {
         args+=(--trainer.max_time "$(printf '00:00:%02d:%02d' $(($1 / 60)) $(($1 % 60)))"
             --trainer.accelerator gpu --data.num_workers 2)
     fi
-    "$PYTHON" -m minitx train "${args[@]}"
+    "$PYTHON" -m minitx.cli.train "${args[@]}"
     local rc=$?
     local run
     run=$(ls -d "$WORK"/runs/*/*/ 2>/dev/null | tail -1)

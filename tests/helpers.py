@@ -91,3 +91,12 @@ def subprocess_env() -> dict[str, str]:
 
 
 PYTHON = sys.executable
+
+
+def command_module(name: str) -> str:
+    """The module whose `main` console script ``minitx-NAME`` runs (``python -m`` runs it the
+    same way): minitx.cli.NAME for the core's commands, an extra's ``command`` module."""
+    from importlib.metadata import entry_points
+
+    (entry,) = entry_points(group="console_scripts", name=f"minitx-{name}")
+    return entry.module

@@ -20,9 +20,8 @@ import sys
 from pathlib import Path
 
 import pytest
-import tomllib
 import torch
-from helpers import REPO_DIR, TINY_CONFIG, TOY_CORPUS_DIR, subprocess_env
+from helpers import TINY_CONFIG, TOY_CORPUS_DIR, command_module, subprocess_env
 from lightning.pytorch.callbacks import ModelSummary
 
 from minitx.cli.common import (
@@ -40,14 +39,9 @@ COMMANDS = ("translate", "evaluate", "visualize", "ct2", "export", "average", "d
 ONE_LINE = r"^error: .+  \(\S.* --help shows the usage\)$"
 
 
-PYPROJECT = tomllib.loads((REPO_DIR / "pyproject.toml").read_text(encoding="utf-8"))
-SCRIPTS = PYPROJECT["project"]["scripts"]
-"""Console script (minitx-NAME) -> "module:function"; an extra's command lives beside it."""
-
-
 def command(name: str):
     """The module of `minitx-NAME` (minitx.cli.NAME, or an extra's command.py)."""
-    return importlib.import_module(SCRIPTS[f"minitx-{name}"].split(":")[0])
+    return importlib.import_module(command_module(name))
 
 
 def the_error_line(stderr: str) -> str:
@@ -167,6 +161,34 @@ def test_training_refuses_a_nan_or_infinite_setting_before_anything_runs(
     line = the_error_line(capsys.readouterr().err)
     assert f"error: {key}: not a finite number" in line, line
     assert not (tmp_path / "runs").exists() or not list((tmp_path / "runs").rglob("*.ckpt"))
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--trainer.max_time", "bad"], "trainer.max_time='bad': not a duration; give DD:HH:MM:SS"),
+        (["--trainer.max_time", "00:20:00"], "trainer.max_time='00:20:00': not a duration"),
+        (["--trainer.max_time", "00:00:00:00"], "the budget must be longer than zero"),
+        (["--seed_everything", "-1"], "seed_everything=-1: a seed lies in 0..4294967295"),
+        (["--seed_everything", str(2**32)], f"seed_everything={2**32}: a seed lies in"),
+    ],
+    ids=["max-time-word", "max-time-three-parts", "max-time-zero", "seed-negative", "seed-big"],
+)
+def test_training_refuses_a_malformed_budget_or_seed_in_one_line(
+    args: list[str],
+    message: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MINITX_DEBUG", raising=False)
+    with pytest.raises(SystemExit) as exit_info:
+        train_main(["--config", str(TINY_CONFIG), "--trainer.max_epochs", "1", *args])
+    assert exit_info.value.code == 2
+    line = the_error_line(capsys.readouterr().err)
+    assert line.startswith(f"error: {message}"), line
+    assert not list(tmp_path.glob("runs/*/*"))  # refused before a run directory is made
 
 
 def train_process(args: list[str], cwd: Path) -> subprocess.CompletedProcess:

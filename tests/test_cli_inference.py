@@ -28,6 +28,7 @@ from helpers import (
     TOY_TEST_SOURCES,
     subprocess_env,
 )
+from helpers import command_module as script_module
 from sacrebleu.metrics import BLEU
 
 from minitx.alignment import parse_alignment
@@ -37,7 +38,7 @@ from minitx.translator import Translator
 
 def command_module(name: str) -> ModuleType:
     """The module of command minitx-NAME (its console script runs its `main`)."""
-    return importlib.import_module(f"minitx.cli.{name}")
+    return importlib.import_module(script_module(name))
 
 
 @pytest.fixture(scope="module")

@@ -685,7 +685,7 @@ def current_umask() -> int:
 
 
 def test_a_non_utf8_argument_is_one_error_line(tiny_checkpoint: Path) -> None:
-    cmd = [sys.executable, str(REPO / "scripts" / "translate.py"), "--checkpoint"]
+    cmd = [sys.executable, "-m", "minitx.cli.translate", "--checkpoint"]
     cmd += [str(tiny_checkpoint), b"Ein \xff Mann"]
     env = {**subprocess_env(), "LC_ALL": "C.UTF-8"}
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import PYTHON, TINY_CONFIG, subprocess_env
+from helpers import PYTHON, TINY_CONFIG, command_module, subprocess_env
 
 from minitx.checkpoint import write_checkpoint
 from minitx.errors import OutputError
@@ -60,10 +60,10 @@ def orphans(directory: Path) -> list[str]:
 def minitx(
     *args: str, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: int = 180
 ) -> subprocess.CompletedProcess[str]:
-    """Command ``args[0]`` (``minitx-NAME``: ``python -m minitx.cli.NAME``) with the other
+    """Command ``args[0]`` (``minitx-NAME``: ``python -m`` its module) with the other
     ``args`` in a child process, its output captured as text."""
     return subprocess.run(
-        [PYTHON, "-m", f"minitx.cli.{args[0]}", *args[1:]],
+        [PYTHON, "-m", command_module(args[0]), *args[1:]],
         cwd=cwd,
         capture_output=True,
         text=True,

@@ -90,8 +90,25 @@ def test_the_decay_ends_at_the_trainers_planned_steps_or_at_total_steps() -> Non
     assert type(scheduler_of(default, 15000)) is BudgetSchedule
     with pytest.raises(ConfigError, match="trainer.max_epochs or trainer.max_steps"):
         scheduler_of(linear, float("inf"))  # max_epochs -1 and no max_steps: no end to decay to
-    with pytest.raises(ConfigError, match="plans 80 optimizer steps, not more than"):
-        scheduler_of(linear, 80)  # the decay would end before the warm-up does
+
+
+def test_a_plan_shorter_than_the_warm_up_warms_up_over_a_tenth_of_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """`--trainer.max_steps 20` with the default's 100-step warm-up: a short try, not refused."""
+    for name, schedule_type in (("linear", LinearDecaySchedule), ("budget", BudgetSchedule)):
+        module = TranslationModule(transformer=SMALL, optim={"schedule": name, "warmup_steps": 100})
+        with caplog.at_level("WARNING", logger="minitx"):
+            schedule = scheduler_of(module, 80)
+        assert type(schedule) is schedule_type
+        assert (schedule.warmup_steps, schedule.total_steps) == (8, 80)
+        assert (
+            "plans 80 optimizer steps, not more than model.optim.warmup_steps (100): "
+            "warming up over 8 steps instead" in caplog.text
+        )
+        caplog.clear()
+    tiny = TranslationModule(transformer=SMALL, optim={"schedule": "linear", "warmup_steps": 5})
+    assert (scheduler_of(tiny, 3).warmup_steps, scheduler_of(tiny, 3).total_steps) == (1, 3)
 
 
 def test_loss_matches_torch_label_smoothed_cross_entropy() -> None:

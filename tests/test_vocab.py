@@ -18,8 +18,14 @@ from minitx.vocab import BOS_ID, EOS_ID, PAD_ID, frame_source, frame_target, pad
 
 SPECIAL = {"BOS_ID", "EOS_ID"}
 FRAMING_HOME = REPO_DIR / "minitx" / "vocab.py"
-FRAMING_USERS = ("data/batching.py", "translator.py", "maps.py", "experiments/probes.py")
-"""Modules that frame sequences (training batches, inference, attention maps, probes)."""
+FRAMING_USERS = (
+    "data/batching.py",
+    "translator.py",
+    "teacher_forcing.py",
+    "extras/experiments/explain.py",
+)
+"""Modules that frame sequences (training batches, inference, the teacher-forced pass of maps,
+attributions and probes, the explain experiment)."""
 
 
 def test_special_ids() -> None:

@@ -64,7 +64,7 @@ from minitx.training import (
     ValidateAtEnd,
     ValidationExamples,
 )
-from minitx.training.cadence import validation_cadence
+from minitx.training.cadence import duration, validation_cadence
 from minitx.training.callbacks import (
     BudgetClock,
     budget_schedules,
@@ -148,6 +148,40 @@ def check_finite(config: Any) -> None:
     """
     for key, value in _non_finite("", config):
         raise ConfigError(f"{key}={value}: not a finite number; give a finite value")
+
+
+SEED_RANGE = (0, 2**32 - 1)
+"""The seeds `lightning.seed_everything` takes (numpy's range)."""
+
+
+def check_budget_and_seed(config: Any) -> None:
+    """Refuse a ``trainer.max_time`` Lightning cannot read and a seed out of range, before
+    Lightning seeds or builds its Timer (each fails there with a traceback).
+
+    Raises:
+        ConfigError: naming the setting, the value and the forms it takes.
+    """
+    max_time = config.trainer.get("max_time")
+    if max_time is not None:
+        try:
+            budget = duration(max_time)
+        except (ValueError, TypeError, AttributeError):
+            raise ConfigError(
+                f"trainer.max_time={max_time!r}: not a duration; give DD:HH:MM:SS (e.g. "
+                "00:00:20:00 for 20 minutes), a dict such as {minutes: 20}, or null for none"
+            ) from None
+        if budget.total_seconds() <= 0:
+            raise ConfigError(
+                f"trainer.max_time={max_time!r}: the budget must be longer than zero, or null"
+            )
+    seed = config.get("seed_everything")
+    if isinstance(seed, int) and not isinstance(seed, bool):
+        low, high = SEED_RANGE
+        if not low <= seed <= high:
+            raise ConfigError(
+                f"seed_everything={seed}: a seed lies in {low}..{high}; give one there, or "
+                "true for a random one"
+            )
 
 
 class ConfigInCheckpoint(SaveConfigCallback):
@@ -382,6 +416,7 @@ class MinitxCLI(LightningCLI):
         message is Lightning's first line)."""
         super().parse_arguments(parser, args)
         set_verbosity(bool(self.config.get("verbose")))
+        check_budget_and_seed(self.config)
 
     def before_instantiate_classes(self) -> None:
         config = self.config

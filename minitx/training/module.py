@@ -447,13 +447,19 @@ class TranslationModule(L.LightningModule):
             {"params": no_decay, "weight_decay": 0.0},
         ]
 
-    def _total_steps(self) -> int | None:
-        """Where a decaying schedule reaches zero: `optim.total_steps`, else the trainer's plan."""
+    def _schedule_steps(self) -> tuple[int, int | None]:
+        """(warm-up, total) optimizer steps of the schedule.
+
+        The total is where a decaying schedule reaches zero: `optim.total_steps`, else the
+        trainer's plan (None for an open-ended schedule). A plan no longer than the warm-up
+        (a quick `--trainer.max_steps 20` try of the default) warms up over a tenth of the
+        plan instead, said in one line: the rate still rises and decays within the run.
+        """
         o = self.optim
         if not SCHEDULES[o.schedule].needs_total_steps:
-            return None
+            return o.warmup_steps, None
         if o.total_steps:
-            return o.total_steps
+            return o.warmup_steps, o.total_steps
         planned = self.trainer.estimated_stepping_batches
         if not math.isfinite(planned):
             raise ConfigError(
@@ -461,15 +467,18 @@ class TranslationModule(L.LightningModule):
                 "but the run has no planned length; set trainer.max_epochs or "
                 "trainer.max_steps, or model.optim.total_steps"
             )
-        if planned <= o.warmup_steps:
-            if getattr(self.trainer, "fast_dev_run", False):  # a smoke run: any shape will do
-                return o.warmup_steps + 1
-            raise ConfigError(
-                f"model.optim.schedule {o.schedule!r}: the run plans {int(planned)} optimizer "
-                f"steps, not more than its warm-up ({o.warmup_steps}); lower "
-                "model.optim.warmup_steps or plan more steps (trainer.max_epochs / max_steps)"
-            )
-        return int(planned)
+        planned = int(planned)
+        if planned > o.warmup_steps:
+            return o.warmup_steps, planned
+        warmup = max(1, planned // 10)
+        logger.warning(
+            "the run plans %d optimizer steps, not more than model.optim.warmup_steps (%d): "
+            "warming up over %d steps instead (a tenth of the plan)",
+            planned,
+            o.warmup_steps,
+            warmup,
+        )
+        return warmup, max(planned, warmup + 1)
 
     def configure_optimizers(self) -> dict[str, Any]:
         o = self.optim
@@ -477,8 +486,9 @@ class TranslationModule(L.LightningModule):
         optimizer = torch.optim.AdamW(
             self.parameter_groups(), lr=o.lr, betas=tuple(o.betas), eps=1e-9, **fused
         )
+        warmup, total = self._schedule_steps()
         scheduler = torch.optim.lr_scheduler.LambdaLR(
-            optimizer, make_schedule(o.schedule, o.warmup_steps, self._total_steps())
+            optimizer, make_schedule(o.schedule, warmup, total)
         )
         return {
             "optimizer": optimizer,
