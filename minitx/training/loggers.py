@@ -98,7 +98,10 @@ class ContinuingCSVLogger(Logger):
     @rank_zero_only
     def save(self) -> None:
         """Write the rows logged so far: appended, or the file rewritten whole when a new
-        metric adds a column."""
+        metric adds a column. Nothing logged and no file yet: nothing is created (a run that
+        fails before its first step leaves no directory)."""
+        if not self.rows and not self.path.is_file():
+            return
         self._prepare()
         if not self.rows:
             return
