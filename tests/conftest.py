@@ -7,7 +7,13 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 from helpers import TOY_CORPUS_DIR, TinyRun, train_tiny
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # `pytest -n 2`: one thread per worker process, so that two workers share the two cores
+    # instead of four threads spinning for them (torch's default is one per core).
+    torch.set_num_threads(1)
 
 TESTS_DIR = Path(__file__).resolve().parent
 DEFAULT_MULTI30K_DIR = TESTS_DIR.parent.parent / "shared" / "data" / "multi30k"
