@@ -468,9 +468,6 @@ def _bad_values(value: object) -> list[str]:
     return ["abc"]  # a tuple (betas) or another structure
 
 
-TRAIN_CASES = [(key, bad) for key, value in _train_settings() for bad in _bad_values(value)]
-
-
 @pytest.mark.filterwarnings("ignore:LightningCLI's args parameter")
 def test_every_training_setting_refuses_bad_values_in_one_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
@@ -483,8 +480,10 @@ def test_every_training_setting_refuses_bad_values_in_one_line(
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("MINITX_DEBUG", raising=False)
     monkeypatch.setattr(train, "_train_and_test", train.build_cli)  # build the run, no fit
+    # Built here, not at import: every test session would otherwise build a training CLI.
+    cases = [(key, bad) for key, value in _train_settings() for bad in _bad_values(value)]
     failures = []
-    for key, bad in TRAIN_CASES:
+    for key, bad in cases:
         try:
             status = train_main(["--config", str(TINY_CONFIG), f"--{key}", bad])
             status = 0 if status is not None else status
@@ -498,4 +497,4 @@ def test_every_training_setting_refuses_bad_values_in_one_line(
         if "Traceback" in err or status not in (0, 2) or (status == 2 and len(errors) != 1):
             failures.append(f"--{key} {bad}: status {status}: {err[-300:]}")
     assert not failures, "\n".join(failures)
-    assert len(TRAIN_CASES) > 90  # the settings were found (59 in the tiny config)
+    assert len(cases) > 90  # the settings were found (59 in the tiny config)

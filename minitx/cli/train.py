@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import lightning as L
 from lightning.fabric.plugins import CheckpointIO
+from lightning.fabric.utilities.seed import max_seed_value, min_seed_value
 from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.loggers import TensorBoardLogger
@@ -150,10 +151,6 @@ def check_finite(config: Any) -> None:
         raise ConfigError(f"{key}={value}: not a finite number; give a finite value")
 
 
-SEED_RANGE = (0, 2**32 - 1)
-"""The seeds `lightning.seed_everything` takes (numpy's range)."""
-
-
 def check_budget_and_seed(config: Any) -> None:
     """Refuse a ``trainer.max_time`` Lightning cannot read and a seed out of range, before
     Lightning seeds or builds its Timer (each fails there with a traceback).
@@ -176,7 +173,7 @@ def check_budget_and_seed(config: Any) -> None:
             )
     seed = config.get("seed_everything")
     if isinstance(seed, int) and not isinstance(seed, bool):
-        low, high = SEED_RANGE
+        low, high = min_seed_value, max_seed_value  # what `seed_everything` takes
         if not low <= seed <= high:
             raise ConfigError(
                 f"seed_everything={seed}: a seed lies in {low}..{high}; give one there, or "
