@@ -27,6 +27,12 @@ Sections (all by default; pick with --sections):
              4,000-piece vocabulary; taking turns on the same sentences: target tokens/s and
              the ratio to the default.
   decode     greedy and beam search, with vs without the KV cache, in sentences/s.
+  budget     (opt-in) where a training run's time goes: --budget-config trained for
+             --budget-time in a fresh process (`minitx-train`, Lightning's SimpleProfiler on),
+             its fit time split into training steps, fetching batches, validation, attention
+             maps, checkpoint writes, the other callbacks (logging) and the rest; updates made,
+             the target tokens/s of the whole fit and of the training steps alone, and their
+             ratio (the share of the budget that trains).
 
 --device cuda runs the train and decode sections on the GPU (the others stay CPU-only).
   ct2        (opt-in, needs --checkpoint) the checkpoint exported to CTranslate2, float32 and
@@ -45,6 +51,7 @@ Sections (all by default; pick with --sections):
     python scripts/benchmark.py --sections padding --max-tokens 1024 --train-examples 29000
     python scripts/benchmark.py --sections levers --max-tokens 1024 --train-steps 60
     python scripts/benchmark.py --sections data       # 30k, 300k, 1M pairs: ~2 minutes here
+    python scripts/benchmark.py --sections budget     # the default run: its 20 minutes and more
     python scripts/benchmark.py --sections data --data-pairs 5000000
     python scripts/benchmark.py --sections train decode --device cuda --max-tokens 8192
 """
@@ -52,6 +59,7 @@ Sections (all by default; pick with --sections):
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import logging
 import os
@@ -702,6 +710,93 @@ def bench_data(args: argparse.Namespace) -> None:
     print(f"  (peak RSS right after the imports: {cold['rss_imports_mb']:.0f} MB)")
 
 
+# ------------------------------------------------------------------------------------ budget
+
+BUDGET_GROUPS = (  # profiler action -> share of the budget; the first matching rule wins
+    ("checkpoint writes", lambda a: a == "save_checkpoint"),
+    ("training steps", lambda a: a == "run_training_batch"),
+    ("fetching batches", lambda a: a.endswith("train_dataloader_next") or ".batch_to_device" in a),
+    ("attention maps", lambda a: a.startswith("[Callback]AttentionMapLogger.")),
+    ("validation", lambda a: "validation" in a or a.endswith("val_next")),
+)
+"""How the budget section names what Lightning's SimpleProfiler records. Only actions that
+do not nest in one another are summed: a training step (`run_training_batch`) holds the
+forward, backward and optimizer hooks; a checkpoint write (`save_checkpoint`) holds the
+`on_save_checkpoint` hooks, so the checkpoint callbacks' own hooks are left out below."""
+
+
+def _profiled_actions(report: Path) -> dict[str, float]:
+    """Total seconds by action from a SimpleProfiler report (its table's rows; `Total` is
+    the profiler's whole run, setup included)."""
+    totals = {}
+    for line in report.read_text(encoding="utf-8").splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) == 5 and cells[0] != "Action":
+            totals[cells[0]] = float(cells[3])
+    return totals
+
+
+def budget_split(actions: dict[str, float]) -> dict[str, float]:
+    """Seconds by share of the budget (`BUDGET_GROUPS`; the other callbacks' hooks count as
+    logging), from the profiler's totals by action."""
+    names = [name for name, _ in BUDGET_GROUPS] + ["logging (other callbacks)"]
+    split = dict.fromkeys(names, 0.0)
+    for action, seconds in actions.items():
+        if action.startswith("[Callback]") and (
+            "ModelCheckpoint" in action or action.endswith(".on_save_checkpoint")
+        ):
+            continue  # their time is the checkpoint writes, counted once as save_checkpoint
+        name = next((name for name, rule in BUDGET_GROUPS if rule(action)), None)
+        if name is None and action.startswith("[Callback]"):
+            name = "logging (other callbacks)"
+        if name is not None:
+            split[name] += seconds
+    return split
+
+
+def bench_budget(args: argparse.Namespace) -> None:
+    """Train --budget-config for --budget-time in a fresh process with Lightning's
+    SimpleProfiler and print where the fit's time went."""
+    print(
+        f"\n== the budget: --config {args.budget_config} for {args.budget_time} (a fresh "
+        "process, Lightning's SimpleProfiler; the test decoding after the fit not run) =="
+    )
+    work = Path(tempfile.mkdtemp(prefix="minitx-bench-budget-"))
+    command = [
+        sys.executable, str(Path(__file__).with_name("train.py")),
+        "--config", args.budget_config,
+        "--trainer.max_time", args.budget_time,
+        "--trainer.enable_progress_bar", "false",
+        "--trainer.profiler", "lightning.pytorch.profilers.SimpleProfiler",
+        "--trainer.profiler.dirpath", str(work),
+        "--trainer.profiler.filename", "profile",
+        "--test", "false",
+    ]  # fmt: skip
+    done = subprocess.run(command, cwd=work, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"budget section: the training run failed:\n{done.stderr[-3000:]}")
+    metrics = next((work / "runs").rglob("metrics.csv"))
+    rows = list(csv.DictReader(metrics.open(encoding="utf-8")))
+    tokens = sum(float(r["train/tokens"]) for r in rows if r.get("train/tokens"))
+    updates = max(int(r["step"]) for r in rows if r.get("step")) + 1
+    bleu = [float(r["val/bleu"]) for r in rows if r.get("val/bleu")]
+    actions = _profiled_actions(work / "fit-profile.txt")
+    fit_s = actions["Total"]  # the profiler's clock: from setup to the end of the fit
+    split = budget_split(actions)
+    rest = fit_s - sum(split.values())
+    print(f"  {updates:,d} updates, {tokens:,.0f} target tokens in {fit_s:.0f} s of fit; "
+          f"{len(bleu)} validations, last val BLEU {bleu[-1]:.2f}" if bleu else "")  # fmt: skip
+    print("  share of the fit            seconds      %")
+    for name, seconds in [*split.items(), ("the rest (setup, the loop)", rest)]:
+        print(f"  {name:<28} {seconds:8.1f} {100 * seconds / fit_s:6.1f}")
+    step_rate, fit_rate = tokens / split["training steps"], tokens / fit_s
+    print(
+        f"  target tokens/s: {fit_rate:,.0f} over the whole fit, {step_rate:,.0f} in the "
+        f"training steps alone; ratio {fit_rate / step_rate:.2f} (the share that trains)"
+    )
+    shutil.rmtree(work, ignore_errors=True)
+
+
 # ------------------------------------------------------------------------------------ decode
 
 
@@ -849,9 +944,19 @@ def main() -> None:
         "--sections",
         nargs="+",
         default=["train", "attention", "decode"],
-        choices=["train", "attention", "decode", "scores", "padding", "levers", "ct2", "data"],
-        help="sections to run (default: train attention decode; scores, padding, levers, ct2 "
-        "and data are opt-in)",
+        choices=[
+            "train",
+            "attention",
+            "decode",
+            "scores",
+            "padding",
+            "levers",
+            "ct2",
+            "data",
+            "budget",
+        ],
+        help="sections to run (default: train attention decode; scores, padding, levers, ct2, "
+        "data and budget are opt-in)",
     )
     parser.add_argument(
         "--device",
@@ -923,6 +1028,16 @@ def main() -> None:
         help="data section: keep the corpora and caches here (default: a temporary directory)",
     )
     parser.add_argument(
+        "--budget-config",
+        default="multi30k_de_en",
+        help="budget section: the config trained (default: the default config)",
+    )
+    parser.add_argument(
+        "--budget-time",
+        default="00:00:20:00",
+        help="budget section: its --trainer.max_time, DD:HH:MM:SS (default: the default's 20 min)",
+    )
+    parser.add_argument(
         "--smoke",
         action="store_true",
         help="a tiny model instead of the benchmark's: checks that the sections run (the "
@@ -960,6 +1075,7 @@ def main() -> None:
         "levers": bench_levers,
         "ct2": bench_ct2,
         "data": bench_data,
+        "budget": bench_budget,
     }
     for section in args.sections:
         sections[section](args)
