@@ -11,6 +11,8 @@ There the training command trains in fp32 instead and says so.
 from __future__ import annotations
 
 import os
+import platform
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -26,12 +28,19 @@ reproduces a bf16 run's numbers exactly)."""
 def cpu_has_fast_bf16() -> bool:
     """True where PyTorch's CPU kernels (oneDNN) run bf16 matrix products natively.
 
-    Uses oneDNN's own capability check; where PyTorch lacks it, assume yes (keep the setting).
+    torch has no public bf16 check, so this asks what oneDNN's own check asks. On x86: the
+    AVX-512 core instructions, which ATen reports as its "AVX512" kernel level
+    (AVX512-BF16 and AMX come on top of them). On Arm: the BF16 extension, which Linux lists
+    as "bf16" among the CPU's features. Where neither can be read, assume yes (keep the
+    setting).
     """
+    if platform.machine().lower() in ("x86_64", "amd64", "i386", "i686", "x86"):
+        return torch.backends.cpu.get_cpu_capability() == "AVX512"
     try:
-        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    except (AttributeError, RuntimeError):
+        features = Path("/proc/cpuinfo").read_text(encoding="utf-8").split()
+    except OSError:
         return True
+    return "bf16" in features
 
 
 def trains_on_cpu(accelerator: Any) -> bool:
