@@ -51,7 +51,7 @@ from minitx.attribution import (
 )
 from minitx.decoding import DecodingConfig, generate
 from minitx.extras.experiments.definitions import EXPERIMENTS
-from minitx.extras.experiments.runner import Settings, _data_of, _split, default_checkpoint
+from minitx.extras.experiments.runner import Settings, default_checkpoint, training_data
 from minitx.maps import pair_maps
 from minitx.model import Transformer
 from minitx.teacher_forcing import frame_pairs, length_batches, target_log_probs, teacher_forced
@@ -496,14 +496,15 @@ def run_explain(
         sentences: read only the first this many test sentences (None: all).
         ig_steps: quadrature nodes of integrated gradients.
     """
+    from minitx.evaluation import load_split
     from minitx.translator import Translator
 
     experiment = EXPERIMENTS[NAME]
     methods = [v.name for v in experiment.variants if not only or v.name in only]
     checkpoint = settings.checkpoint or default_checkpoint(settings)
     translator = Translator.from_checkpoint(checkpoint)
-    source, langs = _data_of(translator)
-    test = _split(source, langs, "test", sentences)
+    source, langs = training_data(translator)
+    test = load_split(source, "test", *langs, sentences)
     print(f"[{NAME}] {len(test.sources)} test sentences of {checkpoint}", flush=True)
     summary = explain(
         translator.model,
