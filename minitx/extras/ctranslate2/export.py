@@ -144,16 +144,19 @@ def _set_norm(spec: Any, norm: nn.LayerNorm) -> None:
     spec.beta = _array(norm.bias)
 
 
-def _set_attention(spec: Any, attn: nn.Module, norm: nn.LayerNorm, *, self_attention: bool) -> None:
-    """Fill a `MultiHeadAttentionSpec` from a minitx `MultiHeadAttention` and its sub-layer norm."""
+def _set_attention(spec: Any, attn: nn.Module, norm: nn.LayerNorm, score: str) -> None:
+    """Fill a `MultiHeadAttentionSpec` from a minitx `MultiHeadAttention`, its sub-layer norm
+    and the model's score."""
     _set_norm(spec.layer_norm, norm)
     fold = getattr(attn.score, "weight", None)  # the bilinear score's (Dh, Dh) matrix
-    if self_attention:
+    if len(spec.linear) == 2:  # self-attention: q, k and v in one fused projection, then out
         _set_linear(spec.linear[0], attn.q_proj, attn.k_proj, attn.v_proj, fold=fold)
     else:
         _set_linear(spec.linear[0], attn.q_proj, fold=fold)
         _set_linear(spec.linear[1], attn.k_proj, attn.v_proj)
     _set_linear(spec.linear[-1], attn.out_proj)
+    if _QUERIES_SCALE[score] is not None:
+        spec.queries_scale = np.float32(_QUERIES_SCALE[score])
 
 
 def _position_table(model: Transformer) -> np.ndarray:
@@ -179,31 +182,14 @@ def _set_stack(spec: Any, model: Transformer, *, decoder: bool) -> None:
         _set_norm(spec.layer_norm, model.decoder_norm if decoder else model.encoder_norm)
     layers = model.decoder_layers if decoder else model.encoder_layers
     for layer_spec, layer in zip(spec.layer, layers, strict=True):
+        self_norm = (layer.self_block if decoder else layer.attn_block).norm
+        _set_attention(layer_spec.self_attention, layer.self_attn, self_norm, config.score)
         if decoder:
-            _set_attention(
-                layer_spec.self_attention,
-                layer.self_attn,
-                layer.self_block.norm,
-                self_attention=True,
-            )
-            _set_attention(
-                layer_spec.attention, layer.cross_attn, layer.cross_block.norm, self_attention=False
-            )
-        else:
-            _set_attention(
-                layer_spec.self_attention,
-                layer.self_attn,
-                layer.attn_block.norm,
-                self_attention=True,
-            )
+            cross_norm = layer.cross_block.norm
+            _set_attention(layer_spec.attention, layer.cross_attn, cross_norm, config.score)
         _set_norm(layer_spec.ffn.layer_norm, layer.ff_block.norm)
         _set_linear(layer_spec.ffn.linear_0, layer.feed_forward.w1)
         _set_linear(layer_spec.ffn.linear_1, layer.feed_forward.w2)
-        scale = _QUERIES_SCALE[config.score]
-        if scale is not None:
-            for attention in (layer_spec.self_attention, getattr(layer_spec, "attention", None)):
-                if attention is not None:
-                    attention.queries_scale = np.float32(scale)
 
 
 def transformer_spec(model: Transformer, tokenizer: Tokenizer) -> ctranslate2.specs.TransformerSpec:
