@@ -76,12 +76,6 @@ def import_gradio() -> Any:
     return require_extra("gradio", "demo", "the live demo page")
 
 
-def strategy_choices() -> list[str]:
-    """The strategies the page offers: every registered one, the default (beam search) first."""
-    default = DecodingConfig().strategy
-    return [default, *(name for name in STRATEGIES.names() if name != default)]
-
-
 def reads_beam_size(strategy: str) -> bool:
     """Whether `strategy` reads the beam size (the page shows the slider for it only)."""
     return "beam_size" in strategy_for(strategy).options
@@ -221,7 +215,7 @@ def build_demo(
     """The demo app for `translator` (not yet launched; see `launch`).
 
     Element ids for scripts and tests: ``#source`` (the sentence box), ``#strategy`` (every
-    strategy registered when the page is built, `strategy_choices`), ``#beam-size``,
+    strategy registered when the page is built), ``#beam-size``,
     ``#translate`` (the button), ``#translation``, ``#n-best`` and ``#viewer`` (holding
     ``iframe#attention-viewer``).
 
@@ -270,7 +264,8 @@ def build_demo(
                 if examples:
                     gr.Examples(examples=[[e] for e in examples], inputs=[source])
             with gr.Column(scale=1):
-                choices = strategy_choices()
+                default = DecodingConfig().strategy  # beam search first, then the others
+                choices = [default, *(name for name in STRATEGIES.names() if name != default)]
                 strategy = gr.Radio(choices, value=choices[0], label="decoding", elem_id="strategy")
                 beam_size = gr.Slider(
                     2, MAX_BEAM, value=DEFAULT_BEAM_SIZE, step=1, label="beam size",
@@ -300,15 +295,6 @@ def build_demo(
                 run, inputs, outputs, concurrency_limit=1, concurrency_id="translate"
             )  # fmt: skip
     return demo.queue(max_size=MAX_QUEUED)
-
-
-def offline_theme() -> Any:
-    """Gradio's default theme on the system's fonts, so that no font is fetched."""
-    gr = import_gradio()
-    return gr.themes.Default(
-        font=["ui-sans-serif", "system-ui", "sans-serif"],
-        font_mono=["ui-monospace", "Consolas", "monospace"],
-    )
 
 
 def launch(
@@ -346,7 +332,10 @@ def launch(
         quiet=not block,
         show_error=True,
         ssr_mode=False,
-        theme=offline_theme(),
+        theme=import_gradio().themes.Default(  # the system's fonts: no font is fetched
+            font=["ui-sans-serif", "system-ui", "sans-serif"],
+            font_mono=["ui-monospace", "Consolas", "monospace"],
+        ),
         footer_links=[],
         run_history=False,
         state_session_capacity=max_sessions,
