@@ -64,18 +64,6 @@ SENTENCEPIECE_FILE = "sentencepiece.model"
 """The tokenizer in an exported directory (a plain sentencepiece model)."""
 INFO_FILE = "minitx.json"
 """The minitx model config and language pair in an exported directory."""
-QUANTIZATIONS = (
-    "float32",
-    "int8",
-    "int8_float32",
-    "int8_float16",
-    "int8_bfloat16",
-    "int16",
-    "float16",
-    "bfloat16",
-)
-"""Weight types CTranslate2 can store (`ctranslate2.specs.model_spec.ACCEPTED_MODEL_TYPES`)."""
-
 _ACTIVATIONS = {"relu": "RELU", "gelu": "GELU", "silu": "SWISH"}
 """minitx activation -> `ctranslate2.specs.common_spec.Activation` member (GELU is erf-exact)."""
 _POSITIONS = ("sinusoidal", "learned", "none", "rotary")
@@ -252,7 +240,8 @@ def export_model(
         model: a minitx Transformer.
         tokenizer: its sentencepiece tokenizer.
         out_dir: the directory to write; written under a temporary name, then renamed.
-        quantization: weight type, one of `QUANTIZATIONS` (None: float32).
+        quantization: weight type, one CTranslate2 accepts
+            (`ctranslate2.specs.model_spec.ACCEPTED_MODEL_TYPES`; None: float32).
         force: replace `out_dir` when it exists; only a directory minitx wrote (holding
             `minitx.outputs.MARKER`, written into every export) or an empty one is replaced
             (`minitx.outputs.check_output_dir`).
@@ -271,10 +260,10 @@ def export_model(
         MissingExtraError: ctranslate2 is not installed.
     """
     out = Path(out_dir)
-    if quantization is not None and quantization not in QUANTIZATIONS:
+    accepted = _ctranslate2().specs.model_spec.ACCEPTED_MODEL_TYPES
+    if quantization is not None and quantization not in accepted:
         raise ConfigError(
-            f"unknown CTranslate2 quantization {quantization!r}; choose from "
-            f"{', '.join(QUANTIZATIONS)}"
+            f"unknown CTranslate2 quantization {quantization!r}; choose from {', '.join(accepted)}"
         )
     check_output_dir(out, inputs=inputs, force=force)
     spec = transformer_spec(model, tokenizer)
@@ -314,9 +303,7 @@ def export_ctranslate2(
     Args:
         checkpoint: a `.ckpt`, a release directory or a hub repo id, loaded as every command
             loads one (`minitx.release.load`).
-        out_dir: the directory to write.
-        quantization: weight type, one of `QUANTIZATIONS` (None: float32).
-        force: replace `out_dir` when it exists (see `export_model`).
+        out_dir, quantization, force: as `export_model`.
 
     Raises:
         MissingFileError, CheckpointError: the model is missing or not a usable one.
@@ -465,7 +452,6 @@ def translate_with_ct2(
 
 __all__ = [
     "INFO_FILE",
-    "QUANTIZATIONS",
     "SENTENCEPIECE_FILE",
     "Ct2Translator",
     "check_exportable",
