@@ -303,7 +303,9 @@ def export_ctranslate2(
     Args:
         checkpoint: a `.ckpt`, a release directory or a hub repo id, loaded as every command
             loads one (`minitx.release.load`).
-        out_dir, quantization, force: as `export_model`.
+        out_dir: the directory to write.
+        quantization: weight type (see `export_model`; None: float32).
+        force: replace `out_dir` when it exists (see `export_model`).
 
     Raises:
         MissingFileError, CheckpointError: the model is missing or not a usable one.

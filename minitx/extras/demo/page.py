@@ -305,13 +305,9 @@ def launch(
     block: bool = True,
     max_sessions: int = DEFAULT_MAX_SESSIONS,
 ) -> str:
-    """Serve `demo` on http://host:port (no share link, no browser opened).
-
-    Gradio keeps, for each browser tab or API client, a copy of its last input and output
-    values (the viewer page included) until that many others have come: `max_sessions` (the
-    page needs none of them between requests) bounds that memory, where Gradio's own default
-    (10,000) let it grow by a viewer page per visitor. Uploads are capped (the page takes no
-    files) and the browser keeps no run history of the pages.
+    """Serve `demo` on http://host:port (no share link, no browser opened), with the memory
+    Gradio keeps per visitor bounded by `max_sessions` (see the module docstring), uploads
+    capped (the page takes no files) and no run history in the browser.
 
     Args:
         demo: from `build_demo`.
