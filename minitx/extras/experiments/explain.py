@@ -51,7 +51,7 @@ from minitx.attribution import (
 from minitx.decoding import DecodingConfig, generate
 from minitx.extras.experiments.definitions import EXPERIMENTS
 from minitx.extras.experiments.report import fmt, write_report
-from minitx.extras.experiments.runner import Settings, default_checkpoint, training_data
+from minitx.extras.experiments.runner import Settings, default_checkpoint, load_trained
 from minitx.maps import pair_maps
 from minitx.model import Transformer
 from minitx.teacher_forcing import frame_pairs, length_batches, target_log_probs, teacher_forced
@@ -480,13 +480,11 @@ def run_explain(
         ig_steps: quadrature nodes of integrated gradients.
     """
     from minitx.evaluation import load_split
-    from minitx.translator import Translator
 
     experiment = EXPERIMENTS[NAME]
     methods = [v.name for v in experiment.variants if not only or v.name in only]
     checkpoint = settings.checkpoint or default_checkpoint(settings)
-    translator = Translator.from_checkpoint(checkpoint)
-    source, langs = training_data(translator)
+    translator, source, langs = load_trained(checkpoint)
     test = load_split(source, "test", *langs, sentences)
     print(f"[{NAME}] {len(test.sources)} test sentences of {checkpoint}", flush=True)
     summary = explain(

@@ -25,13 +25,16 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import yaml
 
 from minitx.errors import ConfigError
 from minitx.extras.experiments.definitions import EXPERIMENTS, Experiment, Variant
+
+if TYPE_CHECKING:
+    from minitx.translator import Translator
 
 RESULT_FILE = "result.json"
 """Written into a run's directory when its training and probes are complete."""
@@ -270,10 +273,8 @@ def probe(settings: Settings, probes: list[str], checkpoint: Path) -> dict[str, 
     from minitx.evaluation import evaluate, load_split
     from minitx.extras.experiments.probes import attention_statistics, shuffled_sources
     from minitx.model import Transformer
-    from minitx.translator import Translator
 
-    translator = Translator.from_checkpoint(checkpoint)
-    source, langs = training_data(translator)
+    translator, source, langs = load_trained(checkpoint)
     found: dict[str, Any] = {}
     if "attention" in probes:
         pairs = load_split(source, "validation", *langs, settings.probe_pairs)
@@ -307,10 +308,8 @@ def decode_variants(
     with its attention mode."""
     from minitx.decoding import DecodingConfig
     from minitx.evaluation import evaluate, load_split
-    from minitx.translator import Translator
 
-    translator = Translator.from_checkpoint(checkpoint)
-    source, langs = training_data(translator)
+    translator, source, langs = load_trained(checkpoint)
     test = load_split(source, "test", *langs, None)
     results = []
     for variant in variants:
@@ -342,15 +341,18 @@ def decode_variants(
     return results
 
 
-def training_data(translator: Any) -> tuple[str, tuple[str, str]]:
-    """(data source, (source, target) languages) the model was trained on, from the training
-    config a checkpoint carries; the default Multi30k source and minitx-evaluate's default
-    languages (de, en) for what it does not say."""
+def load_trained(checkpoint: Path) -> tuple[Translator, str, tuple[str, str]]:
+    """The model of `checkpoint`, the data source and (source, target) languages it was trained
+    on, from the training config the checkpoint carries; the default Multi30k source and
+    minitx-evaluate's default languages (de, en) for what it does not say."""
+    from minitx.translator import Translator
+
+    translator = Translator.from_checkpoint(checkpoint)
     config = yaml.safe_load(translator.train_config) if translator.train_config else None
     data = config.get("data") if isinstance(config, dict) else None
     source = str(data.get("source", DEFAULT_SOURCE)) if isinstance(data, dict) else DEFAULT_SOURCE
     src_lang, tgt_lang = translator.languages
-    return source, (src_lang or "de", tgt_lang or "en")
+    return translator, source, (src_lang or "de", tgt_lang or "en")
 
 
 DEFAULT_SOURCE = "bentrevett/multi30k"
