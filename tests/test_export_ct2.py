@@ -278,3 +278,13 @@ def test_command_reports_a_missing_checkpoint(
     argv = ["--checkpoint", str(tmp_path / "nope.ckpt"), "--out", str(tmp_path / "out")]
     assert ct2_cli.main(argv) == 2
     assert capsys.readouterr().err.startswith("error: checkpoint not found")
+
+
+def test_command_refuses_an_unknown_quantization(
+    tiny_checkpoint: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["--checkpoint", str(tiny_checkpoint), "--out", str(tmp_path / "out")]
+    assert ct2_cli.main([*argv, "--quantization", "int3"]) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("error: unknown CTranslate2 quantization 'int3'; choose from ")
+    assert "int8" in line and not (tmp_path / "out").exists()

@@ -23,7 +23,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from minitx.cli.common import CHECKPOINT_HELP, OneLineArgumentParser, UsageError, run_cli
+from minitx.cli.common import CHECKPOINT_HELP, OneLineArgumentParser, run_cli
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -54,16 +54,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Convert; raises `UsageError` for input problems."""
-    from minitx.checkpoint import CheckpointError
+    """Convert; a missing or unusable checkpoint is a `MinitxError`, which `run_cli` reports
+    as one line."""
     from minitx.extras.ctranslate2.export import export_ctranslate2
 
-    try:
-        out = export_ctranslate2(
-            args.checkpoint, args.out, quantization=args.quantization, force=args.force
-        )
-    except (FileNotFoundError, CheckpointError) as exc:
-        raise UsageError(str(exc)) from None
+    out = export_ctranslate2(
+        args.checkpoint, args.out, quantization=args.quantization, force=args.force
+    )
     files = ", ".join(sorted(p.name for p in out.iterdir()))
     print(f"wrote {out} ({args.quantization}): {files}")
     return 0

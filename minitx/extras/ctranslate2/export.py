@@ -64,18 +64,6 @@ SENTENCEPIECE_FILE = "sentencepiece.model"
 """The tokenizer in an exported directory (a plain sentencepiece model)."""
 INFO_FILE = "minitx.json"
 """The minitx model config and language pair in an exported directory."""
-QUANTIZATIONS = (
-    "float32",
-    "int8",
-    "int8_float32",
-    "int8_float16",
-    "int8_bfloat16",
-    "int16",
-    "float16",
-    "bfloat16",
-)
-"""Weight types CTranslate2 can store (`ctranslate2.specs.model_spec.ACCEPTED_MODEL_TYPES`)."""
-
 _ACTIVATIONS = {"relu": "RELU", "gelu": "GELU", "silu": "SWISH"}
 """minitx activation -> `ctranslate2.specs.common_spec.Activation` member (GELU is erf-exact)."""
 _POSITIONS = ("sinusoidal", "learned", "none", "rotary")
@@ -144,16 +132,19 @@ def _set_norm(spec: Any, norm: nn.LayerNorm) -> None:
     spec.beta = _array(norm.bias)
 
 
-def _set_attention(spec: Any, attn: nn.Module, norm: nn.LayerNorm, *, self_attention: bool) -> None:
-    """Fill a `MultiHeadAttentionSpec` from a minitx `MultiHeadAttention` and its sub-layer norm."""
+def _set_attention(spec: Any, attn: nn.Module, norm: nn.LayerNorm, score: str) -> None:
+    """Fill a `MultiHeadAttentionSpec` from a minitx `MultiHeadAttention`, its sub-layer norm
+    and the model's score."""
     _set_norm(spec.layer_norm, norm)
     fold = getattr(attn.score, "weight", None)  # the bilinear score's (Dh, Dh) matrix
-    if self_attention:
+    if len(spec.linear) == 2:  # self-attention: q, k and v in one fused projection, then out
         _set_linear(spec.linear[0], attn.q_proj, attn.k_proj, attn.v_proj, fold=fold)
     else:
         _set_linear(spec.linear[0], attn.q_proj, fold=fold)
         _set_linear(spec.linear[1], attn.k_proj, attn.v_proj)
     _set_linear(spec.linear[-1], attn.out_proj)
+    if _QUERIES_SCALE[score] is not None:
+        spec.queries_scale = np.float32(_QUERIES_SCALE[score])
 
 
 def _position_table(model: Transformer) -> np.ndarray:
@@ -179,31 +170,14 @@ def _set_stack(spec: Any, model: Transformer, *, decoder: bool) -> None:
         _set_norm(spec.layer_norm, model.decoder_norm if decoder else model.encoder_norm)
     layers = model.decoder_layers if decoder else model.encoder_layers
     for layer_spec, layer in zip(spec.layer, layers, strict=True):
+        self_norm = (layer.self_block if decoder else layer.attn_block).norm
+        _set_attention(layer_spec.self_attention, layer.self_attn, self_norm, config.score)
         if decoder:
-            _set_attention(
-                layer_spec.self_attention,
-                layer.self_attn,
-                layer.self_block.norm,
-                self_attention=True,
-            )
-            _set_attention(
-                layer_spec.attention, layer.cross_attn, layer.cross_block.norm, self_attention=False
-            )
-        else:
-            _set_attention(
-                layer_spec.self_attention,
-                layer.self_attn,
-                layer.attn_block.norm,
-                self_attention=True,
-            )
+            cross_norm = layer.cross_block.norm
+            _set_attention(layer_spec.attention, layer.cross_attn, cross_norm, config.score)
         _set_norm(layer_spec.ffn.layer_norm, layer.ff_block.norm)
         _set_linear(layer_spec.ffn.linear_0, layer.feed_forward.w1)
         _set_linear(layer_spec.ffn.linear_1, layer.feed_forward.w2)
-        scale = _QUERIES_SCALE[config.score]
-        if scale is not None:
-            for attention in (layer_spec.self_attention, getattr(layer_spec, "attention", None)):
-                if attention is not None:
-                    attention.queries_scale = np.float32(scale)
 
 
 def transformer_spec(model: Transformer, tokenizer: Tokenizer) -> ctranslate2.specs.TransformerSpec:
@@ -266,7 +240,8 @@ def export_model(
         model: a minitx Transformer.
         tokenizer: its sentencepiece tokenizer.
         out_dir: the directory to write; written under a temporary name, then renamed.
-        quantization: weight type, one of `QUANTIZATIONS` (None: float32).
+        quantization: weight type, one CTranslate2 accepts
+            (`ctranslate2.specs.model_spec.ACCEPTED_MODEL_TYPES`; None: float32).
         force: replace `out_dir` when it exists; only a directory minitx wrote (holding
             `minitx.outputs.MARKER`, written into every export) or an empty one is replaced
             (`minitx.outputs.check_output_dir`).
@@ -285,10 +260,10 @@ def export_model(
         MissingExtraError: ctranslate2 is not installed.
     """
     out = Path(out_dir)
-    if quantization is not None and quantization not in QUANTIZATIONS:
+    accepted = _ctranslate2().specs.model_spec.ACCEPTED_MODEL_TYPES
+    if quantization is not None and quantization not in accepted:
         raise ConfigError(
-            f"unknown CTranslate2 quantization {quantization!r}; choose from "
-            f"{', '.join(QUANTIZATIONS)}"
+            f"unknown CTranslate2 quantization {quantization!r}; choose from {', '.join(accepted)}"
         )
     check_output_dir(out, inputs=inputs, force=force)
     spec = transformer_spec(model, tokenizer)
@@ -329,7 +304,7 @@ def export_ctranslate2(
         checkpoint: a `.ckpt`, a release directory or a hub repo id, loaded as every command
             loads one (`minitx.release.load`).
         out_dir: the directory to write.
-        quantization: weight type, one of `QUANTIZATIONS` (None: float32).
+        quantization: weight type (see `export_model`; None: float32).
         force: replace `out_dir` when it exists (see `export_model`).
 
     Raises:
@@ -479,7 +454,6 @@ def translate_with_ct2(
 
 __all__ = [
     "INFO_FILE",
-    "QUANTIZATIONS",
     "SENTENCEPIECE_FILE",
     "Ct2Translator",
     "check_exportable",

@@ -76,12 +76,6 @@ def import_gradio() -> Any:
     return require_extra("gradio", "demo", "the live demo page")
 
 
-def strategy_choices() -> list[str]:
-    """The strategies the page offers: every registered one, the default (beam search) first."""
-    default = DecodingConfig().strategy
-    return [default, *(name for name in STRATEGIES.names() if name != default)]
-
-
 def reads_beam_size(strategy: str) -> bool:
     """Whether `strategy` reads the beam size (the page shows the slider for it only)."""
     return "beam_size" in strategy_for(strategy).options
@@ -221,7 +215,7 @@ def build_demo(
     """The demo app for `translator` (not yet launched; see `launch`).
 
     Element ids for scripts and tests: ``#source`` (the sentence box), ``#strategy`` (every
-    strategy registered when the page is built, `strategy_choices`), ``#beam-size``,
+    strategy registered when the page is built), ``#beam-size``,
     ``#translate`` (the button), ``#translation``, ``#n-best`` and ``#viewer`` (holding
     ``iframe#attention-viewer``).
 
@@ -270,7 +264,8 @@ def build_demo(
                 if examples:
                     gr.Examples(examples=[[e] for e in examples], inputs=[source])
             with gr.Column(scale=1):
-                choices = strategy_choices()
+                default = DecodingConfig().strategy  # beam search first, then the others
+                choices = [default, *(name for name in STRATEGIES.names() if name != default)]
                 strategy = gr.Radio(choices, value=choices[0], label="decoding", elem_id="strategy")
                 beam_size = gr.Slider(
                     2, MAX_BEAM, value=DEFAULT_BEAM_SIZE, step=1, label="beam size",
@@ -302,15 +297,6 @@ def build_demo(
     return demo.queue(max_size=MAX_QUEUED)
 
 
-def offline_theme() -> Any:
-    """Gradio's default theme on the system's fonts, so that no font is fetched."""
-    gr = import_gradio()
-    return gr.themes.Default(
-        font=["ui-sans-serif", "system-ui", "sans-serif"],
-        font_mono=["ui-monospace", "Consolas", "monospace"],
-    )
-
-
 def launch(
     demo: gr.Blocks,
     *,
@@ -319,13 +305,9 @@ def launch(
     block: bool = True,
     max_sessions: int = DEFAULT_MAX_SESSIONS,
 ) -> str:
-    """Serve `demo` on http://host:port (no share link, no browser opened).
-
-    Gradio keeps, for each browser tab or API client, a copy of its last input and output
-    values (the viewer page included) until that many others have come: `max_sessions` (the
-    page needs none of them between requests) bounds that memory, where Gradio's own default
-    (10,000) let it grow by a viewer page per visitor. Uploads are capped (the page takes no
-    files) and the browser keeps no run history of the pages.
+    """Serve `demo` on http://host:port (no share link, no browser opened), with the memory
+    Gradio keeps per visitor bounded by `max_sessions` (see the module docstring), uploads
+    capped (the page takes no files) and no run history in the browser.
 
     Args:
         demo: from `build_demo`.
@@ -346,7 +328,10 @@ def launch(
         quiet=not block,
         show_error=True,
         ssr_mode=False,
-        theme=offline_theme(),
+        theme=import_gradio().themes.Default(  # the system's fonts: no font is fetched
+            font=["ui-sans-serif", "system-ui", "sans-serif"],
+            font_mono=["ui-monospace", "Consolas", "monospace"],
+        ),
         footer_links=[],
         run_history=False,
         state_session_capacity=max_sessions,

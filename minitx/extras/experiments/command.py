@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import fields
 from pathlib import Path
 
 from minitx.cli.common import OneLineArgumentParser, UsageError, positive_float, run_cli
@@ -42,11 +43,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("experiments", nargs="+", metavar="NAME", help=f"{names} or all")
     parser.add_argument(
-        "--budget", type=positive_float, default=8.0, metavar="MIN",
+        "--budget", dest="budget_minutes", type=positive_float, default=8.0, metavar="MIN",
         help="training minutes per variant, validation included (default: 8)",
     )  # fmt: skip
     parser.add_argument(
-        "--steps", type=int, metavar="N",
+        "--steps", dest="max_steps", type=int, metavar="N",
         help="train each variant for N optimizer steps instead of --budget minutes (the same "
         "work on any machine)",
     )  # fmt: skip
@@ -104,8 +105,8 @@ def run(args: argparse.Namespace) -> int:
                 f"--variants: {missing[0]!r} is no variant of {', '.join(names)}; "
                 f"choose from {', '.join(sorted(known))}"
             )
-    steps_ok = args.steps is None or args.steps >= 1
-    if args.budget <= 0 or args.val_every < 1 or args.probe_pairs < 1 or not steps_ok:
+    steps_ok = args.max_steps is None or args.max_steps >= 1
+    if args.val_every < 1 or args.probe_pairs < 1 or not steps_ok:  # --budget: positive_float
         raise UsageError("--budget, --steps, --val-every and --probe-pairs must be positive")
     if args.sentences is not None and args.sentences < 1:
         raise UsageError("--sentences must be positive")
@@ -114,17 +115,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--set {bad[0]!r}: write KEY=VALUE, e.g. trainer.max_epochs=2")
     if args.checkpoint is not None and not args.checkpoint.exists():
         raise UsageError(f"--checkpoint {args.checkpoint}: no such file or release directory")
-    settings = Settings(
-        out=args.out,
-        budget_minutes=args.budget,
-        max_steps=args.steps,
-        config=args.config,
-        val_every=args.val_every,
-        probe_pairs=args.probe_pairs,
-        overrides=args.overrides,
-        checkpoint=args.checkpoint,
-        seed=args.seed,
-    )
+    settings = Settings(**{field.name: getattr(args, field.name) for field in fields(Settings)})
     for name in names:
         if args.variants and not {v.name for v in EXPERIMENTS[name].variants} & set(args.variants):
             continue  # none of its variants asked for

@@ -30,7 +30,6 @@ it reads ``--checkpoint`` (default: the default settings trained within the budg
 
 from __future__ import annotations
 
-import json
 import math
 import random
 import time
@@ -51,7 +50,8 @@ from minitx.attribution import (
 )
 from minitx.decoding import DecodingConfig, generate
 from minitx.extras.experiments.definitions import EXPERIMENTS
-from minitx.extras.experiments.runner import Settings, _data_of, _split, default_checkpoint
+from minitx.extras.experiments.report import fmt, write_report
+from minitx.extras.experiments.runner import Settings, default_checkpoint, load_trained
 from minitx.maps import pair_maps
 from minitx.model import Transformer
 from minitx.teacher_forcing import frame_pairs, length_batches, target_log_probs, teacher_forced
@@ -292,12 +292,6 @@ def explain(
 # ------------------------------------------------------------------------------- the report
 
 
-def _fmt(value: float | None, digits: int = 2, percent: bool = False) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "–"
-    return f"{100 * value:.0f}%" if percent else f"{value:.{digits}f}"
-
-
 def _cell(summary: dict[str, Any], method: str, layer: str, head: str) -> dict[str, Any]:
     for entry in summary["agreement"]:
         if (entry["method"], entry["layer"], entry["head"]) == (method, layer, head):
@@ -334,7 +328,7 @@ def markdown(summary: dict[str, Any]) -> str:
         "",
         "Mean rank correlation (Spearman, per sentence) / top-1 agreement (share of target "
         "pieces), source eos and the row predicting eos left out. Top-1 by chance: "
-        f"{_fmt(summary['chance_top1'], percent=True)}.",
+        f"{fmt(summary['chance_top1'], percent=True)}.",
         "",
     ]
     header = ["attribution", "cross-attention", *(f"head {h}" for h in heads), "mean of heads"]
@@ -342,13 +336,13 @@ def markdown(summary: dict[str, Any]) -> str:
     for method in summary["methods"]:
         for layer in layers:
             cells = [_cell(summary, method, layer, h) for h in [*heads, MEAN]]
-            row = [f"{_fmt(c['spearman'])} / {_fmt(c['top1'], percent=True)}" for c in cells]
+            row = [f"{fmt(c['spearman'])} / {fmt(c['top1'], percent=True)}" for c in cells]
             lines.append(f"| {METHOD_LABELS[method]} | layer {layer} | " + " | ".join(row) + " |")
         every = _cell(summary, method, "all", MEAN)
         blanks = " | ".join("" for _ in heads)
         lines.append(
             f"| {METHOD_LABELS[method]} | every layer (the alignment) | {blanks} | "
-            f"{_fmt(every['spearman'])} / {_fmt(every['top1'], percent=True)} |"
+            f"{fmt(every['spearman'])} / {fmt(every['top1'], percent=True)} |"
         )
     if summary["between_methods"]:
         lines += ["", "The attribution methods against each other:", ""]
@@ -356,7 +350,7 @@ def markdown(summary: dict[str, Any]) -> str:
         for entry in summary["between_methods"]:
             lines.append(
                 f"| {METHOD_LABELS[entry['a']]} vs {METHOD_LABELS[entry['b']]} | "
-                f"{_fmt(entry['spearman'])} | {_fmt(entry['top1'], percent=True)} |"
+                f"{fmt(entry['spearman'])} | {fmt(entry['top1'], percent=True)} |"
             )
     lines += [
         "",
@@ -370,8 +364,8 @@ def markdown(summary: dict[str, Any]) -> str:
     for entry in summary["removal"]:
         lines.append(
             f"| {entry['removed']} | {entry['delta_log_prob']:+.3f} | "
-            f"{_fmt(entry['changed'], percent=True)} | {entry['bleu']:.2f} | "
-            f"{_fmt(entry['same_as_attention'], percent=True)} |"
+            f"{fmt(entry['changed'], percent=True)} | {entry['bleu']:.2f} | "
+            f"{fmt(entry['same_as_attention'], percent=True)} |"
         )
     lines += ["", f"Command: `{summary['command']}`"]
     return "\n".join(lines) + "\n"
@@ -409,7 +403,7 @@ def figures(directory: Path, summary: dict[str, Any]) -> list[Path]:
                                 color="white" if dark else "black")  # fmt: skip
             every = _cell(summary, method, "all", MEAN)[key]
             ax.set_title(
-                f"{METHOD_LABELS[method]}\n{title} (every layer: {_fmt(every)})", fontsize=8
+                f"{METHOD_LABELS[method]}\n{title} (every layer: {fmt(every)})", fontsize=8
             )
             ax.set_xticks(range(len(columns)), [*heads, "mean"], fontsize=7)
             ax.set_yticks(range(len(layers)), [f"layer {layer}" for layer in layers], fontsize=7)
@@ -468,17 +462,6 @@ def figures(directory: Path, summary: dict[str, Any]) -> list[Path]:
     return written
 
 
-def write_report(directory: Path, summary: dict[str, Any]) -> list[Path]:
-    """results.json, results.md and the figures into `directory`; the paths written."""
-    directory.mkdir(parents=True, exist_ok=True)
-    for stale in directory.glob("*.png"):
-        stale.unlink()
-    written = [directory / "results.json", directory / "results.md"]
-    written[0].write_text(json.dumps(summary, indent=1))
-    written[1].write_text(markdown(summary))
-    return written + figures(directory, summary)
-
-
 def run_explain(
     settings: Settings,
     only: Sequence[str] | None = None,
@@ -496,14 +479,13 @@ def run_explain(
         sentences: read only the first this many test sentences (None: all).
         ig_steps: quadrature nodes of integrated gradients.
     """
-    from minitx.translator import Translator
+    from minitx.evaluation import load_split
 
     experiment = EXPERIMENTS[NAME]
     methods = [v.name for v in experiment.variants if not only or v.name in only]
     checkpoint = settings.checkpoint or default_checkpoint(settings)
-    translator = Translator.from_checkpoint(checkpoint)
-    source, langs = _data_of(translator)
-    test = _split(source, langs, "test", sentences)
+    translator, source, langs = load_trained(checkpoint)
+    test = load_split(source, "test", *langs, sentences)
     print(f"[{NAME}] {len(test.sources)} test sentences of {checkpoint}", flush=True)
     summary = explain(
         translator.model,
@@ -528,7 +510,7 @@ def run_explain(
         "languages": list(langs),
         **summary,
     }
-    write_report(settings.out / NAME, summary)
+    write_report(settings.out / NAME, summary, render=markdown, draw=figures)
     return summary
 
 

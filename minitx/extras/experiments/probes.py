@@ -46,14 +46,14 @@ def head_divergence(weights: Tensor) -> float:
     return total / pairs
 
 
-def _kind_of(model: Transformer) -> dict[int, tuple[str, int]]:
-    """id(attention module) -> (kind, layer)."""
+def _attentions(model: Transformer) -> dict[tuple[str, int], MultiHeadAttention]:
+    """(kind, layer) -> that attention module."""
     found = {}
     for layer, block in enumerate(model.encoder_layers):
-        found[id(block.self_attn)] = ("encoder", layer)
+        found[("encoder", layer)] = block.self_attn
     for layer, block in enumerate(model.decoder_layers):
-        found[id(block.self_attn)] = ("decoder", layer)
-        found[id(block.cross_attn)] = ("cross", layer)
+        found[("decoder", layer)] = block.self_attn
+        found[("cross", layer)] = block.cross_attn
     return found
 
 
@@ -68,10 +68,8 @@ def _one_pair(
     loss gradient reaching the score's inputs (the projected queries and keys: the gradient
     that flows through the softmax, not the values) and the standard deviation of the score
     logits."""
-    kinds = _kind_of(model)
     squares: dict[tuple[str, int], float] = defaultdict(float)  # |dL/dq|^2 + |dL/dk|^2
     logits: dict[tuple[str, int], float] = {}
-    handles = []
 
     def scores_seen(key: tuple[str, int]):
         def add(grad: Tensor) -> None:
@@ -85,9 +83,10 @@ def _one_pair(
 
         return hook
 
-    for module in model.modules():
-        if isinstance(module, MultiHeadAttention):
-            handles.append(module.score.register_forward_hook(scores_seen(kinds[id(module)])))
+    handles = [
+        attention.score.register_forward_hook(scores_seen(key))
+        for key, attention in _attentions(model).items()
+    ]
     try:
         with torch.enable_grad():
             # every map: the explicit path, where the score module (and its hook) runs
@@ -138,10 +137,9 @@ def attention_statistics(
     """
     was_training = model.training
     model.eval()
-    sums: dict[tuple[str, int], dict[str, Any]] = defaultdict(
-        lambda: {"entropy": 0.0, "head_entropy": None, "max_weight": 0.0, "divergence": 0.0,
-                 "rows": 0, "logit_std": 0.0, "grad_norm": 0.0, "pairs": 0}
-    )  # fmt: skip
+    entropies: dict[tuple[str, int], list[Tensor]] = defaultdict(list)  # (H, Tq) per pair
+    row_maxes: dict[tuple[str, int], list[Tensor]] = defaultdict(list)  # (H, Tq) per pair
+    per_pair: dict[tuple[str, int], list[tuple[float, float, float]]] = defaultdict(list)
     max_weights: dict[str, list[float]] = {kind: [] for kind in KINDS}
     device = next(model.parameters()).device
     pairs = 0
@@ -156,36 +154,31 @@ def attention_statistics(
             pairs += 1
             for kind in KINDS:
                 for layer, weights in enumerate(maps[kind]):  # (H, Tq, Tk)
-                    entry = sums[(kind, layer)]
-                    entropy = row_entropy(weights)  # (H, Tq)
-                    head = entropy.sum(-1)
-                    entry["head_entropy"] = (
-                        head if entry["head_entropy"] is None else entry["head_entropy"] + head
+                    key = (kind, layer)
+                    entropies[key].append(row_entropy(weights))
+                    row_maxes[key].append(weights.amax(-1))
+                    per_pair[key].append(
+                        (head_divergence(weights), logits[key], grads.get(key, 0.0))
                     )
-                    entry["entropy"] += float(entropy.sum())
-                    row_max = weights.amax(-1)  # (H, Tq)
-                    entry["max_weight"] += float(row_max.sum())
-                    entry["rows"] += entropy.numel()
-                    entry["divergence"] += head_divergence(weights)
-                    entry["logit_std"] += logits[(kind, layer)]
-                    entry["grad_norm"] += grads.get((kind, layer), 0.0)
-                    entry["pairs"] += 1
-                    max_weights[kind].extend(row_max.flatten().tolist())
+                    max_weights[kind].extend(row_maxes[key][-1].flatten().tolist())
     finally:
         model.train(was_training)
     layers = []
-    for (kind, layer), entry in sorted(sums.items(), key=lambda x: (KINDS.index(x[0][0]), x[0][1])):
-        rows_per_head = entry["rows"] / entry["head_entropy"].numel()
+    for kind, layer in sorted(entropies, key=lambda key: (KINDS.index(key[0]), key[1])):
+        entropy = torch.cat(entropies[(kind, layer)], -1)  # (H, rows of every pair)
+        divergence, logit_std, grad_norm = (
+            torch.tensor(per_pair[(kind, layer)], dtype=torch.float64).mean(0).tolist()
+        )
         layers.append(
             {
                 "kind": kind,
                 "layer": layer,
-                "entropy": entry["entropy"] / entry["rows"],
-                "head_entropy": (entry["head_entropy"] / rows_per_head).tolist(),
-                "max_weight": entry["max_weight"] / entry["rows"],
-                "head_divergence": entry["divergence"] / entry["pairs"],
-                "logit_std": entry["logit_std"] / entry["pairs"],
-                "grad_norm": entry["grad_norm"] / entry["pairs"],
+                "entropy": float(entropy.mean()),
+                "head_entropy": entropy.mean(-1).tolist(),
+                "max_weight": float(torch.cat(row_maxes[(kind, layer)], -1).mean()),
+                "head_divergence": divergence,
+                "logit_std": logit_std,
+                "grad_norm": grad_norm,
             }
         )
     rng = random.Random(0)

@@ -20,12 +20,14 @@ from typing import Any
 KIND_LABELS = {"encoder": "encoder self", "decoder": "decoder self", "cross": "cross"}
 
 
-def _fmt(value: Any, digits: int = 2) -> str:
+def fmt(value: Any, digits: int = 2, *, percent: bool = False) -> str:
+    """A table cell: "–" for a missing or NaN value, a float to `digits` places (or as a
+    whole percentage), anything else as it prints."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "–"
-    if isinstance(value, float):
-        return f"{value:.{digits}f}"
-    return str(value)
+    if percent:
+        return f"{100 * value:.0f}%"
+    return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
 
 
 def _mean(stats: dict[str, Any] | None, key: str) -> float | None:
@@ -45,21 +47,21 @@ Column = tuple[str, Callable[[dict[str, Any]], str]]
 COMMON: list[Column] = [
     ("variant", lambda v: f"`{v['name']}`"),
     ("status", lambda v: v["status"].split(":")[0]),
-    ("best val BLEU", lambda v: _fmt(v.get("best_val_bleu"))),
-    ("test BLEU greedy", lambda v: _fmt(v.get("test_bleu_greedy"))),
-    ("test BLEU beam 5", lambda v: _fmt(v.get("test_bleu_beam5"))),
-    ("steps", lambda v: _fmt(v.get("steps"))),
-    ("ms/step", lambda v: _fmt(v.get("ms_per_step"), 0)),
-    ("target tokens/s", lambda v: _fmt(v.get("tokens_per_sec"), 0)),
+    ("best val BLEU", lambda v: fmt(v.get("best_val_bleu"))),
+    ("test BLEU greedy", lambda v: fmt(v.get("test_bleu_greedy"))),
+    ("test BLEU beam 5", lambda v: fmt(v.get("test_bleu_beam5"))),
+    ("steps", lambda v: fmt(v.get("steps"))),
+    ("ms/step", lambda v: fmt(v.get("ms_per_step"), 0)),
+    ("target tokens/s", lambda v: fmt(v.get("tokens_per_sec"), 0)),
 ]
 
 
 def _trained_mean(key: str, digits: int = 2) -> Callable[[dict[str, Any]], str]:
-    return lambda v: _fmt(_mean(_attention(v, "trained"), key), digits)
+    return lambda v: fmt(_mean(_attention(v, "trained"), key), digits)
 
 
 def _shuffled_bleu(variant: dict[str, Any]) -> str:
-    return _fmt((variant.get("word_order") or {}).get("shuffled_bleu"))
+    return fmt((variant.get("word_order") or {}).get("shuffled_bleu"))
 
 
 EXTRA: dict[str, list[Column]] = {
@@ -78,16 +80,16 @@ EXTRA: dict[str, list[Column]] = {
 
 HARD: list[Column] = [
     ("variant", lambda v: f"`{v['name']}`"),
-    ("test BLEU greedy", lambda v: _fmt(v["test_bleu_greedy"])),
-    ("chrF", lambda v: _fmt(v["test_chrf_greedy"])),
-    ("sentences/s", lambda v: _fmt(v["sentences_per_sec"], 1)),
+    ("test BLEU greedy", lambda v: fmt(v["test_bleu_greedy"])),
+    ("chrF", lambda v: fmt(v["test_chrf_greedy"])),
+    ("sentences/s", lambda v: fmt(v["sentences_per_sec"], 1)),
 ]
 
 
 def _pair(variant: dict[str, Any], key: str, digits: int = 2) -> str:
     start = _mean(_attention(variant, "init"), key)
     end = _mean(_attention(variant, "trained"), key)
-    return f"{_fmt(start, digits)} → {_fmt(end, digits)}"
+    return f"{fmt(start, digits)} → {fmt(end, digits)}"
 
 
 def markdown(summary: dict[str, Any]) -> str:
@@ -116,16 +118,6 @@ def markdown(summary: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_report(directory: Path, summary: dict[str, Any]) -> list[Path]:
-    """Write results.json, results.md and the figures into `directory`; the paths written."""
-    directory.mkdir(parents=True, exist_ok=True)
-    written = [directory / "results.json", directory / "results.md"]
-    written[0].write_text(json.dumps(summary, indent=1))
-    written[1].write_text(markdown(summary))
-    written += figures(directory, summary)
-    return written
-
-
 def budget_in_steps(summary: dict[str, Any]) -> bool:
     """Whether the variants trained for a number of steps (`--steps`), not minutes."""
     return str(summary.get("budget") or "").endswith(" steps")  # runner.describe_budget
@@ -152,8 +144,6 @@ def figures(directory: Path, summary: dict[str, Any]) -> list[Path]:
     variants = summary["variants"]
     name = summary["experiment"]
     written: list[Path] = []
-    for stale in directory.glob("*.png"):  # from an earlier call; this one draws its own
-        stale.unlink()
 
     def save(fig: Any, file: str) -> None:
         fig.tight_layout()
@@ -236,6 +226,24 @@ def figures(directory: Path, summary: dict[str, Any]) -> list[Path]:
     return written
 
 
+def write_report(
+    directory: Path,
+    summary: dict[str, Any],
+    *,
+    render: Callable[[dict[str, Any]], str] = markdown,
+    draw: Callable[[Path, dict[str, Any]], list[Path]] = figures,
+) -> list[Path]:
+    """Write results.json, results.md (`render`) and the figures (`draw`) into `directory`,
+    replacing the figures of an earlier call; the paths written."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for stale in directory.glob("*.png"):
+        stale.unlink()
+    written = [directory / "results.json", directory / "results.md"]
+    written[0].write_text(json.dumps(summary, indent=1))
+    written[1].write_text(render(summary))
+    return written + draw(directory, summary)
+
+
 def write_index(out: Path) -> Path:
     """`<out>/README.md`: every experiment's results table written so far, in suite order."""
     from minitx.extras.experiments.definitions import EXPERIMENTS
@@ -254,4 +262,4 @@ def write_index(out: Path) -> Path:
     return index
 
 
-__all__ = ["figures", "markdown", "write_index", "write_report"]
+__all__ = ["figures", "fmt", "markdown", "write_index", "write_report"]

@@ -25,13 +25,16 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import yaml
 
 from minitx.errors import ConfigError
 from minitx.extras.experiments.definitions import EXPERIMENTS, Experiment, Variant
+
+if TYPE_CHECKING:
+    from minitx.translator import Translator
 
 RESULT_FILE = "result.json"
 """Written into a run's directory when its training and probes are complete."""
@@ -205,13 +208,6 @@ def _status(returncode: int, log: str) -> str:
     return f"failed (exit {returncode}): {last}"
 
 
-def _split(source: str, langs: tuple[str, str], split: str, limit: int | None = None):
-    """The pairs of one split of `source` (minitx-evaluate's reader)."""
-    from minitx.evaluation import load_split
-
-    return load_split(source, split, langs[0], langs[1], limit)
-
-
 def train_variant(settings: Settings, experiment: Experiment, variant: Variant) -> dict[str, Any]:
     """Train one variant (or reuse the finished run with the same settings) and take the
     experiment's probes that it lacks; its result dict."""
@@ -263,7 +259,7 @@ def _train(
     run_dir = runs[-1] if runs else family
     checkpoint = best_checkpoint(run_dir)
     return {
-        "command": " ".join(_display(command)),
+        "command": " ".join(["minitx-train", *command[len(TRAIN) :]]),  # as a user types it
         "status": _status(proc.returncode, log_text),
         "wall_minutes": wall / 60,
         "run_dir": str(run_dir.relative_to(family)),  # relative: `--out` may move
@@ -272,23 +268,16 @@ def _train(
     }
 
 
-def _display(command: list[str]) -> list[str]:
-    """The command as a user would type it: `minitx-train ...`."""
-    return ["minitx-train", *command[len(TRAIN) :]]
-
-
 def probe(settings: Settings, probes: list[str], checkpoint: Path) -> dict[str, Any]:
     """The named probes on a trained checkpoint (and the model at initialisation)."""
-    from minitx.evaluation import evaluate
+    from minitx.evaluation import evaluate, load_split
     from minitx.extras.experiments.probes import attention_statistics, shuffled_sources
     from minitx.model import Transformer
-    from minitx.translator import Translator
 
-    translator = Translator.from_checkpoint(checkpoint)
-    source, langs = _data_of(translator)
+    translator, source, langs = load_trained(checkpoint)
     found: dict[str, Any] = {}
     if "attention" in probes:
-        pairs = _split(source, langs, "validation", settings.probe_pairs)
+        pairs = load_split(source, "validation", *langs, settings.probe_pairs)
         torch.manual_seed(settings.seed)
         initial = Transformer(translator.model.config).eval()
         found["attention"] = {
@@ -302,7 +291,7 @@ def probe(settings: Settings, probes: list[str], checkpoint: Path) -> dict[str, 
     if "word_order" in probes:
         from minitx.decoding import DecodingConfig
 
-        test = _split(source, langs, "test")
+        test = load_split(source, "test", *langs, None)
         greedy = DecodingConfig(strategy="greedy")
         normal = evaluate(translator, test.sources, test.references, greedy)
         shuffled = evaluate(
@@ -312,21 +301,22 @@ def probe(settings: Settings, probes: list[str], checkpoint: Path) -> dict[str, 
     return found
 
 
-def decode_variants(settings: Settings, experiment: Experiment, checkpoint: Path) -> list[dict]:
+def decode_variants(
+    settings: Settings, name: str, variants: list[Variant], checkpoint: Path
+) -> list[dict]:
     """The "hard" experiment: each variant decodes the test split of `checkpoint` (greedy)
     with its attention mode."""
     from minitx.decoding import DecodingConfig
-    from minitx.evaluation import evaluate
-    from minitx.translator import Translator
+    from minitx.evaluation import evaluate, load_split
 
-    translator = Translator.from_checkpoint(checkpoint)
-    test = _split(*_data_of(translator), "test")
+    translator, source, langs = load_trained(checkpoint)
+    test = load_split(source, "test", *langs, None)
     results = []
-    for variant in experiment.variants:
+    for variant in variants:
         mode, scope = variant.overrides["attention"], variant.overrides["scope"]
         translator.set_attention(mode, scope=scope, seed=settings.seed)
         print(
-            f"[{experiment.name}] {variant.name}: decoding {len(test.sources)} sentences",
+            f"[{name}] {variant.name}: decoding {len(test.sources)} sentences",
             flush=True,
         )
         scores = evaluate(
@@ -351,15 +341,18 @@ def decode_variants(settings: Settings, experiment: Experiment, checkpoint: Path
     return results
 
 
-def _data_of(translator: Any) -> tuple[str, tuple[str, str]]:
-    """(data source, (source, target) languages) the model was trained on, from the training
-    config a checkpoint carries; the default Multi30k source and minitx-evaluate's default
-    languages (de, en) for what it does not say."""
+def load_trained(checkpoint: Path) -> tuple[Translator, str, tuple[str, str]]:
+    """The model of `checkpoint`, the data source and (source, target) languages it was trained
+    on, from the training config the checkpoint carries; the default Multi30k source and
+    minitx-evaluate's default languages (de, en) for what it does not say."""
+    from minitx.translator import Translator
+
+    translator = Translator.from_checkpoint(checkpoint)
     config = yaml.safe_load(translator.train_config) if translator.train_config else None
     data = config.get("data") if isinstance(config, dict) else None
     source = str(data.get("source", DEFAULT_SOURCE)) if isinstance(data, dict) else DEFAULT_SOURCE
     src_lang, tgt_lang = translator.languages
-    return source, (src_lang or "de", tgt_lang or "en")
+    return translator, source, (src_lang or "de", tgt_lang or "en")
 
 
 DEFAULT_SOURCE = "bentrevett/multi30k"
@@ -378,8 +371,7 @@ def run_experiment(name: str, settings: Settings, only: list[str] | None = None)
         checkpoint = None
     else:
         checkpoint = settings.checkpoint or default_checkpoint(settings)
-        sub = Experiment(experiment.name, experiment.claim, tuple(variants), (), False)
-        results = decode_variants(settings, sub, checkpoint)
+        results = decode_variants(settings, name, variants, checkpoint)
     if only:  # the other rows of an earlier call stay
         results = _merged(settings.out / name / "results.json", results, experiment)
     summary = {
