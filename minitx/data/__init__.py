@@ -13,9 +13,9 @@ tests can call on its own:
 4. `TokenBucketBatchSampler` (batching.py) groups examples of equal padded length into
    batches of at most ``max_tokens`` padded tokens; `collate` pads them into tensors.
 
-The same steps in memory, for evaluation sets and small corpora: `load_parallel_corpus`
-(a ``DatasetDict`` with one ``translation`` column), `clean_pairs` (cleaning.py),
-`tokenize_corpus`, `filter_long_pairs` and `truncate_long_pairs` (tokenization.py).
+In memory, for evaluation sets and small corpora: `load_parallel_corpus` (a ``DatasetDict``
+with one ``translation`` column), `clean_pairs` (cleaning.py) and `tokenize_corpus`
+(tokenization.py).
 
 `TranslationDataModule` (datamodule.py) wires the steps together for Lightning. Nothing here
 imports the model. The toy corpus (``builtin:toy``) lives in minitx/data/toy.
@@ -41,12 +41,7 @@ from minitx.data.sources import (
     resolve_data_source,
 )
 from minitx.data.streams import PairChunk, PairStream
-from minitx.data.tokenization import (
-    example_lengths,
-    filter_long_pairs,
-    tokenize_corpus,
-    truncate_long_pairs,
-)
+from minitx.data.tokenization import example_lengths, tokenize_corpus
 
 __all__ = [
     "BUILTIN_CORPORA",
@@ -65,7 +60,6 @@ __all__ = [
     "collate",
     "describe_directory",
     "example_lengths",
-    "filter_long_pairs",
     "is_hub_id",
     "load_parallel_corpus",
     "open_parallel_corpus",
@@ -76,5 +70,4 @@ __all__ = [
     "sample_sentences",
     "side_texts",
     "tokenize_corpus",
-    "truncate_long_pairs",
 ]

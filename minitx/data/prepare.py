@@ -8,8 +8,7 @@ tokenizer and one memory-mapped, tokenized Arrow file per split out.
   model's ``max_positions``, and writes the rows (`minitx.data.cache`); a later call, in this
   process or another (every DDP rank, the next run), memory-maps the verified file instead.
 
-Skips are counted and logged with their line numbers, as the in-memory steps
-(`clean_pairs`, `filter_long_pairs`, `truncate_long_pairs`) do.
+Skips are counted and logged with their line numbers, as `clean_pairs` does.
 """
 
 from __future__ import annotations
@@ -27,8 +26,8 @@ import numpy as np
 from datasets.utils.tqdm import tqdm as progress_bar
 
 from minitx.data.cache import FORMAT, open_tokenized, require_valid, write_split
-from minitx.data.cleaning import log_skips
-from minitx.data.sample import iter_sentences, usable_pairs
+from minitx.data.cleaning import log_skips, usable_pairs
+from minitx.data.sample import iter_sentences
 from minitx.data.streams import CHUNK_PAIRS, PairChunk, PairStream
 from minitx.errors import ConfigError
 from minitx.textio import QUOTED_LINES, quote_lines
@@ -245,7 +244,7 @@ def _log_record(
     max_positions: int | None,
     filter_long: bool,
 ) -> None:
-    """The skip warnings of a prepared split, as the in-memory steps log them."""
+    """The skip warnings of a prepared split."""
     empty, too_long, cut = record["empty"], record["too_long"], record["truncated"]
     log_skips(split, "with an empty side", empty["lines"], record["read"], count=empty["count"])
     if filter_long:
