@@ -35,7 +35,6 @@ def tok(sentences: list[str]) -> Tokenizer:
 
 def test_special_ids(tok: Tokenizer) -> None:
     assert (PAD_ID, UNK_ID, BOS_ID, EOS_ID) == (0, 1, 2, 3)
-    assert (tok.pad_id, tok.unk_id, tok.bos_id, tok.eos_id) == (0, 1, 2, 3)
     assert tok.id_to_piece([0, 1, 2, 3]) == ["<pad>", "<unk>", "<s>", "</s>"]
     assert tok.vocab_size == 150
 
@@ -173,7 +172,6 @@ def test_vocab_too_small_is_a_clear_error(sentences: list[str]) -> None:
     [
         ({"model_type": "word"}, "model_type must be one of"),
         ({"vocab_size": 3}, "vocab_size must be at least 5"),
-        ({"character_coverage": 0.0}, "character_coverage"),
     ],
 )
 def test_bad_arguments(sentences: list[str], kwargs: dict[str, object], message: str) -> None:
