@@ -14,7 +14,6 @@ caller; it never reaches training.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -25,6 +24,7 @@ from typing import Any
 import datasets
 from datasets.arrow_writer import ArrowWriter
 
+from minitx.data.streams import sha256_file
 from minitx.errors import DataError
 from minitx.textio import atomic_path, write_text_atomic
 
@@ -55,17 +55,6 @@ def split_features(vocab_size: int) -> datasets.Features:
 def record_path(path: Path) -> Path:
     """The record of a cached split: the ``.json`` beside its ``.arrow``."""
     return path.with_suffix(".json")
-
-
-def file_sha256(path: Path) -> str:
-    """The sha256 of a file, read in 1 MiB blocks (never memory-mapped, never whole)."""
-    digest = hashlib.sha256()
-    buffer = bytearray(1 << 20)
-    view = memoryview(buffer)
-    with open(path, "rb", buffering=0) as file:
-        while n := file.readinto(buffer):
-            digest.update(view[:n])
-    return digest.hexdigest()
 
 
 def write_split(
@@ -103,7 +92,7 @@ def write_split(
             "format": FORMAT,
             "rows": rows,
             "bytes": os.path.getsize(tmp),
-            "sha256": file_sha256(tmp),
+            "sha256": sha256_file(tmp).hexdigest(),
             "vocab_size": vocab_size,
             "max_id": max_id,
             **extras(),
@@ -149,7 +138,7 @@ def _problem(path: Path, record: Any, vocab_size: int) -> str | None:
         return f"is {size} bytes but its record says {record['bytes']} (cut short or overwritten)"
     if record["vocab_size"] != vocab_size:
         return f"was written for a vocabulary of {record['vocab_size']}, not {vocab_size}"
-    if file_sha256(path) != record["sha256"]:
+    if sha256_file(path).hexdigest() != record["sha256"]:
         return "does not match the sha256 in its record (the file is damaged)"
     return None
 
