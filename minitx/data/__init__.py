@@ -5,8 +5,8 @@ tests can call on its own:
 
 1. `open_parallel_corpus` (sources.py) opens every split as a `PairStream` (streams.py):
    raw files, jsonl or a hub dataset, read chunk by chunk.
-2. `prepare_tokenizer` (prepare.py) trains the joint tokenizer on the training split, or on
-   a bounded, seeded sample of it (`sample_sentences`, sample.py); cached.
+2. `Tokenizer.train` (minitx/tokenizer.py) trains the joint tokenizer on the training split,
+   or on a bounded, seeded sample of it (`sample_sentences`, sample.py); cached.
 3. `prepare_split` (prepare.py) drops empty pairs, tokenizes and drops over-long training
    pairs in one pass per split, into a memory-mapped Arrow file with a checksum record
    (cache.py) that later runs and every DDP process reuse.
@@ -24,7 +24,7 @@ imports the model. The toy corpus (``builtin:toy``) lives in minitx/data/toy.
 from minitx.data.batching import TokenBucketBatchSampler, collate, round_up
 from minitx.data.cleaning import Counts, clean_pairs, side_texts
 from minitx.data.datamodule import TranslationDataModule
-from minitx.data.prepare import prepare_split, prepare_tokenizer
+from minitx.data.prepare import prepare_split
 from minitx.data.sample import sample_sentences
 from minitx.data.sources import (
     BUILTIN_CORPORA,
@@ -64,7 +64,6 @@ __all__ = [
     "load_parallel_corpus",
     "open_parallel_corpus",
     "prepare_split",
-    "prepare_tokenizer",
     "resolve_data_source",
     "round_up",
     "sample_sentences",

@@ -27,7 +27,8 @@ from torch.utils.data import DataLoader
 
 from minitx.data.batching import TokenBucketBatchSampler, collate
 from minitx.data.cleaning import Counts
-from minitx.data.prepare import prepare_split, prepare_tokenizer
+from minitx.data.prepare import prepare_split
+from minitx.data.sample import iter_sentences
 from minitx.data.sources import DATA_DIR_ENV, open_parallel_corpus, resolve_data_source
 from minitx.data.tokenization import example_lengths
 from minitx.errors import ConfigError, DataError
@@ -221,13 +222,14 @@ class TranslationDataModule(L.LightningDataModule):
                 f"The corpus has no 'train' split (found {sorted(streams)}); "
                 "it trains the tokenizer."
             )
-        tokenizer = prepare_tokenizer(
-            streams["train"],
+        train = streams["train"]
+        tokenizer = Tokenizer.train(  # on both sides of (a seeded sample of) the training split
+            iter_sentences(train, self.tokenizer_sample, self.seed),
             vocab_size=self.vocab_size,
             model_type=self.tokenizer_type,
-            sample_size=self.tokenizer_sample,
-            seed=self.seed,
             cache_dir=self.cache_dir,
+            # found by the split's content without reading it again
+            cache_key=f"{train.fingerprint()} sample={self.tokenizer_sample} seed={self.seed}",
         )
         tokenized: dict[str, datasets.Dataset] = {}
         skipped: Counts = {}

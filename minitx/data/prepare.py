@@ -1,12 +1,10 @@
-"""Preparing a corpus for training in bounded memory: a stream of sentence pairs in, the
-tokenizer and one memory-mapped, tokenized Arrow file per split out.
+"""Preparing a split for training in bounded memory: a stream of sentence pairs in, one
+memory-mapped, tokenized Arrow file out.
 
-- `prepare_tokenizer`: the joint sentencepiece model, trained on both sides of the training
-  split (or a seeded sample of them, `minitx.data.sample`), cached by the split's content.
-- `prepare_split`: one pass over a split that drops pairs with an empty side, tokenizes,
-  drops over-long training pairs (``max_len``) or cuts over-long evaluation pairs to the
-  model's ``max_positions``, and writes the rows (`minitx.data.cache`); a later call, in this
-  process or another (every DDP rank, the next run), memory-maps the verified file instead.
+`prepare_split` makes one pass over a split that drops pairs with an empty side, tokenizes,
+drops over-long training pairs (``max_len``) or cuts over-long evaluation pairs to the
+model's ``max_positions``, and writes the rows (`minitx.data.cache`); a later call, in this
+process or another (every DDP rank, the next run), memory-maps the verified file instead.
 
 Skips are counted and logged with their line numbers, as `clean_pairs` does.
 """
@@ -27,47 +25,11 @@ from datasets.utils.tqdm import tqdm as progress_bar
 
 from minitx.data.cache import FORMAT, open_tokenized, require_valid, write_split
 from minitx.data.cleaning import log_skips, usable_pairs
-from minitx.data.sample import iter_sentences
 from minitx.data.streams import CHUNK_PAIRS, PairChunk, PairStream
-from minitx.errors import ConfigError
 from minitx.textio import QUOTED_LINES, quote_lines
-from minitx.tokenizer import ModelType, Tokenizer
+from minitx.tokenizer import Tokenizer
 
 logger = logging.getLogger(__name__)
-
-
-def prepare_tokenizer(
-    train: PairStream,
-    *,
-    vocab_size: int,
-    model_type: ModelType,
-    sample_size: int | None,
-    seed: int,
-    cache_dir: str | Path | None,
-) -> Tokenizer:
-    """The joint tokenizer of a training split: cached, or trained on (a sample of) its sides.
-
-    The cache key is the split's content (`PairStream.fingerprint`) with the sampling
-    settings, so a cached model is found without reading the corpus again.
-
-    Args:
-        train: the training split.
-        vocab_size: the vocabulary size.
-        model_type: ``unigram`` or ``bpe``.
-        sample_size: at most this many sentences train it (`minitx.data.sample`); None: all.
-        seed: the sampling seed.
-        cache_dir: where the model is cached (None: no cache).
-    """
-    key = None
-    if cache_dir is not None:
-        key = f"{train.fingerprint()} sample={sample_size} seed={seed}"
-    return Tokenizer.train(
-        iter_sentences(train, sample_size, seed),
-        vocab_size=vocab_size,
-        model_type=model_type,
-        cache_dir=cache_dir,
-        cache_key=key,
-    )
 
 
 def prepare_split(
@@ -100,8 +62,6 @@ def prepare_split(
         The split and its skip counts: ``{"empty": n, "too_long": m}``, plus ``"truncated"``
         when `max_positions` is given.
     """
-    if max_len < 2:
-        raise ConfigError(f"max_len must be at least 2 (one token plus bos/eos), got {max_len}.")
     settings = {
         "format": FORMAT,
         "stream": stream.fingerprint(),
