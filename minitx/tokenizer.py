@@ -349,18 +349,11 @@ def _cache_name(settings: dict[str, Any], sentences: Iterable[str], cache_key: s
     if cache_key is not None:
         digest.update(b"key:" + cache_key.encode())
     else:
-        digest.update(hash_texts(sentences).encode())
+        for text in sentences:  # each with its length: order and boundaries matter
+            encoded = text.encode("utf-8", "surrogatepass")
+            digest.update(len(encoded).to_bytes(8, "little"))
+            digest.update(encoded)
     return f"spm-{digest.hexdigest()[:16]}.model"
-
-
-def hash_texts(texts: Iterable[str]) -> str:
-    """A sha256 hex digest of a sequence of strings (order and boundaries matter)."""
-    digest = hashlib.sha256()
-    for text in texts:
-        encoded = text.encode("utf-8", "surrogatepass")
-        digest.update(len(encoded).to_bytes(8, "little"))
-        digest.update(encoded)
-    return digest.hexdigest()
 
 
 def _atomic_write(path: Path, data: bytes) -> None:

@@ -3,7 +3,7 @@ on disk), and the batching length of a tokenized example."""
 
 from __future__ import annotations
 
-import hashlib
+import functools
 import logging
 import os
 from pathlib import Path
@@ -11,35 +11,31 @@ from typing import Any
 
 import datasets
 import numpy as np
+from datasets.fingerprint import Hasher
 
-from minitx.data.cleaning import _column, side_texts
-from minitx.tokenizer import Tokenizer, hash_texts
+from minitx.data.cleaning import _column
+from minitx.tokenizer import Tokenizer
 
 logger = logging.getLogger(__name__)
 
 _TOKENIZED_FORMAT = "1"  # bump when the tokenized columns change, to invalidate caches
 
 
-class _TokenizeBatch:
-    """``Dataset.map`` function: text pair -> src/tgt ids and lengths (picklable)."""
-
-    def __init__(self, tokenizer: Tokenizer, src_lang: str, tgt_lang: str) -> None:
-        self.tokenizer = tokenizer
-        self.src_lang = src_lang
-        self.tgt_lang = tgt_lang
-
-    def __call__(self, batch: dict[str, list[Any]]) -> dict[str, list[Any]]:
-        src = [pair[self.src_lang] for pair in batch["translation"]]
-        tgt = [pair[self.tgt_lang] for pair in batch["translation"]]
-        src_ids, tgt_ids = self.tokenizer.encode(src), self.tokenizer.encode(tgt)
-        return {
-            "src_text": src,
-            "tgt_text": tgt,
-            "src_ids": src_ids,
-            "tgt_ids": tgt_ids,
-            "src_len": [len(ids) for ids in src_ids],
-            "tgt_len": [len(ids) for ids in tgt_ids],
-        }
+def _tokenize_batch(
+    batch: dict[str, list[Any]], *, tokenizer: Tokenizer, src_lang: str, tgt_lang: str
+) -> dict[str, list[Any]]:
+    """``Dataset.map`` function: text pairs -> src/tgt texts, ids and lengths."""
+    src = [pair[src_lang] for pair in batch["translation"]]
+    tgt = [pair[tgt_lang] for pair in batch["translation"]]
+    src_ids, tgt_ids = tokenizer.encode(src), tokenizer.encode(tgt)
+    return {
+        "src_text": src,
+        "tgt_text": tgt,
+        "src_ids": src_ids,
+        "tgt_ids": tgt_ids,
+        "src_len": [len(ids) for ids in src_ids],
+        "tgt_len": [len(ids) for ids in tgt_ids],
+    }
 
 
 def tokenize_corpus(
@@ -66,25 +62,16 @@ def tokenize_corpus(
     Returns:
         The tokenized corpus.
     """
-    function = _TokenizeBatch(tokenizer, src_lang, tgt_lang)
-    model_hash = hashlib.sha256(tokenizer.model_bytes).hexdigest()
+    function = functools.partial(
+        _tokenize_batch, tokenizer=tokenizer, src_lang=src_lang, tgt_lang=tgt_lang
+    )
     result = {}
     for split, dataset in corpus.items():
-        cache_file = None
-        key = None
+        cache_file = key = None
         if cache_dir is not None:
-            parts = [
-                _TOKENIZED_FORMAT,
-                model_hash,
-                src_lang,
-                tgt_lang,
-                split,
-                str(dataset.column_names),
-            ]
-            parts += [hash_texts(side_texts(dataset, lang)) for lang in (src_lang, tgt_lang)]
-            if "line" in dataset.column_names:
-                parts.append(hashlib.sha256(_column(dataset, "line").tobytes()).hexdigest())
-            key = hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+            # datasets' own hash of the rows (content, not identity) and of the function (the
+            # tokenizer's bytes, the languages)
+            key = Hasher.hash([_TOKENIZED_FORMAT, split, dataset, function])
             Path(cache_dir).mkdir(parents=True, exist_ok=True)
             cache_file = str(Path(cache_dir) / f"tokenized-{key}-{split}.arrow")
             if os.path.exists(cache_file):
