@@ -2,9 +2,9 @@
 
 ``tokenized-{key}-{split}.arrow`` holds the split's rows (texts, token ids, lengths, line
 numbers); ``tokenized-{key}-{split}.json`` its record: the file's size and sha256, its row
-count, the largest token id and the vocabulary it was written for, and what preparing it
-skipped. Both are written atomically (`minitx.textio.atomic_path`), the Arrow file last, so a
-reader sees a whole pair or none.
+count, the vocabulary it was written for, and what preparing it skipped. Both are written
+atomically (`minitx.textio.atomic_path`), the Arrow file last, so a reader sees a whole pair
+or none.
 
 `open_tokenized` verifies a file against its record before using it and scans its token ids
 against the tokenizer's vocabulary. A file that fails (cut short, overwritten, a flipped
@@ -62,8 +62,8 @@ def write_split(
     vocab_size: int,
     batches: Iterable[dict[str, list[Any]]],
     extras: Callable[[], dict[str, Any]],
-) -> dict[str, Any]:
-    """Write one cached split from batches of rows, then its record; returns the record.
+) -> None:
+    """Write one cached split from batches of rows, then its record.
 
     The rows go to a temporary file beside `path` (`atomic_path`), which becomes `path` only
     when every batch is written and the record (written first) is in place; an error on the
@@ -75,16 +75,13 @@ def write_split(
         batches: rows, as columns of lists (the columns of `split_features`).
         extras: called after the last batch: more fields for the record (skip counts).
     """
-    rows, max_id = 0, -1
+    rows = 0
     with atomic_path(path) as tmp:
         writer = ArrowWriter(features=split_features(vocab_size), path=str(tmp))
         try:
             for batch in batches:
                 writer.write_batch(batch)
                 rows += len(batch["line"])
-                for column in ID_COLUMNS:
-                    largest = (max(ids) for ids in batch[column] if ids)
-                    max_id = max(max_id, max(largest, default=-1))
             writer.finalize()
         finally:
             writer.close()
@@ -94,11 +91,9 @@ def write_split(
             "bytes": os.path.getsize(tmp),
             "sha256": sha256_file(tmp).hexdigest(),
             "vocab_size": vocab_size,
-            "max_id": max_id,
             **extras(),
         }
         write_text_atomic(record_path(path), json.dumps(record, indent=1) + "\n")
-    return record
 
 
 def open_tokenized(path: Path, vocab_size: int) -> tuple[datasets.Dataset, dict[str, Any]] | None:

@@ -3,10 +3,6 @@
 Preparation streams the corpus (`minitx.data.prepare`): memory stays bounded whatever its
 size, each split is tokenized once into a memory-mapped Arrow file under ``cache_dir``, and
 every later run and every DDP process maps that file instead of tokenizing again.
-
-Distributed training: the batch sampler shards itself (each rank gets its own batches), so
-Lightning must not inject a ``DistributedSampler``: use ``Trainer(use_distributed_sampler=False)``.
-Lightning raises a ``TypeError`` saying so if you forget.
 """
 
 from __future__ import annotations
@@ -58,7 +54,7 @@ class TranslationDataModule(L.LightningDataModule):
     Batches are dicts from :func:`collate`. Training batches are reshuffled every epoch
     (Lightning calls ``set_epoch`` through the sampler); evaluation batches come in a fixed
     order. For multi-device training pass ``Trainer(use_distributed_sampler=False)``: the
-    batch sampler shards itself.
+    batch sampler shards itself (Lightning raises a ``TypeError`` saying so if you forget).
 
     The defaults are the default recipe's data settings (`minitx-train` without a `--config`).
 
