@@ -216,12 +216,8 @@ class Tokenizer:
         return [self._sp.id_to_piece(i) for i in ids]
 
     # ------------------------------------------------------------------ pickling / misc
-    def __getstate__(self) -> dict[str, bytes]:
-        return {"model_bytes": self._model_bytes}
-
-    def __setstate__(self, state: dict[str, bytes]) -> None:
-        self._model_bytes = state["model_bytes"]
-        self._sp = _load_processor(self._model_bytes)
+    def __reduce__(self) -> tuple[type[Tokenizer], tuple[bytes]]:
+        return Tokenizer, (self._model_bytes,)  # the processor is rebuilt from the bytes
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Tokenizer) and other._model_bytes == self._model_bytes

@@ -22,36 +22,29 @@ imports the model. The toy corpus (``builtin:toy``) lives in minitx/data/toy.
 """
 
 from minitx.data.batching import TokenBucketBatchSampler, collate, round_up
-from minitx.data.cleaning import Counts, clean_pairs, side_texts
+from minitx.data.cleaning import clean_pairs, side_texts
 from minitx.data.datamodule import TranslationDataModule
 from minitx.data.prepare import prepare_split
 from minitx.data.sample import sample_sentences
 from minitx.data.sources import (
     BUILTIN_CORPORA,
-    BUILTIN_PREFIX,
     DATA_DIR_ENV,
-    HUB_OPTIONS,
     HUB_SPLITS,
     MULTI30K_SPLITS,
     builtin_corpus_dir,
     describe_directory,
-    is_hub_id,
     load_parallel_corpus,
     open_parallel_corpus,
     resolve_data_source,
 )
-from minitx.data.streams import PairChunk, PairStream
+from minitx.data.streams import PairStream
 from minitx.data.tokenization import example_lengths, tokenize_corpus
 
 __all__ = [
     "BUILTIN_CORPORA",
-    "BUILTIN_PREFIX",
     "DATA_DIR_ENV",
-    "HUB_OPTIONS",
     "HUB_SPLITS",
     "MULTI30K_SPLITS",
-    "Counts",
-    "PairChunk",
     "PairStream",
     "TokenBucketBatchSampler",
     "TranslationDataModule",
@@ -60,7 +53,6 @@ __all__ = [
     "collate",
     "describe_directory",
     "example_lengths",
-    "is_hub_id",
     "load_parallel_corpus",
     "open_parallel_corpus",
     "prepare_split",
