@@ -25,7 +25,6 @@ import datasets
 from datasets.arrow_writer import ArrowWriter
 
 from minitx.data.streams import sha256_file
-from minitx.errors import DataError
 from minitx.textio import atomic_path, write_text_atomic
 
 logger = logging.getLogger(__name__)
@@ -161,18 +160,3 @@ def id_range(dataset: datasets.Dataset, column: str) -> tuple[int, int]:
         if len(values):
             low, high = min(low, int(values.min())), max(high, int(values.max()))
     return low, high
-
-
-def require_valid(path: Path, vocab_size: int) -> tuple[datasets.Dataset, dict[str, Any]]:
-    """`open_tokenized` for a file just written: a failure here is not the disk's doing.
-
-    Raises:
-        DataError: the file does not pass its own checks; the message names it.
-    """
-    opened = open_tokenized(path, vocab_size)
-    if opened is None:
-        raise DataError(
-            f"{path}: the tokenized data just written does not pass its checks (see the warning "
-            f"above); delete {path.parent} and run again."
-        )
-    return opened

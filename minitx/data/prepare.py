@@ -23,9 +23,10 @@ import datasets
 import numpy as np
 from datasets.utils.tqdm import tqdm as progress_bar
 
-from minitx.data.cache import FORMAT, open_tokenized, require_valid, write_split
+from minitx.data.cache import FORMAT, open_tokenized, write_split
 from minitx.data.cleaning import log_skips, usable_pairs
 from minitx.data.streams import CHUNK_PAIRS, PairChunk, PairStream
+from minitx.errors import DataError
 from minitx.textio import QUOTED_LINES, quote_lines
 from minitx.tokenizer import Tokenizer
 
@@ -90,7 +91,12 @@ def prepare_split(
             tally.read / max(elapsed, 1e-9),
             path,
         )
-        opened = require_valid(path, tokenizer.vocab_size)
+        opened = open_tokenized(path, tokenizer.vocab_size)
+        if opened is None:  # a file just written failed its own checks: not the disk's doing
+            raise DataError(
+                f"{path}: the tokenized data just written does not pass its checks (see the "
+                f"warning above); delete {path.parent} and run again."
+            )
     else:
         logger.info("%s: loading tokenized data from %s.", stream.split, path)
     dataset, record = opened
