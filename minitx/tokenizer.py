@@ -126,7 +126,8 @@ class Tokenizer:
             time.perf_counter() - start,
         )
         if path is not None:
-            _atomic_write(_record_path(path), _record(model_bytes))  # first: a model file
+            record = json.dumps(_record(model_bytes)).encode()
+            _atomic_write(path.with_suffix(".json"), record)  # first: a model file
             _atomic_write(path, model_bytes)  # without its record would read as damaged
             logger.info("Cached the tokenizer at %s.", path)
         return tokenizer
@@ -298,14 +299,9 @@ _CACHE_FORMAT = 2
 """Bump when cached tokenizer files change layout (2: with a checksum record beside them)."""
 
 
-def _record_path(path: Path) -> Path:
-    """The checksum record of a cached model: ``spm-{key}.json`` beside ``spm-{key}.model``."""
-    return path.with_suffix(".json")
-
-
-def _record(model_bytes: bytes) -> bytes:
-    record = {"bytes": len(model_bytes), "sha256": hashlib.sha256(model_bytes).hexdigest()}
-    return json.dumps(record).encode()
+def _record(model_bytes: bytes) -> dict[str, Any]:
+    """The checksum record of a cached model, ``spm-{key}.json`` beside ``spm-{key}.model``."""
+    return {"bytes": len(model_bytes), "sha256": hashlib.sha256(model_bytes).hexdigest()}
 
 
 def _read_cached(path: Path) -> Tokenizer | None:
@@ -315,8 +311,8 @@ def _read_cached(path: Path) -> Tokenizer | None:
         return None
     try:
         model_bytes = path.read_bytes()
-        record = json.loads(_record_path(path).read_text(encoding="utf-8"))
-        if record != json.loads(_record(model_bytes)):
+        record = json.loads(path.with_suffix(".json").read_text(encoding="utf-8"))
+        if record != _record(model_bytes):
             raise DataError(f"{len(model_bytes)} bytes that do not match its checksum record")
         tokenizer = Tokenizer(model_bytes)
     except (OSError, ValueError) as exc:  # json and DataError are ValueErrors

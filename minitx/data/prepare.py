@@ -25,7 +25,7 @@ from datasets.utils.tqdm import tqdm as progress_bar
 
 from minitx.data.cache import FORMAT, open_tokenized, write_split
 from minitx.data.cleaning import log_skips, usable_pairs
-from minitx.data.streams import CHUNK_PAIRS, PairChunk, PairStream
+from minitx.data.streams import PairChunk, PairStream
 from minitx.errors import DataError
 from minitx.textio import QUOTED_LINES, quote_lines
 from minitx.tokenizer import Tokenizer
@@ -41,7 +41,6 @@ def prepare_split(
     max_len: int,
     filter_long: bool,
     max_positions: int | None = None,
-    chunk_size: int = CHUNK_PAIRS,
 ) -> tuple[datasets.Dataset, dict[str, int]]:
     """One split, tokenized and memory-mapped from the cache (built first when absent).
 
@@ -57,7 +56,6 @@ def prepare_split(
             are kept and only counted in an INFO line.
         max_positions: cut the ids of longer pairs to this many positions, eos/bos included,
             keeping their texts whole (evaluation splits; None: no cut).
-        chunk_size: pairs tokenized at a time.
 
     Returns:
         The split and its skip counts: ``{"empty": n, "too_long": m}``, plus ``"truncated"``
@@ -78,9 +76,7 @@ def prepare_split(
         path.parent.mkdir(parents=True, exist_ok=True)
         start = time.perf_counter()
         tally = _Tally()
-        batches = _tokenized_batches(
-            stream, tokenizer, tally, max_len, filter_long, max_positions, chunk_size
-        )
+        batches = _tokenized_batches(stream, tokenizer, tally, max_len, filter_long, max_positions)
         write_split(path, tokenizer.vocab_size, batches, tally.as_record)
         elapsed = time.perf_counter() - start
         logger.info(
@@ -142,11 +138,10 @@ def _tokenized_batches(
     max_len: int,
     filter_long: bool,
     max_positions: int | None,
-    chunk_size: int,
 ) -> Iterator[dict[str, list[Any]]]:
     """The split's rows, chunk by chunk: cleaned, tokenized, length-filtered or cut."""
     with progress_bar(desc=f"Tokenizing {stream.split}", unit=" pairs") as bar:
-        for chunk in stream.chunks(chunk_size):
+        for chunk in stream.chunks():
             bar.update(len(chunk.src))
             yield _tokenized_chunk(chunk, tokenizer, tally, max_len, filter_long, max_positions)
 
