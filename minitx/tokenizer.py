@@ -168,6 +168,26 @@ class Tokenizer:
         """Number of pieces, special pieces included."""
         return self._sp.get_piece_size()
 
+    @property
+    def pad_id(self) -> int:
+        """Padding id (0)."""
+        return PAD_ID
+
+    @property
+    def unk_id(self) -> int:
+        """Unknown-piece id (1)."""
+        return UNK_ID
+
+    @property
+    def bos_id(self) -> int:
+        """Begin-of-sentence id (2)."""
+        return BOS_ID
+
+    @property
+    def eos_id(self) -> int:
+        """End-of-sentence id (3)."""
+        return EOS_ID
+
     # ------------------------------------------------------------------ encode / decode
     def encode(self, texts: list[str]) -> list[list[int]]:
         """Encode a batch of sentences to ids (no bos/eos added).

@@ -35,6 +35,7 @@ def tok(sentences: list[str]) -> Tokenizer:
 
 def test_special_ids(tok: Tokenizer) -> None:
     assert (PAD_ID, UNK_ID, BOS_ID, EOS_ID) == (0, 1, 2, 3)
+    assert (tok.pad_id, tok.unk_id, tok.bos_id, tok.eos_id) == (0, 1, 2, 3)
     assert tok.id_to_piece([0, 1, 2, 3]) == ["<pad>", "<unk>", "<s>", "</s>"]
     assert tok.vocab_size == 150
 
