@@ -302,7 +302,7 @@ def _open_hub(
         )
     described = source + "".join(f" {k}={v}" for k, v in sorted(options.items()))
     try:
-        loaded = datasets.load_dataset(source, **options)
+        loaded = datasets.load_dataset(source, **options)  # no split asked: a DatasetDict
     except OSError as exc:  # ConnectionError, DatasetNotFoundError (a FileNotFoundError), ...
         error = SourceUnreachableError if isinstance(exc, ConnectionError) else MissingFileError
         raise error(
@@ -313,8 +313,6 @@ def _open_hub(
             "test_2016_flickr.de, test_2016_flickr.en, as in the multi30k/dataset repository's "
             "data/task1/raw)."
         ) from exc
-    if not isinstance(loaded, datasets.DatasetDict):
-        raise DataError(f"Hub dataset {described!r} did not load as a DatasetDict of splits.")
     streams: dict[str, PairStream] = {}
     for split, name in splits.items():
         if name not in loaded:
