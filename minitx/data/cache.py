@@ -141,22 +141,16 @@ def check_dataset(dataset: datasets.Dataset, rows: int, vocab_size: int) -> str 
     """What is wrong with a cached split's rows (count, token id range), or None."""
     if len(dataset) != rows:
         return f"has {len(dataset)} rows but its record says {rows}"
+    table = dataset.with_format("arrow")[:]
     for column in ID_COLUMNS:
-        low, high = id_range(dataset, column)
+        low, high = 0, -1  # over every chunk, one chunk in memory at a time
+        for chunk in table.column(column).chunks:
+            ids = chunk.flatten().to_numpy(zero_copy_only=False)  # (n_tokens,)
+            if len(ids):
+                low, high = min(low, int(ids.min())), max(high, int(ids.max()))
         if low < 0 or high >= vocab_size:
             return (
                 f"holds {column} from {low} to {high}, outside the tokenizer's vocabulary "
                 f"[0, {vocab_size})"
             )
     return None
-
-
-def id_range(dataset: datasets.Dataset, column: str) -> tuple[int, int]:
-    """The smallest and largest token id of a list column ((0, -1) when it holds none)."""
-    low, high = 0, -1
-    table = dataset.with_format("arrow")[:]
-    for chunk in table.column(column).chunks:
-        values = chunk.flatten().to_numpy(zero_copy_only=False)  # (n_tokens,)
-        if len(values):
-            low, high = min(low, int(values.min())), max(high, int(values.max()))
-    return low, high

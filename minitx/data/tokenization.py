@@ -90,6 +90,4 @@ def tokenize_corpus(
 
 def example_lengths(dataset: datasets.Dataset) -> np.ndarray:
     """Per-example batching length: ``max(src_len + 1, tgt_len + 1)`` (eos / bos included)."""
-    if len(dataset) == 0:
-        return np.zeros(0, dtype=np.int64)
     return np.maximum(_column(dataset, "src_len"), _column(dataset, "tgt_len")) + 1
