@@ -62,7 +62,6 @@ class Tokenizer:
         *,
         vocab_size: int = 8000,
         model_type: ModelType = "unigram",
-        character_coverage: float = 1.0,
         cache_dir: str | os.PathLike[str] | None = None,
         cache_key: str | None = None,
     ) -> Tokenizer:
@@ -78,8 +77,6 @@ class Tokenizer:
                 joint vocabulary.
             vocab_size: number of pieces, special pieces included.
             model_type: ``"unigram"`` or ``"bpe"``.
-            character_coverage: fraction of characters covered by the vocabulary; 1.0 keeps
-                every character seen in training (right for small European-language corpora).
             cache_dir: when given, the model is stored as ``cache_dir/spm-{key}.model``, with
                 its size and sha256 in ``spm-{key}.json``, and a later call with the same
                 settings and data loads it instead of training. A cached model that does not
@@ -102,37 +99,24 @@ class Tokenizer:
             raise ConfigError(
                 f"vocab_size must be at least 5 (4 special pieces + 1), got {vocab_size}."
             )
-        if not 0.0 < character_coverage <= 1.0:
-            raise ConfigError(f"character_coverage must be in (0, 1], got {character_coverage}.")
         settings: dict[str, Any] = {
             "vocab_size": vocab_size,
             "model_type": model_type,
-            "character_coverage": character_coverage,
             "sentencepiece": spm.__version__,
             "cache_format": _CACHE_FORMAT,
         }
-        path: Path | None = None
-        if cache_dir is not None and cache_key is not None:  # found without reading `sentences`
-            path = Path(cache_dir) / f"spm-{_cache_key(settings, [], cache_key)}.model"
+        path = None
+        if cache_dir is not None:
+            if cache_key is None:  # the sentences themselves are the key
+                sentences = _usable(sentences)
+            path = Path(cache_dir) / _cache_name(settings, sentences, cache_key)
             cached = _read_cached(path)
-            if cached is not None:
+            if cached is not None:  # found without reading a lazy `sentences` when keyed
                 return cached
-        sentences = [s for s in sentences if s and not s.isspace()]
-        if not sentences:
-            raise DataError("Tokenizer.train got no (non-empty) sentences to train on.")
-        if cache_dir is not None and cache_key is None:
-            path = Path(cache_dir) / f"spm-{_cache_key(settings, sentences, None)}.model"
-            cached = _read_cached(path)
-            if cached is not None:
-                return cached
+        sentences = _usable(sentences)
 
         start = time.perf_counter()
-        model_bytes = _train_bytes(
-            sentences,
-            vocab_size=vocab_size,
-            model_type=model_type,
-            character_coverage=character_coverage,
-        )
+        model_bytes = _train_bytes(sentences, vocab_size=vocab_size, model_type=model_type)
         tokenizer = cls(model_bytes)
         logger.info(
             "Trained a %s tokenizer with %d pieces on %d sentences in %.1f s.",
@@ -142,7 +126,8 @@ class Tokenizer:
             time.perf_counter() - start,
         )
         if path is not None:
-            _atomic_write(_record_path(path), _record(model_bytes))  # first: a model file
+            record = json.dumps(_record(model_bytes)).encode()
+            _atomic_write(path.with_suffix(".json"), record)  # first: a model file
             _atomic_write(path, model_bytes)  # without its record would read as damaged
             logger.info("Cached the tokenizer at %s.", path)
         return tokenizer
@@ -231,8 +216,11 @@ class Tokenizer:
         """
         if hasattr(ids, "tolist"):
             ids = ids.tolist()
-        cleaned = [self._strip_special(seq) for seq in ids]
-        return self._sp.decode(cleaned)
+        sequences = [[int(i) for i in seq] for seq in ids]
+        # sentencepiece drops the control pieces (pad, bos, eos) itself; the cut at the first
+        # eos (generation pads or runs on after it) is ours.
+        cut = [seq[: seq.index(EOS_ID)] if EOS_ID in seq else seq for seq in sequences]
+        return self._sp.decode(cut)
 
     def id_to_piece(self, ids: list[int]) -> list[str]:
         """Map ids to their pieces (special ids map to ``<pad>``, ``<unk>``, ``<s>``, ``</s>``).
@@ -248,24 +236,9 @@ class Tokenizer:
             raise ValueError(f"ids {bad[:5]} are outside the vocabulary [0, {self.vocab_size}).")
         return [self._sp.id_to_piece(i) for i in ids]
 
-    @staticmethod
-    def _strip_special(seq: Iterable[int]) -> list[int]:
-        out: list[int] = []
-        for i in seq:
-            i = int(i)
-            if i == EOS_ID:
-                break
-            if i not in (PAD_ID, BOS_ID):
-                out.append(i)
-        return out
-
     # ------------------------------------------------------------------ pickling / misc
-    def __getstate__(self) -> dict[str, bytes]:
-        return {"model_bytes": self._model_bytes}
-
-    def __setstate__(self, state: dict[str, bytes]) -> None:
-        self._model_bytes = state["model_bytes"]
-        self._sp = _load_processor(self._model_bytes)
+    def __reduce__(self) -> tuple[type[Tokenizer], tuple[bytes]]:
+        return Tokenizer, (self._model_bytes,)  # the processor is rebuilt from the bytes
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Tokenizer) and other._model_bytes == self._model_bytes
@@ -278,9 +251,7 @@ class Tokenizer:
 
 
 # ---------------------------------------------------------------------- helpers
-def _train_bytes(
-    sentences: list[str], *, vocab_size: int, model_type: str, character_coverage: float
-) -> bytes:
+def _train_bytes(sentences: list[str], *, vocab_size: int, model_type: str) -> bytes:
     """Run the sentencepiece trainer in memory and return the model bytes."""
     writer = io.BytesIO()
     try:
@@ -289,7 +260,7 @@ def _train_bytes(
             model_writer=writer,
             vocab_size=vocab_size,
             model_type=model_type,
-            character_coverage=character_coverage,
+            character_coverage=1.0,  # every character seen in training gets a piece
             pad_id=PAD_ID,
             unk_id=UNK_ID,
             bos_id=BOS_ID,
@@ -320,7 +291,7 @@ def _training_error(exc: RuntimeError, vocab_size: int, n_sentences: int) -> Val
     if too_low:
         return ConfigError(
             f"vocab_size={vocab_size} is too small: the corpus has {too_low.group(2)} required "
-            "characters plus special pieces. Increase vocab_size or lower character_coverage."
+            "characters plus special pieces. Increase vocab_size."
         )
     return DataError(f"sentencepiece training failed: {message}")
 
@@ -348,14 +319,9 @@ _CACHE_FORMAT = 2
 """Bump when cached tokenizer files change layout (2: with a checksum record beside them)."""
 
 
-def _record_path(path: Path) -> Path:
-    """The checksum record of a cached model: ``spm-{key}.json`` beside ``spm-{key}.model``."""
-    return path.with_suffix(".json")
-
-
-def _record(model_bytes: bytes) -> bytes:
-    record = {"bytes": len(model_bytes), "sha256": hashlib.sha256(model_bytes).hexdigest()}
-    return json.dumps(record).encode()
+def _record(model_bytes: bytes) -> dict[str, Any]:
+    """The checksum record of a cached model, ``spm-{key}.json`` beside ``spm-{key}.model``."""
+    return {"bytes": len(model_bytes), "sha256": hashlib.sha256(model_bytes).hexdigest()}
 
 
 def _read_cached(path: Path) -> Tokenizer | None:
@@ -365,8 +331,8 @@ def _read_cached(path: Path) -> Tokenizer | None:
         return None
     try:
         model_bytes = path.read_bytes()
-        record = json.loads(_record_path(path).read_text(encoding="utf-8"))
-        if record != json.loads(_record(model_bytes)):
+        record = json.loads(path.with_suffix(".json").read_text(encoding="utf-8"))
+        if record != _record(model_bytes):
             raise DataError(f"{len(model_bytes)} bytes that do not match its checksum record")
         tokenizer = Tokenizer(model_bytes)
     except (OSError, ValueError) as exc:  # json and DataError are ValueErrors
@@ -376,24 +342,30 @@ def _read_cached(path: Path) -> Tokenizer | None:
     return tokenizer
 
 
-def _cache_key(settings: dict[str, Any], sentences: list[str], cache_key: str | None) -> str:
-    """A short hash of the training settings and the data (or the caller's ``cache_key``)."""
+def _usable(sentences: Iterable[str]) -> list[str]:
+    """The sentences with more than white space (a list: iterated once more to train).
+
+    Raises:
+        DataError: there are none.
+    """
+    usable = [s for s in sentences if s and not s.isspace()]
+    if not usable:
+        raise DataError("Tokenizer.train got no (non-empty) sentences to train on.")
+    return usable
+
+
+def _cache_name(settings: dict[str, Any], sentences: Iterable[str], cache_key: str | None) -> str:
+    """``spm-{key}.model``: a short hash of the training settings and the data (the caller's
+    ``cache_key``, else the sentences themselves)."""
     digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
     if cache_key is not None:
         digest.update(b"key:" + cache_key.encode())
     else:
-        digest.update(hash_texts(sentences).encode())
-    return digest.hexdigest()[:16]
-
-
-def hash_texts(texts: Iterable[str]) -> str:
-    """A sha256 hex digest of a sequence of strings (order and boundaries matter)."""
-    digest = hashlib.sha256()
-    for text in texts:
-        encoded = text.encode("utf-8", "surrogatepass")
-        digest.update(len(encoded).to_bytes(8, "little"))
-        digest.update(encoded)
-    return digest.hexdigest()
+        for text in sentences:  # each with its length: order and boundaries matter
+            encoded = text.encode("utf-8", "surrogatepass")
+            digest.update(len(encoded).to_bytes(8, "little"))
+            digest.update(encoded)
+    return f"spm-{digest.hexdigest()[:16]}.model"
 
 
 def _atomic_write(path: Path, data: bytes) -> None:

@@ -276,18 +276,17 @@ def test_clean_pairs_counts_every_skip(tmp_path: Path, caplog: pytest.LogCapture
         str(directory), "de", "en", splits={"train": "train", "validation": "val"}
     )
     with caplog.at_level(logging.WARNING, logger="minitx.data"):
-        cleaned, counts = clean_pairs(corpus, "de", "en", max_chars=20)
+        cleaned, counts = clean_pairs(corpus, "de", "en")
     assert counts == {
-        "train": {"empty": 2, "too_long": 1},
+        "train": {"empty": 2, "too_long": 0},
         "validation": {"empty": 1, "too_long": 0},
     }
     for split in counts:
         assert len(cleaned[split]) + sum(counts[split].values()) == len(corpus[split])
-    assert cleaned["train"]["line"][:] == [1, 3, 5]
-    assert cleaned["validation"]["line"][:] == [1, 3]  # eval splits keep long pairs
+    assert cleaned["train"]["line"][:] == [1, 3, 5, 6]
+    assert cleaned["validation"]["line"][:] == [1, 3]
     assert "train: skipped 2 of 6 pairs with an empty side (lines 2, 4)" in caplog.text
     assert "validation: skipped 1 of 3 pairs with an empty side (lines 2)" in caplog.text
-    assert "train: skipped 1 of 6 pairs longer than max_chars=20 (lines 6)" in caplog.text
 
 
 # ============================================================================== batching

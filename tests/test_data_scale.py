@@ -23,11 +23,9 @@ from minitx.data import (
     DATA_DIR_ENV,
     TranslationDataModule,
     clean_pairs,
-    filter_long_pairs,
     load_parallel_corpus,
     side_texts,
     tokenize_corpus,
-    truncate_long_pairs,
 )
 from minitx.data import sources as sources_module
 from minitx.data import streams as streams_module
@@ -35,6 +33,7 @@ from minitx.data.sample import sample_sentences
 from minitx.data.sources import open_parallel_corpus
 from minitx.data.streams import iter_lines
 from minitx.errors import DataError
+from minitx.textio import quote_lines
 from minitx.tokenizer import Tokenizer
 
 TOY_TRAIN = 60
@@ -188,7 +187,8 @@ def test_the_streamed_pass_equals_the_in_memory_steps(
     tmp_path: Path, max_positions: int | None, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Cleaning, tokenizing, dropping over-long training pairs and cutting over-long
-    evaluation pairs in one pass give the rows, counts and warnings of the separate steps."""
+    evaluation pairs in one pass give the rows, counts and warnings of the separate steps
+    (the length rules spelled out here: eos / bos make a side one token longer)."""
     directory = _corpus_with_gaps(tmp_path / "c")
     dm = TranslationDataModule(
         source=str(directory),
@@ -204,26 +204,43 @@ def test_the_streamed_pass_equals_the_in_memory_steps(
     assert dm.tokenizer is not None and dm.dataset is not None
     with caplog.at_level(logging.WARNING, logger="minitx"):
         cleaned, skipped = clean_pairs(load_parallel_corpus(str(directory), "de", "en"), "de", "en")
-        tokenized = tokenize_corpus(cleaned, dm.tokenizer, "de", "en")
-        tokenized, too_long = filter_long_pairs(tokenized, 16)
-        if max_positions is not None:
-            tokenized, cut = truncate_long_pairs(
-                tokenized, max_positions, splits=["validation", "test"]
-            )
-    for split, count in too_long.items():
-        skipped[split]["too_long"] += count
-    if max_positions is not None:
-        for split, count in cut.items():
-            skipped[split]["truncated"] = count
-    assert dm.skipped == skipped
-    assert skipped["train"]["empty"] == 1 and skipped["train"]["too_long"] > 0
+    expected_log = list(caplog.messages)
+    tokenized = tokenize_corpus(cleaned, dm.tokenizer, "de", "en")
     columns = ["line", "src_text", "tgt_text", "src_ids", "tgt_ids", "src_len", "tgt_len"]
     for split in skipped:
-        assert (
-            dm.dataset[split].select_columns(columns)[:]
-            == tokenized[split].select_columns(columns)[:]
-        )
-    assert sorted(streamed_log) == sorted(caplog.messages)  # the same warnings
+        rows = tokenized[split].select_columns(columns).to_list()
+        too_long = [row for row in rows if max(row["src_len"], row["tgt_len"]) + 1 > 16]
+        if split == "train":
+            rows = [row for row in rows if row not in too_long]
+            skipped[split]["too_long"] = len(too_long)
+            lines = quote_lines([row["line"] for row in too_long])
+            expected_log.append(
+                f"train: skipped {len(too_long)} of {len(tokenized[split])} pairs longer than "
+                f"max_len=16 tokens (lines {lines})."
+            )
+        elif max_positions is not None:
+            cut = [
+                row["line"]
+                for row in rows
+                if max(row["src_len"], row["tgt_len"]) + 1 > max_positions
+            ]
+            skipped[split]["truncated"] = len(cut)
+            for row in rows:
+                for side in ("src", "tgt"):
+                    row[f"{side}_ids"] = row[f"{side}_ids"][: max_positions - 1]
+                    row[f"{side}_len"] = len(row[f"{side}_ids"])
+            if cut:
+                expected_log.append(
+                    f"{split}: {len(cut)} of {len(rows)} pairs are longer than the model's "
+                    f"max_positions={max_positions}; their ids are cut to fit for the loss, "
+                    f"their texts stay whole for BLEU (lines {quote_lines(cut)})."
+                )
+        assert dm.dataset[split].select_columns(columns).to_list() == rows
+    assert dm.skipped == skipped
+    assert skipped["train"]["empty"] == 1 and skipped["train"]["too_long"] > 0
+    if max_positions is not None:
+        assert skipped["validation"]["truncated"] + skipped["test"]["truncated"] > 0
+    assert sorted(streamed_log) == sorted(expected_log)  # the same warnings
 
 
 # ======================================================================= benchmark configs

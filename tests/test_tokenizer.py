@@ -173,7 +173,6 @@ def test_vocab_too_small_is_a_clear_error(sentences: list[str]) -> None:
     [
         ({"model_type": "word"}, "model_type must be one of"),
         ({"vocab_size": 3}, "vocab_size must be at least 5"),
-        ({"character_coverage": 0.0}, "character_coverage"),
     ],
 )
 def test_bad_arguments(sentences: list[str], kwargs: dict[str, object], message: str) -> None:

@@ -5,58 +5,46 @@ tests can call on its own:
 
 1. `open_parallel_corpus` (sources.py) opens every split as a `PairStream` (streams.py):
    raw files, jsonl or a hub dataset, read chunk by chunk.
-2. `prepare_tokenizer` (prepare.py) trains the joint tokenizer on the training split, or on
-   a bounded, seeded sample of it (`sample_sentences`, sample.py); cached.
+2. `Tokenizer.train` (minitx/tokenizer.py) trains the joint tokenizer on the training split,
+   or on a bounded, seeded sample of it (`sample_sentences`, sample.py); cached.
 3. `prepare_split` (prepare.py) drops empty pairs, tokenizes and drops over-long training
    pairs in one pass per split, into a memory-mapped Arrow file with a checksum record
    (cache.py) that later runs and every DDP process reuse.
 4. `TokenBucketBatchSampler` (batching.py) groups examples of equal padded length into
    batches of at most ``max_tokens`` padded tokens; `collate` pads them into tensors.
 
-The same steps in memory, for evaluation sets and small corpora: `load_parallel_corpus`
-(a ``DatasetDict`` with one ``translation`` column), `clean_pairs` (cleaning.py),
-`tokenize_corpus`, `filter_long_pairs` and `truncate_long_pairs` (tokenization.py).
+In memory, for evaluation sets and small corpora: `load_parallel_corpus` (a ``DatasetDict``
+with one ``translation`` column), `clean_pairs` (cleaning.py) and `tokenize_corpus`
+(tokenization.py).
 
 `TranslationDataModule` (datamodule.py) wires the steps together for Lightning. Nothing here
 imports the model. The toy corpus (``builtin:toy``) lives in minitx/data/toy.
 """
 
 from minitx.data.batching import TokenBucketBatchSampler, collate, round_up
-from minitx.data.cleaning import Counts, clean_pairs, side_texts
+from minitx.data.cleaning import clean_pairs, side_texts
 from minitx.data.datamodule import TranslationDataModule
-from minitx.data.prepare import prepare_split, prepare_tokenizer
+from minitx.data.prepare import prepare_split
 from minitx.data.sample import sample_sentences
 from minitx.data.sources import (
     BUILTIN_CORPORA,
-    BUILTIN_PREFIX,
     DATA_DIR_ENV,
-    HUB_OPTIONS,
     HUB_SPLITS,
     MULTI30K_SPLITS,
     builtin_corpus_dir,
     describe_directory,
-    is_hub_id,
     load_parallel_corpus,
     open_parallel_corpus,
     resolve_data_source,
 )
-from minitx.data.streams import PairChunk, PairStream
-from minitx.data.tokenization import (
-    example_lengths,
-    filter_long_pairs,
-    tokenize_corpus,
-    truncate_long_pairs,
-)
+from minitx.data.streams import PairStream
+from minitx.data.tokenization import example_lengths, tokenize_corpus
 
 __all__ = [
     "BUILTIN_CORPORA",
-    "BUILTIN_PREFIX",
     "DATA_DIR_ENV",
-    "HUB_OPTIONS",
     "HUB_SPLITS",
     "MULTI30K_SPLITS",
-    "Counts",
-    "PairChunk",
     "PairStream",
     "TokenBucketBatchSampler",
     "TranslationDataModule",
@@ -65,16 +53,12 @@ __all__ = [
     "collate",
     "describe_directory",
     "example_lengths",
-    "filter_long_pairs",
-    "is_hub_id",
     "load_parallel_corpus",
     "open_parallel_corpus",
     "prepare_split",
-    "prepare_tokenizer",
     "resolve_data_source",
     "round_up",
     "sample_sentences",
     "side_texts",
     "tokenize_corpus",
-    "truncate_long_pairs",
 ]

@@ -2,9 +2,9 @@
 
 ``tokenized-{key}-{split}.arrow`` holds the split's rows (texts, token ids, lengths, line
 numbers); ``tokenized-{key}-{split}.json`` its record: the file's size and sha256, its row
-count, the largest token id and the vocabulary it was written for, and what preparing it
-skipped. Both are written atomically (`minitx.textio.atomic_path`), the Arrow file last, so a
-reader sees a whole pair or none.
+count, the vocabulary it was written for, and what preparing it skipped. Both are written
+atomically (`minitx.textio.atomic_path`), the Arrow file last, so a reader sees a whole pair
+or none.
 
 `open_tokenized` verifies a file against its record before using it and scans its token ids
 against the tokenizer's vocabulary. A file that fails (cut short, overwritten, a flipped
@@ -14,7 +14,6 @@ caller; it never reaches training.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -25,7 +24,7 @@ from typing import Any
 import datasets
 from datasets.arrow_writer import ArrowWriter
 
-from minitx.errors import DataError
+from minitx.data.streams import sha256_file
 from minitx.textio import atomic_path, write_text_atomic
 
 logger = logging.getLogger(__name__)
@@ -57,24 +56,13 @@ def record_path(path: Path) -> Path:
     return path.with_suffix(".json")
 
 
-def file_sha256(path: Path) -> str:
-    """The sha256 of a file, read in 1 MiB blocks (never memory-mapped, never whole)."""
-    digest = hashlib.sha256()
-    buffer = bytearray(1 << 20)
-    view = memoryview(buffer)
-    with open(path, "rb", buffering=0) as file:
-        while n := file.readinto(buffer):
-            digest.update(view[:n])
-    return digest.hexdigest()
-
-
 def write_split(
     path: Path,
     vocab_size: int,
     batches: Iterable[dict[str, list[Any]]],
     extras: Callable[[], dict[str, Any]],
-) -> dict[str, Any]:
-    """Write one cached split from batches of rows, then its record; returns the record.
+) -> None:
+    """Write one cached split from batches of rows, then its record.
 
     The rows go to a temporary file beside `path` (`atomic_path`), which becomes `path` only
     when every batch is written and the record (written first) is in place; an error on the
@@ -86,16 +74,13 @@ def write_split(
         batches: rows, as columns of lists (the columns of `split_features`).
         extras: called after the last batch: more fields for the record (skip counts).
     """
-    rows, max_id = 0, -1
+    rows = 0
     with atomic_path(path) as tmp:
         writer = ArrowWriter(features=split_features(vocab_size), path=str(tmp))
         try:
             for batch in batches:
                 writer.write_batch(batch)
                 rows += len(batch["line"])
-                for column in ID_COLUMNS:
-                    largest = (max(ids) for ids in batch[column] if ids)
-                    max_id = max(max_id, max(largest, default=-1))
             writer.finalize()
         finally:
             writer.close()
@@ -103,13 +88,11 @@ def write_split(
             "format": FORMAT,
             "rows": rows,
             "bytes": os.path.getsize(tmp),
-            "sha256": file_sha256(tmp),
+            "sha256": sha256_file(tmp).hexdigest(),
             "vocab_size": vocab_size,
-            "max_id": max_id,
             **extras(),
         }
         write_text_atomic(record_path(path), json.dumps(record, indent=1) + "\n")
-    return record
 
 
 def open_tokenized(path: Path, vocab_size: int) -> tuple[datasets.Dataset, dict[str, Any]] | None:
@@ -149,7 +132,7 @@ def _problem(path: Path, record: Any, vocab_size: int) -> str | None:
         return f"is {size} bytes but its record says {record['bytes']} (cut short or overwritten)"
     if record["vocab_size"] != vocab_size:
         return f"was written for a vocabulary of {record['vocab_size']}, not {vocab_size}"
-    if file_sha256(path) != record["sha256"]:
+    if sha256_file(path).hexdigest() != record["sha256"]:
         return "does not match the sha256 in its record (the file is damaged)"
     return None
 
@@ -158,37 +141,16 @@ def check_dataset(dataset: datasets.Dataset, rows: int, vocab_size: int) -> str 
     """What is wrong with a cached split's rows (count, token id range), or None."""
     if len(dataset) != rows:
         return f"has {len(dataset)} rows but its record says {rows}"
+    table = dataset.with_format("arrow")[:]
     for column in ID_COLUMNS:
-        low, high = id_range(dataset, column)
+        low, high = 0, -1  # over every chunk, one chunk in memory at a time
+        for chunk in table.column(column).chunks:
+            ids = chunk.flatten().to_numpy(zero_copy_only=False)  # (n_tokens,)
+            if len(ids):
+                low, high = min(low, int(ids.min())), max(high, int(ids.max()))
         if low < 0 or high >= vocab_size:
             return (
                 f"holds {column} from {low} to {high}, outside the tokenizer's vocabulary "
                 f"[0, {vocab_size})"
             )
     return None
-
-
-def id_range(dataset: datasets.Dataset, column: str) -> tuple[int, int]:
-    """The smallest and largest token id of a list column ((0, -1) when it holds none)."""
-    low, high = 0, -1
-    table = dataset.with_format("arrow")[:]
-    for chunk in table.column(column).chunks:
-        values = chunk.flatten().to_numpy(zero_copy_only=False)  # (n_tokens,)
-        if len(values):
-            low, high = min(low, int(values.min())), max(high, int(values.max()))
-    return low, high
-
-
-def require_valid(path: Path, vocab_size: int) -> tuple[datasets.Dataset, dict[str, Any]]:
-    """`open_tokenized` for a file just written: a failure here is not the disk's doing.
-
-    Raises:
-        DataError: the file does not pass its own checks; the message names it.
-    """
-    opened = open_tokenized(path, vocab_size)
-    if opened is None:
-        raise DataError(
-            f"{path}: the tokenized data just written does not pass its checks (see the warning "
-            f"above); delete {path.parent} and run again."
-        )
-    return opened

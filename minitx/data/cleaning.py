@@ -4,7 +4,7 @@ and logged with their line numbers (nothing is lost silently)."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 
 import datasets
 import numpy as np
@@ -21,6 +21,11 @@ def side_texts(dataset: datasets.Dataset, lang: str) -> list[str]:
     """The ``lang`` side of a dataset's ``translation`` column, in row order (read via Arrow)."""
     flat = dataset.select_columns(["translation"]).flatten().with_format("arrow")[:]
     return flat.column(f"translation.{lang}").to_pylist()
+
+
+def usable_pairs(src: Sequence[str], tgt: Sequence[str]) -> list[int]:
+    """Indices of the pairs whose sides both hold more than white space."""
+    return [i for i, (s, t) in enumerate(zip(src, tgt, strict=True)) if s.strip() and t.strip()]
 
 
 def _column(dataset: datasets.Dataset, name: str) -> np.ndarray:
@@ -48,14 +53,9 @@ def log_skips(
 
 
 def clean_pairs(
-    corpus: datasets.DatasetDict,
-    src_lang: str,
-    tgt_lang: str,
-    *,
-    max_chars: int | None = None,
-    length_filter_splits: Collection[str] = ("train",),
+    corpus: datasets.DatasetDict, src_lang: str, tgt_lang: str
 ) -> tuple[datasets.DatasetDict, Counts]:
-    """Drop unusable sentence pairs, counting and logging every skip.
+    """Drop the pairs with an empty side, counting and logging every skip.
 
     A ``line`` column (1-based row number, i.e. the file line for raw files) is added so that
     later steps can still name the lines they drop.
@@ -64,39 +64,21 @@ def clean_pairs(
         corpus: output of :func:`load_parallel_corpus`.
         src_lang: source language key.
         tgt_lang: target language key.
-        max_chars: drop pairs with a side longer than this many characters, only in
-            ``length_filter_splits``; ``None`` disables the check.
-        length_filter_splits: splits where over-long pairs may be dropped. Evaluation splits
-            keep every non-empty pair, so BLEU is computed over the full test set.
 
     Returns:
-        The cleaned corpus, and per split ``{"empty": n, "too_long": m}`` skip counts.
+        The cleaned corpus, and per split ``{"empty": n, "too_long": 0}`` skip counts (the
+        keys of training's counts; over-long pairs are dropped when tokenized).
     """
     cleaned = {}
     counts: Counts = {}
     for split, dataset in corpus.items():
         src, tgt = side_texts(dataset, src_lang), side_texts(dataset, tgt_lang)
-        empty = [
-            i
-            for i, (s, t) in enumerate(zip(src, tgt, strict=True))
-            if not s.strip() or not t.strip()
-        ]
-        too_long: list[int] = []
-        if max_chars is not None and split in length_filter_splits:
-            empty_set = set(empty)
-            too_long = [
-                i
-                for i, (s, t) in enumerate(zip(src, tgt, strict=True))
-                if i not in empty_set and max(len(s), len(t)) > max_chars
-            ]
+        keep = usable_pairs(src, tgt)
+        empty = sorted(set(range(len(dataset))) - set(keep))
         log_skips(split, "with an empty side", [i + 1 for i in empty], len(dataset))
-        log_skips(
-            split, f"longer than max_chars={max_chars}", [i + 1 for i in too_long], len(dataset)
-        )
         dataset = dataset.add_column("line", np.arange(1, len(dataset) + 1, dtype=np.int64))
-        if empty or too_long:
-            dropped = set(empty) | set(too_long)
-            dataset = dataset.select([i for i in range(len(dataset)) if i not in dropped])
+        if empty:
+            dataset = dataset.select(keep)
         cleaned[split] = dataset
-        counts[split] = {"empty": len(empty), "too_long": len(too_long)}
+        counts[split] = {"empty": len(empty), "too_long": 0}
     return datasets.DatasetDict(cleaned), counts

@@ -3,10 +3,6 @@
 Preparation streams the corpus (`minitx.data.prepare`): memory stays bounded whatever its
 size, each split is tokenized once into a memory-mapped Arrow file under ``cache_dir``, and
 every later run and every DDP process maps that file instead of tokenizing again.
-
-Distributed training: the batch sampler shards itself (each rank gets its own batches), so
-Lightning must not inject a ``DistributedSampler``: use ``Trainer(use_distributed_sampler=False)``.
-Lightning raises a ``TypeError`` saying so if you forget.
 """
 
 from __future__ import annotations
@@ -27,7 +23,8 @@ from torch.utils.data import DataLoader
 
 from minitx.data.batching import TokenBucketBatchSampler, collate
 from minitx.data.cleaning import Counts
-from minitx.data.prepare import prepare_split, prepare_tokenizer
+from minitx.data.prepare import prepare_split
+from minitx.data.sample import iter_sentences
 from minitx.data.sources import DATA_DIR_ENV, open_parallel_corpus, resolve_data_source
 from minitx.data.tokenization import example_lengths
 from minitx.errors import ConfigError, DataError
@@ -57,7 +54,7 @@ class TranslationDataModule(L.LightningDataModule):
     Batches are dicts from :func:`collate`. Training batches are reshuffled every epoch
     (Lightning calls ``set_epoch`` through the sampler); evaluation batches come in a fixed
     order. For multi-device training pass ``Trainer(use_distributed_sampler=False)``: the
-    batch sampler shards itself.
+    batch sampler shards itself (Lightning raises a ``TypeError`` saying so if you forget).
 
     The defaults are the default recipe's data settings (`minitx-train` without a `--config`).
 
@@ -221,13 +218,14 @@ class TranslationDataModule(L.LightningDataModule):
                 f"The corpus has no 'train' split (found {sorted(streams)}); "
                 "it trains the tokenizer."
             )
-        tokenizer = prepare_tokenizer(
-            streams["train"],
+        train = streams["train"]
+        tokenizer = Tokenizer.train(  # on both sides of (a seeded sample of) the training split
+            iter_sentences(train, self.tokenizer_sample, self.seed),
             vocab_size=self.vocab_size,
             model_type=self.tokenizer_type,
-            sample_size=self.tokenizer_sample,
-            seed=self.seed,
             cache_dir=self.cache_dir,
+            # found by the split's content without reading it again
+            cache_key=f"{train.fingerprint()} sample={self.tokenizer_sample} seed={self.seed}",
         )
         tokenized: dict[str, datasets.Dataset] = {}
         skipped: Counts = {}

@@ -1,15 +1,12 @@
-"""Preparing a corpus for training in bounded memory: a stream of sentence pairs in, the
-tokenizer and one memory-mapped, tokenized Arrow file per split out.
+"""Preparing a split for training in bounded memory: a stream of sentence pairs in, one
+memory-mapped, tokenized Arrow file out.
 
-- `prepare_tokenizer`: the joint sentencepiece model, trained on both sides of the training
-  split (or a seeded sample of them, `minitx.data.sample`), cached by the split's content.
-- `prepare_split`: one pass over a split that drops pairs with an empty side, tokenizes,
-  drops over-long training pairs (``max_len``) or cuts over-long evaluation pairs to the
-  model's ``max_positions``, and writes the rows (`minitx.data.cache`); a later call, in this
-  process or another (every DDP rank, the next run), memory-maps the verified file instead.
+`prepare_split` makes one pass over a split that drops pairs with an empty side, tokenizes,
+drops over-long training pairs (``max_len``) or cuts over-long evaluation pairs to the
+model's ``max_positions``, and writes the rows (`minitx.data.cache`); a later call, in this
+process or another (every DDP rank, the next run), memory-maps the verified file instead.
 
-Skips are counted and logged with their line numbers, as the in-memory steps
-(`clean_pairs`, `filter_long_pairs`, `truncate_long_pairs`) do.
+Skips are counted and logged with their line numbers, as `clean_pairs` does.
 """
 
 from __future__ import annotations
@@ -26,49 +23,14 @@ import datasets
 import numpy as np
 from datasets.utils.tqdm import tqdm as progress_bar
 
-from minitx.data.cache import FORMAT, open_tokenized, require_valid, write_split
-from minitx.data.cleaning import log_skips
-from minitx.data.sample import iter_sentences, usable_pairs
-from minitx.data.streams import CHUNK_PAIRS, PairChunk, PairStream
-from minitx.errors import ConfigError
+from minitx.data.cache import FORMAT, open_tokenized, write_split
+from minitx.data.cleaning import log_skips, usable_pairs
+from minitx.data.streams import PairChunk, PairStream
+from minitx.errors import DataError
 from minitx.textio import QUOTED_LINES, quote_lines
-from minitx.tokenizer import ModelType, Tokenizer
+from minitx.tokenizer import Tokenizer
 
 logger = logging.getLogger(__name__)
-
-
-def prepare_tokenizer(
-    train: PairStream,
-    *,
-    vocab_size: int,
-    model_type: ModelType,
-    sample_size: int | None,
-    seed: int,
-    cache_dir: str | Path | None,
-) -> Tokenizer:
-    """The joint tokenizer of a training split: cached, or trained on (a sample of) its sides.
-
-    The cache key is the split's content (`PairStream.fingerprint`) with the sampling
-    settings, so a cached model is found without reading the corpus again.
-
-    Args:
-        train: the training split.
-        vocab_size: the vocabulary size.
-        model_type: ``unigram`` or ``bpe``.
-        sample_size: at most this many sentences train it (`minitx.data.sample`); None: all.
-        seed: the sampling seed.
-        cache_dir: where the model is cached (None: no cache).
-    """
-    key = None
-    if cache_dir is not None:
-        key = f"{train.fingerprint()} sample={sample_size} seed={seed}"
-    return Tokenizer.train(
-        iter_sentences(train, sample_size, seed),
-        vocab_size=vocab_size,
-        model_type=model_type,
-        cache_dir=cache_dir,
-        cache_key=key,
-    )
 
 
 def prepare_split(
@@ -79,7 +41,6 @@ def prepare_split(
     max_len: int,
     filter_long: bool,
     max_positions: int | None = None,
-    chunk_size: int = CHUNK_PAIRS,
 ) -> tuple[datasets.Dataset, dict[str, int]]:
     """One split, tokenized and memory-mapped from the cache (built first when absent).
 
@@ -95,14 +56,11 @@ def prepare_split(
             are kept and only counted in an INFO line.
         max_positions: cut the ids of longer pairs to this many positions, eos/bos included,
             keeping their texts whole (evaluation splits; None: no cut).
-        chunk_size: pairs tokenized at a time.
 
     Returns:
         The split and its skip counts: ``{"empty": n, "too_long": m}``, plus ``"truncated"``
         when `max_positions` is given.
     """
-    if max_len < 2:
-        raise ConfigError(f"max_len must be at least 2 (one token plus bos/eos), got {max_len}.")
     settings = {
         "format": FORMAT,
         "stream": stream.fingerprint(),
@@ -118,9 +76,7 @@ def prepare_split(
         path.parent.mkdir(parents=True, exist_ok=True)
         start = time.perf_counter()
         tally = _Tally()
-        batches = _tokenized_batches(
-            stream, tokenizer, tally, max_len, filter_long, max_positions, chunk_size
-        )
+        batches = _tokenized_batches(stream, tokenizer, tally, max_len, filter_long, max_positions)
         write_split(path, tokenizer.vocab_size, batches, tally.as_record)
         elapsed = time.perf_counter() - start
         logger.info(
@@ -131,7 +87,12 @@ def prepare_split(
             tally.read / max(elapsed, 1e-9),
             path,
         )
-        opened = require_valid(path, tokenizer.vocab_size)
+        opened = open_tokenized(path, tokenizer.vocab_size)
+        if opened is None:  # a file just written failed its own checks: not the disk's doing
+            raise DataError(
+                f"{path}: the tokenized data just written does not pass its checks (see the "
+                f"warning above); delete {path.parent} and run again."
+            )
     else:
         logger.info("%s: loading tokenized data from %s.", stream.split, path)
     dataset, record = opened
@@ -177,11 +138,10 @@ def _tokenized_batches(
     max_len: int,
     filter_long: bool,
     max_positions: int | None,
-    chunk_size: int,
 ) -> Iterator[dict[str, list[Any]]]:
     """The split's rows, chunk by chunk: cleaned, tokenized, length-filtered or cut."""
     with progress_bar(desc=f"Tokenizing {stream.split}", unit=" pairs") as bar:
-        for chunk in stream.chunks(chunk_size):
+        for chunk in stream.chunks():
             bar.update(len(chunk.src))
             yield _tokenized_chunk(chunk, tokenizer, tally, max_len, filter_long, max_positions)
 
@@ -245,7 +205,7 @@ def _log_record(
     max_positions: int | None,
     filter_long: bool,
 ) -> None:
-    """The skip warnings of a prepared split, as the in-memory steps log them."""
+    """The skip warnings of a prepared split."""
     empty, too_long, cut = record["empty"], record["too_long"], record["truncated"]
     log_skips(split, "with an empty side", empty["lines"], record["read"], count=empty["count"])
     if filter_long:

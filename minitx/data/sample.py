@@ -17,17 +17,13 @@ from collections.abc import Iterator
 import numpy as np
 from datasets.utils.tqdm import tqdm as progress_bar
 
+from minitx.data.cleaning import usable_pairs
 from minitx.data.streams import CHUNK_PAIRS, PairStream
 
 logger = logging.getLogger(__name__)
 
 _SIDE_SHIFT = 40
 """A sentence's sort key: ``side << 40 | row`` (side 0: source, 1: target)."""
-
-
-def usable_pairs(src: list[str], tgt: list[str]) -> list[int]:
-    """Indices of the pairs whose sides both hold more than white space."""
-    return [i for i, (s, t) in enumerate(zip(src, tgt, strict=True)) if s.strip() and t.strip()]
 
 
 def sample_sentences(

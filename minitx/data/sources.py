@@ -183,51 +183,30 @@ def load_parallel_corpus(
     """Load a parallel corpus into memory as a ``DatasetDict`` with one ``translation`` column.
 
     For evaluation sets and small corpora; training reads large ones as streams
-    (:func:`open_parallel_corpus`) straight into the tokenized cache.
-
-    Args:
-        source: ``builtin:<name>``, a ``{split}`` jsonl pattern, a directory of raw
-            ``{split}.{lang}[.gz]`` or ``{split}.jsonl[.gz]`` files, or a Hugging Face hub
-            id (see the module docstring).
-        src_lang: source language code, e.g. ``"de"``.
-        tgt_lang: target language code, e.g. ``"en"``.
-        splits: split name -> file stem / hub split. ``None`` means :data:`MULTI30K_SPLITS`
-            for local files and :data:`HUB_SPLITS` for hub datasets.
-        hub_options: more ``datasets.load_dataset`` arguments for a hub id (see
-            :func:`open_parallel_corpus`).
+    (:func:`open_parallel_corpus`, which takes the same arguments and raises the same errors)
+    straight into the tokenized cache.
 
     Returns:
         A ``DatasetDict`` with the keys of ``splits``, rows in file order.
 
     Raises:
-        DataError: unequal line counts, invalid UTF-8 or JSON, a jsonl record or hub
-            dataset without the split or language asked for.
-        MissingFileError: a local path that does not exist, or missing ``{split}.{lang}`` /
-            jsonl files (the message lists the splits, languages and files that were found).
-        SourceUnreachableError: the hub could not be reached (the message says how to use
-            local files).
+        DataError: also unequal line counts, invalid UTF-8 or JSON in a file, found as it
+            is read.
     """
     streams = open_parallel_corpus(
         source, src_lang, tgt_lang, splits=splits, hub_options=hub_options
     )
+    features = datasets.Features({"translation": datasets.Translation([src_lang, tgt_lang])})
     result = {}
     for split, stream in streams.items():
-        src: list[str] = []
-        tgt: list[str] = []
-        for chunk in stream.chunks():
-            src += chunk.src
-            tgt += chunk.tgt
-        result[split] = _make_split(src, tgt, (src_lang, tgt_lang))
+        rows = [
+            {src_lang: s, tgt_lang: t}
+            for chunk in stream.chunks()
+            for s, t in zip(chunk.src, chunk.tgt, strict=True)
+        ]
+        result[split] = datasets.Dataset.from_dict({"translation": rows}, features=features)
     logger.info("Loaded %s from %s.", {k: len(v) for k, v in result.items()}, source)
     return datasets.DatasetDict(result)
-
-
-def _make_split(src: Sequence[str], tgt: Sequence[str], langs: tuple[str, str]) -> datasets.Dataset:
-    """Rows of (src, tgt) text as a ``Dataset`` with a ``translation`` column."""
-    src_lang, tgt_lang = langs
-    rows = [{src_lang: s, tgt_lang: t} for s, t in zip(src, tgt, strict=True)]
-    features = datasets.Features({"translation": datasets.Translation(languages=list(langs))})
-    return datasets.Dataset.from_dict({"translation": rows}, features=features)
 
 
 # ------------------------------------------------------------------------------ raw files
@@ -323,7 +302,7 @@ def _open_hub(
         )
     described = source + "".join(f" {k}={v}" for k, v in sorted(options.items()))
     try:
-        loaded = datasets.load_dataset(source, **options)
+        loaded = datasets.load_dataset(source, **options)  # no split asked: a DatasetDict
     except OSError as exc:  # ConnectionError, DatasetNotFoundError (a FileNotFoundError), ...
         error = SourceUnreachableError if isinstance(exc, ConnectionError) else MissingFileError
         raise error(
@@ -334,8 +313,6 @@ def _open_hub(
             "test_2016_flickr.de, test_2016_flickr.en, as in the multi30k/dataset repository's "
             "data/task1/raw)."
         ) from exc
-    if not isinstance(loaded, datasets.DatasetDict):
-        raise DataError(f"Hub dataset {described!r} did not load as a DatasetDict of splits.")
     streams: dict[str, PairStream] = {}
     for split, name in splits.items():
         if name not in loaded:

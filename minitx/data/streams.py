@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import itertools
 import json
 import zlib
 from abc import ABC, abstractmethod
@@ -62,10 +63,6 @@ class PairStream(ABC):
     split: str
     _fingerprint: str | None = None
 
-    @abstractmethod
-    def describe(self) -> str:
-        """Where the split is read from (for messages and cache records)."""
-
     def fingerprint(self) -> str:
         """A hex digest of the split's content (changes whenever the pairs may change);
         computed once per stream (for files: one read of their bytes)."""
@@ -87,17 +84,34 @@ class PairStream(ABC):
         """
 
 
-def _sha256_files(paths: Sequence[Path], extra: str = "") -> str:
-    """A sha256 of the files' bytes (as stored: gzip files are not decompressed)."""
-    digest = hashlib.sha256(extra.encode())
+def sha256_file(path: Path, digest: Any = None) -> Any:
+    """`digest` (a new sha256 when None) updated with a file's bytes as stored (gzip files
+    are not decompressed), read in blocks: never memory-mapped, never whole."""
+    digest = hashlib.sha256() if digest is None else digest
     buffer = bytearray(_READ_BYTES)
     view = memoryview(buffer)
+    with open(path, "rb", buffering=0) as file:
+        while n := file.readinto(buffer):
+            digest.update(view[:n])
+    return digest
+
+
+def _sha256_files(paths: Sequence[Path], extra: str) -> str:
+    """A sha256 of `extra`, then each file's name and bytes."""
+    digest = hashlib.sha256(extra.encode())
     for path in paths:
         digest.update(f"\0{path.name}\0".encode())
-        with open(path, "rb", buffering=0) as file:
-            while n := file.readinto(buffer):
-                digest.update(view[:n])
+        sha256_file(path, digest)
     return digest.hexdigest()
+
+
+def _chunked(pairs: Iterator[tuple[str, str]], chunk_size: int) -> Iterator[PairChunk]:
+    """Consecutive `pairs` in chunks of at most `chunk_size`."""
+    start = 0
+    while batch := list(itertools.islice(pairs, chunk_size)):
+        src, tgt = zip(*batch, strict=True)
+        yield PairChunk(start, list(src), list(tgt))
+        start += len(batch)
 
 
 # ------------------------------------------------------------------------------ raw files
@@ -149,37 +163,24 @@ class RawFilesStream(PairStream):
         self.src_path = src_path
         self.tgt_path = tgt_path
 
-    def describe(self) -> str:
-        return f"{self.src_path} + {self.tgt_path.name}"
-
     def _content_digest(self) -> str:
         return _sha256_files([self.src_path, self.tgt_path], "raw")
 
     def chunks(self, chunk_size: int = CHUNK_PAIRS) -> Iterator[PairChunk]:
-        src_lines, tgt_lines = iter_lines(self.src_path), iter_lines(self.tgt_path)
-        start = 0
-        src: list[str] = []
-        tgt: list[str] = []
-        for s in src_lines:
-            t = next(tgt_lines, None)
-            if t is None:  # the target file ended first
-                self._unequal(start + len(src) + 1 + sum(1 for _ in src_lines), start + len(tgt))
-            src.append(s)
-            tgt.append(t)
-            if len(src) == chunk_size:
-                yield PairChunk(start, src, tgt)
-                start, src, tgt = start + chunk_size, [], []
-        rest = sum(1 for _ in tgt_lines)
-        if rest:  # the source file ended first
-            self._unequal(start + len(src), start + len(tgt) + rest)
-        if src:
-            yield PairChunk(start, src, tgt)
+        return _chunked(self._pairs(), chunk_size)
 
-    def _unequal(self, n_src: int, n_tgt: int) -> None:
-        raise DataError(
-            f"Split {self.split!r}: {self.src_path} has {n_src} lines but {self.tgt_path} has "
-            f"{n_tgt}; parallel files must be line-aligned (one sentence pair per line)."
-        )
+    def _pairs(self) -> Iterator[tuple[str, str]]:
+        pairs = itertools.zip_longest(iter_lines(self.src_path), iter_lines(self.tgt_path))
+        for row, (s, t) in enumerate(pairs):
+            if s is None or t is None:  # one file ended first: count the other's lines
+                longer = row + 1 + sum(1 for _ in pairs)
+                n_src, n_tgt = (row, longer) if s is None else (longer, row)
+                raise DataError(
+                    f"Split {self.split!r}: {self.src_path} has {n_src} lines but "
+                    f"{self.tgt_path} has {n_tgt}; parallel files must be line-aligned (one "
+                    "sentence pair per line)."
+                )
+            yield s, t
 
 
 # ---------------------------------------------------------------------------------- jsonl
@@ -192,27 +193,13 @@ class JsonlStream(PairStream):
         self.path = path
         self.langs = langs
 
-    def describe(self) -> str:
-        return str(self.path)
-
     def _content_digest(self) -> str:
         return _sha256_files([self.path], f"jsonl {self.langs}")
 
     def chunks(self, chunk_size: int = CHUNK_PAIRS) -> Iterator[PairChunk]:
-        start = 0
-        src: list[str] = []
-        tgt: list[str] = []
-        for number, line in enumerate(iter_lines(self.path), start=1):
-            if not line.strip():
-                continue
-            s, t = self._pair(line, number)
-            src.append(s)
-            tgt.append(t)
-            if len(src) == chunk_size:
-                yield PairChunk(start, src, tgt)
-                start, src, tgt = start + chunk_size, [], []
-        if src:
-            yield PairChunk(start, src, tgt)
+        lines = enumerate(iter_lines(self.path), start=1)
+        pairs = (self._pair(line, number) for number, line in lines if line.strip())
+        return _chunked(pairs, chunk_size)
 
     def _pair(self, line: str, number: int) -> tuple[str, str]:
         langs = self.langs
@@ -248,9 +235,6 @@ class HubStream(PairStream):
         self.src_column, self.tgt_column = columns.values()
         self.table = table.select_columns([self.src_column, self.tgt_column])
         self.where = where
-
-    def describe(self) -> str:
-        return self.where
 
     def _content_digest(self) -> str:
         # datasets' own fingerprint of the split: a hash of the downloaded data's identity
