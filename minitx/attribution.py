@@ -1,39 +1,26 @@
 """Gradient attributions: how much each source piece contributes to each predicted piece.
 
-Attention weights say where a head looked; whether the prediction *depends* on what it looked
-at is another question (Jain & Wallace, 2019, "Attention is not Explanation"; Wiegreffe &
-Pinter, 2019, "Attention is not not Explanation"). The usual comparison is a gradient
-attribution over the input embeddings. For one (source, translation) pair read
-teacher-forced, this module gives a (T, S) matrix per method, on the axes of cross-attention
-(`minitx.maps.AttentionMaps.axes("cross")`): row t belongs to the decoder position that
-predicts ``predicted_tokens[t]``, column s to source piece s (eos included). Entry (t, s) is
-the contribution of source piece s to f_t, the log-probability the model gives the piece it
-predicts at position t.
+Attention weights say where a head looked, not whether the prediction *depends* on it (Jain &
+Wallace, 2019; Wiegreffe & Pinter, 2019); the usual comparison is a gradient attribution over
+the input embeddings. For one (source, translation) pair read teacher-forced, each method
+gives a (T, S) matrix on the axes of cross-attention (`minitx.maps.AttentionMaps.axes`):
+entry (t, s) is the contribution of source piece s (eos included) to f_t, the
+log-probability of the piece predicted at position t.
 
-Methods (`METHODS`), each a (T, S, D) attribution over the D dimensions of the source
-embeddings e (the embedding rows, before scaling and positions):
+Methods (`METHODS`), each first a (T, S, D) attribution over the source embeddings e (the
+embedding rows, before scaling and positions):
 
 - "saliency": the gradient df_t/de (Simonyan et al., 2014).
 - "ixg", input x gradient: e * df_t/de (Shrikumar et al., 2017).
 - "ig", integrated gradients (Sundararajan et al., 2017): (e - e0) times the mean gradient
-  along the straight path from the baseline e0 = 0 (the embedding of padding, which minitx
-  keeps at zero; positions are still added) to e, by Gauss-Legendre quadrature with
-  `ig_steps` nodes, the rule Captum's `IntegratedGradients` uses by default. Completeness:
-  its entries sum to f_t(e) - f_t(e0), up to the quadrature error (`Attributions.ig_delta`).
+  on the straight path from e0 = 0 (padding's embedding; positions are still added) to e,
+  by Gauss-Legendre quadrature as Captum's default. Its entries sum to f_t(e) - f_t(e0) up
+  to the quadrature error (`Attributions.ig_delta`).
 
-A piece's score is the L2 norm of its D values (the aggregation inseq applies by default),
-and each row is divided by its sum, so that rows are non-negative and sum to 1, like
-attention rows. The source side only: what the previous target pieces contribute is not
-attributed. Captum computes the same numbers one target position at a time
-(tests/test_attribution.py compares them); here one forward pass serves every row (one
-backward pass each), so minitx needs no extra library for it.
-
-`rank_correlation` and `top1_agreement` compare two such matrices row by row (attention
-against attributions, in the viewer and in ``minitx-experiment explain``).
-
-Torch, the standard library, `minitx.teacher_forcing` (the teacher-forced pass every reader
-of pairs shares: framing, the forward pass, the target log-probabilities) and `minitx.errors`
-only; the model and the tokenizer are only type names here.
+A piece's score is the L2 norm of its D values (inseq's default aggregation), each row divided
+by its sum, like attention rows. Only the source side is attributed. Captum gives the same
+numbers one target position at a time (tests/test_attribution.py); here one forward pass
+serves every row, without an extra library.
 """
 
 from __future__ import annotations
@@ -306,7 +293,6 @@ def teacher_forced_attributions(
         ValueError: when the source is empty.
         ConfigError: an unknown method.
     """
-    methods = check_methods(methods)
     src_ids, tgt_ids = pair_ids(model, tokenizer, source, target, "attributions")
     scores, log_probs, delta = attribute(model, src_ids, tgt_ids, methods, ig_steps=ig_steps)
     src, tgt_in, labels = frame_pairs([(src_ids, tgt_ids)])  # (1, S), (1, T), (1, T)
