@@ -23,6 +23,7 @@ from matplotlib.textpath import TextToPath
 
 from minitx.maps import KINDS, AttentionMaps
 from minitx.viz.common import (
+    ATTRIBUTION_LABELS,
     DEFAULT_DPI,
     KIND_LABELS,
     attribution_label,
@@ -291,7 +292,7 @@ def _iter_attribution_figures(
         check_map(weights, queries, keys, f"cross layer {layer}")
     averages = [weights.float().mean(0) for weights in maps.cross_attentions]  # (T, S) each
     for method, matrix in checked.items():
-        names = [attribution_label(method).replace("attribution: ", "")]
+        names = [ATTRIBUTION_LABELS.get(method, method)]
         names += [f"cross-attention layer {i}, mean of heads" for i in range(len(averages))]
         panels = torch.stack([matrix.float().cpu(), *(a.cpu() for a in averages)])
         figure = plot_attention_heads(
