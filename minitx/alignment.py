@@ -71,12 +71,6 @@ class AlignmentConfig:
                     f"(use {-size}..{size - 1}, or the average)"
                 )
 
-    def describe(self) -> str:
-        """E.g. "layer -1, mean of heads, words"."""
-        layer = "mean of layers" if self.layer is None else f"layer {self.layer}"
-        head = "mean of heads" if self.head is None else f"head {self.head}"
-        return f"{layer}, {head}, {self.unit}s"
-
 
 def combine_cross_attention(cross: Sequence[Tensor], config: AlignmentConfig) -> Tensor:
     """One (..., T, S) map out of the per-layer (..., H, T, S) cross-attention maps: the

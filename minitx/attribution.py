@@ -1,39 +1,26 @@
 """Gradient attributions: how much each source piece contributes to each predicted piece.
 
-Attention weights say where a head looked; whether the prediction *depends* on what it looked
-at is another question (Jain & Wallace, 2019, "Attention is not Explanation"; Wiegreffe &
-Pinter, 2019, "Attention is not not Explanation"). The usual comparison is a gradient
-attribution over the input embeddings. For one (source, translation) pair read
-teacher-forced, this module gives a (T, S) matrix per method, on the axes of cross-attention
-(`minitx.maps.AttentionMaps.axes("cross")`): row t belongs to the decoder position that
-predicts ``predicted_tokens[t]``, column s to source piece s (eos included). Entry (t, s) is
-the contribution of source piece s to f_t, the log-probability the model gives the piece it
-predicts at position t.
+Attention weights say where a head looked, not whether the prediction *depends* on it (Jain &
+Wallace, 2019; Wiegreffe & Pinter, 2019); the usual comparison is a gradient attribution over
+the input embeddings. For one (source, translation) pair read teacher-forced, each method
+gives a (T, S) matrix on the axes of cross-attention (`minitx.maps.AttentionMaps.axes`):
+entry (t, s) is the contribution of source piece s (eos included) to f_t, the
+log-probability of the piece predicted at position t.
 
-Methods (`METHODS`), each a (T, S, D) attribution over the D dimensions of the source
-embeddings e (the embedding rows, before scaling and positions):
+Methods (`METHODS`), each first a (T, S, D) attribution over the source embeddings e (the
+embedding rows, before scaling and positions):
 
 - "saliency": the gradient df_t/de (Simonyan et al., 2014).
 - "ixg", input x gradient: e * df_t/de (Shrikumar et al., 2017).
 - "ig", integrated gradients (Sundararajan et al., 2017): (e - e0) times the mean gradient
-  along the straight path from the baseline e0 = 0 (the embedding of padding, which minitx
-  keeps at zero; positions are still added) to e, by Gauss-Legendre quadrature with
-  `ig_steps` nodes, the rule Captum's `IntegratedGradients` uses by default. Completeness:
-  its entries sum to f_t(e) - f_t(e0), up to the quadrature error (`Attributions.ig_delta`).
+  on the straight path from e0 = 0 (padding's embedding; positions are still added) to e,
+  by Gauss-Legendre quadrature. Its entries sum to f_t(e) - f_t(e0) up
+  to the quadrature error (`Attributions.ig_delta`).
 
-A piece's score is the L2 norm of its D values (the aggregation inseq applies by default),
-and each row is divided by its sum, so that rows are non-negative and sum to 1, like
-attention rows. The source side only: what the previous target pieces contribute is not
-attributed. Captum computes the same numbers one target position at a time
-(tests/test_attribution.py compares them); here one forward pass serves every row (one
-backward pass each), so minitx needs no extra library for it.
-
-`rank_correlation` and `top1_agreement` compare two such matrices row by row (attention
-against attributions, in the viewer and in ``minitx-experiment explain``).
-
-Torch, the standard library, `minitx.teacher_forcing` (the teacher-forced pass every reader
-of pairs shares: framing, the forward pass, the target log-probabilities) and `minitx.errors`
-only; the model and the tokenizer are only type names here.
+Captum computes them; this module adapts the model to it (`_log_prob_function`: the source
+embeddings in, the T log-probabilities out). A piece's score is the L2 norm of its D values
+(inseq's default aggregation), each row divided by its sum, like attention rows. Only the
+source side is attributed.
 """
 
 from __future__ import annotations
@@ -43,6 +30,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
+from captum.attr import InputXGradient, IntegratedGradients, Saliency
 from torch import Tensor
 
 from minitx.errors import ConfigError
@@ -125,17 +113,6 @@ class Attributions:
 # ------------------------------------------------------------------------ the gradients
 
 
-def _gauss_legendre(n: int) -> tuple[Tensor, Tensor]:
-    """Nodes in (0, 1) and weights (summing to 1) of n-point Gauss-Legendre quadrature
-    (Golub-Welsch: the eigenvalues of the Jacobi matrix of the Legendre polynomials)."""
-    k = torch.arange(1, n, dtype=torch.float64)
-    off = k / torch.sqrt(4 * k**2 - 1)
-    jacobi = torch.diag(off, 1) + torch.diag(off, -1)
-    nodes, vectors = torch.linalg.eigh(jacobi)  # nodes on (-1, 1), ascending
-    weights = 2 * vectors[0] ** 2  # sum 2 on (-1, 1)
-    return (nodes + 1) / 2, weights / 2
-
-
 def _log_prob_function(
     model: Transformer, src: Tensor, tgt_in: Tensor, targets: Tensor
 ) -> Callable[[Tensor], Tensor]:
@@ -162,22 +139,6 @@ def _log_prob_function(
         return target_log_probs(logits, targets.expand(n, -1))  # (N, T)
 
     return f
-
-
-def _row_gradients(f: Callable[[Tensor], Tensor], x: Tensor) -> tuple[Tensor, Tensor]:
-    """(values f(x) (N, T), gradients (T, N, S, D)): the gradient of every output column t
-    with respect to every row of x. One forward pass, then one backward pass per column t
-    (the rows of x are independent, so the gradient of a column's sum is each row's own);
-    on CPU that beats one batched (vmapped) backward pass."""
-    x = x.detach().requires_grad_(True)
-    with torch.enable_grad():  # also inside a caller's no_grad
-        values = f(x)  # (N, T)
-        n_rows = values.size(1)
-        grads = [
-            torch.autograd.grad(values[:, t].sum(), x, retain_graph=t < n_rows - 1)[0]
-            for t in range(n_rows)
-        ]  # T x (N, S, D)
-    return values.detach(), torch.stack(grads)
 
 
 @torch.inference_mode(False)  # gradients, also when the caller runs in inference mode
@@ -210,28 +171,32 @@ def gradient_attributions(
     methods = check_methods(methods)
     if ig_steps < 1:
         raise ConfigError(f"ig_steps must be at least 1, got {ig_steps}")
-    src, tgt_in, targets = src[None], tgt_in[None], targets[None]  # (1, S), (1, T), (1, T)
-    f = _log_prob_function(model, src, tgt_in, targets)
+    n_rows = targets.size(0)
+    f = _log_prob_function(model, src[None], tgt_in[None], targets[None])
     with torch.no_grad():
-        e = model.src_embed(src)  # (1, S, D)
+        e = model.src_embed(src[None])  # (1, S, D)
+        log_probs = f(e)[0]  # (T,)
+    # One copy of e per predicted piece: row t is attributed to its own f_t (Captum's
+    # per-example target), so every row comes out of one batched pass.
+    inputs = e.repeat(n_rows, 1, 1).requires_grad_()  # (T, S, D)
+    rows = list(range(n_rows))  # the target of each input row
     out: dict[str, Tensor] = {}
-    values, grads = _row_gradients(f, e)  # (1, T), (T, 1, S, D)
-    log_probs = values[0]
-    if "saliency" in methods:
-        out["saliency"] = grads[:, 0]
-    if "ixg" in methods:
-        out["ixg"] = grads[:, 0] * e[0]
     delta = None
-    if "ig" in methods:
-        nodes, weights = _gauss_legendre(ig_steps)
-        alphas = nodes.to(e.dtype).to(e.device).view(-1, 1, 1)  # (K, 1, 1)
-        path_values, path_grads = _row_gradients(f, alphas * e)  # (K, T), (T, K, S, D)
-        w = weights.to(e.dtype).to(e.device).view(1, -1, 1, 1)
-        out["ig"] = (path_grads * w).sum(1) * e[0]  # (T, S, D)
-        with torch.no_grad():
-            baseline = f(torch.zeros_like(e))[0]  # (T,)
-        delta = out["ig"].sum((-2, -1)) - (log_probs - baseline)
-    return {m: out[m] for m in methods}, log_probs, delta
+    with torch.enable_grad():  # also inside a caller's no_grad
+        if "saliency" in methods:
+            out["saliency"] = Saliency(f).attribute(inputs, target=rows, abs=False)
+        if "ixg" in methods:
+            out["ixg"] = InputXGradient(f).attribute(inputs, target=rows)
+        if "ig" in methods:
+            out["ig"], delta = IntegratedGradients(f).attribute(
+                inputs,
+                target=rows,
+                n_steps=ig_steps,
+                method="gausslegendre",
+                internal_batch_size=n_rows,  # one path node of every row at a time
+                return_convergence_delta=True,
+            )
+    return {m: out[m].detach() for m in methods}, log_probs, delta
 
 
 def aggregate(attributions: Tensor) -> Tensor:
@@ -306,7 +271,6 @@ def teacher_forced_attributions(
         ValueError: when the source is empty.
         ConfigError: an unknown method.
     """
-    methods = check_methods(methods)
     src_ids, tgt_ids = pair_ids(model, tokenizer, source, target, "attributions")
     scores, log_probs, delta = attribute(model, src_ids, tgt_ids, methods, ig_steps=ig_steps)
     src, tgt_in, labels = frame_pairs([(src_ids, tgt_ids)])  # (1, S), (1, T), (1, T)

@@ -1,10 +1,8 @@
-"""Hard attention, an inference mode: each row of attention weights becomes one-hot.
+"""Hard attention, an inference mode: each row of attention weights becomes one-hot
+(`ATTENTION_MODES`, `hard_weights`), after the softmax and the mask.
 
-With mode "hard-argmax" or "hard-sample" each row of weights is replaced, after the softmax
-and the mask, by a one-hot row at one allowed key: its most probable one, or one drawn from
-the row (`hard_weights`). Training always uses soft attention ("soft", the default); no
-gradient reaches the choice. The switch is `Transformer.attention_mode` (a context manager)
-or `Transformer.set_attention_mode`: they hand a `HardAttention` to the chosen
+The switch is `Transformer.attention_mode` (a context manager) or
+`Transformer.set_attention_mode`: they hand a `HardAttention` to the chosen
 `MultiHeadAttention` modules as their `reweight`, which `scaled_dot_product_attention`
 applies to its weights. It changes no parameter, so no checkpoint holds it.
 """
@@ -110,13 +108,11 @@ def set_attention_mode(model: nn.Module, mode: str, *, scope: str, seed: int) ->
 
     "hard-sample" draws from one `torch.Generator` seeded with `seed`, on the model's device
     (call this after moving the model), shared by those modules in call order: the same seed,
-    inputs and batches give the same draws. An inference-time switch, not a
-    `TransformerConfig` setting: it changes no parameter, so checkpoints never hold it.
+    inputs and batches give the same draws.
 
     Raises:
-        ConfigError: an unknown mode or scope.
+        ConfigError: an unknown mode (from `HardAttention`) or scope.
     """
-    check_attention_mode(mode)
     chosen = {id(module) for module in attention_modules(model, scope)}
     hard = None
     if mode != "soft":

@@ -63,8 +63,7 @@ class AttentionMaps:
 
     def layers(self, kind: str) -> tuple[torch.Tensor, ...]:
         """The per-layer maps of one kind ("encoder", "decoder" or "cross")."""
-        if kind not in KINDS:
-            raise ValueError(f"unknown attention kind {kind!r}; expected one of {KINDS}")
+        self.axes(kind)  # refuses an unknown kind
         return getattr(self, f"{kind}_attentions")
 
     def axes(self, kind: str) -> tuple[list[str], list[str]]:
@@ -90,15 +89,11 @@ class AttentionMaps:
         (1, H, Tq, Tk) tensor per layer.
 
         Args:
-            decoder_tokens: which pieces label the decoder positions. bertviz takes one list
-                for them, used for the rows (queries) of decoder self- and cross-attention and
-                for the keys of decoder self-attention. "predicted" (default) follows `axes`:
-                the row of "bicycle" is the position that produces "bicycle", so cross-attention
-                reads as "which source pieces were looked at to produce this piece"; the
-                decoder self-attention keys then carry the same labels (key t is the state of
-                the position that predicted ``predicted_tokens[t]``, reading
-                ``tgt_tokens[t]``). "input" labels every decoder position with the piece it
-                reads (bos first), as Hugging Face's decoder inputs do.
+            decoder_tokens: which pieces label the decoder positions (bertviz takes one list
+                for the rows of decoder self- and cross-attention and the keys of decoder
+                self-attention). "predicted" (default) follows `axes`: the row of "bicycle"
+                is the position that produces "bicycle". "input" labels every position with
+                the piece it reads (bos first), as Hugging Face's decoder inputs do.
 
         Returns:
             ``encoder_attention``, ``decoder_attention``, ``cross_attention`` (tuples of
@@ -126,8 +121,7 @@ class AttentionMaps:
     def query_inputs(self, kind: str) -> list[str] | None:
         """The input piece each query position reads (decoder and cross), None for encoder
         rows, whose label already is their input."""
-        if kind not in KINDS:
-            raise ValueError(f"unknown attention kind {kind!r}; expected one of {KINDS}")
+        self.axes(kind)  # refuses an unknown kind
         return None if kind == "encoder" else self.tgt_tokens
 
 

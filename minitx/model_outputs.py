@@ -32,9 +32,10 @@ class DecoderOutput:
 
 @dataclass
 class TransformerOutput:
-    """`Transformer.forward(..., need_weights=True)`: logits plus maps in the bertviz layout."""
+    """`Transformer.forward(..., need_weights=True)` and `minitx.teacher_forcing.teacher_forced`:
+    logits (B, T, V) plus maps in the bertviz layout (None where not asked for)."""
 
     logits: Tensor
-    encoder_attentions: tuple[Tensor, ...]
-    decoder_attentions: tuple[Tensor, ...]
-    cross_attentions: tuple[Tensor, ...]
+    encoder_attentions: tuple[Tensor, ...] | None = None
+    decoder_attentions: tuple[Tensor, ...] | None = None
+    cross_attentions: tuple[Tensor, ...] | None = None

@@ -82,11 +82,5 @@ class Registry(Generic[T]):
     def __iter__(self) -> Iterator[str]:
         return iter(self._entries)
 
-    def __len__(self) -> int:
-        return len(self._entries)
-
     def __contains__(self, name: object) -> bool:
         return name in self._entries
-
-    def __repr__(self) -> str:
-        return f"Registry({self.kind!r}, {list(self._entries)})"

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from minitx.model import Transformer
+from minitx.model_outputs import TransformerOutput
 from minitx.tokenizer import Tokenizer
 from minitx.vocab import PAD_ID, frame_source, frame_target, pad
 
@@ -88,26 +88,9 @@ def frame_pairs(
     return src, tgt_in, labels
 
 
-@dataclass
-class TeacherForced:
-    """What `teacher_forced` returns.
-
-    Attributes:
-        logits: (B, T, V) next-piece logits at every target position.
-        encoder_attentions: with weights "all", one (B, H, S, S) map per encoder layer.
-        decoder_attentions: with weights "decoder" or "all", one (B, H, T, T) map per layer.
-        cross_attentions: with weights "decoder" or "all", one (B, H, T, S) map per layer.
-    """
-
-    logits: Tensor
-    encoder_attentions: tuple[Tensor, ...] | None = None
-    decoder_attentions: tuple[Tensor, ...] | None = None
-    cross_attentions: tuple[Tensor, ...] | None = None
-
-
 def teacher_forced(
     model: Transformer, src: Tensor, tgt_in: Tensor, *, weights: str = "none"
-) -> TeacherForced:
+) -> TransformerOutput:
     """The teacher-forced forward pass: `model` reads `src` (B, S) and `tgt_in` (B, T) (as
     `frame_pairs` makes them) and predicts every target position at once.
 
@@ -117,12 +100,15 @@ def teacher_forced(
         tgt_in: (B, T) decoder inputs, bos first, right-padded.
         weights: which attention maps to return, one of `WEIGHTS`. Maps need the explicit
             attention path; "decoder" leaves the encoder on its fused one.
+
+    Returns:
+        The logits (B, T, V) and the maps asked for (the others None).
     """
     if weights not in WEIGHTS:
         raise ValueError(f"weights must be one of {WEIGHTS}, got {weights!r}")
     enc = model.encode(src, need_weights=weights == "all")
     dec = model.decode(tgt_in, enc.memory, enc.src_mask, need_weights=weights != "none")
-    return TeacherForced(dec.logits, enc.attentions, dec.self_attentions, dec.cross_attentions)
+    return TransformerOutput(dec.logits, enc.attentions, dec.self_attentions, dec.cross_attentions)
 
 
 def target_log_probs(logits: Tensor, labels: Tensor) -> Tensor:
@@ -135,7 +121,6 @@ def target_log_probs(logits: Tensor, labels: Tensor) -> Tensor:
 
 __all__ = [
     "WEIGHTS",
-    "TeacherForced",
     "frame_pairs",
     "length_batches",
     "pair_ids",

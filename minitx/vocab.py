@@ -33,29 +33,15 @@ EOS_PIECE = "</s>"
 
 
 def frame_source(ids: Sequence[int]) -> list[int]:
-    """The encoder's input for a source: its piece ids followed by eos.
-
-    Args:
-        ids: (S - 1,) source piece ids, without special ids.
-
-    Returns:
-        (S,) ``[*ids, EOS_ID]``.
-    """
+    """The encoder's input for a source: its (S - 1,) piece ids, without special ids,
+    followed by eos: (S,)."""
     return [*ids, EOS_ID]
 
 
 def frame_target(ids: Sequence[int]) -> tuple[list[int], list[int]]:
-    """The teacher-forced decoder input of a target and the labels it predicts.
-
-    Decoder position t reads ``decoder_input[t]`` and predicts ``labels[t]``: the input is
-    shifted right by bos, the labels end with eos.
-
-    Args:
-        ids: (T - 1,) target piece ids, without special ids (e.g. generated ids, eos removed).
-
-    Returns:
-        (decoder_input, labels), both (T,): ``[BOS_ID, *ids]`` and ``[*ids, EOS_ID]``.
-    """
+    """The teacher-forced (decoder_input, labels) of (T - 1,) target piece ids without
+    special ids (e.g. generated ids, eos removed), both (T,): decoder position t reads
+    ``decoder_input[t]`` and predicts ``labels[t]``."""
     return [BOS_ID, *ids], [*ids, EOS_ID]
 
 

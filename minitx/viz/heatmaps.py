@@ -23,6 +23,7 @@ from matplotlib.textpath import TextToPath
 
 from minitx.maps import KINDS, AttentionMaps
 from minitx.viz.common import (
+    ATTRIBUTION_LABELS,
     DEFAULT_DPI,
     KIND_LABELS,
     attribution_label,
@@ -219,16 +220,14 @@ def figures_for_maps(
     Raises:
         ValueError: on an unknown kind or a map whose shape does not match the tokens.
     """
-    figures: dict[str, Figure] = {}
-    for kind, layer, fig in _iter_figures(maps, check_kinds(kinds), average):
-        figures[f"{kind}/layer_{layer}"] = fig
-    return figures
+    return {key: fig for key, _, fig in _iter_figures(maps, check_kinds(kinds), average)}
 
 
 def _iter_figures(
     maps: AttentionMaps, kinds: tuple[str, ...], average: bool
-) -> Iterator[tuple[str, int, Figure]]:
-    """Yield (kind, layer index, Figure), building each figure only when asked for."""
+) -> Iterator[tuple[str, str, Figure]]:
+    """Yield (key, file stem, Figure) per kind and layer, building each figure only when
+    asked for."""
     for kind in kinds:
         queries, keys = maps.axes(kind)
         for layer, weights in enumerate(maps.layers(kind)):
@@ -237,7 +236,24 @@ def _iter_figures(
             figure = plot_attention_heads(
                 weights, queries, keys, title=title, average=average, **_AXIS_NAMES[kind]
             )
-            yield kind, layer, figure
+            yield f"{kind}/layer_{layer}", f"{kind}_layer{layer}", figure
+
+
+def _save_figures(
+    figures: Iterator[tuple[str, str, Figure]], out_dir: Path | str, prefix: str, dpi: int
+) -> list[Path]:
+    """Write each figure to ``out_dir/{prefix}{stem}.png``. Figures are built, saved and
+    released one at a time, so memory stays flat however many layers (or calls) there are."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths: list[Path] = []
+    for _, stem, fig in figures:
+        path = out_dir / f"{prefix}{stem}.png"
+        fig.savefig(path, dpi=dpi)
+        fig.clear()  # drop artists now; the figure itself is unreferenced after this
+        paths.append(path)
+        logger.debug("wrote %s", path)
+    return paths
 
 
 def save_attention_images(
@@ -251,9 +267,6 @@ def save_attention_images(
 ) -> list[Path]:
     """Write one PNG heatmap grid per (kind, layer), e.g. ``{prefix}encoder_layer0.png``.
 
-    Figures are built, saved and released one at a time, so memory stays flat however many
-    layers (or calls) there are.
-
     Args:
         maps: the attention maps of one translation.
         out_dir: directory for the images (created if missing).
@@ -265,46 +278,34 @@ def save_attention_images(
     Returns:
         The written paths, in kind order then layer order.
     """
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths: list[Path] = []
-    for kind, layer, fig in _iter_figures(maps, check_kinds(kinds), average):
-        path = out_dir / f"{prefix}{kind}_layer{layer}.png"
-        fig.savefig(path, dpi=dpi)
-        fig.clear()  # drop artists now; the figure itself is unreferenced after this
-        paths.append(path)
-        logger.debug("wrote %s", path)
-    return paths
+    return _save_figures(_iter_figures(maps, check_kinds(kinds), average), out_dir, prefix, dpi)
 
 
 def _iter_attribution_figures(
     maps: AttentionMaps, attributions: Mapping[str, torch.Tensor]
-) -> Iterator[tuple[str, Figure]]:
-    """Yield (method, Figure): the attribution, then the head average of each layer's
-    cross-attention, as panels of one figure on one 0-1 scale."""
+) -> Iterator[tuple[str, str, Figure]]:
+    """Yield (key, file stem, Figure) per method: the attribution, then the head average of
+    each layer's cross-attention, as panels of one figure on one 0-1 scale."""
     checked = check_attributions(attributions, maps)
     queries, keys = maps.axes("cross")
     for layer, weights in enumerate(maps.cross_attentions):
         check_map(weights, queries, keys, f"cross layer {layer}")
     averages = [weights.float().mean(0) for weights in maps.cross_attentions]  # (T, S) each
     for method, matrix in checked.items():
-        names = [attribution_label(method).replace("attribution: ", "")]
+        names = [ATTRIBUTION_LABELS.get(method, method)]
         names += [f"cross-attention layer {i}, mean of heads" for i in range(len(averages))]
         panels = torch.stack([matrix.float().cpu(), *(a.cpu() for a in averages)])
-        title = f"{attribution_label(method)} beside cross-attention"
-        yield (
-            method,
-            plot_attention_heads(
-                panels,
-                queries,
-                keys,
-                title=title,
-                average=False,
-                panel_names=names,
-                value_label="share of the row (weight or attribution)",
-                **_AXIS_NAMES["cross"],
-            ),
+        figure = plot_attention_heads(
+            panels,
+            queries,
+            keys,
+            title=f"{attribution_label(method)} beside cross-attention",
+            average=False,
+            panel_names=names,
+            value_label="share of the row (weight or attribution)",
+            **_AXIS_NAMES["cross"],
         )
+        yield f"attribution/{method}", f"attribution_{method}", figure
 
 
 def figures_for_attributions(
@@ -327,7 +328,7 @@ def figures_for_attributions(
         ValueError: a matrix whose shape does not match the cross-attention axes, or maps
             without cross-attention.
     """
-    return {f"attribution/{m}": fig for m, fig in _iter_attribution_figures(maps, attributions)}
+    return {key: fig for key, _, fig in _iter_attribution_figures(maps, attributions)}
 
 
 def save_attribution_images(
@@ -343,13 +344,4 @@ def save_attribution_images(
     Returns:
         The written paths, in the order of `attributions`.
     """
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths: list[Path] = []
-    for method, fig in _iter_attribution_figures(maps, attributions):
-        path = out_dir / f"{prefix}attribution_{method}.png"
-        fig.savefig(path, dpi=dpi)
-        fig.clear()
-        paths.append(path)
-        logger.debug("wrote %s", path)
-    return paths
+    return _save_figures(_iter_attribution_figures(maps, attributions), out_dir, prefix, dpi)

@@ -101,13 +101,10 @@ def viewer_data(
                 "key_tokens": list(keys),
                 "layers": layers,
             }
-    queries, keys = maps.axes("cross")
-    for method, matrix in checked.items():
+    for method, matrix in checked.items():  # checked: the maps have cross-attention
         kinds[ATTRIBUTION_KIND_PREFIX + method] = {
+            **kinds["cross"],  # the same axes
             "label": attribution_label(method),
-            "query_tokens": list(queries),
-            "query_inputs": maps.query_inputs("cross"),
-            "key_tokens": list(keys),
             "layers": [_rounded(matrix.unsqueeze(0), decimals)],
             "attribution": True,
             "compare": "cross",
