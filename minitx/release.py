@@ -19,10 +19,10 @@ have the shape the config implies (`check_weight_shapes`, on a model built on th
 
 `load` is minitx's one loading path: a `.ckpt` file, a release directory or a hub repo id
 (downloaded with `huggingface_hub.snapshot_download`; a local path wins) becomes a `Release`
-(model, tokenizer, model config, languages, training config). `Translator.from_pretrained`
-/ `from_checkpoint`, every command's ``--checkpoint``, the demo and the experiments load
-through it. This module sits beside `checkpoint`: it imports the model, the tokenizer and
-the checkpoint reader; never Lightning or the inference API.
+(model, tokenizer, model config, languages, training config). `Translator.from_pretrained`,
+every command's ``--checkpoint``, the demo and the experiments load through it. This module
+sits beside `checkpoint`: it imports the model, the tokenizer and the checkpoint reader; never
+Lightning or the inference API.
 """
 
 from __future__ import annotations

@@ -1,13 +1,12 @@
 """`Translator`: a trained checkpoint -> translations and attention maps (the inference API).
 
-`Translator.from_pretrained(source)` (or its other name `from_checkpoint`) takes a `.ckpt`, a
-release directory or a hub repo id: the one loading path, `minitx.release.load`, which the
-commands, the demo and the experiments use too; `save_pretrained` / `push_to_hub` write and
-share release directories. Every translation goes through `minitx.decoding.generate` with a
-`DecodingConfig`; the default config (beam search, `DEFAULT_BEAM_SIZE`) is the one every
-minitx command uses. Sources are framed and padded by `minitx.vocab` (`frame_source`,
-`pad`), as in training; alignments and attention maps read (source, translation) pairs in the
-one teacher-forced pass of `minitx.teacher_forcing`.
+`Translator.from_pretrained(source)` takes a `.ckpt`, a release directory or a hub repo id:
+the one loading path, `minitx.release.load`, which the commands, the demo and the experiments
+use too; `save_pretrained` / `push_to_hub` write and share release directories. Every
+translation goes through `minitx.decoding.generate` with a `DecodingConfig`; the default
+config (beam search, `DEFAULT_BEAM_SIZE`) is the one every minitx command uses. Sources are
+framed and padded by `minitx.vocab`, as in training; alignments and attention maps read
+(source, translation) pairs in the one teacher-forced pass of `minitx.teacher_forcing`.
 """
 
 from __future__ import annotations
@@ -30,12 +29,6 @@ from minitx.attribution import (
     check_methods,
     teacher_forced_attributions,
 )
-from minitx.checkpoint import (
-    CHECKPOINT_KEY,
-    MODEL_PREFIX,
-    CheckpointError,
-    load_checkpoint,
-)
 from minitx.decoding import DecodingConfig, Hypothesis, generate
 from minitx.hard_attention import check_attention_mode, check_attention_scope
 from minitx.maps import AttentionMaps, teacher_forced_maps
@@ -52,16 +45,7 @@ Progress = Callable[[int], None]
 """Called with the number of sentences just finished (empty ones count too, first); over one
 call of `Translator.translate` the numbers add up to the number of sentences."""
 
-__all__ = [
-    "CHECKPOINT_KEY",
-    "MODEL_PREFIX",
-    "CheckpointError",
-    "Progress",
-    "Translator",
-    "load_checkpoint",
-    "resolve_decoding",
-    "teacher_forced_maps",
-]
+__all__ = ["Progress", "Translator", "resolve_decoding"]
 
 
 def resolve_decoding(decoding: DecodingConfig | None = None, **changes: Any) -> DecodingConfig:
@@ -167,20 +151,13 @@ class Translator:
             train_config=loaded.train_config,
         )
 
-    from_checkpoint = from_pretrained
-    """The same loader under the name training scripts know (`from_pretrained`)."""
-
-    def to_release(self) -> Release:
-        """This Translator's model, tokenizer, languages and training config (shared, not
-        copied)."""
-        return Release(self.model, self.tokenizer, self.languages, self.train_config)
-
     def save_pretrained(
         self, directory: str | Path, *, evaluation: dict[str, Any] | None = None
     ) -> list[Path]:
         """Write a release directory (weights, config, tokenizer, model card); see
         `minitx.release.save_pretrained`. Returns the written files."""
-        return release.save_pretrained(self.to_release(), directory, evaluation=evaluation)
+        loaded = Release(self.model, self.tokenizer, self.languages, self.train_config)
+        return release.save_pretrained(loaded, directory, evaluation=evaluation)
 
     def push_to_hub(
         self,
@@ -200,10 +177,6 @@ class Translator:
         if self.bf16:
             return torch.autocast(self.device.type, dtype=torch.bfloat16)
         return nullcontext()
-
-    def _src_tensor(self, ids: list[list[int]]) -> torch.Tensor:
-        """(B, S) source ids framed (eos appended) and right-padded, on the model's device."""
-        return pad([frame_source(seq) for seq in ids], device=self.device)
 
     def _source_ids(self, sentences: Sequence[str], first_line: int = 1) -> list[list[int]]:
         """Source ids per sentence (no eos). A sentence longer than the model's positions is
@@ -226,31 +199,16 @@ class Translator:
                 ids[i] = ids[i][:limit]
         return ids
 
-    def _hypotheses(
-        self,
-        sentences: Sequence[str],
-        decoding: DecodingConfig,
-        batch_size: int,
-        first_line: int = 1,
-        progress: Progress | None = None,
-    ) -> list[list[Hypothesis] | None]:
-        """Hypotheses per sentence (None for an empty sentence), in input order.
-
-        A sentence longer than the model's positions is cut to fit (see `_source_ids`); every
-        other line is unaffected. `progress` hears of the empty sentences first, then of each
-        batch once it is decoded.
-        """
-        ids = self._source_ids(sentences, first_line)
-        return self._decode_ids(ids, decoding, batch_size, progress)
-
-    def _decode_ids(
+    def _decode(
         self,
         ids: list[list[int]],
         decoding: DecodingConfig,
         batch_size: int,
         progress: Progress | None = None,
     ) -> list[list[Hypothesis] | None]:
-        """`_hypotheses` for source ids."""
+        """Hypotheses per sentence of source ids (None for an empty one), in input order.
+        `progress` hears of the empty sentences first, then of each batch once it is decoded.
+        """
         results: list[list[Hypothesis] | None] = [None] * len(ids)
         batches = length_batches(ids, batch_size)
         report = progress or (lambda done: None)
@@ -260,7 +218,7 @@ class Translator:
         with self._attention_context():
             for batch in batches:
                 with self._autocast():
-                    src = self._src_tensor([ids[i] for i in batch])  # (B, S)
+                    src = pad([frame_source(ids[i]) for i in batch], device=self.device)  # (B, S)
                     hyps = generate(self.model, src, decoding)
                 for i, sentence_hyps in zip(batch, hyps, strict=True):
                     results[i] = sentence_hyps
@@ -319,7 +277,8 @@ class Translator:
         """
         config = resolve_decoding(decoding, **changes)
         out: list[list[tuple[str, float]]] = []
-        for hyps in self._hypotheses(sentences, config, batch_size, first_line, progress):
+        ids = self._source_ids(sentences, first_line)
+        for hyps in self._decode(ids, config, batch_size, progress):
             if hyps is None:
                 out.append([("", 0.0)])
                 continue
@@ -389,7 +348,7 @@ class Translator:
         config = resolve_decoding(decoding, **changes)
         align_config = alignment or AlignmentConfig()
         ids = self._source_ids(sentences, first_line)
-        results = self._decode_ids(ids, config, batch_size, progress)
+        results = self._decode(ids, config, batch_size, progress)
         pairs = [
             (ids[i], [t for t in h.tokens if t not in (EOS_ID, PAD_ID)])
             for i, hyps in enumerate(results)
@@ -429,6 +388,26 @@ class Translator:
         pairs = [(s[:limit], t[:limit]) for s, t in zip(src_ids, tgt_ids, strict=True)]
         return self._alignments(pairs, alignment or AlignmentConfig(), batch_size)
 
+    def _target(
+        self,
+        sentence: str,
+        translation: str | None,
+        decoding: DecodingConfig | None,
+        changes: dict[str, Any],
+        what: str,
+    ) -> str | list[int]:
+        """`translation`, or else the pieces of the model's own translation of `sentence`
+        exactly as decoded (no eos): what `attention` and `attributions` read."""
+        if translation is not None:
+            return translation
+        config = resolve_decoding(decoding, **changes).replace(n_best=1)
+        if not sentence.strip():
+            raise ValueError(f"{what} need a non-empty source sentence")
+        with torch.inference_mode():
+            hyps = self._decode(self._source_ids([sentence]), config, batch_size=1)[0]
+        ids = hyps[0].tokens if hyps else []
+        return [i for i in ids if i not in (EOS_ID, PAD_ID)]
+
     @torch.inference_mode()
     def attention(
         self,
@@ -449,14 +428,7 @@ class Translator:
         "hard-sample" the teacher-forced pass draws afresh (from the same seed), so its rows
         need not be the draws that produced it.
         """
-        target: str | list[int] | None = translation
-        if target is None:
-            config = resolve_decoding(decoding, **changes).replace(n_best=1)
-            if not sentence.strip():
-                raise ValueError("attention maps need a non-empty source sentence")
-            hyps = self._hypotheses([sentence], config, batch_size=1)[0]
-            ids = hyps[0].tokens if hyps else []
-            target = [i for i in ids if i not in (EOS_ID, PAD_ID)]
+        target = self._target(sentence, translation, decoding, changes, "attention maps")
         with self._attention_context():
             return teacher_forced_maps(self.model, self.tokenizer, sentence, target)
 
@@ -492,15 +464,7 @@ class Translator:
             ConfigError: an unknown method.
         """
         methods = check_methods(methods)
-        target: str | list[int] | None = translation
-        if target is None:
-            config = resolve_decoding(decoding, **changes).replace(n_best=1)
-            if not sentence.strip():
-                raise ValueError("attributions need a non-empty source sentence")
-            with torch.inference_mode():
-                hyps = self._hypotheses([sentence], config, batch_size=1)[0]
-            ids = hyps[0].tokens if hyps else []
-            target = [i for i in ids if i not in (EOS_ID, PAD_ID)]
+        target = self._target(sentence, translation, decoding, changes, "attributions")
         with self._attention_context():
             return teacher_forced_attributions(
                 self.model, self.tokenizer, sentence, target, methods, ig_steps=ig_steps

@@ -718,7 +718,7 @@ def _decode_inputs(args: argparse.Namespace) -> tuple[Transformer, list[torch.Te
     if args.checkpoint:
         from minitx.translator import Translator
 
-        translator = Translator.from_checkpoint(args.checkpoint)
+        translator = Translator.from_pretrained(args.checkpoint)
         sources, _ = _test_split(args)
         ids = translator.tokenizer.encode(sources)
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]))

@@ -250,13 +250,13 @@ def test_bf16_mixed_training_on_cuda(gpu_run):
 def test_checkpoint_trained_on_cuda_translates_on_cpu(gpu_run):
     from minitx.translator import Translator
 
-    on_cpu = Translator.from_checkpoint(gpu_run.checkpoint, device="cpu")
+    on_cpu = Translator.from_pretrained(gpu_run.checkpoint, device="cpu")
     assert all(p.device.type == "cpu" for p in on_cpu.model.parameters())
     translations = on_cpu.translate(TOY_TEST_SOURCES, beam_size=1)
     assert len(translations) == len(TOY_TEST_SOURCES)
     assert all(isinstance(t, str) for t in translations)
     # The same weights on the GPU in fp32 give the CPU's scores: the file carries the model.
-    on_gpu = Translator.from_checkpoint(gpu_run.checkpoint, device="cuda")
+    on_gpu = Translator.from_pretrained(gpu_run.checkpoint, device="cuda")
     src = torch.tensor([[5, 6, 7, 8, 3]])
     tgt = torch.tensor([[2, 9, 10, 11]])
     with torch.no_grad():

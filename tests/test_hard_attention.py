@@ -201,7 +201,7 @@ def test_hard_sample_decoding_repeats_with_its_seed() -> None:
 # ------------------------------------------------------------------ Translator, commands
 @pytest.fixture(scope="module")
 def hard_translator(tiny_checkpoint: Path) -> Translator:
-    translator = Translator.from_checkpoint(tiny_checkpoint)
+    translator = Translator.from_pretrained(tiny_checkpoint)
     translator.set_attention("hard-argmax", scope="cross")
     return translator
 

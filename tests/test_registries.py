@@ -226,7 +226,7 @@ def reversed_strategy() -> GreedyAndReversed:
 
 @pytest.fixture(scope="module")
 def translator(tiny_checkpoint: Path) -> Translator:
-    return Translator.from_checkpoint(tiny_checkpoint)
+    return Translator.from_pretrained(tiny_checkpoint)
 
 
 SENTENCES = TOY_TEST_SOURCES[:3]

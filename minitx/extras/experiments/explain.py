@@ -501,7 +501,7 @@ def run_explain(
     experiment = EXPERIMENTS[NAME]
     methods = [v.name for v in experiment.variants if not only or v.name in only]
     checkpoint = settings.checkpoint or default_checkpoint(settings)
-    translator = Translator.from_checkpoint(checkpoint)
+    translator = Translator.from_pretrained(checkpoint)
     source, langs = _data_of(translator)
     test = _split(source, langs, "test", sentences)
     print(f"[{NAME}] {len(test.sources)} test sentences of {checkpoint}", flush=True)

@@ -284,7 +284,7 @@ def probe(settings: Settings, probes: list[str], checkpoint: Path) -> dict[str, 
     from minitx.model import Transformer
     from minitx.translator import Translator
 
-    translator = Translator.from_checkpoint(checkpoint)
+    translator = Translator.from_pretrained(checkpoint)
     source, langs = _data_of(translator)
     found: dict[str, Any] = {}
     if "attention" in probes:
@@ -319,7 +319,7 @@ def decode_variants(settings: Settings, experiment: Experiment, checkpoint: Path
     from minitx.evaluation import evaluate
     from minitx.translator import Translator
 
-    translator = Translator.from_checkpoint(checkpoint)
+    translator = Translator.from_pretrained(checkpoint)
     test = _split(*_data_of(translator), "test")
     results = []
     for variant in experiment.variants:
