@@ -268,21 +268,14 @@ def load_pretrained(directory: str | Path) -> Release:
             "models"
         )
     weights = directory / WEIGHTS_FILE
-    check_weight_shapes(weights, model_config)
-    try:
-        model = Transformer(model_config)
-    except (ValueError, TypeError) as exc:
-        raise CheckpointError(f"{directory / CONFIG_FILE}: {exc}") from None
+    check_weight_shapes(weights, model_config)  # also builds the model: no error left there
+    model = Transformer(model_config)
     try:
         load_model(model, weights, strict=True)
-    except RuntimeError as exc:  # missing / unexpected names, shapes that do not fit
+    except RuntimeError as exc:  # a tensor of the model missing from the file
         raise CheckpointError(
             f"{weights}: the weights do not fit the model of {CONFIG_FILE}: "
             f"{' '.join(str(exc).split())}"
-        ) from None
-    except Exception as exc:  # safetensors' own error type for a damaged or foreign file
-        raise CheckpointError(
-            f"{weights}: not a readable safetensors file ({type(exc).__name__}: {exc})"
         ) from None
     check_finite(model.state_dict(), weights)
     train_config_path = directory / TRAIN_CONFIG_FILE
