@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -14,7 +14,7 @@ from sacrebleu.metrics import BLEU, CHRF
 
 from minitx.decoding import DecodingConfig
 from minitx.errors import DataError
-from minitx.translator import Progress, Translator, resolve_decoding
+from minitx.translator import Progress, Translator
 
 
 class CorpusError(DataError):
@@ -174,21 +174,8 @@ class EvaluationResult:
 
     def as_dict(self) -> dict[str, Any]:
         """Every figure and both signatures (not the hypotheses), e.g. for JSON."""
-        return {
-            "decoding": self.decoding,
-            "bleu": self.bleu,
-            "bleu_lowercase": self.bleu_lowercase,
-            "chrf": self.chrf,
-            "signature": self.signature,
-            "chrf_signature": self.chrf_signature,
-            "precisions": self.precisions,
-            "brevity_penalty": self.brevity_penalty,
-            "length_ratio": self.length_ratio,
-            "hyp_len": self.hyp_len,
-            "ref_len": self.ref_len,
-            "seconds": self.seconds,
-            "sentences_per_second": self.sentences_per_second,
-        }
+        figures = {k: v for k, v in asdict(self).items() if k != "hypotheses"}
+        return {**figures, "sentences_per_second": self.sentences_per_second}
 
     def summary(self) -> str:
         """One human-readable line."""
@@ -252,7 +239,7 @@ def evaluate(
     """
     if len(sources) != len(references):
         raise ValueError(f"evaluate: {len(sources)} sources but {len(references)} references")
-    config = resolve_decoding(decoding, **changes)
+    config = (decoding or DecodingConfig()).with_changes(**changes)
     start = time.perf_counter()
     hypotheses = translator.translate(sources, config, batch_size=batch_size, progress=progress)
     result = score(hypotheses, references, time.perf_counter() - start)

@@ -45,13 +45,7 @@ Progress = Callable[[int], None]
 """Called with the number of sentences just finished (empty ones count too, first); over one
 call of `Translator.translate` the numbers add up to the number of sentences."""
 
-__all__ = ["Progress", "Translator", "resolve_decoding"]
-
-
-def resolve_decoding(decoding: DecodingConfig | None = None, **changes: Any) -> DecodingConfig:
-    """`decoding` (default: `DecodingConfig()`) with `changes` applied by
-    `DecodingConfig.with_changes` (`beam_size=1` alone means greedy)."""
-    return (decoding or DecodingConfig()).with_changes(**changes)
+__all__ = ["Progress", "Translator"]
 
 
 class Translator:
@@ -275,7 +269,7 @@ class Translator:
 
         An empty (or whitespace-only) sentence gets `[("", 0.0)]`.
         """
-        config = resolve_decoding(decoding, **changes)
+        config = (decoding or DecodingConfig()).with_changes(**changes)
         out: list[list[tuple[str, float]]] = []
         ids = self._source_ids(sentences, first_line)
         for hyps in self._decode(ids, config, batch_size, progress):
@@ -297,18 +291,11 @@ class Translator:
         progress: Progress | None = None,
         **changes: Any,
     ) -> list[str]:
-        """Translate sentences; results in input order, "" for an empty sentence.
-
-        Args:
-            sentences: source sentences.
-            decoding: decoding settings (default `DecodingConfig()`: beam search).
-            batch_size: sentences per batch (sorted by length internally).
-            first_line: the line number of the first sentence, for warnings.
-            progress: called with the number of sentences finished, after each batch.
-            **changes: `DecodingConfig` fields to override, e.g. `beam_size=1` for greedy,
-                `strategy="sample", temperature=0.7, seed=3` for one sample.
+        """Translate sentences; results in input order, "" for an empty sentence. The arguments
+        are `translate_n_best`'s; e.g. `beam_size=1` for greedy, `strategy="sample",
+        temperature=0.7, seed=3` for one sample (the default `DecodingConfig()`: beam search).
         """
-        config = resolve_decoding(decoding, **changes).replace(n_best=1)
+        config = (decoding or DecodingConfig()).with_changes(**changes).replace(n_best=1)
         results = self.translate_n_best(
             sentences, config, batch_size=batch_size, first_line=first_line, progress=progress
         )
@@ -326,18 +313,13 @@ class Translator:
         progress: Progress | None = None,
         **changes: Any,
     ) -> list[list[tuple[str, float, Alignment]]]:
-        """`translate_n_best` plus each translation's alignment to its source.
+        """`translate_n_best` (the same arguments) plus each translation's alignment to its
+        source.
 
         Args:
-            sentences: source sentences.
-            decoding: decoding settings (default `DecodingConfig()`).
             alignment: which cross-attention aligns and what the indices count (default
                 `AlignmentConfig()`: mean of the decoder layers and heads, words); see
                 `minitx.alignment`.
-            batch_size: sentences per batch.
-            first_line: the line number of the first sentence, for warnings.
-            progress: called with the number of sentences translated, after each batch.
-            **changes: `DecodingConfig` fields to override.
 
         Returns:
             For each sentence its `n_best` (translation, score, alignment) triples, best
@@ -345,7 +327,7 @@ class Translator:
             target word (or piece), over the whitespace words of the (normalised) source and
             of the translation. An empty sentence gets `[("", 0.0, [])]`.
         """
-        config = resolve_decoding(decoding, **changes)
+        config = (decoding or DecodingConfig()).with_changes(**changes)
         align_config = alignment or AlignmentConfig()
         ids = self._source_ids(sentences, first_line)
         results = self._decode(ids, config, batch_size, progress)
@@ -400,7 +382,7 @@ class Translator:
         exactly as decoded (no eos): what `attention` and `attributions` read."""
         if translation is not None:
             return translation
-        config = resolve_decoding(decoding, **changes).replace(n_best=1)
+        config = (decoding or DecodingConfig()).with_changes(**changes).replace(n_best=1)
         if not sentence.strip():
             raise ValueError(f"{what} need a non-empty source sentence")
         with torch.inference_mode():

@@ -231,7 +231,7 @@ class DecodingConfig:
     def with_changes(self, **changes: Any) -> DecodingConfig:
         """`replace`, where a `beam_size` change without a `strategy` also picks the strategy
         (`beam_strategy`), so that `beam_size=1` means greedy everywhere, as `--beam 1` does
-        on the command line (`Translator`'s keyword changes)."""
+        on the command line (`Translator`'s and `evaluate`'s keyword changes)."""
         if "beam_size" in changes and "strategy" not in changes:
             changes["strategy"] = beam_strategy(changes["beam_size"])
         return self.replace(**changes) if changes else self
