@@ -67,12 +67,8 @@ def beam_search(model: Transformer, src: Tensor, config: DecodingConfig) -> list
         for row, sent in enumerate(active):
             length = step + 1  # generated tokens including this step's
             live: list[tuple[int, int, float]] = []  # (source row, token, score)
-            for rank in range(n_top):
-                score, beam, token = (
-                    top_scores_l[row][rank],
-                    top_beam_l[row][rank],
-                    top_token_l[row][rank],
-                )
+            top = zip(top_scores_l[row], top_beam_l[row], top_token_l[row], strict=True)
+            for rank, (score, beam, token) in enumerate(top):
                 if score == float("-inf"):
                     break
                 if token == EOS_ID:

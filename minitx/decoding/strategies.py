@@ -1,10 +1,8 @@
 """The built-in decoding strategies (greedy, beam, sample) and the one entry point, `generate`.
 
-Each strategy is a `DecodingStrategy` subclass registered in `STRATEGIES`: it decodes a batch
-and declares the `DecodingConfig` fields it reads, validates them and says how its results
-are labelled. Register a new one in any file with ``@STRATEGIES.register("name")``;
-`DecodingConfig(strategy="name")`, `Translator` and the commands' ``--strategy`` then
-accept it.
+Each is a `DecodingStrategy` registered in `STRATEGIES` (see `minitx.decoding.config`); a new
+one, registered in any file with ``@STRATEGIES.register("name")``, is accepted by
+`DecodingConfig(strategy="name")`, `Translator` and the commands' ``--strategy``.
 """
 
 from __future__ import annotations
