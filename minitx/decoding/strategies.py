@@ -15,19 +15,11 @@ from torch import Tensor
 
 from minitx.decoding.beam import beam_search
 from minitx.decoding.common import Hypothesis, until_eos
-from minitx.decoding.config import (
-    STRATEGIES,
-    DecodingConfig,
-    DecodingStrategy,
-    Strategy,
-    strategy_for,
-)
+from minitx.decoding.config import STRATEGIES, DecodingConfig, DecodingStrategy, strategy_for
 from minitx.decoding.greedy import greedy_decode
 from minitx.decoding.sampling import sample_decode
 from minitx.errors import ConfigError
 from minitx.model import Transformer
-
-__all__ = ["STRATEGIES", "BeamSearch", "Greedy", "Sampling", "Strategy", "generate"]
 
 
 @STRATEGIES.register("greedy")
