@@ -371,8 +371,8 @@ def test_beam_search_config_rejects_bad_arguments(beam_size, n_best):
 
 
 def test_a_beam_size_alone_means_greedy_for_one_and_beam_search_above():
-    """`beam_strategy` decides it once, for `for_beam` (the commands' ``--beam``) and
-    `with_changes` (`Translator`'s ``beam_size=``); a named strategy is kept."""
+    """`with_changes` decides it once, for itself (`Translator`'s ``beam_size=``) and `for_beam`
+    (the commands' ``--beam``); a named strategy is kept."""
     assert DecodingConfig.for_beam(1) == DecodingConfig(strategy="greedy", beam_size=1)
     assert DecodingConfig.for_beam(3) == DecodingConfig(strategy="beam", beam_size=3)
     assert DecodingConfig().with_changes(beam_size=1) == DecodingConfig.for_beam(1)
