@@ -37,10 +37,6 @@ class Split(NamedTuple):
     """The corpus as read: `source` after `minitx.data.resolve_data_source`."""
 
 
-def _has_side(directory: Path, stem: str, lang: str) -> bool:
-    return any((directory / f"{stem}.{lang}{gz}").is_file() for gz in ("", ".gz"))
-
-
 def naming_rule(split: str, src_lang: str, tgt_lang: str) -> str:
     """How to name the two files of `split` in a ``--data`` directory (for error messages)."""
     from minitx.data import MULTI30K_SPLITS
@@ -91,7 +87,9 @@ def load_split(source: str, split: str, src_lang: str, tgt_lang: str, limit: int
     local = "{split}" in resolved or Path(resolved).expanduser().exists()
     stem = (MULTI30K_SPLITS if local else HUB_SPLITS).get(split, split)
     directory = Path(resolved).expanduser()
-    if directory.is_dir() and not _has_side(directory, stem, src_lang):
+    if directory.is_dir() and not any(
+        (directory / f"{stem}.{src_lang}{gz}").is_file() for gz in ("", ".gz")
+    ):
         stem = split  # test.de(.gz) when there is no test_2016_flickr.de(.gz)
     try:
         corpus = load_parallel_corpus(resolved, src_lang, tgt_lang, splits={split: stem})

@@ -245,6 +245,18 @@ class Translator:
                 )
         return out
 
+    def _texts(self, results: list[list[Hypothesis] | None]) -> list[list[tuple[str, float]]]:
+        """(translation, score) of each hypothesis of each sentence; `[("", 0.0)]` for an
+        empty sentence."""
+        out: list[list[tuple[str, float]]] = []
+        for hyps in results:
+            if hyps is None:
+                out.append([("", 0.0)])
+            else:
+                texts = self.tokenizer.decode([h.tokens for h in hyps])
+                out.append([(text, h.score) for text, h in zip(texts, hyps, strict=True)])
+        return out
+
     @torch.inference_mode()
     def translate_n_best(
         self,
@@ -270,15 +282,8 @@ class Translator:
         An empty (or whitespace-only) sentence gets `[("", 0.0)]`.
         """
         config = (decoding or DecodingConfig()).with_changes(**changes)
-        out: list[list[tuple[str, float]]] = []
         ids = self._source_ids(sentences, first_line)
-        for hyps in self._decode(ids, config, batch_size, progress):
-            if hyps is None:
-                out.append([("", 0.0)])
-                continue
-            texts = self.tokenizer.decode([h.tokens for h in hyps])
-            out.append([(text, h.score) for text, h in zip(texts, hyps, strict=True)])
-        return out
+        return self._texts(self._decode(ids, config, batch_size, progress))
 
     @torch.inference_mode()
     def translate(
@@ -328,7 +333,6 @@ class Translator:
             of the translation. An empty sentence gets `[("", 0.0, [])]`.
         """
         config = (decoding or DecodingConfig()).with_changes(**changes)
-        align_config = alignment or AlignmentConfig()
         ids = self._source_ids(sentences, first_line)
         results = self._decode(ids, config, batch_size, progress)
         pairs = [
@@ -336,17 +340,11 @@ class Translator:
             for i, hyps in enumerate(results)
             for h in hyps or []
         ]
-        alignments = iter(self._alignments(pairs, align_config, batch_size))
-        out: list[list[tuple[str, float, Alignment]]] = []
-        for hyps in results:
-            if hyps is None:
-                out.append([("", 0.0, [])])
-                continue
-            texts = self.tokenizer.decode([h.tokens for h in hyps])
-            out.append(
-                [(text, h.score, next(alignments)) for text, h in zip(texts, hyps, strict=True)]
-            )
-        return out
+        alignments = iter(self._alignments(pairs, alignment or AlignmentConfig(), batch_size))
+        return [
+            [(text, score, [] if hyps is None else next(alignments)) for text, score in texts]
+            for hyps, texts in zip(results, self._texts(results), strict=True)
+        ]
 
     @torch.inference_mode()
     def align(
