@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -14,7 +14,7 @@ from sacrebleu.metrics import BLEU, CHRF
 
 from minitx.decoding import DecodingConfig
 from minitx.errors import DataError
-from minitx.translator import Progress, Translator, resolve_decoding
+from minitx.translator import Progress, Translator
 
 
 class CorpusError(DataError):
@@ -35,10 +35,6 @@ class Split(NamedTuple):
     skipped: dict[str, int]
     resolved: str
     """The corpus as read: `source` after `minitx.data.resolve_data_source`."""
-
-
-def _has_side(directory: Path, stem: str, lang: str) -> bool:
-    return any((directory / f"{stem}.{lang}{gz}").is_file() for gz in ("", ".gz"))
 
 
 def naming_rule(split: str, src_lang: str, tgt_lang: str) -> str:
@@ -91,7 +87,9 @@ def load_split(source: str, split: str, src_lang: str, tgt_lang: str, limit: int
     local = "{split}" in resolved or Path(resolved).expanduser().exists()
     stem = (MULTI30K_SPLITS if local else HUB_SPLITS).get(split, split)
     directory = Path(resolved).expanduser()
-    if directory.is_dir() and not _has_side(directory, stem, src_lang):
+    if directory.is_dir() and not any(
+        (directory / f"{stem}.{src_lang}{gz}").is_file() for gz in ("", ".gz")
+    ):
         stem = split  # test.de(.gz) when there is no test_2016_flickr.de(.gz)
     try:
         corpus = load_parallel_corpus(resolved, src_lang, tgt_lang, splits={split: stem})
@@ -174,21 +172,8 @@ class EvaluationResult:
 
     def as_dict(self) -> dict[str, Any]:
         """Every figure and both signatures (not the hypotheses), e.g. for JSON."""
-        return {
-            "decoding": self.decoding,
-            "bleu": self.bleu,
-            "bleu_lowercase": self.bleu_lowercase,
-            "chrf": self.chrf,
-            "signature": self.signature,
-            "chrf_signature": self.chrf_signature,
-            "precisions": self.precisions,
-            "brevity_penalty": self.brevity_penalty,
-            "length_ratio": self.length_ratio,
-            "hyp_len": self.hyp_len,
-            "ref_len": self.ref_len,
-            "seconds": self.seconds,
-            "sentences_per_second": self.sentences_per_second,
-        }
+        figures = {k: v for k, v in asdict(self).items() if k != "hypotheses"}
+        return {**figures, "sentences_per_second": self.sentences_per_second}
 
     def summary(self) -> str:
         """One human-readable line."""
@@ -252,7 +237,7 @@ def evaluate(
     """
     if len(sources) != len(references):
         raise ValueError(f"evaluate: {len(sources)} sources but {len(references)} references")
-    config = resolve_decoding(decoding, **changes)
+    config = (decoding or DecodingConfig()).with_changes(**changes)
     start = time.perf_counter()
     hypotheses = translator.translate(sources, config, batch_size=batch_size, progress=progress)
     result = score(hypotheses, references, time.perf_counter() - start)

@@ -19,10 +19,10 @@ have the shape the config implies (`check_weight_shapes`, on a model built on th
 
 `load` is minitx's one loading path: a `.ckpt` file, a release directory or a hub repo id
 (downloaded with `huggingface_hub.snapshot_download`; a local path wins) becomes a `Release`
-(model, tokenizer, model config, languages, training config). `Translator.from_pretrained`
-/ `from_checkpoint`, every command's ``--checkpoint``, the demo and the experiments load
-through it. This module sits beside `checkpoint`: it imports the model, the tokenizer and
-the checkpoint reader; never Lightning or the inference API.
+(model, tokenizer, model config, languages, training config). `Translator.from_pretrained`,
+every command's ``--checkpoint``, the demo and the experiments load through it. This module
+sits beside `checkpoint`: it imports the model, the tokenizer and the checkpoint reader; never
+Lightning or the inference API.
 """
 
 from __future__ import annotations
@@ -268,21 +268,14 @@ def load_pretrained(directory: str | Path) -> Release:
             "models"
         )
     weights = directory / WEIGHTS_FILE
-    check_weight_shapes(weights, model_config)
-    try:
-        model = Transformer(model_config)
-    except (ValueError, TypeError) as exc:
-        raise CheckpointError(f"{directory / CONFIG_FILE}: {exc}") from None
+    check_weight_shapes(weights, model_config)  # also builds the model: no error left there
+    model = Transformer(model_config)
     try:
         load_model(model, weights, strict=True)
-    except RuntimeError as exc:  # missing / unexpected names, shapes that do not fit
+    except RuntimeError as exc:  # a tensor of the model missing from the file
         raise CheckpointError(
             f"{weights}: the weights do not fit the model of {CONFIG_FILE}: "
             f"{' '.join(str(exc).split())}"
-        ) from None
-    except Exception as exc:  # safetensors' own error type for a damaged or foreign file
-        raise CheckpointError(
-            f"{weights}: not a readable safetensors file ({type(exc).__name__}: {exc})"
         ) from None
     check_finite(model.state_dict(), weights)
     train_config_path = directory / TRAIN_CONFIG_FILE

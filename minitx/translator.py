@@ -1,13 +1,12 @@
 """`Translator`: a trained checkpoint -> translations and attention maps (the inference API).
 
-`Translator.from_pretrained(source)` (or its other name `from_checkpoint`) takes a `.ckpt`, a
-release directory or a hub repo id: the one loading path, `minitx.release.load`, which the
-commands, the demo and the experiments use too; `save_pretrained` / `push_to_hub` write and
-share release directories. Every translation goes through `minitx.decoding.generate` with a
-`DecodingConfig`; the default config (beam search, `DEFAULT_BEAM_SIZE`) is the one every
-minitx command uses. Sources are framed and padded by `minitx.vocab` (`frame_source`,
-`pad`), as in training; alignments and attention maps read (source, translation) pairs in the
-one teacher-forced pass of `minitx.teacher_forcing`.
+`Translator.from_pretrained(source)` takes a `.ckpt`, a release directory or a hub repo id:
+the one loading path, `minitx.release.load`, which the commands, the demo and the experiments
+use too; `save_pretrained` / `push_to_hub` write and share release directories. Every
+translation goes through `minitx.decoding.generate` with a `DecodingConfig`; the default
+config (beam search, `DEFAULT_BEAM_SIZE`) is the one every minitx command uses. Sources are
+framed and padded by `minitx.vocab`, as in training; alignments and attention maps read
+(source, translation) pairs in the one teacher-forced pass of `minitx.teacher_forcing`.
 """
 
 from __future__ import annotations
@@ -30,12 +29,6 @@ from minitx.attribution import (
     check_methods,
     teacher_forced_attributions,
 )
-from minitx.checkpoint import (
-    CHECKPOINT_KEY,
-    MODEL_PREFIX,
-    CheckpointError,
-    load_checkpoint,
-)
 from minitx.decoding import DecodingConfig, Hypothesis, generate
 from minitx.hard_attention import check_attention_mode, check_attention_scope
 from minitx.maps import AttentionMaps, teacher_forced_maps
@@ -52,22 +45,7 @@ Progress = Callable[[int], None]
 """Called with the number of sentences just finished (empty ones count too, first); over one
 call of `Translator.translate` the numbers add up to the number of sentences."""
 
-__all__ = [
-    "CHECKPOINT_KEY",
-    "MODEL_PREFIX",
-    "CheckpointError",
-    "Progress",
-    "Translator",
-    "load_checkpoint",
-    "resolve_decoding",
-    "teacher_forced_maps",
-]
-
-
-def resolve_decoding(decoding: DecodingConfig | None = None, **changes: Any) -> DecodingConfig:
-    """`decoding` (default: `DecodingConfig()`) with `changes` applied by
-    `DecodingConfig.with_changes` (`beam_size=1` alone means greedy)."""
-    return (decoding or DecodingConfig()).with_changes(**changes)
+__all__ = ["Progress", "Translator"]
 
 
 class Translator:
@@ -167,20 +145,13 @@ class Translator:
             train_config=loaded.train_config,
         )
 
-    from_checkpoint = from_pretrained
-    """The same loader under the name training scripts know (`from_pretrained`)."""
-
-    def to_release(self) -> Release:
-        """This Translator's model, tokenizer, languages and training config (shared, not
-        copied)."""
-        return Release(self.model, self.tokenizer, self.languages, self.train_config)
-
     def save_pretrained(
         self, directory: str | Path, *, evaluation: dict[str, Any] | None = None
     ) -> list[Path]:
         """Write a release directory (weights, config, tokenizer, model card); see
         `minitx.release.save_pretrained`. Returns the written files."""
-        return release.save_pretrained(self.to_release(), directory, evaluation=evaluation)
+        loaded = Release(self.model, self.tokenizer, self.languages, self.train_config)
+        return release.save_pretrained(loaded, directory, evaluation=evaluation)
 
     def push_to_hub(
         self,
@@ -200,10 +171,6 @@ class Translator:
         if self.bf16:
             return torch.autocast(self.device.type, dtype=torch.bfloat16)
         return nullcontext()
-
-    def _src_tensor(self, ids: list[list[int]]) -> torch.Tensor:
-        """(B, S) source ids framed (eos appended) and right-padded, on the model's device."""
-        return pad([frame_source(seq) for seq in ids], device=self.device)
 
     def _source_ids(self, sentences: Sequence[str], first_line: int = 1) -> list[list[int]]:
         """Source ids per sentence (no eos). A sentence longer than the model's positions is
@@ -226,31 +193,16 @@ class Translator:
                 ids[i] = ids[i][:limit]
         return ids
 
-    def _hypotheses(
-        self,
-        sentences: Sequence[str],
-        decoding: DecodingConfig,
-        batch_size: int,
-        first_line: int = 1,
-        progress: Progress | None = None,
-    ) -> list[list[Hypothesis] | None]:
-        """Hypotheses per sentence (None for an empty sentence), in input order.
-
-        A sentence longer than the model's positions is cut to fit (see `_source_ids`); every
-        other line is unaffected. `progress` hears of the empty sentences first, then of each
-        batch once it is decoded.
-        """
-        ids = self._source_ids(sentences, first_line)
-        return self._decode_ids(ids, decoding, batch_size, progress)
-
-    def _decode_ids(
+    def _decode(
         self,
         ids: list[list[int]],
         decoding: DecodingConfig,
         batch_size: int,
         progress: Progress | None = None,
     ) -> list[list[Hypothesis] | None]:
-        """`_hypotheses` for source ids."""
+        """Hypotheses per sentence of source ids (None for an empty one), in input order.
+        `progress` hears of the empty sentences first, then of each batch once it is decoded.
+        """
         results: list[list[Hypothesis] | None] = [None] * len(ids)
         batches = length_batches(ids, batch_size)
         report = progress or (lambda done: None)
@@ -260,7 +212,7 @@ class Translator:
         with self._attention_context():
             for batch in batches:
                 with self._autocast():
-                    src = self._src_tensor([ids[i] for i in batch])  # (B, S)
+                    src = pad([frame_source(ids[i]) for i in batch], device=self.device)  # (B, S)
                     hyps = generate(self.model, src, decoding)
                 for i, sentence_hyps in zip(batch, hyps, strict=True):
                     results[i] = sentence_hyps
@@ -293,6 +245,18 @@ class Translator:
                 )
         return out
 
+    def _texts(self, results: list[list[Hypothesis] | None]) -> list[list[tuple[str, float]]]:
+        """(translation, score) of each hypothesis of each sentence; `[("", 0.0)]` for an
+        empty sentence."""
+        out: list[list[tuple[str, float]]] = []
+        for hyps in results:
+            if hyps is None:
+                out.append([("", 0.0)])
+            else:
+                texts = self.tokenizer.decode([h.tokens for h in hyps])
+                out.append([(text, h.score) for text, h in zip(texts, hyps, strict=True)])
+        return out
+
     @torch.inference_mode()
     def translate_n_best(
         self,
@@ -317,15 +281,9 @@ class Translator:
 
         An empty (or whitespace-only) sentence gets `[("", 0.0)]`.
         """
-        config = resolve_decoding(decoding, **changes)
-        out: list[list[tuple[str, float]]] = []
-        for hyps in self._hypotheses(sentences, config, batch_size, first_line, progress):
-            if hyps is None:
-                out.append([("", 0.0)])
-                continue
-            texts = self.tokenizer.decode([h.tokens for h in hyps])
-            out.append([(text, h.score) for text, h in zip(texts, hyps, strict=True)])
-        return out
+        config = (decoding or DecodingConfig()).with_changes(**changes)
+        ids = self._source_ids(sentences, first_line)
+        return self._texts(self._decode(ids, config, batch_size, progress))
 
     @torch.inference_mode()
     def translate(
@@ -338,18 +296,11 @@ class Translator:
         progress: Progress | None = None,
         **changes: Any,
     ) -> list[str]:
-        """Translate sentences; results in input order, "" for an empty sentence.
-
-        Args:
-            sentences: source sentences.
-            decoding: decoding settings (default `DecodingConfig()`: beam search).
-            batch_size: sentences per batch (sorted by length internally).
-            first_line: the line number of the first sentence, for warnings.
-            progress: called with the number of sentences finished, after each batch.
-            **changes: `DecodingConfig` fields to override, e.g. `beam_size=1` for greedy,
-                `strategy="sample", temperature=0.7, seed=3` for one sample.
+        """Translate sentences; results in input order, "" for an empty sentence. The arguments
+        are `translate_n_best`'s; e.g. `beam_size=1` for greedy, `strategy="sample",
+        temperature=0.7, seed=3` for one sample (the default `DecodingConfig()`: beam search).
         """
-        config = resolve_decoding(decoding, **changes).replace(n_best=1)
+        config = (decoding or DecodingConfig()).with_changes(**changes).replace(n_best=1)
         results = self.translate_n_best(
             sentences, config, batch_size=batch_size, first_line=first_line, progress=progress
         )
@@ -367,18 +318,13 @@ class Translator:
         progress: Progress | None = None,
         **changes: Any,
     ) -> list[list[tuple[str, float, Alignment]]]:
-        """`translate_n_best` plus each translation's alignment to its source.
+        """`translate_n_best` (the same arguments) plus each translation's alignment to its
+        source.
 
         Args:
-            sentences: source sentences.
-            decoding: decoding settings (default `DecodingConfig()`).
             alignment: which cross-attention aligns and what the indices count (default
                 `AlignmentConfig()`: mean of the decoder layers and heads, words); see
                 `minitx.alignment`.
-            batch_size: sentences per batch.
-            first_line: the line number of the first sentence, for warnings.
-            progress: called with the number of sentences translated, after each batch.
-            **changes: `DecodingConfig` fields to override.
 
         Returns:
             For each sentence its `n_best` (translation, score, alignment) triples, best
@@ -386,26 +332,19 @@ class Translator:
             target word (or piece), over the whitespace words of the (normalised) source and
             of the translation. An empty sentence gets `[("", 0.0, [])]`.
         """
-        config = resolve_decoding(decoding, **changes)
-        align_config = alignment or AlignmentConfig()
+        config = (decoding or DecodingConfig()).with_changes(**changes)
         ids = self._source_ids(sentences, first_line)
-        results = self._decode_ids(ids, config, batch_size, progress)
+        results = self._decode(ids, config, batch_size, progress)
         pairs = [
             (ids[i], [t for t in h.tokens if t not in (EOS_ID, PAD_ID)])
             for i, hyps in enumerate(results)
             for h in hyps or []
         ]
-        alignments = iter(self._alignments(pairs, align_config, batch_size))
-        out: list[list[tuple[str, float, Alignment]]] = []
-        for hyps in results:
-            if hyps is None:
-                out.append([("", 0.0, [])])
-                continue
-            texts = self.tokenizer.decode([h.tokens for h in hyps])
-            out.append(
-                [(text, h.score, next(alignments)) for text, h in zip(texts, hyps, strict=True)]
-            )
-        return out
+        alignments = iter(self._alignments(pairs, alignment or AlignmentConfig(), batch_size))
+        return [
+            [(text, score, [] if hyps is None else next(alignments)) for text, score in texts]
+            for hyps, texts in zip(results, self._texts(results), strict=True)
+        ]
 
     @torch.inference_mode()
     def align(
@@ -429,6 +368,26 @@ class Translator:
         pairs = [(s[:limit], t[:limit]) for s, t in zip(src_ids, tgt_ids, strict=True)]
         return self._alignments(pairs, alignment or AlignmentConfig(), batch_size)
 
+    def _target(
+        self,
+        sentence: str,
+        translation: str | None,
+        decoding: DecodingConfig | None,
+        changes: dict[str, Any],
+        what: str,
+    ) -> str | list[int]:
+        """`translation`, or else the pieces of the model's own translation of `sentence`
+        exactly as decoded (no eos): what `attention` and `attributions` read."""
+        if translation is not None:
+            return translation
+        config = (decoding or DecodingConfig()).with_changes(**changes).replace(n_best=1)
+        if not sentence.strip():
+            raise ValueError(f"{what} need a non-empty source sentence")
+        with torch.inference_mode():
+            hyps = self._decode(self._source_ids([sentence]), config, batch_size=1)[0]
+        ids = hyps[0].tokens if hyps else []
+        return [i for i in ids if i not in (EOS_ID, PAD_ID)]
+
     @torch.inference_mode()
     def attention(
         self,
@@ -449,14 +408,7 @@ class Translator:
         "hard-sample" the teacher-forced pass draws afresh (from the same seed), so its rows
         need not be the draws that produced it.
         """
-        target: str | list[int] | None = translation
-        if target is None:
-            config = resolve_decoding(decoding, **changes).replace(n_best=1)
-            if not sentence.strip():
-                raise ValueError("attention maps need a non-empty source sentence")
-            hyps = self._hypotheses([sentence], config, batch_size=1)[0]
-            ids = hyps[0].tokens if hyps else []
-            target = [i for i in ids if i not in (EOS_ID, PAD_ID)]
+        target = self._target(sentence, translation, decoding, changes, "attention maps")
         with self._attention_context():
             return teacher_forced_maps(self.model, self.tokenizer, sentence, target)
 
@@ -492,15 +444,7 @@ class Translator:
             ConfigError: an unknown method.
         """
         methods = check_methods(methods)
-        target: str | list[int] | None = translation
-        if target is None:
-            config = resolve_decoding(decoding, **changes).replace(n_best=1)
-            if not sentence.strip():
-                raise ValueError("attributions need a non-empty source sentence")
-            with torch.inference_mode():
-                hyps = self._hypotheses([sentence], config, batch_size=1)[0]
-            ids = hyps[0].tokens if hyps else []
-            target = [i for i in ids if i not in (EOS_ID, PAD_ID)]
+        target = self._target(sentence, translation, decoding, changes, "attributions")
         with self._attention_context():
             return teacher_forced_attributions(
                 self.model, self.tokenizer, sentence, target, methods, ig_steps=ig_steps

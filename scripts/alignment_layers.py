@@ -72,7 +72,7 @@ def main() -> None:
     sources = read("de").splitlines()[: args.sentences]
     references = read("en").splitlines()[: args.sentences]
     items = expected_pairs(sources, references)
-    translator = Translator.from_checkpoint(args.checkpoint)
+    translator = Translator.from_pretrained(args.checkpoint)
     layers, heads = translator.model.config.n_decoder_layers, translator.model.config.n_heads
     print(
         f"{len(items)} lexicon pairs in {len(sources)} sentences; {layers} layers x {heads} heads"

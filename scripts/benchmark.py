@@ -83,7 +83,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from minitx.attention import padding_mask, scaled_dot_product_attention
 from minitx.data import TokenBucketBatchSampler, collate
-from minitx.decoding import beam_search, greedy_decode
+from minitx.decoding import DecodingConfig, beam_search, greedy_decode
 from minitx.flops import training_flops
 from minitx.model import SinusoidalPositionalEncoding, Transformer, TransformerConfig
 from minitx.training import TranslationModule
@@ -813,7 +813,7 @@ def _decode_inputs(args: argparse.Namespace) -> tuple[Transformer, list[torch.Te
     if args.checkpoint:
         from minitx.translator import Translator
 
-        translator = Translator.from_checkpoint(args.checkpoint)
+        translator = Translator.from_pretrained(args.checkpoint)
         sources, _ = _test_split(args)
         ids = translator.tokenizer.encode(sources)
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
@@ -857,11 +857,15 @@ def bench_decode(args: argparse.Namespace) -> None:
         f"\n== decoding: {what}, batches of {args.decode_batch}, fp32 on {args.device}; "
         "sentences/s =="
     )
-    runs = [("greedy", lambda src, cache: greedy_decode(model, src, use_cache=cache))]
+    runs = [
+        ("greedy", lambda src, cache: greedy_decode(model, src, DecodingConfig(use_cache=cache)))
+    ]
     runs.append(
         (
             f"beam {args.beam}",
-            lambda src, cache: beam_search(model, src, beam_size=args.beam, use_cache=cache),
+            lambda src, cache: beam_search(
+                model, src, DecodingConfig(beam_size=args.beam, use_cache=cache)
+            ),
         )
     )
     with torch.inference_mode():

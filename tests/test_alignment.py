@@ -133,7 +133,7 @@ def test_alignment_config_errors() -> None:
 # ------------------------------------------------------------------ on the tiny checkpoint
 @pytest.fixture(scope="module")
 def translator(tiny_checkpoint: Path) -> Translator:
-    return Translator.from_checkpoint(tiny_checkpoint)
+    return Translator.from_pretrained(tiny_checkpoint)
 
 
 SENTENCES = [TOY_TEST_SOURCES[0], "", TOY_TEST_SOURCES[3], "Ærøskøbing 42 ☃ !", "ein mann"]

@@ -237,7 +237,7 @@ def test_agreement_leaves_out_the_eos_column_and_row() -> None:
 def test_translator_attributions_sit_beside_its_attention(tiny_checkpoint: Path) -> None:
     from minitx.translator import Translator
 
-    translator = Translator.from_checkpoint(tiny_checkpoint)
+    translator = Translator.from_pretrained(tiny_checkpoint)
     sentence = "Ein Mann fährt Fahrrad."
     maps = translator.attention(sentence, beam_size=1)
     found = translator.attributions(sentence, beam_size=1, methods=["saliency", "ig"])

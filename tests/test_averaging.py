@@ -78,10 +78,10 @@ def test_average_of_copies_of_one_checkpoint_is_that_checkpoint(
     for key in original:
         assert mean[key].dtype == original[key].dtype
         assert torch.equal(mean[key], original[key]), key
-    reference = Translator.from_checkpoint(tiny_checkpoint).translate(SENTENCES, GREEDY)
-    assert Translator.from_checkpoint(out).translate(SENTENCES, GREEDY) == reference
-    assert Translator.from_checkpoint(out).translate(SENTENCES) == (
-        Translator.from_checkpoint(tiny_checkpoint).translate(SENTENCES)
+    reference = Translator.from_pretrained(tiny_checkpoint).translate(SENTENCES, GREEDY)
+    assert Translator.from_pretrained(out).translate(SENTENCES, GREEDY) == reference
+    assert Translator.from_pretrained(out).translate(SENTENCES) == (
+        Translator.from_pretrained(tiny_checkpoint).translate(SENTENCES)
     )
 
 
@@ -110,11 +110,11 @@ def test_average_of_two_checkpoints_is_the_mean_of_their_weights(
     assert [entry["file"] for entry in record] == [str(tiny_checkpoint), str(other)]
     assert record[0]["global_step"] == first["global_step"]
     assert "optimizer_states" not in averaged
-    translations = Translator.from_checkpoint(out).translate(SENTENCES, GREEDY)
+    translations = Translator.from_pretrained(out).translate(SENTENCES, GREEDY)
     assert len(translations) == len(SENTENCES) and all(isinstance(t, str) for t in translations)
     # and it exports as a release directory like any checkpoint (minitx-export)
     release.save_pretrained(release.load(out), tmp_path / "release")
-    exported = Translator.from_checkpoint(tmp_path / "release")
+    exported = Translator.from_pretrained(tmp_path / "release")
     assert exported.translate(SENTENCES, GREEDY) == translations
 
 
@@ -195,8 +195,8 @@ def test_average_command_end_to_end(tiny_checkpoint: Path, tmp_path: Path) -> No
     assert proc.returncode == 0, proc.stderr
     assert f"averaged 2 checkpoints into {out}" in proc.stdout
     assert len(load_checkpoint(out)[CHECKPOINT_KEY][AVERAGED_KEY]) == 2
-    reference = Translator.from_checkpoint(tiny_checkpoint).translate(SENTENCES, GREEDY)
-    assert Translator.from_checkpoint(out).translate(SENTENCES, GREEDY) == reference
+    reference = Translator.from_pretrained(tiny_checkpoint).translate(SENTENCES, GREEDY)
+    assert Translator.from_pretrained(out).translate(SENTENCES, GREEDY) == reference
 
 
 def test_average_command_bad_input_is_one_line_and_status_2(
@@ -272,7 +272,7 @@ def test_callback_writes_the_mean_of_the_last_epochs(
     # the end-of-training test scores what the user would ship: the averaged weights
     out = capsys.readouterr().out
     assert re.search(r"test \(\d+ sentences\), averaged checkpoint \S*/averaged\.ckpt:", out), out
-    translator = Translator.from_checkpoint(averaged_path)
+    translator = Translator.from_pretrained(averaged_path)
     written = (run.run_dir / "test.greedy.hyp").read_text().splitlines()
     assert written == translator.translate(TOY_TEST_SOURCES, GREEDY)
 

@@ -15,7 +15,7 @@ from minitx.translator import Translator
 
 @pytest.fixture(scope="module")
 def maps(tiny_checkpoint: Path) -> AttentionMaps:
-    return Translator.from_checkpoint(tiny_checkpoint).attention("ein mann fährt fahrrad .")
+    return Translator.from_pretrained(tiny_checkpoint).attention("ein mann fährt fahrrad .")
 
 
 def test_to_bertviz_restores_the_batch_axis(maps: AttentionMaps) -> None:

@@ -53,7 +53,7 @@ def evaluate_command() -> ModuleType:
 
 @pytest.fixture(scope="module")
 def translator(tiny_checkpoint: Path) -> Translator:
-    return Translator.from_checkpoint(tiny_checkpoint)
+    return Translator.from_pretrained(tiny_checkpoint)
 
 
 def run_command(
@@ -520,7 +520,7 @@ def test_evaluate_counts_empty_pairs(evaluate_command, tiny_checkpoint, tmp_path
     assert len(lines) == 11 and lines[-1] == ""  # 10 lines, each ended by a newline
     assert lines[2] == lines[5] == ""
     kept = [s for i, s in enumerate(src) if i not in (2, 5)]
-    expected = Translator.from_checkpoint(tiny_checkpoint).translate(kept)
+    expected = Translator.from_pretrained(tiny_checkpoint).translate(kept)
     assert [line for i, line in enumerate(lines[:10]) if i not in (2, 5)] == expected
 
 

@@ -611,7 +611,7 @@ def test_checkpoint_carries_model_config_tokenizer_and_training_config(tiny_run:
     train_config = yaml.safe_load(payload["train_config"])
     assert train_config["model"]["transformer"]["d_model"] == 64
     assert train_config["data"]["vocab_size"] == 120
-    translator = Translator.from_checkpoint(best[0])
+    translator = Translator.from_pretrained(best[0])
     assert translator.tokenizer.vocab_size == 120
     assert translator.tokenizer.model_bytes == payload["tokenizer"]
 

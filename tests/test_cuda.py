@@ -28,7 +28,7 @@ from minitx.attention import (
     padding_mask,
     scaled_dot_product_attention,
 )
-from minitx.decoding import beam_search, greedy_decode
+from minitx.decoding import DecodingConfig, beam_search, greedy_decode
 from minitx.model import Transformer, TransformerConfig
 
 pytestmark = [
@@ -187,8 +187,12 @@ def model_and_sources() -> tuple[Transformer, torch.Tensor]:
 
 def test_greedy_cached_equals_uncached_on_cuda(model_and_sources):
     model, sources = model_and_sources
-    cached = greedy_decode(model, sources, max_len_a=1.0, max_len_b=5, use_cache=True)
-    full = greedy_decode(model, sources, max_len_a=1.0, max_len_b=5, use_cache=False)
+    cached = greedy_decode(
+        model, sources, DecodingConfig(max_len_a=1.0, max_len_b=5, use_cache=True)
+    )
+    full = greedy_decode(
+        model, sources, DecodingConfig(max_len_a=1.0, max_len_b=5, use_cache=False)
+    )
     assert cached.device.type == "cuda"
     assert torch.equal(cached, full)
 
@@ -196,8 +200,8 @@ def test_greedy_cached_equals_uncached_on_cuda(model_and_sources):
 def test_beam_cached_equals_uncached_on_cuda(model_and_sources):
     model, sources = model_and_sources
     kwargs = dict(beam_size=5, n_best=5, alpha=0.6, max_len_a=1.0, max_len_b=5)
-    cached = beam_search(model, sources, use_cache=True, **kwargs)
-    full = beam_search(model, sources, use_cache=False, **kwargs)
+    cached = beam_search(model, sources, DecodingConfig(use_cache=True, **kwargs))
+    full = beam_search(model, sources, DecodingConfig(use_cache=False, **kwargs))
     for hyps_a, hyps_b in zip(cached, full, strict=True):
         assert [h.tokens for h in hyps_a] == [h.tokens for h in hyps_b]
         for a, b in zip(hyps_a, hyps_b, strict=True):
@@ -246,13 +250,13 @@ def test_bf16_mixed_training_on_cuda(gpu_run):
 def test_checkpoint_trained_on_cuda_translates_on_cpu(gpu_run):
     from minitx.translator import Translator
 
-    on_cpu = Translator.from_checkpoint(gpu_run.checkpoint, device="cpu")
+    on_cpu = Translator.from_pretrained(gpu_run.checkpoint, device="cpu")
     assert all(p.device.type == "cpu" for p in on_cpu.model.parameters())
     translations = on_cpu.translate(TOY_TEST_SOURCES, beam_size=1)
     assert len(translations) == len(TOY_TEST_SOURCES)
     assert all(isinstance(t, str) for t in translations)
     # The same weights on the GPU in fp32 give the CPU's scores: the file carries the model.
-    on_gpu = Translator.from_checkpoint(gpu_run.checkpoint, device="cuda")
+    on_gpu = Translator.from_pretrained(gpu_run.checkpoint, device="cuda")
     src = torch.tensor([[5, 6, 7, 8, 3]])
     tgt = torch.tensor([[2, 9, 10, 11]])
     with torch.no_grad():

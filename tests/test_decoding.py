@@ -114,8 +114,16 @@ def test_max_target_lengths():
 
 
 def test_greedy_with_and_without_cache_identical(model, sources):
-    cached = greedy_decode(model, sources, max_len_a=1.0, max_len_b=4, use_cache=True)
-    full = greedy_decode(model, sources, max_len_a=1.0, max_len_b=4, use_cache=False)
+    cached = greedy_decode(
+        model,
+        sources,
+        DecodingConfig(strategy="greedy", max_len_a=1.0, max_len_b=4, use_cache=True),
+    )
+    full = greedy_decode(
+        model,
+        sources,
+        DecodingConfig(strategy="greedy", max_len_a=1.0, max_len_b=4, use_cache=False),
+    )
     assert torch.equal(cached, full)
     check_generated_rows(cached, max_target_lengths(sources, model, 1.0, 4).tolist())
 
@@ -132,7 +140,9 @@ def test_greedy_cached_logits_equal_full_recomputation_step_by_step(model, sourc
             tokens = torch.cat([tokens, full.argmax(-1, keepdim=True).clamp(min=4)], dim=1)
     # greedy_decode itself: each token is the argmax (pad/bos excluded) of the teacher-forced
     # logits.
-    ids = greedy_decode(model, sources, max_len_a=1.0, max_len_b=4)
+    ids = greedy_decode(
+        model, sources, DecodingConfig(strategy="greedy", max_len_a=1.0, max_len_b=4)
+    )
     with torch.no_grad():
         logits = model(
             sources, torch.cat([torch.full((sources.size(0), 1), BOS), ids[:, :-1]], dim=1)
@@ -144,10 +154,14 @@ def test_greedy_cached_logits_equal_full_recomputation_step_by_step(model, sourc
 
 
 def test_batched_greedy_equals_one_at_a_time(model, sources):
-    batched = greedy_decode(model, sources, max_len_a=1.0, max_len_b=4)
+    batched = greedy_decode(
+        model, sources, DecodingConfig(strategy="greedy", max_len_a=1.0, max_len_b=4)
+    )
     for i in range(sources.size(0)):
         alone = sources[i : i + 1, : int((sources[i] != PAD).sum())]  # no padding at all
-        single = greedy_decode(model, alone, max_len_a=1.0, max_len_b=4)
+        single = greedy_decode(
+            model, alone, DecodingConfig(strategy="greedy", max_len_a=1.0, max_len_b=4)
+        )
         assert row_tokens(batched[i]) == row_tokens(single[0])
 
 
@@ -155,14 +169,18 @@ def test_finished_sentences_leave_the_greedy_batch(model, sources, monkeypatch):
     """Sentences with shorter caps stop early; later steps decode only the others, and the
     ids are those of a run that keeps every row (each row's own greedy decoding)."""
     sizes = record_decode_batch_sizes(model, monkeypatch)
-    ids = greedy_decode(model, sources, max_len_a=1.0, max_len_b=0)  # caps = source lengths
+    ids = greedy_decode(
+        model, sources, DecodingConfig(strategy="greedy", max_len_a=1.0, max_len_b=0)
+    )  # caps = source lengths
     limits = max_target_lengths(sources, model, 1.0, 0).tolist()
     check_generated_rows(ids, limits)
     assert sizes[0] == sources.size(0) and sizes == sorted(sizes, reverse=True)
     assert sizes[-1] < sizes[0]  # the caps (5, 2, 4, 3 + eos) end some rows first
     monkeypatch.undo()
     for i in range(sources.size(0)):
-        single = greedy_decode(model, sources[i : i + 1], max_len_a=1.0, max_len_b=0)
+        single = greedy_decode(
+            model, sources[i : i + 1], DecodingConfig(strategy="greedy", max_len_a=1.0, max_len_b=0)
+        )
         assert row_tokens(ids[i]) == row_tokens(single[0])
 
 
@@ -183,7 +201,9 @@ def test_cache_reorder_can_keep_the_cross_attention_cache(model, sources):
 
 def test_greedy_respects_per_sentence_caps(model, sources):
     for a, b in [(0.0, 3), (1.0, 0), (0.5, 2)]:
-        ids = greedy_decode(model, sources, max_len_a=a, max_len_b=b)
+        ids = greedy_decode(
+            model, sources, DecodingConfig(strategy="greedy", max_len_a=a, max_len_b=b)
+        )
         limits = max_target_lengths(sources, model, a, b).tolist()
         assert ids.size(1) <= max(limits)
         check_generated_rows(ids, limits)
@@ -212,10 +232,16 @@ def test_never_emits_pad_or_bos(pad_loving_model, sources):
     assert (raw == PAD).all(), "test setup: pad must be the model's favourite token"
     limits = max_target_lengths(sources, m, 1.0, 2).tolist()
     for use_cache in (True, False):
-        ids = greedy_decode(m, sources, max_len_a=1.0, max_len_b=2, use_cache=use_cache)
+        ids = greedy_decode(
+            m,
+            sources,
+            DecodingConfig(strategy="greedy", max_len_a=1.0, max_len_b=2, use_cache=use_cache),
+        )
         check_generated_rows(ids, limits)
         assert [len(row_tokens(r)) for r in ids] == limits  # no eos: every row runs to its cap
-    hyps = beam_search(m, sources, beam_size=3, n_best=3, max_len_a=1.0, max_len_b=2)
+    hyps = beam_search(
+        m, sources, DecodingConfig(beam_size=3, n_best=3, max_len_a=1.0, max_len_b=2)
+    )
     for sentence in hyps:
         for h in sentence:
             assert PAD not in h.tokens and BOS not in h.tokens
@@ -228,8 +254,10 @@ def test_never_emits_pad_or_bos(pad_loving_model, sources):
 
 def test_beam_size_one_equals_greedy(model, sources):
     for a, b in [(1.0, 4), (0.0, 2)]:
-        greedy = greedy_decode(model, sources, max_len_a=a, max_len_b=b)
-        hyps = beam_search(model, sources, beam_size=1, max_len_a=a, max_len_b=b)
+        greedy = greedy_decode(
+            model, sources, DecodingConfig(strategy="greedy", max_len_a=a, max_len_b=b)
+        )
+        hyps = beam_search(model, sources, DecodingConfig(beam_size=1, max_len_a=a, max_len_b=b))
         assert [h[0].tokens for h in hyps] == [row_tokens(r) for r in greedy]
         assert torch.equal(pad([h[0].tokens for h in hyps]), greedy)
 
@@ -246,13 +274,15 @@ def _assert_same_hypotheses(a, b):
 def test_beam_cached_equals_uncached(model, sources):
     kwargs = dict(beam_size=4, n_best=4, alpha=0.6, max_len_a=1.0, max_len_b=3)
     _assert_same_hypotheses(
-        beam_search(model, sources, use_cache=True, **kwargs),
-        beam_search(model, sources, use_cache=False, **kwargs),
+        beam_search(model, sources, DecodingConfig(use_cache=True, **kwargs)),
+        beam_search(model, sources, DecodingConfig(use_cache=False, **kwargs)),
     )
 
 
 def test_beam_n_best_sorted_and_distinct(model, sources):
-    hyps = beam_search(model, sources, beam_size=4, n_best=3, max_len_a=1.0, max_len_b=3)
+    hyps = beam_search(
+        model, sources, DecodingConfig(beam_size=4, n_best=3, max_len_a=1.0, max_len_b=3)
+    )
     assert len(hyps) == sources.size(0)
     limits = max_target_lengths(sources, model, 1.0, 3).tolist()
     for sentence, limit in zip(hyps, limits, strict=True):
@@ -265,16 +295,18 @@ def test_beam_n_best_sorted_and_distinct(model, sources):
             assert EOS not in h.tokens[:-1]
             assert len(h.tokens) == limit or h.tokens[-1] == EOS  # finished by eos or by the cap
     # n_best is a prefix of the larger n_best list.
-    more = beam_search(model, sources, beam_size=4, n_best=4, max_len_a=1.0, max_len_b=3)
+    more = beam_search(
+        model, sources, DecodingConfig(beam_size=4, n_best=4, max_len_a=1.0, max_len_b=3)
+    )
     assert [[h.tokens for h in s] for s in hyps] == [[h.tokens for h in s[:3]] for s in more]
 
 
 def test_batched_beam_equals_one_at_a_time(model, sources):
     kwargs = dict(beam_size=3, n_best=2, max_len_a=1.0, max_len_b=3)
-    batched = beam_search(model, sources, **kwargs)
+    batched = beam_search(model, sources, DecodingConfig(**kwargs))
     for i in range(sources.size(0)):
         alone = sources[i : i + 1, : int((sources[i] != PAD).sum())]
-        _assert_same_hypotheses([batched[i]], beam_search(model, alone, **kwargs))
+        _assert_same_hypotheses([batched[i]], beam_search(model, alone, DecodingConfig(**kwargs)))
 
 
 def test_beam_first_step_decodes_one_row_per_sentence(model, sources, monkeypatch):
@@ -283,19 +315,21 @@ def test_beam_first_step_decodes_one_row_per_sentence(model, sources, monkeypatc
     decoded alone."""
     sizes = record_decode_batch_sizes(model, monkeypatch)
     kwargs = dict(beam_size=3, n_best=3, max_len_a=1.0, max_len_b=3)
-    batched = beam_search(model, sources, **kwargs)
+    batched = beam_search(model, sources, DecodingConfig(**kwargs))
     assert sizes[0] == sources.size(0)
     assert sizes[1] == 3 * sources.size(0)  # no sentence can be done after one step
     assert all(n % 3 == 0 for n in sizes[1:]) and sizes[1:] == sorted(sizes[1:], reverse=True)
     monkeypatch.undo()
     for i in range(sources.size(0)):
         alone = sources[i : i + 1, : int((sources[i] != PAD).sum())]
-        _assert_same_hypotheses([batched[i]], beam_search(model, alone, **kwargs))
+        _assert_same_hypotheses([batched[i]], beam_search(model, alone, DecodingConfig(**kwargs)))
 
 
 def test_beam_wider_than_half_the_vocabulary(model, sources):
     """beam 8 over a 12-piece vocabulary: the first step has fewer than 2k candidates."""
-    hyps = beam_search(model, sources, beam_size=8, n_best=8, max_len_a=1.0, max_len_b=2)
+    hyps = beam_search(
+        model, sources, DecodingConfig(beam_size=8, n_best=8, max_len_a=1.0, max_len_b=2)
+    )
     for i, sentence in enumerate(hyps):
         assert len(sentence) == 8 and len({tuple(h.tokens) for h in sentence}) == 8
         src = sources[i : i + 1, : int((sources[i] != PAD).sum())]
@@ -308,7 +342,9 @@ def test_beam_wider_than_half_the_vocabulary(model, sources):
 @pytest.mark.parametrize("alpha", [0.0, 0.6, 1.0])
 def test_beam_scores_are_teacher_forced_log_probs(model, sources, alpha):
     hyps = beam_search(
-        model, sources, beam_size=3, n_best=3, alpha=alpha, max_len_a=1.0, max_len_b=3
+        model,
+        sources,
+        DecodingConfig(beam_size=3, n_best=3, alpha=alpha, max_len_a=1.0, max_len_b=3),
     )
     for i, sentence in enumerate(hyps):
         src = sources[i : i + 1, : int((sources[i] != PAD).sum())]
@@ -329,14 +365,14 @@ def test_length_penalty():
 
 
 @pytest.mark.parametrize(("beam_size", "n_best"), [(0, 1), (-1, 1), (3, 0), (3, 4), (1, 2)])
-def test_beam_search_rejects_bad_arguments(model, sources, beam_size, n_best):
-    with pytest.raises(ValueError, match="beam_size >= 1 and 1 <= n_best <= beam_size"):
-        beam_search(model, sources, beam_size=beam_size, n_best=n_best)
+def test_beam_search_config_rejects_bad_arguments(beam_size, n_best):
+    with pytest.raises(ConfigError, match="beam_size must be >= 1|n_best must be between 1"):
+        DecodingConfig(beam_size=beam_size, n_best=n_best)
 
 
 def test_a_beam_size_alone_means_greedy_for_one_and_beam_search_above():
-    """`beam_strategy` decides it once, for `for_beam` (the commands' ``--beam``) and
-    `with_changes` (`Translator`'s ``beam_size=``); a named strategy is kept."""
+    """`with_changes` decides it once, for itself (`Translator`'s ``beam_size=``) and `for_beam`
+    (the commands' ``--beam``); a named strategy is kept."""
     assert DecodingConfig.for_beam(1) == DecodingConfig(strategy="greedy", beam_size=1)
     assert DecodingConfig.for_beam(3) == DecodingConfig(strategy="beam", beam_size=3)
     assert DecodingConfig().with_changes(beam_size=1) == DecodingConfig.for_beam(1)
@@ -355,7 +391,10 @@ def test_a_beam_size_alone_means_greedy_for_one_and_beam_search_above():
 
 def sampled(model, src, **kwargs) -> list[list[list[int]]]:
     """Token ids of every sample of every sentence."""
-    return [[h.tokens for h in hyps] for hyps in sample_decode(model, src, **kwargs)]
+    return [
+        [h.tokens for h in hyps]
+        for hyps in sample_decode(model, src, DecodingConfig(strategy="sample", **kwargs))
+    ]
 
 
 @pytest.mark.parametrize("use_cache", [True, False])
@@ -364,22 +403,32 @@ def sampled(model, src, **kwargs) -> list[list[list[int]]]:
 )
 def test_sampling_argmax_settings_equal_greedy(model, sources, settings, use_cache):
     """Temperature 0 means argmax; top-k 1 leaves one token: both are greedy decoding."""
-    greedy = [row_tokens(r) for r in greedy_decode(model, sources, max_len_a=1.0, max_len_b=4)]
+    greedy = [
+        row_tokens(r)
+        for r in greedy_decode(
+            model, sources, DecodingConfig(strategy="greedy", max_len_a=1.0, max_len_b=4)
+        )
+    ]
     samples = sampled(
-        model, sources, num_samples=3, seed=7, max_len_a=1.0, max_len_b=4, use_cache=use_cache,
+        model, sources, n_best=3, seed=7, max_len_a=1.0, max_len_b=4, use_cache=use_cache,
         **settings,
     )  # fmt: skip
     assert samples == [[g] * 3 for g in greedy]
 
 
 def test_sampling_low_temperature_tends_to_greedy(model, sources):
-    greedy = [row_tokens(r) for r in greedy_decode(model, sources, max_len_a=1.0, max_len_b=4)]
+    greedy = [
+        row_tokens(r)
+        for r in greedy_decode(
+            model, sources, DecodingConfig(strategy="greedy", max_len_a=1.0, max_len_b=4)
+        )
+    ]
     samples = sampled(model, sources, temperature=1e-3, seed=3, max_len_a=1.0, max_len_b=4)
     assert samples == [[g] for g in greedy]
 
 
 def test_sampling_seeded_reproducible_and_local(model, sources):
-    kwargs = dict(num_samples=4, max_len_a=1.0, max_len_b=4)
+    kwargs = dict(n_best=4, max_len_a=1.0, max_len_b=4)
     global_state = torch.get_rng_state()
     first = sampled(model, sources, seed=11, **kwargs)
     assert torch.equal(torch.get_rng_state(), global_state)  # the global RNG is never used
@@ -396,7 +445,9 @@ def test_sampling_seeded_reproducible_and_local(model, sources):
 
 def test_sampling_n_samples_per_sentence(model, sources):
     hyps = sample_decode(
-        model, sources, num_samples=5, seed=1, alpha=0.6, max_len_a=1.0, max_len_b=3
+        model,
+        sources,
+        DecodingConfig(strategy="sample", n_best=5, seed=1, alpha=0.6, max_len_a=1.0, max_len_b=3),
     )
     limits = max_target_lengths(sources, model, 1.0, 3).tolist()
     assert [len(h) for h in hyps] == [5] * sources.size(0)
@@ -417,7 +468,7 @@ def test_sampling_n_samples_per_sentence(model, sources):
 
 
 def test_batched_sampling_equals_one_at_a_time(model, sources):
-    kwargs = dict(num_samples=3, seed=5, top_p=0.9, max_len_a=1.0, max_len_b=4)
+    kwargs = dict(n_best=3, seed=5, top_p=0.9, max_len_a=1.0, max_len_b=4)
     batched = sampled(model, sources, **kwargs)
     for i in range(sources.size(0)):
         alone = sources[i : i + 1, : int((sources[i] != PAD).sum())]
@@ -443,7 +494,9 @@ def test_sampled_tokens_stay_inside_top_k_and_top_p(model, sources, settings):
     temperature = settings.get("temperature", 1.0)
     top_k, top_p = settings.get("top_k", 0), settings.get("top_p", 1.0)
     hyps = sample_decode(
-        model, sources, num_samples=6, seed=2, max_len_a=1.0, max_len_b=4, **settings
+        model,
+        sources,
+        DecodingConfig(strategy="sample", n_best=6, seed=2, max_len_a=1.0, max_len_b=4, **settings),
     )
     for i, sentence in enumerate(hyps):
         src = sources[i : i + 1, : int((sources[i] != PAD).sum())]
@@ -555,17 +608,19 @@ def test_overfit_reaches_near_zero_loss_and_greedy_reproduces_targets(overfit):
     assert losses[0] > 2.0
     assert final < 0.05, losses[::20]
     for use_cache in (True, False):
-        ids = greedy_decode(m, src, use_cache=use_cache)
+        ids = greedy_decode(m, src, DecodingConfig(strategy="greedy", use_cache=use_cache))
         assert [row_tokens(r) for r in ids] == [t + [EOS] for t in tgts]
     # Each sentence alone decodes the same.
     for i, t in enumerate(tgts):
         alone = src[i : i + 1, : len(t)]
-        assert row_tokens(greedy_decode(m, alone)[0]) == t + [EOS]
+        assert row_tokens(greedy_decode(m, alone, DecodingConfig(strategy="greedy"))[0]) == t + [
+            EOS
+        ]
 
 
 def test_overfit_model_stops_each_sentence_at_its_eos(overfit):
     m, src, tgts, _, _ = overfit
-    ids = greedy_decode(m, src, max_len_a=2.0, max_len_b=5)
+    ids = greedy_decode(m, src, DecodingConfig(strategy="greedy", max_len_a=2.0, max_len_b=5))
     assert ids.size(1) == max(len(t) for t in tgts) + 1  # stops once every row has its eos
     for row, t in zip(ids.tolist(), tgts, strict=True):
         assert row[len(t)] == EOS
@@ -575,16 +630,16 @@ def test_overfit_model_stops_each_sentence_at_its_eos(overfit):
 def test_overfit_model_truncated_at_per_sentence_cap(overfit):
     m, src, tgts, _, _ = overfit
     # cap = |src| = |target|: the target fits, its eos does not.
-    ids = greedy_decode(m, src, max_len_a=1.0, max_len_b=0)
+    ids = greedy_decode(m, src, DecodingConfig(strategy="greedy", max_len_a=1.0, max_len_b=0))
     assert [row_tokens(r) for r in ids] == tgts
-    ids = greedy_decode(m, src, max_len_a=0.0, max_len_b=2)
+    ids = greedy_decode(m, src, DecodingConfig(strategy="greedy", max_len_a=0.0, max_len_b=2))
     assert ids.tolist() == [t[:2] for t in tgts]
 
 
 def test_overfit_model_beam_search_finds_targets(overfit):
     m, src, tgts, _, _ = overfit
     for use_cache in (True, False):
-        hyps = beam_search(m, src, beam_size=3, n_best=2, use_cache=use_cache)
+        hyps = beam_search(m, src, DecodingConfig(beam_size=3, n_best=2, use_cache=use_cache))
         assert [h[0].tokens for h in hyps] == [t + [EOS] for t in tgts]
         for sentence in hyps:
             assert sentence[0].log_prob > -0.5  # nearly certain

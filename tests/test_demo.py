@@ -44,7 +44,7 @@ SCREENSHOT_ENV = "MINITX_DEMO_SCREENSHOT"
 
 @pytest.fixture(scope="module")
 def translator(tiny_checkpoint: Path) -> Translator:
-    return Translator.from_checkpoint(tiny_checkpoint)
+    return Translator.from_pretrained(tiny_checkpoint)
 
 
 def srcdoc(iframe: str) -> str:

@@ -296,7 +296,7 @@ def test_runner_on_the_toy_corpus(tmp_path: Path, tiny_checkpoint: Path) -> None
     assert (out / "hard" / "hard_attention.png").is_file()
     from minitx.evaluation import evaluate
 
-    translator = Translator.from_checkpoint(tiny_checkpoint)
+    translator = Translator.from_pretrained(tiny_checkpoint)
     from minitx.cli.evaluate import load_split
 
     test = load_split("builtin:toy", "test", "de", "en", None)

@@ -25,7 +25,7 @@ def test_greedy_ids_and_log_probabilities_agree_with_the_inference_api(
 ) -> None:
     from minitx.translator import Translator
 
-    translator = Translator.from_checkpoint(tiny_checkpoint)
+    translator = Translator.from_pretrained(tiny_checkpoint)
     sources = ["ein mann fährt fahrrad .", "", "zwei hunde spielen im schnee ."]
     ids = translator.tokenizer.encode(sources)
     translations = greedy_ids(translator.model, ids, batch_size=2)
@@ -50,7 +50,7 @@ def test_the_command_writes_tables_and_figures(tiny_checkpoint: Path, tmp_path: 
     assert summary["command"].endswith("--sentences 6 --variants saliency ig")
     from minitx.translator import Translator
 
-    config = Translator.from_checkpoint(tiny_checkpoint).model.config
+    config = Translator.from_pretrained(tiny_checkpoint).model.config
     layers, heads = config.n_decoder_layers, config.n_heads
     per_method = layers * (heads + 1) + 1  # every head, each layer's mean, every layer's mean
     assert len(summary["agreement"]) == 2 * per_method

@@ -40,7 +40,7 @@ SOURCES = TOY_TEST_SOURCES + TOY_TRAIN_SOURCES[:30]
 
 @pytest.fixture(scope="module")
 def translator(tiny_checkpoint: Path) -> Translator:
-    return Translator.from_checkpoint(tiny_checkpoint)
+    return Translator.from_pretrained(tiny_checkpoint)
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ from minitx.attention import (
     padding_mask,
     scaled_dot_product_attention,
 )
-from minitx.decoding import greedy_decode
+from minitx.decoding import DecodingConfig, greedy_decode
 from minitx.errors import ConfigError
 from minitx.hard_attention import ATTENTION_MODES, HardAttention, attention_modules, hard_weights
 from minitx.model import Transformer, TransformerConfig
@@ -183,8 +183,8 @@ def test_attention_mode_is_not_in_the_checkpoint() -> None:
 def test_greedy_with_hard_attention_cached_equals_uncached(scope) -> None:
     model = _model()
     with model.attention_mode("hard-argmax", scope=scope):
-        cached = greedy_decode(model, SRC, use_cache=True)
-        uncached = greedy_decode(model, SRC, use_cache=False)
+        cached = greedy_decode(model, SRC, DecodingConfig(use_cache=True))
+        uncached = greedy_decode(model, SRC, DecodingConfig(use_cache=False))
     assert torch.equal(cached, uncached)
 
 
@@ -201,7 +201,7 @@ def test_hard_sample_decoding_repeats_with_its_seed() -> None:
 # ------------------------------------------------------------------ Translator, commands
 @pytest.fixture(scope="module")
 def hard_translator(tiny_checkpoint: Path) -> Translator:
-    translator = Translator.from_checkpoint(tiny_checkpoint)
+    translator = Translator.from_pretrained(tiny_checkpoint)
     translator.set_attention("hard-argmax", scope="cross")
     return translator
 

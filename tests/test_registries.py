@@ -165,8 +165,8 @@ def test_rotary_model_is_causal_and_caches_like_full_recomputation() -> None:
     assert model.encoder_layers[0].self_attn.positions is model.positional
     assert model.decoder_layers[0].cross_attn.positions is None
     src = batch(4)["src"]
-    cached = greedy_decode(model, src, use_cache=True)
-    full = greedy_decode(model, src, use_cache=False)
+    cached = greedy_decode(model, src, DecodingConfig(use_cache=True))
+    full = greedy_decode(model, src, DecodingConfig(use_cache=False))
     assert torch.equal(cached, full)
     tgt = batch(4)["tgt_in"]
     changed = tgt.clone()
@@ -197,7 +197,7 @@ class GreedyAndReversed(DecodingStrategy):
         self, model: Transformer, src: Tensor, config: DecodingConfig
     ) -> list[list[Hypothesis]]:
         type(self).calls.append(config)
-        ids = greedy_decode(model, src, max_len_a=config.max_len_a, max_len_b=config.max_len_b)
+        ids = greedy_decode(model, src, config)
         out = []
         for row in ids.tolist():
             pieces = [t for t in row if t not in (PAD_ID, EOS_ID)]
@@ -226,7 +226,7 @@ def reversed_strategy() -> GreedyAndReversed:
 
 @pytest.fixture(scope="module")
 def translator(tiny_checkpoint: Path) -> Translator:
-    return Translator.from_checkpoint(tiny_checkpoint)
+    return Translator.from_pretrained(tiny_checkpoint)
 
 
 SENTENCES = TOY_TEST_SOURCES[:3]

@@ -31,7 +31,7 @@ SENTENCES = TOY_TEST_SOURCES[:6]
 
 @pytest.fixture(scope="module")
 def original(tiny_checkpoint: Path) -> Translator:
-    return Translator.from_checkpoint(tiny_checkpoint)
+    return Translator.from_pretrained(tiny_checkpoint)
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +95,7 @@ def test_round_trip_gives_identical_logits_and_translations(
     assert loaded.translate_n_best(SENTENCES, beam_size=4, n_best=3) == (
         original.translate_n_best(SENTENCES, beam_size=4, n_best=3)
     )
-    assert Translator.from_checkpoint(release_dir).translate(SENTENCES) == (
+    assert Translator.from_pretrained(release_dir).translate(SENTENCES) == (
         original.translate(SENTENCES)
     )
 
@@ -130,12 +130,6 @@ def test_save_pretrained_replaces_an_earlier_release(
 
 
 # ------------------------------------------------------------------------------ one path
-LOADERS = {
-    "Translator.from_checkpoint": Translator.from_checkpoint,
-    "Translator.from_pretrained": Translator.from_pretrained,
-}
-
-
 def test_ckpt_release_dir_and_hub_id_load_through_one_path(
     tiny_checkpoint: Path, release_dir: Path, original: Translator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -157,13 +151,12 @@ def test_ckpt_release_dir_and_hub_id_load_through_one_path(
     greedy = DecodingConfig.for_beam(1)
     expected = original.translate(SENTENCES), original.translate(SENTENCES, greedy)
     for source in sources:
-        for name, loader in LOADERS.items():
-            translator = loader(source)
-            got = translator.translate(SENTENCES), translator.translate(SENTENCES, greedy)
-            assert got == expected, (name, source)
-            assert translator.languages == original.languages == ("de", "en")
-            assert translator.train_config == original.train_config
-    assert loaded_from == [str(source) for source in sources for _ in LOADERS]
+        translator = Translator.from_pretrained(source)
+        got = translator.translate(SENTENCES), translator.translate(SENTENCES, greedy)
+        assert got == expected, source
+        assert translator.languages == original.languages == ("de", "en")
+        assert translator.train_config == original.train_config
+    assert loaded_from == [str(source) for source in sources]
 
 
 def test_the_commands_checkpoint_option_loads_through_the_same_path(
@@ -212,7 +205,7 @@ def test_a_missing_source_is_the_same_error_from_every_entry_point(
     ``error:`` line in the commands) naming what the path may be, whoever loads it."""
     monkeypatch.chdir(tmp_path)
     assert issubclass(MissingFileError, FileNotFoundError)
-    for loader in LOADERS.values():
+    for loader in (Translator.from_pretrained, release.load):
         for missing in ("runs/tiny/last.ckpt", "no_such_dir"):
             with pytest.raises(MissingFileError, match=re.escape(f"not found: {missing} (pass")):
                 loader(missing)

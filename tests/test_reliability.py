@@ -288,7 +288,7 @@ def test_a_signal_leaves_a_usable_last_checkpoint_and_a_nonzero_status(
     assert proc.returncode == status, out[-2000:]  # not 0: the run did not finish
     checkpoint = torch.load(last, weights_only=True)
     assert checkpoint["global_step"] > 0
-    assert Translator.from_checkpoint(last).translate(["ein mann ."])[0] is not None
+    assert Translator.from_pretrained(last).translate(["ein mann ."])[0] is not None
 
 
 def test_divergence_stops_at_the_step_with_a_clear_error_and_no_bad_checkpoint(
@@ -302,7 +302,7 @@ def test_divergence_stops_at_the_step_with_a_clear_error_and_no_bad_checkpoint(
     err = capsys.readouterr().err
     assert "error: training diverged at step" in err and "lower model.optim.lr" in err
     for path in (tmp_path / "runs").rglob("*.ckpt"):  # whatever was written is usable
-        Translator.from_checkpoint(path)
+        Translator.from_pretrained(path)
 
 
 KILLED_DURING_SAVE = """
@@ -623,7 +623,7 @@ def test_skip_bad_batches_counts_then_stops(
     assert "after skipping 3 bad batches" in one_error_line(capsys.readouterr().err)
     assert len(re.findall(r"batch skipped, no update \(\d of at most 3", caplog.text)) == 3
     for path in tmp_path.rglob("*.ckpt"):  # whatever was written is usable
-        Translator.from_checkpoint(path)
+        Translator.from_pretrained(path)
 
 
 # ------------------------------------------------------------------ inference never loses a line

@@ -20,9 +20,10 @@ import torch
 import yaml
 from helpers import PYTHON, TOY_TEST_SOURCES, TinyRun, subprocess_env
 
+from minitx.checkpoint import CHECKPOINT_KEY, CheckpointError, load_checkpoint
 from minitx.decoding import DecodingConfig, greedy_decode
 from minitx.maps import AttentionMaps
-from minitx.translator import CHECKPOINT_KEY, CheckpointError, Translator, load_checkpoint
+from minitx.translator import Translator
 
 # Sentences of very different lengths (a long one made of several toy sentences, one word,
 # characters the toy tokenizer has never seen), mixed with the toy test set.
@@ -41,7 +42,7 @@ SENTENCES = [
 
 @pytest.fixture(scope="module")
 def translator(tiny_checkpoint: Path) -> Translator:
-    return Translator.from_checkpoint(tiny_checkpoint)
+    return Translator.from_pretrained(tiny_checkpoint)
 
 
 def fixed_logits(translator: Translator) -> torch.Tensor:
@@ -54,7 +55,7 @@ def fixed_logits(translator: Translator) -> torch.Tensor:
 
 
 # ----------------------------------------------------------------------------- loading
-def test_from_checkpoint_builds_the_trained_model(
+def test_from_pretrained_builds_the_trained_model_from_a_ckpt(
     translator: Translator, tiny_checkpoint: Path
 ) -> None:
     checkpoint = torch.load(tiny_checkpoint, map_location="cpu", weights_only=True)
@@ -93,7 +94,7 @@ def test_copied_checkpoint_alone_translates_identically(
     elsewhere.parent.mkdir()
     shutil.copyfile(tiny_checkpoint, elsewhere)
     monkeypatch.chdir(tmp_path)  # nothing relative to the run directory or the CWD is needed
-    copy = Translator.from_checkpoint(elsewhere)
+    copy = Translator.from_pretrained(elsewhere)
     torch.testing.assert_close(fixed_logits(copy), fixed_logits(translator), rtol=0, atol=0)
     assert copy.translate(SENTENCES) == translator.translate(SENTENCES)
     assert copy.translate(SENTENCES, beam_size=3) == translator.translate(SENTENCES, beam_size=3)
@@ -106,7 +107,7 @@ CHILD = textwrap.dedent(
     from minitx.translator import Translator
 
     sentences = json.loads(sys.argv[2])
-    translator = Translator.from_checkpoint(sys.argv[1])
+    translator = Translator.from_pretrained(sys.argv[1])
     tok = translator.tokenizer
     src = tok.encode([sentences[0]])[0] + [tok.eos_id]
     tgt = [tok.bos_id] + tok.encode(["a woman rides a bicycle ."])[0]
@@ -208,7 +209,7 @@ def test_beam_one_is_greedy(translator: Translator) -> None:
 
 
 def test_bf16_translation_runs(tiny_checkpoint: Path) -> None:
-    out = Translator.from_checkpoint(tiny_checkpoint, bf16=True).translate(SENTENCES[:3])
+    out = Translator.from_pretrained(tiny_checkpoint, bf16=True).translate(SENTENCES[:3])
     assert len(out) == 3 and all(isinstance(t, str) for t in out)
 
 
@@ -288,7 +289,7 @@ def real_payload(checkpoint: Path) -> dict:
 def test_missing_file(tmp_path: Path) -> None:
     path = tmp_path / "no_such.ckpt"
     with pytest.raises(FileNotFoundError, match="no_such.ckpt"):
-        Translator.from_checkpoint(path)
+        Translator.from_pretrained(path)
     with pytest.raises(FileNotFoundError, match=str(tmp_path.name)):
         load_checkpoint(tmp_path)  # a directory is no checkpoint either
 
@@ -299,7 +300,7 @@ def test_truncated_checkpoint(tiny_checkpoint: Path, tmp_path: Path, fraction: f
     path = tmp_path / "truncated.ckpt"
     path.write_bytes(data[: int(len(data) * fraction)])
     with pytest.raises(CheckpointError, match="truncated.ckpt"):
-        Translator.from_checkpoint(path)
+        Translator.from_pretrained(path)
 
 
 @pytest.mark.parametrize(
@@ -316,7 +317,7 @@ def test_foreign_torch_file(tmp_path: Path, content: object) -> None:
     path = tmp_path / "foreign.ckpt"
     torch.save(content, path)
     with pytest.raises(CheckpointError, match="minitx|Lightning checkpoint"):
-        Translator.from_checkpoint(path)
+        Translator.from_pretrained(path)
 
 
 def test_every_foreign_file_message_names_minitx(tmp_path: Path) -> None:
@@ -341,7 +342,7 @@ def test_weights_that_do_not_match_the_config(tiny_checkpoint: Path, tmp_path: P
     path = tmp_path / "mismatch.ckpt"
     torch.save(checkpoint, path)
     with pytest.raises(CheckpointError, match="do not match"):
-        Translator.from_checkpoint(path)
+        Translator.from_pretrained(path)
 
 
 def test_refuses_a_custom_class(tiny_checkpoint: Path, tmp_path: Path) -> None:
@@ -350,7 +351,7 @@ def test_refuses_a_custom_class(tiny_checkpoint: Path, tmp_path: Path) -> None:
         {"state_dict": {}, CHECKPOINT_KEY: real_payload(tiny_checkpoint), "x": NotData()}, path
     )
     with pytest.raises(CheckpointError, match="refused"):
-        Translator.from_checkpoint(path)
+        Translator.from_pretrained(path)
 
 
 @pytest.mark.filterwarnings("ignore:Detected pickle protocol")
@@ -382,7 +383,7 @@ def test_refuses_code_execution(tiny_checkpoint: Path, tmp_path: Path, writer: s
     path, marker = tmp_path / "evil.ckpt", tmp_path / "marker"
     write(path, marker)
     with pytest.raises(CheckpointError, match="refused"):
-        Translator.from_checkpoint(path)
+        Translator.from_pretrained(path)
     assert not marker.exists()
 
 
@@ -410,7 +411,7 @@ def test_checkpoint_with_non_finite_weights_is_refused(
     broken = tmp_path / "nan.ckpt"
     torch.save(checkpoint, broken)
     with pytest.raises(CheckpointError, match=r"NaN or inf .*diverged"):
-        Translator.from_checkpoint(broken)
+        Translator.from_pretrained(broken)
 
 
 def test_a_sentence_longer_than_the_model_is_cut_and_counted_not_fatal(

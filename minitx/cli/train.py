@@ -663,7 +663,7 @@ def _test(cli: MinitxCLI, checkpoint: Path, which: str, run_dir: Path) -> None:
     from minitx.translator import Translator
 
     trainer = cli.trainer
-    translator = Translator.from_checkpoint(checkpoint, device=cli.model.device)
+    translator = Translator.from_pretrained(checkpoint, device=cli.model.device)
     split = _test_split(cli.datamodule)
     unscored = split.n_lines - len(split.sources)
     note = f"; {unscored} of {split.n_lines} lines not scored: an empty side" if unscored else ""

@@ -15,24 +15,19 @@ from minitx.decoding.config import (
     STRATEGIES,
     DecodingConfig,
     DecodingStrategy,
-    beam_strategy,
     strategy_for,
 )
 from minitx.decoding.greedy import greedy_decode
 from minitx.decoding.sampling import sample_decode, sampling_distribution
-from minitx.decoding.strategies import BeamSearch, Greedy, Sampling, generate
+from minitx.decoding.strategies import generate
 
 __all__ = [
     "DEFAULT_BEAM_SIZE",
     "STRATEGIES",
-    "BeamSearch",
     "DecodingConfig",
     "DecodingStrategy",
-    "Greedy",
     "Hypothesis",
-    "Sampling",
     "beam_search",
-    "beam_strategy",
     "generate",
     "greedy_decode",
     "length_penalty",

@@ -7,26 +7,17 @@ from torch import Tensor
 
 from minitx.decoding.common import (
     Hypothesis,
-    _next_token_scores,
     length_penalty,
     max_target_lengths,
+    next_token_log_probs,
 )
+from minitx.decoding.config import DecodingConfig
 from minitx.model import Transformer
 from minitx.vocab import BOS_ID, EOS_ID
 
 
 @torch.no_grad()
-def beam_search(
-    model: Transformer,
-    src: Tensor,
-    *,
-    beam_size: int = 5,
-    n_best: int = 1,
-    alpha: float = 1.0,
-    max_len_a: float = 1.5,
-    max_len_b: int = 10,
-    use_cache: bool = True,
-) -> list[list[Hypothesis]]:
+def beam_search(model: Transformer, src: Tensor, config: DecodingConfig) -> list[list[Hypothesis]]:
     """Batched beam search.
 
     Each sentence keeps `beam_size` live hypotheses. A candidate ending in eos that ranks among
@@ -38,26 +29,16 @@ def beam_search(
     Args:
         model: the Transformer (eval mode).
         src: (B, S) source ids, right-padded.
-        beam_size: hypotheses kept per sentence (1 = greedy).
-        n_best: hypotheses returned per sentence (<= beam_size).
-        alpha: length-penalty exponent (see `length_penalty`).
-        max_len_a: length cap a·|src| + b per sentence: the factor a of the source length
-            (eos included).
-        max_len_b: length cap a·|src| + b per sentence: the constant b.
-        use_cache: reuse keys/values of earlier steps.
+        config: the settings it reads: `beam_size`, `n_best`, `alpha` (see `length_penalty`),
+            the length cap and `use_cache`.
 
     Returns:
         For each sentence, its `n_best` hypotheses, best (highest score) first.
     """
-    if beam_size < 1 or not 1 <= n_best <= beam_size:
-        raise ValueError(
-            "beam_search: need beam_size >= 1 and 1 <= n_best <= beam_size, "
-            f"got {beam_size}, {n_best}"
-        )
-    k = beam_size
+    k, alpha = config.beam_size, config.alpha
     device = src.device
     enc = model.encode(src)
-    limits = max_target_lengths(src, model, max_len_a, max_len_b).tolist()
+    limits = max_target_lengths(src, model, config.max_len_a, config.max_len_b).tolist()
     # Every beam of a sentence starts as bos alone, so the first step decodes one row per
     # sentence (`width` 1) and keeps its k best tokens; the batch then grows to k rows per
     # sentence, the caches (cross-attention keys/values included) copied from that one row.
@@ -67,12 +48,10 @@ def beam_search(
     tokens = torch.full((len(active), 1), BOS_ID, dtype=torch.long, device=device)
     beam_scores = torch.zeros(len(active), 1, device=device)  # (N, width)
     finished: list[list[Hypothesis]] = [[] for _ in active]
-    cache = model.new_cache() if use_cache else None
+    cache = model.new_cache() if config.use_cache else None
 
     for step in range(max(limits)):
-        step_in = tokens[:, -1:] if use_cache else tokens
-        logits = model.decode(step_in, memory, src_mask, cache=cache).logits[:, -1]  # (N*W, V)
-        logp = _next_token_scores(logits, model)
+        logp = next_token_log_probs(model, tokens, memory, src_mask, cache)  # (N*W, V)
         vocab = logp.size(-1)
         candidates = (beam_scores.view(-1, 1) + logp).view(len(active), width * vocab)
         n_top = min(2 * k, width * vocab)  # 2K: enough for K non-eos (a tiny vocab has fewer)
@@ -88,12 +67,8 @@ def beam_search(
         for row, sent in enumerate(active):
             length = step + 1  # generated tokens including this step's
             live: list[tuple[int, int, float]] = []  # (source row, token, score)
-            for rank in range(n_top):
-                score, beam, token = (
-                    top_scores_l[row][rank],
-                    top_beam_l[row][rank],
-                    top_token_l[row][rank],
-                )
+            top = zip(top_scores_l[row], top_beam_l[row], top_token_l[row], strict=True)
+            for rank, (score, beam, token) in enumerate(top):
                 if score == float("-inf"):
                     break
                 if token == EOS_ID:
@@ -137,4 +112,4 @@ def beam_search(
             cache.reorder(index, cross=rows_change)
         active, width = still_active, k
 
-    return [sorted(hyps, key=lambda h: h.score, reverse=True)[:n_best] for hyps in finished]
+    return [sorted(hyps, key=lambda h: h.score, reverse=True)[: config.n_best] for hyps in finished]

@@ -1,5 +1,5 @@
 """Pieces every decoding strategy shares: the hypothesis record, the length cap, the
-next-token scores, the length penalty."""
+next-token step, the length penalty."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from minitx.kv_cache import DecoderCache
 from minitx.model import Transformer
-from minitx.vocab import BOS_ID, PAD_ID
+from minitx.vocab import BOS_ID, EOS_ID, PAD_ID
 
 
 @dataclass
@@ -34,9 +35,24 @@ def max_target_lengths(src: Tensor, model: Transformer, max_len_a: float, max_le
     return limit.clamp(1, model.config.max_positions - 1)  # bos takes one position
 
 
-def _next_token_scores(logits: Tensor, model: Transformer) -> Tensor:
-    """Log-probabilities (fp32) of the next token; pad and bos can never be generated."""
+def next_token_log_probs(
+    model: Transformer, tokens: Tensor, memory: Tensor, src_mask: Tensor, cache: DecoderCache | None
+) -> Tensor:
+    """(N, V) log-probabilities (fp32) of the token after `tokens` (N, 1 + t), the step every
+    strategy takes; with a `cache` only the last token is fed. Pad and bos can never be
+    generated."""
+    step_in = tokens[:, -1:] if cache is not None else tokens
+    logits = model.decode(step_in, memory, src_mask, cache=cache).logits[:, -1]  # (N, V)
     logp = torch.log_softmax(logits.float(), dim=-1)
     logp[:, PAD_ID] = float("-inf")
     logp[:, BOS_ID] = float("-inf")
     return logp
+
+
+def until_eos(tokens: list[int]) -> list[int]:
+    """Generated ids up to their eos (included), or without padding when no eos came."""
+    return (
+        tokens[: tokens.index(EOS_ID) + 1]
+        if EOS_ID in tokens
+        else [t for t in tokens if t != PAD_ID]
+    )

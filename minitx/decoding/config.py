@@ -110,13 +110,6 @@ class FunctionStrategy(DecodingStrategy):
         return self.function(model, src, config)
 
 
-def beam_strategy(beam_size: int) -> str:
-    """The strategy a beam size alone picks: "greedy" for 1, "beam" (search) otherwise. The
-    one place "beam 1 means greedy" is decided (`DecodingConfig.for_beam`,
-    `DecodingConfig.with_changes`)."""
-    return "greedy" if beam_size == 1 else "beam"
-
-
 def strategy_for(name: str) -> DecodingStrategy:
     """The registered strategy `name`, ready to use.
 
@@ -226,14 +219,15 @@ class DecodingConfig:
     @classmethod
     def for_beam(cls, beam_size: int, **changes: Any) -> DecodingConfig:
         """Greedy for `beam_size == 1`, else beam search of that size (the CLI's `--beam N`)."""
-        return cls(strategy=beam_strategy(beam_size), beam_size=beam_size, **changes)
+        return cls().with_changes(beam_size=beam_size, **changes)
 
     def with_changes(self, **changes: Any) -> DecodingConfig:
-        """`replace`, where a `beam_size` change without a `strategy` also picks the strategy
-        (`beam_strategy`), so that `beam_size=1` means greedy everywhere, as `--beam 1` does
-        on the command line (`Translator`'s keyword changes)."""
+        """`replace`, where a `beam_size` change without a `strategy` also picks the strategy,
+        greedy for 1 and beam search otherwise: the one place that makes `beam_size=1` mean
+        greedy everywhere, as `--beam 1` does on the command line (`for_beam`, `Translator`'s
+        and `evaluate`'s keyword changes)."""
         if "beam_size" in changes and "strategy" not in changes:
-            changes["strategy"] = beam_strategy(changes["beam_size"])
+            changes["strategy"] = "greedy" if changes["beam_size"] == 1 else "beam"
         return self.replace(**changes) if changes else self
 
     def replace(self, **changes: Any) -> DecodingConfig:

@@ -5,48 +5,39 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from minitx.decoding.common import _next_token_scores, max_target_lengths
+from minitx.decoding.common import max_target_lengths, next_token_log_probs
+from minitx.decoding.config import DecodingConfig
 from minitx.model import Transformer
 from minitx.vocab import BOS_ID, EOS_ID, PAD_ID
 
 
 @torch.no_grad()
-def greedy_decode(
-    model: Transformer,
-    src: Tensor,
-    *,
-    max_len_a: float = 1.5,
-    max_len_b: int = 10,
-    use_cache: bool = True,
-) -> Tensor:
+def greedy_decode(model: Transformer, src: Tensor, config: DecodingConfig | None = None) -> Tensor:
     """Pick the most probable token at each step. A sentence that has finished (eos or its
     length cap) leaves the batch, so the later steps only compute the unfinished ones.
 
     Args:
         model: the Transformer (put it in eval mode first).
         src: (B, S) source ids, right-padded.
-        max_len_a: length cap a·|src| + b per sentence: the factor a of the source length
-            (eos included).
-        max_len_b: length cap a·|src| + b per sentence: the constant b.
-        use_cache: reuse keys/values of earlier steps (same result, much faster).
+        config: the length cap (`max_len_a`, `max_len_b`) and `use_cache` it reads (default
+            `DecodingConfig()`).
 
     Returns:
         (B, L) generated ids (no bos), each row ending at its eos (if reached before the cap)
         and right-padded with pad_id.
     """
+    config = config or DecodingConfig()
     enc = model.encode(src)
     memory, src_mask = enc.memory, enc.src_mask  # rows of the sentences still decoding
-    limits = max_target_lengths(src, model, max_len_a, max_len_b)  # (B,)
+    limits = max_target_lengths(src, model, config.max_len_a, config.max_len_b)  # (B,)
     batch = src.size(0)
     out = torch.full((batch, int(limits.max())), PAD_ID, dtype=torch.long, device=src.device)
     alive = torch.arange(batch, device=src.device)  # original row of each decoding row
     tokens = torch.full((batch, 1), BOS_ID, dtype=torch.long, device=src.device)  # (N, 1 + t)
-    cache = model.new_cache() if use_cache else None
+    cache = model.new_cache() if config.use_cache else None
     steps = 0
     for step in range(out.size(1)):
-        step_in = tokens[:, -1:] if use_cache else tokens
-        logits = model.decode(step_in, memory, src_mask, cache=cache).logits[:, -1]  # (N, V)
-        next_token = _next_token_scores(logits, model).argmax(-1)  # (N,)
+        next_token = next_token_log_probs(model, tokens, memory, src_mask, cache).argmax(-1)  # (N,)
         out[alive, step] = next_token
         steps = step + 1
         done = (next_token == EOS_ID) | (step + 1 >= limits[alive])  # (N,)

@@ -19,10 +19,12 @@ from torch import Tensor
 
 from minitx.decoding.common import (
     Hypothesis,
-    _next_token_scores,
     length_penalty,
     max_target_lengths,
+    next_token_log_probs,
+    until_eos,
 )
+from minitx.decoding.config import DecodingConfig
 from minitx.model import Transformer
 from minitx.vocab import BOS_ID, EOS_ID, PAD_ID
 
@@ -67,20 +69,11 @@ def _row_seed(seed: int, src_ids: list[int], sample: int) -> int:
 
 @torch.no_grad()
 def sample_decode(
-    model: Transformer,
-    src: Tensor,
-    *,
-    num_samples: int = 1,
-    temperature: float = 1.0,
-    top_k: int = 0,
-    top_p: float = 1.0,
-    seed: int | None = 0,
-    alpha: float = 1.0,
-    max_len_a: float = 1.5,
-    max_len_b: int = 10,
-    use_cache: bool = True,
+    model: Transformer, src: Tensor, config: DecodingConfig
 ) -> list[list[Hypothesis]]:
-    """Draw `num_samples` translations per sentence.
+    """Draw `config.n_best` translations per sentence with the config's `temperature`, `top_k`
+    and `top_p` (see `sampling_distribution`) and `seed` (None draws a fresh one from the
+    operating system).
 
     Temperature 0 is argmax at every step: the samples are then greedy decoding's output
     (as is `top_k=1`). Each sample is a `Hypothesis` whose `log_prob` is its log-probability
@@ -91,26 +84,14 @@ def sample_decode(
     Args:
         model: the Transformer (eval mode).
         src: (B, S) source ids, right-padded.
-        num_samples: samples per sentence.
-        temperature: divide the logits by it; 0 = argmax (see `sampling_distribution`).
-        top_k: draw among the k most probable tokens only; 0 = all.
-        top_p: then among the fewest most probable tokens holding probability `top_p`
-            (nucleus sampling); 1.0 = all.
-        seed: seed of the row generators; None draws a fresh one from the operating system.
-        alpha: length-penalty exponent for ranking the samples.
-        max_len_a: length cap a·|src| + b per sentence: the factor a of the source length
-            (eos included).
-        max_len_b: length cap a·|src| + b per sentence: the constant b.
-        use_cache: reuse keys/values of earlier steps.
+        config: the sampling settings, the length cap and `use_cache`.
 
     Returns:
-        For each sentence, its `num_samples` hypotheses, best score first.
+        For each sentence, its `n_best` hypotheses, best score first.
     """
-    if num_samples < 1:
-        raise ValueError(f"sample_decode: num_samples must be >= 1, got {num_samples}")
     device = src.device
-    n = num_samples
-    seed = secrets.randbits(63) if seed is None else seed
+    n = config.n_best
+    seed = secrets.randbits(63) if config.seed is None else config.seed
     generators = []
     for row in src.tolist():
         ids = [t for t in row if t != PAD_ID]
@@ -119,20 +100,21 @@ def sample_decode(
     enc = model.encode(src)
     memory = enc.memory.repeat_interleave(n, dim=0)  # (B*N, S, D)
     src_mask = enc.src_mask.repeat_interleave(n, dim=0)  # (B*N, 1, 1, S)
-    limits = max_target_lengths(src, model, max_len_a, max_len_b).repeat_interleave(n)  # (B*N,)
+    limits = max_target_lengths(src, model, config.max_len_a, config.max_len_b)
+    limits = limits.repeat_interleave(n)  # (B*N,)
     rows = memory.size(0)
     tokens = torch.full((rows, 1), BOS_ID, dtype=torch.long, device=device)  # (B*N, 1 + t)
     log_probs = torch.zeros(rows, device=device)
     finished = torch.zeros(rows, dtype=torch.bool, device=device)
-    cache = model.new_cache() if use_cache else None
+    cache = model.new_cache() if config.use_cache else None
     for step in range(int(limits.max())):
-        step_in = tokens[:, -1:] if use_cache else tokens
-        logits = model.decode(step_in, memory, src_mask, cache=cache).logits[:, -1]  # (B*N, V)
-        logp = _next_token_scores(logits, model)  # (B*N, V)
-        if temperature == 0:
+        logp = next_token_log_probs(model, tokens, memory, src_mask, cache)  # (B*N, V)
+        if config.temperature == 0:
             next_token = logp.argmax(-1)
         else:
-            probs = sampling_distribution(logp, temperature=temperature, top_k=top_k, top_p=top_p)
+            probs = sampling_distribution(
+                logp, temperature=config.temperature, top_k=config.top_k, top_p=config.top_p
+            )
             draws = torch.cat([torch.rand(1, generator=g, device=device) for g in generators])
             cdf = probs.cumsum(-1)  # (B*N, V); inverse-CDF sampling with the rows' own draws
             next_token = torch.searchsorted(cdf, (draws * cdf[:, -1])[:, None], right=True)[:, 0]
@@ -149,9 +131,9 @@ def sample_decode(
     for sentence in range(src.size(0)):
         hyps = []
         for row in range(sentence * n, (sentence + 1) * n):
-            seq = tokens[row, 1:].tolist()
-            seq = seq[: seq.index(EOS_ID) + 1] if EOS_ID in seq else [t for t in seq if t != PAD_ID]
+            seq = until_eos(tokens[row, 1:].tolist())
             log_prob = float(log_probs[row])
-            hyps.append(Hypothesis(seq, log_prob, log_prob / length_penalty(len(seq), alpha)))
+            score = log_prob / length_penalty(len(seq), config.alpha)
+            hyps.append(Hypothesis(seq, log_prob, score))
         out.append(sorted(hyps, key=lambda h: h.score, reverse=True))
     return out

@@ -1,10 +1,8 @@
 """The built-in decoding strategies (greedy, beam, sample) and the one entry point, `generate`.
 
-Each strategy is a `DecodingStrategy` subclass registered in `STRATEGIES`: it decodes a batch
-and declares the `DecodingConfig` fields it reads, validates them and says how its results
-are labelled. Register a new one in any file with ``@STRATEGIES.register("name")``;
-`DecodingConfig(strategy="name")`, `Translator` and the commands' ``--strategy`` then
-accept it.
+Each is a `DecodingStrategy` registered in `STRATEGIES` (see `minitx.decoding.config`); a new
+one, registered in any file with ``@STRATEGIES.register("name")``, is accepted by
+`DecodingConfig(strategy="name")`, `Translator` and the commands' ``--strategy``.
 """
 
 from __future__ import annotations
@@ -16,21 +14,12 @@ import torch
 from torch import Tensor
 
 from minitx.decoding.beam import beam_search
-from minitx.decoding.common import Hypothesis
-from minitx.decoding.config import (
-    STRATEGIES,
-    DecodingConfig,
-    DecodingStrategy,
-    Strategy,
-    strategy_for,
-)
+from minitx.decoding.common import Hypothesis, until_eos
+from minitx.decoding.config import STRATEGIES, DecodingConfig, DecodingStrategy, strategy_for
 from minitx.decoding.greedy import greedy_decode
 from minitx.decoding.sampling import sample_decode
 from minitx.errors import ConfigError
 from minitx.model import Transformer
-from minitx.vocab import EOS_ID, PAD_ID
-
-__all__ = ["STRATEGIES", "BeamSearch", "Greedy", "Sampling", "Strategy", "generate"]
 
 
 @STRATEGIES.register("greedy")
@@ -41,21 +30,8 @@ class Greedy(DecodingStrategy):
         self, model: Transformer, src: Tensor, config: DecodingConfig
     ) -> list[list[Hypothesis]]:
         """One unscored hypothesis per sentence of `src` (B, S)."""
-        ids = greedy_decode(
-            model,
-            src,
-            max_len_a=config.max_len_a,
-            max_len_b=config.max_len_b,
-            use_cache=config.use_cache,
-        )
-        out = []
-        for row in ids.tolist():
-            if EOS_ID in row:
-                tokens = row[: row.index(EOS_ID) + 1]
-            else:
-                tokens = [t for t in row if t != PAD_ID]
-            out.append([Hypothesis(tokens, float("nan"), float("nan"))])
-        return out
+        rows = greedy_decode(model, src, config).tolist()
+        return [[Hypothesis(until_eos(row), float("nan"), float("nan"))] for row in rows]
 
 
 @STRATEGIES.register("beam")
@@ -69,16 +45,7 @@ class BeamSearch(DecodingStrategy):
         self, model: Transformer, src: Tensor, config: DecodingConfig
     ) -> list[list[Hypothesis]]:
         """`config.n_best` hypotheses per sentence of `src` (B, S), best first."""
-        return beam_search(
-            model,
-            src,
-            beam_size=config.beam_size,
-            n_best=config.n_best,
-            alpha=config.alpha,
-            max_len_a=config.max_len_a,
-            max_len_b=config.max_len_b,
-            use_cache=config.use_cache,
-        )
+        return beam_search(model, src, config)
 
     def width(self, config: DecodingConfig) -> int:
         """The beam size."""
@@ -104,19 +71,7 @@ class Sampling(DecodingStrategy):
         self, model: Transformer, src: Tensor, config: DecodingConfig
     ) -> list[list[Hypothesis]]:
         """`config.n_best` samples per sentence of `src` (B, S), best score first."""
-        return sample_decode(
-            model,
-            src,
-            num_samples=config.n_best,
-            temperature=config.temperature,
-            top_k=config.top_k,
-            top_p=config.top_p,
-            seed=config.seed,
-            alpha=config.alpha,
-            max_len_a=config.max_len_a,
-            max_len_b=config.max_len_b,
-            use_cache=config.use_cache,
-        )
+        return sample_decode(model, src, config)
 
     def width(self, config: DecodingConfig) -> int:
         """The number of samples, `n_best`."""

@@ -347,7 +347,7 @@ def load_trained(checkpoint: Path) -> tuple[Translator, str, tuple[str, str]]:
     minitx-evaluate's default languages (de, en) for what it does not say."""
     from minitx.translator import Translator
 
-    translator = Translator.from_checkpoint(checkpoint)
+    translator = Translator.from_pretrained(checkpoint)
     config = yaml.safe_load(translator.train_config) if translator.train_config else None
     data = config.get("data") if isinstance(config, dict) else None
     source = str(data.get("source", DEFAULT_SOURCE)) if isinstance(data, dict) else DEFAULT_SOURCE
