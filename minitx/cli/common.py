@@ -108,11 +108,7 @@ def finite_float(text: str) -> float:
 
 
 def positive_float(text: str) -> float:
-    """argparse ``type=``: a finite float above 0 (`finite_float`, then the sign).
-
-    Raises:
-        argparse.ArgumentTypeError: not a finite number, or not above 0.
-    """
+    """argparse ``type=``: a finite float (`finite_float`) above 0."""
     value = finite_float(text)
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be above 0, got {text}")
@@ -250,16 +246,11 @@ def add_decoding_arguments(
     what: str = "",
     batch_size: bool = True,
 ) -> None:
-    """The decoding and device options every inference command shares.
-
-    Adds ``--beam`` (default `DEFAULT_BEAM_SIZE`; 1 = greedy; several values when
-    `several_beams`), ``--strategy`` (the names in `minitx.decoding.STRATEGIES` when the
-    parser is built, so a strategy registered before that is offered too), ``--alpha``,
-    sampling (``--sample``, i.e. ``--strategy sample``, with ``--temperature``,
-    ``--top-k``, ``--top-p``, ``--seed``), hard attention (``--attention``,
-    ``--hard-attention-scope``), ``--batch-size`` (unless `batch_size` is False),
-    ``--device`` and ``--bf16``. `check_decoding_args` checks the values and builds the
-    `DecodingConfig` (``args.decoding``); `attention_from_args` gives the attention settings.
+    """The decoding and device options every inference command shares (``--beam`` takes
+    several values when `several_beams`; ``--batch-size`` only when `batch_size`).
+    ``--strategy`` offers the strategies registered when the parser is built.
+    `check_decoding_args` checks the values and builds the `DecodingConfig`;
+    `attention_from_args` gives the attention settings.
     """
     from minitx.decoding import DEFAULT_BEAM_SIZE, STRATEGIES, DecodingConfig
     from minitx.hard_attention import ATTENTION_MODES, HARD_ATTENTION_SCOPES
@@ -435,13 +426,10 @@ def beam_of(args: argparse.Namespace, beam: int) -> int | None:
 def decoding_from_args(
     args: argparse.Namespace, beam: int | None = None, **changes: Any
 ) -> DecodingConfig:
-    """The `DecodingConfig` the options ask for (`beam` picks one of several ``--beam``;
-    ignored by a strategy that reads no beam size, such as ``--sample``'s); built once per
-    command, by `check_decoding_args`.
-
-    ``--beam`` alone decides between greedy (1) and beam search; with ``--strategy`` (which
-    `check_decoding_args` sets for ``--sample``) the strategy gets the options it reads
-    (`DecodingStrategy.options`).
+    """The `DecodingConfig` the options ask for (`beam` picks one of several ``--beam``),
+    built once per command by `check_decoding_args`: ``--beam`` alone decides between greedy
+    (1) and beam search; a ``--strategy`` (which `check_decoding_args` sets for ``--sample``)
+    gets the options it reads (`DecodingStrategy.options`).
     """
     from minitx.decoding import DecodingConfig
 

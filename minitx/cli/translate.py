@@ -210,28 +210,24 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
         parser.error(f"{', '.join(chosen)} {verb} only with --print-alignment")
 
 
-def decode_lines(data: bytes, name: str) -> list[str]:
-    """UTF-8 bytes -> lines: split on ``\\n`` only, a final newline ends the last line, ``\\r``
-    is dropped.
+def read_input_file(path: Path) -> list[str]:
+    """Lines of `path`: split on ``\\n`` only, a final newline ends the last line, ``\\r`` is
+    dropped.
 
     Raises:
-        DataError: invalid UTF-8, naming `name` and the 1-based line.
+        UsageError: the file cannot be read.
+        DataError: invalid UTF-8, naming the file and the 1-based line.
     """
-    lines = decode_utf8(data, name).split("\n")
-    if lines[-1] == "":
-        lines.pop()
-    return [line.removesuffix("\r") for line in lines]
-
-
-def read_input_file(path: Path) -> list[str]:
-    """Lines of `path` (see `decode_lines`)."""
     try:
         data = path.read_bytes()
     except FileNotFoundError:
         raise UsageError(f"input file not found: {path}") from None
     except OSError as exc:
         raise UsageError(f"cannot read input file {path}: {exc.strerror or exc}") from None
-    return decode_lines(data, str(path))
+    lines = decode_utf8(data, str(path)).split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return [line.removesuffix("\r") for line in lines]
 
 
 def _line_chunks(stream: BinaryIO, size: int) -> Iterator[list[bytes]]:
