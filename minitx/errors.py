@@ -1,27 +1,12 @@
 """The errors that mean "the user's input, files, settings or environment", not "a bug".
 
-One hierarchy, raised where the problem is found and told from a bug by its type alone:
-
-    MinitxError                      every command: one ``error:`` line, exit status 2
-    ├── UsageError                   a command-line argument that cannot be used
-    ├── ConfigError (ValueError)     a setting minitx cannot use
-    ├── DataError (ValueError)       a corpus or text file: bad UTF-8, unequal lines, no split...
-    │   └── CorpusError              a split that cannot be scored (evaluation)
-    ├── MissingFileError (FileNotFoundError)   a file or directory the user named is absent
-    ├── SourceUnreachableError (ConnectionError)   the hub cannot be reached
-    ├── CheckpointError (ValueError) a checkpoint or release that is missing parts or damaged
-    ├── ResumeError                  a resume that does not match its checkpoint
-    ├── TrainingError                training cannot go on (divergence)
-    ├── OutputError                  an output that cannot be written safely (or no room)
-    ├── InputTooLongError (ValueError)   an input over a size limit (the demo's sentence box)
-    └── MissingExtraError (ImportError)   an optional library is not installed
-
-The builtin base beside `MinitxError` keeps code that catches `ValueError`,
-`FileNotFoundError`, ... working. The commands turn a `MinitxError` into one line, ``error:
-<what, where, how to fix>``, and exit status 2 (`minitx.cli.common.report_user_error`); set
-``MINITX_DEBUG=1`` to see the traceback instead. Anything else that escapes a command is a bug
-and keeps its traceback. (An operating-system error that names a file, such as "permission
-denied", is reported the same way.)
+Raised where the problem is found and told from a bug by their type alone: the commands turn a
+`MinitxError` into one line, ``error: <what, where, how to fix>``, and exit status 2
+(`minitx.cli.common.report_user_error`); set ``MINITX_DEBUG=1`` to see the traceback instead.
+Each type also derives from the builtin exception it resembles (`ValueError`,
+`FileNotFoundError`, ...), so code that catches those keeps working; the errors guide
+(docs/guides/errors.md) tabulates them. Anything else that escapes a command is a bug and keeps
+its traceback.
 """
 
 from __future__ import annotations
@@ -48,10 +33,7 @@ class UsageError(MinitxError):
 
 
 class ConfigError(MinitxError, ValueError):
-    """A setting has a value minitx cannot use; the message names it and what to choose.
-
-    A `ValueError`, so code that catches invalid values in general keeps working.
-    """
+    """A setting has a value minitx cannot use; the message names it and what to choose."""
 
 
 class DataError(MinitxError, ValueError):

@@ -30,11 +30,6 @@ MARKER = ".minitx-output"
 """The file that marks a directory as written by minitx (JSON: which command, what kind)."""
 
 
-def _inside(path: Path, directory: Path) -> bool:
-    """Whether `path` is `directory` or lies below it (both resolved)."""
-    return path == directory or directory in path.parents
-
-
 def check_output_dir(
     out: str | os.PathLike[str],
     *,
@@ -58,14 +53,14 @@ def check_output_dir(
     out = Path(out)
     where = out.resolve()
     here = Path.cwd().resolve()
-    if _inside(here, where):
+    if here.is_relative_to(where):
         raise OutputError(
             f"{flag} {out} is the current directory or one of its parents; minitx never writes "
             f"over it: give a new directory, e.g. {flag} {out / 'model'}"
         )
     for item in inputs:
         source = Path(item).resolve()
-        if _inside(source, where) or _inside(where, source):
+        if source.is_relative_to(where) or where.is_relative_to(source):
             raise OutputError(
                 f"{flag} {out} holds (or is) the input {item}; write to a directory of its own"
             )
@@ -88,13 +83,18 @@ def check_output_file(
     inputs: Sequence[str | os.PathLike[str]] = (),
     flag: str = "--output",
 ) -> None:
-    """Refuse an output file that is one of the inputs (it would be replaced before it is
-    read whole).
+    """Refuse, before any work, an output file that cannot be created, or that is one of the
+    inputs (it would be replaced before it is read whole).
 
     Raises:
-        OutputError: `out` is the same file as an input.
+        OutputError: `out` is a directory, its directory does not exist, or it is the same
+            file as an input.
     """
     out = Path(out)
+    if out.is_dir():
+        raise OutputError(f"{flag} {out} is a directory")
+    if not out.parent.is_dir():
+        raise OutputError(f"{flag} {out}: directory {out.parent} does not exist")
     for item in inputs:
         source = Path(item)
         if out.resolve() == source.resolve() or (

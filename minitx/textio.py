@@ -50,22 +50,23 @@ def quote_lines(lines: Sequence[int]) -> str:
     return shown + (", ..." if len(lines) > QUOTED_LINES else "")
 
 
-def check_utf8_argument(text: str, what: str) -> None:
-    """Reject a command-line argument that was not valid UTF-8.
+def check_utf8_arguments(arguments: dict[str, str]) -> None:
+    """Reject command-line arguments (name -> value) that were not valid UTF-8.
 
     Python decodes such bytes to lone surrogates ("surrogateescape"); no tokenizer can read them.
 
     Raises:
-        UsageError: naming `what` and the offending byte.
+        UsageError: naming the argument and the offending byte.
     """
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        byte = text[exc.start].encode("utf-8", "surrogateescape")
-        raise UsageError(
-            f"{what} is not valid UTF-8 (byte 0x{byte.hex()} at character {exc.start + 1}); "
-            "set a UTF-8 locale or pass the text in a UTF-8 file with --input"
-        ) from None
+    for what, text in arguments.items():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            byte = text[exc.start].encode("utf-8", "surrogateescape")
+            raise UsageError(
+                f"{what} is not valid UTF-8 (byte 0x{byte.hex()} at character {exc.start + 1}); "
+                "set a UTF-8 locale or pass the text in a UTF-8 file with --input"
+            ) from None
 
 
 def _umask() -> int:

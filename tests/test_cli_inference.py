@@ -32,7 +32,7 @@ from helpers import command_module as script_module
 from sacrebleu.metrics import BLEU
 
 from minitx.alignment import parse_alignment
-from minitx.decoding import DecodingConfig
+from minitx.decoding import DEFAULT_BEAM_SIZE, DecodingConfig
 from minitx.translator import Translator
 
 
@@ -86,9 +86,7 @@ def test_translate_arguments(translate_command, translator, tiny_checkpoint, cap
     sentences = [TOY_TEST_SOURCES[0], "ein hund", TOY_TEST_SOURCES[5]]
     assert translate_command.main(["--checkpoint", str(tiny_checkpoint), *sentences]) == 0
     out, err = capsys.readouterr()
-    assert out.splitlines() == translator.translate(
-        sentences, beam_size=translate_command.DEFAULT_BEAM
-    )
+    assert out.splitlines() == translator.translate(sentences, beam_size=DEFAULT_BEAM_SIZE)
     assert "Traceback" not in err
 
     assert (

@@ -294,10 +294,9 @@ def test_runner_on_the_toy_corpus(tmp_path: Path, tiny_checkpoint: Path) -> None
     assert sorted(hard) == ["hard-argmax-cross", "hard-sample-all", "soft"]
     assert "--attention hard-argmax" in hard["hard-argmax-cross"]["command"]
     assert (out / "hard" / "hard_attention.png").is_file()
-    from minitx.evaluation import evaluate
+    from minitx.evaluation import evaluate, load_split
 
     translator = Translator.from_pretrained(tiny_checkpoint)
-    from minitx.cli.evaluate import load_split
 
     test = load_split("builtin:toy", "test", "de", "en", None)
     plain = evaluate(translator, test.sources, test.references, beam_size=1)

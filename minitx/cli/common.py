@@ -108,11 +108,7 @@ def finite_float(text: str) -> float:
 
 
 def positive_float(text: str) -> float:
-    """argparse ``type=``: a finite float above 0 (`finite_float`, then the sign).
-
-    Raises:
-        argparse.ArgumentTypeError: not a finite number, or not above 0.
-    """
+    """argparse ``type=``: a finite float (`finite_float`) above 0."""
     value = finite_float(text)
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be above 0, got {text}")
@@ -185,15 +181,6 @@ def run_cli(run: Callable[[argparse.Namespace], int], args: argparse.Namespace) 
         return status
 
 
-def check_arguments_utf8(arguments: dict[str, str]) -> None:
-    """Reject command-line arguments (name -> value) that were not valid UTF-8, with a
-    `UsageError` naming the argument and the byte."""
-    from minitx.textio import check_utf8_argument
-
-    for name, value in arguments.items():
-        check_utf8_argument(value, name)
-
-
 CHECKPOINT_HELP = (
     "self-contained minitx .ckpt file, a release directory written by minitx-export, or the "
     "hub repo id (owner/name) of one"
@@ -259,16 +246,11 @@ def add_decoding_arguments(
     what: str = "",
     batch_size: bool = True,
 ) -> None:
-    """The decoding and device options every inference command shares.
-
-    Adds ``--beam`` (default `DEFAULT_BEAM_SIZE`; 1 = greedy; several values when
-    `several_beams`), ``--strategy`` (the names in `minitx.decoding.STRATEGIES` when the
-    parser is built, so a strategy registered before that is offered too), ``--alpha``,
-    sampling (``--sample``, i.e. ``--strategy sample``, with ``--temperature``,
-    ``--top-k``, ``--top-p``, ``--seed``), hard attention (``--attention``,
-    ``--hard-attention-scope``), ``--batch-size`` (unless `batch_size` is False),
-    ``--device`` and ``--bf16``. `check_decoding_args` checks the values and builds the
-    `DecodingConfig` (``args.decoding``); `attention_from_args` gives the attention settings.
+    """The decoding and device options every inference command shares (``--beam`` takes
+    several values when `several_beams`; ``--batch-size`` only when `batch_size`).
+    ``--strategy`` offers the strategies registered when the parser is built.
+    `check_decoding_args` checks the values and builds the `DecodingConfig`;
+    `attention_from_args` gives the attention settings.
     """
     from minitx.decoding import DEFAULT_BEAM_SIZE, STRATEGIES, DecodingConfig
     from minitx.hard_attention import ATTENTION_MODES, HARD_ATTENTION_SCOPES
@@ -386,13 +368,15 @@ def check_decoding_args(
         parser.error(f"--beam must be >= 1, got {args.beam}")
     if getattr(args, "batch_size", 1) < 1:
         parser.error(f"--batch-size must be >= 1, got {args.batch_size}")
-    named = getattr(args, "strategy", None)
+    named = args.strategy
     if args.sample and named not in (None, SAMPLE):
         parser.error(
             f"--sample and --strategy {named} exclude each other: --sample is --strategy {SAMPLE}"
         )
     if args.sample and getattr(args, "beam_given", False):
         parser.error("--sample and --beam exclude each other: sampling does not search")
+    if args.sample:
+        args.strategy = SAMPLE
     reads = _options_read(args)
     if named is not None and getattr(args, "beam_given", False) and "beam_size" not in reads:
         parser.error(f"--beam does not apply to --strategy {named}: it reads no beam size")
@@ -411,7 +395,7 @@ def check_decoding_args(
         parser.error("--hard-attention-scope applies only with a hard --attention")
     if n_best is not None and args.sample and n_best < 1:
         parser.error(f"--n-best (samples per sentence) must be >= 1, got {n_best}")
-    if n_best is not None and strategy_from_args(args) is None and not 1 <= n_best <= beams[0]:
+    if n_best is not None and args.strategy is None and not 1 <= n_best <= beams[0]:
         parser.error(f"--n-best must be between 1 and --beam ({args.beam}), got {n_best}")
     check_device(parser, args)
     changes = {} if n_best is None else {"n_best": n_best}
@@ -425,22 +409,12 @@ def check_decoding_args(
         args.decoding = configs[args.beam]
 
 
-def strategy_from_args(args: argparse.Namespace) -> str | None:
-    """The strategy the options name: ``--strategy NAME``, "sample" for ``--sample``, or None
-    when ``--beam`` decides (greedy for 1, else beam search)."""
-    named = getattr(args, "strategy", None)
-    if named is not None:
-        return named
-    return SAMPLE if getattr(args, "sample", False) else None
-
-
 def _options_read(args: argparse.Namespace) -> tuple[str, ...]:
     """The `DecodingConfig` fields the chosen strategy reads besides the shared ones
     (`DecodingStrategy.options`); ``("beam_size",)`` when ``--beam`` decides."""
     from minitx.decoding import strategy_for
 
-    chosen = strategy_from_args(args)
-    return ("beam_size",) if chosen is None else strategy_for(chosen).options
+    return ("beam_size",) if args.strategy is None else strategy_for(args.strategy).options
 
 
 def beam_of(args: argparse.Namespace, beam: int) -> int | None:
@@ -452,25 +426,22 @@ def beam_of(args: argparse.Namespace, beam: int) -> int | None:
 def decoding_from_args(
     args: argparse.Namespace, beam: int | None = None, **changes: Any
 ) -> DecodingConfig:
-    """The `DecodingConfig` the options ask for (`beam` picks one of several ``--beam``;
-    ignored by a strategy that reads no beam size, such as ``--sample``'s); built once per
-    command, by `check_decoding_args`.
-
-    ``--beam`` alone decides between greedy (1) and beam search; with ``--strategy`` (or
-    ``--sample``) the strategy gets the options it reads (`DecodingStrategy.options`).
+    """The `DecodingConfig` the options ask for (`beam` picks one of several ``--beam``),
+    built once per command by `check_decoding_args`: ``--beam`` alone decides between greedy
+    (1) and beam search; a ``--strategy`` (which `check_decoding_args` sets for ``--sample``)
+    gets the options it reads (`DecodingStrategy.options`).
     """
     from minitx.decoding import DecodingConfig
 
-    chosen = strategy_from_args(args)
     beam = args.beam if beam is None else beam
-    if chosen is None:
+    if args.strategy is None:
         return DecodingConfig.for_beam(beam, alpha=args.alpha, **changes)
     reads = _options_read(args)
     settings = {f: getattr(args, f) for f in SAMPLING_OPTIONS if getattr(args, f) is not None}
     settings = {field: value for field, value in settings.items() if field in reads}
     if "beam_size" in reads:
         settings["beam_size"] = beam
-    return DecodingConfig(strategy=chosen, alpha=args.alpha, **settings, **changes)
+    return DecodingConfig(strategy=args.strategy, alpha=args.alpha, **settings, **changes)
 
 
 def attention_from_args(args: argparse.Namespace) -> dict[str, Any]:

@@ -161,18 +161,6 @@ def hypothesis_path(args: argparse.Namespace, beam: int) -> Path:
     return (args.checkpoint.parent if local else Path()) / name
 
 
-def load_split(source: str, split: str, src_lang: str, tgt_lang: str, limit: int | None) -> Split:
-    """`minitx.evaluation.load_split` (the pairs of one split, non-empty on both sides), its
-    `CorpusError` as a `UsageError`."""
-    from minitx.evaluation import CorpusError
-    from minitx.evaluation import load_split as read_split
-
-    try:
-        return read_split(source, split, src_lang, tgt_lang, limit)
-    except CorpusError as exc:
-        raise UsageError(str(exc)) from None
-
-
 def aligned_lines(data: Split, hypotheses: list[str]) -> str:
     """The hypotheses file: one line per line of the split, empty where a pair was skipped."""
     out = [""] * data.n_lines
@@ -197,6 +185,8 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
 
+    from minitx.evaluation import evaluate, load_split  # its CorpusError is one error line
+
     data = load_split(args.data, args.split, src_lang, tgt_lang, args.limit)
     skipped_note = ", ".join(f"{n} {reason}" for reason, n in data.skipped.items() if n) or "none"
     print(
@@ -210,8 +200,6 @@ def run(args: argparse.Namespace) -> int:
     for path in [hypothesis_path(args, beam) for beam in args.decodings] + [args.json]:
         if path is not None and not path.parent.is_dir():
             raise UsageError(f"cannot write {path}: directory {path.parent} does not exist")
-
-    from minitx.evaluation import evaluate
 
     results = []
     for beam, decoding in args.decodings.items():  # each beam size once, in the order given

@@ -95,14 +95,10 @@ def read_evaluation(path: Path) -> dict:
 def run(args: argparse.Namespace) -> int:
     """Load, write, upload. Raises `UsageError` for input problems."""
     from minitx import release
-    from minitx.checkpoint import CheckpointError
 
     check_out_dir(args.out)
     evaluation = read_evaluation(args.evaluation) if args.evaluation is not None else None
-    try:
-        loaded = release.load(args.checkpoint)
-    except (FileNotFoundError, CheckpointError) as exc:
-        raise UsageError(str(exc)) from None
+    loaded = release.load(args.checkpoint)  # its errors are one error line
     if evaluation is not None:
         try:
             release.check_evaluation(evaluation, loaded.languages, where=str(args.evaluation))

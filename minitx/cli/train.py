@@ -1,25 +1,11 @@
 """`minitx-train` (also `python scripts/train.py`): train a Transformer with `LightningCLI`.
 
-What it adds to LightningCLI:
-- the default config `multi30k_de_en.yaml`, shipped inside the package (`minitx/configs/`),
-  so the command works from any directory after `pip install`; `--config other.yaml` goes on
-  top of it, and `--config NAME` also finds a packaged config by name (`tiny`,
-  `multi30k_en_de`); dotted flags override single keys;
-- one directory per run, `{runs_dir}/{run_name}/{version}` (version: a timestamp), holding
-  the TensorBoard events, `csv/metrics.csv`, the checkpoints, the resolved config and the
-  attention images; `run_name` and `runs_dir` are plain top-level keys;
-- the minitx callbacks: `checkpoint` (best validation BLEU), `attention_maps`, `averaging`
-  (the mean weights of the last epochs as `averaged.ckpt`; off by default), plus, always,
-  `last.ckpt` after every epoch, target tokens/s, saving on Ctrl-C / SIGTERM, and a
-  validation of the final weights when `trainer.max_steps` ends the run inside an epoch;
-- `--ckpt_path last` resumes the newest run of the same name, in its own directory;
-- Ctrl-C and SIGTERM save `last.ckpt`, then end the process with status 130 / 143, so that
-  schedulers and `train && evaluate` chains see an unfinished run;
-- after fitting, the best checkpoint is scored on the test split with greedy decoding and
-  with the default beam search (sacreBLEU with its signature);
-- quiet libraries: Lightning's INFO lines (seed, accelerators, tips, the model summary) and
-  the datasets progress bars (where standard error is not a terminal) only with
-  ``--verbose`` / ``-v``, so that the first line of a failed run is its ``error:`` line.
+What it adds to LightningCLI (the training guide, docs/guides/training.md, tells the user's
+side): the packaged default config and `--config NAME`; one directory per run,
+`{runs_dir}/{run_name}/{version}` (`claim_run_dir`); the minitx callbacks and loggers;
+`--ckpt_path last`; exit statuses 130 / 143 after Ctrl-C / SIGTERM, once `last.ckpt` is saved;
+the test-split scores of the best checkpoint after fitting (`_test`); quiet libraries unless
+``--verbose`` (`set_verbosity`), so that the first line of a failed run is its ``error:`` line.
 """
 
 from __future__ import annotations
@@ -90,8 +76,6 @@ CONFIG_DIR = Path(str(resources.files("minitx") / "configs"))
 DEFAULT_CONFIG = CONFIG_DIR / "multi30k_de_en.yaml"
 
 LIBRARY_LOGGERS = ("lightning.pytorch", "lightning.fabric")
-"""Lightning's loggers: INFO lines (seed, accelerators, tips, the model summary) only with
-``--verbose``."""
 
 _QUIET_MINITX: dict[str, Any] = {}
 """The minitx logger's level and handlers before a ``--verbose`` run changed them."""
@@ -706,19 +690,11 @@ def time_budget_note(
     steps_per_epoch: int = 0,
     max_epochs: int | None = None,
 ) -> str:
-    """The end-of-fit note on the run's plan against `trainer.max_time`, or an empty string.
-
-    - The cap cut the plan short: ", stopped by trainer.max_time after N of M planned
-      updates". Lightning's own last line names whichever limit its loop checks first
-      (after a cut inside epoch 3 of a `max_epochs: 3` plan it says "`max_epochs=3`
-      reached"), so the report says it instead. A run that finished its plan and then
-      crossed the cap in its last validation was not cut.
-    - The plan ended with more than `UNUSED_BUDGET_NOTE` of the cap unused (a faster
-      machine than the plan was made on): the minutes left and the flags of a plan that
-      would fill the budget at this run's pace (validation included), rounded down to 25
-      updates; `--trainer.max_epochs` too where `max_epochs` (of `steps_per_epoch` updates
-      each) would end that plan first.
-    """
+    """The end-of-fit note on the run's plan against `trainer.max_time`, or an empty string:
+    that the cap cut the plan short (Lightning's own last line names whichever limit its loop
+    checks first, e.g. "`max_epochs=3` reached" after a cut inside epoch 3), or, when the plan
+    left more than `UNUSED_BUDGET_NOTE` of the cap unused (a faster machine than the plan was
+    made on), the flags of a plan that would fill it at this run's pace."""
     if remaining_s is None:
         return ""
     if remaining_s <= 0:
@@ -768,19 +744,14 @@ def clock_note(schedules: list[BudgetSchedule], global_step: int) -> str:
 
 
 def _check_resume(cli: MinitxCLI, path: Path) -> None:
-    """Refuse a resume before anything in the run directory is written (config.yaml, the
-    metrics, TensorBoard events, checkpoints): from a weights-only checkpoint (e.g. written
-    by minitx-average), which has no optimizer state to continue with, or from one of another
-    model, optimizer settings or tokenizer (`TranslationModule.check_resume`, which the
-    module's checkpoint hook runs again when Lightning restores the checkpoint).
-
-    The tokenizer check needs this run's tokenizer: the data is prepared here, once (the fit
-    then finds it ready).
+    """Refuse a resume before anything in the run directory is written: from a weights-only
+    checkpoint (no optimizer state to continue with), or from one of another model, optimizer
+    settings or tokenizer (`TranslationModule.check_resume`). The tokenizer check needs this
+    run's tokenizer: the data is prepared here, once (the fit then finds it ready).
 
     Raises:
-        UsageError: a weights-only checkpoint, naming the file and what to resume from.
-        ResumeError: another model config or tokenizer, or optimizer settings (rate, warm-up,
-            schedule, betas, weight decay) that the checkpoint's state would override.
+        UsageError: a weights-only checkpoint.
+        ResumeError: another model config, tokenizer or optimizer settings.
     """
     state = read_checkpoint(path, mmap=True)  # a crafted or damaged file: one line, here
     if "optimizer_states" not in state:

@@ -28,14 +28,12 @@ from minitx.cli.common import (
     UsageError,
     add_decoding_arguments,
     attention_from_args,
-    check_arguments_utf8,
     check_decoding_args,
     run_cli,
     sentence_progress,
 )
-from minitx.decoding import DEFAULT_BEAM_SIZE
 from minitx.outputs import check_output_file
-from minitx.textio import atomic_output, decode_utf8
+from minitx.textio import atomic_output, check_utf8_arguments, decode_utf8
 
 if TYPE_CHECKING:  # the inference stack loads lazily (in `run`), so --help stays fast
     from minitx.translator import Progress, Translator
@@ -95,8 +93,6 @@ exit status: 0 ok; 2 a usage or input error (missing, corrupt or foreign checkpo
 unreadable input file, invalid UTF-8 in a file, on standard input or in an argument,
 unwritable output): one "error: ..." line on standard error, no traceback; 130 interrupted
 """
-DEFAULT_BEAM = DEFAULT_BEAM_SIZE
-
 
 _DEFAULT_LAYER_NAME = "mean" if DEFAULT_ALIGNMENT_LAYER is None else str(DEFAULT_ALIGNMENT_LAYER)
 
@@ -214,32 +210,24 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
         parser.error(f"{', '.join(chosen)} {verb} only with --print-alignment")
 
 
-def decode_lines(data: bytes, name: str) -> list[str]:
-    """UTF-8 bytes -> lines: split on ``\\n`` only, a final newline ends the last line, ``\\r``
-    is dropped.
+def read_input_file(path: Path) -> list[str]:
+    """Lines of `path`: split on ``\\n`` only, a final newline ends the last line, ``\\r`` is
+    dropped.
 
     Raises:
-        UsageError: invalid UTF-8, naming `name` and the 1-based line.
+        UsageError: the file cannot be read.
+        DataError: invalid UTF-8, naming the file and the 1-based line.
     """
-    try:
-        text = decode_utf8(data, name)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-    lines = text.split("\n")
-    if lines[-1] == "":
-        lines.pop()
-    return [line.removesuffix("\r") for line in lines]
-
-
-def read_input_file(path: Path) -> list[str]:
-    """Lines of `path` (see `decode_lines`)."""
     try:
         data = path.read_bytes()
     except FileNotFoundError:
         raise UsageError(f"input file not found: {path}") from None
     except OSError as exc:
         raise UsageError(f"cannot read input file {path}: {exc.strerror or exc}") from None
-    return decode_lines(data, str(path))
+    lines = decode_utf8(data, str(path)).split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return [line.removesuffix("\r") for line in lines]
 
 
 def _line_chunks(stream: BinaryIO, size: int) -> Iterator[list[bytes]]:
@@ -294,7 +282,8 @@ def stdin_chunks(size: int) -> Iterator[list[str]]:
     """The lines of a piped or redirected standard input, in chunks (see `_line_chunks`).
 
     Raises:
-        UsageError: no standard input, or invalid UTF-8 (naming the 1-based line).
+        UsageError: no standard input.
+        DataError: invalid UTF-8 (naming the 1-based line).
     """
     stream = sys.stdin
     if stream is None:
@@ -306,23 +295,9 @@ def stdin_chunks(size: int) -> Iterator[list[str]]:
         binary = io.BytesIO(stream.read().encode("utf-8", "surrogateescape"))
     first_line = 1
     for chunk in _line_chunks(binary, size):
-        try:
-            text = decode_utf8(b"\n".join(chunk), "<stdin>", first_line=first_line)
-        except ValueError as exc:
-            raise UsageError(str(exc)) from None
+        text = decode_utf8(b"\n".join(chunk), "<stdin>", first_line=first_line)
         yield [line.removesuffix("\r") for line in text.split("\n")]
         first_line += len(chunk)
-
-
-def check_output(path: Path | None, source: Path | None = None) -> None:
-    """Fail before translating when the output file cannot be created, or is the input."""
-    if path is None:
-        return
-    if path.is_dir():
-        raise UsageError(f"--output {path} is a directory")
-    if not path.parent.is_dir():
-        raise UsageError(f"--output {path}: directory {path.parent} does not exist")
-    check_output_file(path, inputs=[source] if source is not None else [])
 
 
 def format_results(
@@ -375,10 +350,11 @@ def interactive(translator: Translator, args: argparse.Namespace, out: TextIO) -
 
 def run(args: argparse.Namespace) -> int:
     """Read, translate, write. Raises `UsageError` for input problems."""
-    check_output(args.output, args.input)
+    if args.output is not None:
+        check_output_file(args.output, inputs=[args.input] if args.input is not None else [])
     chunks: Iterable[list[str]] | None  # None: interactive
     if args.sentences:
-        check_arguments_utf8({f"SENTENCE argument {i}": s for i, s in enumerate(args.sentences, 1)})
+        check_utf8_arguments({f"SENTENCE argument {i}": s for i, s in enumerate(args.sentences, 1)})
         chunks = [list(args.sentences)]
     elif args.input is not None:
         chunks = [read_input_file(args.input)]

@@ -31,12 +31,12 @@ from minitx.cli.common import (
     UsageError,
     add_decoding_arguments,
     attention_from_args,
-    check_arguments_utf8,
     check_decoding_args,
     run_cli,
 )
 from minitx.errors import ConfigError
 from minitx.maps import KINDS
+from minitx.textio import check_utf8_arguments
 from minitx.viz import DEFAULT_DPI, visualize
 
 
@@ -94,7 +94,7 @@ def _shorten(text: str, limit: int = 100) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Load, translate, draw, write. Raises `UsageError` for input problems."""
-    check_arguments_utf8({"SENTENCE": args.sentence})
+    check_utf8_arguments({"SENTENCE": args.sentence})
     from minitx.translator import Translator
 
     translator = Translator.from_pretrained(args.checkpoint, device=args.device, bf16=args.bf16)
