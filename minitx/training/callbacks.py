@@ -436,8 +436,7 @@ def train_time_elapsed(trainer: L.Trainer) -> float | None:
 
 
 def _max_time_timer(trainer: L.Trainer) -> Timer | None:
-    timers = [cb for cb in trainer.callbacks if isinstance(cb, Timer)]  # Lightning adds it
-    return timers[0] if timers else None
+    return next((cb for cb in trainer.callbacks if isinstance(cb, Timer)), None)  # Lightning's
 
 
 def _clock(seconds: float) -> str:
