@@ -1,20 +1,10 @@
 """Checkpoint averaging: the element-wise mean of the weights of several checkpoints.
 
 Averaging the weights of the last few epochs of one run usually translates a little better
-than any one of them (Vaswani et al. 2017 average the last 5 or 20 checkpoints). Here:
-
-- `average_state_dicts`: the mean of state dicts (floating tensors summed in float64, then
-  cast back to their dtype; integer and bool buffers must be equal in all of them; tied
-  tensors stay tied);
-- `average_checkpoints`: the mean of minitx `.ckpt` files, read safely one at a time with
-  `minitx.checkpoint.load_checkpoint`; they must share the model config, the tokenizer and
-  the languages. The result is a checkpoint that loads wherever a `.ckpt` does, with the
-  first file's minitx payload, and `averaged_from` in it naming the files averaged;
-- `write_checkpoint` (from `minitx.checkpoint`): save a checkpoint dict atomically.
-
-The training callback `minitx.training.averaging.CheckpointAveraging` averages the last N
-epochs of a run with `average_state_dicts`. This module imports torch and the checkpoint
-reader; never Lightning.
+than any one of them (Vaswani et al. 2017 average the last 5 or 20 checkpoints):
+`average_state_dicts` for state dicts (the training callback
+`minitx.training.averaging.CheckpointAveraging`), `average_checkpoints` for `.ckpt` files
+(``minitx-average``). This module imports torch and the checkpoint reader; never Lightning.
 """
 
 from __future__ import annotations
@@ -30,9 +20,9 @@ from minitx.checkpoint import (
     CHECKPOINT_KEY,
     MODEL_PREFIX,
     CheckpointError,
+    check_finite,
     load_checkpoint,
 )
-from minitx.checkpoint import write_checkpoint as write_checkpoint  # re-exported
 from minitx.errors import ConfigError
 from minitx.model import TransformerConfig
 
@@ -87,11 +77,7 @@ class _Mean:
 
     def add(self, state: Mapping[str, Tensor], name: str) -> None:
         """Add one state dict; `name` (a file, an epoch) goes into error messages."""
-        for key, value in state.items():
-            if value.is_floating_point() and not torch.isfinite(value).all():
-                raise CheckpointError(
-                    f"{name}: {key} holds NaN or inf (training had diverged); leave it out"
-                )
+        check_finite(state, name)
         if self.count == 0:
             self.reference, self.ties, self.first_name = dict(state), _ties(state), name
             self.sums = {
@@ -206,11 +192,6 @@ def _model_weights(checkpoint: Mapping[str, Any]) -> dict[str, Tensor]:
     return {k: v for k, v in checkpoint["state_dict"].items() if k.startswith(MODEL_PREFIX)}
 
 
-def _step_of(checkpoint: Mapping[str, Any], key: str) -> int | None:
-    value = checkpoint.get(key)
-    return int(value) if isinstance(value, int) else None
-
-
 def average_checkpoints(paths: Sequence[str | Path]) -> dict[str, Any]:
     """The checkpoint whose model weights are the mean of those of the checkpoints at `paths`.
 
@@ -249,8 +230,8 @@ def average_checkpoints(paths: Sequence[str | Path]) -> dict[str, Any]:
         record.append(
             {
                 "file": str(path),
-                "epoch": _step_of(checkpoint, "epoch"),
-                "global_step": _step_of(checkpoint, "global_step"),
+                "epoch": checkpoint.get("epoch"),
+                "global_step": checkpoint.get("global_step"),
             }
         )
     assert first is not None

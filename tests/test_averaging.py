@@ -20,13 +20,14 @@ from helpers import (
 )
 
 from minitx import release
-from minitx.averaging import (
-    AVERAGED_KEY,
-    average_checkpoints,
-    average_state_dicts,
+from minitx.averaging import AVERAGED_KEY, average_checkpoints, average_state_dicts
+from minitx.checkpoint import (
+    CHECKPOINT_KEY,
+    MODEL_PREFIX,
+    CheckpointError,
+    load_checkpoint,
     write_checkpoint,
 )
-from minitx.checkpoint import CHECKPOINT_KEY, MODEL_PREFIX, CheckpointError, load_checkpoint
 from minitx.cli.average import main as average_main
 from minitx.decoding import DecodingConfig
 from minitx.errors import ConfigError

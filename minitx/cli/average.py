@@ -45,8 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     """Average and write. Raises `UsageError` for input problems."""
-    from minitx.averaging import average_checkpoints, write_checkpoint
-    from minitx.checkpoint import CheckpointError
+    from minitx.averaging import average_checkpoints
+    from minitx.checkpoint import CheckpointError, write_checkpoint
     from minitx.outputs import check_output_file
 
     out: Path = args.out

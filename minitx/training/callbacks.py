@@ -70,7 +70,6 @@ class AttentionMapLogger(L.Callback):
         self.num_sentences, self.every_n_epochs = num_sentences, every_n_epochs
         self.kinds, self.save_png, self.max_pieces = tuple(kinds), save_png, max_pieces
         self._pairs: list[tuple[str, str]] | None = None
-        self.written: list[Path] = []
 
     def _select_pairs(self, trainer: L.Trainer, tokenizer) -> list[tuple[str, str]]:
         sources, references = trainer.datamodule.texts("validation")
@@ -141,7 +140,6 @@ class AttentionMapLogger(L.Callback):
                 out_dir.mkdir(parents=True, exist_ok=True)
                 path = out_dir / f"s{index}_{name.replace('/layer_', '_layer')}.png"
                 fig.savefig(path, dpi=100)
-                self.written.append(path)
             fig.clear()
 
 
@@ -411,11 +409,7 @@ class ValidateAtEnd(L.Callback):
     def on_train_batch_end(self, trainer: L.Trainer, *args: Any, **kwargs: Any) -> None:
         epoch_end = trainer.fit_loop.epoch_loop.batch_progress.is_last_batch
         per_epoch = trainer.check_val_every_n_epoch is not None and trainer.val_check_interval == 1
-        if epoch_end and per_epoch:
-            return  # Lightning validates at the end of the epoch itself
-        max_epochs = trainer.max_epochs
-        last_epoch = max_epochs is not None and 0 < max_epochs <= trainer.current_epoch + 1
-        if 0 <= trainer.max_steps <= trainer.global_step or (epoch_end and last_epoch):
+        if not (epoch_end and per_epoch) and _run_ends_here(trainer):  # else Lightning validates
             trainer.should_stop = True
 
 
@@ -442,8 +436,7 @@ def train_time_elapsed(trainer: L.Trainer) -> float | None:
 
 
 def _max_time_timer(trainer: L.Trainer) -> Timer | None:
-    timers = [cb for cb in trainer.callbacks if isinstance(cb, Timer)]  # Lightning adds it
-    return timers[0] if timers else None
+    return next((cb for cb in trainer.callbacks if isinstance(cb, Timer)), None)  # Lightning's
 
 
 def _clock(seconds: float) -> str:

@@ -19,12 +19,6 @@ SDPA_BACKENDS: tuple[str, ...] = ("auto", "flash", "math", "default")
 """Choices of `TranslationModule`'s `sdpa_backend` (`model.sdpa_backend`)."""
 
 
-def check_sdpa_backend(value: str, key: str = "model.sdpa_backend") -> None:
-    """Raise `ConfigError` unless `value` is one of `SDPA_BACKENDS`; `key` names the setting."""
-    if value not in SDPA_BACKENDS:
-        raise ConfigError(f"{key}={value!r}; choose one of {SDPA_BACKENDS}")
-
-
 @dataclass
 class OptimConfig:
     """How the model is trained.

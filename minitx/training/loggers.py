@@ -26,6 +26,8 @@ from torch import Tensor
 from minitx.textio import atomic_path
 
 METRICS_FILE = "metrics.csv"
+FLUSH_EVERY_N_STEPS = 100
+"""How often the rows logged so far are written (`CSVLogger`'s default)."""
 
 
 class ContinuingCSVLogger(Logger):
@@ -37,7 +39,6 @@ class ContinuingCSVLogger(Logger):
         version: the logger's directory under it.
         resume_step: the global step of the checkpoint training resumes from; None for a new
             run (an existing file is then replaced, as `CSVLogger` does).
-        flush_logs_every_n_steps: how often the rows logged so far are written.
     """
 
     def __init__(
@@ -46,11 +47,9 @@ class ContinuingCSVLogger(Logger):
         name: str = "",
         version: str = "csv",
         resume_step: int | None = None,
-        flush_logs_every_n_steps: int = 100,
     ) -> None:
         super().__init__()
         self.resume_step = resume_step
-        self.flush_logs_every_n_steps = flush_logs_every_n_steps
         self.path = Path(save_dir) / name / version / METRICS_FILE
         self.keys: list[str] = []  # the file's columns
         self.rows: list[dict[str, Any]] = []  # logged, not written yet
@@ -92,7 +91,7 @@ class ContinuingCSVLogger(Logger):
         row = {k: v.item() if isinstance(v, Tensor) else v for k, v in metrics.items()}
         row["step"] = len(self.rows) if step is None else step
         self.rows.append(row)
-        if (row["step"] + 1) % self.flush_logs_every_n_steps == 0:
+        if (row["step"] + 1) % FLUSH_EVERY_N_STEPS == 0:
             self.save()
 
     @rank_zero_only

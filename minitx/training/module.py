@@ -30,7 +30,7 @@ from minitx.checkpoint import CHECKPOINT_KEY, write_payload
 from minitx.decoding import generate
 from minitx.errors import ConfigError, ResumeError, TrainingError
 from minitx.model import PACK_ROWS, Transformer, TransformerConfig
-from minitx.training.config import OptimConfig, ValidationConfig, check_sdpa_backend
+from minitx.training.config import SDPA_BACKENDS, OptimConfig, ValidationConfig
 from minitx.training.schedules import SCHEDULES, make_schedule
 from minitx.vocab import PAD_ID
 
@@ -93,8 +93,9 @@ class TranslationModule(L.LightningModule):
     ) -> None:
         super().__init__()
         self.model_config: TransformerConfig = _coerce(transformer, TransformerConfig)
+        if sdpa_backend not in SDPA_BACKENDS:
+            raise ConfigError(f"model.sdpa_backend={sdpa_backend!r}; choose one of {SDPA_BACKENDS}")
         self.sdpa_backend = sdpa_backend
-        check_sdpa_backend(self.sdpa_backend)
         if pack_rows < 0:
             raise ConfigError(f"model.pack_rows must be >= 0 (0 = no packing), got {pack_rows}")
         self.optim: OptimConfig = _coerce(optim, OptimConfig)
@@ -173,7 +174,21 @@ class TranslationModule(L.LightningModule):
         Raises:
             ResumeMismatchError: naming what differs.
         """
-        self._check_resumed_optim(checkpoint.get("hyper_parameters") or {})
+        saved_optim = (checkpoint.get("hyper_parameters") or {}).get("optim")
+        if isinstance(saved_optim, dict):
+            current_optim = asdict(self.optim)
+            differ = [
+                f"model.optim.{key} {saved_optim[key]!r} -> {current_optim[key]!r}"
+                for key in self.RESUME_KEEPS
+                if key in saved_optim
+                and _as_plain(saved_optim[key]) != _as_plain(current_optim[key])
+            ]
+            if differ:
+                raise ResumeMismatchError(
+                    f"cannot resume with other optimizer settings ({'; '.join(differ)}): the "
+                    "checkpoint's optimizer state and schedule carry its own; resume with its "
+                    "settings, or start a new run (--run_name) to train with these"
+                )
         payload = checkpoint.get(CHECKPOINT_KEY) or {}
         saved = payload.get("model_config")
         if saved is not None:
@@ -201,28 +216,6 @@ class TranslationModule(L.LightningModule):
     RESUME_KEEPS = ("lr", "warmup_steps", "schedule", "betas", "weight_decay")
     """`OptimConfig` settings a resumed run takes from its checkpoint (the optimizer's state and
     the schedule's carry them), so a different value on the command line is refused."""
-
-    def _check_resumed_optim(self, hparams: dict[str, Any]) -> None:
-        """Refuse to resume with optimizer settings the checkpoint would silently override.
-
-        Raises:
-            ResumeMismatchError: naming each such setting with both values.
-        """
-        saved = hparams.get("optim")
-        if not isinstance(saved, dict):
-            return
-        current = asdict(self.optim)
-        differ = [
-            f"model.optim.{key} {saved[key]!r} -> {current[key]!r}"
-            for key in self.RESUME_KEEPS
-            if key in saved and _as_plain(saved[key]) != _as_plain(current[key])
-        ]
-        if differ:
-            raise ResumeMismatchError(
-                f"cannot resume with other optimizer settings ({'; '.join(differ)}): the "
-                "checkpoint's optimizer state and schedule carry its own; resume with its "
-                "settings, or start a new run (--run_name) to train with these"
-            )
 
     def on_train_start(self) -> None:
         """Set each parameter group's rate from the schedule at the current step.

@@ -46,8 +46,7 @@ def cpu_has_fast_bf16() -> bool:
 def trains_on_cpu(accelerator: Any) -> bool:
     """Whether Lightning's `accelerator` setting ends up on the CPU ("auto": no GPU here)."""
     if accelerator in (None, "auto"):
-        has_mps = getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()
-        return not torch.cuda.is_available() and not has_mps
+        return not torch.cuda.is_available() and not torch.backends.mps.is_available()
     return accelerator == "cpu"
 
 

@@ -6,18 +6,7 @@ Each schedule is a small `Schedule` class, not a lambda, so `LambdaLR` stores it
 keeps the checkpoint's peak rate and warm-up; a decaying schedule's end follows the resumed
 run's plan (`TranslationModule.on_load_checkpoint`).
 
-Add one in any file imported before the model is built::
-
-    @SCHEDULES.register("constant")
-    class Constant(Schedule):
-        def __init__(self, warmup_steps: int) -> None:
-            self.warmup_steps = max(1, warmup_steps)
-
-        def __call__(self, step: int) -> float:
-            return min(1.0, max(1, step) / self.warmup_steps)
-
-A schedule that decays to zero at the run's last planned step sets
-``needs_total_steps = True`` and is built as ``cls(warmup_steps, total_steps)``.
+How to add one: docs/ARCHITECTURE.md, "A learning-rate schedule".
 
 - `InverseSqrtSchedule` is the paper's: it never reaches zero, so it suits runs of unknown
   length (`--config long`, the 45-minute recipe).
@@ -95,6 +84,10 @@ class LinearDecaySchedule(Schedule):
         step = max(1, step)
         if step < self.warmup_steps:
             return step / self.warmup_steps
+        return self.decay(step)
+
+    def decay(self, step: int) -> float:
+        """The factor at `step` after the warm-up."""
         return 1.0 - self.progress(step)
 
 
@@ -105,10 +98,7 @@ class CosineDecaySchedule(LinearDecaySchedule):
     The cosine of Loshchilov and Hutter (SGDR, 2017), without restarts.
     """
 
-    def __call__(self, step: int) -> float:
-        step = max(1, step)
-        if step < self.warmup_steps:
-            return step / self.warmup_steps
+    def decay(self, step: int) -> float:
         return 0.5 * (1.0 + math.cos(math.pi * self.progress(step)))
 
 
@@ -134,9 +124,6 @@ class BudgetSchedule(LinearDecaySchedule):
     floats and ints, saved in checkpoints: a resumed run continues the clock (Lightning's
     `Timer` restores its elapsed time) and the plan.
     """
-
-    uses_clock: ClassVar[bool] = True
-    """Whether the `BudgetClock` callback must tell it the time."""
 
     def __init__(self, warmup_steps: int, total_steps: int) -> None:
         super().__init__(warmup_steps, total_steps)
@@ -171,10 +158,7 @@ class BudgetSchedule(LinearDecaySchedule):
         if led and new_step:
             self.clock_led_steps += 1
 
-    def __call__(self, step: int) -> float:
-        step = max(1, step)
-        if step < self.warmup_steps:
-            return step / self.warmup_steps
+    def decay(self, step: int) -> float:
         return 1.0 - self.budget_progress(step)
 
 
@@ -188,11 +172,8 @@ def make_schedule(name: str, warmup_steps: int, total_steps: int | None) -> Sche
 
     Raises:
         ConfigError: `name` is not registered (the message lists the choices).
-        ValueError: the schedule needs `total_steps` and it is None.
     """
     schedule = SCHEDULES[name]
     if not schedule.needs_total_steps:
         return schedule(warmup_steps)
-    if total_steps is None:
-        raise ValueError(f"schedule {name!r} needs total_steps")
     return schedule(warmup_steps, total_steps)
