@@ -761,7 +761,8 @@ def bench_budget(args: argparse.Namespace) -> None:
         f"\n== the budget: --config {args.budget_config} for {args.budget_time} (a fresh "
         "process, Lightning's SimpleProfiler; the test decoding after the fit not run) =="
     )
-    work = Path(tempfile.mkdtemp(prefix="minitx-bench-budget-"))
+    work = Path(args.budget_workdir or tempfile.mkdtemp(prefix="minitx-bench-budget-"))
+    work.mkdir(parents=True, exist_ok=True)
     command = [
         sys.executable, str(Path(__file__).with_name("train.py")),
         "--config", args.budget_config,
@@ -794,7 +795,8 @@ def bench_budget(args: argparse.Namespace) -> None:
         f"  target tokens/s: {fit_rate:,.0f} over the whole fit, {step_rate:,.0f} in the "
         f"training steps alone; ratio {fit_rate / step_rate:.2f} (the share that trains)"
     )
-    shutil.rmtree(work, ignore_errors=True)
+    if not args.budget_workdir:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 # ------------------------------------------------------------------------------------ decode
@@ -1040,6 +1042,11 @@ def main() -> None:
         "--budget-time",
         default="00:00:20:00",
         help="budget section: its --trainer.max_time, DD:HH:MM:SS (default: the default's 20 min)",
+    )
+    parser.add_argument(
+        "--budget-workdir",
+        help="budget section: keep the run (checkpoints, logs, profile) here (default: a "
+        "temporary directory, removed)",
     )
     parser.add_argument(
         "--smoke",

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import socket
+from types import SimpleNamespace
+
 import pytest
 import torch
 
@@ -289,3 +292,26 @@ def test_pack_rows_reaches_the_model_and_the_checkpoint_hyperparameters() -> Non
     assert module.model.pack_rows == 0 and module.hparams["pack_rows"] == 0
     with pytest.raises(ConfigError, match="model.pack_rows must be >= 0"):
         TranslationModule(transformer=SMALL, pack_rows=-8)
+
+
+def _gather_val_pairs(rank: int, port: int, out: dict) -> None:
+    torch.distributed.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2
+    )
+    share = SimpleNamespace(
+        val_pairs=[(f"hyp {rank} {i}", f"ref {rank} {i}") for i in range(rank + 1)]
+    )
+    out[rank] = TranslationModule._all_val_pairs(share)
+    torch.distributed.destroy_process_group()
+
+
+def test_validation_scores_the_translations_of_every_ddp_process() -> None:
+    # Each process translates its share of the validation set; BLEU and chrF are corpus
+    # scores, so every process must score all the shares, not its own.
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = torch.multiprocessing.Manager().dict()
+    torch.multiprocessing.spawn(_gather_val_pairs, args=(port, out), nprocs=2)
+    everything = (["hyp 0 0", "hyp 1 0", "hyp 1 1"], ["ref 0 0", "ref 1 0", "ref 1 1"])
+    assert out[0] == out[1] == everything
