@@ -599,6 +599,16 @@ def test_smoke_fit_writes_attention_figures_to_tensorboard_and_png(tiny_run: Tin
             "s0_encoder_layer0.png",
         ]
         assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
+    # TensorBoard and the PNG file show one drawing of the figure, pixel for pixel.
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    logged = events.Images("attention/s0/cross/layer_0")[0].encoded_image_string
+    tensorboard = np.asarray(Image.open(io.BytesIO(logged)).convert("RGB"))
+    png = np.asarray(Image.open(tiny_run.run_dir / "attention" / "start" / "s0_cross_layer0.png"))
+    assert tensorboard.shape == png[..., :3].shape and (tensorboard == png[..., :3]).all()
 
 
 def test_checkpoint_carries_model_config_tokenizer_and_training_config(tiny_run: TinyRun) -> None:

@@ -14,11 +14,14 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
+import matplotlib.image
+import numpy as np
 import torch
 from lightning.pytorch.callbacks import RichProgressBar, Timer
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.exceptions import SIGTERMException
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 from minitx.errors import MinitxError
 from minitx.maps import KINDS, AttentionMaps, attention_entropy, teacher_forced_maps
@@ -134,12 +137,18 @@ class AttentionMapLogger(L.Callback):
             lg.experiment for lg in trainer.loggers if isinstance(lg, TensorBoardLogger)
         ]
         for name, fig in figures_for_maps(maps, kinds=self.kinds).items():  # name: "cross/layer_0"
+            # Drawn once, for TensorBoard and the PNG file alike: drawing is most of a figure's
+            # cost, and add_figure and savefig would each draw it again.
+            canvas = FigureCanvasAgg(fig)
+            canvas.draw()
+            rgba = np.asarray(canvas.buffer_rgba())  # (H, W, 4) at the figure's dpi
             for tb in tensorboards:
-                tb.add_figure(f"attention/s{index}/{name}", fig, global_step=step, close=False)
+                tag = f"attention/s{index}/{name}"
+                tb.add_image(tag, rgba[..., :3], global_step=step, dataformats="HWC")
             if self.save_png:
                 out_dir.mkdir(parents=True, exist_ok=True)
                 path = out_dir / f"s{index}_{name.replace('/layer_', '_layer')}.png"
-                fig.savefig(path, dpi=100)
+                matplotlib.image.imsave(path, rgba)
             fig.clear()
 
 
