@@ -10,10 +10,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from sacrebleu.metrics import BLEU, CHRF
-
 from minitx.decoding import DecodingConfig
 from minitx.errors import DataError
+from minitx.metrics import bleu_metric, corpus_scores
 from minitx.translator import Progress, Translator
 
 
@@ -191,18 +190,14 @@ def score(
     """Score translations against one reference each."""
     if len(hypotheses) != len(references):
         raise ValueError(f"score: {len(hypotheses)} hypotheses but {len(references)} references")
-    bleu = BLEU(tokenize="13a")
-    cased = bleu.corpus_score(list(hypotheses), [list(references)])
-    lowercase = BLEU(tokenize="13a", lowercase=True).corpus_score(
-        list(hypotheses), [list(references)]
-    )
-    chrf_metric = CHRF()
-    chrf = chrf_metric.corpus_score(list(hypotheses), [list(references)])
+    scores = corpus_scores(hypotheses, references)
+    lowercase = bleu_metric(lowercase=True).corpus_score(list(hypotheses), [list(references)])
+    cased = scores.bleu
     return EvaluationResult(
         cased.score,
-        str(bleu.get_signature()),
+        scores.bleu_signature,
         lowercase.score,
-        chrf.score,
+        scores.chrf.score,
         seconds,
         list(hypotheses),
         precisions=[float(p) for p in cased.precisions],
@@ -210,7 +205,7 @@ def score(
         length_ratio=float(cased.ratio),
         hyp_len=int(cased.sys_len),
         ref_len=int(cased.ref_len),
-        chrf_signature=str(chrf_metric.get_signature()),
+        chrf_signature=scores.chrf_signature,
     )
 
 

@@ -21,7 +21,6 @@ from typing import Any
 
 import lightning as L
 import torch
-from sacrebleu.metrics import BLEU, CHRF
 from torch import Tensor
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torchmetrics import MeanMetric
@@ -29,6 +28,7 @@ from torchmetrics import MeanMetric
 from minitx.checkpoint import CHECKPOINT_KEY, write_payload
 from minitx.decoding import generate
 from minitx.errors import ConfigError, ResumeError, TrainingError
+from minitx.metrics import corpus_scores
 from minitx.model import PACK_ROWS, Transformer, TransformerConfig
 from minitx.training.config import SDPA_BACKENDS, OptimConfig, ValidationConfig
 from minitx.training.schedules import SCHEDULES, make_schedule
@@ -411,10 +411,9 @@ class TranslationModule(L.LightningModule):
         self.val_nll.reset()
         if self._bleu_this_epoch():
             hypotheses, references = self._all_val_pairs()
-            bleu = BLEU(tokenize="13a").corpus_score(hypotheses, [references]).score
-            chrf = CHRF().corpus_score(hypotheses, [references]).score
-            self.log("val/bleu", bleu, prog_bar=True)
-            self.log("val/chrf", chrf)
+            scores = corpus_scores(hypotheses, references)
+            self.log("val/bleu", scores.bleu.score, prog_bar=True)
+            self.log("val/chrf", scores.chrf.score)
             self.val_pairs = []
 
     def _all_val_pairs(self) -> tuple[list[str], list[str]]:
