@@ -22,6 +22,7 @@ from minitx.checkpoint import (
     CheckpointError,
     check_finite,
     load_checkpoint,
+    model_config_differences,
 )
 from minitx.errors import ConfigError
 from minitx.model import TransformerConfig
@@ -157,10 +158,10 @@ def average_state_dicts(
     return mean.result()
 
 
-def _model_config(checkpoint: Mapping[str, Any], name: str) -> dict[str, Any]:
+def _model_config(checkpoint: Mapping[str, Any], name: str) -> TransformerConfig:
     """The checkpoint's model config with every field (older files may lack new ones)."""
     try:
-        return TransformerConfig.from_dict(checkpoint[CHECKPOINT_KEY]["model_config"]).to_dict()
+        return TransformerConfig.from_dict(checkpoint[CHECKPOINT_KEY]["model_config"])
     except (ValueError, TypeError) as exc:
         raise CheckpointError(f"{name}: damaged model config: {exc}") from exc
 
@@ -169,12 +170,12 @@ def _compatible(first: Mapping[str, Any], other: Mapping[str, Any], names: tuple
     """Refuse to average checkpoints of different models, tokenizers or language pairs."""
     ours, theirs = first[CHECKPOINT_KEY], other[CHECKPOINT_KEY]
     a, b = _model_config(first, names[0]), _model_config(other, names[1])
-    differ = [f"{key}: {a[key]!r} vs {b[key]!r}" for key in a if a[key] != b[key]]
+    differ = model_config_differences(a, b, between="vs")
     hint = "average checkpoints of one training run (or of runs with the same settings)"
     if differ:
         raise CheckpointError(
             f"{names[1]}: cannot be averaged with {names[0]}: the model configs differ "
-            f"({'; '.join(differ)}); {hint}"
+            f"({differ}); {hint}"
         )
     if ours["tokenizer"] != theirs["tokenizer"]:
         raise CheckpointError(

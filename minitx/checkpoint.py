@@ -160,6 +160,17 @@ def languages_of(checkpoint: Mapping[str, Any]) -> tuple[str | None, str | None]
     return data.get("src_lang"), data.get("tgt_lang")
 
 
+def model_config_differences(
+    a: TransformerConfig, b: TransformerConfig, *, between: str = "->"
+) -> str:
+    """The settings in which two model configs differ, e.g. "d_ff: 128 -> 256; n_heads: 4 -> 8"
+    (`between` stands between a's value and b's); empty when they describe the same model.
+    What a resumed run and checkpoint averaging refuse, each with its own error."""
+    ours, theirs = a.to_dict(), b.to_dict()
+    differ = [key for key in ours if ours[key] != theirs[key]]
+    return "; ".join(f"{key}: {ours[key]!r} {between} {theirs[key]!r}" for key in differ)
+
+
 def check_finite(state: Mapping[str, torch.Tensor], where: str | Path) -> None:
     """Refuse weights holding NaN or inf (written after training had diverged).
 

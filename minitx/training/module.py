@@ -25,7 +25,7 @@ from torch import Tensor
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torchmetrics import MeanMetric
 
-from minitx.checkpoint import CHECKPOINT_KEY, write_payload
+from minitx.checkpoint import CHECKPOINT_KEY, model_config_differences, write_payload
 from minitx.decoding import generate
 from minitx.errors import ConfigError, ResumeError, TrainingError
 from minitx.metrics import corpus_scores
@@ -180,16 +180,12 @@ class TranslationModule(L.LightningModule):
         payload = checkpoint.get(CHECKPOINT_KEY) or {}
         saved = payload.get("model_config")
         if saved is not None:
-            current = self.model_config.to_dict()
-            saved = TransformerConfig.from_dict(saved).to_dict()
-            differ = [
-                f"{k}: {saved[k]!r} -> {current[k]!r}" for k in current if saved[k] != current[k]
-            ]
+            differ = model_config_differences(TransformerConfig.from_dict(saved), self.model_config)
             if differ:
                 raise ResumeMismatchError(
                     "cannot resume: the checkpoint's model config differs from this run's "
-                    f"({'; '.join(differ)}); resume with the checkpoint's settings or start a "
-                    "new run (--run_name)"
+                    f"({differ}); resume with the checkpoint's settings or start a new run "
+                    "(--run_name)"
                 )
         tokenizer = payload.get("tokenizer")
         if tokenizer is not None and self.tokenizer is not None:
