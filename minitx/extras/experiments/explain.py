@@ -53,6 +53,7 @@ from minitx.extras.experiments.definitions import EXPERIMENTS
 from minitx.extras.experiments.report import fmt, write_report
 from minitx.extras.experiments.runner import Settings, default_checkpoint, load_trained
 from minitx.maps import pair_maps
+from minitx.metrics import bleu_metric
 from minitx.model import Transformer
 from minitx.teacher_forcing import frame_pairs, length_batches, target_log_probs, teacher_forced
 from minitx.vocab import EOS_ID, PAD_ID, frame_source, pad
@@ -171,8 +172,6 @@ def explain(
         (how often it is the piece the mean attention picks)), "bleu" (the translations as
         they were) and "example" (one sentence's maps and attributions, for the figure).
     """
-    from sacrebleu.metrics import BLEU
-
     model.eval()
     limit = model.config.max_positions - 1
     source_ids = [ids[:limit] for ids in tokenizer.encode([s.strip() for s in sources])]
@@ -234,7 +233,7 @@ def explain(
     log(f"[{NAME}] removing the chosen pieces and translating again")
     refs = [references[i] for i in measured]
     originals = [translations[i] for i in measured]
-    bleu = BLEU()
+    bleu = bleu_metric()
     before = log_probabilities(model, [(source_ids[i], translations[i]) for i in measured])
     baseline_bleu = bleu.corpus_score(tokenizer.decode(originals), [refs]).score
     attention_pick = choices.get("attention: mean of layers and heads", [])
