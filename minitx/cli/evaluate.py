@@ -18,14 +18,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from minitx.cli.common import (
-    CHECKPOINT_HELP,
     OneLineArgumentParser,
     UsageError,
+    add_checkpoint_argument,
     add_decoding_arguments,
     attention_from_args,
     beam_of,
     check_decoding_args,
     describe_attention,
+    load_translator,
     run_cli,
     sentence_progress,
 )
@@ -91,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=EPILOG,
     )
-    parser.add_argument("--checkpoint", required=True, type=Path, help=CHECKPOINT_HELP)
+    add_checkpoint_argument(parser)
     parser.add_argument(
         "--data",
         metavar="DIR_OR_HUB_ID",
@@ -168,10 +169,7 @@ def aligned_lines(data: Split, hypotheses: list[str]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Load, translate, score, write. Raises `UsageError` for input problems."""
-    from minitx.translator import Translator
-
-    translator = Translator.from_pretrained(args.checkpoint, device=args.device, bf16=args.bf16)
-    translator.set_attention(**attention_from_args(args))
+    translator = load_translator(args)
     ckpt_src, ckpt_tgt = translator.languages
     src_lang = args.src_lang or ckpt_src or DEFAULT_LANGS[0]
     tgt_lang = args.tgt_lang or ckpt_tgt or DEFAULT_LANGS[1]
