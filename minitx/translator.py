@@ -333,7 +333,9 @@ class Translator:
         Args:
             ids: source piece ids per sentence, without eos, each at most `max_positions - 1`
                 long (as `encode_sources` gives them).
-            decoding, batch_size, **changes: as in `translate_n_best`.
+            decoding: decoding settings (default `DecodingConfig()`).
+            batch_size: sentences per batch (sorted by length internally).
+            **changes: `DecodingConfig` fields to override, e.g. `strategy="greedy"`.
         """
         config = (decoding or DecodingConfig()).with_changes(**changes).replace(n_best=1)
         results = self._decode(ids, config, batch_size)
