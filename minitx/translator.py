@@ -45,7 +45,39 @@ Progress = Callable[[int], None]
 """Called with the number of sentences just finished (empty ones count too, first); over one
 call of `Translator.translate` the numbers add up to the number of sentences."""
 
-__all__ = ["Progress", "Translator"]
+__all__ = ["Progress", "Translator", "encode_sources"]
+
+
+def encode_sources(
+    tokenizer: Tokenizer, sentences: Sequence[str], max_positions: int, first_line: int = 1
+) -> list[list[int]]:
+    """Source ids per sentence (no eos), as a model with `max_positions` positions reads them.
+
+    A sentence longer than the model's positions is cut to fit (the rest is not translated),
+    counted and logged with its line number (`first_line` is the number of the first
+    sentence). The `Translator` and the CTranslate2 export read their sources this way.
+    """
+    ids = tokenizer.encode([s.strip() for s in sentences])
+    limit = max_positions - 1  # eos takes one source position
+    too_long = [i for i, seq in enumerate(ids) if len(seq) > limit]
+    if too_long:
+        logger.warning(
+            "%d of %d sentences have more than %d pieces, the model's limit "
+            "(max_positions - 1): translated their first %d pieces only (lines %s)",
+            len(too_long),
+            len(ids),
+            limit,
+            limit,
+            quote_lines([i + first_line for i in too_long]),
+        )
+        for i in too_long:
+            ids[i] = ids[i][:limit]
+    return ids
+
+
+def _without_specials(tokens: Sequence[int]) -> list[int]:
+    """A hypothesis' ids without eos and padding: the pieces exactly as decoded."""
+    return [t for t in tokens if t not in (EOS_ID, PAD_ID)]
 
 
 class Translator:
@@ -172,30 +204,9 @@ class Translator:
             return torch.autocast(self.device.type, dtype=torch.bfloat16)
         return nullcontext()
 
-    def _source_ids(self, sentences: Sequence[str], first_line: int = 1) -> list[list[int]]:
-        """Source ids per sentence (no eos). A sentence longer than the model's positions is
-        cut to fit (the rest is not translated), counted and logged with its line number
-        (`first_line` is the number of the first sentence)."""
-        ids = self.tokenizer.encode([s.strip() for s in sentences])
-        limit = self.model.config.max_positions - 1  # eos takes one source position
-        too_long = [i for i, seq in enumerate(ids) if len(seq) > limit]
-        if too_long:
-            logger.warning(
-                "%d of %d sentences have more than %d pieces, the model's limit "
-                "(max_positions - 1): translated their first %d pieces only (lines %s)",
-                len(too_long),
-                len(ids),
-                limit,
-                limit,
-                quote_lines([i + first_line for i in too_long]),
-            )
-            for i in too_long:
-                ids[i] = ids[i][:limit]
-        return ids
-
     def _decode(
         self,
-        ids: list[list[int]],
+        ids: Sequence[Sequence[int]],
         decoding: DecodingConfig,
         batch_size: int,
         progress: Progress | None = None,
@@ -282,7 +293,7 @@ class Translator:
         An empty (or whitespace-only) sentence gets `[("", 0.0)]`.
         """
         config = (decoding or DecodingConfig()).with_changes(**changes)
-        ids = self._source_ids(sentences, first_line)
+        ids = encode_sources(self.tokenizer, sentences, self.model.config.max_positions, first_line)
         return self._texts(self._decode(ids, config, batch_size, progress))
 
     @torch.inference_mode()
@@ -305,6 +316,30 @@ class Translator:
             sentences, config, batch_size=batch_size, first_line=first_line, progress=progress
         )
         return [hyps[0][0] for hyps in results]
+
+    @torch.inference_mode()
+    def translate_ids(
+        self,
+        ids: Sequence[Sequence[int]],
+        decoding: DecodingConfig | None = None,
+        *,
+        batch_size: int = 64,
+        **changes: Any,
+    ) -> list[list[int]]:
+        """Translate sources given as ids: the best translation of each, as the target piece
+        ids exactly as decoded (not re-tokenised; no bos, eos or padding), in input order;
+        [] for an empty source. What `translate` decodes, before the tokenizer makes text.
+
+        Args:
+            ids: source piece ids per sentence, without eos, each at most `max_positions - 1`
+                long (as `encode_sources` gives them).
+            decoding: decoding settings (default `DecodingConfig()`).
+            batch_size: sentences per batch (sorted by length internally).
+            **changes: `DecodingConfig` fields to override, e.g. `strategy="greedy"`.
+        """
+        config = (decoding or DecodingConfig()).with_changes(**changes).replace(n_best=1)
+        results = self._decode(ids, config, batch_size)
+        return [[] if hyps is None else _without_specials(hyps[0].tokens) for hyps in results]
 
     @torch.inference_mode()
     def translate_with_alignment(
@@ -333,10 +368,10 @@ class Translator:
             of the translation. An empty sentence gets `[("", 0.0, [])]`.
         """
         config = (decoding or DecodingConfig()).with_changes(**changes)
-        ids = self._source_ids(sentences, first_line)
+        ids = encode_sources(self.tokenizer, sentences, self.model.config.max_positions, first_line)
         results = self._decode(ids, config, batch_size, progress)
         pairs = [
-            (ids[i], [t for t in h.tokens if t not in (EOS_ID, PAD_ID)])
+            (ids[i], _without_specials(h.tokens))
             for i, hyps in enumerate(results)
             for h in hyps or []
         ]
@@ -383,10 +418,8 @@ class Translator:
         config = (decoding or DecodingConfig()).with_changes(**changes).replace(n_best=1)
         if not sentence.strip():
             raise ValueError(f"{what} need a non-empty source sentence")
-        with torch.inference_mode():
-            hyps = self._decode(self._source_ids([sentence]), config, batch_size=1)[0]
-        ids = hyps[0].tokens if hyps else []
-        return [i for i in ids if i not in (EOS_ID, PAD_ID)]
+        ids = encode_sources(self.tokenizer, [sentence], self.model.config.max_positions)
+        return self.translate_ids(ids, config, batch_size=1)[0]
 
     @torch.inference_mode()
     def attention(

@@ -10,7 +10,7 @@ import pytest
 
 from minitx.attribution import METHODS, attribute
 from minitx.extras.experiments import EXPERIMENTS
-from minitx.extras.experiments.explain import greedy_ids, log_probabilities
+from minitx.extras.experiments.explain import log_probabilities
 
 
 def test_the_experiment_is_defined_by_its_methods() -> None:
@@ -20,7 +20,7 @@ def test_the_experiment_is_defined_by_its_methods() -> None:
     assert list(EXPERIMENTS)[-1] == "explain"  # `all` runs it last, after the training ones
 
 
-def test_greedy_ids_and_log_probabilities_agree_with_the_inference_api(
+def test_greedy_translate_ids_and_log_probabilities_agree_with_the_inference_api(
     tiny_checkpoint: Path,
 ) -> None:
     from minitx.translator import Translator
@@ -28,7 +28,7 @@ def test_greedy_ids_and_log_probabilities_agree_with_the_inference_api(
     translator = Translator.from_pretrained(tiny_checkpoint)
     sources = ["ein mann fährt fahrrad .", "", "zwei hunde spielen im schnee ."]
     ids = translator.tokenizer.encode(sources)
-    translations = greedy_ids(translator.model, ids, batch_size=2)
+    translations = translator.translate_ids(ids, strategy="greedy", batch_size=2)
     assert translations[1] == []
     assert translator.tokenizer.decode(translations) == translator.translate(sources, beam_size=1)
     pairs = [(ids[0], translations[0]), (ids[2], translations[2])]

@@ -21,6 +21,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from minitx.errors import (  # UsageError: re-exported, the commands import it from here
@@ -35,6 +36,7 @@ from minitx.textio import NO_ROOM
 
 if TYPE_CHECKING:
     from minitx.decoding import DecodingConfig
+    from minitx.translator import Translator
 
 EXIT_USER_ERROR = 2
 """Exit status for a problem with the user's input, files, settings or environment."""
@@ -181,12 +183,16 @@ def run_cli(run: Callable[[argparse.Namespace], int], args: argparse.Namespace) 
         return status
 
 
-CHECKPOINT_HELP = (
-    "self-contained minitx .ckpt file, a release directory written by minitx-export, or the "
-    "hub repo id (owner/name) of one"
-)
-"""Help of every inference command's ``--checkpoint``: what `Translator.from_pretrained` (the
-one loading path, `minitx.release.load`) accepts."""
+def add_checkpoint_argument(parser: argparse.ArgumentParser) -> None:
+    """The required ``--checkpoint`` of every inference command (a `Path`): what
+    `Translator.from_pretrained` (the one loading path, `minitx.release.load`) accepts."""
+    parser.add_argument(
+        "--checkpoint",
+        required=True,
+        type=Path,
+        help="self-contained minitx .ckpt file, a release directory written by minitx-export, "
+        "or the hub repo id (owner/name) of one",
+    )
 
 
 def check_device(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -452,6 +458,16 @@ def attention_from_args(args: argparse.Namespace) -> dict[str, Any]:
         "scope": args.hard_attention_scope or "cross",
         "seed": 0 if args.seed is None else args.seed,
     }
+
+
+def load_translator(args: argparse.Namespace) -> Translator:
+    """The `Translator` the options ask for: ``--checkpoint`` loaded on ``--device`` (under
+    ``--bf16``), with the ``--attention`` settings (`attention_from_args`)."""
+    from minitx.translator import Translator
+
+    translator = Translator.from_pretrained(args.checkpoint, device=args.device, bf16=args.bf16)
+    translator.set_attention(**attention_from_args(args))
+    return translator
 
 
 def describe_attention(args: argparse.Namespace) -> str:

@@ -18,14 +18,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from minitx.cli.common import (
-    CHECKPOINT_HELP,
     OneLineArgumentParser,
     UsageError,
+    add_checkpoint_argument,
     add_decoding_arguments,
     attention_from_args,
     beam_of,
     check_decoding_args,
     describe_attention,
+    load_translator,
     run_cli,
     sentence_progress,
 )
@@ -34,8 +35,6 @@ from minitx.textio import write_text_atomic
 if TYPE_CHECKING:  # the inference stack (torch, sacreBLEU) loads lazily: --help stays fast
     from minitx.evaluation import Split
 
-DEFAULT_DATA = "bentrevett/multi30k"
-"""The default corpus (the Multi30k hub copy; MINITX_DATA_DIR points it at local files)."""
 DEFAULT_LANGS = ("de", "en")
 SPLITS = ("test", "validation", "train")
 SPLIT_NAME = re.compile(r"\w[\w.-]*")
@@ -93,14 +92,13 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=EPILOG,
     )
-    parser.add_argument("--checkpoint", required=True, type=Path, help=CHECKPOINT_HELP)
+    add_checkpoint_argument(parser)
     parser.add_argument(
         "--data",
-        default=DEFAULT_DATA,
         metavar="DIR_OR_HUB_ID",
         help="corpus: directory of {split}.{lang}[.gz] files, a {split} jsonl pattern, "
-        "builtin:toy or a hub id "
-        f"(default: {DEFAULT_DATA}; MINITX_DATA_DIR replaces a hub id)",
+        "builtin:toy or a hub id (default: minitx.data.DEFAULT_SOURCE, the Multi30k hub id; "
+        "MINITX_DATA_DIR replaces a hub id)",
     )
     parser.add_argument(
         "--split",
@@ -171,10 +169,7 @@ def aligned_lines(data: Split, hypotheses: list[str]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Load, translate, score, write. Raises `UsageError` for input problems."""
-    from minitx.translator import Translator
-
-    translator = Translator.from_pretrained(args.checkpoint, device=args.device, bf16=args.bf16)
-    translator.set_attention(**attention_from_args(args))
+    translator = load_translator(args)
     ckpt_src, ckpt_tgt = translator.languages
     src_lang = args.src_lang or ckpt_src or DEFAULT_LANGS[0]
     tgt_lang = args.tgt_lang or ckpt_tgt or DEFAULT_LANGS[1]
@@ -185,9 +180,11 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
 
+    from minitx.data import DEFAULT_SOURCE  # with the data layer: --help stays fast
     from minitx.evaluation import evaluate, load_split  # its CorpusError is one error line
 
-    data = load_split(args.data, args.split, src_lang, tgt_lang, args.limit)
+    source = DEFAULT_SOURCE if args.data is None else args.data
+    data = load_split(source, args.split, src_lang, tgt_lang, args.limit)
     skipped_note = ", ".join(f"{n} {reason}" for reason, n in data.skipped.items() if n) or "none"
     print(
         f"{args.checkpoint}: {args.split} split of {data.resolved} ({src_lang} -> {tgt_lang}): "
@@ -236,7 +233,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json is not None:
         report = {
             "checkpoint": str(args.checkpoint),
-            "data": args.data,
+            "data": source,
             "resolved_data": data.resolved,
             "split": args.split,
             "src_lang": src_lang,

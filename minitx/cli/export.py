@@ -21,7 +21,7 @@ import json
 import sys
 from pathlib import Path
 
-from minitx.cli.common import CHECKPOINT_HELP, OneLineArgumentParser, UsageError, run_cli
+from minitx.cli.common import OneLineArgumentParser, UsageError, add_checkpoint_argument, run_cli
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -32,7 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
             "tokenizer.model, model card README.md) and optionally push it to the Hugging Face hub."
         ),
     )
-    parser.add_argument("--checkpoint", required=True, type=Path, help=CHECKPOINT_HELP)
+    add_checkpoint_argument(parser)
     parser.add_argument("--out", required=True, type=Path, metavar="DIR", help="release directory")
     parser.add_argument(
         "--evaluation",

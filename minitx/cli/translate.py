@@ -23,12 +23,12 @@ from minitx.alignment import DEFAULT_LAYER as DEFAULT_ALIGNMENT_LAYER
 from minitx.alignment import UNITS as ALIGNMENT_UNITS
 from minitx.alignment import AlignmentConfig, format_alignment
 from minitx.cli.common import (
-    CHECKPOINT_HELP,
     OneLineArgumentParser,
     UsageError,
+    add_checkpoint_argument,
     add_decoding_arguments,
-    attention_from_args,
     check_decoding_args,
+    load_translator,
     run_cli,
     sentence_progress,
 )
@@ -108,7 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "sentences", nargs="*", metavar="SENTENCE", help="source sentences to translate"
     )
-    parser.add_argument("--checkpoint", required=True, type=Path, help=CHECKPOINT_HELP)
+    add_checkpoint_argument(parser)
     parser.add_argument(
         "--input", type=Path, metavar="FILE", help="read sentences from FILE (UTF-8, one per line)"
     )
@@ -363,10 +363,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         chunks = stdin_chunks(args.buffer_size or args.batch_size)
 
-    from minitx.translator import Translator
-
-    translator = Translator.from_pretrained(args.checkpoint, device=args.device, bf16=args.bf16)
-    translator.set_attention(**attention_from_args(args))
+    translator = load_translator(args)
     with contextlib.ExitStack() as stack:
         out: TextIO = sys.stdout
         if args.output is not None:  # replaced only once every line is translated

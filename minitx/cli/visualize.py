@@ -26,12 +26,12 @@ from pathlib import Path
 
 from minitx.attribution import DEFAULT_IG_STEPS, METHODS, check_methods
 from minitx.cli.common import (
-    CHECKPOINT_HELP,
     OneLineArgumentParser,
     UsageError,
+    add_checkpoint_argument,
     add_decoding_arguments,
-    attention_from_args,
     check_decoding_args,
+    load_translator,
     run_cli,
 )
 from minitx.errors import ConfigError
@@ -49,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     parser.add_argument("sentence", help="source sentence to translate")
-    parser.add_argument("--checkpoint", required=True, type=Path, help=CHECKPOINT_HELP)
+    add_checkpoint_argument(parser)
     parser.add_argument(
         "--out-dir", type=Path, default=Path("attn"), help="output directory (default: attn/)"
     )
@@ -95,10 +95,7 @@ def _shorten(text: str, limit: int = 100) -> str:
 def run(args: argparse.Namespace) -> int:
     """Load, translate, draw, write. Raises `UsageError` for input problems."""
     check_utf8_arguments({"SENTENCE": args.sentence})
-    from minitx.translator import Translator
-
-    translator = Translator.from_pretrained(args.checkpoint, device=args.device, bf16=args.bf16)
-    translator.set_attention(**attention_from_args(args))  # hard attention: one-hot maps
+    translator = load_translator(args)  # a hard --attention: one-hot maps
     decoding = args.decoding
     maps = translator.attention(args.sentence, decoding=decoding)  # maps of the generated pieces
     scores = None

@@ -29,6 +29,7 @@ from minitx.data.sample import sample_sentences
 from minitx.data.sources import (
     BUILTIN_CORPORA,
     DATA_DIR_ENV,
+    DEFAULT_SOURCE,
     HUB_SPLITS,
     MULTI30K_SPLITS,
     builtin_corpus_dir,
@@ -43,6 +44,7 @@ from minitx.data.tokenization import example_lengths, tokenize_corpus
 __all__ = [
     "BUILTIN_CORPORA",
     "DATA_DIR_ENV",
+    "DEFAULT_SOURCE",
     "HUB_SPLITS",
     "MULTI30K_SPLITS",
     "PairStream",

@@ -25,7 +25,12 @@ from minitx.data.batching import TokenBucketBatchSampler, collate
 from minitx.data.cleaning import Counts
 from minitx.data.prepare import prepare_split
 from minitx.data.sample import iter_sentences
-from minitx.data.sources import DATA_DIR_ENV, open_parallel_corpus, resolve_data_source
+from minitx.data.sources import (
+    DATA_DIR_ENV,
+    DEFAULT_SOURCE,
+    open_parallel_corpus,
+    resolve_data_source,
+)
 from minitx.data.tokenization import example_lengths
 from minitx.errors import ConfigError, DataError
 from minitx.tokenizer import ModelType, Tokenizer
@@ -95,7 +100,7 @@ class TranslationDataModule(L.LightningDataModule):
 
     def __init__(
         self,
-        source: str = "bentrevett/multi30k",
+        source: str = DEFAULT_SOURCE,
         src_lang: str = "de",
         tgt_lang: str = "en",
         splits: dict[str, str] | None = None,

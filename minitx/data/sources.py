@@ -35,6 +35,10 @@ logger = logging.getLogger(__name__)
 DATA_DIR_ENV = "MINITX_DATA_DIR"
 """Environment variable naming a local corpus directory that replaces hub sources."""
 
+DEFAULT_SOURCE = "bentrevett/multi30k"
+"""The default data source: the Multi30k hub copy (``MINITX_DATA_DIR`` replaces it), read by
+`TranslationDataModule`, minitx-evaluate and the experiments when none is given."""
+
 MULTI30K_SPLITS: Mapping[str, str] = {
     "train": "train",
     "validation": "val",

@@ -23,7 +23,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from minitx.cli.common import CHECKPOINT_HELP, OneLineArgumentParser, run_cli
+from minitx.cli.common import OneLineArgumentParser, add_checkpoint_argument, run_cli
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -35,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
             "sentencepiece model beside it."
         ),
     )
-    parser.add_argument("--checkpoint", required=True, type=Path, help=CHECKPOINT_HELP)
+    add_checkpoint_argument(parser)
     parser.add_argument("--out", required=True, type=Path, help="model directory to write")
     parser.add_argument(
         "--quantization",

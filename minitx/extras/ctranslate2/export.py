@@ -36,7 +36,6 @@ inside the functions that need it. No Lightning.
 from __future__ import annotations
 
 import json
-import logging
 import os
 import shutil
 from collections.abc import Sequence
@@ -51,14 +50,13 @@ from minitx import release
 from minitx.errors import ConfigError, require_extra
 from minitx.model import Transformer, TransformerConfig
 from minitx.outputs import check_output_dir, mark_output_dir, replace_dir
-from minitx.textio import quote_lines
 from minitx.tokenizer import Tokenizer
+from minitx.translator import encode_sources
 from minitx.vocab import BOS_PIECE, PAD_PIECE
 
 if TYPE_CHECKING:
     import ctranslate2
 
-logger = logging.getLogger(__name__)
 
 SENTENCEPIECE_FILE = "sentencepiece.model"
 """The tokenizer in an exported directory (a plain sentencepiece model)."""
@@ -370,17 +368,10 @@ class Ct2Translator:
         return self.tokenizer.id_to_piece(list(ids))
 
     def _sources(self, sentences: Sequence[str]) -> list[list[str]]:
-        """Pieces per sentence (unknown pieces as `<unk>`), cut to max_positions - 1."""
-        ids = self.tokenizer.encode([s.strip() for s in sentences])
-        limit = self.max_positions - 1  # CTranslate2 appends eos
-        too_long = [i for i, seq in enumerate(ids) if len(seq) > limit]
-        if too_long:
-            logger.warning(
-                "%d of %d sentences have more than %d pieces, the model's limit: translated "
-                "their first %d pieces only (lines %s)",
-                len(too_long), len(ids), limit, limit, quote_lines([i + 1 for i in too_long]),
-            )  # fmt: skip
-        return [self._pieces(seq[:limit]) for seq in ids]
+        """Pieces per sentence (unknown pieces as `<unk>`), cut as minitx cuts them
+        (`encode_sources`; CTranslate2 appends eos)."""
+        ids = encode_sources(self.tokenizer, sentences, self.max_positions)
+        return [self._pieces(seq) for seq in ids]
 
     def translate(
         self,

@@ -25,12 +25,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from minitx.cli.common import (
-    CHECKPOINT_HELP,
     OneLineArgumentParser,
     UsageError,
+    add_checkpoint_argument,
     check_device,
     run_cli,
 )
@@ -45,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
             "beam search) and explore its attention. Offline; binds to localhost by default."
         ),
     )
-    parser.add_argument("--checkpoint", required=True, type=Path, help=CHECKPOINT_HELP)
+    add_checkpoint_argument(parser)
     parser.add_argument(
         "--host",
         default=DEFAULT_HOST,

@@ -36,7 +36,7 @@ import time
 from collections.abc import Callable, Sequence
 from itertools import combinations
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
@@ -48,18 +48,15 @@ from minitx.attribution import (
     attribute,
     comparable,
 )
-from minitx.decoding import DecodingConfig, generate
+from minitx.decoding import DecodingConfig
 from minitx.extras.experiments.definitions import EXPERIMENTS
 from minitx.extras.experiments.report import fmt, write_report
 from minitx.extras.experiments.runner import Settings, default_checkpoint, load_trained
 from minitx.maps import pair_maps
 from minitx.metrics import bleu_metric
 from minitx.model import Transformer
-from minitx.teacher_forcing import frame_pairs, length_batches, target_log_probs, teacher_forced
-from minitx.vocab import EOS_ID, PAD_ID, frame_source, pad
-
-if TYPE_CHECKING:
-    from minitx.tokenizer import Tokenizer
+from minitx.teacher_forcing import frame_pairs, target_log_probs, teacher_forced
+from minitx.translator import Translator, encode_sources
 
 NAME = "explain"
 GREEDY = DecodingConfig(strategy="greedy")
@@ -68,21 +65,6 @@ MEAN = "mean"
 
 
 # ------------------------------------------------------------------------------- the model
-
-
-def greedy_ids(
-    model: Transformer, sources: Sequence[Sequence[int]], batch_size: int = 64
-) -> list[list[int]]:
-    """The greedy translation of each source (ids without eos) as ids without eos; [] for an
-    empty source."""
-    device = next(model.parameters()).device
-    out: list[list[int]] = [[] for _ in sources]
-    with torch.inference_mode():
-        for batch in length_batches(sources, batch_size):
-            src = pad([frame_source(sources[i]) for i in batch], device=device)  # (B, S)
-            for i, hyps in zip(batch, generate(model, src, GREEDY), strict=True):
-                out[i] = [t for t in hyps[0].tokens if t not in (EOS_ID, PAD_ID)]
-    return out
 
 
 def log_probabilities(
@@ -140,8 +122,7 @@ def most_important(weights: torch.Tensor) -> int:
 
 
 def explain(
-    model: Transformer,
-    tokenizer: Tokenizer,
+    translator: Translator,
     sources: Sequence[str],
     references: Sequence[str],
     *,
@@ -153,8 +134,7 @@ def explain(
     """Measure agreement and removal (see the module docstring) on sentence pairs.
 
     Args:
-        model: the trained Transformer (eval mode).
-        tokenizer: its tokenizer.
+        translator: the trained model and its tokenizer (its attention mode soft).
         sources: the source sentences of the test pairs.
         references: their reference translations.
         methods: attribution methods, a subset of `METHODS`.
@@ -172,11 +152,10 @@ def explain(
         (how often it is the piece the mean attention picks)), "bleu" (the translations as
         they were) and "example" (one sentence's maps and attributions, for the figure).
     """
-    model.eval()
-    limit = model.config.max_positions - 1
-    source_ids = [ids[:limit] for ids in tokenizer.encode([s.strip() for s in sources])]
+    model, tokenizer = translator.model, translator.tokenizer
+    source_ids = encode_sources(tokenizer, sources, model.config.max_positions)
     start = time.perf_counter()
-    translations = greedy_ids(model, source_ids)
+    translations = translator.translate_ids(source_ids, GREEDY)
     spearman: dict[tuple[str, str, str], _Mean] = {}
     top1: dict[tuple[str, str, str], _Mean] = {}
     between = {pair: (_Mean(), _Mean()) for pair in combinations(methods, 2)}
@@ -243,7 +222,7 @@ def explain(
             [t for j, t in enumerate(source_ids[i]) if j != piece]
             for i, piece in zip(measured, pieces, strict=True)
         ]
-        new = greedy_ids(model, shortened)
+        new = translator.translate_ids(shortened, GREEDY)
         after = log_probabilities(model, list(zip(shortened, originals, strict=True)))
         per_piece = [
             (a - b) / (len(t) + 1) for a, b, t in zip(after, before, originals, strict=True)
@@ -487,8 +466,7 @@ def run_explain(
     test = load_split(source, "test", *langs, sentences)
     print(f"[{NAME}] {len(test.sources)} test sentences of {checkpoint}", flush=True)
     summary = explain(
-        translator.model,
-        translator.tokenizer,
+        translator,
         test.sources,
         test.references,
         methods=methods,
@@ -513,4 +491,4 @@ def run_explain(
     return summary
 
 
-__all__ = ["explain", "greedy_ids", "log_probabilities", "markdown", "run_explain"]
+__all__ = ["explain", "log_probabilities", "markdown", "run_explain"]

@@ -345,6 +345,7 @@ def load_trained(checkpoint: Path) -> tuple[Translator, str, tuple[str, str]]:
     """The model of `checkpoint`, the data source and (source, target) languages it was trained
     on, from the training config the checkpoint carries; the default Multi30k source and
     minitx-evaluate's default languages (de, en) for what it does not say."""
+    from minitx.data import DEFAULT_SOURCE
     from minitx.translator import Translator
 
     translator = Translator.from_pretrained(checkpoint)
@@ -353,10 +354,6 @@ def load_trained(checkpoint: Path) -> tuple[Translator, str, tuple[str, str]]:
     source = str(data.get("source", DEFAULT_SOURCE)) if isinstance(data, dict) else DEFAULT_SOURCE
     src_lang, tgt_lang = translator.languages
     return translator, source, (src_lang or "de", tgt_lang or "en")
-
-
-DEFAULT_SOURCE = "bentrevett/multi30k"
-"""The default config's data source (``MINITX_DATA_DIR`` overrides a hub id)."""
 
 
 def run_experiment(name: str, settings: Settings, only: list[str] | None = None) -> dict[str, Any]:
