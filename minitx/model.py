@@ -27,6 +27,7 @@ from torch import Tensor, nn
 from minitx import hard_attention
 from minitx.activations import ACTIVATIONS
 from minitx.attention import MultiHeadAttention, padding_mask
+from minitx.dropout import Dropout
 from minitx.kv_cache import DecoderCache, KVCache
 from minitx.model_config import check_transformer_config, transformer_config_values
 from minitx.model_outputs import DecoderOutput, EncoderOutput, TransformerOutput
@@ -74,7 +75,7 @@ class FeedForward(nn.Module):
         self.w1 = nn.Linear(d_model, d_ff)
         self.w2 = nn.Linear(d_ff, d_model)
         self.activation = ACTIVATIONS[activation]()  # minitx.activations: relu, gelu, silu
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.w2(self.dropout(self.activation(self.w1(x))))  # (..., D)
@@ -86,7 +87,7 @@ class _SubLayer(nn.Module):
     def __init__(self, d_model: int, dropout: float, norm_first: bool) -> None:
         super().__init__()
         self.norm = nn.LayerNorm(d_model)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.norm_first = norm_first
 
     def pre(self, x: Tensor) -> Tensor:
@@ -281,7 +282,7 @@ class Transformer(nn.Module):
         self.positional = make_positional_encoding(
             c.positional, c.d_model, c.max_positions, n_heads=c.n_heads
         )
-        self.embed_dropout = nn.Dropout(c.dropout)
+        self.embed_dropout = Dropout(c.dropout)
         positions = self.positional if self.positional.uses_qk_hook else None  # rotary
         self.encoder_layers = nn.ModuleList(
             EncoderLayer(c, positions) for _ in range(c.n_encoder_layers)

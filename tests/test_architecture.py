@@ -26,7 +26,16 @@ from importlinter.cli import lint_imports
 
 PACKAGE = REPO_DIR / "minitx"
 PYPROJECT = REPO_DIR / "pyproject.toml"
-CORE = {"attention", "kv_cache", "scores", "positional", "activations", "model", "decoding"}
+CORE = {
+    "attention",
+    "kv_cache",
+    "scores",
+    "positional",
+    "activations",
+    "dropout",
+    "model",
+    "decoding",
+}
 CORE |= {"model_config", "model_outputs", "hard_attention", "packing", "flops", "registry", "vocab"}
 CORE |= {"errors"}  # the bottom of the layers: torch and the standard library only
 OPTIONAL_LIBRARIES = ("ctranslate2", "gradio", "bertviz", "selenium")
@@ -126,7 +135,7 @@ def test_contracts_cover_the_documented_rules(contracts: dict[str, dict]) -> Non
     assert order[-7:] == [
         "model",
         "model_config|model_outputs|hard_attention|packing",
-        "scores|positional|activations",
+        "scores|positional|activations|dropout",
         "attention",
         "kv_cache",
         "registry",
