@@ -899,8 +899,8 @@ def bench_ct2(args: argparse.Namespace) -> None:
     torch.set_num_threads(args.ct2_threads)  # the same number of threads for both runtimes
     print(
         f"\n== CTranslate2 vs minitx: {len(sources)} test sentences, batches of "
-        f"{args.decode_batch}, {args.ct2_threads} threads each (minitx fp32); sentences/s, "
-        "BLEU, translations identical to minitx's =="
+        f"{args.decode_batch}, {args.ct2_threads} threads each; sentences/s, BLEU, "
+        "translations identical to minitx's (fp32) =="
     )
     with tempfile.TemporaryDirectory() as tmp:
         contenders: dict[str, Callable[[list[str], int], list[str]]] = {
@@ -908,6 +908,11 @@ def bench_ct2(args: argparse.Namespace) -> None:
                 sents, beam_size=beam, batch_size=args.decode_batch
             )
         }
+        if cpu_has_fast_bf16():  # the opt-in --bf16 of minitx-translate, where it is native
+            in_bf16 = Translator.from_pretrained(args.checkpoint, bf16=True)
+            contenders["minitx bf16"] = lambda sents, beam: in_bf16.translate(
+                sents, beam_size=beam, batch_size=args.decode_batch
+            )
         for quantization in ("float32", "int8"):
             directory = export_model(
                 translator.model, translator.tokenizer, f"{tmp}/{quantization}",
