@@ -22,10 +22,9 @@ FRAMING_USERS = (
     "data/batching.py",
     "translator.py",
     "teacher_forcing.py",
-    "extras/experiments/explain.py",
 )
 """Modules that frame sequences (training batches, inference, the teacher-forced pass of maps,
-attributions and probes, the explain experiment)."""
+attributions, probes and the explain experiment)."""
 
 
 def test_special_ids() -> None:
