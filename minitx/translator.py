@@ -415,11 +415,11 @@ class Translator:
         exactly as decoded (no eos): what `attention` and `attributions` read."""
         if translation is not None:
             return translation
-        config = (decoding or DecodingConfig()).with_changes(**changes).replace(n_best=1)
+        config = (decoding or DecodingConfig()).with_changes(**changes)  # bad settings first
         if not sentence.strip():
             raise ValueError(f"{what} need a non-empty source sentence")
         ids = encode_sources(self.tokenizer, [sentence], self.model.config.max_positions)
-        return self.translate_ids(ids, config, batch_size=1)[0]
+        return self.translate_ids(ids, config, batch_size=1)[0]  # it keeps the best (n_best 1)
 
     @torch.inference_mode()
     def attention(
