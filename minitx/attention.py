@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from minitx.kv_cache import KVCache
+from minitx.kv_cache import KVCache, fold_rows, unfold_rows
 from minitx.registry import Registry
 
 SCORES: Registry[Callable[..., nn.Module]] = Registry("attention score")
@@ -222,7 +222,8 @@ class MultiHeadAttention(nn.Module):
 
         Args:
             x: (B, Tq, D) queries (and keys/values for self-attention).
-            memory: (B, Tk, D) keys/values source for cross-attention; None for self-attention.
+            memory: (B, Tk, D) keys/values source for cross-attention, None for self-attention;
+                or (B/g, Tk, D): each row serves g consecutive rows of `x` (a sentence's beams).
             mask: bool/additive mask broadcastable to (B, H, Tq, Tk), e.g. `padding_mask(src)`.
             is_causal: add a right-aligned causal mask (self-attention in the decoder).
             need_weights: also return the (B, H, Tq, Tk) weights (uses the explicit path);
@@ -251,6 +252,8 @@ class MultiHeadAttention(nn.Module):
                 if cache is not None:
                     cache.k, cache.v = k, v
 
+        group = q.size(0) // k.size(0)  # beam search: a sentence's g beams share its memory
+        q = fold_rows(q, group)  # (B, H, Tq, Dh) -> (B/g, H, g*Tq, Dh); g = 1: unchanged
         tq, tk = q.size(-2), k.size(-2)
         dropout_p = self.dropout if self.training else 0.0
         fused = self.reweight is None and isinstance(self.score, ScaledDotScore)
@@ -263,11 +266,12 @@ class MultiHeadAttention(nn.Module):
                 if is_causal and tq > 1:
                     mask = combine_masks(mask, causal_mask(tq, tk, device=q.device))
                 out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
-            return self.out_proj(merge_heads(out)), None
+            return self.out_proj(merge_heads(unfold_rows(out, group))), None
 
         if is_causal and tq > 1:
             mask = combine_masks(mask, causal_mask(tq, tk, device=q.device))
         out, weights = scaled_dot_product_attention(
             q, k, v, mask, dropout_p, self.score, reweight=self.reweight
         )  # (B, H, Tq, Dh), (B, H, Tq, Tk)
+        out, weights = unfold_rows(out, group), unfold_rows(weights, group)
         return self.out_proj(merge_heads(out)), weights  # (B, Tq, D)

@@ -5,42 +5,93 @@ each step. A cache keeps them instead: decoder self-attention appends the new st
 and values; cross-attention projects the encoder output once and reuses it. Tensors are
 (B, H, T, Dh). `MultiHeadAttention` reads and fills a `KVCache`; `Transformer.new_cache`
 returns a `DecoderCache`, one pair per decoder layer.
+
+Beam search decodes g beams per sentence but keeps one row of encoder output (and of the
+cross-attention cache) per sentence: `fold_rows` turns the g beams' queries into g queries
+of that one row, so the keys and values are neither copied g times nor read g times.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 
-@dataclass
 class KVCache:
-    """Keys and values of one attention layer kept across decoding steps, (B, H, T, Dh)."""
+    """Keys and values of one attention layer kept across decoding steps, (B, H, T, Dh).
 
-    k: Tensor | None = None
-    v: Tensor | None = None
+    `reorder` is lazy: it only records which rows to keep, and the next `append` copies the
+    kept rows straight into the grown tensors. Beam search reorders every step, so this copies
+    the cache once per step instead of twice (an `index_select`, then a `cat`). Reading `k` or
+    `v` applies a pending reorder.
+    """
+
+    def __init__(self, k: Tensor | None = None, v: Tensor | None = None) -> None:
+        self._k, self._v = k, v
+        self._rows: Tensor | None = None  # (B',) rows still to select, or None
+
+    def _settle(self) -> None:
+        if self._rows is not None and self._k is not None:
+            self._k = self._k.index_select(0, self._rows)
+            self._v = self._v.index_select(0, self._rows)
+        self._rows = None
+
+    @property
+    def k(self) -> Tensor | None:
+        """Cached keys (B, H, T, Dh), or None before the first step."""
+        self._settle()
+        return self._k
+
+    @k.setter
+    def k(self, k: Tensor | None) -> None:
+        self._settle()
+        self._k = k
+
+    @property
+    def v(self) -> Tensor | None:
+        """Cached values (B, H, T, Dv), or None before the first step."""
+        self._settle()
+        return self._v
+
+    @v.setter
+    def v(self, v: Tensor | None) -> None:
+        self._settle()
+        self._v = v
 
     @property
     def length(self) -> int:
         """Number of cached positions."""
-        return 0 if self.k is None else self.k.size(-2)
+        return 0 if self._k is None else self._k.size(-2)
 
     def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Add this step's keys and values (B, H, T, Dh) after the cached ones; return all of
         them, (B, H, Tcache + T, Dh)."""
-        if self.k is not None:
-            k = torch.cat([self.k, k], dim=-2)
-            v = torch.cat([self.v, v], dim=-2)
-        self.k, self.v = k, v
-        return k, v
+        if self._k is None:
+            self._k, self._v, self._rows = k, v, None
+        elif self._rows is None:
+            self._k = torch.cat([self._k, k], dim=-2)
+            self._v = torch.cat([self._v, v], dim=-2)
+        else:  # one copy: the kept rows go straight into the grown tensors
+            self._k = _select_and_extend(self._k, self._rows, k)
+            self._v = _select_and_extend(self._v, self._rows, v)
+            self._rows = None
+        return self._k, self._v
 
     def reorder(self, index: Tensor) -> None:
         """Select batch rows (e.g. surviving beams): `index` is (B',) into the batch axis."""
-        if self.k is not None:
-            self.k = self.k.index_select(0, index)
-            self.v = self.v.index_select(0, index)
+        if self._k is not None:
+            self._rows = index if self._rows is None else self._rows.index_select(0, index)
+
+
+def _select_and_extend(cached: Tensor, rows: Tensor, new: Tensor) -> Tensor:
+    """cat([cached[rows], new], dim=-2) written once: (B, H, T, Dh), (B',), (B', H, T', Dh)."""
+    if torch.is_grad_enabled() and (cached.requires_grad or new.requires_grad):
+        return torch.cat([cached.index_select(0, rows), new], dim=-2)  # out= has no gradient
+    _, h, t, d = cached.shape
+    out = cached.new_empty(rows.size(0), h, t + new.size(-2), d)
+    torch.index_select(cached, 0, rows, out=out[:, :, :t])
+    out[:, :, t:] = new
+    return out
 
 
 class DecoderCache:
@@ -54,13 +105,28 @@ class DecoderCache:
         """Target positions decoded so far (the position offset of the next step)."""
         return self.layers[0][0].length
 
-    def reorder(self, index: Tensor, *, cross: bool = True) -> None:
-        """Keep batch rows `index` (B',) in every cache, e.g. after a beam-search step.
-
-        `cross=False` leaves the cross-attention caches as they are: right when `index` only
-        permutes rows whose encoder outputs are equal (the beams of one sentence).
-        """
+    def reorder(self, index: Tensor, memory_index: Tensor | None) -> None:
+        """Keep batch rows `index` (B',) in the self-attention caches and rows `memory_index`
+        (N',) in the cross-attention ones, e.g. after a beam-search step. `memory_index` None
+        leaves the cross-attention caches as they are (no sentence left the batch)."""
         for self_cache, cross_cache in self.layers:
             self_cache.reorder(index)
-            if cross:
-                cross_cache.reorder(index)
+            if memory_index is not None:
+                cross_cache.reorder(memory_index)
+
+
+def fold_rows(x: Tensor, group: int) -> Tensor:
+    """(B, H, T, Dh) -> (B/g, H, g*T, Dh): each run of `group` consecutive rows becomes the
+    queries of one row (the beams of a sentence); `group` 1 returns `x` itself."""
+    if group == 1:
+        return x
+    b, h, t, d = x.shape
+    return x.view(b // group, group, h, t, d).transpose(1, 2).reshape(b // group, h, group * t, d)
+
+
+def unfold_rows(x: Tensor, group: int) -> Tensor:
+    """(B/g, H, g*T, Dh) -> (B, H, T, Dh): the exact inverse of `fold_rows`."""
+    if group == 1:
+        return x
+    n, h, gt, d = x.shape
+    return x.view(n, h, group, gt // group, d).transpose(1, 2).reshape(n * group, h, -1, d)

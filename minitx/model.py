@@ -299,9 +299,8 @@ class Transformer(nn.Module):
             self.output.weight = self.tgt_embed.weight
 
     def _init_parameters(self) -> None:
-        """Embeddings ~ N(0, 1/D); every linear map's weight Xavier-uniform; the rest (biases,
-        norms, a bilinear score's matrix) keep their own initialisation. Selected by module
-        type, in module order, so that a seed gives the same weights on every machine."""
+        """Embeddings ~ N(0, 1/D), linear weights Xavier-uniform, the rest as their modules made
+        them; by module type, in module order, so that a seed gives the same weights everywhere."""
         for module in self.modules():
             if isinstance(module, nn.Embedding):
                 nn.init.normal_(module.weight, std=self.config.d_model**-0.5)
@@ -341,8 +340,8 @@ class Transformer(nn.Module):
         attending to the encoder's `memory` (B, S, D) under its `src_mask` (B, 1, 1, S).
 
         With a `cache` (`new_cache`, updated in place) `tgt_in` holds only the new ids, usually
-        (B, 1), and positions continue from `cache.length`. `need_weights`: also return the
-        per-layer attention maps."""
+        (B, 1), and positions continue from `cache.length`. `memory` may have B/g rows, one per
+        g rows of `tgt_in` (beams). `need_weights`: also return the per-layer attention maps."""
         out = self.decoder_states(tgt_in, memory, src_mask, cache=cache, need_weights=need_weights)
         out.logits = self.output(out.states)  # (B, T, D) -> (B, T, V)
         return out

@@ -678,6 +678,42 @@ def test_kv_cache_reorder():
     assert cache.length == 4
 
 
+def test_kv_cache_reorders_twice_then_appends_in_one_copy():
+    """A reorder waits for the next append, which writes the kept rows and the new step once;
+    two reorders in a row compose."""
+    k, v = torch.randn(3, 2, 4, 5, generator=gen(31)), torch.randn(3, 2, 4, 6, generator=gen(32))
+    cache = KVCache(k, v)
+    first, second = torch.tensor([2, 0, 2]), torch.tensor([1, 1])
+    cache.reorder(first)
+    cache.reorder(second)
+    new_k, new_v = torch.randn(2, 2, 1, 5), torch.randn(2, 2, 1, 6)
+    all_k, all_v = cache.append(new_k, new_v)
+    assert torch.equal(all_k, torch.cat([k[first][second], new_k], dim=-2))
+    assert torch.equal(all_v, torch.cat([v[first][second], new_v], dim=-2))
+    assert cache.k is all_k and cache.length == 5
+
+
+@pytest.mark.parametrize("need_weights", [False, True], ids=["fused", "explicit"])
+def test_cross_attention_rows_shared_by_a_group_of_queries(need_weights):
+    """Memory with B/g rows (beam search: one per sentence) gives what the same memory repeated
+    for each of the g query rows gives, cached or not, weights included."""
+    torch.manual_seed(33)
+    mha = MultiHeadAttention(16, 4).eval()
+    memory = torch.randn(2, 5, 16)
+    mask = padding_mask(torch.tensor([[1, 1, 1, 0, 0], [1] * 5]))
+    x = torch.randn(6, 2, 16)  # 3 beams for each of the 2 sentences, 2 steps
+    repeated = dict(mask=mask.repeat_interleave(3, dim=0), need_weights=need_weights)
+    want, want_w = mha(x, memory.repeat_interleave(3, dim=0), **repeated)
+    got, got_w = mha(x, memory, mask=mask, need_weights=need_weights)
+    torch.testing.assert_close(got, want, **FP32)
+    if need_weights:
+        torch.testing.assert_close(got_w, want_w, **FP32)
+    cache = KVCache()
+    steps = [mha(x[:, t : t + 1], memory, mask=mask, cache=cache)[0] for t in range(2)]
+    assert cache.k.size(0) == 2  # one row per sentence, not per beam
+    torch.testing.assert_close(torch.cat(steps, dim=1), want, **FP32)
+
+
 def test_kv_cache_reorder_then_continue_equals_reordered_full_pass():
     """Beam-search style: decode 2 steps, reorder rows, decode a third: equal to a full pass
     over the reordered rows."""

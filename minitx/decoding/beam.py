@@ -41,9 +41,11 @@ def beam_search(model: Transformer, src: Tensor, config: DecodingConfig) -> list
     limits = max_target_lengths(src, model, config.max_len_a, config.max_len_b).tolist()
     # Every beam of a sentence starts as bos alone, so the first step decodes one row per
     # sentence (`width` 1) and keeps its k best tokens; the batch then grows to k rows per
-    # sentence, the caches (cross-attention keys/values included) copied from that one row.
+    # sentence, the self-attention caches copied from that one row. The encoder outputs and
+    # the cross-attention caches keep one row per sentence: its k beams' queries share them
+    # (`minitx.attention.fold_rows`).
     width = 1  # decoder rows per active sentence: 1 at the first step, k afterwards
-    memory, src_mask = enc.memory, enc.src_mask  # (N*width, S, D), (N*width, 1, 1, S)
+    memory, src_mask = enc.memory, enc.src_mask  # (N, S, D), (N, 1, 1, S)
     active = list(range(src.size(0)))  # sentence ids still being decoded, in row order
     tokens = torch.full((len(active), 1), BOS_ID, dtype=torch.long, device=device)
     beam_scores = torch.zeros(len(active), 1, device=device)  # (N, width)
@@ -52,18 +54,21 @@ def beam_search(model: Transformer, src: Tensor, config: DecodingConfig) -> list
 
     for step in range(max(limits)):
         logp = next_token_log_probs(model, tokens, memory, src_mask, cache)  # (N*W, V)
-        vocab = logp.size(-1)
-        candidates = (beam_scores.view(-1, 1) + logp).view(len(active), width * vocab)
-        n_top = min(2 * k, width * vocab)  # 2K: enough for K non-eos (a tiny vocab has fewer)
-        top_scores, top_index = candidates.topk(n_top, dim=-1)  # (N, n_top)
-        top_beam, top_token = top_index // vocab, top_index % vocab
+        # The 2K best of a sentence's W*V candidates are among the 2K best of each beam's row:
+        # ranking those W*2K is cheaper than adding the beam scores to all W*V first.
+        per_row = min(2 * k, logp.size(-1))  # 2K: enough for K non-eos (a tiny vocab has fewer)
+        row_scores, row_tokens = logp.topk(per_row, dim=-1)  # (N*W, per_row)
+        candidates = (beam_scores.view(-1, 1) + row_scores).view(len(active), width * per_row)
+        top_scores, top_index = candidates.topk(min(2 * k, width * per_row), dim=-1)  # (N, 2K)
+        top_beam = top_index // per_row
+        top_token = row_tokens.view(len(active), width * per_row).gather(1, top_index)
         top_scores_l, top_beam_l, top_token_l = (
             top_scores.tolist(),
             top_beam.tolist(),
             top_token.tolist(),
         )
 
-        keep_rows, next_tokens, next_scores, still_active = [], [], [], []
+        keep_rows, next_tokens, next_scores, still_active, memory_rows = [], [], [], [], []
         for row, sent in enumerate(active):
             length = step + 1  # generated tokens including this step's
             live: list[tuple[int, int, float]] = []  # (source row, token, score)
@@ -89,6 +94,7 @@ def beam_search(model: Transformer, src: Tensor, config: DecodingConfig) -> list
             if at_cap or len(finished[sent]) >= k or not live:
                 continue
             still_active.append(sent)
+            memory_rows.append(row)
             live += [live[-1][:2] + (float("-inf"),)] * (k - len(live))  # pad with dead beams
             for src_row, token, score in live:
                 keep_rows.append(src_row)
@@ -103,13 +109,13 @@ def beam_search(model: Transformer, src: Tensor, config: DecodingConfig) -> list
             dim=1,
         )
         beam_scores = torch.tensor(next_scores, device=device).view(len(still_active), k)
-        # The encoder outputs change rows when sentences leave or the first step widens the
-        # batch; otherwise `index` only permutes the beams of each sentence, which share them.
-        rows_change = len(still_active) != len(active) or width != k
-        if rows_change:  # any row of a sentence holds its encoder outputs
-            memory, src_mask = memory.index_select(0, index), src_mask.index_select(0, index)
+        sentences = None  # (N',) rows of the sentences still decoding, when some have left
+        if len(still_active) != len(active):
+            sentences = torch.tensor(memory_rows, device=device)
+            memory = memory.index_select(0, sentences)
+            src_mask = src_mask.index_select(0, sentences)
         if cache is not None:
-            cache.reorder(index, cross=rows_change)
+            cache.reorder(index, sentences)
         active, width = still_active, k
 
     return [sorted(hyps, key=lambda h: h.score, reverse=True)[: config.n_best] for hyps in finished]

@@ -49,5 +49,5 @@ def greedy_decode(model: Transformer, src: Tensor, config: DecodingConfig | None
             alive, tokens = alive[keep], tokens[keep]
             memory, src_mask = memory[keep], src_mask[keep]
             if cache is not None:
-                cache.reorder(keep)
+                cache.reorder(keep, keep)
     return out[:, :steps]
