@@ -494,6 +494,20 @@ def test_evaluate_default_hypothesis_path_and_limit(
     assert len(hyp.read_text(encoding="utf-8").splitlines()) == 3
 
 
+def test_evaluate_bf16_keeps_the_fp32_hypotheses(evaluate_command, tiny_checkpoint, tmp_path):
+    """A --bf16 evaluation writes its own file: the fp32 hypotheses beside the checkpoint stay."""
+    checkpoint = tmp_path / "model.ckpt"
+    shutil.copyfile(tiny_checkpoint, checkpoint)
+    common = ["--checkpoint", str(checkpoint), "--data", str(TOY_CORPUS_DIR), "--beam", "1"]
+    assert evaluate_command.main([*common, "--limit", "3"]) == 0
+    fp32 = tmp_path / "model.test.first3.greedy.hyp"
+    fp32.write_text("kept\n", encoding="utf-8")
+    assert evaluate_command.main([*common, "--limit", "3", "--bf16"]) == 0
+    assert fp32.read_text(encoding="utf-8") == "kept\n"
+    bf16 = tmp_path / "model.test.first3.greedy.bf16.hyp"
+    assert len(bf16.read_text(encoding="utf-8").splitlines()) == 3
+
+
 def test_evaluate_counts_empty_pairs(evaluate_command, tiny_checkpoint, tmp_path, capsys) -> None:
     """Pairs with an empty side are not scored and are counted (as in training); their line
     in the hypotheses file is empty, so it stays aligned with the source file. Only the

@@ -59,7 +59,7 @@ BLEU (n-gram precisions, brevity penalty, length ratio, lengths) with chrF and i
 signature. Notes (corpus, pair counts, hypothesis files) and progress go to standard error: a
 progress bar on a terminal, otherwise one line per decoding such as `greedy: translated 1000
 sentences in 5.7 s (175.4 sentences/s)`. The hypotheses of each decoding are written to
---hyp-out (default: next to the checkpoint, <checkpoint stem>.<split>.<decoding>.hyp,
+--hyp-out (default: next to the checkpoint, <checkpoint stem>.<split>.<decoding>[.bf16].hyp,
 <decoding> being greedy, beam<N> or sample, the names training uses too, with .first<L>
 before <decoding> under --limit L and .<mode>-<scope> after it under a hard --attention, e.g.
 greedy.hard-argmax-cross), one line per line of the split's source file, in order (empty for
@@ -123,7 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=Path,
         metavar="PATH",
         help="hypotheses file; must contain {beam} when several beam sizes are given "
-        "(default: <checkpoint dir>/<checkpoint stem>.<split>.<greedy|beamN>.hyp, beside a "
+        "(default: <checkpoint dir>/<checkpoint stem>.<split>.<greedy|beamN>[.bf16].hyp, beside a "
         "release directory, in the current directory for a hub repo id)",
     )
     parser.add_argument(
@@ -154,6 +154,8 @@ def hypothesis_path(args: argparse.Namespace, beam: int) -> Path:
     tag = args.decodings[beam].file_tag
     if args.attention != "soft":  # e.g. greedy.hard-argmax-cross
         tag += f".{args.attention}-{attention_from_args(args)['scope']}"
+    if args.bf16:  # bf16 decoding may differ from fp32: never overwrite the fp32 file
+        tag += ".bf16"
     name = f"{args.checkpoint.stem}.{args.split}{limit}.{tag}.hyp"
     local = args.checkpoint.exists()  # else a hub repo id: write into the current directory
     return (args.checkpoint.parent if local else Path()) / name
