@@ -49,13 +49,19 @@ __all__ = ["Progress", "Translator", "encode_sources"]
 
 
 def encode_sources(
-    tokenizer: Tokenizer, sentences: Sequence[str], max_positions: int, first_line: int = 1
+    tokenizer: Tokenizer,
+    sentences: Sequence[str],
+    max_positions: int,
+    first_line: int = 1,
+    *,
+    use: str = "translated",
 ) -> list[list[int]]:
     """Source ids per sentence (no eos), as a model with `max_positions` positions reads them.
 
-    A sentence longer than the model's positions is cut to fit (the rest is not translated),
-    counted and logged with its line number (`first_line` is the number of the first
-    sentence). The `Translator` and the CTranslate2 export read their sources this way.
+    A sentence longer than the model's positions is cut to fit (the rest is not `use`d, e.g.
+    translated), counted and logged with its line number (`first_line` is the number of the
+    first sentence). The `Translator` and the CTranslate2 export read their sources this way,
+    and `Translator.align` both sides of its pairs.
     """
     ids = tokenizer.encode([s.strip() for s in sentences])
     limit = max_positions - 1  # eos takes one source position
@@ -63,10 +69,11 @@ def encode_sources(
     if too_long:
         logger.warning(
             "%d of %d sentences have more than %d pieces, the model's limit "
-            "(max_positions - 1): translated their first %d pieces only (lines %s)",
+            "(max_positions - 1): %s their first %d pieces only (lines %s)",
             len(too_long),
             len(ids),
             limit,
+            use,
             limit,
             quote_lines([i + first_line for i in too_long]),
         )
@@ -393,14 +400,15 @@ class Translator:
         """Align given translations (e.g. references) to their sources: the model reads each
         pair teacher-forced and its cross-attention aligns them (see `translate_with_alignment`).
 
-        Both sides are cut to the model's positions; an empty side gives no pairs.
+        Both sides are cut to the model's positions (counted and logged, as in `translate`);
+        an empty side gives no pairs.
         """
         if len(sources) != len(translations):
             raise ValueError(f"align: {len(sources)} sources but {len(translations)} translations")
-        limit = self.model.config.max_positions - 1
-        src_ids = self.tokenizer.encode([s.strip() for s in sources])
-        tgt_ids = self.tokenizer.encode([t.strip() for t in translations])
-        pairs = [(s[:limit], t[:limit]) for s, t in zip(src_ids, tgt_ids, strict=True)]
+        positions = self.model.config.max_positions
+        src_ids = encode_sources(self.tokenizer, sources, positions, use="aligned")
+        tgt_ids = encode_sources(self.tokenizer, translations, positions, use="aligned")
+        pairs = list(zip(src_ids, tgt_ids, strict=True))
         return self._alignments(pairs, alignment or AlignmentConfig(), batch_size)
 
     def _target(

@@ -194,3 +194,15 @@ def test_align_given_translations(translator: Translator) -> None:
         assert all(0 <= s < len(source.split()) for s, _ in pairs)
     with pytest.raises(ConfigError, match="does not exist"):
         translator.align(sources, references, alignment=AlignmentConfig(layer=5))
+
+
+def test_align_cuts_an_over_long_pair_and_says_so(
+    translator: Translator, caplog: pytest.LogCaptureFixture
+) -> None:
+    limit = translator.model.config.max_positions - 1
+    huge = " ".join(["mann"] * (limit + 50))  # more pieces than the model has positions
+    with caplog.at_level("WARNING", logger="minitx.translator"):
+        alignments = translator.align([TOY_TEST_SOURCES[0], huge], [TOY_TEST_REFERENCES[0], "a"])
+    assert len(alignments) == 2 and all(0 <= s < limit for s, _ in alignments[1])
+    assert "1 of 2 sentences have more than" in caplog.text
+    assert "aligned their first" in caplog.text and "(lines 2)" in caplog.text
