@@ -11,6 +11,7 @@ framed and padded by `minitx.vocab`, as in training; alignments and attention ma
 
 from __future__ import annotations
 
+import copy
 import logging
 import tempfile
 from collections.abc import Callable, Sequence
@@ -94,7 +95,8 @@ class Translator:
         model: the Transformer (moved to `device`, set to eval mode).
         tokenizer: the joint sentencepiece tokenizer it was trained with.
         device: "cpu", "cuda", ...
-        bf16: run the model under bfloat16 autocast (faster on CPUs with bf16 units and GPUs).
+        bf16: run the model under bfloat16 autocast, and decode with a copy of its weights in
+            bfloat16 (faster on CPUs with bf16 units and GPUs); `model` keeps its own.
         languages: (source, target) language codes, when known.
         train_config: the resolved training config (YAML text), when known; `save_pretrained`
             passes it on.
@@ -127,6 +129,9 @@ class Translator:
         self.model = model.to(self.device).eval()
         self.tokenizer = tokenizer
         self.bf16 = bf16
+        self._bf16_model: Transformer | None = None  # see `_decoder`
+        # New weights loaded into `model` make the bf16 copy stale: drop it.
+        self.model.register_load_state_dict_post_hook(lambda *_: self._drop_bf16_copy())
         self.languages = languages
         """(source, target) language codes the model was trained on, when the checkpoint says."""
         self.train_config = train_config
@@ -143,11 +148,25 @@ class Translator:
         check_attention_scope(scope)
         self.attention_mode, self.attention_scope, self.attention_seed = mode, scope, seed
 
-    def _attention_context(self) -> AbstractContextManager:
-        """The model with this Translator's attention mode, for one translating call."""
-        return self.model.attention_mode(
+    def _attention_context(self, model: Transformer | None = None) -> AbstractContextManager:
+        """`model` (default `self.model`) with this Translator's attention mode, for one
+        translating call."""
+        return (model or self.model).attention_mode(
             self.attention_mode, scope=self.attention_scope, seed=self.attention_seed
         )
+
+    def _decoder(self) -> Transformer:
+        """The model that decodes: `model` itself, or with `bf16` a copy with bf16 weights, made
+        at the first translation. Autocast alone would cast every weight at every decoding step:
+        the copy decodes 1.2-1.3x faster at the same BLEU (docs/guides/speed.md)."""
+        if not self.bf16:
+            return self.model
+        if self._bf16_model is None:
+            self._bf16_model = copy.deepcopy(self.model).to(torch.bfloat16)
+        return self._bf16_model
+
+    def _drop_bf16_copy(self) -> None:
+        self._bf16_model = None
 
     @classmethod
     def from_pretrained(
@@ -227,11 +246,12 @@ class Translator:
         empty = len(ids) - sum(len(batch) for batch in batches)
         if empty:
             report(empty)
-        with self._attention_context():
+        model = self._decoder()
+        with self._attention_context(model):
             for batch in batches:
                 with self._autocast():
                     src = pad([frame_source(ids[i]) for i in batch], device=self.device)  # (B, S)
-                    hyps = generate(self.model, src, decoding)
+                    hyps = generate(model, src, decoding)
                 for i, sentence_hyps in zip(batch, hyps, strict=True):
                     results[i] = sentence_hyps
                 report(len(batch))

@@ -23,6 +23,7 @@ from helpers import PYTHON, TOY_TEST_SOURCES, TinyRun, subprocess_env
 from minitx.checkpoint import CHECKPOINT_KEY, CheckpointError, load_checkpoint
 from minitx.decoding import DecodingConfig, greedy_decode
 from minitx.maps import AttentionMaps
+from minitx.model import Transformer
 from minitx.translator import Translator
 
 # Sentences of very different lengths (a long one made of several toy sentences, one word,
@@ -208,9 +209,31 @@ def test_beam_one_is_greedy(translator: Translator) -> None:
     assert via_beam_search == greedy
 
 
-def test_bf16_translation_runs(tiny_checkpoint: Path) -> None:
-    out = Translator.from_pretrained(tiny_checkpoint, bf16=True).translate(SENTENCES[:3])
-    assert len(out) == 3 and all(isinstance(t, str) for t in out)
+def test_bf16_translation_matches_fp32_within_tolerance(
+    translator: Translator, tiny_checkpoint: Path
+) -> None:
+    """bf16 decodes with a bf16 copy of the weights: the model keeps its fp32 weights, and the
+    translations are fp32's within a stated tolerance (at most 2 of the 7 differ; where they
+    agree, the beam score is within 0.1 of fp32's)."""
+    bf16 = Translator.from_pretrained(tiny_checkpoint, bf16=True)
+    fp32_hyps = translator.translate_n_best(SENTENCES, beam_size=4)
+    bf16_hyps = bf16.translate_n_best(SENTENCES, beam_size=4)
+    assert all(p.dtype == torch.float32 for p in bf16.model.parameters())
+    same = [(a[0], b[0]) for a, b in zip(fp32_hyps, bf16_hyps, strict=True) if a[0][0] == b[0][0]]
+    assert len(same) >= len(SENTENCES) - 2
+    assert all(abs(a[1] - b[1]) < 0.1 for a, b in same)
+
+
+def test_bf16_copy_follows_new_weights(translator: Translator, tiny_checkpoint: Path) -> None:
+    """Weights loaded into the model after a bf16 translation are the ones the next one uses."""
+    bf16 = Translator.from_pretrained(tiny_checkpoint, bf16=True)
+    bf16.translate(SENTENCES[:2])
+    torch.manual_seed(0)
+    other = Transformer(translator.model.config).state_dict()
+    bf16.model.load_state_dict(other)
+    fresh = Translator(Transformer(translator.model.config), translator.tokenizer, bf16=True)
+    fresh.model.load_state_dict(other)
+    assert bf16.translate(SENTENCES, beam_size=2) == fresh.translate(SENTENCES, beam_size=2)
 
 
 # ---------------------------------------------------------------------------- attention
