@@ -225,15 +225,29 @@ def test_bf16_translation_matches_fp32_within_tolerance(
 
 
 def test_bf16_copy_follows_new_weights(translator: Translator, tiny_checkpoint: Path) -> None:
-    """Weights loaded into the model after a bf16 translation are the ones the next one uses."""
+    """The model's weights after a bf16 translation, however they changed (loaded, edited in
+    place, a new model), are the ones the next bf16 translation uses."""
     bf16 = Translator.from_pretrained(tiny_checkpoint, bf16=True)
+    config, tokenizer = translator.model.config, translator.tokenizer
+
+    def fresh_translation(weights: dict) -> list[str]:
+        fresh = Translator(Transformer(config), tokenizer, bf16=True)
+        fresh.model.load_state_dict(weights)
+        return fresh.translate(SENTENCES, beam_size=2)
+
     bf16.translate(SENTENCES[:2])
     torch.manual_seed(0)
-    other = Transformer(translator.model.config).state_dict()
+    other = Transformer(config).state_dict()
     bf16.model.load_state_dict(other)
-    fresh = Translator(Transformer(translator.model.config), translator.tokenizer, bf16=True)
-    fresh.model.load_state_dict(other)
-    assert bf16.translate(SENTENCES, beam_size=2) == fresh.translate(SENTENCES, beam_size=2)
+    assert bf16.translate(SENTENCES, beam_size=2) == fresh_translation(other)
+    with torch.no_grad():
+        for parameter in bf16.model.parameters():
+            parameter.mul_(-1.0)
+    assert bf16.translate(SENTENCES, beam_size=2) == fresh_translation(bf16.model.state_dict())
+    bf16.model = translator.model
+    assert bf16.translate(SENTENCES, beam_size=2) == fresh_translation(
+        translator.model.state_dict()
+    )
 
 
 # ---------------------------------------------------------------------------- attention
