@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from minitx.kv_cache import KVCache, fold_rows, unfold_rows
+from minitx.kv_cache import KVCache, fold_rows, memory_group, unfold_rows
 from minitx.registry import Registry
 
 SCORES: Registry[Callable[..., nn.Module]] = Registry("attention score")
@@ -252,7 +252,7 @@ class MultiHeadAttention(nn.Module):
                 if cache is not None:
                     cache.k, cache.v = k, v
 
-        group = q.size(0) // k.size(0)  # beam search: a sentence's g beams share its memory
+        group = memory_group(q.size(0), k.size(0))  # beam search: g beams share a memory row
         q = fold_rows(q, group)  # (B, H, Tq, Dh) -> (B/g, H, g*Tq, Dh); g = 1: unchanged
         tq, tk = q.size(-2), k.size(-2)
         dropout_p = self.dropout if self.training else 0.0

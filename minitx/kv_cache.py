@@ -85,8 +85,9 @@ class KVCache:
 
 def _select_and_extend(cached: Tensor, rows: Tensor, new: Tensor) -> Tensor:
     """cat([cached[rows], new], dim=-2) written once: (B, H, T, Dh), (B',), (B', H, T', Dh)."""
-    if torch.is_grad_enabled() and (cached.requires_grad or new.requires_grad):
-        return torch.cat([cached.index_select(0, rows), new], dim=-2)  # out= has no gradient
+    grad = torch.is_grad_enabled() and (cached.requires_grad or new.requires_grad)
+    if grad or cached.dtype != new.dtype:  # out= has no gradient, and cat promotes dtypes
+        return torch.cat([cached.index_select(0, rows), new], dim=-2)
     _, h, t, d = cached.shape
     out = cached.new_empty(rows.size(0), h, t + new.size(-2), d)
     torch.index_select(cached, 0, rows, out=out[:, :, :t])
@@ -113,6 +114,23 @@ class DecoderCache:
             self_cache.reorder(index)
             if memory_index is not None:
                 cross_cache.reorder(memory_index)
+
+
+def memory_group(queries: int, memory: int) -> int:
+    """How many consecutive query rows share one memory row: g where beam search keeps one
+    memory row for a sentence's g beams, else 1 (as many rows, or an empty batch).
+
+    Raises:
+        ValueError: when `queries` is not a multiple of `memory`.
+    """
+    if queries == memory or not queries or not memory:
+        return 1
+    if queries % memory:
+        raise ValueError(
+            f"{queries} query rows cannot share {memory} memory rows: give one memory row per "
+            "query row, or one per run of g query rows (the beams of a sentence)"
+        )
+    return queries // memory
 
 
 def fold_rows(x: Tensor, group: int) -> Tensor:

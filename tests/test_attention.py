@@ -712,6 +712,10 @@ def test_cross_attention_rows_shared_by_a_group_of_queries(need_weights):
     steps = [mha(x[:, t : t + 1], memory, mask=mask, cache=cache)[0] for t in range(2)]
     assert cache.k.size(0) == 2  # one row per sentence, not per beam
     torch.testing.assert_close(torch.cat(steps, dim=1), want, **FP32)
+    with pytest.raises(ValueError, match="5 query rows cannot share 2 memory rows"):
+        mha(x[:5], memory, mask=mask)
+    empty, _ = mha(x[:0], memory[:0], mask=mask[:0], need_weights=need_weights)
+    assert empty.shape == (0, 2, 16)
 
 
 def test_kv_cache_reorder_then_continue_equals_reordered_full_pass():
