@@ -82,6 +82,7 @@ from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from minitx.attention import padding_mask, scaled_dot_product_attention
+from minitx.cli.common import report_user_error
 from minitx.data import TokenBucketBatchSampler, collate
 from minitx.decoding import DecodingConfig, beam_search, greedy_decode
 from minitx.flops import training_flops
@@ -104,6 +105,8 @@ SIZES = dict(  # the model of `--config long` (the default config's feed-forward
 SMOKE_SIZES = dict(  # --smoke: a model small enough that every section runs in seconds
     d_model=32, n_heads=2, n_encoder_layers=1, n_decoder_layers=1, d_ff=64, vocab_size=200
 )
+SMOKE_DATA_PAIRS = 3_000
+"""--smoke: the data section's corpora have at most this many pairs."""
 
 
 # ------------------------------------------------------------------------------------ data
@@ -1056,8 +1059,8 @@ def main() -> None:
     parser.add_argument(
         "--smoke",
         action="store_true",
-        help="a tiny model instead of the benchmark's: checks that the sections run (the "
-        "figures mean nothing)",
+        help="a tiny model instead of the benchmark's, and data corpora of at most "
+        f"{SMOKE_DATA_PAIRS:,} pairs: checks that the sections run (the figures mean nothing)",
     )
     parser.add_argument("--data-child", nargs=2, help=argparse.SUPPRESS)  # the measured process
     args = parser.parse_args()
@@ -1073,6 +1076,7 @@ def main() -> None:
         parser.error(f"--device {args.device} runs the train and decode sections only")
     if args.smoke:
         SIZES.update(SMOKE_SIZES)
+        args.data_pairs = sorted({min(n, SMOKE_DATA_PAIRS) for n in args.data_pairs})
     if args.precisions is None:
         args.precisions = ["fp32", "bf16"] if on_gpu or cpu_has_fast_bf16() else ["fp32"]
     print(
@@ -1099,4 +1103,10 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except Exception as exc:  # a user error (no data, a bad checkpoint) is one line, status 2
+        status = report_user_error(exc)
+        if status is None:
+            raise
+        sys.exit(status)
