@@ -340,6 +340,13 @@ def test_beam_wider_than_half_the_vocabulary(model, sources):
             )
 
 
+def test_a_beam_wider_than_the_vocabulary_is_refused(model, sources):
+    """beam 13 over a 12-piece vocabulary: a mistake (each step would score K x V candidates
+    per sentence), refused before any decoding."""
+    with pytest.raises(ConfigError, match="beam size 13 is larger than the model's target vocab"):
+        beam_search(model, sources, DecodingConfig(beam_size=13))
+
+
 @pytest.mark.parametrize("alpha", [0.0, 0.6, 1.0])
 def test_beam_scores_are_teacher_forced_log_probs(model, sources, alpha):
     hyps = beam_search(
