@@ -63,7 +63,12 @@ def encode_sources(
     translated), counted and logged with its line number (`first_line` is the number of the
     first sentence). The `Translator` and the CTranslate2 export read their sources this way,
     and `Translator.align` both sides of its pairs.
+
+    Raises:
+        TypeError: when `sentences` is one string (its characters would be the sentences).
     """
+    if isinstance(sentences, str):  # iterating it would translate each character
+        raise TypeError("give a list of sentences, e.g. translate([sentence]), not one string")
     ids = tokenizer.encode([s.strip() for s in sentences])
     limit = max_positions - 1  # eos takes one source position
     too_long = [i for i, seq in enumerate(ids) if len(seq) > limit]
@@ -424,11 +429,11 @@ class Translator:
         Both sides are cut to the model's positions (counted and logged, as in `translate`);
         an empty side gives no pairs.
         """
-        if len(sources) != len(translations):
-            raise ValueError(f"align: {len(sources)} sources but {len(translations)} translations")
         positions = self.model.config.max_positions
         src_ids = encode_sources(self.tokenizer, sources, positions, use="aligned")
         tgt_ids = encode_sources(self.tokenizer, translations, positions, use="aligned")
+        if len(sources) != len(translations):
+            raise ValueError(f"align: {len(sources)} sources but {len(translations)} translations")
         pairs = list(zip(src_ids, tgt_ids, strict=True))
         return self._alignments(pairs, alignment or AlignmentConfig(), batch_size)
 

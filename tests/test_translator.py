@@ -465,6 +465,20 @@ def test_a_sentence_longer_than_the_model_is_cut_and_counted_not_fatal(
     assert "1 of 3 sentences have more than" in caplog.text and "(lines 2)" in caplog.text
 
 
+def test_one_string_or_no_batch_is_a_clear_error(translator: Translator) -> None:
+    """A string is not a list of sentences (each character would be translated), and a batch
+    of no sentences cannot be."""
+    for call in (
+        lambda: translator.translate("Ein Hund rennt."),
+        lambda: translator.translate_n_best("Ein Hund rennt."),
+        lambda: translator.align("Ein Hund rennt.", "A dog runs."),
+    ):
+        with pytest.raises(TypeError, match="give a list of sentences"):
+            call()
+    with pytest.raises(ValueError, match="batch_size must be >= 1, got 0"):
+        translator.translate(SENTENCES[:1], batch_size=0)
+
+
 # ----------------------------------------------------------------------------- sampling
 def test_sampling_through_the_translator(translator: Translator) -> None:
     """Seeded samples do not depend on the batch size or on the other sentences; temperature
