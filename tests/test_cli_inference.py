@@ -494,6 +494,20 @@ def test_evaluate_default_hypothesis_path_and_limit(
     assert len(hyp.read_text(encoding="utf-8").splitlines()) == 3
 
 
+def test_evaluate_refuses_a_directory_as_output_before_decoding(
+    evaluate_command, tiny_checkpoint, tmp_path, capsys
+) -> None:
+    checkpoint = tmp_path / "model.ckpt"
+    shutil.copyfile(tiny_checkpoint, checkpoint)
+    common = ["--checkpoint", str(checkpoint), "--data", str(TOY_CORPUS_DIR), "--beam", "1"]
+    for option in ("--json", "--hyp-out"):
+        assert evaluate_command.main([*common, option, str(tmp_path)]) == 2
+        err = capsys.readouterr().err
+        assert f"error: cannot write {tmp_path}: it is a directory" in err
+        assert "translated" not in err  # refused before the decoding
+    assert not list(tmp_path.glob("*.hyp"))
+
+
 def test_evaluate_bf16_keeps_the_fp32_hypotheses(evaluate_command, tiny_checkpoint, tmp_path):
     """A --bf16 evaluation writes its own file: the fp32 hypotheses beside the checkpoint stay."""
     checkpoint = tmp_path / "model.ckpt"

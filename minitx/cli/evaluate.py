@@ -199,6 +199,8 @@ def run(args: argparse.Namespace) -> int:
     for path in [hypothesis_path(args, beam) for beam in args.decodings] + [args.json]:
         if path is not None and not path.parent.is_dir():
             raise UsageError(f"cannot write {path}: directory {path.parent} does not exist")
+        if path is not None and path.is_dir():  # found now, not after the decoding
+            raise UsageError(f"cannot write {path}: it is a directory; give a file name")
 
     results = []
     for beam, decoding in args.decodings.items():  # each beam size once, in the order given
