@@ -103,8 +103,9 @@ def read_checkpoint(path: str | Path, *, mmap: bool = False) -> dict[str, Any]:
     """
     path = Path(path)
     if not path.is_file():
+        what = "is a directory, not a .ckpt file" if path.is_dir() else "not found"
         raise MissingFileError(
-            f"checkpoint not found: {path} (pass the .ckpt written under <run dir>/checkpoints/)"
+            f"checkpoint {what}: {path} (pass the .ckpt written under <run dir>/checkpoints/)"
         )
     unreadable = (
         f"{path}: not a readable minitx checkpoint (truncated, corrupt or another kind of file)"

@@ -230,6 +230,7 @@ def test_average_command_refusals_in_process(
     cases = [
         ([str(tiny_checkpoint), str(tmp_path / "missing.ckpt")], "missing.ckpt"),
         ([str(tiny_checkpoint), str(REPO_DIR / "README.md")], "not a readable minitx"),
+        ([str(tiny_checkpoint), str(tmp_path)], "is a directory, not a .ckpt file"),
     ]
     for inputs, message in cases:
         assert average_main(["--out", str(out), *inputs]) == 2
