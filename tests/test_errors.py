@@ -61,6 +61,11 @@ def test_the_training_command_reports_them_the_same_way(
     assert capsys.readouterr().err == "error: corpus: no 'train' split\n"
 
 
+def test_ctrl_c_is_status_130_and_says_so(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_cli(_raise(KeyboardInterrupt()), object()) == 130
+    assert capsys.readouterr().err == "\ninterrupted (Ctrl-C): stopped before the end\n"
+
+
 @pytest.mark.parametrize("error", [ValueError("x"), KeyError("y"), RuntimeError("z")])
 def test_anything_else_is_a_bug_with_its_traceback(error: Exception) -> None:
     with pytest.raises(type(error)):

@@ -162,8 +162,8 @@ def run_cli(run: Callable[[argparse.Namespace], int], args: argparse.Namespace) 
         status = run(args)
         sys.stdout.flush()  # a gone reader or a full disk shows here, not at exit
         return status
-    except KeyboardInterrupt:
-        print(file=sys.stderr)
+    except KeyboardInterrupt:  # what was written stays: say that the rest was not done
+        print("\ninterrupted (Ctrl-C): stopped before the end", file=sys.stderr)
         return EXIT_SIGINT
     except BrokenPipeError:  # e.g. `... | head -1`: the reader has gone, nothing left to do
         _detach_stdout()
