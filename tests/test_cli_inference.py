@@ -657,6 +657,12 @@ def test_evaluate_several_beams_need_a_pattern(
         )
     assert exc.value.code == 2
     assert "{beam}" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:  # a typo is not written into the file name
+        evaluate_command.main(
+            ["--checkpoint", str(tiny_checkpoint), "--hyp-out", str(tmp_path / "h{beams}.txt")]
+        )
+    assert exc.value.code == 2
+    assert "unknown placeholder {beams}" in capsys.readouterr().err
 
 
 def test_evaluate_subprocess(tiny_checkpoint, tmp_path) -> None:

@@ -144,6 +144,9 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
         parser.error(f"--limit must be >= 1, got {args.limit}")
     if args.hyp_out is not None and len(set(args.beam)) > 1 and "{beam}" not in str(args.hyp_out):
         parser.error("--hyp-out must contain {beam} when several --beam values are given")
+    unknown = re.findall(r"\{[^{}]*\}", str(args.hyp_out or "").replace("{beam}", ""))
+    if unknown:  # a typo such as {beams} would otherwise be written into the file name
+        parser.error(f"--hyp-out: unknown placeholder {unknown[0]}; only {{beam}} is replaced")
 
 
 def hypothesis_path(args: argparse.Namespace, beam: int) -> Path:
