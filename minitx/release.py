@@ -493,8 +493,10 @@ def _evaluation_lines(evaluation: Mapping[str, Any] | None) -> list[str]:
             "with `--evaluation eval.json` to record the scores here.",
         ]
     split = evaluation.get("split", "?")
+    limit = evaluation.get("limit")  # a partial score must not read as the split's
+    part = f"the first {limit} lines of the `{split}` split" if limit else f"the `{split}` split"
     lines = [
-        f"sacreBLEU on the `{split}` split of `{evaluation.get('data', '?')}` "
+        f"sacreBLEU on {part} of `{evaluation.get('data', '?')}` "
         f"({evaluation.get('sentences', '?')} sentences), scored by `minitx-evaluate`:",
         "",
     ]

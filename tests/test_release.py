@@ -444,6 +444,7 @@ def test_export_records_the_evaluation_in_the_card(
         line = f"- {result['decoding']}: BLEU {result['bleu']:.2f}, chrF {result['chrf']:.2f}"
         assert f"{line} (`{result['signature']}`)" in card
     assert "- greedy: BLEU" in card and "`nrefs:1|" in card
+    assert "sacreBLEU on the first 3 lines of the `test` split of" in card  # --limit 3
     capsys.readouterr()
 
 
