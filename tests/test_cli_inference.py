@@ -508,6 +508,19 @@ def test_evaluate_refuses_a_directory_as_output_before_decoding(
     assert not list(tmp_path.glob("*.hyp"))
 
 
+def test_evaluate_another_language_pair_keeps_the_checkpoints_hypotheses(
+    evaluate_command, tiny_checkpoint, tmp_path, capsys
+) -> None:
+    """Scoring en -> de with a de -> en checkpoint warns and names the pair in its file."""
+    checkpoint = tmp_path / "model.ckpt"
+    shutil.copyfile(tiny_checkpoint, checkpoint)
+    common = ["--checkpoint", str(checkpoint), "--data", str(TOY_CORPUS_DIR), "--beam", "1"]
+    assert evaluate_command.main([*common, "--src-lang", "en", "--tgt-lang", "de"]) == 0
+    assert "warning: the checkpoint was trained de -> en" in capsys.readouterr().err
+    assert (tmp_path / "model.test.en-de.greedy.hyp").is_file()
+    assert not (tmp_path / "model.test.greedy.hyp").exists()
+
+
 def test_evaluate_bf16_keeps_the_fp32_hypotheses(evaluate_command, tiny_checkpoint, tmp_path):
     """A --bf16 evaluation writes its own file: the fp32 hypotheses beside the checkpoint stay."""
     checkpoint = tmp_path / "model.ckpt"

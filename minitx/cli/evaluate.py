@@ -61,7 +61,8 @@ progress bar on a terminal, otherwise one line per decoding such as `greedy: tra
 sentences in 5.7 s (175.4 sentences/s)`. The hypotheses of each decoding are written to
 --hyp-out (default: next to the checkpoint, <checkpoint stem>.<split>.<decoding>[.bf16].hyp,
 <decoding> being greedy, beam<N> or sample, the names training uses too, with .first<L>
-before <decoding> under --limit L and .<mode>-<scope> after it under a hard --attention, e.g.
+before <decoding> under --limit L (and .<src>-<tgt> for a language pair other than the
+checkpoint's) and .<mode>-<scope> after it under a hard --attention, e.g.
 greedy.hard-argmax-cross), one line per line of the split's source file, in order (empty for
 a pair with an empty side). --json FILE writes every figure (and the file names) as JSON.
 Output files are replaced only once they are complete.
@@ -149,11 +150,13 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
         parser.error(f"--hyp-out: unknown placeholder {unknown[0]}; only {{beam}} is replaced")
 
 
-def hypothesis_path(args: argparse.Namespace, beam: int) -> Path:
-    """Where the hypotheses of one beam size go."""
+def hypothesis_path(args: argparse.Namespace, beam: int, pair: str = "") -> Path:
+    """Where the hypotheses of one beam size go; `pair` (e.g. "fr-en") names a language pair
+    other than the checkpoint's, so that its file does not replace the checkpoint's own."""
     if args.hyp_out is not None:
         return Path(str(args.hyp_out).replace("{beam}", str(beam)))
     limit = f".first{args.limit}" if args.limit is not None else ""
+    limit += f".{pair}" if pair else ""
     tag = args.decodings[beam].file_tag
     if args.attention != "soft":  # e.g. greedy.hard-argmax-cross
         tag += f".{args.attention}-{attention_from_args(args)['scope']}"
@@ -178,7 +181,9 @@ def run(args: argparse.Namespace) -> int:
     ckpt_src, ckpt_tgt = translator.languages
     src_lang = args.src_lang or ckpt_src or DEFAULT_LANGS[0]
     tgt_lang = args.tgt_lang or ckpt_tgt or DEFAULT_LANGS[1]
+    pair = ""  # in the hypotheses' file names when it is not the checkpoint's own
     if ckpt_src and ckpt_tgt and (src_lang, tgt_lang) != (ckpt_src, ckpt_tgt):
+        pair = f"{src_lang}-{tgt_lang}"
         print(
             f"warning: the checkpoint was trained {ckpt_src} -> {ckpt_tgt}, "
             f"scoring {src_lang} -> {tgt_lang}",
@@ -199,7 +204,7 @@ def run(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
 
-    for path in [hypothesis_path(args, beam) for beam in args.decodings] + [args.json]:
+    for path in [hypothesis_path(args, beam, pair) for beam in args.decodings] + [args.json]:
         if path is not None and not path.parent.is_dir():
             raise UsageError(f"cannot write {path}: directory {path.parent} does not exist")
         if path is not None and path.is_dir():  # found now, not after the decoding
@@ -218,7 +223,7 @@ def run(args: argparse.Namespace) -> int:
                 progress=progress,
             )
         result.decoding = label  # e.g. "greedy, hard-argmax cross-attention"
-        path = hypothesis_path(args, beam)
+        path = hypothesis_path(args, beam, pair)
         try:
             write_text_atomic(path, aligned_lines(data, result.hypotheses))
         except OSError as exc:
