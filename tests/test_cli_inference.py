@@ -56,6 +56,15 @@ def translator(tiny_checkpoint: Path) -> Translator:
     return Translator.from_pretrained(tiny_checkpoint)
 
 
+@pytest.fixture
+def greedy_on_toy(tiny_checkpoint: Path, tmp_path: Path) -> list[str]:
+    """minitx-evaluate's arguments for greedy decoding of the toy test split with a copy of
+    the tiny checkpoint, `tmp_path / "model.ckpt"` (its hypotheses files go beside it)."""
+    checkpoint = tmp_path / "model.ckpt"
+    shutil.copyfile(tiny_checkpoint, checkpoint)
+    return ["--checkpoint", str(checkpoint), "--data", str(TOY_CORPUS_DIR), "--beam", "1"]
+
+
 def run_command(
     name: str, args: list[str], *, stdin: bytes | None = None, cwd: Path | None = None
 ) -> subprocess.CompletedProcess:
@@ -495,13 +504,10 @@ def test_evaluate_default_hypothesis_path_and_limit(
 
 
 def test_evaluate_refuses_a_directory_as_output_before_decoding(
-    evaluate_command, tiny_checkpoint, tmp_path, capsys
+    evaluate_command, greedy_on_toy, tmp_path, capsys
 ) -> None:
-    checkpoint = tmp_path / "model.ckpt"
-    shutil.copyfile(tiny_checkpoint, checkpoint)
-    common = ["--checkpoint", str(checkpoint), "--data", str(TOY_CORPUS_DIR), "--beam", "1"]
     for option in ("--json", "--hyp-out"):
-        assert evaluate_command.main([*common, option, str(tmp_path)]) == 2
+        assert evaluate_command.main([*greedy_on_toy, option, str(tmp_path)]) == 2
         err = capsys.readouterr().err
         assert f"error: cannot write {tmp_path}: it is a directory" in err
         assert "translated" not in err  # refused before the decoding
@@ -509,27 +515,21 @@ def test_evaluate_refuses_a_directory_as_output_before_decoding(
 
 
 def test_evaluate_another_language_pair_keeps_the_checkpoints_hypotheses(
-    evaluate_command, tiny_checkpoint, tmp_path, capsys
+    evaluate_command, greedy_on_toy, tmp_path, capsys
 ) -> None:
     """Scoring en -> de with a de -> en checkpoint warns and names the pair in its file."""
-    checkpoint = tmp_path / "model.ckpt"
-    shutil.copyfile(tiny_checkpoint, checkpoint)
-    common = ["--checkpoint", str(checkpoint), "--data", str(TOY_CORPUS_DIR), "--beam", "1"]
-    assert evaluate_command.main([*common, "--src-lang", "en", "--tgt-lang", "de"]) == 0
+    assert evaluate_command.main([*greedy_on_toy, "--src-lang", "en", "--tgt-lang", "de"]) == 0
     assert "warning: the checkpoint was trained de -> en" in capsys.readouterr().err
     assert (tmp_path / "model.test.en-de.greedy.hyp").is_file()
     assert not (tmp_path / "model.test.greedy.hyp").exists()
 
 
-def test_evaluate_bf16_keeps_the_fp32_hypotheses(evaluate_command, tiny_checkpoint, tmp_path):
+def test_evaluate_bf16_keeps_the_fp32_hypotheses(evaluate_command, greedy_on_toy, tmp_path):
     """A --bf16 evaluation writes its own file: the fp32 hypotheses beside the checkpoint stay."""
-    checkpoint = tmp_path / "model.ckpt"
-    shutil.copyfile(tiny_checkpoint, checkpoint)
-    common = ["--checkpoint", str(checkpoint), "--data", str(TOY_CORPUS_DIR), "--beam", "1"]
-    assert evaluate_command.main([*common, "--limit", "3"]) == 0
+    assert evaluate_command.main([*greedy_on_toy, "--limit", "3"]) == 0
     fp32 = tmp_path / "model.test.first3.greedy.hyp"
     fp32.write_text("kept\n", encoding="utf-8")
-    assert evaluate_command.main([*common, "--limit", "3", "--bf16"]) == 0
+    assert evaluate_command.main([*greedy_on_toy, "--limit", "3", "--bf16"]) == 0
     assert fp32.read_text(encoding="utf-8") == "kept\n"
     bf16 = tmp_path / "model.test.first3.greedy.bf16.hyp"
     assert len(bf16.read_text(encoding="utf-8").splitlines()) == 3
