@@ -66,14 +66,11 @@ class KVCache:
     def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Add this step's keys and values (B, H, T, Dh) after the cached ones; return all of
         them, (B, H, Tcache + T, Dh)."""
-        if self._k is None:
-            self._k, self._v, self._rows = k, v, None
-        elif self._rows is None:
-            self._k = torch.cat([self._k, k], dim=-2)
-            self._v = torch.cat([self._v, v], dim=-2)
-        else:  # one copy: the kept rows go straight into the grown tensors
-            self._k = _select_and_extend(self._k, self._rows, k)
-            self._v = _select_and_extend(self._v, self._rows, v)
+        if self._k is None:  # no reorder is ever pending on an empty cache
+            self._k, self._v = k, v
+        else:
+            self._k = _extend(self._k, self._rows, k)
+            self._v = _extend(self._v, self._rows, v)
             self._rows = None
         return self._k, self._v
 
@@ -83,8 +80,11 @@ class KVCache:
             self._rows = index if self._rows is None else self._rows.index_select(0, index)
 
 
-def _select_and_extend(cached: Tensor, rows: Tensor, new: Tensor) -> Tensor:
-    """cat([cached[rows], new], dim=-2) written once: (B, H, T, Dh), (B',), (B', H, T', Dh)."""
+def _extend(cached: Tensor, rows: Tensor | None, new: Tensor) -> Tensor:
+    """cat([cached[rows], new], dim=-2), the kept rows written once: (B, H, T, Dh), (B',) or
+    None for every row, (B', H, T', Dh)."""
+    if rows is None:
+        return torch.cat([cached, new], dim=-2)
     grad = torch.is_grad_enabled() and (cached.requires_grad or new.requires_grad)
     if grad or cached.dtype != new.dtype:  # out= has no gradient, and cat promotes dtypes
         return torch.cat([cached.index_select(0, rows), new], dim=-2)

@@ -155,14 +155,14 @@ def hypothesis_path(args: argparse.Namespace, beam: int, pair: str = "") -> Path
     other than the checkpoint's, so that its file does not replace the checkpoint's own."""
     if args.hyp_out is not None:
         return Path(str(args.hyp_out).replace("{beam}", str(beam)))
-    limit = f".first{args.limit}" if args.limit is not None else ""
-    limit += f".{pair}" if pair else ""
+    infix = f".first{args.limit}" if args.limit is not None else ""
+    infix += f".{pair}" if pair else ""
     tag = args.decodings[beam].file_tag
     if args.attention != "soft":  # e.g. greedy.hard-argmax-cross
         tag += f".{args.attention}-{attention_from_args(args)['scope']}"
     if args.bf16:  # bf16 decoding may differ from fp32: never overwrite the fp32 file
         tag += ".bf16"
-    name = f"{args.checkpoint.stem}.{args.split}{limit}.{tag}.hyp"
+    name = f"{args.checkpoint.stem}.{args.split}{infix}.{tag}.hyp"
     local = args.checkpoint.exists()  # else a hub repo id: write into the current directory
     return (args.checkpoint.parent if local else Path()) / name
 
@@ -204,10 +204,11 @@ def run(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
 
-    for path in [hypothesis_path(args, beam, pair) for beam in args.decodings] + [args.json]:
-        if path is not None and not path.parent.is_dir():
+    outputs = [hypothesis_path(args, beam, pair) for beam in args.decodings] + [args.json]
+    for path in filter(None, outputs):  # checked now, not after the decoding
+        if not path.parent.is_dir():
             raise UsageError(f"cannot write {path}: directory {path.parent} does not exist")
-        if path is not None and path.is_dir():  # found now, not after the decoding
+        if path.is_dir():
             raise UsageError(f"cannot write {path}: it is a directory; give a file name")
 
     results = []
