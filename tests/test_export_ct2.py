@@ -29,7 +29,6 @@ from minitx.extras.ctranslate2.export import (  # noqa: E402
     check_exportable,
     export_ctranslate2,
     export_model,
-    translate_with_ct2,
 )
 
 TOY_TRAIN_SOURCES = (TOY_CORPUS_DIR / "train.de").read_text(encoding="utf-8").splitlines()
@@ -110,9 +109,9 @@ def test_beam_search_without_length_penalty_mostly_equals_minitx(
     assert same >= 0.9 * len(SOURCES)
 
 
-def test_translate_with_ct2_keeps_empty_lines_and_order(exported: Path, ct2: Ct2Translator):
+def test_ct2_translate_keeps_empty_lines_and_order(exported: Path, ct2: Ct2Translator):
     sentences = [TOY_TEST_SOURCES[1], "", "  ", TOY_TEST_SOURCES[0]]
-    out = translate_with_ct2(exported, sentences, beam_size=1)
+    out = Ct2Translator(exported).translate(sentences, beam_size=1)
     assert out[1:3] == ["", ""]
     assert [out[0], out[3]] == ct2.translate([TOY_TEST_SOURCES[1], TOY_TEST_SOURCES[0]], 1)
 

@@ -8,7 +8,7 @@ Examples:
 Writes a CTranslate2 model directory (``model.bin``, ``config.json``,
 ``shared_vocabulary.json``) with the checkpoint's sentencepiece model
 (``sentencepiece.model``) and ``minitx.json`` beside it; translate with
-``ctranslate2.Translator(DIR)`` or ``minitx.extras.ctranslate2.export.translate_with_ct2`` (the
+``ctranslate2.Translator(DIR)`` or ``minitx.extras.ctranslate2.export.Ct2Translator`` (the
 guide ``docs/guides/export.md``, section "CTranslate2"). Needs the ``export`` extra:
 ``pip install 'minitx[export]'``.
 

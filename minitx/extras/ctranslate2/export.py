@@ -23,7 +23,7 @@ The vocabulary is the sentencepiece pieces in id order, so ids match exactly (pa
 `bilinear` with `rotary`, custom registry entries) are refused before any work with a
 `ConfigError` naming the setting.
 
-`Ct2Translator` / `translate_with_ct2` decode like minitx's `Translator`: same tokenisation,
+`Ct2Translator` decodes like minitx's `Translator`: same tokenisation,
 input cut at max_positions - 1 pieces, pad and bos never generated, eos allowed at the first
 step, length cap a·|src| + b per sentence (greedy output is then identical up to floating
 point). Beam search uses CTranslate2's own beam search, whose length penalty is
@@ -71,10 +71,6 @@ every self-attention, base 10000, as minitx's."""
 _QUERIES_SCALE = {"scaled_dot": None, "dot": 1.0, "bilinear": 1.0}
 """Score -> CTranslate2's `queries_scale` (None: its default 1/sqrt(Dh))."""
 _FEATURE = "CTranslate2 export"
-
-
-def _ctranslate2() -> Any:
-    return require_extra("ctranslate2", "export", _FEATURE)
 
 
 def check_exportable(config: TransformerConfig) -> None:
@@ -195,7 +191,7 @@ def transformer_spec(model: Transformer, tokenizer: Tokenizer) -> ctranslate2.sp
             f"tgt {config.tgt_vocab_size}) differ from the tokenizer's {tokenizer.vocab_size} "
             "pieces; export needs the tokenizer the model was trained with"
         )
-    ct2 = _ctranslate2()
+    ct2 = require_extra("ctranslate2", "export", _FEATURE)
     common_spec, transformer = ct2.specs.common_spec, ct2.specs.transformer_spec
     common = dict(
         pre_norm=config.norm_first,
@@ -258,7 +254,8 @@ def export_model(
         MissingExtraError: ctranslate2 is not installed.
     """
     out = Path(out_dir)
-    accepted = _ctranslate2().specs.model_spec.ACCEPTED_MODEL_TYPES
+    ct2 = require_extra("ctranslate2", "export", _FEATURE)
+    accepted = ct2.specs.model_spec.ACCEPTED_MODEL_TYPES
     if quantization is not None and quantization not in accepted:
         raise ConfigError(
             f"unknown CTranslate2 quantization {quantization!r}; choose from {', '.join(accepted)}"
@@ -309,7 +306,7 @@ def export_ctranslate2(
         MissingFileError, CheckpointError: the model is missing or not a usable one.
         ConfigError, OutputError, MissingExtraError: as `export_model`.
     """
-    _ctranslate2()  # fail before loading anything when the extra is missing
+    require_extra("ctranslate2", "export", _FEATURE)  # fail before loading anything
     check_output_dir(out_dir, inputs=[checkpoint], force=force)  # before the slow part
     loaded = release.load(checkpoint)
     return export_model(
@@ -345,7 +342,7 @@ class Ct2Translator:
         compute_type: str = "default",
         intra_threads: int = 0,
     ) -> None:
-        ct2 = _ctranslate2()
+        ct2 = require_extra("ctranslate2", "export", _FEATURE)
         directory = Path(model_dir)
         for name in ("model.bin", SENTENCEPIECE_FILE, INFO_FILE):
             if not (directory / name).is_file():
@@ -435,14 +432,6 @@ class Ct2Translator:
         return [list(r.log_probs) for r in result]
 
 
-def translate_with_ct2(
-    model_dir: str | os.PathLike[str], sentences: Sequence[str], beam_size: int = 5, **options: Any
-) -> list[str]:
-    """Load an exported directory and translate `sentences` (see `Ct2Translator.translate`;
-    `options` go to it, e.g. `batch_size`, `alpha`)."""
-    return Ct2Translator(model_dir).translate(sentences, beam_size, **options)
-
-
 __all__ = [
     "INFO_FILE",
     "SENTENCEPIECE_FILE",
@@ -451,5 +440,4 @@ __all__ = [
     "export_ctranslate2",
     "export_model",
     "transformer_spec",
-    "translate_with_ct2",
 ]
