@@ -48,7 +48,6 @@ from minitx.attribution import (
     attribute,
     comparable,
 )
-from minitx.decoding import DecodingConfig
 from minitx.extras.experiments.definitions import EXPERIMENTS
 from minitx.extras.experiments.report import fmt, write_report
 from minitx.extras.experiments.runner import Settings, default_checkpoint, load_trained
@@ -59,7 +58,6 @@ from minitx.teacher_forcing import frame_pairs, target_log_probs, teacher_forced
 from minitx.translator import Translator, encode_sources
 
 NAME = "explain"
-GREEDY = DecodingConfig(strategy="greedy")
 MEAN = "mean"
 """The key of a layer's mean of heads (and, with layer "all", of every layer and head)."""
 
@@ -73,15 +71,13 @@ def log_probabilities(
     """Teacher-forced log-probability (nats) of each target (ids without bos/eos, eos
     predicted at the end) given its source (ids without eos)."""
     device = next(model.parameters()).device
-    totals = [0.0] * len(pairs)
+    totals: list[float] = []
     with torch.inference_mode():
         for start in range(0, len(pairs), batch_size):
-            rows = list(range(start, min(start + batch_size, len(pairs))))
-            src, tgt_in, labels = frame_pairs([pairs[i] for i in rows], device)  # (B, S), (B, T)
+            batch = pairs[start : start + batch_size]
+            src, tgt_in, labels = frame_pairs(batch, device)  # (B, S), (B, T)
             logits = teacher_forced(model, src, tgt_in).logits  # (B, T, V)
-            sums = target_log_probs(logits, labels).sum(-1)  # (B,): padding adds 0
-            for i, value in zip(rows, sums.tolist(), strict=True):
-                totals[i] = value
+            totals += target_log_probs(logits, labels).sum(-1).tolist()  # padding adds 0
     return totals
 
 
@@ -155,7 +151,7 @@ def explain(
     model, tokenizer = translator.model, translator.tokenizer
     source_ids = encode_sources(tokenizer, sources, model.config.max_positions)
     start = time.perf_counter()
-    translations = translator.translate_ids(source_ids, GREEDY)
+    translations = translator.translate_ids(source_ids, strategy="greedy")
     spearman: dict[tuple[str, str, str], _Mean] = {}
     top1: dict[tuple[str, str, str], _Mean] = {}
     between = {pair: (_Mean(), _Mean()) for pair in combinations(methods, 2)}
@@ -222,7 +218,7 @@ def explain(
             [t for j, t in enumerate(source_ids[i]) if j != piece]
             for i, piece in zip(measured, pieces, strict=True)
         ]
-        new = translator.translate_ids(shortened, GREEDY)
+        new = translator.translate_ids(shortened, strategy="greedy")
         after = log_probabilities(model, list(zip(shortened, originals, strict=True)))
         per_piece = [
             (a - b) / (len(t) + 1) for a, b, t in zip(after, before, originals, strict=True)

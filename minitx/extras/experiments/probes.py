@@ -26,7 +26,7 @@ from torch import Tensor
 from minitx.attention import MultiHeadAttention
 from minitx.maps import KINDS, row_entropy
 from minitx.model import Transformer
-from minitx.teacher_forcing import frame_pairs, target_log_probs, teacher_forced
+from minitx.teacher_forcing import frame_pairs, pair_ids, target_log_probs, teacher_forced
 from minitx.tokenizer import Tokenizer
 
 
@@ -147,8 +147,7 @@ def attention_statistics(
         for source, reference in zip(sources, references, strict=True):
             if not source.strip() or not reference.strip():
                 continue
-            limit = model.config.max_positions - 1  # eos / bos take one position
-            src_ids, tgt_ids = (ids[:limit] for ids in tokenizer.encode([source, reference]))
+            src_ids, tgt_ids = pair_ids(model, tokenizer, source, reference, "attention probes")
             src, tgt_in, labels = frame_pairs([(src_ids, tgt_ids)], device)  # (1, S), (1, T)
             maps, grads, logits = _one_pair(model, src, tgt_in, labels)
             pairs += 1

@@ -17,8 +17,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-KIND_LABELS = {"encoder": "encoder self", "decoder": "decoder self", "cross": "cross"}
-
 
 def fmt(value: Any, digits: int = 2, *, percent: bool = False) -> str:
     """A table cell: "–" for a missing or NaN value, a float to `digits` places (or as a
@@ -141,6 +139,8 @@ def figures(directory: Path, summary: dict[str, Any]) -> list[Path]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from minitx.viz import KIND_LABELS
+
     variants = summary["variants"]
     name = summary["experiment"]
     written: list[Path] = []
@@ -180,7 +180,7 @@ def figures(directory: Path, summary: dict[str, Any]) -> list[Path]:
                 layers = [x for x in _attention(variant, "trained")["layers"] if x["kind"] == kind]
                 ax.plot([x["layer"] for x in layers], [x["entropy"] for x in layers], "o-",
                         label=variant["name"])  # fmt: skip
-            ax.set_title(f"{KIND_LABELS[kind]} attention")
+            ax.set_title(KIND_LABELS[kind])
             ax.set_xlabel("layer")
             ax.xaxis.get_major_locator().set_params(integer=True)
         axes[0].set_ylabel("mean row entropy (nats)")

@@ -289,15 +289,11 @@ def probe(settings: Settings, probes: list[str], checkpoint: Path) -> dict[str, 
             ),
         }
     if "word_order" in probes:
-        from minitx.decoding import DecodingConfig
-
         test = load_split(source, "test", *langs, None)
-        greedy = DecodingConfig(strategy="greedy")
-        normal = evaluate(translator, test.sources, test.references, greedy)
-        shuffled = evaluate(
-            translator, shuffled_sources(test.sources, settings.seed), test.references, greedy
-        )
-        found["word_order"] = {"bleu": normal.bleu, "shuffled_bleu": shuffled.bleu}
+        shuffled = shuffled_sources(test.sources, settings.seed)
+        normal = evaluate(translator, test.sources, test.references, strategy="greedy")
+        scrambled = evaluate(translator, shuffled, test.references, strategy="greedy")
+        found["word_order"] = {"bleu": normal.bleu, "shuffled_bleu": scrambled.bleu}
     return found
 
 
@@ -306,7 +302,6 @@ def decode_variants(
 ) -> list[dict]:
     """The "hard" experiment: each variant decodes the test split of `checkpoint` (greedy)
     with its attention mode."""
-    from minitx.decoding import DecodingConfig
     from minitx.evaluation import evaluate, load_split
 
     translator, source, langs = load_trained(checkpoint)
@@ -319,9 +314,7 @@ def decode_variants(
             f"[{name}] {variant.name}: decoding {len(test.sources)} sentences",
             flush=True,
         )
-        scores = evaluate(
-            translator, test.sources, test.references, DecodingConfig(strategy="greedy")
-        )
+        scores = evaluate(translator, test.sources, test.references, strategy="greedy")
         results.append(
             {
                 "name": variant.name,
