@@ -1,11 +1,11 @@
 """The experiments: the claims made about attention, each as variants of one base run.
 
 An `Experiment` names a claim and the `Variant`s that test it. A variant is a set of
-command-line overrides of `minitx-train` (on the 45-minute de->en recipe, `--config long`, with
-the runner's `--config` on top when given); every variant of every experiment trains with the
-same seed, data and time budget, so that only the overrides differ. Variants with the same
-overrides are the same run: the runner trains them once (the recipe's own settings, "default"
-in the tables, appear in five experiments).
+command-line overrides of `minitx-train` on the 45-minute de->en recipe (`runner.RECIPE`);
+every variant of every experiment trains with the same seed, data and time budget, so that
+only the overrides differ. Their names (d_head 64 / 256, "3x-lr" = lr 0.003) hold for that
+recipe; with another config on top (`--config tiny` for a smoke run) the same overrides apply,
+whatever they then mean.
 
 `probes` name the measurements taken on each trained variant besides BLEU and speed
 (`minitx.extras.experiments.probes`): "attention" (entropy, largest weight, head diversity, score
@@ -14,10 +14,6 @@ spread, gradient norm at the attention inputs, at initialisation and after train
 decodes a given checkpoint with hard attention (`trains = False`); nor does "explain"
 (`minitx.extras.experiments.explain`), whose variants are the attribution methods it compares with
 the attention of a given checkpoint.
-
-The variants are overrides of the 45-minute recipe (`runner.RECIPE`): their names (d_head 64
-/ 256, "3x-lr" = lr 0.003) hold for it; with another config on top (`--config tiny` for a
-smoke run) the same overrides apply, whatever they then mean.
 """
 
 from __future__ import annotations
