@@ -32,9 +32,9 @@ from minitx.cli.common import OneLineArgumentParser, UsageError, positive_float,
 
 def build_parser() -> argparse.ArgumentParser:
     """The command-line interface."""
-    from minitx.extras.experiments import EXPERIMENTS
+    from minitx.extras.experiments import EXPERIMENTS, Settings
 
-    names = ", ".join(EXPERIMENTS)
+    names, defaults = ", ".join(EXPERIMENTS), Settings()  # the defaults live in Settings
     parser = OneLineArgumentParser(
         description="Measure the claims made about attention: train variants of the 45-minute "
         "de->en recipe (--config long) within a time budget each, probe them, write tables "
@@ -43,8 +43,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("experiments", nargs="+", metavar="NAME", help=f"{names} or all")
     parser.add_argument(
-        "--budget", dest="budget_minutes", type=positive_float, default=8.0, metavar="MIN",
-        help="training minutes per variant, validation included (default: 8)",
+        "--budget", dest="budget_minutes", type=positive_float, metavar="MIN",
+        default=defaults.budget_minutes,
+        help="training minutes per variant, validation included "
+        f"(default: {defaults.budget_minutes:g})",
     )  # fmt: skip
     parser.add_argument(
         "--steps", dest="max_steps", type=int, metavar="N",
@@ -52,8 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
         "work on any machine)",
     )  # fmt: skip
     parser.add_argument(
-        "--out", type=Path, default=Path("experiments"), metavar="DIR",
-        help="output directory (default: experiments)",
+        "--out", type=Path, default=defaults.out, metavar="DIR",
+        help=f"output directory (default: {defaults.out})",
     )  # fmt: skip
     parser.add_argument(
         "--config", metavar="CONFIG",
@@ -66,12 +68,12 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     parser.add_argument("--variants", nargs="+", metavar="VARIANT", help="run only these variants")
     parser.add_argument(
-        "--val-every", type=int, default=100, metavar="STEPS",
-        help="validate every this many training steps (default: 100)",
+        "--val-every", type=int, default=defaults.val_every, metavar="STEPS",
+        help=f"validate every this many training steps (default: {defaults.val_every})",
     )  # fmt: skip
     parser.add_argument(
-        "--probe-pairs", type=int, default=100, metavar="N",
-        help="validation pairs read by the attention probes (default: 100)",
+        "--probe-pairs", type=int, default=defaults.probe_pairs, metavar="N",
+        help=f"validation pairs read by the attention probes (default: {defaults.probe_pairs})",
     )  # fmt: skip
     parser.add_argument(
         "--checkpoint", type=Path, metavar="CKPT",
@@ -82,7 +84,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--sentences", type=int, metavar="N",
         help="explain: read only the first N test sentences (default: all)",
     )  # fmt: skip
-    parser.add_argument("--seed", type=int, default=0, help="seed of the sampling probes (0)")
+    parser.add_argument(
+        "--seed", type=int, default=defaults.seed,
+        help=f"seed of the sampling probes ({defaults.seed})",
+    )  # fmt: skip
     return parser
 
 
