@@ -17,6 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from minitx.extras.experiments.definitions import EXPERIMENTS
+
 
 def fmt(value: Any, digits: int = 2, *, percent: bool = False) -> str:
     """A table cell: "–" for a missing or NaN value, a float to `digits` places (or as a
@@ -246,8 +248,6 @@ def write_report(
 
 def write_index(out: Path) -> Path:
     """`<out>/README.md`: every experiment's results table written so far, in suite order."""
-    from minitx.extras.experiments.definitions import EXPERIMENTS
-
     parts = ["# What attention does, measured\n", "Written by `minitx-experiment`.\n"]
     for name in EXPERIMENTS:
         table = out / name / "results.md"

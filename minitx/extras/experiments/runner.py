@@ -32,6 +32,7 @@ import yaml
 
 from minitx.errors import ConfigError
 from minitx.extras.experiments.definitions import EXPERIMENTS, Experiment, Variant
+from minitx.extras.experiments.report import write_report
 
 if TYPE_CHECKING:
     from minitx.translator import Translator
@@ -352,8 +353,6 @@ def load_trained(checkpoint: Path) -> tuple[Translator, str, tuple[str, str]]:
 def run_experiment(name: str, settings: Settings, only: list[str] | None = None) -> dict[str, Any]:
     """Run one experiment (only the variants named in `only`, when given) and write its
     results (`<out>/<name>/results.json`, `results.md`, figures); returns the results."""
-    from minitx.extras.experiments.report import write_report
-
     experiment = EXPERIMENTS[name]
     variants = [v for v in experiment.variants if not only or v.name in only]
     if experiment.trains:
