@@ -36,14 +36,10 @@ def head_divergence(weights: Tensor) -> float:
     n_heads = weights.size(0)
     if n_heads < 2:
         return 0.0
-    total, pairs = 0.0, 0
-    for a in range(n_heads):
-        for b in range(a + 1, n_heads):
-            p, q = weights[a], weights[b]  # (Tq, Tk)
-            m = (p + q) / 2
-            js = (row_entropy(m) - (row_entropy(p) + row_entropy(q)) / 2).mean()
-            total, pairs = total + float(js), pairs + 1
-    return total / pairs
+    a, b = torch.triu_indices(n_heads, n_heads, offset=1)  # every pair of heads, a < b
+    p, q = weights[a], weights[b]  # (pairs, Tq, Tk)
+    js = row_entropy((p + q) / 2) - (row_entropy(p) + row_entropy(q)) / 2  # (pairs, Tq)
+    return float(js.mean())
 
 
 def _attentions(model: Transformer) -> dict[tuple[str, int], MultiHeadAttention]:
