@@ -98,8 +98,7 @@ TRAIN = [sys.executable, "-m", "minitx.cli.train"]
 
 
 def train_command(settings: Settings, variant: Variant, run_name: str) -> list[str]:
-    """The `minitx-train` command line of one variant (as run: `python -m minitx.cli.train`,
-    with the Python that runs the experiment)."""
+    """The `minitx-train` command line of one variant, as `TRAIN` starts it."""
     base = [arg for config in base_configs(settings) for arg in ("--config", config)]
     return [
         *TRAIN, *base,
