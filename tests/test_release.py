@@ -192,7 +192,7 @@ def test_load_returns_model_tokenizer_config_languages_and_train_config(
 ) -> None:
     for source in (tiny_checkpoint, release_dir):
         loaded = release.load(source)
-        assert loaded.config == loaded.model.config == original.model.config
+        assert loaded.model.config == original.model.config
         assert loaded.tokenizer.model_bytes == original.tokenizer.model_bytes
         assert loaded.languages == ("de", "en")
         assert loaded.train_config == original.train_config
