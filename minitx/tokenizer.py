@@ -20,7 +20,7 @@ import re
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import sentencepiece as spm
 
@@ -32,7 +32,7 @@ logger = logging.getLogger(__name__)
 
 
 ModelType = Literal["unigram", "bpe"]
-_MODEL_TYPES: tuple[str, ...] = ("unigram", "bpe")
+_MODEL_TYPES: tuple[str, ...] = get_args(ModelType)
 
 
 class Tokenizer:

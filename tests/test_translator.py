@@ -107,7 +107,7 @@ CHILD = textwrap.dedent(
     import json, sys
     import torch
     from minitx.translator import Translator
-from minitx.vocab import BOS_ID, EOS_ID, PAD_ID
+    from minitx.vocab import BOS_ID, EOS_ID
 
     sentences = json.loads(sys.argv[2])
     translator = Translator.from_pretrained(sys.argv[1])
