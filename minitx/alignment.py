@@ -11,7 +11,7 @@ averaged, a source word's columns summed (the attention mass on the word), and e
 word gets exactly one source word. Source words are those of the source sentence as written,
 target words those of the decoded translation (where an unknown piece is a word of its own).
 
-Torch, the standard library, `minitx.maps`, `minitx.vocab` and `minitx.errors` only.
+Torch, the standard library, `minitx.vocab` and `minitx.errors` only.
 """
 
 from __future__ import annotations
@@ -23,8 +23,7 @@ import torch
 from torch import Tensor
 
 from minitx.errors import ConfigError
-from minitx.maps import AttentionMaps
-from minitx.vocab import EOS_PIECE, UNK_PIECE
+from minitx.vocab import UNK_PIECE
 
 WORD_BOUNDARY = "\u2581"
 """sentencepiece's word-boundary mark: a piece starting with it begins a word."""
@@ -152,34 +151,6 @@ def align(
     return pairs
 
 
-def alignment_from_maps(maps: AttentionMaps, config: AlignmentConfig | None = None) -> Alignment:
-    """The alignment of one sentence pair from its `AttentionMaps` (e.g. `Translator.attention`).
-
-    The source eos column and the row predicting the target eos are left out.
-    """
-    config = config or AlignmentConfig()
-    weights = combine_cross_attention(maps.cross_attentions, config)  # (T, S)
-    src = maps.src_tokens[:-1] if maps.src_tokens[-1:] == [EOS_PIECE] else maps.src_tokens
-    tgt = maps.predicted_tokens
-    tgt = tgt[:-1] if tgt[-1:] == [EOS_PIECE] else tgt
-    return align(weights, src, tgt, config.unit)
-
-
 def format_alignment(pairs: Alignment) -> str:
     """Pharaoh / fairseq format: ``"0-0 1-2 2-1"`` (source-target, 0-based)."""
     return " ".join(f"{s}-{t}" for s, t in pairs)
-
-
-def parse_alignment(text: str) -> Alignment:
-    """Inverse of `format_alignment`.
-
-    Raises:
-        ValueError: a field that is not ``INT-INT``.
-    """
-    pairs = []
-    for field in text.split():
-        source, sep, target = field.partition("-")
-        if not (sep and source.isdigit() and target.isdigit()):
-            raise ValueError(f"not an alignment pair (SOURCE-TARGET): {field!r}")
-        pairs.append((int(source), int(target)))
-    return pairs

@@ -345,21 +345,3 @@ def agreement(a: Tensor, b: Tensor) -> dict[str, float]:
         "top1": float(top1_agreement(a, b).double().mean()),
         "rows": rows,
     }
-
-
-__all__ = [
-    "DEFAULT_IG_STEPS",
-    "METHODS",
-    "METHOD_LABELS",
-    "Attributions",
-    "aggregate",
-    "agreement",
-    "attribute",
-    "average_ranks",
-    "check_methods",
-    "comparable",
-    "gradient_attributions",
-    "rank_correlation",
-    "teacher_forced_attributions",
-    "top1_agreement",
-]

@@ -189,10 +189,6 @@ def _compatible(first: Mapping[str, Any], other: Mapping[str, Any], names: tuple
         )
 
 
-def _model_weights(checkpoint: Mapping[str, Any]) -> dict[str, Tensor]:
-    return {k: v for k, v in checkpoint["state_dict"].items() if k.startswith(MODEL_PREFIX)}
-
-
 def average_checkpoints(paths: Sequence[str | Path]) -> dict[str, Any]:
     """The checkpoint whose model weights are the mean of those of the checkpoints at `paths`.
 
@@ -227,7 +223,8 @@ def average_checkpoints(paths: Sequence[str | Path]) -> dict[str, Any]:
             first = {k: v for k, v in checkpoint.items() if k not in TRAINING_STATE_KEYS}
         else:
             _compatible(first, checkpoint, (first_name, str(path)))
-        mean.add(_model_weights(checkpoint), str(path))
+        weights = checkpoint["state_dict"]
+        mean.add({k: v for k, v in weights.items() if k.startswith(MODEL_PREFIX)}, str(path))
         record.append(
             {
                 "file": str(path),

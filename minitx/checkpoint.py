@@ -7,13 +7,10 @@ optimizer and loop state, ...) it holds a `minitx` entry with:
 - `data`: the source and target language codes;
 - `train_config`: the resolved training config (YAML text), when trained by the CLI.
 
-Loading (`read_checkpoint`, the one reader of `.ckpt` files, resume included) passes
-`weights_only=True` to `torch.load` on every torch version: no code stored in the file is ever
-executed.
-Writing (`write_checkpoint`, also what training's checkpoint plugin calls) goes through a
-temporary file in the destination directory and a rename: a kill or a full disk never leaves
-a half-written checkpoint under its real name. This module imports torch, the model and the
-tokenizer; never Lightning.
+Loading (`read_checkpoint`) never executes code stored in the file; writing
+(`write_checkpoint`) never leaves a half-written checkpoint under its real name. Training's
+checkpoint plugin calls both. This module imports torch, the model and the tokenizer; never
+Lightning.
 """
 
 from __future__ import annotations
@@ -197,7 +194,7 @@ def model_from_checkpoint(
     payload = checkpoint[CHECKPOINT_KEY]
     try:
         config = TransformerConfig.from_dict(payload["model_config"])
-        tokenizer = Tokenizer.from_bytes(payload["tokenizer"])
+        tokenizer = Tokenizer(payload["tokenizer"])
         model = Transformer(config)
     except (ValueError, TypeError, RuntimeError, AttributeError) as exc:
         raise CheckpointError(

@@ -84,11 +84,6 @@ def _temporary_prefix(path: Path) -> str:
     return f".{path.name}.tmp-"
 
 
-def _writer_tag() -> str:
-    """``{host}-{pid}``: which process wrote a temporary file, to tell a dead writer's."""
-    return f"{socket.gethostname()}-{os.getpid()}"
-
-
 def _remove_orphans(path: Path) -> None:
     """Delete temporary files for `path` left by a writer on this host that no longer runs
     (a process killed while it wrote); a live writer's file is left alone."""
@@ -158,8 +153,9 @@ def atomic_path(path: str | Path, *, size_hint: int | None = None) -> Iterator[P
     path = Path(path)
     _remove_orphans(path)
     try:
+        writer = f"{socket.gethostname()}-{os.getpid()}"  # to tell a dead writer's files
         fd, tmp = tempfile.mkstemp(
-            dir=path.parent, prefix=f"{_temporary_prefix(path)}{_writer_tag()}-", suffix=".tmp"
+            dir=path.parent, prefix=f"{_temporary_prefix(path)}{writer}-", suffix=".tmp"
         )
     except OSError as exc:
         if exc.errno in NO_ROOM:
@@ -202,6 +198,12 @@ def atomic_output(path: str | Path) -> Iterator[TextIO]:
     (`atomic_path`). Lines end in ``\\n`` on every platform."""
     with atomic_path(path) as tmp, tmp.open("w", encoding="utf-8", newline="\n") as out:
         yield out
+
+
+def write_bytes_atomic(path: str | Path, data: bytes) -> None:
+    """Write `data` to `path` through `atomic_path` (whole file or no change)."""
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(data)
 
 
 def write_text_atomic(path: str | Path, text: str) -> None:

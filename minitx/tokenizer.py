@@ -4,7 +4,7 @@ One joint vocabulary serves source and target (the caller trains on both sides).
 ids are fixed for the whole package: ``PAD_ID=0``, ``UNK_ID=1``, ``BOS_ID=2``, ``EOS_ID=3``.
 
 A trained model is just bytes (``Tokenizer.model_bytes``), so checkpoints can carry it and
-``Tokenizer.from_bytes`` restores it. Pickling goes through the same bytes, which keeps the
+``Tokenizer(model_bytes)`` restores it. Pickling goes through the same bytes, which keeps the
 tokenizer usable in ``datasets.Dataset.map`` (which hashes the function) and DataLoader
 workers.
 """
@@ -20,25 +20,25 @@ import re
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import sentencepiece as spm
 
 from minitx.errors import ConfigError, DataError, MissingFileError
-from minitx.textio import atomic_path
+from minitx.textio import write_bytes_atomic
 from minitx.vocab import BOS_ID, BOS_PIECE, EOS_ID, EOS_PIECE, PAD_ID, PAD_PIECE, UNK_ID, UNK_PIECE
 
 logger = logging.getLogger(__name__)
 
 
 ModelType = Literal["unigram", "bpe"]
-_MODEL_TYPES: tuple[str, ...] = ("unigram", "bpe")
+_MODEL_TYPES: tuple[str, ...] = get_args(ModelType)
 
 
 class Tokenizer:
     """A sentencepiece model with the package's special ids (pad=0, unk=1, bos=2, eos=3).
 
-    Build one with :meth:`train`, :meth:`from_bytes` or :meth:`load`. ``encode`` and
+    Build one with :meth:`train`, :meth:`load` or from model bytes. ``encode`` and
     ``decode`` work on batches and never add bos/eos themselves: the collate function adds
     them, and ``decode`` strips them (and everything after the first eos).
 
@@ -127,15 +127,11 @@ class Tokenizer:
         )
         if path is not None:
             record = json.dumps(_record(model_bytes)).encode()
-            _atomic_write(path.with_suffix(".json"), record)  # first: a model file
-            _atomic_write(path, model_bytes)  # without its record would read as damaged
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_bytes_atomic(path.with_suffix(".json"), record)  # first: a model file
+            write_bytes_atomic(path, model_bytes)  # without its record would read as damaged
             logger.info("Cached the tokenizer at %s.", path)
         return tokenizer
-
-    @classmethod
-    def from_bytes(cls, model_bytes: bytes) -> Tokenizer:
-        """Restore a tokenizer from ``model_bytes`` (e.g. the copy stored in a checkpoint)."""
-        return cls(model_bytes)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Tokenizer:
@@ -155,7 +151,8 @@ class Tokenizer:
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the model to ``path`` (loadable with :meth:`load` or plain sentencepiece)."""
-        _atomic_write(Path(path), self._model_bytes)
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        write_bytes_atomic(path, self._model_bytes)
 
     # ------------------------------------------------------------------ properties
     @property
@@ -167,26 +164,6 @@ class Tokenizer:
     def vocab_size(self) -> int:
         """Number of pieces, special pieces included."""
         return self._sp.get_piece_size()
-
-    @property
-    def pad_id(self) -> int:
-        """Padding id (0)."""
-        return PAD_ID
-
-    @property
-    def unk_id(self) -> int:
-        """Unknown-piece id (1)."""
-        return UNK_ID
-
-    @property
-    def bos_id(self) -> int:
-        """Begin-of-sentence id (2)."""
-        return BOS_ID
-
-    @property
-    def eos_id(self) -> int:
-        """End-of-sentence id (3)."""
-        return EOS_ID
 
     # ------------------------------------------------------------------ encode / decode
     def encode(self, texts: list[str]) -> list[list[int]]:
@@ -214,9 +191,7 @@ class Tokenizer:
         Returns:
             The decoded sentences.
         """
-        if hasattr(ids, "tolist"):
-            ids = ids.tolist()
-        sequences = [[int(i) for i in seq] for seq in ids]
+        sequences = [[int(i) for i in seq] for seq in ids]  # a tensor's rows too
         # sentencepiece drops the control pieces (pad, bos, eos) itself; the cut at the first
         # eos (generation pads or runs on after it) is ours.
         cut = [seq[: seq.index(EOS_ID)] if EOS_ID in seq else seq for seq in sequences]
@@ -228,8 +203,6 @@ class Tokenizer:
         Raises:
             ValueError: when an id is outside ``[0, vocab_size)``.
         """
-        if hasattr(ids, "tolist"):
-            ids = ids.tolist()
         ids = [int(i) for i in ids]
         bad = [i for i in ids if not 0 <= i < self.vocab_size]
         if bad:
@@ -366,11 +339,3 @@ def _cache_name(settings: dict[str, Any], sentences: Iterable[str], cache_key: s
             digest.update(len(encoded).to_bytes(8, "little"))
             digest.update(encoded)
     return f"spm-{digest.hexdigest()[:16]}.model"
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through `minitx.textio.atomic_path` (creating its directory),
-    so readers never see half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_path(path) as tmp:
-        tmp.write_bytes(data)

@@ -46,8 +46,6 @@ Progress = Callable[[int], None]
 """Called with the number of sentences just finished (empty ones count too, first); over one
 call of `Translator.translate` the numbers add up to the number of sentences."""
 
-__all__ = ["Progress", "Translator", "encode_sources"]
-
 
 def encode_sources(
     tokenizer: Tokenizer,
@@ -185,8 +183,7 @@ class Translator:
     ) -> Translator:
         """Build a Translator from a `.ckpt` file, a release directory or a hub repo id
         ("owner/name"), through `minitx.release.load`: a local path wins; a repo id is fetched
-        with `huggingface_hub.snapshot_download` (its cache serves later calls offline). Every
-        command's ``--checkpoint``, the demo and the experiments load this way.
+        with `huggingface_hub.snapshot_download` (its cache serves later calls offline).
 
         Args:
             source: the `.ckpt`, the release directory or the repo id.

@@ -81,6 +81,12 @@ def train_tiny(
     )
 
 
+def parse_alignment(text: str) -> list[tuple[int, int]]:
+    """The (source, target) pairs of a Pharaoh alignment ("0-0 1-2"), as minitx-translate
+    --align writes them."""
+    return [(int(s), int(t)) for s, t in (pair.split("-") for pair in text.split())]
+
+
 def subprocess_env() -> dict[str, str]:
     """Environment for child Python processes: one thread, the repository importable."""
     env = dict(os.environ)

@@ -26,12 +26,12 @@ from helpers import (
     TOY_CORPUS_DIR,
     TOY_TEST_REFERENCES,
     TOY_TEST_SOURCES,
+    parse_alignment,
     subprocess_env,
 )
 from helpers import command_module as script_module
 from sacrebleu.metrics import BLEU
 
-from minitx.alignment import parse_alignment
 from minitx.decoding import DEFAULT_BEAM_SIZE, DecodingConfig
 from minitx.translator import Translator
 

@@ -35,7 +35,6 @@ def tok(sentences: list[str]) -> Tokenizer:
 
 def test_special_ids(tok: Tokenizer) -> None:
     assert (PAD_ID, UNK_ID, BOS_ID, EOS_ID) == (0, 1, 2, 3)
-    assert (tok.pad_id, tok.unk_id, tok.bos_id, tok.eos_id) == (0, 1, 2, 3)
     assert tok.id_to_piece([0, 1, 2, 3]) == ["<pad>", "<unk>", "<s>", "</s>"]
     assert tok.vocab_size == 150
 
@@ -78,7 +77,7 @@ def test_pickle_and_bytes_round_trip(tok: Tokenizer, tmp_path: Path) -> None:
     copy = pickle.loads(pickle.dumps(tok))
     assert copy == tok and copy.model_bytes == tok.model_bytes
     assert copy.encode(text) == tok.encode(text)
-    assert Tokenizer.from_bytes(tok.model_bytes).encode(text) == tok.encode(text)
+    assert Tokenizer(tok.model_bytes).encode(text) == tok.encode(text)
     tok.save(tmp_path / "tok.model")
     assert Tokenizer.load(tmp_path / "tok.model").encode(text) == tok.encode(text)
     # plain sentencepiece can read the saved file
@@ -187,7 +186,7 @@ def test_no_sentences() -> None:
 
 def test_garbage_bytes_and_missing_file(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="Not a sentencepiece model"):
-        Tokenizer.from_bytes(b"certainly not a model")
+        Tokenizer(b"certainly not a model")
     (tmp_path / "bad.model").write_bytes(gzip.compress(b"junk"))
     with pytest.raises(ValueError, match="bad.model.*Not a sentencepiece model"):
         Tokenizer.load(tmp_path / "bad.model")
@@ -201,7 +200,7 @@ def test_model_with_other_special_ids_is_rejected(sentences: list[str]) -> None:
         sentence_iterator=iter(sentences), model_writer=writer, vocab_size=100, minloglevel=2
     )
     with pytest.raises(ValueError, match="special ids .* minitx needs"):
-        Tokenizer.from_bytes(writer.getvalue())
+        Tokenizer(writer.getvalue())
 
 
 @pytest.mark.multi30k

@@ -25,6 +25,7 @@ from minitx.decoding import DecodingConfig, greedy_decode
 from minitx.maps import AttentionMaps
 from minitx.model import Transformer
 from minitx.translator import Translator
+from minitx.vocab import BOS_ID, EOS_ID, PAD_ID
 
 # Sentences of very different lengths (a long one made of several toy sentences, one word,
 # characters the toy tokenizer has never seen), mixed with the toy test set.
@@ -49,8 +50,8 @@ def translator(tiny_checkpoint: Path) -> Translator:
 def fixed_logits(translator: Translator) -> torch.Tensor:
     """Logits (1, T, V) of a fixed source / decoder input (a child process runs the same)."""
     tok = translator.tokenizer
-    src = tok.encode([TOY_TEST_SOURCES[0]])[0] + [tok.eos_id]
-    tgt = [tok.bos_id] + tok.encode(["a woman rides a bicycle ."])[0]
+    src = tok.encode([TOY_TEST_SOURCES[0]])[0] + [EOS_ID]
+    tgt = [BOS_ID] + tok.encode(["a woman rides a bicycle ."])[0]
     with torch.inference_mode():
         return translator.model(torch.tensor([src]), torch.tensor([tgt]))
 
@@ -106,12 +107,13 @@ CHILD = textwrap.dedent(
     import json, sys
     import torch
     from minitx.translator import Translator
+    from minitx.vocab import BOS_ID, EOS_ID
 
     sentences = json.loads(sys.argv[2])
     translator = Translator.from_pretrained(sys.argv[1])
     tok = translator.tokenizer
-    src = tok.encode([sentences[0]])[0] + [tok.eos_id]
-    tgt = [tok.bos_id] + tok.encode(["a woman rides a bicycle ."])[0]
+    src = tok.encode([sentences[0]])[0] + [EOS_ID]
+    tgt = [BOS_ID] + tok.encode(["a woman rides a bicycle ."])[0]
     with torch.inference_mode():
         logits = translator.model(torch.tensor([src]), torch.tensor([tgt]))
     print(json.dumps({
@@ -258,13 +260,13 @@ def test_attention_maps_are_consistent(translator: Translator) -> None:
     config = translator.model.config
     tok = translator.tokenizer
     S, T = len(maps.src_tokens), len(maps.tgt_tokens)
-    assert maps.tgt_tokens[0] == tok.id_to_piece([tok.bos_id])[0]
-    assert maps.src_tokens[-1] == tok.id_to_piece([tok.eos_id])[0]
+    assert maps.tgt_tokens[0] == tok.id_to_piece([BOS_ID])[0]
+    assert maps.src_tokens[-1] == tok.id_to_piece([EOS_ID])[0]
     assert S == len(tok.encode([sentence])[0]) + 1
     translation = translator.translate([sentence])[0]
     assert maps.tgt_tokens[1:] == tok.id_to_piece(tok.encode([translation])[0])
     # position t reads tgt_tokens[t] and predicts the next piece; the last one predicts eos
-    assert maps.predicted_tokens == [*maps.tgt_tokens[1:], tok.id_to_piece([tok.eos_id])[0]]
+    assert maps.predicted_tokens == [*maps.tgt_tokens[1:], tok.id_to_piece([EOS_ID])[0]]
     expected = {
         "encoder": (config.n_encoder_layers, S, S),
         "decoder": (config.n_decoder_layers, T, T),
@@ -285,7 +287,7 @@ def test_attention_with_a_given_translation(translator: Translator) -> None:
     maps = translator.attention(TOY_TEST_SOURCES[0], translation="a woman rides a bicycle .")
     tok = translator.tokenizer
     assert maps.tgt_tokens == tok.id_to_piece(
-        [tok.bos_id] + tok.encode(["a woman rides a bicycle ."])[0]
+        [BOS_ID] + tok.encode(["a woman rides a bicycle ."])[0]
     )
     with pytest.raises(ValueError, match="non-empty source"):
         translator.attention("  ")
@@ -294,11 +296,9 @@ def test_attention_with_a_given_translation(translator: Translator) -> None:
 def test_attention_follows_the_generated_pieces(translator: Translator) -> None:
     tok = translator.tokenizer
     for sentence in TOY_TEST_SOURCES:
-        src = torch.tensor([tok.encode([sentence])[0] + [tok.eos_id]])
+        src = torch.tensor([tok.encode([sentence])[0] + [EOS_ID]])
         generated = [
-            i
-            for i in greedy_decode(translator.model, src)[0].tolist()
-            if i not in (tok.pad_id, tok.eos_id)
+            i for i in greedy_decode(translator.model, src)[0].tolist() if i not in (PAD_ID, EOS_ID)
         ]
         maps = translator.attention(sentence, beam_size=1)  # greedy, as generated above
         assert maps.tgt_tokens[1:] == tok.id_to_piece(generated), sentence

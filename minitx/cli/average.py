@@ -50,13 +50,9 @@ def run(args: argparse.Namespace) -> int:
     from minitx.outputs import check_output_file
 
     out: Path = args.out
-    if out.is_dir():
-        raise UsageError(f"--out {out} is a directory; give a file name such as {out}/avg.ckpt")
+    check_output_file(out, inputs=args.checkpoints, flag="--out")  # a directory, no directory
     if out.exists() and not args.overwrite:
         raise UsageError(f"--out {out} exists; choose another name or pass --overwrite")
-    if not out.parent.is_dir():
-        raise UsageError(f"--out {out}: no directory {out.parent}; create it first")
-    check_output_file(out, inputs=args.checkpoints, flag="--out")
     try:
         averaged = average_checkpoints(args.checkpoints)
     except (FileNotFoundError, CheckpointError) as exc:

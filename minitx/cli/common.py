@@ -198,8 +198,7 @@ def add_checkpoint_argument(parser: argparse.ArgumentParser) -> None:
 def check_device(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Reject a ``--device`` torch does not know or minitx does not run on (meta), or CUDA (a
     CUDA device number, MPS) asked for on a machine without: argparse exits with status 2,
-    before anything is loaded; the commands then load with
-    ``Translator.from_pretrained(args.checkpoint, device=args.device, ...)``."""
+    before anything is loaded (`load_translator` loads onto the device)."""
     import torch
 
     try:

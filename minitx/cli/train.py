@@ -77,9 +77,6 @@ DEFAULT_CONFIG = CONFIG_DIR / "multi30k_de_en.yaml"
 
 LIBRARY_LOGGERS = ("lightning.pytorch", "lightning.fabric")
 
-_QUIET_MINITX: dict[str, Any] = {}
-"""The minitx logger's level and handlers before a ``--verbose`` run changed them."""
-
 
 def set_verbosity(verbose: bool) -> None:
     """Quiet the libraries' chatter, or (`verbose`) let it through.
@@ -99,14 +96,10 @@ def set_verbosity(verbose: bool) -> None:
         datasets.disable_progress_bars()
     log = logging.getLogger("minitx")
     if verbose:
-        if not _QUIET_MINITX:  # as it was: restored by the next quiet run in this process
-            _QUIET_MINITX.update(level=log.level, handlers=list(log.handlers))
         show_library_warnings()
         log.setLevel(logging.INFO)
-    elif _QUIET_MINITX:
-        log.setLevel(_QUIET_MINITX["level"])
-        log.handlers = _QUIET_MINITX["handlers"]
-        _QUIET_MINITX.clear()
+    elif log.level == logging.INFO:  # left by a verbose run before, in this process
+        log.setLevel(logging.WARNING)
 
 
 def _non_finite(key: str, value: Any) -> Iterator[tuple[str, float]]:
@@ -500,15 +493,13 @@ class MinitxCLI(LightningCLI):
         a ``fast_dev_run``."""
         own = trainer_config.get("val_check_interval") is not None
         own = own or trainer_config.get("check_val_every_n_epoch", 1) != 1
+        own = own or bool(trainer_config.get("fast_dev_run"))  # Lightning's own short run
         if own or trainer_config.get("limit_val_batches") == 0:
             return {}
-        if trainer_config.get("fast_dev_run"):
-            return {}
-        max_epochs = trainer_config.get("max_epochs")
         return validation_cadence(
             self.model.validation.validations_per_run,
             trainer_config.get("max_steps", -1),
-            max_epochs,
+            trainer_config.get("max_epochs"),
             trainer_config.get("max_time"),
             trainer_config.get("accumulate_grad_batches", 1),
             one_process=_one_process(trainer_config),
@@ -593,7 +584,11 @@ def _train_and_test(args: list[str] | None) -> MinitxCLI:
     if cli.resume_path:
         _check_resume(cli, Path(cli.resume_path))
     trainer = cli.trainer
-    _check_checkpoint_dirs(trainer)
+    for callback in trainer.checkpoint_callbacks:  # set explicitly (checkpoint.dirpath)
+        if callback.dirpath:
+            _check_writable(
+                Path(callback.dirpath), "the checkpoint directory", "checkpoint.dirpath"
+            )
     start = time.perf_counter()
     try:
         with warnings.catch_warnings():
@@ -764,15 +759,6 @@ def _check_resume(cli: MinitxCLI, path: Path) -> None:
         cli.datamodule.setup("fit")
         cli.model.tokenizer = cli.datamodule.tokenizer
         cli.model.check_resume(state)
-
-
-def _check_checkpoint_dirs(trainer: L.Trainer) -> None:
-    """Checkpoint directories set explicitly (``checkpoint.dirpath``) must be writable now."""
-    for callback in trainer.checkpoint_callbacks:
-        if callback.dirpath:
-            _check_writable(
-                Path(callback.dirpath), "the checkpoint directory", "checkpoint.dirpath"
-            )
 
 
 def run() -> int:

@@ -197,13 +197,9 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
     if args.buffer_size is not None and args.buffer_size < 1:
         parser.error(f"--buffer-size must be >= 1, got {args.buffer_size}")
     chosen = [
-        option
-        for option, value in (
-            ("--alignment-layer", args.alignment_layer),
-            ("--alignment-head", args.alignment_head),
-            ("--alignment-unit", args.alignment_unit),
-        )
-        if value is not None
+        f"--alignment-{name}"
+        for name in ("layer", "head", "unit")
+        if getattr(args, f"alignment_{name}") is not None
     ]
     if chosen and not args.print_alignment:
         verb = "applies" if len(chosen) == 1 else "apply"
