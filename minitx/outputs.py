@@ -92,9 +92,9 @@ def check_output_file(
     """
     out = Path(out)
     if out.is_dir():
-        raise OutputError(f"{flag} {out} is a directory")
+        raise OutputError(f"{flag} {out} is a directory; give a file name inside it")
     if not out.parent.is_dir():
-        raise OutputError(f"{flag} {out}: directory {out.parent} does not exist")
+        raise OutputError(f"{flag} {out}: directory {out.parent} does not exist; create it first")
     for item in inputs:
         source = Path(item)
         if out.resolve() == source.resolve() or (

@@ -242,7 +242,9 @@ def test_average_command_refusals_in_process(
     assert average_main(["--out", str(out), "--overwrite", str(tiny_checkpoint)]) == 0
     assert load_checkpoint(out)[CHECKPOINT_KEY][AVERAGED_KEY][0]["file"] == str(tiny_checkpoint)
     assert average_main(["--out", str(tmp_path), str(tiny_checkpoint)]) == 2
-    assert "is a directory" in capsys.readouterr().err
+    assert "is a directory; give a file name inside it" in capsys.readouterr().err
+    assert average_main(["--out", str(tmp_path / "no" / "avg.ckpt"), str(tiny_checkpoint)]) == 2
+    assert "does not exist; create it first" in capsys.readouterr().err
 
 
 # ------------------------------------------------------------------ the training callback
