@@ -22,8 +22,7 @@ from typing import Any
 
 import torch
 
-from minitx.errors import CheckpointError as CheckpointError  # re-exported: its home
-from minitx.errors import MissingFileError
+from minitx.errors import CheckpointError, MissingFileError
 from minitx.model import Transformer, TransformerConfig
 from minitx.textio import atomic_path
 from minitx.tokenizer import Tokenizer

@@ -17,11 +17,10 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from minitx import release
-from minitx.checkpoint import CheckpointError
 from minitx.cli import export as export_cli
 from minitx.cli import translate as translate_cli
 from minitx.decoding import DecodingConfig
-from minitx.errors import MissingFileError
+from minitx.errors import CheckpointError, MissingFileError
 from minitx.model import Transformer
 from minitx.translator import Translator
 from minitx.vocab import frame_source, frame_target

@@ -20,8 +20,9 @@ import torch
 import yaml
 from helpers import PYTHON, TOY_TEST_SOURCES, TinyRun, subprocess_env
 
-from minitx.checkpoint import CHECKPOINT_KEY, CheckpointError, load_checkpoint
+from minitx.checkpoint import CHECKPOINT_KEY, load_checkpoint
 from minitx.decoding import DecodingConfig, greedy_decode
+from minitx.errors import CheckpointError
 from minitx.maps import AttentionMaps
 from minitx.model import Transformer
 from minitx.translator import Translator

@@ -46,7 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     """Average and write. Raises `UsageError` for input problems."""
     from minitx.averaging import average_checkpoints
-    from minitx.checkpoint import CheckpointError, write_checkpoint
+    from minitx.checkpoint import write_checkpoint
+    from minitx.errors import CheckpointError
     from minitx.outputs import check_output_file
 
     out: Path = args.out

@@ -60,7 +60,7 @@ def check_out_dir(out: Path) -> None:
     same file names) is refused; an older-format or edited release is not (re-exporting over
     it is the fix its loading error suggests).
     """
-    from minitx.checkpoint import CheckpointError
+    from minitx.errors import CheckpointError
     from minitx.release import CONFIG_FILE, RELEASE_FILES, read_config_json
 
     if out.exists() and not out.is_dir():
