@@ -17,7 +17,7 @@ from minitx.errors import DataError, OutputError, UsageError
 
 
 def decode_utf8(raw: bytes, name: str, *, first_line: int = 1) -> str:
-    """Decode UTF-8 bytes (a leading byte-order mark is dropped).
+    """Decode UTF-8 bytes (a byte-order mark opening the file, at `first_line` 1, is dropped).
 
     Args:
         raw: the bytes.
@@ -25,19 +25,28 @@ def decode_utf8(raw: bytes, name: str, *, first_line: int = 1) -> str:
         first_line: the line number of the first line of `raw` (a later part of a stream).
 
     Raises:
-        DataError: invalid UTF-8; the message names `name`, the line and the byte
-            within it, and how to re-encode the file.
+        DataError: invalid UTF-8, or a NUL byte; the message names `name`, the line and the
+            byte within it, and how to re-encode the file.
     """
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        line = raw.count(b"\n", 0, exc.start) + first_line
-        column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
-        raise DataError(
-            f"{name}: line {line} is not valid UTF-8 ({exc.reason} at byte {column} of the line). "
-            "Re-encode the file as UTF-8, e.g. `iconv -f latin1 -t utf-8`."
-        ) from None
-    return text.removeprefix("\ufeff")
+        start, what = exc.start, f"is not valid UTF-8 ({exc.reason}"
+        bom = first_line == 1 and raw.startswith((b"\xff\xfe", b"\xfe\xff"))
+        utf16 = bom or b"\x00" in raw[:start]
+    else:
+        start = raw.find(b"\x00")
+        if start < 0:
+            return text.removeprefix("\ufeff") if first_line == 1 else text
+        # UTF-8 allows NUL, text never holds one: UTF-16 of ASCII text decodes without an error
+        # (every other byte NUL) and would translate or train as garbage.
+        what, utf16 = "is not UTF-8 text (a NUL byte, as in UTF-16 or binary files,", True
+    line = raw.count(b"\n", 0, start) + first_line
+    column = start - (raw.rfind(b"\n", 0, start) + 1) + 1
+    raise DataError(
+        f"{name}: line {line} {what} at byte {column} of the line). "
+        f"Re-encode the file as UTF-8, e.g. `iconv -f {'utf-16' if utf16 else 'latin1'} -t utf-8`."
+    ) from None
 
 
 QUOTED_LINES = 5

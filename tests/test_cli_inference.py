@@ -270,6 +270,28 @@ def test_translate_invalid_utf8_names_the_line(
     assert err.startswith("error: ") and str(source) in err and "line 3" in err and "UTF-8" in err
 
 
+@pytest.mark.parametrize(
+    ("encoding", "line", "how"),
+    [("utf-16-le", 1, "NUL byte"), ("utf-16", 1, "invalid start byte"), (None, 2, "NUL byte")],
+    ids=["utf16-ascii", "utf16-bom", "nul-in-utf8"],
+)
+def test_translate_refuses_utf16_and_nul_bytes_naming_utf16(
+    translate_command, tiny_checkpoint, tmp_path, capsys, encoding, line, how
+) -> None:
+    """UTF-16 of plain ASCII is valid UTF-8 with a NUL in every other byte: refused, not
+    translated as garbage, and the hint names UTF-16 rather than Latin-1."""
+    source = tmp_path / "input.de"
+    text = "ein mann\nzwei hunde\n"
+    data = text.encode(encoding) if encoding else b"ein mann\nzwei\x00 hunde\n"
+    source.write_bytes(data)
+    assert (
+        translate_command.main(["--checkpoint", str(tiny_checkpoint), "--input", str(source)]) == 2
+    )
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith("error: ") and err.count("\n") == 1
+    assert f"{source}: line {line} " in err and how in err and "iconv -f utf-16" in err
+
+
 def test_translate_invalid_utf8_on_stdin(
     translate_command, tiny_checkpoint, monkeypatch, capsys
 ) -> None:

@@ -148,6 +148,18 @@ def test_invalid_utf8_names_file_and_line(
         load_parallel_corpus(str(directory), "de", "en")
 
 
+def test_utf16_corpus_file_is_refused_not_read_as_nul_laden_text(
+    toy_corpus_dir: Path, tmp_path: Path
+) -> None:
+    """An ASCII-only side saved as UTF-16 decodes as UTF-8 without error; its NUL bytes say
+    what it is."""
+    directory = _copy_toy(toy_corpus_dir, tmp_path / "corpus")
+    path = directory / "train.en"
+    path.write_bytes(path.read_text(encoding="utf-8").encode("utf-16-le"))
+    with pytest.raises(ValueError, match=r"train\.en: line 1 is not UTF-8 text \(a NUL byte"):
+        load_parallel_corpus(str(directory), "de", "en")
+
+
 def test_corrupt_gzip_is_a_clear_error(toy_corpus_dir: Path, tmp_path: Path) -> None:
     directory = _copy_toy(toy_corpus_dir, tmp_path / "corpus")
     (directory / "val.en").unlink()

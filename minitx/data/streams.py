@@ -143,14 +143,7 @@ def iter_lines(path: Path) -> Iterator[str]:
 
 
 def _decode_lines(lines: list[bytes], path: Path, first_line: int) -> list[str]:
-    raw = b"\n".join(lines)
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        decode_utf8(raw, str(path), first_line=first_line)  # raises, naming line and byte
-        raise
-    if first_line == 1:
-        text = text.removeprefix("\ufeff")
+    text = decode_utf8(b"\n".join(lines), str(path), first_line=first_line)
     return [line.removesuffix("\r") for line in text.split("\n")]
 
 
