@@ -92,11 +92,6 @@ class ScaledDotScore(nn.Module):
         return (q * q.size(-1) ** -0.5) @ k.transpose(-2, -1)
 
 
-def make_score(name: str, d_head: int) -> nn.Module:
-    """Build the score function registered as `name` in `SCORES` for heads of width `d_head`."""
-    return SCORES[name](d_head=d_head)
-
-
 def scaled_dot_product_attention(
     q: Tensor,
     k: Tensor,
@@ -115,7 +110,7 @@ def scaled_dot_product_attention(
         v: (..., Tk, Dv) values; Dv may differ from Dk.
         mask: bool (True = may attend) or additive float mask broadcastable to (..., Tq, Tk).
         dropout_p: dropout on the attention weights (pass 0.0 in eval mode).
-        score: a score module (see `make_score`); default `ScaledDotScore`.
+        score: a score module (an entry of `SCORES`, built); default `ScaledDotScore`.
         reweight: a map of the weights (..., Tq, Tk) applied after the softmax and the mask,
             e.g. hard attention at inference (`minitx.hard_attention.HardAttention`).
 
@@ -196,7 +191,7 @@ class MultiHeadAttention(nn.Module):
         self.k_proj = nn.Linear(d_model, d_model, bias=bias)
         self.v_proj = nn.Linear(d_model, d_model, bias=bias)
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
-        self.score = make_score(score, self.d_head)
+        self.score = SCORES[score](d_head=self.d_head)
         self.positions = positions
         self.reweight: Callable[[Tensor], Tensor] | None = None
 

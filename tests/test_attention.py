@@ -21,7 +21,6 @@ from minitx.attention import (
     ScaledDotScore,
     causal_mask,
     combine_masks,
-    make_score,
     merge_heads,
     padding_mask,
     scaled_dot_product_attention,
@@ -289,7 +288,7 @@ def test_combine_masks():
 def test_score_functions_with_every_mask(name, kind):
     lead, tq, tk, d = (2, 2), 3, 5, 4
     torch.manual_seed(9)
-    score = make_score(name, d)
+    score = SCORES[name](d_head=d)
     q, k, v = qkv(lead, tq, tk, d, d, seed=9, requires_grad=True)
     mask, allowed = make_mask(kind, lead, tq, tk)
     out, weights = scaled_dot_product_attention(q, k, v, mask, score=score)
@@ -304,13 +303,13 @@ def test_score_functions_with_every_mask(name, kind):
         assert torch.isfinite(p.grad).all() and p.grad.abs().sum() > 0, pname
 
 
-def test_make_score_types_and_unknown_name():
-    assert isinstance(make_score("scaled_dot", 4), ScaledDotScore)
-    assert isinstance(make_score("dot", 4), DotScore)
-    assert isinstance(make_score("additive", 4), AdditiveScore)
-    assert isinstance(make_score("bilinear", 4), BilinearScore)
+def test_scores_registry_builds_each_score_and_refuses_unknown_names():
+    assert isinstance(SCORES["scaled_dot"](d_head=4), ScaledDotScore)
+    assert isinstance(SCORES["dot"](d_head=4), DotScore)
+    assert isinstance(SCORES["additive"](d_head=4), AdditiveScore)
+    assert isinstance(SCORES["bilinear"](d_head=4), BilinearScore)
     with pytest.raises(ValueError) as info:
-        make_score("cosine", 4)
+        SCORES["cosine"]
     message = str(info.value)
     assert "cosine" in message
     for name in SCORES:
@@ -320,8 +319,8 @@ def test_make_score_types_and_unknown_name():
 def test_bilinear_at_init_equals_scaled_dot():
     q, k, v = qkv((2, 2), 3, 4, 8, 8, seed=10)
     mask, _ = make_mask("causal+padding", (2, 2), 3, 4)
-    out_b, w_b = scaled_dot_product_attention(q, k, v, mask, score=make_score("bilinear", 8))
-    out_s, w_s = scaled_dot_product_attention(q, k, v, mask, score=make_score("scaled_dot", 8))
+    out_b, w_b = scaled_dot_product_attention(q, k, v, mask, score=SCORES["bilinear"](d_head=8))
+    out_s, w_s = scaled_dot_product_attention(q, k, v, mask, score=SCORES["scaled_dot"](d_head=8))
     torch.testing.assert_close(out_b, out_s, **FP32)
     torch.testing.assert_close(w_b, w_s, **FP32)
     # ... and it is a real bilinear form: changing W changes the scores as q W kᵀ.
