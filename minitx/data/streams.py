@@ -127,24 +127,15 @@ def iter_lines(path: Path) -> Iterator[str]:
             names the file and the 1-based line.
     """
     line_number = 1
-    pending = b""
     try:
         with _open_binary(path) as file:
-            while block := file.read(_READ_BYTES):
-                lines = (pending + block).split(b"\n")
-                pending = lines.pop()
-                if lines:
-                    yield from _decode_lines(lines, path, line_number)
-                    line_number += len(lines)
-            if pending:
-                yield from _decode_lines([pending], path, line_number)
+            # binary readlines splits on b"\n" only; whole lines of about _READ_BYTES at a time
+            while block := file.readlines(_READ_BYTES):
+                text = decode_utf8(b"".join(block), str(path), first_line=line_number)
+                yield from (line.removesuffix("\r") for line in text.removesuffix("\n").split("\n"))
+                line_number += len(block)
     except (OSError, EOFError, zlib.error) as exc:
         raise DataError(f"{path}: cannot read the file ({exc}).") from exc
-
-
-def _decode_lines(lines: list[bytes], path: Path, first_line: int) -> list[str]:
-    text = decode_utf8(b"\n".join(lines), str(path), first_line=first_line)
-    return [line.removesuffix("\r") for line in text.split("\n")]
 
 
 class RawFilesStream(PairStream):
