@@ -24,7 +24,7 @@ from torch.utils.data import DataLoader
 from minitx.data.batching import TokenBucketBatchSampler, collate
 from minitx.data.cleaning import Counts
 from minitx.data.prepare import prepare_split
-from minitx.data.sample import iter_sentences
+from minitx.data.sample import sample_sentences
 from minitx.data.sources import (
     DATA_DIR_ENV,
     DEFAULT_SOURCE,
@@ -225,7 +225,7 @@ class TranslationDataModule(L.LightningDataModule):
             )
         train = streams["train"]
         tokenizer = Tokenizer.train(  # on both sides of (a seeded sample of) the training split
-            iter_sentences(train, self.tokenizer_sample, self.seed),
+            sample_sentences(train, self.tokenizer_sample, self.seed),
             vocab_size=self.vocab_size,
             model_type=self.tokenizer_type,
             cache_dir=self.cache_dir,
