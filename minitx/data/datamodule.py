@@ -230,7 +230,7 @@ class TranslationDataModule(L.LightningDataModule):
             model_type=self.tokenizer_type,
             cache_dir=self.cache_dir,
             # found by the split's content without reading it again
-            cache_key=f"{train.fingerprint()} sample={self.tokenizer_sample} seed={self.seed}",
+            cache_key=f"{train.fingerprint} sample={self.tokenizer_sample} seed={self.seed}",
         )
         tokenized: dict[str, datasets.Dataset] = {}
         skipped: Counts = {}

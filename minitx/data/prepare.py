@@ -63,7 +63,7 @@ def prepare_split(
     """
     settings = {
         "format": FORMAT,
-        "stream": stream.fingerprint(),
+        "stream": stream.fingerprint,
         "split": stream.split,
         "tokenizer": hashlib.sha256(tokenizer.model_bytes).hexdigest(),
         "max_len": max_len if filter_long else None,

@@ -3,7 +3,7 @@
 Every reader of a parallel corpus (raw ``{split}.{lang}[.gz]`` files, jsonl files, a hub
 dataset) opens a split as a `PairStream` without reading it: missing files, splits and
 languages are reported when it is opened. ``chunks()`` then reads the split from its start,
-``chunk_size`` pairs at a time (each call reads it again), and ``fingerprint()`` identifies
+``chunk_size`` pairs at a time (each call reads it again), and ``fingerprint`` identifies
 its content for the caches built from it. Nothing here holds a whole split in memory; the
 in-memory loader (`minitx.data.load_parallel_corpus`) collects the same chunks.
 
@@ -14,6 +14,7 @@ a byte-order mark at the start of a file is dropped; a missing value (jsonl ``nu
 
 from __future__ import annotations
 
+import functools
 import gzip
 import hashlib
 import itertools
@@ -61,14 +62,12 @@ class PairStream(ABC):
     """
 
     split: str
-    _fingerprint: str | None = None
 
+    @functools.cached_property
     def fingerprint(self) -> str:
         """A hex digest of the split's content (changes whenever the pairs may change);
         computed once per stream (for files: one read of their bytes)."""
-        if self._fingerprint is None:
-            self._fingerprint = self._content_digest()
-        return self._fingerprint
+        return self._content_digest()
 
     @abstractmethod
     def _content_digest(self) -> str:
