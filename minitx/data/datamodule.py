@@ -255,30 +255,28 @@ class TranslationDataModule(L.LightningDataModule):
     # -------------------------------------------------------------------- dataloaders
     def train_dataloader(self) -> DataLoader:
         """Shuffled token-bucket batches of the training split."""
-        loader = self._loader("train", shuffle=True, max_tokens=self.max_tokens)
+        loader = self._loader("train")
         if self.trainer is not None:
             loader.batch_sampler.set_epoch(self.trainer.current_epoch)
         return loader
 
     def val_dataloader(self) -> DataLoader:
         """Validation batches in a fixed order (every pair, none dropped)."""
-        return self._loader(
-            "validation", shuffle=False, max_tokens=self.eval_max_tokens or self.max_tokens
-        )
+        return self._loader("validation")
 
     def test_dataloader(self) -> DataLoader:
         """Test batches in a fixed order (every pair, none dropped)."""
-        return self._loader(
-            "test", shuffle=False, max_tokens=self.eval_max_tokens or self.max_tokens
-        )
+        return self._loader("test")
 
-    def _loader(self, split: str, *, shuffle: bool, max_tokens: int) -> DataLoader:
+    def _loader(self, split: str) -> DataLoader:
+        """Batches of a split: shuffled for training, in a fixed order for evaluation."""
         dataset = self._split(split)
+        train = split == "train"
         sampler = TokenBucketBatchSampler(
             example_lengths(dataset),
-            max_tokens=max_tokens,
+            max_tokens=self.max_tokens if train else self.eval_max_tokens or self.max_tokens,
             pad_multiple=self.pad_multiple,
-            shuffle=shuffle,
+            shuffle=train,
             seed=self.seed,
         )
         return DataLoader(
