@@ -24,7 +24,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import datasets
 
@@ -114,10 +114,6 @@ def _chunked(pairs: Iterator[tuple[str, str]], chunk_size: int) -> Iterator[Pair
 
 
 # ------------------------------------------------------------------------------ raw files
-def _open_binary(path: Path) -> IO[bytes]:
-    return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")  # noqa: SIM115
-
-
 def iter_lines(path: Path) -> Iterator[str]:
     """The lines of a (possibly gzipped) UTF-8 text file, one at a time.
 
@@ -127,7 +123,7 @@ def iter_lines(path: Path) -> Iterator[str]:
     """
     line_number = 1
     try:
-        with _open_binary(path) as file:
+        with gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb") as file:
             # binary readlines splits on b"\n" only; whole lines of about _READ_BYTES at a time
             while block := file.readlines(_READ_BYTES):
                 text = decode_utf8(b"".join(block), str(path), first_line=line_number)
