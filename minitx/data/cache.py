@@ -2,14 +2,8 @@
 
 ``tokenized-{key}-{split}.arrow`` holds the split's rows (texts, token ids, lengths, line
 numbers); ``tokenized-{key}-{split}.json`` its record: the file's size and sha256, its row
-count, the vocabulary it was written for, and what preparing it skipped. Both are written
-atomically (`minitx.textio.atomic_path`), the Arrow file last, so a reader sees a whole pair
-or none.
-
-`open_tokenized` verifies a file against its record before using it and scans its token ids
-against the tokenizer's vocabulary. A file that fails (cut short, overwritten, a flipped
-byte, ids out of range) is reported in one warning line naming it and is rebuilt by the
-caller; it never reaches training.
+count, the vocabulary it was written for, and what preparing it skipped. A damaged file (cut
+short, overwritten, a flipped byte, ids out of range) never reaches training: it is rebuilt.
 """
 
 from __future__ import annotations

@@ -1,9 +1,4 @@
-"""`TranslationDataModule`: corpus -> tokenizer -> token-bucketed batches, for Lightning.
-
-Preparation streams the corpus (`minitx.data.prepare`): memory stays bounded whatever its
-size, each split is tokenized once into a memory-mapped Arrow file under ``cache_dir``, and
-every later run and every DDP process maps that file instead of tokenizing again.
-"""
+"""`TranslationDataModule`: corpus -> tokenizer -> token-bucketed batches, for Lightning."""
 
 from __future__ import annotations
 

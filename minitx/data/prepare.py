@@ -1,12 +1,7 @@
 """Preparing a split for training in bounded memory: a stream of sentence pairs in, one
-memory-mapped, tokenized Arrow file out.
-
-`prepare_split` makes one pass over a split that drops pairs with an empty side, tokenizes,
-drops over-long training pairs (``max_len``) or cuts over-long evaluation pairs to the
-model's ``max_positions``, and writes the rows (`minitx.data.cache`); a later call, in this
-process or another (every DDP rank, the next run), memory-maps the verified file instead.
-
-Skips are counted and logged with their line numbers, as `clean_pairs` does.
+memory-mapped, tokenized Arrow file out (`minitx.data.cache`), which every DDP rank and every
+later run maps instead of tokenizing again. Skips are counted and logged with their line
+numbers, as `clean_pairs` does.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """The tokenizer's training sentences: both sides of a training split, or a bounded, seeded
 sample of them when the split has more (sentencepiece's ``input_sentence_size`` with
-shuffling, done here so that it is reproducible and its memory bounded).
-
-Sentences are drawn uniformly without replacement (reservoir sampling, seeded) over all the
-sentences of the split's usable pairs, source and target alike, in one pass over the stream.
-They come out in the order of a split that is not sampled: every source sentence in corpus
-order, then every target sentence. A split with no more sentences than the limit therefore
-gives exactly its sentences, in that order, and draws no random number.
+shuffling, done here so that it is reproducible and its memory bounded). A split within the
+limit gives exactly its sentences, in the order it had before sampling existed, and draws no
+random number, so its tokenizer does not change.
 """
 
 from __future__ import annotations

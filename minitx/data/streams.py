@@ -1,11 +1,9 @@
 """A corpus split as a stream of sentence-pair chunks, read in bounded memory.
 
 Every reader of a parallel corpus (raw ``{split}.{lang}[.gz]`` files, jsonl files, a hub
-dataset) opens a split as a `PairStream` without reading it: missing files, splits and
-languages are reported when it is opened. ``chunks()`` then reads the split from its start,
-``chunk_size`` pairs at a time (each call reads it again), and ``fingerprint`` identifies
-its content for the caches built from it. Nothing here holds a whole split in memory; the
-in-memory loader (`minitx.data.load_parallel_corpus`) collects the same chunks.
+dataset) opens a split as a `PairStream` without reading it, so missing files, splits and
+languages are reported before any work; the in-memory loader
+(`minitx.data.load_parallel_corpus`) collects the same chunks.
 
 Lines are split on ``\\n`` only (so counts match ``wc -l``), a trailing ``\\r`` is removed and
 a byte-order mark at the start of a file is dropped; a missing value (jsonl ``null``, a hub
