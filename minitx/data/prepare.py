@@ -153,9 +153,7 @@ def _tokenized_chunk(
     dropped (`filter_long`) or their ids cut to `max_positions`; skips go to `tally`."""
     tally.read += len(chunk.src)
     keep = usable_pairs(chunk.src, chunk.tgt)
-    if len(keep) < len(chunk.src):
-        lines = np.setdiff1d(np.arange(len(chunk.src)), keep) + chunk.start + 1
-        tally.add("empty", lines)
+    tally.add("empty", np.setdiff1d(np.arange(len(chunk.src)), keep) + chunk.start + 1)
     src = [chunk.src[i] for i in keep]
     tgt = [chunk.tgt[i] for i in keep]
     line = [chunk.start + i + 1 for i in keep]
@@ -175,13 +173,12 @@ def _tokenized_chunk(
         tally.too_long_kept += len(over)
     if max_positions is not None:
         cut = np.flatnonzero(np.maximum(src_len, tgt_len) + 1 > max_positions)
-        if len(cut):
-            tally.add("truncated", np.asarray(line)[cut])
-            for i in cut:
-                src_ids[i] = src_ids[i][: max_positions - 1]
-                tgt_ids[i] = tgt_ids[i][: max_positions - 1]
-            src_len = np.minimum(src_len, max_positions - 1)
-            tgt_len = np.minimum(tgt_len, max_positions - 1)
+        tally.add("truncated", np.asarray(line, dtype=np.int64)[cut])
+        for i in cut:
+            src_ids[i] = src_ids[i][: max_positions - 1]
+            tgt_ids[i] = tgt_ids[i][: max_positions - 1]
+        src_len = np.minimum(src_len, max_positions - 1)
+        tgt_len = np.minimum(tgt_len, max_positions - 1)
     return {
         "line": line,
         "src_text": src,
