@@ -99,16 +99,16 @@ def test_a_corpus_within_the_sample_trains_on_every_sentence_in_order(tmp_path: 
     expected = side_texts(cleaned["train"], "de") + side_texts(cleaned["train"], "en")
     train = open_parallel_corpus(str(directory), "de", "en")["train"]
     for limit in (None, len(expected), 10**6):
-        assert sample_sentences(train, limit, seed=0, chunk_size=7) == expected
+        assert list(sample_sentences(train, limit, seed=0, chunk_size=7)) == expected
 
 
 def test_a_larger_corpus_trains_on_a_bounded_seeded_sample(tmp_path: Path) -> None:
     train = open_parallel_corpus(str(TOY_CORPUS_DIR), "de", "en")["train"]
     de, en = (_lines(TOY_CORPUS_DIR / f"train.{lang}") for lang in ("de", "en"))
-    first = sample_sentences(train, 50, seed=0, chunk_size=7)
+    first = list(sample_sentences(train, 50, seed=0, chunk_size=7))
     assert len(first) == 50 and len(set(first)) == 50
-    assert sample_sentences(train, 50, seed=0, chunk_size=13) == first  # chunking: no effect
-    assert sample_sentences(train, 50, seed=1) != first
+    assert list(sample_sentences(train, 50, seed=0, chunk_size=13)) == first  # chunking: no effect
+    assert list(sample_sentences(train, 50, seed=1)) != first
     sources = [s for s in first if s in de]
     assert first == sources + [s for s in en if s in first]  # source side first, file order
     assert sources == [s for s in de if s in sources]

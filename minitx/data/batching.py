@@ -22,22 +22,6 @@ def round_up(length: int, multiple: int) -> int:
     return -(-length // multiple) * multiple
 
 
-class _EpochHook:
-    """Forwards ``set_epoch`` to a batch sampler.
-
-    Lightning's fit loop calls ``set_epoch`` on ``dataloader.sampler`` and on
-    ``dataloader.batch_sampler.sampler``, never on the batch sampler itself (Lightning 2.6,
-    ``lightning.fabric.utilities.data._set_sampler_epoch``). The batch sampler exposes this
-    object as its ``sampler`` attribute so that the loop reaches it.
-    """
-
-    def __init__(self, owner: TokenBucketBatchSampler) -> None:
-        self._owner = owner
-
-    def set_epoch(self, epoch: int) -> None:
-        self._owner.set_epoch(epoch)
-
-
 class TokenBucketBatchSampler(Sampler[list[int]]):
     """Batches of similar-length examples with at most ``max_tokens`` padded tokens each.
 
@@ -106,7 +90,10 @@ class TokenBucketBatchSampler(Sampler[list[int]]):
         self.num_replicas = num_replicas
         self.rank = rank
         self.epoch = 0
-        self.sampler = _EpochHook(self)
+        # Lightning's fit loop calls set_epoch on dataloader.batch_sampler.sampler, never on the
+        # batch sampler itself (lightning.fabric.utilities.data._set_sampler_epoch), so the
+        # batch sampler is its own sampler.
+        self.sampler = self
         self._padded = -(-lengths // pad_multiple) * pad_multiple
 
         over = int((self._padded > max_tokens).sum())

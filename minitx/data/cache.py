@@ -2,14 +2,8 @@
 
 ``tokenized-{key}-{split}.arrow`` holds the split's rows (texts, token ids, lengths, line
 numbers); ``tokenized-{key}-{split}.json`` its record: the file's size and sha256, its row
-count, the vocabulary it was written for, and what preparing it skipped. Both are written
-atomically (`minitx.textio.atomic_path`), the Arrow file last, so a reader sees a whole pair
-or none.
-
-`open_tokenized` verifies a file against its record before using it and scans its token ids
-against the tokenizer's vocabulary. A file that fails (cut short, overwritten, a flipped
-byte, ids out of range) is reported in one warning line naming it and is rebuilt by the
-caller; it never reaches training.
+count, the vocabulary it was written for, and what preparing it skipped. A damaged file (cut
+short, overwritten, a flipped byte, ids out of range) never reaches training: it is rebuilt.
 """
 
 from __future__ import annotations
@@ -32,8 +26,6 @@ logger = logging.getLogger(__name__)
 FORMAT = 2
 """Bump when the cached columns or the record change (2: streamed, with a record)."""
 
-ID_COLUMNS = ("src_ids", "tgt_ids")
-
 
 def split_features(vocab_size: int) -> datasets.Features:
     """The cached columns: ids as uint16 when the vocabulary fits (half the bytes of int32)."""
@@ -49,11 +41,6 @@ def split_features(vocab_size: int) -> datasets.Features:
             "tgt_len": datasets.Value("int32"),
         }
     )
-
-
-def record_path(path: Path) -> Path:
-    """The record of a cached split: the ``.json`` beside its ``.arrow``."""
-    return path.with_suffix(".json")
 
 
 def write_split(
@@ -92,7 +79,7 @@ def write_split(
             "vocab_size": vocab_size,
             **extras(),
         }
-        write_text_atomic(record_path(path), json.dumps(record, indent=1) + "\n")
+        write_text_atomic(path.with_suffix(".json"), json.dumps(record, indent=1) + "\n")
 
 
 def open_tokenized(path: Path, vocab_size: int) -> tuple[datasets.Dataset, dict[str, Any]] | None:
@@ -109,7 +96,7 @@ def open_tokenized(path: Path, vocab_size: int) -> tuple[datasets.Dataset, dict[
     if not path.is_file():
         return None
     try:
-        record = json.loads(record_path(path).read_text(encoding="utf-8"))
+        record = json.loads(path.with_suffix(".json").read_text(encoding="utf-8"))
         problem = _problem(path, record, vocab_size)
         dataset = None
         if problem is None:
@@ -126,7 +113,7 @@ def open_tokenized(path: Path, vocab_size: int) -> tuple[datasets.Dataset, dict[
 def _problem(path: Path, record: Any, vocab_size: int) -> str | None:
     """What is wrong with the file by its record (no Arrow read), or None."""
     if not isinstance(record, dict) or record.get("format") != FORMAT:
-        return f"has no usable record ({record_path(path).name} is not of format {FORMAT})"
+        return f"has no usable record ({path.with_suffix('.json').name} is not of format {FORMAT})"
     size = path.stat().st_size
     if size != record["bytes"]:
         return f"is {size} bytes but its record says {record['bytes']} (cut short or overwritten)"
@@ -142,7 +129,7 @@ def check_dataset(dataset: datasets.Dataset, rows: int, vocab_size: int) -> str 
     if len(dataset) != rows:
         return f"has {len(dataset)} rows but its record says {rows}"
     table = dataset.with_format("arrow")[:]
-    for column in ID_COLUMNS:
+    for column in ("src_ids", "tgt_ids"):
         low, high = 0, -1  # over every chunk, one chunk in memory at a time
         for chunk in table.column(column).chunks:
             ids = chunk.flatten().to_numpy(zero_copy_only=False)  # (n_tokens,)

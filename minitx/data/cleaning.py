@@ -28,11 +28,6 @@ def usable_pairs(src: Sequence[str], tgt: Sequence[str]) -> list[int]:
     return [i for i, (s, t) in enumerate(zip(src, tgt, strict=True)) if s.strip() and t.strip()]
 
 
-def _column(dataset: datasets.Dataset, name: str) -> np.ndarray:
-    """A numeric column as a numpy array (honours ``select`` index mappings)."""
-    return dataset.select_columns([name]).with_format("arrow")[:].column(name).to_numpy()
-
-
 def log_skips(
     split: str, reason: str, lines: Sequence[int], total: int, *, count: int | None = None
 ) -> None:

@@ -1,9 +1,4 @@
-"""`TranslationDataModule`: corpus -> tokenizer -> token-bucketed batches, for Lightning.
-
-Preparation streams the corpus (`minitx.data.prepare`): memory stays bounded whatever its
-size, each split is tokenized once into a memory-mapped Arrow file under ``cache_dir``, and
-every later run and every DDP process maps that file instead of tokenizing again.
-"""
+"""`TranslationDataModule`: corpus -> tokenizer -> token-bucketed batches, for Lightning."""
 
 from __future__ import annotations
 
@@ -24,7 +19,7 @@ from torch.utils.data import DataLoader
 from minitx.data.batching import TokenBucketBatchSampler, collate
 from minitx.data.cleaning import Counts
 from minitx.data.prepare import prepare_split
-from minitx.data.sample import iter_sentences
+from minitx.data.sample import sample_sentences
 from minitx.data.sources import (
     DATA_DIR_ENV,
     DEFAULT_SOURCE,
@@ -225,12 +220,12 @@ class TranslationDataModule(L.LightningDataModule):
             )
         train = streams["train"]
         tokenizer = Tokenizer.train(  # on both sides of (a seeded sample of) the training split
-            iter_sentences(train, self.tokenizer_sample, self.seed),
+            sample_sentences(train, self.tokenizer_sample, self.seed),
             vocab_size=self.vocab_size,
             model_type=self.tokenizer_type,
             cache_dir=self.cache_dir,
             # found by the split's content without reading it again
-            cache_key=f"{train.fingerprint()} sample={self.tokenizer_sample} seed={self.seed}",
+            cache_key=f"{train.fingerprint} sample={self.tokenizer_sample} seed={self.seed}",
         )
         tokenized: dict[str, datasets.Dataset] = {}
         skipped: Counts = {}
@@ -255,30 +250,28 @@ class TranslationDataModule(L.LightningDataModule):
     # -------------------------------------------------------------------- dataloaders
     def train_dataloader(self) -> DataLoader:
         """Shuffled token-bucket batches of the training split."""
-        loader = self._loader("train", shuffle=True, max_tokens=self.max_tokens)
+        loader = self._loader("train")
         if self.trainer is not None:
             loader.batch_sampler.set_epoch(self.trainer.current_epoch)
         return loader
 
     def val_dataloader(self) -> DataLoader:
         """Validation batches in a fixed order (every pair, none dropped)."""
-        return self._loader(
-            "validation", shuffle=False, max_tokens=self.eval_max_tokens or self.max_tokens
-        )
+        return self._loader("validation")
 
     def test_dataloader(self) -> DataLoader:
         """Test batches in a fixed order (every pair, none dropped)."""
-        return self._loader(
-            "test", shuffle=False, max_tokens=self.eval_max_tokens or self.max_tokens
-        )
+        return self._loader("test")
 
-    def _loader(self, split: str, *, shuffle: bool, max_tokens: int) -> DataLoader:
+    def _loader(self, split: str) -> DataLoader:
+        """Batches of a split: shuffled for training, in a fixed order for evaluation."""
         dataset = self._split(split)
+        train = split == "train"
         sampler = TokenBucketBatchSampler(
             example_lengths(dataset),
-            max_tokens=max_tokens,
+            max_tokens=self.max_tokens if train else self.eval_max_tokens or self.max_tokens,
             pad_multiple=self.pad_multiple,
-            shuffle=shuffle,
+            shuffle=train,
             seed=self.seed,
         )
         return DataLoader(

@@ -1,16 +1,12 @@
 """Preparing a split for training in bounded memory: a stream of sentence pairs in, one
-memory-mapped, tokenized Arrow file out.
-
-`prepare_split` makes one pass over a split that drops pairs with an empty side, tokenizes,
-drops over-long training pairs (``max_len``) or cuts over-long evaluation pairs to the
-model's ``max_positions``, and writes the rows (`minitx.data.cache`); a later call, in this
-process or another (every DDP rank, the next run), memory-maps the verified file instead.
-
-Skips are counted and logged with their line numbers, as `clean_pairs` does.
+memory-mapped, tokenized Arrow file out (`minitx.data.cache`), which every DDP rank and every
+later run maps instead of tokenizing again. Skips are counted and logged with their line
+numbers, as `clean_pairs` does.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -63,7 +59,7 @@ def prepare_split(
     """
     settings = {
         "format": FORMAT,
-        "stream": stream.fingerprint(),
+        "stream": stream.fingerprint,
         "split": stream.split,
         "tokenizer": hashlib.sha256(tokenizer.model_bytes).hexdigest(),
         "max_len": max_len if filter_long else None,
@@ -77,7 +73,7 @@ def prepare_split(
         start = time.perf_counter()
         tally = _Tally()
         batches = _tokenized_batches(stream, tokenizer, tally, max_len, filter_long, max_positions)
-        write_split(path, tokenizer.vocab_size, batches, tally.as_record)
+        write_split(path, tokenizer.vocab_size, batches, lambda: dataclasses.asdict(tally))
         elapsed = time.perf_counter() - start
         logger.info(
             "%s: tokenized %d pairs in %.1f s (%.0f pairs/s) into %s.",
@@ -103,32 +99,27 @@ def prepare_split(
     return dataset, counts
 
 
-class _Tally:
-    """What one pass read and skipped: counts and the first line numbers of each reason."""
+def _skips() -> dict[str, Any]:
+    return {"count": 0, "lines": []}
 
-    def __init__(self) -> None:
-        self.read = 0
-        self.kept_before_length = 0
-        self.too_long_kept = 0  # evaluation splits: over max_len, kept
-        self.lines: dict[str, list[int]] = {"empty": [], "too_long": [], "truncated": []}
-        self.counts = dict.fromkeys(self.lines, 0)
+
+@dataclasses.dataclass
+class _Tally:
+    """What one pass read and skipped, field for field the cache record's: the pairs read,
+    those with both sides (`usable`), and per reason a count and the first line numbers."""
+
+    read: int = 0
+    usable: int = 0
+    too_long_kept: int = 0  # evaluation splits: over max_len, kept
+    empty: dict[str, Any] = dataclasses.field(default_factory=_skips)
+    too_long: dict[str, Any] = dataclasses.field(default_factory=_skips)
+    truncated: dict[str, Any] = dataclasses.field(default_factory=_skips)
 
     def add(self, reason: str, lines: np.ndarray) -> None:
-        self.counts[reason] += len(lines)
-        room = QUOTED_LINES + 1 - len(self.lines[reason])  # enough to write "..."
-        if room > 0:
-            self.lines[reason] += [int(n) for n in lines[:room]]
-
-    def as_record(self) -> dict[str, Any]:
-        """The record fields: per reason its count and first lines; the pairs read."""
-        record: dict[str, Any] = {
-            "read": self.read,
-            "usable": self.kept_before_length,
-            "too_long_kept": self.too_long_kept,
-        }
-        for reason, count in self.counts.items():
-            record[reason] = {"count": count, "lines": self.lines[reason]}
-        return record
+        skips = getattr(self, reason)
+        skips["count"] += len(lines)
+        room = QUOTED_LINES + 1 - len(skips["lines"])  # enough to write "..."
+        skips["lines"] += [int(n) for n in lines[: max(room, 0)]]
 
 
 def _tokenized_batches(
@@ -158,13 +149,11 @@ def _tokenized_chunk(
     dropped (`filter_long`) or their ids cut to `max_positions`; skips go to `tally`."""
     tally.read += len(chunk.src)
     keep = usable_pairs(chunk.src, chunk.tgt)
-    if len(keep) < len(chunk.src):
-        lines = np.setdiff1d(np.arange(len(chunk.src)), keep) + chunk.start + 1
-        tally.add("empty", lines)
+    tally.add("empty", np.setdiff1d(np.arange(len(chunk.src)), keep) + chunk.start + 1)
     src = [chunk.src[i] for i in keep]
     tgt = [chunk.tgt[i] for i in keep]
     line = [chunk.start + i + 1 for i in keep]
-    tally.kept_before_length += len(keep)
+    tally.usable += len(keep)
     src_ids, tgt_ids = tokenizer.encode(src), tokenizer.encode(tgt)
     src_len = np.fromiter(map(len, src_ids), dtype=np.int64, count=len(src_ids))
     tgt_len = np.fromiter(map(len, tgt_ids), dtype=np.int64, count=len(tgt_ids))
@@ -180,13 +169,12 @@ def _tokenized_chunk(
         tally.too_long_kept += len(over)
     if max_positions is not None:
         cut = np.flatnonzero(np.maximum(src_len, tgt_len) + 1 > max_positions)
-        if len(cut):
-            tally.add("truncated", np.asarray(line)[cut])
-            for i in cut:
-                src_ids[i] = src_ids[i][: max_positions - 1]
-                tgt_ids[i] = tgt_ids[i][: max_positions - 1]
-            src_len = np.minimum(src_len, max_positions - 1)
-            tgt_len = np.minimum(tgt_len, max_positions - 1)
+        tally.add("truncated", np.asarray(line, dtype=np.int64)[cut])
+        for i in cut:
+            src_ids[i] = src_ids[i][: max_positions - 1]
+            tgt_ids[i] = tgt_ids[i][: max_positions - 1]
+        src_len = np.minimum(src_len, max_positions - 1)
+        tgt_len = np.minimum(tgt_len, max_positions - 1)
     return {
         "line": line,
         "src_text": src,

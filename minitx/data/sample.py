@@ -1,12 +1,8 @@
 """The tokenizer's training sentences: both sides of a training split, or a bounded, seeded
 sample of them when the split has more (sentencepiece's ``input_sentence_size`` with
-shuffling, done here so that it is reproducible and its memory bounded).
-
-Sentences are drawn uniformly without replacement (reservoir sampling, seeded) over all the
-sentences of the split's usable pairs, source and target alike, in one pass over the stream.
-They come out in the order of a split that is not sampled: every source sentence in corpus
-order, then every target sentence. A split with no more sentences than the limit therefore
-gives exactly its sentences, in that order, and draws no random number.
+shuffling, done here so that it is reproducible and its memory bounded). A split within the
+limit gives exactly its sentences, in the order it had before sampling existed, and draws no
+random number, so its tokenizer does not change.
 """
 
 from __future__ import annotations
@@ -28,14 +24,15 @@ _SIDE_SHIFT = 40
 
 def sample_sentences(
     stream: PairStream, limit: int | None, seed: int, *, chunk_size: int = CHUNK_PAIRS
-) -> list[str]:
+) -> Iterator[str]:
     """The sentences that train the tokenizer: at most `limit` of both sides of the stream.
 
     Pairs with an empty side are left out (they are dropped from training too). With no more
     than `limit` sentences (or `limit` None), all of them: the source side in corpus order,
     then the target side. Otherwise a uniform sample of `limit` sentences drawn with
     `numpy.random.default_rng(seed)`, in that same order; the stream is read once and at
-    most `limit` sentences are held.
+    most `limit` sentences are held. Nothing is read until the result is iterated (a cached
+    tokenizer never reads the stream).
 
     Args:
         stream: the training split.
@@ -44,7 +41,7 @@ def sample_sentences(
         seed: the sampling seed.
         chunk_size: pairs read at a time.
 
-    Returns:
+    Yields:
         The sentences.
     """
     if limit is not None and limit < 1:
@@ -81,7 +78,7 @@ def sample_sentences(
             seen,
         )
     order = np.argsort(np.asarray(keys, dtype=np.int64), kind="stable")
-    return [texts[i] for i in order]
+    yield from (texts[i] for i in order)
 
 
 def _interleaved(start: int, src: list[str], tgt: list[str]) -> tuple[list[str], list[int]]:
@@ -93,9 +90,3 @@ def _interleaved(start: int, src: list[str], tgt: list[str]) -> tuple[list[str],
         sentences += (src[i], tgt[i])
         keys += (start + i, target | (start + i))
     return sentences, keys
-
-
-def iter_sentences(stream: PairStream, limit: int | None, seed: int) -> Iterator[str]:
-    """`sample_sentences` as an iterable that samples only when iterated (a cached
-    tokenizer never reads the stream)."""
-    yield from sample_sentences(stream, limit, seed)

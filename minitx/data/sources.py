@@ -1,8 +1,5 @@
-"""Which corpus a data source names, and opening it: raw `{split}.{lang}[.gz]` directories,
-jsonl files, hub ids and the corpora shipped with minitx (`builtin:toy`). Each split opens
-as a `minitx.data.streams.PairStream` (read in bounded memory, for the tokenized cache) or
-loads into a `DatasetDict` with one `translation` column (for evaluation sets). Invalid files
-(unequal line counts, bad UTF-8, missing splits) raise errors that name the file and line.
+"""Which corpus a data source names, and opening it as streams (`open_parallel_corpus`) or
+in memory (`load_parallel_corpus`).
 
 Data sources (``source`` / ``data.source``), tried in this order:
 

@@ -1,11 +1,9 @@
 """A corpus split as a stream of sentence-pair chunks, read in bounded memory.
 
 Every reader of a parallel corpus (raw ``{split}.{lang}[.gz]`` files, jsonl files, a hub
-dataset) opens a split as a `PairStream` without reading it: missing files, splits and
-languages are reported when it is opened. ``chunks()`` then reads the split from its start,
-``chunk_size`` pairs at a time (each call reads it again), and ``fingerprint()`` identifies
-its content for the caches built from it. Nothing here holds a whole split in memory; the
-in-memory loader (`minitx.data.load_parallel_corpus`) collects the same chunks.
+dataset) opens a split as a `PairStream` without reading it, so missing files, splits and
+languages are reported before any work; the in-memory loader
+(`minitx.data.load_parallel_corpus`) collects the same chunks.
 
 Lines are split on ``\\n`` only (so counts match ``wc -l``), a trailing ``\\r`` is removed and
 a byte-order mark at the start of a file is dropped; a missing value (jsonl ``null``, a hub
@@ -14,6 +12,7 @@ a byte-order mark at the start of a file is dropped; a missing value (jsonl ``nu
 
 from __future__ import annotations
 
+import functools
 import gzip
 import hashlib
 import itertools
@@ -23,7 +22,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import datasets
 
@@ -61,14 +60,12 @@ class PairStream(ABC):
     """
 
     split: str
-    _fingerprint: str | None = None
 
+    @functools.cached_property
     def fingerprint(self) -> str:
         """A hex digest of the split's content (changes whenever the pairs may change);
         computed once per stream (for files: one read of their bytes)."""
-        if self._fingerprint is None:
-            self._fingerprint = self._content_digest()
-        return self._fingerprint
+        return self._content_digest()
 
     @abstractmethod
     def _content_digest(self) -> str:
@@ -115,10 +112,6 @@ def _chunked(pairs: Iterator[tuple[str, str]], chunk_size: int) -> Iterator[Pair
 
 
 # ------------------------------------------------------------------------------ raw files
-def _open_binary(path: Path) -> IO[bytes]:
-    return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")  # noqa: SIM115
-
-
 def iter_lines(path: Path) -> Iterator[str]:
     """The lines of a (possibly gzipped) UTF-8 text file, one at a time.
 
@@ -127,24 +120,15 @@ def iter_lines(path: Path) -> Iterator[str]:
             names the file and the 1-based line.
     """
     line_number = 1
-    pending = b""
     try:
-        with _open_binary(path) as file:
-            while block := file.read(_READ_BYTES):
-                lines = (pending + block).split(b"\n")
-                pending = lines.pop()
-                if lines:
-                    yield from _decode_lines(lines, path, line_number)
-                    line_number += len(lines)
-            if pending:
-                yield from _decode_lines([pending], path, line_number)
+        with gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb") as file:
+            # binary readlines splits on b"\n" only; whole lines of about _READ_BYTES at a time
+            while block := file.readlines(_READ_BYTES):
+                text = decode_utf8(b"".join(block), str(path), first_line=line_number)
+                yield from (line.removesuffix("\r") for line in text.removesuffix("\n").split("\n"))
+                line_number += len(block)
     except (OSError, EOFError, zlib.error) as exc:
         raise DataError(f"{path}: cannot read the file ({exc}).") from exc
-
-
-def _decode_lines(lines: list[bytes], path: Path, first_line: int) -> list[str]:
-    text = decode_utf8(b"\n".join(lines), str(path), first_line=first_line)
-    return [line.removesuffix("\r") for line in text.split("\n")]
 
 
 class RawFilesStream(PairStream):

@@ -13,7 +13,6 @@ import datasets
 import numpy as np
 from datasets.fingerprint import Hasher
 
-from minitx.data.cleaning import _column
 from minitx.tokenizer import Tokenizer
 
 logger = logging.getLogger(__name__)
@@ -90,4 +89,5 @@ def tokenize_corpus(
 
 def example_lengths(dataset: datasets.Dataset) -> np.ndarray:
     """Per-example batching length: ``max(src_len + 1, tgt_len + 1)`` (eos / bos included)."""
-    return np.maximum(_column(dataset, "src_len"), _column(dataset, "tgt_len")) + 1
+    lengths = dataset.select_columns(["src_len", "tgt_len"]).with_format("numpy")[:]
+    return np.maximum(lengths["src_len"], lengths["tgt_len"]) + 1
