@@ -238,17 +238,6 @@ class TokenThroughput(L.Callback):
         )
 
 
-def examples_block(examples: list[tuple[str, str, str]], heading: str) -> str:
-    """Example translations as a short text block: the heading, then per example its source,
-    reference and hypothesis on three indented lines."""
-    lines = [heading]
-    for i, (source, reference, hypothesis) in enumerate(examples, 1):
-        lines.append(f"  {i}. source:     {source}")
-        lines.append(f"     reference:  {reference}")
-        lines.append(f"     hypothesis: {hypothesis}")
-    return "\n".join(lines)
-
-
 class ValidationExamples(L.Callback):
     """Show the example translations of each validation (Joey NMT style).
 
@@ -267,11 +256,15 @@ class ValidationExamples(L.Callback):
         if trainer.sanity_checking or not trainer.is_global_zero or not examples:
             return
         decoding = pl_module.validation.decoding.describe()
-        heading = (
+        lines = [
             f"validation examples, epoch {trainer.current_epoch + 1} "
             f"(step {trainer.global_step}, {decoding}):"
-        )
-        block = examples_block(examples, heading)
+        ]
+        for i, (source, reference, hypothesis) in enumerate(examples, 1):
+            lines.append(f"  {i}. source:     {source}")
+            lines.append(f"     reference:  {reference}")
+            lines.append(f"     hypothesis: {hypothesis}")
+        block = "\n".join(lines)
         for lg in trainer.loggers:
             if isinstance(lg, TensorBoardLogger):  # indented: a literal (code) block in markdown
                 text = "\n".join("    " + line for line in block.splitlines())

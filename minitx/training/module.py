@@ -176,7 +176,21 @@ class TranslationModule(L.LightningModule):
         Raises:
             ResumeMismatchError: naming what differs.
         """
-        self._check_resumed_optim(checkpoint)
+        saved_optim = (checkpoint.get("hyper_parameters") or {}).get("optim")
+        if isinstance(saved_optim, dict):
+            current_optim = asdict(self.optim)
+            differ = [
+                f"model.optim.{key} {saved_optim[key]!r} -> {current_optim[key]!r}"
+                for key in self.RESUME_KEEPS
+                if key in saved_optim
+                and _as_plain(saved_optim[key]) != _as_plain(current_optim[key])
+            ]
+            if differ:
+                raise ResumeMismatchError(
+                    f"cannot resume with other optimizer settings ({'; '.join(differ)}): the "
+                    "checkpoint's optimizer state and schedule carry its own; resume with its "
+                    "settings, or start a new run (--run_name) to train with these"
+                )
         payload = checkpoint.get(CHECKPOINT_KEY) or {}
         saved = payload.get("model_config")
         if saved is not None:
@@ -196,24 +210,6 @@ class TranslationModule(L.LightningModule):
                     "checkpoint's, so its token ids would mean other pieces; resume with the "
                     "checkpoint's data settings or start a new run (--run_name)"
                 )
-
-    def _check_resumed_optim(self, checkpoint: dict[str, Any]) -> None:
-        """Refuse a checkpoint whose `RESUME_KEEPS` optimizer settings differ from this run's."""
-        saved_optim = (checkpoint.get("hyper_parameters") or {}).get("optim")
-        if not isinstance(saved_optim, dict):
-            return
-        current_optim = asdict(self.optim)
-        differ = [
-            f"model.optim.{key} {saved_optim[key]!r} -> {current_optim[key]!r}"
-            for key in self.RESUME_KEEPS
-            if key in saved_optim and _as_plain(saved_optim[key]) != _as_plain(current_optim[key])
-        ]
-        if differ:
-            raise ResumeMismatchError(
-                f"cannot resume with other optimizer settings ({'; '.join(differ)}): the "
-                "checkpoint's optimizer state and schedule carry its own; resume with its "
-                "settings, or start a new run (--run_name) to train with these"
-            )
 
     RESUME_KEEPS = ("lr", "warmup_steps", "schedule", "betas", "weight_decay")
     """`OptimConfig` settings a resumed run takes from its checkpoint (the optimizer's state and

@@ -162,11 +162,6 @@ class BudgetSchedule(LinearDecaySchedule):
         return 1.0 - self.budget_progress(step)
 
 
-def decaying_schedules() -> tuple[str, ...]:
-    """The registered schedules that end at a known step (`Schedule.needs_total_steps`)."""
-    return tuple(name for name in SCHEDULES if SCHEDULES[name].needs_total_steps)
-
-
 def make_schedule(name: str, warmup_steps: int, total_steps: int | None) -> Schedule:
     """The schedule `name` of `SCHEDULES`; one that `needs_total_steps` gets `total_steps`.
 
