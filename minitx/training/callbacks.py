@@ -358,8 +358,6 @@ class CheckpointOnInterrupt(L.Callback):
             self._hand_over()
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        """A signal during the run's final update or validation: the run is complete and
-        saved; stop now, before the test after training."""
         if self.stop_signal is not None and not self._handed_over:
             self._restore_handlers()
             raise KeyboardInterrupt if self.stop_signal == signal.SIGINT else SIGTERMException

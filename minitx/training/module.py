@@ -2,9 +2,7 @@
 
 It is thin on purpose: the loop, precision, clipping, checkpointing, logging and DDP are the
 Trainer's. It owns the loss (label-smoothed cross-entropy without padding), AdamW with a
-warm-up schedule (`minitx.training.schedules`; `OptimConfig.schedule`: by default a linear
-decay to zero at the end of the run's budget, its last planned step or `trainer.max_time`,
-the paper's inverse square root on request),
+warm-up schedule (`minitx.training.schedules`, chosen by `OptimConfig.schedule`),
 the attention kernel of training steps (`sdpa_backend`) and the validation metrics: loss,
 perplexity, and corpus BLEU / chrF of translations decoded as `validation.decoding` says
 (greedy by default).
@@ -216,12 +214,8 @@ class TranslationModule(L.LightningModule):
     the schedule's carry them), so a different value on the command line is refused."""
 
     def on_train_start(self) -> None:
-        """Set each parameter group's rate from the schedule at the current step.
-
-        A resumed run restores the rate its checkpoint was saved with, which a decaying
-        schedule with a new plan (more epochs) no longer gives; a fresh run or an unchanged
-        plan gets the same rate back.
-        """
+        """Set each parameter group's rate from the schedule at the current step: a resumed
+        run restores the rate its checkpoint was saved with, not its new plan's."""
         for config in self.trainer.lr_scheduler_configs:
             scheduler = config.scheduler
             if not isinstance(scheduler, torch.optim.lr_scheduler.LambdaLR):
@@ -259,10 +253,6 @@ class TranslationModule(L.LightningModule):
             tokenizer=self.tokenizer,
             languages=languages,
         )
-
-    def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
-        """Logits (B, T, V) for source ids (B, S) and decoder inputs (B, T)."""
-        return self.model(src, tgt_in)
 
     # ---------------------------------------------------------------- loss
 
