@@ -578,6 +578,5 @@ class BudgetClock(L.Callback):
         schedules = budget_schedules(trainer)
         if not schedules:
             return
-        first, step = schedules[0], trainer.global_step
-        progress = first.budget_progress(step) if step >= first.warmup_steps else 0.0
+        progress = schedules[0].budget_progress(trainer.global_step)  # 0.0 in the warm-up
         pl_module.log("train/budget", progress, on_step=True, on_epoch=False)
