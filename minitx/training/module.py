@@ -45,9 +45,7 @@ class ResumeMismatchError(ResumeError):
 
 
 def _coerce(value: Any, cls: type) -> Any:
-    """Accept a config dataclass, a plain mapping of its fields, or None (the defaults)."""
-    if value is None:
-        return cls()
+    """Accept a config dataclass or a plain mapping of its fields."""
     if isinstance(value, Mapping):
         return cls(**value)
     return value
