@@ -11,14 +11,12 @@ import torch
 import minitx.attention
 from minitx.errors import ConfigError
 from minitx.model import PACK_ROWS, TransformerConfig
-from minitx.training import (
+from minitx.training import OptimConfig, TranslationModule, ValidationConfig
+from minitx.training.schedules import (
     BudgetSchedule,
     CosineDecaySchedule,
     InverseSqrtSchedule,
     LinearDecaySchedule,
-    OptimConfig,
-    TranslationModule,
-    ValidationConfig,
 )
 
 SMALL = dict(

@@ -21,22 +21,12 @@ from minitx.training.module import (
     ResumeMismatchError,
     TranslationModule,
 )
-from minitx.training.schedules import (
-    BudgetSchedule,
-    CosineDecaySchedule,
-    InverseSqrtSchedule,
-    LinearDecaySchedule,
-)
 
 __all__ = [
     "AttentionMapLogger",
-    "BudgetSchedule",
     "CheckpointAveraging",
     "CheckpointOnInterrupt",
-    "CosineDecaySchedule",
     "DivergenceError",
-    "InverseSqrtSchedule",
-    "LinearDecaySchedule",
     "MinitxProgressBar",
     "OptimConfig",
     "PlainProgress",

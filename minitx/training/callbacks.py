@@ -238,17 +238,6 @@ class TokenThroughput(L.Callback):
         )
 
 
-def examples_block(examples: list[tuple[str, str, str]], heading: str) -> str:
-    """Example translations as a short text block: the heading, then per example its source,
-    reference and hypothesis on three indented lines."""
-    lines = [heading]
-    for i, (source, reference, hypothesis) in enumerate(examples, 1):
-        lines.append(f"  {i}. source:     {source}")
-        lines.append(f"     reference:  {reference}")
-        lines.append(f"     hypothesis: {hypothesis}")
-    return "\n".join(lines)
-
-
 class ValidationExamples(L.Callback):
     """Show the example translations of each validation (Joey NMT style).
 
@@ -267,11 +256,15 @@ class ValidationExamples(L.Callback):
         if trainer.sanity_checking or not trainer.is_global_zero or not examples:
             return
         decoding = pl_module.validation.decoding.describe()
-        heading = (
+        lines = [
             f"validation examples, epoch {trainer.current_epoch + 1} "
             f"(step {trainer.global_step}, {decoding}):"
-        )
-        block = examples_block(examples, heading)
+        ]
+        for i, (source, reference, hypothesis) in enumerate(examples, 1):
+            lines.append(f"  {i}. source:     {source}")
+            lines.append(f"     reference:  {reference}")
+            lines.append(f"     hypothesis: {hypothesis}")
+        block = "\n".join(lines)
         for lg in trainer.loggers:
             if isinstance(lg, TensorBoardLogger):  # indented: a literal (code) block in markdown
                 text = "\n".join("    " + line for line in block.splitlines())
@@ -365,8 +358,6 @@ class CheckpointOnInterrupt(L.Callback):
             self._hand_over()
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        """A signal during the run's final update or validation: the run is complete and
-        saved; stop now, before the test after training."""
         if self.stop_signal is not None and not self._handed_over:
             self._restore_handlers()
             raise KeyboardInterrupt if self.stop_signal == signal.SIGINT else SIGTERMException
@@ -587,6 +578,5 @@ class BudgetClock(L.Callback):
         schedules = budget_schedules(trainer)
         if not schedules:
             return
-        first, step = schedules[0], trainer.global_step
-        progress = first.budget_progress(step) if step >= first.warmup_steps else 0.0
+        progress = schedules[0].budget_progress(trainer.global_step)  # 0.0 in the warm-up
         pl_module.log("train/budget", progress, on_step=True, on_epoch=False)

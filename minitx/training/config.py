@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from minitx.decoding import DecodingConfig
 from minitx.errors import ConfigError
-from minitx.training.schedules import SCHEDULES, decaying_schedules
+from minitx.training.schedules import SCHEDULES
 
 SDPA_BACKENDS: tuple[str, ...] = ("auto", "flash", "math", "default")
 """Choices of `TranslationModule`'s `sdpa_backend` (`model.sdpa_backend`)."""
@@ -77,7 +77,7 @@ class OptimConfig:
                 f"got {self.total_steps}"
             )
         if self.total_steps and not SCHEDULES[self.schedule].needs_total_steps:
-            decaying = decaying_schedules()
+            decaying = tuple(name for name in SCHEDULES if SCHEDULES[name].needs_total_steps)
             raise ConfigError(
                 f"OptimConfig.total_steps={self.total_steps} applies to the "
                 f"{_join(decaying, 'and')} schedules only; set model.optim.schedule "
@@ -138,15 +138,7 @@ class ValidationConfig:
     def __post_init__(self) -> None:
         if isinstance(self.decoding, dict):
             self.decoding = DecodingConfig.from_dict(self.decoding)
-        if self.log_examples < 0:
-            raise ConfigError(
-                f"ValidationConfig.log_examples must be >= 0, got {self.log_examples}"
-            )
-        if self.validations_per_run < 0:
-            raise ConfigError(
-                f"ValidationConfig.validations_per_run must be >= 0, got {self.validations_per_run}"
-            )
-        if self.bleu_every_n_epochs < 0:
-            raise ConfigError(
-                f"ValidationConfig.bleu_every_n_epochs must be >= 0, got {self.bleu_every_n_epochs}"
-            )
+        for name in ("log_examples", "validations_per_run", "bleu_every_n_epochs"):
+            value = getattr(self, name)
+            if value < 0:
+                raise ConfigError(f"ValidationConfig.{name} must be >= 0, got {value}")

@@ -2,9 +2,7 @@
 
 It is thin on purpose: the loop, precision, clipping, checkpointing, logging and DDP are the
 Trainer's. It owns the loss (label-smoothed cross-entropy without padding), AdamW with a
-warm-up schedule (`minitx.training.schedules`; `OptimConfig.schedule`: by default a linear
-decay to zero at the end of the run's budget, its last planned step or `trainer.max_time`,
-the paper's inverse square root on request),
+warm-up schedule (`minitx.training.schedules`, chosen by `OptimConfig.schedule`),
 the attention kernel of training steps (`sdpa_backend`) and the validation metrics: loss,
 perplexity, and corpus BLEU / chrF of translations decoded as `validation.decoding` says
 (greedy by default).
@@ -47,9 +45,7 @@ class ResumeMismatchError(ResumeError):
 
 
 def _coerce(value: Any, cls: type) -> Any:
-    """Accept a config dataclass, a plain mapping of its fields, or None (the defaults)."""
-    if value is None:
-        return cls()
+    """Accept a config dataclass or a plain mapping of its fields."""
     if isinstance(value, Mapping):
         return cls(**value)
     return value
@@ -176,7 +172,21 @@ class TranslationModule(L.LightningModule):
         Raises:
             ResumeMismatchError: naming what differs.
         """
-        self._check_resumed_optim(checkpoint)
+        saved_optim = (checkpoint.get("hyper_parameters") or {}).get("optim")
+        if isinstance(saved_optim, dict):
+            current_optim = asdict(self.optim)
+            differ = [
+                f"model.optim.{key} {saved_optim[key]!r} -> {current_optim[key]!r}"
+                for key in self.RESUME_KEEPS
+                if key in saved_optim
+                and _as_plain(saved_optim[key]) != _as_plain(current_optim[key])
+            ]
+            if differ:
+                raise ResumeMismatchError(
+                    f"cannot resume with other optimizer settings ({'; '.join(differ)}): the "
+                    "checkpoint's optimizer state and schedule carry its own; resume with its "
+                    "settings, or start a new run (--run_name) to train with these"
+                )
         payload = checkpoint.get(CHECKPOINT_KEY) or {}
         saved = payload.get("model_config")
         if saved is not None:
@@ -197,35 +207,13 @@ class TranslationModule(L.LightningModule):
                     "checkpoint's data settings or start a new run (--run_name)"
                 )
 
-    def _check_resumed_optim(self, checkpoint: dict[str, Any]) -> None:
-        """Refuse a checkpoint whose `RESUME_KEEPS` optimizer settings differ from this run's."""
-        saved_optim = (checkpoint.get("hyper_parameters") or {}).get("optim")
-        if not isinstance(saved_optim, dict):
-            return
-        current_optim = asdict(self.optim)
-        differ = [
-            f"model.optim.{key} {saved_optim[key]!r} -> {current_optim[key]!r}"
-            for key in self.RESUME_KEEPS
-            if key in saved_optim and _as_plain(saved_optim[key]) != _as_plain(current_optim[key])
-        ]
-        if differ:
-            raise ResumeMismatchError(
-                f"cannot resume with other optimizer settings ({'; '.join(differ)}): the "
-                "checkpoint's optimizer state and schedule carry its own; resume with its "
-                "settings, or start a new run (--run_name) to train with these"
-            )
-
     RESUME_KEEPS = ("lr", "warmup_steps", "schedule", "betas", "weight_decay")
     """`OptimConfig` settings a resumed run takes from its checkpoint (the optimizer's state and
     the schedule's carry them), so a different value on the command line is refused."""
 
     def on_train_start(self) -> None:
-        """Set each parameter group's rate from the schedule at the current step.
-
-        A resumed run restores the rate its checkpoint was saved with, which a decaying
-        schedule with a new plan (more epochs) no longer gives; a fresh run or an unchanged
-        plan gets the same rate back.
-        """
+        """Set each parameter group's rate from the schedule at the current step: a resumed
+        run restores the rate its checkpoint was saved with, not its new plan's."""
         for config in self.trainer.lr_scheduler_configs:
             scheduler = config.scheduler
             if not isinstance(scheduler, torch.optim.lr_scheduler.LambdaLR):
@@ -263,10 +251,6 @@ class TranslationModule(L.LightningModule):
             tokenizer=self.tokenizer,
             languages=languages,
         )
-
-    def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
-        """Logits (B, T, V) for source ids (B, S) and decoder inputs (B, T)."""
-        return self.model(src, tgt_in)
 
     # ---------------------------------------------------------------- loss
 

@@ -13,8 +13,7 @@ How to add one: docs/ARCHITECTURE.md, "A learning-rate schedule".
 - `LinearDecaySchedule` and `CosineDecaySchedule` reach zero at a known last step, which is
   what a fixed budget wants (Li, Yumer and Ramanan, "Budgeted Training", ICLR 2020, found
   linear decay to zero the best schedule when the budget is set in advance).
-- `BudgetSchedule` (the default) is `linear` whose end is also set by the clock: it reaches
-  zero at the last planned step or at `trainer.max_time`, whichever comes first, so a slower
+- `BudgetSchedule` (the default) is `linear` whose end is also set by the clock, so a slower
   machine is not cut off with its rate still high and a faster one uses its whole budget.
 """
 
@@ -160,11 +159,6 @@ class BudgetSchedule(LinearDecaySchedule):
 
     def decay(self, step: int) -> float:
         return 1.0 - self.budget_progress(step)
-
-
-def decaying_schedules() -> tuple[str, ...]:
-    """The registered schedules that end at a known step (`Schedule.needs_total_steps`)."""
-    return tuple(name for name in SCHEDULES if SCHEDULES[name].needs_total_steps)
 
 
 def make_schedule(name: str, warmup_steps: int, total_steps: int | None) -> Schedule:
