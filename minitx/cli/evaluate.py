@@ -30,6 +30,7 @@ from minitx.cli.common import (
     run_cli,
     sentence_progress,
 )
+from minitx.outputs import check_output_file
 from minitx.textio import write_text_atomic
 
 if TYPE_CHECKING:  # the inference stack (torch, sacreBLEU) loads lazily: --help stays fast
@@ -204,12 +205,11 @@ def run(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
 
-    outputs = [hypothesis_path(args, beam, pair) for beam in args.decodings] + [args.json]
-    for path in filter(None, outputs):  # checked now, not after the decoding
-        if not path.parent.is_dir():
-            raise UsageError(f"cannot write {path}: directory {path.parent} does not exist")
-        if path.is_dir():
-            raise UsageError(f"cannot write {path}: it is a directory; give a file name")
+    hyp_flag = "the hypotheses file" if args.hyp_out is None else "--hyp-out"
+    outputs = [(hyp_flag, hypothesis_path(args, beam, pair)) for beam in args.decodings]
+    for flag, path in [*outputs, ("--json", args.json)]:  # checked now, not after the decoding
+        if path is not None:
+            check_output_file(path, flag=flag)
 
     results = []
     for beam, decoding in args.decodings.items():  # each beam size once, in the order given
