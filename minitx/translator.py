@@ -426,6 +426,7 @@ class Translator:
         Both sides are cut to the model's positions (counted and logged, as in `translate`);
         an empty side gives no pairs.
         """
+        # Encoded before the length check: one string as `sources` is encode_sources' TypeError.
         positions = self.model.config.max_positions
         src_ids = encode_sources(self.tokenizer, sources, positions, use="aligned")
         tgt_ids = encode_sources(self.tokenizer, translations, positions, use="aligned")
