@@ -508,6 +508,11 @@ UNUSED = (
     "(about 2,675 updates would fill it: --trainer.max_steps 2675)"
 )
 
+SHORT = (
+    ", the plan done with 0.2 of trainer.max_time's 0.25 min left "
+    "(about 225 updates would fill it: --trainer.max_steps 225)"
+)
+
 
 @pytest.mark.parametrize(
     ("remaining_s", "elapsed_s", "global_step", "planned", "note"),
@@ -520,6 +525,7 @@ UNUSED = (
         (100.0, 1100.0, 1475, 1475, ""),  # the plan used 92% of the cap: nothing to say
         (540.0, 660.0, 1475, 1475, UNUSED),  # a faster machine: 1,475 * 1,200 / 660 = 2,681
         (540.0, 660.0, 1300, 1475, ""),  # early stopping on that machine: no advice
+        (12.0, 3.0, 46, 46, SHORT),  # a quarter of a minute: not "0 min"
     ],
 )
 def test_the_end_of_fit_line_says_how_the_plan_met_max_time(

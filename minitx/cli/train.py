@@ -704,8 +704,10 @@ def time_budget_note(
     flags = f"--trainer.max_steps {fill}"
     if max_epochs is not None and 0 < max_epochs * steps_per_epoch < fill:
         flags += f" --trainer.max_epochs {math.ceil(fill / steps_per_epoch)}"
+    # whole minutes for the usual budgets, two decimals for a short one (0.25 min, not 0)
+    minutes = f"{budget / 60:.2f}".rstrip("0").rstrip(".")
     return (
-        f", the plan done with {remaining_s / 60:.1f} of trainer.max_time's {budget / 60:.0f} "
+        f", the plan done with {remaining_s / 60:.1f} of trainer.max_time's {minutes} "
         f"min left (about {fill:,} updates would fill it: {flags})"
     )
 
