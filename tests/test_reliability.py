@@ -291,6 +291,32 @@ def test_a_signal_leaves_a_usable_last_checkpoint_and_a_nonzero_status(
     assert Translator.from_pretrained(last).translate(["ein mann ."])[0] is not None
 
 
+def test_a_reader_that_has_gone_or_a_full_disk_under_the_training_log(tmp_path: Path) -> None:
+    """`minitx-train | head -1` ends with 141 and no traceback, `minitx-train > /dev/full` with
+    one error line; both save last.ckpt first, as the inference commands end (README)."""
+    env = {**subprocess_env(), "OMP_NUM_THREADS": "1"}
+    env.pop("MINITX_DEBUG", None)
+    cmd = [sys.executable, str(REPO / "scripts" / "train.py"), *TINY, *QUIET]
+    reader, writer = os.pipe()
+    os.close(reader)  # the reader has gone before the first epoch line
+    proc = subprocess.run(
+        cmd, cwd=tmp_path, env=env, stdout=writer, stderr=subprocess.PIPE, text=True, timeout=300
+    )
+    os.close(writer)
+    assert proc.returncode == 141, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr and "error:" not in proc.stderr, proc.stderr
+    assert "training interrupted (BrokenPipeError): saved" in proc.stderr
+    assert len(list((tmp_path / "runs").glob("tiny/*/checkpoints/last.ckpt"))) == 1
+    if not Path("/dev/full").exists():
+        return
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run(
+            cmd, cwd=tmp_path, env=env, stdout=full, stderr=subprocess.PIPE, text=True, timeout=300
+        )
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert one_error_line(proc.stderr).startswith("error: cannot write the output (standard")
+
+
 def test_divergence_stops_at_the_step_with_a_clear_error_and_no_bad_checkpoint(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:

@@ -35,7 +35,14 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from minitx.checkpoint import CHECKPOINT_KEY, read_checkpoint
-from minitx.cli.common import EXIT_SIGINT, UsageError, report_user_error, show_library_warnings
+from minitx.cli.common import (
+    EXIT_SIGINT,
+    UsageError,
+    no_room_for_output,
+    reader_gone,
+    report_user_error,
+    show_library_warnings,
+)
 from minitx.data import TranslationDataModule
 from minitx.decoding import DecodingConfig
 from minitx.errors import ConfigError, debug_requested
@@ -567,13 +574,17 @@ def main(args: list[str] | None = None) -> MinitxCLI:
 
     Returns the CLI object (trainer, model, datamodule), which tests inspect. Ends the
     process (`SystemExit`) with status 2 and one ``error: ...`` line for a user error (config,
-    corpus, paths, divergence, a resume that does not match), 130 after Ctrl-C and 143 after
-    SIGTERM (both after saving last.ckpt); bugs keep their traceback.
+    corpus, paths, divergence, a resume that does not match, a full disk under standard
+    output), 130 after Ctrl-C, 143 after SIGTERM and 141 when the reader of standard
+    output has gone (all three after saving last.ckpt); bugs keep their traceback.
     """
     try:
         return _train_and_test(args)
+    except BrokenPipeError:  # `minitx-train | head -1`: last.ckpt is saved, the reader gone
+        raise SystemExit(reader_gone()) from None
     except Exception as exc:
-        status = report_user_error(_config_message(exc) if isinstance(exc, ConfigError) else exc)
+        exc = _config_message(exc) if isinstance(exc, ConfigError) else no_room_for_output(exc)
+        status = report_user_error(exc)
         if status is None:
             raise
         raise SystemExit(status) from None
