@@ -140,6 +140,24 @@ def show_library_warnings() -> None:
         log.setLevel(logging.WARNING)
 
 
+def hub_verbosity(verbose: bool) -> None:
+    """Keep huggingface_hub's warnings off standard error, or (`verbose`) let them through;
+    ``HF_HUB_VERBOSITY``, when set, decides instead.
+
+    Offline, loading a hub dataset logs two lines for each of its six tries (and waits between
+    them) before it fails: the ``error:`` line that follows says what matters, the hub cannot be
+    reached and how to use local files, and would come eleven lines down.
+    """
+    if os.environ.get("HF_HUB_VERBOSITY"):
+        return
+    from huggingface_hub.utils import logging as hub_logging
+
+    if verbose:
+        hub_logging.set_verbosity_warning()
+    else:
+        hub_logging.set_verbosity_error()
+
+
 def _detach_stdout() -> None:
     """Flush standard output what it can take, then point its file descriptor at /dev/null, so
     that Python's flush at exit of what is left does not fail a second time (a traceback)."""

@@ -38,6 +38,7 @@ from minitx.checkpoint import CHECKPOINT_KEY, read_checkpoint
 from minitx.cli.common import (
     EXIT_SIGINT,
     UsageError,
+    hub_verbosity,
     no_room_for_output,
     reader_gone,
     report_user_error,
@@ -88,15 +89,17 @@ LIBRARY_LOGGERS = ("lightning.pytorch", "lightning.fabric")
 def set_verbosity(verbose: bool) -> None:
     """Quiet the libraries' chatter, or (`verbose`) let it through.
 
-    Quiet: Lightning's loggers at WARNING, and no datasets progress bars where standard
-    error is not a terminal (in a log file they are carriage-return frames). Verbose:
-    Lightning's INFO lines, the datasets progress bars, and minitx's own INFO lines (data
-    preparation, tokens/s per epoch) on standard error.
+    Quiet: Lightning's loggers at WARNING, huggingface_hub's (the retries of a hub download)
+    at ERROR, and no datasets progress bars where standard error is not a terminal (in a log
+    file they are carriage-return frames). Verbose: Lightning's INFO lines, huggingface_hub's
+    warnings, the datasets progress bars, and minitx's own INFO lines (data preparation,
+    tokens/s per epoch) on standard error.
     """
     import datasets
 
     for name in LIBRARY_LOGGERS:
         logging.getLogger(name).setLevel(logging.INFO if verbose else logging.WARNING)
+    hub_verbosity(verbose)
     if verbose or sys.stderr.isatty():
         datasets.enable_progress_bars()
     else:
