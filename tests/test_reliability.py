@@ -130,6 +130,14 @@ def test_debug_env_shows_the_traceback(tmp_path: Path, monkeypatch: pytest.Monke
         (["--data.max_lenn", "3"], r"unrecognized arguments: --data.max_lenn 3 .*--help"),
         (["--model.transformer.score", "cosin"], r"unknown attention score 'cosin'; choose one"),
         (
+            ["--config", "a_checkpoint"],
+            r"--config a_checkpoint: not a YAML config .* as --ckpt_path$",
+        ),
+        (
+            ["-c", "a_checkpoint"],
+            r"-c a_checkpoint: not a YAML config \(byte 4 is not UTF-8 text\)",
+        ),
+        (
             ["--model.optim.schedule", "linear", "--trainer.max_epochs", "-1"],
             r"schedule 'linear' decays to zero .* set trainer.max_epochs or trainer.max_steps",
         ),
@@ -143,6 +151,8 @@ def test_debug_env_shows_the_traceback(tmp_path: Path, monkeypatch: pytest.Monke
         "not-a-number",
         "misspelt-key",
         "unknown-score",
+        "checkpoint-as-config",
+        "checkpoint-as-short-config",
         "decay-without-plan",
     ],
 )
@@ -156,6 +166,7 @@ def test_settings_and_paths_that_cannot_work_fail_before_training(
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("MINITX_DEBUG", raising=False)
     (tmp_path / "a_file").write_text("not a directory\n")
+    (tmp_path / "a_checkpoint").write_bytes(b"PK\x03\x04\x80 a zip archive, as torch.save writes")
     with pytest.raises(SystemExit) as exit_info:
         main(TINY + QUIET + args)
     assert exit_info.value.code == 2

@@ -311,10 +311,16 @@ def _remove_if_empty(directory: Path) -> None:
 
 
 def resolve_config_names(args: list[str]) -> list[str]:
-    """Replace `--config NAME` by the packaged config `NAME[.yaml]` when no such file exists."""
+    """Replace `--config NAME` (or `-c NAME`) by the packaged config `NAME[.yaml]` when no such
+    file exists.
+
+    Raises:
+        UsageError: a config file that is not UTF-8 text, such as a checkpoint given as
+            ``--config`` (jsonargparse would end in a UnicodeDecodeError's traceback).
+    """
     out = list(args)
     for i, arg in enumerate(out):
-        if arg == "--config" and i + 1 < len(out):
+        if arg in ("-c", "--config") and i + 1 < len(out):
             value, index = out[i + 1], i + 1
         elif arg.startswith("--config="):
             value, index = arg.split("=", 1)[1], i
@@ -323,7 +329,21 @@ def resolve_config_names(args: list[str]) -> list[str]:
         packaged = CONFIG_DIR / (value if value.endswith(".yaml") else f"{value}.yaml")
         if not Path(value).exists() and "/" not in value and packaged.is_file():
             out[index] = str(packaged) if index == i + 1 else f"--config={packaged}"
+        elif Path(value).is_file():
+            _check_config_text(arg.split("=", 1)[0], Path(value))
     return out
+
+
+def _check_config_text(flag: str, path: Path) -> None:
+    configs = CONFIG_DIR.glob("*.yaml")
+    try:
+        path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(
+            f"{flag} {path}: not a YAML config (byte {exc.start} is not UTF-8 text); give a "
+            f"config file or a packaged name ({', '.join(sorted(p.stem for p in configs))}); "
+            "to resume from a checkpoint, pass it as --ckpt_path"
+        ) from None
 
 
 class OneLineErrorParser(LightningArgumentParser):
