@@ -31,6 +31,7 @@ from minitx.cli.common import (
 )
 from minitx.cli.train import build_cli, set_verbosity
 from minitx.cli.train import main as train_main
+from minitx.cli.translate import path_or_stream
 from minitx.translator import Translator
 
 COMMANDS = ("translate", "evaluate", "visualize", "ct2", "export", "average", "demo", "experiment")
@@ -419,7 +420,7 @@ def bad_values(action: argparse.Action, real: bool) -> list[str]:
         return ["two", "1.5", "-1", "0", *([] if real else ["1000000000000"])]
     if kind in (finite_float, positive_float):
         return ["x", "nan", "-1e30", "0", *([] if real else ["1e30"])]
-    if kind is Path:
+    if kind in (Path, path_or_stream):
         return ["", "/nonexistent/dir/file", "."]
     return ["", "-1", "no such thing"]  # text, or a type of the command's own
 
