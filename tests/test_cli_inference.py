@@ -195,6 +195,24 @@ def test_translate_dash_is_standard_input_and_output(translator, tiny_checkpoint
     )
 
 
+@pytest.mark.skipif(not Path("/proc/self/fd/1").exists(), reason="needs /proc (Linux)")
+def test_translate_output_through_a_link_to_standard_output(
+    translator, tiny_checkpoint, tmp_path
+) -> None:
+    """``--output /dev/stdout`` prints: the link (here one of the test's own, made as
+    /dev/stdout is) is written through, not replaced by a file."""
+    link = tmp_path / "stdout"
+    link.symlink_to("/proc/self/fd/1")
+    args = ["--checkpoint", str(tiny_checkpoint), "--beam", "1", "--output", str(link)]
+    proc = run_command("translate", [*args, TOY_TEST_SOURCES[0]])
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert (
+        proc.stdout.decode("utf-8")
+        == translator.translate([TOY_TEST_SOURCES[0]], beam_size=1)[0] + "\n"
+    )
+    assert link.is_symlink()
+
+
 def test_translate_stdin_in_process(
     translate_command, translator, tiny_checkpoint, monkeypatch, capsys
 ) -> None:
