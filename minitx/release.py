@@ -240,6 +240,13 @@ def load_pretrained(directory: str | Path) -> Release:
         raise MissingFileError(f"release directory not found: {directory}")
     missing = [name for name in REQUIRED_FILES if not (directory / name).is_file()]
     if missing:
+        # a training run directory is the first thing a newcomer tries
+        found = sorted(directory.glob("*.ckpt")) or sorted(directory.glob("checkpoints/*.ckpt"))
+        if found:
+            raise CheckpointError(
+                f"{directory}: not a minitx release but a directory of checkpoints: pass one of "
+                f"them, e.g. {found[0]} (or a release directory written by minitx-export)"
+            )
         raise CheckpointError(
             f"{directory}: not a complete minitx release: missing {', '.join(missing)} "
             f"(a release holds {', '.join(REQUIRED_FILES)}; write one with minitx-export)"

@@ -8,6 +8,7 @@ import errno
 import os
 import shutil
 import socket
+import stat
 import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -149,7 +150,9 @@ def atomic_path(path: str | Path, *, size_hint: int | None = None) -> Iterator[P
     whole, or the new one, whole. When the block ends without an exception the file is
     flushed to disk, gets the usual mode (0666 less the umask) and is renamed onto `path`;
     otherwise it is deleted and an existing `path` is left untouched. Temporary files of
-    `path` left by a killed writer are removed first.
+    `path` left by a killed writer are removed first. A symbolic link keeps pointing where it
+    did: the file it points to is replaced. A `path` that is no regular file (``/dev/stdout``,
+    a named pipe) cannot be replaced: it is yielded itself and written in place.
 
     Args:
         path: the file to write.
@@ -160,11 +163,19 @@ def atomic_path(path: str | Path, *, size_hint: int | None = None) -> Iterator[P
             space needed and the space free.
     """
     path = Path(path)
-    _remove_orphans(path)
+    try:  # os.stat follows links: /dev/stdout is the terminal or pipe it points to
+        in_place = not stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:
+        in_place = False  # not there yet: created below
+    if in_place:  # a device or a FIFO: nothing to rename onto, written as a shell's > would
+        yield path
+        return
+    target = Path(os.path.realpath(path))  # a link to a file: the file is replaced, the link stays
+    _remove_orphans(target)
     try:
         writer = f"{socket.gethostname()}-{os.getpid()}"  # to tell a dead writer's files
         fd, tmp = tempfile.mkstemp(
-            dir=path.parent, prefix=f"{_temporary_prefix(path)}{writer}-", suffix=".tmp"
+            dir=target.parent, prefix=f"{_temporary_prefix(target)}{writer}-", suffix=".tmp"
         )
     except OSError as exc:
         if exc.errno in NO_ROOM:
@@ -176,7 +187,7 @@ def atomic_path(path: str | Path, *, size_hint: int | None = None) -> Iterator[P
         with open(tmp, "rb") as written:  # on disk before the rename makes it the file
             os.fsync(written.fileno())
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600; give the usual mode
-        os.replace(tmp, path)
+        os.replace(tmp, target)
     except BaseException as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)

@@ -31,6 +31,7 @@ from minitx.cli.common import (
 )
 from minitx.cli.train import build_cli, set_verbosity
 from minitx.cli.train import main as train_main
+from minitx.cli.translate import path_or_stream
 from minitx.translator import Translator
 
 COMMANDS = ("translate", "evaluate", "visualize", "ct2", "export", "average", "demo", "experiment")
@@ -220,6 +221,47 @@ def test_verbose_brings_the_library_messages_back(tmp_path: Path) -> None:
     assert [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
 
 
+OFFLINE_HUB = """
+import logging, sys
+import datasets
+
+def offline(*args, **kwargs):  # what datasets does without a network: retries, then fails
+    for n in range(1, 6):
+        logging.getLogger("huggingface_hub.utils._http").warning(f"Retrying in 0s [Retry {n}/5].")
+    raise ConnectionError("Couldn't reach the hub")
+
+datasets.load_dataset = offline
+from minitx.cli.NAME import ENTRY
+sys.exit(ENTRY())  # the console script's entry point, reading sys.argv
+"""
+
+
+@pytest.mark.parametrize("name", ["train", "evaluate"])
+def test_an_unreachable_hub_dataset_is_one_error_line_without_the_retries(
+    name: str, tiny_checkpoint: Path, tmp_path: Path
+) -> None:
+    """Offline, huggingface_hub logs each retry of a hub download; they stay quiet (``-v``
+    shows them), and the error line, which says how to use local files, is all there is."""
+    data = {"train": ["--config", str(TINY_CONFIG), "--data.source"], "evaluate": ["--data"]}
+    argv = [*data[name], "minitx-tests/offline"]
+    if name == "evaluate":
+        argv = ["--checkpoint", str(tiny_checkpoint), "--beam", "1", *argv]
+    entry = {"train": "run", "evaluate": "main"}[name]
+    script = OFFLINE_HUB.replace("NAME", name).replace("ENTRY", entry)
+    cmd = [sys.executable, "-c", script, *argv]
+    env = subprocess_env()
+    env.pop("MINITX_DEBUG", None)
+    env.pop("HF_HUB_VERBOSITY", None)
+    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    errors = [line for line in proc.stderr.splitlines() if "Retry" in line or "error:" in line]
+    assert len(errors) == 1, proc.stderr[-3000:]
+    assert "minitx-tests/offline" in errors[0] and "MINITX_DATA_DIR" in errors[0]
+    if name == "train":
+        proc = subprocess.run([*cmd, "-v"], cwd=tmp_path, env=env, capture_output=True, text=True)
+        assert "Retrying in 0s [Retry 5/5]." in proc.stderr, proc.stderr[-3000:]
+
+
 @pytest.mark.parametrize("verbose", [False, True])
 def test_the_model_summary_comes_with_verbose_only(
     verbose: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -378,7 +420,7 @@ def bad_values(action: argparse.Action, real: bool) -> list[str]:
         return ["two", "1.5", "-1", "0", *([] if real else ["1000000000000"])]
     if kind in (finite_float, positive_float):
         return ["x", "nan", "-1e30", "0", *([] if real else ["1e30"])]
-    if kind is Path:
+    if kind in (Path, path_or_stream):
         return ["", "/nonexistent/dir/file", "."]
     return ["", "-1", "no such thing"]  # text, or a type of the command's own
 

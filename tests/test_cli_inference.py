@@ -178,6 +178,41 @@ def test_translate_stdin_pipe_subprocess(translator, tiny_checkpoint) -> None:
     assert out.split("\n")[1] == ""
 
 
+def test_translate_dash_is_standard_input_and_output(translator, tiny_checkpoint, tmp_path) -> None:
+    """``--input -`` and ``--output -`` as Unix commands read them, not files called "-" (to
+    find, or to create); ``./-`` is a file called so."""
+    lines = [TOY_TEST_SOURCES[0], TOY_TEST_SOURCES[4]]
+    stdin = "\n".join(lines).encode() + b"\n"
+    args = ["--checkpoint", str(tiny_checkpoint), "--beam", "1", "--input", "-"]
+    proc = run_command("translate", [*args, "--output", "-"], stdin=stdin, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert proc.stdout.decode("utf-8").split("\n")[:-1] == translator.translate(lines, beam_size=1)
+    assert not (tmp_path / "-").exists()
+    proc = run_command("translate", [*args, "--output", "./-"], stdin=stdin, cwd=tmp_path)
+    assert proc.returncode == 0 and proc.stdout == b"", proc.stderr.decode()
+    assert (tmp_path / "-").read_text(encoding="utf-8").split("\n")[:-1] == translator.translate(
+        lines, beam_size=1
+    )
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd/1").exists(), reason="needs /proc (Linux)")
+def test_translate_output_through_a_link_to_standard_output(
+    translator, tiny_checkpoint, tmp_path
+) -> None:
+    """``--output /dev/stdout`` prints: the link (here one of the test's own, made as
+    /dev/stdout is) is written through, not replaced by a file."""
+    link = tmp_path / "stdout"
+    link.symlink_to("/proc/self/fd/1")
+    args = ["--checkpoint", str(tiny_checkpoint), "--beam", "1", "--output", str(link)]
+    proc = run_command("translate", [*args, TOY_TEST_SOURCES[0]])
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert (
+        proc.stdout.decode("utf-8")
+        == translator.translate([TOY_TEST_SOURCES[0]], beam_size=1)[0] + "\n"
+    )
+    assert link.is_symlink()
+
+
 def test_translate_stdin_in_process(
     translate_command, translator, tiny_checkpoint, monkeypatch, capsys
 ) -> None:

@@ -77,6 +77,15 @@ def test_packaged_config_by_name(
     assert cli.config.run_name == expected.get("run_name", "multi30k_de_en")  # long: a recipe
 
 
+def test_the_short_config_flag_takes_a_packaged_name_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--help` shows ``-c CONFIG, --config CONFIG``: both take a packaged name."""
+    monkeypatch.chdir(tmp_path)
+    cli = build_cli(["-c", "tiny", "--trainer.logger", "false"])
+    assert cli.config.run_name == "tiny"
+
+
 def test_run_name_alone_names_the_run_directory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

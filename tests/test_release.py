@@ -334,6 +334,19 @@ def test_a_damaged_release_is_one_error_line(
     assert out == "" and err.count("\n") == 1 and err.startswith("error: "), err
 
 
+def test_a_run_directory_given_as_checkpoint_points_to_its_checkpoints(
+    tiny_checkpoint: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run directory, or its checkpoints/, is what a newcomer passes first."""
+    monkeypatch.delenv("MINITX_DEBUG", raising=False)
+    checkpoints = tiny_checkpoint.parent
+    for directory in (checkpoints.parent, checkpoints):
+        assert translate_cli.main(["--checkpoint", str(directory), "ein hund"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: {directory}: not a minitx release but a directory of "), err
+        assert f"pass one of them, e.g. {checkpoints}{os.sep}" in err and ".ckpt" in err, err
+
+
 @pytest.mark.parametrize(
     "damage", ["wrong-d_model", "huge-d_model", "wrong-shape-weights", "extra-tensor"]
 )

@@ -130,6 +130,14 @@ def test_debug_env_shows_the_traceback(tmp_path: Path, monkeypatch: pytest.Monke
         (["--data.max_lenn", "3"], r"unrecognized arguments: --data.max_lenn 3 .*--help"),
         (["--model.transformer.score", "cosin"], r"unknown attention score 'cosin'; choose one"),
         (
+            ["--config", "a_checkpoint"],
+            r"--config a_checkpoint: not a YAML config .* as --ckpt_path$",
+        ),
+        (
+            ["-c", "a_checkpoint"],
+            r"-c a_checkpoint: not a YAML config \(byte 4 is not UTF-8 text\)",
+        ),
+        (
             ["--model.optim.schedule", "linear", "--trainer.max_epochs", "-1"],
             r"schedule 'linear' decays to zero .* set trainer.max_epochs or trainer.max_steps",
         ),
@@ -143,6 +151,8 @@ def test_debug_env_shows_the_traceback(tmp_path: Path, monkeypatch: pytest.Monke
         "not-a-number",
         "misspelt-key",
         "unknown-score",
+        "checkpoint-as-config",
+        "checkpoint-as-short-config",
         "decay-without-plan",
     ],
 )
@@ -156,6 +166,7 @@ def test_settings_and_paths_that_cannot_work_fail_before_training(
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("MINITX_DEBUG", raising=False)
     (tmp_path / "a_file").write_text("not a directory\n")
+    (tmp_path / "a_checkpoint").write_bytes(b"PK\x03\x04\x80 a zip archive, as torch.save writes")
     with pytest.raises(SystemExit) as exit_info:
         main(TINY + QUIET + args)
     assert exit_info.value.code == 2
@@ -289,6 +300,32 @@ def test_a_signal_leaves_a_usable_last_checkpoint_and_a_nonzero_status(
     checkpoint = torch.load(last, weights_only=True)
     assert checkpoint["global_step"] > 0
     assert Translator.from_pretrained(last).translate(["ein mann ."])[0] is not None
+
+
+def test_a_reader_that_has_gone_or_a_full_disk_under_the_training_log(tmp_path: Path) -> None:
+    """`minitx-train | head -1` ends with 141 and no traceback, `minitx-train > /dev/full` with
+    one error line; both save last.ckpt first, as the inference commands end (README)."""
+    env = {**subprocess_env(), "OMP_NUM_THREADS": "1"}
+    env.pop("MINITX_DEBUG", None)
+    cmd = [sys.executable, str(REPO / "scripts" / "train.py"), *TINY, *QUIET]
+    reader, writer = os.pipe()
+    os.close(reader)  # the reader has gone before the first epoch line
+    proc = subprocess.run(
+        cmd, cwd=tmp_path, env=env, stdout=writer, stderr=subprocess.PIPE, text=True, timeout=300
+    )
+    os.close(writer)
+    assert proc.returncode == 141, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr and "error:" not in proc.stderr, proc.stderr
+    assert "training interrupted (BrokenPipeError): saved" in proc.stderr
+    assert len(list((tmp_path / "runs").glob("tiny/*/checkpoints/last.ckpt"))) == 1
+    if not Path("/dev/full").exists():
+        return
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run(
+            cmd, cwd=tmp_path, env=env, stdout=full, stderr=subprocess.PIPE, text=True, timeout=300
+        )
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert one_error_line(proc.stderr).startswith("error: cannot write the output (standard")
 
 
 def test_divergence_stops_at_the_step_with_a_clear_error_and_no_bad_checkpoint(

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import random
 import signal
 import subprocess
@@ -87,6 +88,25 @@ def test_a_failed_write_leaves_the_previous_file_and_no_temporary(tmp_path: Path
         raise RuntimeError("the writer failed")
     assert target.read_text() == "old\n"
     assert orphans(tmp_path) == []
+
+
+def test_a_link_keeps_pointing_where_it_did_and_a_device_is_written_in_place(
+    tmp_path: Path,
+) -> None:
+    """`--output link.txt` replaces the file the link points to, not the user's link; a link to
+    a device (``/dev/stdout`` is one) is written through, never replaced by a file (as root,
+    the rename would replace /dev/stdout itself)."""
+    real = tmp_path / "real.txt"
+    real.write_text("old\n")
+    link = tmp_path / "link.txt"
+    link.symlink_to(real)
+    write_text_atomic(link, "new\n")
+    assert link.is_symlink() and real.read_text() == "new\n"
+    device = tmp_path / "device"
+    device.symlink_to(os.devnull)
+    write_text_atomic(device, "into the device\n")
+    assert device.is_symlink() and Path(os.devnull).is_char_device()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["device", "link.txt", "real.txt"]
 
 
 def test_a_full_disk_keeps_the_previous_checkpoint_and_names_the_destination(

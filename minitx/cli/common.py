@@ -140,6 +140,24 @@ def show_library_warnings() -> None:
         log.setLevel(logging.WARNING)
 
 
+def hub_verbosity(verbose: bool) -> None:
+    """Keep huggingface_hub's warnings off standard error, or (`verbose`) let them through;
+    ``HF_HUB_VERBOSITY``, when set, decides instead.
+
+    Offline, loading a hub dataset logs two lines for each of its six tries (and waits between
+    them) before it fails: the ``error:`` line that follows says what matters, the hub cannot be
+    reached and how to use local files, and would come eleven lines down.
+    """
+    if os.environ.get("HF_HUB_VERBOSITY"):
+        return
+    from huggingface_hub.utils import logging as hub_logging
+
+    if verbose:
+        hub_logging.set_verbosity_warning()
+    else:
+        hub_logging.set_verbosity_error()
+
+
 def _detach_stdout() -> None:
     """Flush standard output what it can take, then point its file descriptor at /dev/null, so
     that Python's flush at exit of what is left does not fail a second time (a traceback)."""
@@ -166,21 +184,33 @@ def run_cli(run: Callable[[argparse.Namespace], int], args: argparse.Namespace) 
         print("\ninterrupted (Ctrl-C): stopped before the end", file=sys.stderr)
         return EXIT_SIGINT
     except BrokenPipeError:  # e.g. `... | head -1`: the reader has gone, nothing left to do
-        _detach_stdout()
-        return EXIT_SIGPIPE
+        return reader_gone()
     except Exception as exc:
-        if isinstance(exc, OSError) and exc.errno in NO_ROOM and exc.filename is None:
-            # Files go through textio.atomic_path, whose error names them; this is most
-            # likely standard output (`> /dev/full`), which has no name.
-            _detach_stdout()
-            exc = OutputError(
-                f"cannot write the output (standard output, or a file the command writes): "
-                f"{exc.strerror or exc}; free some space there or write somewhere else"
-            )
-        status = report_user_error(exc)
+        status = report_user_error(no_room_for_output(exc))
         if status is None:
             raise
         return status
+
+
+def reader_gone() -> int:
+    """After a `BrokenPipeError` on standard output (``... | head -1``): detach standard output,
+    so that the flush at exit stays quiet, and return the exit status, `EXIT_SIGPIPE`."""
+    _detach_stdout()
+    return EXIT_SIGPIPE
+
+
+def no_room_for_output(exc: BaseException) -> BaseException:
+    """`exc`, or, for a full disk under an output without a name, an `OutputError` saying so
+    (standard output detached first): the one ``error:`` line `report_user_error` prints."""
+    if isinstance(exc, OSError) and exc.errno in NO_ROOM and exc.filename is None:
+        # Files go through textio.atomic_path, whose error names them; this is most
+        # likely standard output (`> /dev/full`), which has no name.
+        _detach_stdout()
+        return OutputError(
+            f"cannot write the output (standard output, or a file the command writes): "
+            f"{exc.strerror or exc}; free some space there or write somewhere else"
+        )
+    return exc
 
 
 def add_checkpoint_argument(parser: argparse.ArgumentParser) -> None:

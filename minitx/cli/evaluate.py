@@ -26,6 +26,7 @@ from minitx.cli.common import (
     beam_of,
     check_decoding_args,
     describe_attention,
+    hub_verbosity,
     load_translator,
     run_cli,
     sentence_progress,
@@ -195,6 +196,7 @@ def run(args: argparse.Namespace) -> int:
     from minitx.evaluation import evaluate, load_split  # its CorpusError is one error line
 
     source = DEFAULT_SOURCE if args.data is None else args.data
+    hub_verbosity(verbose=False)  # offline, the error line comes first, not the hub's retries
     data = load_split(source, args.split, src_lang, tgt_lang, args.limit)
     skipped_note = ", ".join(f"{n} {reason}" for reason, n in data.skipped.items() if n) or "none"
     print(

@@ -35,7 +35,15 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from minitx.checkpoint import CHECKPOINT_KEY, read_checkpoint
-from minitx.cli.common import EXIT_SIGINT, UsageError, report_user_error, show_library_warnings
+from minitx.cli.common import (
+    EXIT_SIGINT,
+    UsageError,
+    hub_verbosity,
+    no_room_for_output,
+    reader_gone,
+    report_user_error,
+    show_library_warnings,
+)
 from minitx.data import TranslationDataModule
 from minitx.decoding import DecodingConfig
 from minitx.errors import ConfigError, debug_requested
@@ -81,15 +89,17 @@ LIBRARY_LOGGERS = ("lightning.pytorch", "lightning.fabric")
 def set_verbosity(verbose: bool) -> None:
     """Quiet the libraries' chatter, or (`verbose`) let it through.
 
-    Quiet: Lightning's loggers at WARNING, and no datasets progress bars where standard
-    error is not a terminal (in a log file they are carriage-return frames). Verbose:
-    Lightning's INFO lines, the datasets progress bars, and minitx's own INFO lines (data
-    preparation, tokens/s per epoch) on standard error.
+    Quiet: Lightning's loggers at WARNING, huggingface_hub's (the retries of a hub download)
+    at ERROR, and no datasets progress bars where standard error is not a terminal (in a log
+    file they are carriage-return frames). Verbose: Lightning's INFO lines, huggingface_hub's
+    warnings, the datasets progress bars, and minitx's own INFO lines (data preparation,
+    tokens/s per epoch) on standard error.
     """
     import datasets
 
     for name in LIBRARY_LOGGERS:
         logging.getLogger(name).setLevel(logging.INFO if verbose else logging.WARNING)
+    hub_verbosity(verbose)
     if verbose or sys.stderr.isatty():
         datasets.enable_progress_bars()
     else:
@@ -301,10 +311,16 @@ def _remove_if_empty(directory: Path) -> None:
 
 
 def resolve_config_names(args: list[str]) -> list[str]:
-    """Replace `--config NAME` by the packaged config `NAME[.yaml]` when no such file exists."""
+    """Replace `--config NAME` (or `-c NAME`) by the packaged config `NAME[.yaml]` when no such
+    file exists.
+
+    Raises:
+        UsageError: a config file that is not UTF-8 text, such as a checkpoint given as
+            ``--config`` (jsonargparse would end in a UnicodeDecodeError's traceback).
+    """
     out = list(args)
     for i, arg in enumerate(out):
-        if arg == "--config" and i + 1 < len(out):
+        if arg in ("-c", "--config") and i + 1 < len(out):
             value, index = out[i + 1], i + 1
         elif arg.startswith("--config="):
             value, index = arg.split("=", 1)[1], i
@@ -313,7 +329,21 @@ def resolve_config_names(args: list[str]) -> list[str]:
         packaged = CONFIG_DIR / (value if value.endswith(".yaml") else f"{value}.yaml")
         if not Path(value).exists() and "/" not in value and packaged.is_file():
             out[index] = str(packaged) if index == i + 1 else f"--config={packaged}"
+        elif Path(value).is_file():
+            _check_config_text(arg.split("=", 1)[0], Path(value))
     return out
+
+
+def _check_config_text(flag: str, path: Path) -> None:
+    configs = CONFIG_DIR.glob("*.yaml")
+    try:
+        path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(
+            f"{flag} {path}: not a YAML config (byte {exc.start} is not UTF-8 text); give a "
+            f"config file or a packaged name ({', '.join(sorted(p.stem for p in configs))}); "
+            "to resume from a checkpoint, pass it as --ckpt_path"
+        ) from None
 
 
 class OneLineErrorParser(LightningArgumentParser):
@@ -567,13 +597,17 @@ def main(args: list[str] | None = None) -> MinitxCLI:
 
     Returns the CLI object (trainer, model, datamodule), which tests inspect. Ends the
     process (`SystemExit`) with status 2 and one ``error: ...`` line for a user error (config,
-    corpus, paths, divergence, a resume that does not match), 130 after Ctrl-C and 143 after
-    SIGTERM (both after saving last.ckpt); bugs keep their traceback.
+    corpus, paths, divergence, a resume that does not match, a full disk under standard
+    output), 130 after Ctrl-C, 143 after SIGTERM and 141 when the reader of standard
+    output has gone (all three after saving last.ckpt); bugs keep their traceback.
     """
     try:
         return _train_and_test(args)
+    except BrokenPipeError:  # `minitx-train | head -1`: last.ckpt is saved, the reader gone
+        raise SystemExit(reader_gone()) from None
     except Exception as exc:
-        status = report_user_error(_config_message(exc) if isinstance(exc, ConfigError) else exc)
+        exc = _config_message(exc) if isinstance(exc, ConfigError) else no_room_for_output(exc)
+        status = report_user_error(exc)
         if status is None:
             raise
         raise SystemExit(status) from None

@@ -97,6 +97,12 @@ unwritable output): one "error: ..." line on standard error, no traceback; 130 i
 _DEFAULT_LAYER_NAME = "mean" if DEFAULT_ALIGNMENT_LAYER is None else str(DEFAULT_ALIGNMENT_LAYER)
 
 
+def path_or_stream(text: str) -> Path | None:
+    """argparse ``type=`` of ``--input`` and ``--output``: a path, or None (standard input or
+    output) for ``-``, as Unix commands read it; ``./-`` names a file called so."""
+    return None if text == "-" else Path(text)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command-line interface."""
     parser = OneLineArgumentParser(
@@ -110,13 +116,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_checkpoint_argument(parser)
     parser.add_argument(
-        "--input", type=Path, metavar="FILE", help="read sentences from FILE (UTF-8, one per line)"
+        "--input",
+        type=path_or_stream,
+        metavar="FILE",
+        help="read sentences from FILE (UTF-8, one per line; '-': standard input, which is read "
+        "when no SENTENCE is given)",
     )
     parser.add_argument(
         "--output",
-        type=Path,
+        type=path_or_stream,
         metavar="FILE",
-        help="write translations to FILE (default: standard output)",
+        help="write translations to FILE (default, or '-': standard output)",
     )
     add_decoding_arguments(parser)
     parser.add_argument(

@@ -171,7 +171,8 @@ def figures(directory: Path, summary: dict[str, Any]) -> list[Path]:
     ax.set_xlabel("training steps" if by_steps else "training minutes (validation included)")
     ax.set_ylabel("validation BLEU (greedy)")
     ax.set_title(f"{name}: BLEU over training")
-    ax.legend()
+    if ax.lines:  # no curve when every variant failed: matplotlib warns of an empty legend
+        ax.legend()
     save(fig, "bleu_over_time.png")
 
     probed = [v for v in variants if _attention(v, "trained")]

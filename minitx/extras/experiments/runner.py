@@ -221,6 +221,8 @@ def train_variant(settings: Settings, experiment: Experiment, variant: Variant) 
             shutil.rmtree(family)  # an unfinished or failed attempt: train again
         family.mkdir(parents=True)
         result = _train(settings, experiment, variant, family, key)
+        if result["status"] != "ok":  # a result, in the table; said here too, not only there
+            print(f"[{experiment.name}] {variant.name}: {result['status']}", flush=True)
     # the figures are always read from the run's own CSV (a reused run gets the current form)
     result.update(summarise_metrics(read_metrics(family / result["run_dir"])))
     if trained:
