@@ -196,6 +196,19 @@ def model_checksum(model: Mapping[str, Any]) -> str:
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
+def weights_checksum(model: torch.nn.Module) -> str:
+    """sha256 (hex) of `model`'s weights: each tensor's name, dtype, shape and bytes, in
+    state-dict order. The same weights give the same digest however they were loaded (a
+    `.ckpt` file, a release directory): `minitx-evaluate --json` records it as
+    ``weights_sha256`` so that a model card gets only its own model's scores."""
+    digest = hashlib.sha256()
+    for name, tensor in model.state_dict().items():
+        tensor = tensor.detach().cpu().contiguous()
+        digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)};".encode())
+        digest.update(tensor.view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
 def check_weight_shapes(weights: Path, config: TransformerConfig) -> None:
     """Compare the tensor shapes in the safetensors header of `weights` with those of the model
     `config` describes, before any memory is allocated for it: the model is built on the meta
@@ -351,12 +364,19 @@ def check_evaluation(
     evaluation: Mapping[str, Any],
     languages: tuple[str | None, str | None] = (None, None),
     where: str = "evaluation",
+    weights: str | None = None,
 ) -> None:
     """Check a `minitx-evaluate --json` report before it goes into a model card.
 
+    Args:
+        evaluation: the report.
+        languages: the model's (source, target) languages, where known.
+        where: how the report is named in an error (its file).
+        weights: the model's `weights_checksum`: the report must have scored these weights.
+
     Raises:
-        ValueError: not such a report (no `results` with BLEU and signature), or it scored
-            another language pair than `languages`.
+        ValueError: not such a report (no `results` with BLEU and signature), it scored
+            another language pair than `languages`, or other weights than `weights`.
     """
     results = evaluation.get("results") if isinstance(evaluation, Mapping) else None
     if not isinstance(results, list) or not results:
@@ -369,6 +389,15 @@ def check_evaluation(
         raise ValueError(
             f"{where}: scores {scored[0]} -> {scored[1]}, but the model translates "
             f"{languages[0]} -> {languages[1]}"
+        )
+    if weights is not None and evaluation.get("weights_sha256") != weights:
+        scored = evaluation.get("checkpoint", "?")
+        raise ValueError(
+            f"{where}: scores other weights than this model's (it evaluated {scored}); "
+            "score this model with minitx-evaluate --checkpoint ... --json and give that report"
+            if "weights_sha256" in evaluation
+            else f"{where}: does not say which weights it scored (no weights_sha256); write it "
+            "with minitx-evaluate --checkpoint ... --json"
         )
 
 
@@ -389,7 +418,7 @@ def save_pretrained(
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     if evaluation is not None:
-        check_evaluation(evaluation, release.languages)
+        check_evaluation(evaluation, release.languages, weights=weights_checksum(release.model))
     written = []
     weights = directory / WEIGHTS_FILE
     with atomic_path(weights) as tmp:

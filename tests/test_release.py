@@ -432,6 +432,21 @@ def test_export_command_end_to_end(tiny_checkpoint: Path, original: Translator, 
     assert Translator.from_pretrained(out).translate(SENTENCES) == original.translate(SENTENCES)
 
 
+def test_the_weights_checksum_is_the_same_from_a_checkpoint_and_its_release(
+    tiny_checkpoint: Path, release_dir: Path, original: Translator
+) -> None:
+    """What `minitx-evaluate --json` records and `minitx-export --evaluation` compares: the
+    weights, not the file they came in; another model's weights give another digest."""
+    from minitx.release import weights_checksum
+
+    digest = weights_checksum(original.model)
+    assert weights_checksum(Translator.from_pretrained(release_dir).model) == digest
+    other = Translator.from_pretrained(tiny_checkpoint).model
+    with torch.no_grad():
+        next(other.parameters())[0, 0] += 1e-3
+    assert weights_checksum(other) != digest
+
+
 def test_export_records_the_evaluation_in_the_card(
     release_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
@@ -470,8 +485,19 @@ def test_export_records_the_evaluation_in_the_card(
             '{"src_lang": "en", "tgt_lang": "de", "results": [{"bleu": 1.0, "signature": "x"}]}',
             r"scores en -> de, but the model translates de -> en",
         ),
+        (
+            {},
+            '{"src_lang": "de", "tgt_lang": "en", "weights_sha256": "00", "checkpoint": "b.ckpt",'
+            ' "results": [{"bleu": 1.0, "signature": "x"}]}',
+            r"scores other weights than this model's \(it evaluated b\.ckpt\)",
+        ),
+        (
+            {},
+            '{"src_lang": "de", "tgt_lang": "en", "results": [{"bleu": 1.0, "signature": "x"}]}',
+            r"does not say which weights it scored \(no weights_sha256\)",
+        ),
     ],
-    ids=["foreign-out-dir", "not-a-report", "other-languages"],
+    ids=["foreign-out-dir", "not-a-report", "other-languages", "other-weights", "no-weights"],
 )
 def test_export_refuses_with_one_line(
     in_out_dir: dict,

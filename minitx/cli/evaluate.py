@@ -194,6 +194,7 @@ def run(args: argparse.Namespace) -> int:
 
     from minitx.data import DEFAULT_SOURCE  # with the data layer: --help stays fast
     from minitx.evaluation import evaluate, load_split  # its CorpusError is one error line
+    from minitx.release import weights_checksum
 
     source = DEFAULT_SOURCE if args.data is None else args.data
     hub_verbosity(verbose=False)  # offline, the error line comes first, not the hub's retries
@@ -248,6 +249,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json is not None:
         report = {
             "checkpoint": str(args.checkpoint),
+            "weights_sha256": weights_checksum(translator.model),  # minitx-export checks it
             "data": source,
             "resolved_data": data.resolved,
             "split": args.split,

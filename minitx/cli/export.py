@@ -101,7 +101,12 @@ def run(args: argparse.Namespace) -> int:
     loaded = release.load(args.checkpoint)  # its errors are one error line
     if evaluation is not None:
         try:
-            release.check_evaluation(evaluation, loaded.languages, where=str(args.evaluation))
+            release.check_evaluation(
+                evaluation,
+                loaded.languages,
+                where=str(args.evaluation),
+                weights=release.weights_checksum(loaded.model),
+            )
         except ValueError as exc:
             raise UsageError(str(exc)) from None
     try:
