@@ -789,6 +789,39 @@ def test_visualize_attention_writes_pngs_and_viewer(tiny_checkpoint, tmp_path, c
     assert "translation:" in out and "attention.html" in out
 
 
+def test_visualize_writes_its_directory_whole_and_keeps_the_users_own(
+    tiny_checkpoint, tmp_path, capsys, monkeypatch
+) -> None:
+    """--out-dir: a directory of the user's own is refused, whatever the flags; an earlier
+    output is replaced only with --force, and then whole (no PNG of the earlier run stays)."""
+    monkeypatch.delenv("MINITX_DEBUG", raising=False)
+    script = command_module("visualize")
+
+    def visualize(out_dir: Path, *flags: str) -> int:
+        args = ["--checkpoint", str(tiny_checkpoint), TOY_TEST_SOURCES[0], "--out-dir"]
+        return script.main([*args, str(out_dir), "--dpi", "40", "--kinds", "cross", *flags])
+
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "attention.html").write_text("mine\n", encoding="utf-8")
+    assert visualize(mine) == 2
+    assert "exists already; pass --force to replace it" in capsys.readouterr().err
+    assert visualize(mine, "--force") == 2
+    assert "was not written by minitx" in capsys.readouterr().err
+    assert (mine / "attention.html").read_text(encoding="utf-8") == "mine\n"
+
+    out_dir = tmp_path / "attn"
+    assert visualize(out_dir) == 0
+    (out_dir / "cross_layer9.png").write_bytes(b"an earlier model's layer")
+    assert visualize(out_dir) == 2
+    assert "exists already; pass --force to replace it" in capsys.readouterr().err
+    assert visualize(out_dir, "--force") == 0
+    written = sorted(p.name for p in out_dir.iterdir())
+    assert written == [".minitx-output", "attention.html", "cross_layer0.png"]
+    assert f"wrote {out_dir / 'attention.html'}" in capsys.readouterr().out
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary left
+
+
 # ---------------------------------------------------------------------- entry points
 @pytest.mark.parametrize("name", ["translate", "evaluate", "visualize"])
 def test_every_inference_command_defaults_to_the_same_beam(name: str) -> None:

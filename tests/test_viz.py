@@ -17,6 +17,7 @@ from matplotlib.figure import Figure
 
 from minitx.decoding import DecodingConfig
 from minitx.maps import KINDS, AttentionMaps
+from minitx.outputs import MARKER
 from minitx.viz import (
     figures_for_maps,
     plot_attention_heads,
@@ -352,8 +353,8 @@ def test_script_runs_with_a_translator(
     printed = capsys.readouterr().out
     assert f"translation: {translation}" in printed
     written = sorted(p.name for p in out.iterdir())
-    assert written == sorted(["attention.html", "encoder_layer0.png", "cross_layer0.png"])
-    for name in written:
+    assert written == sorted(["attention.html", "encoder_layer0.png", "cross_layer0.png", MARKER])
+    for name in written[1:]:  # the marker (first) is not listed
         assert str(out / name) in printed
     assert "\u2192 A man rides a bicycle." in (out / "attention.html").read_text(
         "utf-8"
@@ -361,7 +362,7 @@ def test_script_runs_with_a_translator(
 
     argv[-1] = str(tmp_path / "c")
     assert script.main([*argv, "--no-html", "--kinds", "decoder", "--dpi", "30"]) == 0
-    assert [p.name for p in (tmp_path / "c").iterdir()] == ["decoder_layer0.png"]
+    assert sorted(p.name for p in (tmp_path / "c").iterdir()) == [MARKER, "decoder_layer0.png"]
     assert calls["decoding"] == DecodingConfig()  # the default beam of every command
     assert "(beam 5 (alpha 1))" in capsys.readouterr().out
 
@@ -528,6 +529,7 @@ def test_script_writes_attributions_when_asked(
     assert script.main([*argv, "--out-dir", str(out), "--attributions", "ig,saliency"]) == 0
     assert asked == {"methods": ("ig", "saliency"), "ig_steps": 16, "decoding": DecodingConfig()}
     assert sorted(p.name for p in out.iterdir()) == [
+        MARKER,
         "attention.html",
         "attribution_ig.png",
         "attribution_saliency.png",

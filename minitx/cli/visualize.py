@@ -15,12 +15,18 @@ The sentence is translated with the default decoding of every minitx command (be
 warning). PNGs of long sentences are drawn at a bounded size with every k-th token labelled;
 the HTML viewer has every token.
 
+``--out-dir`` is written whole, as every minitx output directory is (`minitx.outputs`): a new
+or empty directory, or with ``--force`` one an earlier ``minitx-visualize`` wrote, which is
+replaced (no PNG of an earlier model stays behind); a directory of the user's own is refused.
+
 Exit status: 0 ok; 2 a usage or input error (one ``error: ...`` line); 130 Ctrl-C.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -36,6 +42,7 @@ from minitx.cli.common import (
 )
 from minitx.errors import ConfigError
 from minitx.maps import KINDS
+from minitx.outputs import check_output_dir, mark_output_dir, replace_dir
 from minitx.textio import check_utf8_arguments
 from minitx.viz import DEFAULT_DPI, visualize
 
@@ -51,7 +58,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("sentence", help="source sentence to translate")
     add_checkpoint_argument(parser)
     parser.add_argument(
-        "--out-dir", type=Path, default=Path("attn"), help="output directory (default: attn/)"
+        "--out-dir",
+        type=Path,
+        default=Path("attn"),
+        help="output directory, new or empty (default: attn/)",
+    )
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="replace --out-dir when an earlier minitx-visualize wrote it",
     )
     parser.add_argument(
         "--kinds",
@@ -95,6 +110,10 @@ def _shorten(text: str, limit: int = 100) -> str:
 def run(args: argparse.Namespace) -> int:
     """Load, translate, draw, write. Raises `UsageError` for input problems."""
     check_utf8_arguments({"SENTENCE": args.sentence})
+    out = args.out_dir
+    empty = out.is_dir() and not any(out.iterdir())
+    inputs = [args.checkpoint] if args.checkpoint.exists() else []  # else a hub repo id
+    check_output_dir(out, inputs=inputs, force=args.force or empty, flag="--out-dir")
     translator = load_translator(args)  # a hard --attention: one-hot maps
     decoding = args.decoding
     maps = translator.attention(args.sentence, decoding=decoding)  # maps of the generated pieces
@@ -109,24 +128,30 @@ def run(args: argparse.Namespace) -> int:
     translation = (
         "".join(maps.tgt_tokens[1:]).replace("\u2581", " ").strip()
     )  # sentencepiece detokenisation
+    # drawn into a directory beside --out-dir that then takes its place whole
+    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
     try:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
         paths = visualize(
             maps,
-            args.out_dir,
+            tmp,
             kinds=args.kinds,
             html_viewer=not args.no_html,
             dpi=args.dpi,
             title=f"minitx attention: {_shorten(args.sentence)} \u2192 {_shorten(translation)}",
             attributions=scores,
         )
+        mark_output_dir(tmp, "attention-maps")
+        replace_dir(tmp, out)
     except OSError as exc:
-        raise UsageError(
-            f"cannot write into --out-dir {args.out_dir}: {exc.strerror or exc}"
-        ) from None
+        raise UsageError(f"cannot write into --out-dir {out}: {exc.strerror or exc}") from None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     print(f"source:      {args.sentence}")
     print(f"translation: {translation}  ({decoding.describe()})")
     for path in paths:
-        print(f"wrote {path}")
+        print(f"wrote {out / path.relative_to(tmp)}")
     return 0
 
 
