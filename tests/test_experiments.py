@@ -325,6 +325,7 @@ def test_a_variant_that_fails_says_so_on_the_console(tmp_path: Path) -> None:
         (["scores", "--budget", "0"], "must be above 0"),
         (["scores", "--steps", "0"], "must be positive"),
         (["hard", "--checkpoint", "missing.ckpt"], "no such file"),
+        (["scores", "--out", __file__], f"--out {__file__} is a file; give a directory"),
     ],
 )
 def test_command_errors_are_one_line(args, message, capsys) -> None:

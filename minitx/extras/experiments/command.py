@@ -118,6 +118,8 @@ def run(args: argparse.Namespace) -> int:
     bad = [o for o in args.overrides if "=" not in o]
     if bad:
         raise UsageError(f"--set {bad[0]!r}: write KEY=VALUE, e.g. trainer.max_epochs=2")
+    if args.out.exists() and not args.out.is_dir():  # results and runs go inside it
+        raise UsageError(f"--out {args.out} is a file; give a directory (new or earlier results)")
     if args.checkpoint is not None and not args.checkpoint.exists():
         raise UsageError(f"--checkpoint {args.checkpoint}: no such file or release directory")
     settings = Settings(**{field.name: getattr(args, field.name) for field in fields(Settings)})
