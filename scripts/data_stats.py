@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 import tempfile
 import time
 
 import numpy as np
 
+from minitx.cli.common import run_cli
 from minitx.data import (
     TokenBucketBatchSampler,
     clean_pairs,
@@ -59,7 +61,8 @@ def batch_stats(
     }
 
 
-def main() -> None:
+def main() -> int:
+    """Parse the command line and report; a bad corpus is one ``error:`` line (status 2)."""
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -74,7 +77,11 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    return run_cli(report, args)
 
+
+def report(args: argparse.Namespace) -> int:
+    """Load, tokenize and batch the corpus, logging each figure."""
     start = time.perf_counter()
     corpus = load_parallel_corpus(resolve_data_source(args.source), args.src_lang, args.tgt_lang)
     cleaned, skipped = clean_pairs(corpus, args.src_lang, args.tgt_lang)
@@ -150,6 +157,7 @@ def main() -> None:
             )
             logger.info("  plain shuffled: %s (exact lengths)", _fmt(plain_exact))
             logger.info("  fetch + collate one bucketed epoch: %.2f s", epoch_s)
+    return 0
 
 
 def _fmt(stats: dict[str, float]) -> str:
@@ -161,4 +169,4 @@ def _fmt(stats: dict[str, float]) -> str:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
