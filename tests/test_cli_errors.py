@@ -250,8 +250,8 @@ def test_an_unreachable_hub_dataset_is_one_error_line_without_the_retries(
     script = OFFLINE_HUB.replace("NAME", name).replace("ENTRY", entry)
     cmd = [sys.executable, "-c", script, *argv]
     env = subprocess_env()
-    env.pop("MINITX_DEBUG", None)
-    env.pop("HF_HUB_VERBOSITY", None)
+    for variable in ("MINITX_DEBUG", "HF_HUB_VERBOSITY", "MINITX_DATA_DIR"):  # the last: local
+        env.pop(variable, None)  # files instead of any hub id
     proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2, proc.stderr[-3000:]
     errors = [line for line in proc.stderr.splitlines() if "Retry" in line or "error:" in line]
