@@ -10,7 +10,8 @@ command:
   directory that holds an input, never an input itself.
 - An output **file** is never one of the command's inputs.
 - A directory is replaced by writing the new one under a temporary name beside it and then
-  swapping the two by renames (`replace_dir`): a failure at any point leaves the old one whole.
+  swapping the two by renames (`written_whole`, `replace_dir`): a failure at any point leaves
+  the old one whole.
 
 Standard library only (plus `minitx.errors`), so any layer can use it.
 """
@@ -21,7 +22,7 @@ import contextlib
 import json
 import os
 import shutil
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from minitx.errors import OutputError
@@ -135,3 +136,22 @@ def replace_dir(new: str | os.PathLike[str], out: str | os.PathLike[str]) -> Non
             os.replace(old, out)
         raise
     shutil.rmtree(old, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def written_whole(out: str | os.PathLike[str], kind: str) -> Iterator[Path]:
+    """Yield an empty directory beside `out` to write into; when the block ends without an
+    exception it gets `MARKER` (`kind`, see `mark_output_dir`) and takes the place of `out`
+    (`replace_dir`). Either way it is gone afterwards, so a failure leaves `out` as it was.
+    Call `check_output_dir` first."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)  # left by a killed writer of the same pid
+    tmp.mkdir()
+    try:
+        yield tmp
+        mark_output_dir(tmp, kind)
+        replace_dir(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

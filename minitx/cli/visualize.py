@@ -25,8 +25,6 @@ Exit status: 0 ok; 2 a usage or input error (one ``error: ...`` line); 130 Ctrl-
 from __future__ import annotations
 
 import argparse
-import os
-import shutil
 import sys
 from pathlib import Path
 
@@ -42,7 +40,7 @@ from minitx.cli.common import (
 )
 from minitx.errors import ConfigError
 from minitx.maps import KINDS
-from minitx.outputs import check_output_dir, mark_output_dir, replace_dir
+from minitx.outputs import check_output_dir, written_whole
 from minitx.textio import check_utf8_arguments
 from minitx.viz import DEFAULT_DPI, visualize
 
@@ -128,26 +126,19 @@ def run(args: argparse.Namespace) -> int:
     translation = (
         "".join(maps.tgt_tokens[1:]).replace("\u2581", " ").strip()
     )  # sentencepiece detokenisation
-    # drawn into a directory beside --out-dir that then takes its place whole
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
     try:
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        paths = visualize(
-            maps,
-            tmp,
-            kinds=args.kinds,
-            html_viewer=not args.no_html,
-            dpi=args.dpi,
-            title=f"minitx attention: {_shorten(args.sentence)} \u2192 {_shorten(translation)}",
-            attributions=scores,
-        )
-        mark_output_dir(tmp, "attention-maps")
-        replace_dir(tmp, out)
+        with written_whole(out, "attention-maps") as tmp:
+            paths = visualize(
+                maps,
+                tmp,
+                kinds=args.kinds,
+                html_viewer=not args.no_html,
+                dpi=args.dpi,
+                title=f"minitx attention: {_shorten(args.sentence)} \u2192 {_shorten(translation)}",
+                attributions=scores,
+            )
     except OSError as exc:
         raise UsageError(f"cannot write into --out-dir {out}: {exc.strerror or exc}") from None
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     print(f"source:      {args.sentence}")
     print(f"translation: {translation}  ({decoding.describe()})")
     for path in paths:

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -49,7 +48,7 @@ from torch import nn
 from minitx import release
 from minitx.errors import ConfigError, require_extra
 from minitx.model import Transformer, TransformerConfig
-from minitx.outputs import check_output_dir, mark_output_dir, replace_dir
+from minitx.outputs import check_output_dir, written_whole
 from minitx.tokenizer import Tokenizer
 from minitx.translator import encode_sources
 from minitx.vocab import BOS_PIECE, PAD_PIECE
@@ -264,11 +263,7 @@ def export_model(
     spec = transformer_spec(model, tokenizer)
     spec.validate()
     spec.optimize(quantization=quantization)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    try:
+    with written_whole(out, "ctranslate2") as tmp:
         spec.save(str(tmp))
         tokenizer.save(tmp / SENTENCEPIECE_FILE)
         info = {
@@ -279,10 +274,6 @@ def export_model(
             "quantization": quantization or "float32",
         }
         (tmp / INFO_FILE).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
-        mark_output_dir(tmp, "ctranslate2")
-        replace_dir(tmp, out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 
