@@ -335,13 +335,13 @@ def resolve_config_names(args: list[str]) -> list[str]:
 
 
 def _check_config_text(flag: str, path: Path) -> None:
-    configs = CONFIG_DIR.glob("*.yaml")
     try:
         path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
+        names = ", ".join(sorted(p.stem for p in CONFIG_DIR.glob("*.yaml")))
         raise UsageError(
             f"{flag} {path}: not a YAML config (byte {exc.start} is not UTF-8 text); give a "
-            f"config file or a packaged name ({', '.join(sorted(p.stem for p in configs))}); "
+            f"config file or a packaged name ({names}); "
             "to resume from a checkpoint, pass it as --ckpt_path"
         ) from None
 
