@@ -44,8 +44,6 @@ def sample_sentences(
     Yields:
         The sentences.
     """
-    if limit is not None and limit < 1:
-        raise ValueError(f"limit must be >= 1 or None, got {limit}.")
     texts: list[str] = []
     keys: list[int] = []
     rng = np.random.default_rng(seed)
