@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
 
@@ -63,12 +63,6 @@ def resolve_data_source(configured: str) -> str:
     files without editing configs. A configured local path (an existing file or directory,
     a ``{split}`` pattern, or anything that cannot be a hub id such as ``/data/x`` or
     ``./x``) is explicit and wins over the variable.
-
-    Args:
-        configured: the source from the config (``data.source``).
-
-    Returns:
-        The source to load.
     """
     if configured.startswith(BUILTIN_PREFIX):  # shipped with minitx: never overridden
         return str(builtin_corpus_dir(configured.removeprefix(BUILTIN_PREFIX)))
@@ -126,11 +120,7 @@ def open_parallel_corpus(
     streams are read.
 
     Args:
-        source: ``builtin:<name>``, a ``{split}`` jsonl pattern, a directory of raw
-            ``{split}.{lang}[.gz]`` or ``{split}.jsonl[.gz]`` files, or a Hugging Face hub
-            id (see the module docstring).
-        src_lang: source language code, e.g. ``"de"``.
-        tgt_lang: target language code, e.g. ``"en"``.
+        source: a data source (the module docstring lists them).
         splits: split name -> file stem / hub split. ``None`` means :data:`MULTI30K_SPLITS`
             for local files and :data:`HUB_SPLITS` for hub datasets.
         hub_options: more ``datasets.load_dataset`` arguments for a hub id (the keys of
@@ -157,7 +147,8 @@ def open_parallel_corpus(
     path = Path(source).expanduser()
     if path.is_dir():
         local_splits = dict(splits or MULTI30K_SPLITS)
-        if _has_raw_files(path, local_splits, langs) or not _jsonl_files(path):
+        raw = (_raw_file(path, stem, lang) for stem in local_splits.values() for lang in langs)
+        if any(raw) or not _jsonl_files(path):
             return _open_raw_dir(path, langs, local_splits)
         return _open_jsonl(str(path / "{split}.jsonl"), langs, local_splits)
     if path.is_file():
@@ -219,10 +210,6 @@ def _raw_file(directory: Path, stem: str, lang: str) -> Path | None:
         if (directory / name).is_file():
             return directory / name
     return None
-
-
-def _has_raw_files(directory: Path, splits: Mapping[str, str], langs: Sequence[str]) -> bool:
-    return any(_raw_file(directory, stem, lang) for stem in splits.values() for lang in langs)
 
 
 def _jsonl_files(directory: Path) -> list[Path]:
