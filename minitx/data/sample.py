@@ -35,14 +35,8 @@ def sample_sentences(
     tokenizer never reads the stream).
 
     Args:
-        stream: the training split.
         limit: the most sentences to return (sentencepiece's ``input_sentence_size``); None:
             no limit.
-        seed: the sampling seed.
-        chunk_size: pairs read at a time.
-
-    Yields:
-        The sentences.
     """
     texts: list[str] = []
     keys: list[int] = []
