@@ -120,7 +120,7 @@ def open_parallel_corpus(
     streams are read.
 
     Args:
-        source: a data source (the module docstring lists them).
+        source: a data source, as listed in this module's docstring and docs/guides/data.md.
         splits: split name -> file stem / hub split. ``None`` means :data:`MULTI30K_SPLITS`
             for local files and :data:`HUB_SPLITS` for hub datasets.
         hub_options: more ``datasets.load_dataset`` arguments for a hub id (the keys of
