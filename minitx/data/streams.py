@@ -85,11 +85,9 @@ def sha256_file(path: Path, digest: Any = None) -> Any:
     """`digest` (a new sha256 when None) updated with a file's bytes as stored (gzip files
     are not decompressed), read in blocks: never memory-mapped, never whole."""
     digest = hashlib.sha256() if digest is None else digest
-    buffer = bytearray(_READ_BYTES)
-    view = memoryview(buffer)
-    with open(path, "rb", buffering=0) as file:
-        while n := file.readinto(buffer):
-            digest.update(view[:n])
+    with open(path, "rb") as file:
+        while block := file.read(_READ_BYTES):
+            digest.update(block)
     return digest
 
 
