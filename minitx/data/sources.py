@@ -24,7 +24,7 @@ from pathlib import Path
 
 import datasets
 
-from minitx.data.streams import HubStream, JsonlStream, PairStream, RawFilesStream, hub_columns
+from minitx.data.streams import HubStream, JsonlStream, PairStream, RawFilesStream
 from minitx.errors import DataError, MissingFileError, SourceUnreachableError
 
 logger = logging.getLogger(__name__)
@@ -308,8 +308,10 @@ def _open_hub(
                 f"Hub dataset {described!r} has no split {name!r} (found {sorted(loaded)}); set "
                 "data.splits to map train/validation/test to its split names."
             )
-        table, columns = hub_columns(loaded[name], langs)
-        absent = [lang for lang in langs if lang not in columns]
+        table, prefix = loaded[name], ""
+        if "translation" in table.column_names:
+            table, prefix = table.select_columns(["translation"]).flatten(), "translation."
+        absent = [lang for lang in langs if prefix + lang not in table.column_names]
         if absent:
             raise DataError(
                 f"Hub dataset {described!r} split {name!r} has no language(s) {absent}; "
@@ -317,5 +319,6 @@ def _open_hub(
                 f"{DATA_DIR_ENV} or data.source to a directory of {{split}}.{{lang}}[.gz] files "
                 "(Multi30k's French and Czech: the multi30k/dataset repository's data/task1/raw)."
             )
+        columns = [prefix + lang for lang in langs]
         streams[split] = HubStream(split, table, columns, f"{described} [{name}]")
     return streams
