@@ -4,11 +4,10 @@ The model's dropouts are `nn.Dropout`'s: in training each element is zeroed with
 probability p and the survivors are scaled by 1 / (1 - p); in eval mode it is the identity.
 Only the way the mask is drawn differs, and only on a CPU.
 
-Why: torch draws a CPU dropout mask element by element (`bernoulli_`), about 5 ns each. The
-default recipe runs 17 dropouts per step (embeddings and every residual sub-layer), and they
-took 13% of a bf16 training step on a Xeon with AMX, where the matrix products are fast.
-Here one draw of the generator (`random_` on int32: 31 random bits) gives two 16-bit lanes,
-and each lane decides one element against its own threshold: the mask costs about a third.
+Why: torch draws a CPU dropout mask element by element (`bernoulli_`), a measurable share of
+a bf16 training step (docs/guides/speed.md). Here one draw of the generator (`random_` on
+int32: 31 random bits) gives two 16-bit lanes, each deciding one element against its own
+threshold: the mask costs about a third.
 The keep probability is 1 - p with p rounded to a multiple of 2^-15 (0.1 -> 0.100006).
 On a GPU (fast counter-based generators) `F.dropout` runs as it is.
 """

@@ -21,11 +21,8 @@ DEBUG_ENV = "MINITX_DEBUG"
 
 
 class MinitxError(Exception):
-    """Base of the errors that mean "the user's input, files, settings or environment".
-
-    Raised where the problem is found, with a message that says what, where and how to fix;
-    every command reports it as one ``error:`` line with exit status 2.
-    """
+    """Base of the errors that mean "the user's input, files, settings or environment": a
+    message that says what, where and how to fix, reported as one ``error:`` line."""
 
 
 class UsageError(MinitxError):

@@ -38,15 +38,10 @@ def _heads_hint(d_model: int, n_heads: int) -> str:
 def check_transformer_config(c: Any) -> None:
     """Raise `ConfigError` for the first setting of the `TransformerConfig` `c` that minitx
     cannot use."""
-    positive = ("src_vocab_size", "tgt_vocab_size", "d_model", "n_heads", "d_ff", "max_positions")
-    for name in positive:
+    sizes = ("src_vocab_size", "tgt_vocab_size", "d_model", "n_heads", "d_ff", "max_positions")
+    for name in (*sizes, "n_encoder_layers", "n_decoder_layers"):
         if getattr(c, name) <= 0:
             raise ConfigError(f"TransformerConfig.{name} must be positive, got {getattr(c, name)}")
-    for name in ("n_encoder_layers", "n_decoder_layers"):
-        if getattr(c, name) < 1:
-            raise ConfigError(
-                f"TransformerConfig.{name} must be at least 1, got {getattr(c, name)}"
-            )
     if c.d_model % c.n_heads:
         raise ConfigError(
             f"TransformerConfig: d_model ({c.d_model}) must be divisible by n_heads "

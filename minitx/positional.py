@@ -92,13 +92,11 @@ class RotaryPositionalEncoding(PositionalEncoding):
 
     uses_qk_hook = True
 
-    def __init__(
-        self, *, d_model: int, n_heads: int, max_len: int = 1024, base: float = 10000.0
-    ) -> None:
+    def __init__(self, *, d_model: int, n_heads: int, max_len: int = 1024) -> None:
         super().__init__(d_model=d_model, n_heads=n_heads, max_len=max_len)
         self.check_config(d_model=d_model, n_heads=n_heads)
         d_head = d_model // n_heads
-        inv_freq = base ** (-torch.arange(0, d_head, 2, dtype=torch.float32) / d_head)  # (Dh/2,)
+        inv_freq = 10000.0 ** (-torch.arange(0, d_head, 2, dtype=torch.float32) / d_head)  # (Dh/2,)
         angles = torch.arange(max_len, dtype=torch.float32)[:, None] * inv_freq  # (L, Dh/2)
         angles = torch.cat([angles, angles], dim=-1)  # (L, Dh): channel i and i + Dh/2 share θ_i
         self.register_buffer("cos", angles.cos(), persistent=False)

@@ -3,14 +3,7 @@
 Score functions, positional encodings, activations and decoding strategies are each looked
 up by name in a `Registry`. Adding one is a decorated class in any file that is imported
 before the model is built; config validation reads the registry, so the new name is
-accepted everywhere at once::
-
-    from minitx.attention import SCORES
-
-    @SCORES.register("cosine")
-    class CosineScore(nn.Module):
-        def __init__(self, *, d_head: int) -> None: ...
-        def forward(self, q, k): ...
+accepted everywhere at once (docs/guides/extending.md shows one of each kind).
 
 This module imports only the standard library.
 """

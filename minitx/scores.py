@@ -26,21 +26,20 @@ class DotScore(nn.Module):
 class AdditiveScore(nn.Module):
     """Bahdanau et al. (2015): vᵀ tanh(W_q q + W_k k).
 
-    Memory grows as B·H·Tq·Tk·d_attn, so it suits study, not long sequences. The parameters
+    Memory grows as B·H·Tq·Tk·Dk, so it suits study, not long sequences. The parameters
     are shared by all heads of a layer.
     """
 
-    def __init__(self, *, d_head: int, d_attn: int | None = None) -> None:
+    def __init__(self, *, d_head: int) -> None:
         super().__init__()
-        d_attn = d_attn or d_head
-        self.w_q = nn.Linear(d_head, d_attn, bias=False)
-        self.w_k = nn.Linear(d_head, d_attn, bias=True)
-        self.v = nn.Linear(d_attn, 1, bias=False)
+        self.w_q = nn.Linear(d_head, d_head, bias=False)
+        self.w_k = nn.Linear(d_head, d_head, bias=True)
+        self.v = nn.Linear(d_head, 1, bias=False)
 
     def forward(self, q: Tensor, k: Tensor) -> Tensor:
         hidden = torch.tanh(
             self.w_q(q).unsqueeze(-2) + self.w_k(k).unsqueeze(-3)
-        )  # (..., Tq, Tk, A)
+        )  # (..., Tq, Tk, Dk)
         return self.v(hidden).squeeze(-1)  # (..., Tq, Tk)
 
 

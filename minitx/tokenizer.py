@@ -76,7 +76,6 @@ class Tokenizer:
             sentences: training sentences; pass source and target sentences together for a
                 joint vocabulary.
             vocab_size: number of pieces, special pieces included.
-            model_type: ``"unigram"`` or ``"bpe"``.
             cache_dir: when given, the model is stored as ``cache_dir/spm-{key}.model``, with
                 its size and sha256 in ``spm-{key}.json``, and a later call with the same
                 settings and data loads it instead of training. A cached model that does not
@@ -85,9 +84,6 @@ class Tokenizer:
                 When given, a cached model is found without reading `sentences` (which may
                 then be a lazy iterable that does the reading); when ``None`` the sentences
                 themselves are hashed.
-
-        Returns:
-            The trained (or cached) tokenizer.
 
         Raises:
             ValueError: on bad arguments, no sentences, or a vocabulary size the data cannot
@@ -167,30 +163,14 @@ class Tokenizer:
 
     # ------------------------------------------------------------------ encode / decode
     def encode(self, texts: list[str]) -> list[list[int]]:
-        """Encode a batch of sentences to ids (no bos/eos added).
-
-        Args:
-            texts: sentences.
-
-        Returns:
-            One list of ids per sentence.
-        """
+        """One list of piece ids per sentence (no bos/eos added)."""
         if isinstance(texts, str):
             raise TypeError("Tokenizer.encode takes a list of sentences; wrap one sentence in [].")
         return self._sp.encode(list(texts), out_type=int)
 
     def decode(self, ids: list[list[int]]) -> list[str]:
-        """Decode a batch of id sequences to sentences.
-
-        Each sequence is cut at its first eos; pad and bos ids are dropped. Accepts lists of
-        ints or anything with ``tolist()`` (e.g. a 2-D tensor of generated ids).
-
-        Args:
-            ids: one id sequence per sentence.
-
-        Returns:
-            The decoded sentences.
-        """
+        """One sentence per id sequence (lists of ints, or the rows of a 2-D tensor of
+        generated ids), each cut at its first eos; pad and bos ids are dropped."""
         sequences = [[int(i) for i in seq] for seq in ids]  # a tensor's rows too
         # sentencepiece drops the control pieces (pad, bos, eos) itself; the cut at the first
         # eos (generation pads or runs on after it) is ours.

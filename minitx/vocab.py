@@ -47,16 +47,14 @@ def frame_target(ids: Sequence[int]) -> tuple[list[int], list[int]]:
 
 def pad(
     sequences: Sequence[Sequence[int]],
-    pad_id: int = PAD_ID,
     *,
     multiple: int = 1,
     device: torch.device | str | None = None,
 ) -> Tensor:
-    """Right-pad id sequences into one tensor.
+    """Right-pad id sequences with `PAD_ID` into one tensor.
 
     Args:
         sequences: B rows of ids, of any lengths (empty ones too).
-        pad_id: the id that fills each row after its last id.
         multiple: the width is the longest row rounded up to a multiple of this (batching
             rounds lengths so that batch shapes come from a small set).
         device: where the tensor goes (default: the CPU).
@@ -68,6 +66,6 @@ def pad(
         raise ValueError(f"pad: multiple must be >= 1, got {multiple}")
     longest = max((len(row) for row in sequences), default=0)
     width = -(-longest // multiple) * multiple
-    rows = [[*row, *[pad_id] * (width - len(row))] for row in sequences]
+    rows = [[*row, *[PAD_ID] * (width - len(row))] for row in sequences]
     out = torch.tensor(rows, dtype=torch.long) if rows else torch.empty((0, 0), dtype=torch.long)
     return out if device is None else out.to(device)

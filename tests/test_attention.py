@@ -342,7 +342,7 @@ def test_dot_equals_scaled_dot_on_rescaled_queries():
 
 def test_additive_score_matches_formula():
     torch.manual_seed(13)
-    score = AdditiveScore(d_head=4, d_attn=6)
+    score = AdditiveScore(d_head=4)
     q, k, _ = qkv((2, 2), 3, 5, 4, 4, seed=13)
     scores = score(q, k)
     assert scores.shape == (2, 2, 3, 5)

@@ -45,9 +45,6 @@ class TokenBucketBatchSampler(Sampler[list[int]]):
 
     Args:
         lengths: per-example lengths, e.g. :func:`example_lengths`.
-        max_tokens: upper bound on ``batch_size * padded_length``.
-        pad_multiple: lengths are rounded up to a multiple of this.
-        shuffle: shuffle within buckets and the batch order, per epoch.
         seed: base seed for shuffling (the same on every rank).
         num_replicas: number of ranks; default: the ``torch.distributed`` world size, else 1.
         rank: this rank; default: the ``torch.distributed`` rank, else 0.

@@ -56,7 +56,6 @@ def write_split(
     way (an unreadable corpus line, a full disk) leaves no file behind.
 
     Args:
-        path: the ``.arrow`` file to write.
         vocab_size: the tokenizer's vocabulary size (decides the id type; in the record).
         batches: rows, as columns of lists (the columns of `split_features`).
         extras: called after the last batch: more fields for the record (skip counts).
@@ -88,10 +87,6 @@ def open_tokenized(path: Path, vocab_size: int) -> tuple[datasets.Dataset, dict[
     Checked, in this order: the record (present, this format), the file's size and sha256,
     its row count, and every token id against ``[0, vocab_size)``. A failed check logs one
     warning naming the file and what is wrong; the caller then rebuilds it.
-
-    Args:
-        path: the ``.arrow`` file.
-        vocab_size: the tokenizer's vocabulary size.
     """
     if not path.is_file():
         return None

@@ -55,11 +55,6 @@ def clean_pairs(
     A ``line`` column (1-based row number, i.e. the file line for raw files) is added so that
     later steps can still name the lines they drop.
 
-    Args:
-        corpus: output of :func:`load_parallel_corpus`.
-        src_lang: source language key.
-        tgt_lang: target language key.
-
     Returns:
         The cleaned corpus, and per split ``{"empty": n, "too_long": 0}`` skip counts (the
         keys of training's counts; over-long pairs are dropped when tokenized).

@@ -44,8 +44,6 @@ def prepare_split(
     ``tgt_text``, ``src_ids`` and ``tgt_ids`` (no bos/eos), ``src_len`` and ``tgt_len``.
 
     Args:
-        stream: the split.
-        tokenizer: the joint tokenizer.
         cache_dir: where the split's Arrow file and record live.
         max_len: longest sequence in tokens, bos/eos included (``data.max_len``).
         filter_long: drop pairs longer than `max_len` (the training split); otherwise they

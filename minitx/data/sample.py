@@ -35,17 +35,9 @@ def sample_sentences(
     tokenizer never reads the stream).
 
     Args:
-        stream: the training split.
         limit: the most sentences to return (sentencepiece's ``input_sentence_size``); None:
             no limit.
-        seed: the sampling seed.
-        chunk_size: pairs read at a time.
-
-    Yields:
-        The sentences.
     """
-    if limit is not None and limit < 1:
-        raise ValueError(f"limit must be >= 1 or None, got {limit}.")
     texts: list[str] = []
     keys: list[int] = []
     rng = np.random.default_rng(seed)

@@ -18,13 +18,13 @@ from __future__ import annotations
 import logging
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
 
 import datasets
 
-from minitx.data.streams import HubStream, JsonlStream, PairStream, RawFilesStream, hub_columns
+from minitx.data.streams import HubStream, JsonlStream, PairStream, RawFilesStream
 from minitx.errors import DataError, MissingFileError, SourceUnreachableError
 
 logger = logging.getLogger(__name__)
@@ -63,12 +63,6 @@ def resolve_data_source(configured: str) -> str:
     files without editing configs. A configured local path (an existing file or directory,
     a ``{split}`` pattern, or anything that cannot be a hub id such as ``/data/x`` or
     ``./x``) is explicit and wins over the variable.
-
-    Args:
-        configured: the source from the config (``data.source``).
-
-    Returns:
-        The source to load.
     """
     if configured.startswith(BUILTIN_PREFIX):  # shipped with minitx: never overridden
         return str(builtin_corpus_dir(configured.removeprefix(BUILTIN_PREFIX)))
@@ -126,11 +120,7 @@ def open_parallel_corpus(
     streams are read.
 
     Args:
-        source: ``builtin:<name>``, a ``{split}`` jsonl pattern, a directory of raw
-            ``{split}.{lang}[.gz]`` or ``{split}.jsonl[.gz]`` files, or a Hugging Face hub
-            id (see the module docstring).
-        src_lang: source language code, e.g. ``"de"``.
-        tgt_lang: target language code, e.g. ``"en"``.
+        source: a data source, as listed in this module's docstring and docs/guides/data.md.
         splits: split name -> file stem / hub split. ``None`` means :data:`MULTI30K_SPLITS`
             for local files and :data:`HUB_SPLITS` for hub datasets.
         hub_options: more ``datasets.load_dataset`` arguments for a hub id (the keys of
@@ -157,7 +147,8 @@ def open_parallel_corpus(
     path = Path(source).expanduser()
     if path.is_dir():
         local_splits = dict(splits or MULTI30K_SPLITS)
-        if _has_raw_files(path, local_splits, langs) or not _jsonl_files(path):
+        raw = (_raw_file(path, stem, lang) for stem in local_splits.values() for lang in langs)
+        if any(raw) or not _jsonl_files(path):
             return _open_raw_dir(path, langs, local_splits)
         return _open_jsonl(str(path / "{split}.jsonl"), langs, local_splits)
     if path.is_file():
@@ -219,10 +210,6 @@ def _raw_file(directory: Path, stem: str, lang: str) -> Path | None:
         if (directory / name).is_file():
             return directory / name
     return None
-
-
-def _has_raw_files(directory: Path, splits: Mapping[str, str], langs: Sequence[str]) -> bool:
-    return any(_raw_file(directory, stem, lang) for stem in splits.values() for lang in langs)
 
 
 def _jsonl_files(directory: Path) -> list[Path]:
@@ -321,8 +308,10 @@ def _open_hub(
                 f"Hub dataset {described!r} has no split {name!r} (found {sorted(loaded)}); set "
                 "data.splits to map train/validation/test to its split names."
             )
-        table, columns = hub_columns(loaded[name], langs)
-        absent = [lang for lang in langs if lang not in columns]
+        table, prefix = loaded[name], ""
+        if "translation" in table.column_names:
+            table, prefix = table.select_columns(["translation"]).flatten(), "translation."
+        absent = [lang for lang in langs if prefix + lang not in table.column_names]
         if absent:
             raise DataError(
                 f"Hub dataset {described!r} split {name!r} has no language(s) {absent}; "
@@ -330,5 +319,6 @@ def _open_hub(
                 f"{DATA_DIR_ENV} or data.source to a directory of {{split}}.{{lang}}[.gz] files "
                 "(Multi30k's French and Czech: the multi30k/dataset repository's data/task1/raw)."
             )
+        columns = [prefix + lang for lang in langs]
         streams[split] = HubStream(split, table, columns, f"{described} [{name}]")
     return streams

@@ -19,7 +19,7 @@ import itertools
 import json
 import zlib
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -85,11 +85,9 @@ def sha256_file(path: Path, digest: Any = None) -> Any:
     """`digest` (a new sha256 when None) updated with a file's bytes as stored (gzip files
     are not decompressed), read in blocks: never memory-mapped, never whole."""
     digest = hashlib.sha256() if digest is None else digest
-    buffer = bytearray(_READ_BYTES)
-    view = memoryview(buffer)
-    with open(path, "rb", buffering=0) as file:
-        while n := file.readinto(buffer):
-            digest.update(view[:n])
+    with open(path, "rb") as file:
+        while block := file.read(_READ_BYTES):
+            digest.update(block)
     return digest
 
 
@@ -202,14 +200,14 @@ class JsonlStream(PairStream):
 
 # ------------------------------------------------------------------------------------ hub
 class HubStream(PairStream):
-    """A split of a hub dataset (memory-mapped by ``datasets``), with a ``translation``
-    column or one column per language."""
+    """A split of a hub dataset (memory-mapped by ``datasets``): its source and target
+    `columns` (the language columns, or those of a flattened ``translation`` column)."""
 
     def __init__(
-        self, split: str, table: datasets.Dataset, columns: Mapping[str, str], where: str
+        self, split: str, table: datasets.Dataset, columns: Sequence[str], where: str
     ) -> None:
         self.split = split
-        self.src_column, self.tgt_column = columns.values()
+        self.src_column, self.tgt_column = columns
         self.table = table.select_columns([self.src_column, self.tgt_column])
         self.where = where
 
@@ -231,20 +229,3 @@ class HubStream(PairStream):
             tgt = [t or "" for t in batch[self.tgt_column]]
             yield PairChunk(start, src, tgt)
             start += len(src)
-
-
-def hub_columns(
-    table: datasets.Dataset, langs: Sequence[str]
-) -> tuple[datasets.Dataset, dict[str, str]]:
-    """The table with a ``translation`` column flattened, and the column of each language.
-
-    Returns:
-        The (possibly flattened) table and ``{lang: column}``; a language without a column is
-        left out, for the caller to report.
-    """
-    if "translation" in table.column_names:
-        table = table.select_columns(["translation"]).flatten()
-        columns = {lang: f"translation.{lang}" for lang in langs}
-    else:
-        columns = {lang: lang for lang in langs}
-    return table, {lang: c for lang, c in columns.items() if c in table.column_names}

@@ -52,14 +52,8 @@ def tokenize_corpus(
 
     Args:
         corpus: the corpus, usually after :func:`clean_pairs`.
-        tokenizer: the (joint) tokenizer.
-        src_lang: source language key.
-        tgt_lang: target language key.
         cache_dir: when given, each split is stored as an Arrow file named by a hash of the
             tokenizer and the split's contents, and reloaded on the next call.
-
-    Returns:
-        The tokenized corpus.
     """
     function = functools.partial(
         _tokenize_batch, tokenizer=tokenizer, src_lang=src_lang, tgt_lang=tgt_lang
