@@ -1,31 +1,16 @@
 """The "explain" experiment: does the weight a head puts on a source piece say which piece the
-translation depends on?
+translation depends on? Jain & Wallace (2019) found attention weights often at odds with
+gradient attributions; Wiegreffe & Pinter (2019) answered that this depends on the model and
+the test.
 
-Jain & Wallace (2019) found attention weights often at odds with gradient attributions and
-with what removing an input does; Wiegreffe & Pinter (2019) answered that this depends on the
-model and the test. This experiment asks it of one trained minitx model, on its own
-translations of the test split (greedy, the first `sentences`):
-
-1. **Agreement.** Teacher-forced on each translation, the cross-attention of every decoder
-   layer and head (and their means) is compared with the gradient attributions of
-   `minitx.attribution` (saliency, input x gradient, integrated gradients), row by row: the
-   mean Spearman rank correlation of a sentence's rows (`minitx.attribution.agreement`,
-   averaged over sentences) and top-1 agreement (the share of target pieces, over every row
-   of every sentence, whose most attended source piece is the most attributed one). The
-   source eos and the row predicting eos are left out, as alignments leave them out; so the
-   mean of every layer and head is also minitx's alignment (`AlignmentConfig()`, pieces). For
-   scale: how much the attribution methods agree with each other, and top-1 by chance.
-2. **Removal.** For each sentence, the source piece with the most attention (summed over the
-   rows; from the mean of every layer and head, and from each layer's mean of heads), the one
-   with the most attribution (each method), and a random one are removed in turn; the model
-   translates the shortened source again. Measured: the drop in log-probability of the
-   original translation (per target piece, teacher-forced), how many translations change,
-   and BLEU against the references.
-
-Writes ``<out>/explain/results.json``, ``results.md``, ``agreement.png``, ``removal.png`` and
-``example.png`` (one sentence's attributions beside its cross-attention). It trains nothing:
-it reads ``--checkpoint`` (default: the default settings trained within the budget, as
-"hard" does).
+`explain` asks it of one trained checkpoint (``--checkpoint``, default: the default settings
+trained within the budget, as "hard" does) on its own greedy translations of the test split:
+the agreement of every decoder layer's and head's cross-attention with the attributions of
+`minitx.attribution`, and what removing the most attended, the most attributed or a random
+source piece does to the translation. The guide (docs/guides/experiments.md, "Measured: does
+attention explain the translation?") says how each number is taken and what was found.
+Writes ``<out>/explain/``: ``results.json``, ``results.md``, ``agreement.png``,
+``removal.png`` and ``example.png``.
 """
 
 from __future__ import annotations
