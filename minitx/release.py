@@ -478,8 +478,9 @@ def push_to_hub(
 
 
 # ---------------------------------------------------------------------------------- model card
-def _data_source(train_config: str | None) -> str | None:
-    """`data.source` of a training config (YAML), when it says."""
+def data_source(train_config: str | None) -> str | None:
+    """`data.source` of a training config (YAML), when it says: the corpus a model was
+    trained on (its model card; the experiments read its test split)."""
     if not train_config:
         return None
     import yaml
@@ -523,7 +524,7 @@ def model_card(release: Release, evaluation: Mapping[str, Any] | None = None) ->
     src, tgt = release.languages
     languages: Sequence[str] = [lang for lang in (src, tgt) if lang]
     pair = f"{src or '?'} → {tgt or '?'}"
-    source = _data_source(release.train_config)
+    source = data_source(release.train_config)
     params = sum(p.numel() for p in release.model.parameters())
     config = release.model.config
     sizes = (
