@@ -41,7 +41,10 @@ def build_parser() -> argparse.ArgumentParser:
         "and figures.",
         epilog=f"experiments: {names}; `all` runs them in this order.",
     )
-    parser.add_argument("experiments", nargs="+", metavar="NAME", help=f"{names} or all")
+    parser.add_argument(
+        "experiments", nargs="+", choices=[*EXPERIMENTS, "all"], metavar="NAME",
+        help=f"{names} or all",
+    )  # fmt: skip
     parser.add_argument(
         "--budget", dest="budget_minutes", type=positive_float, metavar="MIN",
         default=defaults.budget_minutes,
@@ -96,12 +99,7 @@ def run(args: argparse.Namespace) -> int:
     from minitx.extras.experiments import EXPERIMENTS, Settings, run_experiment
     from minitx.extras.experiments.report import write_index
 
-    names = list(EXPERIMENTS) if args.experiments == ["all"] else args.experiments
-    unknown = [n for n in names if n not in EXPERIMENTS]
-    if unknown:
-        raise UsageError(
-            f"unknown experiment {unknown[0]!r}; choose from {', '.join(EXPERIMENTS)} or all"
-        )
+    names = list(EXPERIMENTS) if "all" in args.experiments else args.experiments
     if args.variants:
         known = {v.name for n in names for v in EXPERIMENTS[n].variants}
         missing = [v for v in args.variants if v not in known]
