@@ -9,12 +9,8 @@ Examples:
     minitx-experiment explain --checkpoint RUN.ckpt --sentences 200   # attention vs gradients
     minitx-experiment scores --config tiny --budget 0.2 --val-every 10   # a smoke run
 
-Each experiment writes `<out>/<name>/results.md`, `results.json` and PNG figures (with
-``--variants``, the rows run replace theirs and the other rows stay), and
-`<out>/README.md` collects every results table written so far. Training runs live under
-`<out>/runs/<key>/` and are reused when the same settings come again (the default settings
-are a variant of five experiments; an interrupted suite continues where it stopped; a run
-that failed is trained again).
+Where the results and the training runs go, and when a run is reused: the guide
+(docs/guides/experiments.md, "Running them") and `minitx.extras.experiments.runner`.
 
 Exit status: 0 ok; 2 a usage error (one ``error: ...`` line); 130 Ctrl-C. A variant whose
 training fails or diverges is a result (its status is in the table), not an error.
