@@ -174,21 +174,13 @@ def translate_for_page(
     max_chars: int = DEFAULT_MAX_CHARS,
     max_pieces: int | None = None,
 ) -> tuple[str, list[list[Any]], str]:
-    """What the page shows for one sentence: the translation, the n-best rows (rank, score,
-    translation; the whole beam, best first; greedy: one row, score None; in general the
-    strategy's `width` hypotheses) and the attention viewer's iframe.
-
-    Args:
-        translator: the model.
-        sentence: the source sentence, as typed.
-        strategy: a registered decoding strategy.
-        beam_size: the beam size, for a strategy that reads one.
-        max_chars: the longest sentence translated, in characters.
-        max_pieces: the longest sentence translated, in sentencepiece pieces (None: the most
-            the model reads).
+    """What the page shows for one sentence, as typed (`strategy` and `beam_size` as
+    `decoding_for` reads them): the translation, the n-best rows (rank, score, translation;
+    the strategy's `width` hypotheses, best first: the whole beam; greedy: one row, score
+    None) and the attention viewer's iframe.
 
     Raises:
-        InputTooLongError: over `max_chars` or `max_pieces`; nothing is translated.
+        InputTooLongError: over the limits (`check_sentence_length`); nothing is translated.
         ValueError: for an empty sentence (shown on the page as an error).
     """
     check_sentence_length(translator, sentence, max_chars=max_chars, max_pieces=max_pieces)
@@ -212,21 +204,14 @@ def build_demo(
     max_chars: int = DEFAULT_MAX_CHARS,
     max_pieces: int | None = None,
 ) -> gr.Blocks:
-    """The demo app for `translator` (not yet launched; see `launch`).
+    """The demo app for `translator` (not yet launched; see `launch`). A sentence over the
+    limits (`check_sentence_length`) is not translated: the page shows a message saying the
+    limit, the sentence's length and how to raise it.
 
     Element ids for scripts and tests: ``#source`` (the sentence box), ``#strategy`` (every
     strategy registered when the page is built), ``#beam-size``,
     ``#translate`` (the button), ``#translation``, ``#n-best`` and ``#viewer`` (holding
     ``iframe#attention-viewer``).
-
-    Args:
-        translator: the model.
-        title: the page's title.
-        max_chars: the longest sentence translated, in characters (checked before
-            tokenizing).
-        max_pieces: the longest sentence translated, in sentencepiece pieces (None: the most
-            the model reads, `model_max_pieces`). A longer sentence is not translated: the
-            page shows a message saying the limit, the sentence's length and how to raise it.
 
     Raises:
         ConfigError: impossible limits (see `page_limits`).
@@ -312,7 +297,6 @@ def launch(
     Args:
         demo: from `build_demo`.
         host: interface to bind; the default serves this machine only.
-        port: TCP port.
         block: wait until Ctrl-C (False: return at once, e.g. in tests; `demo.close()` stops).
         max_sessions: browser tabs / API clients whose last values Gradio keeps in memory.
 
