@@ -369,7 +369,6 @@ def check_evaluation(
     """Check a `minitx-evaluate --json` report before it goes into a model card.
 
     Args:
-        evaluation: the report.
         languages: the model's (source, target) languages, where known.
         where: how the report is named in an error (its file).
         weights: the model's `weights_checksum`: the report must have scored these weights.
@@ -407,8 +406,6 @@ def save_pretrained(
     """Write `release` as a release directory (created if needed; its files are replaced).
 
     Args:
-        release: the model, tokenizer, languages and training config.
-        directory: where to write.
         evaluation: a `minitx-evaluate --json` report; its BLEU scores and signatures go into
             the model card.
 

@@ -116,8 +116,6 @@ def explain(
 
     Args:
         translator: the trained model and its tokenizer (its attention mode soft).
-        sources: the source sentences of the test pairs.
-        references: their reference translations.
         methods: attribution methods, a subset of `METHODS`.
         ig_steps: quadrature nodes of integrated gradients.
         seed: the seed of the random removal.

@@ -110,8 +110,6 @@ def attention_statistics(
     """Statistics of every attention of `model` (eval mode; put back as it was) over pairs.
 
     Args:
-        model: the Transformer.
-        tokenizer: its tokenizer.
         sources: source sentences, read teacher-forced one pair at a time.
         references: their reference translations (the decoder inputs and labels).
         max_weight_samples: how many rows' largest weights to keep per attention kind, for a
