@@ -348,18 +348,8 @@ class Ct2Translator:
         self.translator = ct2.Translator(
             str(directory), device=device, compute_type=compute_type, intra_threads=intra_threads
         )
-        self._ids = {
-            piece: i for i, piece in enumerate(self._pieces(range(self.tokenizer.vocab_size)))
-        }
-
-    def _pieces(self, ids: Sequence[int] | range) -> list[str]:
-        return self.tokenizer.id_to_piece(list(ids))
-
-    def _sources(self, sentences: Sequence[str]) -> list[list[str]]:
-        """Pieces per sentence (unknown pieces as `<unk>`), cut as minitx cuts them
-        (`encode_sources`; CTranslate2 appends eos)."""
-        ids = encode_sources(self.tokenizer, sentences, self.max_positions)
-        return [self._pieces(seq) for seq in ids]
+        pieces = self.tokenizer.id_to_piece(list(range(self.tokenizer.vocab_size)))
+        self._ids = {piece: i for i, piece in enumerate(pieces)}
 
     def translate(
         self,
@@ -382,7 +372,9 @@ class Ct2Translator:
                 counting the eos, as in `minitx.decoding.DecodingConfig`: the factor a.
             max_len_b: that cap's constant b.
         """
-        sources = self._sources(sentences)
+        # pieces (unknown ones as <unk>), cut as minitx cuts them; CTranslate2 appends eos
+        ids = encode_sources(self.tokenizer, sentences, self.max_positions)
+        sources = [self.tokenizer.id_to_piece(seq) for seq in ids]
         todo = [i for i, pieces in enumerate(sources) if pieces]
         out = [""] * len(sentences)
         if not todo:
@@ -410,17 +402,6 @@ class Ct2Translator:
         for i, text in zip(todo, self.tokenizer.decode(hypotheses), strict=True):
             out[i] = text
         return out
-
-    def score(self, sources: Sequence[str], targets: Sequence[str]) -> list[list[float]]:
-        """Teacher-forced log-probabilities of each target piece and the final eos.
-
-        For comparison with minitx's own log-softmax over the same pieces; non-empty pairs.
-        """
-        result = self.translator.score_batch(
-            self._sources(sources),
-            [self._pieces(seq) for seq in self.tokenizer.encode(list(targets))],
-        )
-        return [list(r.log_probs) for r in result]
 
 
 __all__ = [
