@@ -19,15 +19,8 @@ CTranslate2's own specification API (`ctranslate2.specs.TransformerSpec`): `mode
   (`add_source_eos`) and starts the target with `<s>`, as minitx does.
 
 The vocabulary is the sentencepiece pieces in id order, so ids match exactly (pad `<pad>` 0,
-`<unk>` 1, `<s>` 2, `</s>` 3). Settings CTranslate2 cannot express (`additive` scores,
-`bilinear` with `rotary`, custom registry entries) are refused before any work with a
-`ConfigError` naming the setting.
-
-`Ct2Translator` decodes like minitx's `Translator`: same tokenisation,
-input cut at max_positions - 1 pieces, pad and bos never generated, eos allowed at the first
-step, length cap a·|src| + b per sentence (greedy output is then identical up to floating
-point). Beam search uses CTranslate2's own beam search, whose length penalty is
-score / length^alpha (minitx: GNMT's ((5 + length) / 6)^alpha), so beam outputs may differ.
+`<unk>` 1, `<s>` 2, `</s>` 3). What CTranslate2 cannot express is refused first
+(`check_exportable`).
 
 `ctranslate2` is an optional dependency (`pip install 'minitx[export]'`), imported only here,
 inside the functions that need it. No Lightning.
@@ -312,7 +305,11 @@ def export_ctranslate2(
 
 
 class Ct2Translator:
-    """Translate with an exported directory the way minitx's `Translator` does.
+    """Translate with an exported directory the way minitx's `Translator` does: same
+    tokenisation, input cut at max_positions - 1 pieces, pad and bos never generated, eos
+    allowed at the first step, length cap a·|src| + b per sentence (greedy output is then
+    identical up to floating point). Beam search is CTranslate2's own, whose length penalty is
+    score / length^alpha (minitx: GNMT's ((5 + length) / 6)^alpha), so beam outputs may differ.
 
     Args:
         model_dir: a directory written by `export_ctranslate2`.
