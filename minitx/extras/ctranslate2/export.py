@@ -218,7 +218,6 @@ def export_model(
     quantization: str | None = None,
     force: bool = False,
     languages: tuple[str | None, str | None] = (None, None),
-    inputs: Sequence[str | os.PathLike[str]] = (),
 ) -> Path:
     """Write `model` as a CTranslate2 model directory, the sentencepiece model beside it.
 
@@ -232,8 +231,6 @@ def export_model(
             `minitx.outputs.MARKER`, written into every export) or an empty one is replaced
             (`minitx.outputs.check_output_dir`).
         languages: (source, target) codes, recorded in `minitx.json`.
-        inputs: the files the export was made from (its checkpoint): `out_dir` may not hold
-            them.
 
     Returns:
         `out_dir` as a Path.
@@ -241,8 +238,7 @@ def export_model(
     Raises:
         ConfigError: a setting CTranslate2 cannot express, or an unknown `quantization`.
         OutputError: `out_dir` exists and `force` is False, or is not safe to replace (the
-            current directory or its parent, a directory holding an input, or one minitx
-            did not write).
+            current directory or its parent, or one minitx did not write).
         MissingExtraError: ctranslate2 is not installed.
     """
     out = Path(out_dir)
@@ -252,7 +248,7 @@ def export_model(
         raise ConfigError(
             f"unknown CTranslate2 quantization {quantization!r}; choose from {', '.join(accepted)}"
         )
-    check_output_dir(out, inputs=inputs, force=force)
+    check_output_dir(out, force=force)
     spec = transformer_spec(model, tokenizer)
     spec.validate()
     spec.optimize(quantization=quantization)
@@ -288,10 +284,11 @@ def export_ctranslate2(
 
     Raises:
         MissingFileError, CheckpointError: the model is missing or not a usable one.
-        ConfigError, OutputError, MissingExtraError: as `export_model`.
+        OutputError: as `export_model`, or `out_dir` holds `checkpoint`.
+        ConfigError, MissingExtraError: as `export_model`.
     """
     require_extra("ctranslate2", "export", _FEATURE)  # fail before loading anything
-    check_output_dir(out_dir, inputs=[checkpoint], force=force)  # before the slow part
+    check_output_dir(out_dir, inputs=[checkpoint], force=force)  # the inputs, before loading
     loaded = release.load(checkpoint)
     return export_model(
         loaded.model.eval(),
@@ -300,7 +297,6 @@ def export_ctranslate2(
         quantization=quantization,
         force=force,
         languages=loaded.languages,
-        inputs=[checkpoint],
     )
 
 
