@@ -222,8 +222,6 @@ def export_model(
     """Write `model` as a CTranslate2 model directory, the sentencepiece model beside it.
 
     Args:
-        model: a minitx Transformer.
-        tokenizer: its sentencepiece tokenizer.
         out_dir: the directory to write; written under a temporary name, then renamed.
         quantization: weight type, one CTranslate2 accepts
             (`ctranslate2.specs.model_spec.ACCEPTED_MODEL_TYPES`; None: float32).
@@ -278,7 +276,6 @@ def export_ctranslate2(
     Args:
         checkpoint: a `.ckpt`, a release directory or a hub repo id, loaded as every command
             loads one (`minitx.release.load`).
-        out_dir: the directory to write.
         quantization: weight type (see `export_model`; None: float32).
         force: replace `out_dir` when it exists (see `export_model`).
 
@@ -357,7 +354,6 @@ class Ct2Translator:
         """Translate sentences; "" for an empty one, results in input order.
 
         Args:
-            sentences: source sentences.
             beam_size: 1 = greedy.
             batch_size: sentences per batch (CTranslate2 sorts them by length).
             alpha: length-penalty exponent, passed to CTranslate2 (its formula, see above).
