@@ -354,7 +354,7 @@ MAX_GROWTH_MIB = 40
 every browser tab or page reload does. With Gradio's default of 10,000 kept clients, Gradio
 keeps each one's last viewer page: with the default limits and the tiny model (a 1,000-character
 sentence, a 3.5 MiB page) the server grew by 193 MiB over 15 requests. With `launch`'s bound
-(`DEFAULT_MAX_SESSIONS`) it moves within about 20 MiB of allocator noise once warm; 40 MiB
+(`MAX_SESSIONS`) it moves within about 20 MiB of allocator noise once warm; 40 MiB
 leaves room for that noise and still catches a kept page per request (over 50 MiB in 15)."""
 
 

@@ -16,7 +16,7 @@ page's limits (`DEFAULT_MAX_CHARS` characters, checked before tokenizing, and th
 positions in sentencepiece pieces; `build_demo`'s ``max_chars`` / ``max_pieces``) is refused
 with a message on the page before anything is translated, since the viewer grows with
 pieces² × layers × heads; and Gradio keeps the last input and output values of only
-`DEFAULT_MAX_SESSIONS` browser tabs or API clients (with its default, 10,000, it kept a copy of
+`MAX_SESSIONS` browser tabs or API clients (with its default, 10,000, it kept a copy of
 every visitor's last viewer page for good; see `launch`).
 """
 
@@ -56,7 +56,7 @@ EXAMPLES: dict[str, list[str]] = {
 VIEWER_HEIGHT_PX = 820
 DEFAULT_MAX_CHARS = 1000
 """Longest sentence the page translates by default, in characters (checked before tokenizing)."""
-DEFAULT_MAX_SESSIONS = 4
+MAX_SESSIONS = 4
 """Browser tabs / API clients whose last input and output values Gradio keeps in memory (its
 ``state_session_capacity``): the page needs none of them between requests, and each can hold a
 viewer page of many megabytes."""
@@ -288,17 +288,15 @@ def launch(
     host: str = DEFAULT_HOST,
     port: int = DEFAULT_PORT,
     block: bool = True,
-    max_sessions: int = DEFAULT_MAX_SESSIONS,
 ) -> str:
     """Serve `demo` on http://host:port (no share link, no browser opened), with the memory
-    Gradio keeps per visitor bounded by `max_sessions` (see the module docstring), uploads
+    Gradio keeps per visitor bounded by `MAX_SESSIONS` (see the module docstring), uploads
     capped (the page takes no files) and no run history in the browser.
 
     Args:
         demo: from `build_demo`.
         host: interface to bind; the default serves this machine only.
         block: wait until Ctrl-C (False: return at once, e.g. in tests; `demo.close()` stops).
-        max_sessions: browser tabs / API clients whose last values Gradio keeps in memory.
 
     Returns:
         The local URL.
@@ -318,7 +316,7 @@ def launch(
         ),
         footer_links=[],
         run_history=False,
-        state_session_capacity=max_sessions,
+        state_session_capacity=MAX_SESSIONS,
         max_file_size=MAX_UPLOAD_BYTES,
     )
     return url
