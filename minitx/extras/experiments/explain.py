@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from itertools import combinations
 from pathlib import Path
 from typing import Any
@@ -110,7 +110,6 @@ def explain(
     methods: Sequence[str] = METHODS,
     ig_steps: int = DEFAULT_IG_STEPS,
     seed: int = 0,
-    log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
     """Measure agreement and removal (see the module docstring) on sentence pairs.
 
@@ -119,7 +118,6 @@ def explain(
         methods: attribution methods, a subset of `METHODS`.
         ig_steps: quadrature nodes of integrated gradients.
         seed: the seed of the random removal.
-        log: called with a progress line now and then.
 
     Returns:
         A JSON-ready dict: "sentences" (measured), "skipped" (an empty translation or a
@@ -185,10 +183,9 @@ def explain(
                 "scores": {m: s.tolist() for m, s in scores.items()},
             }
         if len(measured) % 25 == 0:
-            log(
-                f"[{NAME}] {len(measured)} sentences measured ({time.perf_counter() - start:.0f} s)"
-            )
-    log(f"[{NAME}] removing the chosen pieces and translating again")
+            seconds = time.perf_counter() - start
+            print(f"[{NAME}] {len(measured)} sentences measured ({seconds:.0f} s)", flush=True)
+    print(f"[{NAME}] removing the chosen pieces and translating again", flush=True)
     refs = [references[i] for i in measured]
     originals = [translations[i] for i in measured]
     bleu = bleu_metric()
@@ -451,7 +448,6 @@ def run_explain(
         methods=methods,
         ig_steps=ig_steps,
         seed=settings.seed,
-        log=lambda line: print(line, flush=True),
     )
     command = f"minitx-experiment {NAME} --checkpoint {checkpoint}"
     if sentences is not None:
