@@ -369,7 +369,6 @@ def check_evaluation(
     """Check a `minitx-evaluate --json` report before it goes into a model card.
 
     Args:
-        evaluation: the report.
         languages: the model's (source, target) languages, where known.
         where: how the report is named in an error (its file).
         weights: the model's `weights_checksum`: the report must have scored these weights.
@@ -407,8 +406,6 @@ def save_pretrained(
     """Write `release` as a release directory (created if needed; its files are replaced).
 
     Args:
-        release: the model, tokenizer, languages and training config.
-        directory: where to write.
         evaluation: a `minitx-evaluate --json` report; its BLEU scores and signatures go into
             the model card.
 
@@ -478,8 +475,9 @@ def push_to_hub(
 
 
 # ---------------------------------------------------------------------------------- model card
-def _data_source(train_config: str | None) -> str | None:
-    """`data.source` of a training config (YAML), when it says."""
+def data_source(train_config: str | None) -> str | None:
+    """`data.source` of a training config (YAML), when it says: the corpus a model was
+    trained on (its model card; the experiments read its test split)."""
     if not train_config:
         return None
     import yaml
@@ -523,7 +521,7 @@ def model_card(release: Release, evaluation: Mapping[str, Any] | None = None) ->
     src, tgt = release.languages
     languages: Sequence[str] = [lang for lang in (src, tgt) if lang]
     pair = f"{src or '?'} → {tgt or '?'}"
-    source = _data_source(release.train_config)
+    source = data_source(release.train_config)
     params = sum(p.numel() for p in release.model.parameters())
     config = release.model.config
     sizes = (

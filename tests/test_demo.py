@@ -210,13 +210,15 @@ def test_the_command_passes_its_limits_to_the_page(
         {"max_chars": DEFAULT_MAX_CHARS, "max_pieces": None},
         {"max_chars": 200, "max_pieces": 50},
     ]
-    with pytest.raises(SystemExit) as exited:
-        command.main([*ckpt, "--max-chars", "0"])
-    assert exited.value.code == 2 and "--max-chars must be at least 1" in capsys.readouterr().err
-    monkeypatch.undo()  # the real page: a limit the model cannot honour is a one-line error
-    assert command.main([*ckpt, "--max-pieces", "100000"]) == 2
-    [line] = capsys.readouterr().err.strip().splitlines()
-    assert line.startswith("error: --max-pieces (max_pieces) must be between 1 and ")
+    monkeypatch.undo()  # the real page: an impossible limit is a one-line error
+    for flag, value, message in (
+        ("--max-chars", "0", "error: --max-chars (max_chars) must be at least 1, got 0"),
+        ("--max-pieces", "0", "error: --max-pieces (max_pieces) must be between 1 and "),
+        ("--max-pieces", "100000", "error: --max-pieces (max_pieces) must be between 1 and "),
+    ):
+        assert command.main([*ckpt, flag, value]) == 2
+        [line] = capsys.readouterr().err.strip().splitlines()
+        assert line.startswith(message)
 
 
 # ---------------------------------------------------------------------- in the browser
@@ -352,7 +354,7 @@ MAX_GROWTH_MIB = 40
 every browser tab or page reload does. With Gradio's default of 10,000 kept clients, Gradio
 keeps each one's last viewer page: with the default limits and the tiny model (a 1,000-character
 sentence, a 3.5 MiB page) the server grew by 193 MiB over 15 requests. With `launch`'s bound
-(`DEFAULT_MAX_SESSIONS`) it moves within about 20 MiB of allocator noise once warm; 40 MiB
+(`MAX_SESSIONS`) it moves within about 20 MiB of allocator noise once warm; 40 MiB
 leaves room for that noise and still catches a kept page per request (over 50 MiB in 15)."""
 
 

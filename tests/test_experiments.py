@@ -319,7 +319,7 @@ def test_a_variant_that_fails_says_so_on_the_console(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["nonsense"], "unknown experiment 'nonsense'"),
+        (["nonsense"], "invalid choice: 'nonsense' (choose from 'scores', "),
         (["scores", "--variants", "rotary"], "'rotary' is no variant of scores"),
         (["scores", "--set", "trainer.max_epochs"], "KEY=VALUE"),
         (["scores", "--budget", "0"], "must be above 0"),

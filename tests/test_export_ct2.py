@@ -67,9 +67,19 @@ def minitx_log_probs(
     return out
 
 
+def ct2_log_probs(ct2_model: Ct2Translator, sources: list[str], targets: list[str]):
+    """The same, from the exported model (CTranslate2's `score_batch`; it appends the eos)."""
+    tok = ct2_model.tokenizer
+    result = ct2_model.translator.score_batch(
+        [tok.id_to_piece(ids) for ids in tok.encode(sources)],
+        [tok.id_to_piece(ids) for ids in tok.encode(targets)],
+    )
+    return [list(r.log_probs) for r in result]
+
+
 def assert_same_scores(ct2_model: Ct2Translator, model: Transformer, translator: Translator):
     expected = minitx_log_probs(model, translator, TOY_TEST_SOURCES, TOY_TEST_REFERENCES)
-    got = ct2_model.score(TOY_TEST_SOURCES, TOY_TEST_REFERENCES)
+    got = ct2_log_probs(ct2_model, TOY_TEST_SOURCES, TOY_TEST_REFERENCES)
     for row, (want, have) in enumerate(zip(expected, got, strict=True)):
         torch.testing.assert_close(
             torch.tensor(have), want, atol=1e-4, rtol=1e-4, msg=lambda m, r=row: f"pair {r}: {m}"

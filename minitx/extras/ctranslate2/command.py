@@ -5,12 +5,8 @@ Examples:
     minitx-ct2 --checkpoint RUN.ckpt --out RUN-ct2-int8 --quantization int8
     minitx-ct2 --checkpoint RUN.ckpt --out RUN-ct2 --force        # replace an earlier export
 
-Writes a CTranslate2 model directory (``model.bin``, ``config.json``,
-``shared_vocabulary.json``) with the checkpoint's sentencepiece model
-(``sentencepiece.model``) and ``minitx.json`` beside it; translate with
-``ctranslate2.Translator(DIR)`` or ``minitx.extras.ctranslate2.export.Ct2Translator`` (the
-guide ``docs/guides/export.md``, section "CTranslate2"). Needs the ``export`` extra:
-``pip install 'minitx[export]'``.
+What the directory holds and how to translate with it: `minitx.extras.ctranslate2.export`
+and the guide (docs/guides/export.md, "CTranslate2"). Needs ``pip install 'minitx[export]'``.
 
 Exit status: 0 ok; 2 a usage or input error (missing or foreign checkpoint, a model setting
 CTranslate2 cannot express, an existing ``--out`` without ``--force``, ctranslate2 not

@@ -19,15 +19,8 @@ CTranslate2's own specification API (`ctranslate2.specs.TransformerSpec`): `mode
   (`add_source_eos`) and starts the target with `<s>`, as minitx does.
 
 The vocabulary is the sentencepiece pieces in id order, so ids match exactly (pad `<pad>` 0,
-`<unk>` 1, `<s>` 2, `</s>` 3). Settings CTranslate2 cannot express (`additive` scores,
-`bilinear` with `rotary`, custom registry entries) are refused before any work with a
-`ConfigError` naming the setting.
-
-`Ct2Translator` decodes like minitx's `Translator`: same tokenisation,
-input cut at max_positions - 1 pieces, pad and bos never generated, eos allowed at the first
-step, length cap a·|src| + b per sentence (greedy output is then identical up to floating
-point). Beam search uses CTranslate2's own beam search, whose length penalty is
-score / length^alpha (minitx: GNMT's ((5 + length) / 6)^alpha), so beam outputs may differ.
+`<unk>` 1, `<s>` 2, `</s>` 3). What CTranslate2 cannot express is refused first
+(`check_exportable`).
 
 `ctranslate2` is an optional dependency (`pip install 'minitx[export]'`), imported only here,
 inside the functions that need it. No Lightning.
@@ -225,13 +218,10 @@ def export_model(
     quantization: str | None = None,
     force: bool = False,
     languages: tuple[str | None, str | None] = (None, None),
-    inputs: Sequence[str | os.PathLike[str]] = (),
 ) -> Path:
     """Write `model` as a CTranslate2 model directory, the sentencepiece model beside it.
 
     Args:
-        model: a minitx Transformer.
-        tokenizer: its sentencepiece tokenizer.
         out_dir: the directory to write; written under a temporary name, then renamed.
         quantization: weight type, one CTranslate2 accepts
             (`ctranslate2.specs.model_spec.ACCEPTED_MODEL_TYPES`; None: float32).
@@ -239,8 +229,6 @@ def export_model(
             `minitx.outputs.MARKER`, written into every export) or an empty one is replaced
             (`minitx.outputs.check_output_dir`).
         languages: (source, target) codes, recorded in `minitx.json`.
-        inputs: the files the export was made from (its checkpoint): `out_dir` may not hold
-            them.
 
     Returns:
         `out_dir` as a Path.
@@ -248,8 +236,7 @@ def export_model(
     Raises:
         ConfigError: a setting CTranslate2 cannot express, or an unknown `quantization`.
         OutputError: `out_dir` exists and `force` is False, or is not safe to replace (the
-            current directory or its parent, a directory holding an input, or one minitx
-            did not write).
+            current directory or its parent, or one minitx did not write).
         MissingExtraError: ctranslate2 is not installed.
     """
     out = Path(out_dir)
@@ -259,7 +246,7 @@ def export_model(
         raise ConfigError(
             f"unknown CTranslate2 quantization {quantization!r}; choose from {', '.join(accepted)}"
         )
-    check_output_dir(out, inputs=inputs, force=force)
+    check_output_dir(out, force=force)
     spec = transformer_spec(model, tokenizer)
     spec.validate()
     spec.optimize(quantization=quantization)
@@ -289,16 +276,16 @@ def export_ctranslate2(
     Args:
         checkpoint: a `.ckpt`, a release directory or a hub repo id, loaded as every command
             loads one (`minitx.release.load`).
-        out_dir: the directory to write.
         quantization: weight type (see `export_model`; None: float32).
         force: replace `out_dir` when it exists (see `export_model`).
 
     Raises:
         MissingFileError, CheckpointError: the model is missing or not a usable one.
-        ConfigError, OutputError, MissingExtraError: as `export_model`.
+        OutputError: as `export_model`, or `out_dir` holds `checkpoint`.
+        ConfigError, MissingExtraError: as `export_model`.
     """
     require_extra("ctranslate2", "export", _FEATURE)  # fail before loading anything
-    check_output_dir(out_dir, inputs=[checkpoint], force=force)  # before the slow part
+    check_output_dir(out_dir, inputs=[checkpoint], force=force)  # the inputs, before loading
     loaded = release.load(checkpoint)
     return export_model(
         loaded.model.eval(),
@@ -307,12 +294,15 @@ def export_ctranslate2(
         quantization=quantization,
         force=force,
         languages=loaded.languages,
-        inputs=[checkpoint],
     )
 
 
 class Ct2Translator:
-    """Translate with an exported directory the way minitx's `Translator` does.
+    """Translate with an exported directory the way minitx's `Translator` does: same
+    tokenisation, input cut at max_positions - 1 pieces, pad and bos never generated, eos
+    allowed at the first step, length cap a·|src| + b per sentence (greedy output is then
+    identical up to floating point). Beam search is CTranslate2's own, whose length penalty is
+    score / length^alpha (minitx: GNMT's ((5 + length) / 6)^alpha), so beam outputs may differ.
 
     Args:
         model_dir: a directory written by `export_ctranslate2`.
@@ -348,18 +338,8 @@ class Ct2Translator:
         self.translator = ct2.Translator(
             str(directory), device=device, compute_type=compute_type, intra_threads=intra_threads
         )
-        self._ids = {
-            piece: i for i, piece in enumerate(self._pieces(range(self.tokenizer.vocab_size)))
-        }
-
-    def _pieces(self, ids: Sequence[int] | range) -> list[str]:
-        return self.tokenizer.id_to_piece(list(ids))
-
-    def _sources(self, sentences: Sequence[str]) -> list[list[str]]:
-        """Pieces per sentence (unknown pieces as `<unk>`), cut as minitx cuts them
-        (`encode_sources`; CTranslate2 appends eos)."""
-        ids = encode_sources(self.tokenizer, sentences, self.max_positions)
-        return [self._pieces(seq) for seq in ids]
+        pieces = self.tokenizer.id_to_piece(list(range(self.tokenizer.vocab_size)))
+        self._ids = {piece: i for i, piece in enumerate(pieces)}
 
     def translate(
         self,
@@ -374,7 +354,6 @@ class Ct2Translator:
         """Translate sentences; "" for an empty one, results in input order.
 
         Args:
-            sentences: source sentences.
             beam_size: 1 = greedy.
             batch_size: sentences per batch (CTranslate2 sorts them by length).
             alpha: length-penalty exponent, passed to CTranslate2 (its formula, see above).
@@ -382,7 +361,9 @@ class Ct2Translator:
                 counting the eos, as in `minitx.decoding.DecodingConfig`: the factor a.
             max_len_b: that cap's constant b.
         """
-        sources = self._sources(sentences)
+        # pieces (unknown ones as <unk>), cut as minitx cuts them; CTranslate2 appends eos
+        ids = encode_sources(self.tokenizer, sentences, self.max_positions)
+        sources = [self.tokenizer.id_to_piece(seq) for seq in ids]
         todo = [i for i, pieces in enumerate(sources) if pieces]
         out = [""] * len(sentences)
         if not todo:
@@ -410,17 +391,6 @@ class Ct2Translator:
         for i, text in zip(todo, self.tokenizer.decode(hypotheses), strict=True):
             out[i] = text
         return out
-
-    def score(self, sources: Sequence[str], targets: Sequence[str]) -> list[list[float]]:
-        """Teacher-forced log-probabilities of each target piece and the final eos.
-
-        For comparison with minitx's own log-softmax over the same pieces; non-empty pairs.
-        """
-        result = self.translator.score_batch(
-            self._sources(sources),
-            [self._pieces(seq) for seq in self.tokenizer.encode(list(targets))],
-        )
-        return [list(r.log_probs) for r in result]
 
 
 __all__ = [

@@ -4,21 +4,13 @@ Example:
     minitx-demo --checkpoint RUN.ckpt            # then open http://127.0.0.1:7860
     minitx-demo --checkpoint RUN.ckpt --port 8000
 
-``--checkpoint`` takes a ``.ckpt``, a release directory or a hub repo id, loaded as every
-command loads one (`Translator.from_pretrained`).
-
-The page translates a typed or picked sentence with greedy or beam search and shows the
-translation, the n-best list and the attention viewer of that translation (see
-`minitx.extras.demo.page`). A sentence longer than ``--max-chars`` characters (default 1,000) or
-``--max-pieces`` sentencepiece pieces (default: what the model reads) is not translated: the
-page says so, with the limit and how to raise it. It needs no network: nothing is loaded
-from a CDN and analytics are off. It binds to 127.0.0.1 (this machine only) unless ``--host``
-says otherwise (``--host 0.0.0.0`` serves every interface: anyone who can reach the port can
-use the model).
+What the page shows, its limits (``--max-chars``, ``--max-pieces``) and why it binds to
+127.0.0.1 unless ``--host`` says otherwise: `minitx.extras.demo.page` and the guide
+(docs/guides/attention-maps.md, "The live demo").
 
 Exit status: 0 when stopped with Ctrl-C (the server's normal end); 2 a usage error (missing
-or foreign checkpoint, Gradio not installed, port taken, a ``--max-pieces`` over what the
-model reads), one ``error: ...`` line.
+or foreign checkpoint, Gradio not installed, port taken, a ``--max-chars`` or
+``--max-pieces`` below 1 or over what the model reads), one ``error: ...`` line.
 """
 
 from __future__ import annotations
@@ -105,9 +97,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not 0 < args.port < 65536:
         parser.error(f"--port must be between 1 and 65535, got {args.port}")
-    for flag, value in (("--max-chars", args.max_chars), ("--max-pieces", args.max_pieces)):
-        if value is not None and value < 1:
-            parser.error(f"{flag} must be at least 1, got {value}")
     check_device(parser, args)
     return run_cli(run, args)
 

@@ -16,7 +16,7 @@ page's limits (`DEFAULT_MAX_CHARS` characters, checked before tokenizing, and th
 positions in sentencepiece pieces; `build_demo`'s ``max_chars`` / ``max_pieces``) is refused
 with a message on the page before anything is translated, since the viewer grows with
 pieces² × layers × heads; and Gradio keeps the last input and output values of only
-`DEFAULT_MAX_SESSIONS` browser tabs or API clients (with its default, 10,000, it kept a copy of
+`MAX_SESSIONS` browser tabs or API clients (with its default, 10,000, it kept a copy of
 every visitor's last viewer page for good; see `launch`).
 """
 
@@ -56,7 +56,7 @@ EXAMPLES: dict[str, list[str]] = {
 VIEWER_HEIGHT_PX = 820
 DEFAULT_MAX_CHARS = 1000
 """Longest sentence the page translates by default, in characters (checked before tokenizing)."""
-DEFAULT_MAX_SESSIONS = 4
+MAX_SESSIONS = 4
 """Browser tabs / API clients whose last input and output values Gradio keeps in memory (its
 ``state_session_capacity``): the page needs none of them between requests, and each can hold a
 viewer page of many megabytes."""
@@ -174,21 +174,13 @@ def translate_for_page(
     max_chars: int = DEFAULT_MAX_CHARS,
     max_pieces: int | None = None,
 ) -> tuple[str, list[list[Any]], str]:
-    """What the page shows for one sentence: the translation, the n-best rows (rank, score,
-    translation; the whole beam, best first; greedy: one row, score None; in general the
-    strategy's `width` hypotheses) and the attention viewer's iframe.
-
-    Args:
-        translator: the model.
-        sentence: the source sentence, as typed.
-        strategy: a registered decoding strategy.
-        beam_size: the beam size, for a strategy that reads one.
-        max_chars: the longest sentence translated, in characters.
-        max_pieces: the longest sentence translated, in sentencepiece pieces (None: the most
-            the model reads).
+    """What the page shows for one sentence, as typed (`strategy` and `beam_size` as
+    `decoding_for` reads them): the translation, the n-best rows (rank, score, translation;
+    the strategy's `width` hypotheses, best first: the whole beam; greedy: one row, score
+    None) and the attention viewer's iframe.
 
     Raises:
-        InputTooLongError: over `max_chars` or `max_pieces`; nothing is translated.
+        InputTooLongError: over the limits (`check_sentence_length`); nothing is translated.
         ValueError: for an empty sentence (shown on the page as an error).
     """
     check_sentence_length(translator, sentence, max_chars=max_chars, max_pieces=max_pieces)
@@ -212,21 +204,14 @@ def build_demo(
     max_chars: int = DEFAULT_MAX_CHARS,
     max_pieces: int | None = None,
 ) -> gr.Blocks:
-    """The demo app for `translator` (not yet launched; see `launch`).
+    """The demo app for `translator` (not yet launched; see `launch`). A sentence over the
+    limits (`check_sentence_length`) is not translated: the page shows a message saying the
+    limit, the sentence's length and how to raise it.
 
     Element ids for scripts and tests: ``#source`` (the sentence box), ``#strategy`` (every
     strategy registered when the page is built), ``#beam-size``,
     ``#translate`` (the button), ``#translation``, ``#n-best`` and ``#viewer`` (holding
     ``iframe#attention-viewer``).
-
-    Args:
-        translator: the model.
-        title: the page's title.
-        max_chars: the longest sentence translated, in characters (checked before
-            tokenizing).
-        max_pieces: the longest sentence translated, in sentencepiece pieces (None: the most
-            the model reads, `model_max_pieces`). A longer sentence is not translated: the
-            page shows a message saying the limit, the sentence's length and how to raise it.
 
     Raises:
         ConfigError: impossible limits (see `page_limits`).
@@ -303,18 +288,15 @@ def launch(
     host: str = DEFAULT_HOST,
     port: int = DEFAULT_PORT,
     block: bool = True,
-    max_sessions: int = DEFAULT_MAX_SESSIONS,
 ) -> str:
     """Serve `demo` on http://host:port (no share link, no browser opened), with the memory
-    Gradio keeps per visitor bounded by `max_sessions` (see the module docstring), uploads
+    Gradio keeps per visitor bounded by `MAX_SESSIONS` (see the module docstring), uploads
     capped (the page takes no files) and no run history in the browser.
 
     Args:
         demo: from `build_demo`.
         host: interface to bind; the default serves this machine only.
-        port: TCP port.
         block: wait until Ctrl-C (False: return at once, e.g. in tests; `demo.close()` stops).
-        max_sessions: browser tabs / API clients whose last values Gradio keeps in memory.
 
     Returns:
         The local URL.
@@ -334,7 +316,7 @@ def launch(
         ),
         footer_links=[],
         run_history=False,
-        state_session_capacity=max_sessions,
+        state_session_capacity=MAX_SESSIONS,
         max_file_size=MAX_UPLOAD_BYTES,
     )
     return url

@@ -9,12 +9,8 @@ Examples:
     minitx-experiment explain --checkpoint RUN.ckpt --sentences 200   # attention vs gradients
     minitx-experiment scores --config tiny --budget 0.2 --val-every 10   # a smoke run
 
-Each experiment writes `<out>/<name>/results.md`, `results.json` and PNG figures (with
-``--variants``, the rows run replace theirs and the other rows stay), and
-`<out>/README.md` collects every results table written so far. Training runs live under
-`<out>/runs/<key>/` and are reused when the same settings come again (the default settings
-are a variant of five experiments; an interrupted suite continues where it stopped; a run
-that failed is trained again).
+Where the results and the training runs go, and when a run is reused: the guide
+(docs/guides/experiments.md, "Running them") and `minitx.extras.experiments.runner`.
 
 Exit status: 0 ok; 2 a usage error (one ``error: ...`` line); 130 Ctrl-C. A variant whose
 training fails or diverges is a result (its status is in the table), not an error.
@@ -41,7 +37,10 @@ def build_parser() -> argparse.ArgumentParser:
         "and figures.",
         epilog=f"experiments: {names}; `all` runs them in this order.",
     )
-    parser.add_argument("experiments", nargs="+", metavar="NAME", help=f"{names} or all")
+    parser.add_argument(
+        "experiments", nargs="+", choices=[*EXPERIMENTS, "all"], metavar="NAME",
+        help=f"{names} or all",
+    )  # fmt: skip
     parser.add_argument(
         "--budget", dest="budget_minutes", type=positive_float, metavar="MIN",
         default=defaults.budget_minutes,
@@ -96,12 +95,7 @@ def run(args: argparse.Namespace) -> int:
     from minitx.extras.experiments import EXPERIMENTS, Settings, run_experiment
     from minitx.extras.experiments.report import write_index
 
-    names = list(EXPERIMENTS) if args.experiments == ["all"] else args.experiments
-    unknown = [n for n in names if n not in EXPERIMENTS]
-    if unknown:
-        raise UsageError(
-            f"unknown experiment {unknown[0]!r}; choose from {', '.join(EXPERIMENTS)} or all"
-        )
+    names = list(EXPERIMENTS) if "all" in args.experiments else args.experiments
     if args.variants:
         known = {v.name for n in names for v in EXPERIMENTS[n].variants}
         missing = [v for v in args.variants if v not in known]

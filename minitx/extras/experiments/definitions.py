@@ -7,9 +7,8 @@ only the overrides differ. Their names (d_head 64 / 256, "3x-lr" = lr 0.003) hol
 recipe; with another config on top (`--config tiny` for a smoke run) the same overrides apply,
 whatever they then mean.
 
-`probes` name the measurements taken on each trained variant besides BLEU and speed
-(`minitx.extras.experiments.probes`): "attention" (entropy, largest weight, head diversity, score
-spread, gradient norm at the attention inputs, at initialisation and after training),
+`probes` name the measurements taken on each trained variant besides BLEU and speed:
+"attention" (`probes.attention_statistics`, at initialisation and after training),
 "word_order" (BLEU with the source words shuffled). The "hard" experiment trains nothing: it
 decodes a given checkpoint with hard attention (`trains = False`); nor does "explain"
 (`minitx.extras.experiments.explain`), whose variants are the attribution methods it compares with

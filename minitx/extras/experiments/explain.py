@@ -1,31 +1,16 @@
 """The "explain" experiment: does the weight a head puts on a source piece say which piece the
-translation depends on?
+translation depends on? Jain & Wallace (2019) found attention weights often at odds with
+gradient attributions; Wiegreffe & Pinter (2019) answered that this depends on the model and
+the test.
 
-Jain & Wallace (2019) found attention weights often at odds with gradient attributions and
-with what removing an input does; Wiegreffe & Pinter (2019) answered that this depends on the
-model and the test. This experiment asks it of one trained minitx model, on its own
-translations of the test split (greedy, the first `sentences`):
-
-1. **Agreement.** Teacher-forced on each translation, the cross-attention of every decoder
-   layer and head (and their means) is compared with the gradient attributions of
-   `minitx.attribution` (saliency, input x gradient, integrated gradients), row by row: the
-   mean Spearman rank correlation of a sentence's rows (`minitx.attribution.agreement`,
-   averaged over sentences) and top-1 agreement (the share of target pieces, over every row
-   of every sentence, whose most attended source piece is the most attributed one). The
-   source eos and the row predicting eos are left out, as alignments leave them out; so the
-   mean of every layer and head is also minitx's alignment (`AlignmentConfig()`, pieces). For
-   scale: how much the attribution methods agree with each other, and top-1 by chance.
-2. **Removal.** For each sentence, the source piece with the most attention (summed over the
-   rows; from the mean of every layer and head, and from each layer's mean of heads), the one
-   with the most attribution (each method), and a random one are removed in turn; the model
-   translates the shortened source again. Measured: the drop in log-probability of the
-   original translation (per target piece, teacher-forced), how many translations change,
-   and BLEU against the references.
-
-Writes ``<out>/explain/results.json``, ``results.md``, ``agreement.png``, ``removal.png`` and
-``example.png`` (one sentence's attributions beside its cross-attention). It trains nothing:
-it reads ``--checkpoint`` (default: the default settings trained within the budget, as
-"hard" does).
+`explain` asks it of one trained checkpoint (``--checkpoint``, default: the default settings
+trained within the budget, as "hard" does) on its own greedy translations of the test split:
+the agreement of every decoder layer's and head's cross-attention with the attributions of
+`minitx.attribution`, and what removing the most attended, the most attributed or a random
+source piece does to the translation. The guide (docs/guides/experiments.md, "Measured: does
+attention explain the translation?") says how each number is taken and what was found.
+Writes ``<out>/explain/``: ``results.json``, ``results.md``, ``agreement.png``,
+``removal.png`` and ``example.png``.
 """
 
 from __future__ import annotations
@@ -33,7 +18,7 @@ from __future__ import annotations
 import math
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from itertools import combinations
 from pathlib import Path
 from typing import Any
@@ -125,18 +110,14 @@ def explain(
     methods: Sequence[str] = METHODS,
     ig_steps: int = DEFAULT_IG_STEPS,
     seed: int = 0,
-    log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
     """Measure agreement and removal (see the module docstring) on sentence pairs.
 
     Args:
         translator: the trained model and its tokenizer (its attention mode soft).
-        sources: the source sentences of the test pairs.
-        references: their reference translations.
         methods: attribution methods, a subset of `METHODS`.
         ig_steps: quadrature nodes of integrated gradients.
         seed: the seed of the random removal.
-        log: called with a progress line now and then.
 
     Returns:
         A JSON-ready dict: "sentences" (measured), "skipped" (an empty translation or a
@@ -202,10 +183,9 @@ def explain(
                 "scores": {m: s.tolist() for m, s in scores.items()},
             }
         if len(measured) % 25 == 0:
-            log(
-                f"[{NAME}] {len(measured)} sentences measured ({time.perf_counter() - start:.0f} s)"
-            )
-    log(f"[{NAME}] removing the chosen pieces and translating again")
+            seconds = time.perf_counter() - start
+            print(f"[{NAME}] {len(measured)} sentences measured ({seconds:.0f} s)", flush=True)
+    print(f"[{NAME}] removing the chosen pieces and translating again", flush=True)
     refs = [references[i] for i in measured]
     originals = [translations[i] for i in measured]
     bleu = bleu_metric()
@@ -468,7 +448,6 @@ def run_explain(
         methods=methods,
         ig_steps=ig_steps,
         seed=settings.seed,
-        log=lambda line: print(line, flush=True),
     )
     command = f"minitx-experiment {NAME} --checkpoint {checkpoint}"
     if sentences is not None:

@@ -1,15 +1,9 @@
 """Measurements on a model, beyond BLEU: what the experiments report about attention.
 
-- `attention_statistics`: for every attention (encoder self, decoder self, cross) and layer,
-  teacher-forced on reference pairs one sentence at a time (so no padding enters): the mean
-  entropy of the weight rows (per head too), the mean largest weight of a row, how different
-  the heads' maps are (mean Jensen-Shannon divergence between two heads' rows), the spread
-  (standard deviation) of the score logits before the softmax, and the norm of the loss
-  gradient reaching the score's inputs (queries and keys: what flows back through the
-  softmax; a saturated softmax passes little).
-- `shuffled_sources`: the word-order probe's input, each source's words in a random order.
-
-Everything here reads the model; nothing changes it (gradients are computed and dropped).
+`attention_statistics` reads every attention of a model teacher-forced on reference pairs,
+one sentence at a time (so no padding enters); `shuffled_sources` is the word-order probe's
+input. Everything here reads the model; nothing changes it (gradients are computed and
+dropped).
 """
 
 from __future__ import annotations
@@ -116,8 +110,6 @@ def attention_statistics(
     """Statistics of every attention of `model` (eval mode; put back as it was) over pairs.
 
     Args:
-        model: the Transformer.
-        tokenizer: its tokenizer.
         sources: source sentences, read teacher-forced one pair at a time.
         references: their reference translations (the decoder inputs and labels).
         max_weight_samples: how many rows' largest weights to keep per attention kind, for a

@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
-import yaml
 
 from minitx.errors import ConfigError
 from minitx.extras.experiments.definitions import EXPERIMENTS, Experiment, Variant
@@ -341,12 +340,11 @@ def load_trained(checkpoint: Path) -> tuple[Translator, str, tuple[str, str]]:
     on, from the training config the checkpoint carries; the default Multi30k source and
     minitx-evaluate's default languages (de, en) for what it does not say."""
     from minitx.data import DEFAULT_SOURCE
+    from minitx.release import data_source
     from minitx.translator import Translator
 
     translator = Translator.from_pretrained(checkpoint)
-    config = yaml.safe_load(translator.train_config) if translator.train_config else None
-    data = config.get("data") if isinstance(config, dict) else None
-    source = str(data.get("source", DEFAULT_SOURCE)) if isinstance(data, dict) else DEFAULT_SOURCE
+    source = data_source(translator.train_config) or DEFAULT_SOURCE
     src_lang, tgt_lang = translator.languages
     return translator, source, (src_lang or "de", tgt_lang or "en")
 
