@@ -97,6 +97,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not 0 < args.port < 65536:
         parser.error(f"--port must be between 1 and 65535, got {args.port}")
+    for flag, value in (("--max-chars", args.max_chars), ("--max-pieces", args.max_pieces)):
+        if value is not None and value < 1:
+            parser.error(f"{flag} must be at least 1, got {value}")
     check_device(parser, args)
     return run_cli(run, args)
 
