@@ -441,17 +441,14 @@ class Translator:
         translation: str | None,
         decoding: DecodingConfig | None,
         changes: dict[str, Any],
-        what: str,
     ) -> str | list[int]:
         """`translation`, or else the pieces of the model's own translation of `sentence`
-        exactly as decoded (no eos): what `attention` and `attributions` read."""
+        exactly as decoded (no eos): what `attention` and `attributions` read. An empty
+        `sentence` translates to no pieces; `minitx.teacher_forcing.pair_ids` then refuses it."""
         if translation is not None:
             return translation
-        config = (decoding or DecodingConfig()).with_changes(**changes)  # bad settings first
-        if not sentence.strip():
-            raise ValueError(f"{what} need a non-empty source sentence")
         ids = encode_sources(self.tokenizer, [sentence], self.model.config.max_positions)
-        return self.translate_ids(ids, config, batch_size=1)[0]  # it keeps the best (n_best 1)
+        return self.translate_ids(ids, decoding, batch_size=1, **changes)[0]  # the best only
 
     @torch.inference_mode()
     def attention(
@@ -473,7 +470,7 @@ class Translator:
         "hard-sample" the teacher-forced pass draws afresh (from the same seed), so its rows
         need not be the draws that produced it.
         """
-        target = self._target(sentence, translation, decoding, changes, "attention maps")
+        target = self._target(sentence, translation, decoding, changes)
         with self._attention_context():
             return teacher_forced_maps(self.model, self.tokenizer, sentence, target)
 
@@ -509,7 +506,7 @@ class Translator:
             ConfigError: an unknown method.
         """
         methods = check_methods(methods)
-        target = self._target(sentence, translation, decoding, changes, "attributions")
+        target = self._target(sentence, translation, decoding, changes)
         with self._attention_context():
             return teacher_forced_attributions(
                 self.model, self.tokenizer, sentence, target, methods, ig_steps=ig_steps
