@@ -97,21 +97,15 @@ class Translator:
     Args:
         model: the Transformer (moved to `device`, set to eval mode).
         tokenizer: the joint sentencepiece tokenizer it was trained with.
-        device: "cpu", "cuda", ...
         bf16: run the model under bfloat16 autocast, and decode with a copy of it in bfloat16
             (faster on CPUs with bf16 units and GPUs; the copy takes half the model's memory,
             and its residual stream is bf16 too); `model` keeps its fp32 weights.
-        languages: (source, target) language codes, when known.
         train_config: the resolved training config (YAML text), when known; `save_pretrained`
             passes it on.
-        attention_mode: how attention uses its weights at inference, one of
-            `minitx.hard_attention.ATTENTION_MODES`: "soft" (the trained behaviour),
-            "hard-argmax" or "hard-sample" (each row one-hot at one key; see
-            `minitx.hard_attention.hard_weights`).
-            Applies to translations, alignments and attention maps (which then show the
-            one-hot rows used). Change it later with `set_attention`.
-        attention_scope: where a hard mode applies, "cross" (decoder cross-attention) or "all"
-            (every attention); see `minitx.hard_attention.HARD_ATTENTION_SCOPES`.
+        attention_mode: one of `minitx.hard_attention.ATTENTION_MODES`, for translations,
+            alignments and attention maps (which then show the one-hot rows used).
+        attention_scope: where a hard mode applies, one of
+            `minitx.hard_attention.HARD_ATTENTION_SCOPES`.
         attention_seed: seed of "hard-sample": each call of a translating method starts its
             draws afresh from it, so the same call gives the same output.
     """
@@ -141,11 +135,8 @@ class Translator:
 
     def set_attention(self, mode: str = "soft", *, scope: str = "cross", seed: int = 0) -> None:
         """Use attention mode `mode` in the attentions of `scope` from now on (see the
-        constructor's `attention_mode`, `attention_scope` and `attention_seed`).
-
-        Raises:
-            ConfigError: an unknown mode or scope.
-        """
+        constructor's `attention_mode`, `attention_scope` and `attention_seed`): a
+        `ConfigError` for an unknown mode or scope comes here, before any translation."""
         check_attention_mode(mode)
         check_attention_scope(scope)
         self.attention_mode, self.attention_scope, self.attention_seed = mode, scope, seed
@@ -182,14 +173,9 @@ class Translator:
         bf16: bool = False,
     ) -> Translator:
         """Build a Translator from a `.ckpt` file, a release directory or a hub repo id
-        ("owner/name"), through `minitx.release.load`: a local path wins; a repo id is fetched
-        with `huggingface_hub.snapshot_download` (its cache serves later calls offline).
-
-        Args:
-            source: the `.ckpt`, the release directory or the repo id.
-            revision: the hub revision (branch, tag or commit) of a repo id.
-            device: where the model runs.
-            bf16: run the model under bfloat16 autocast, decoding with a bf16 copy of it.
+        ("owner/name") at `revision`, through `minitx.release.load`: a local path wins; a repo
+        id is fetched with `huggingface_hub.snapshot_download` (its cache serves later calls
+        offline). `device` and `bf16` are the constructor's.
 
         Raises:
             MissingFileError: no such local path, and not a repo id (a `FileNotFoundError`).
@@ -359,13 +345,8 @@ class Translator:
         """Translate sources given as ids: the best translation of each, as the target piece
         ids exactly as decoded (not re-tokenised; no bos, eos or padding), in input order;
         [] for an empty source. What `translate` decodes, before the tokenizer makes text.
-
-        Args:
-            ids: source piece ids per sentence, without eos, each at most `max_positions - 1`
-                long (as `encode_sources` gives them).
-            decoding: decoding settings (default `DecodingConfig()`).
-            batch_size: sentences per batch (sorted by length internally).
-            **changes: `DecodingConfig` fields to override, e.g. `strategy="greedy"`.
+        `ids` are source piece ids without eos, each at most `max_positions - 1` long (as
+        `encode_sources` gives them); the other arguments are `translate_n_best`'s.
         """
         config = (decoding or DecodingConfig()).with_changes(**changes).replace(n_best=1)
         results = self._decode(ids, config, batch_size)
@@ -494,12 +475,8 @@ class Translator:
         bf16 autocast) with this Translator's attention mode.
 
         Args:
-            sentence: the source sentence.
-            translation: the translation to attribute (default: the model's own).
             methods: a subset of `minitx.attribution.METHODS` ("saliency", "ixg", "ig").
             ig_steps: quadrature nodes of integrated gradients.
-            decoding: decoding settings of the translation.
-            **changes: `DecodingConfig` fields to override.
 
         Raises:
             ValueError: an empty sentence.
