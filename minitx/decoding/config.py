@@ -12,7 +12,7 @@ in `minitx.decoding.strategies`, which imports this module (never the other way 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import MISSING, asdict, dataclass, fields, replace
+from dataclasses import MISSING, dataclass, fields, replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from minitx.errors import ConfigError, check_known_keys
@@ -245,12 +245,8 @@ class DecodingConfig:
         (beam size) or "sample"."""
         return self.implementation.file_tag(self)
 
-    def to_dict(self) -> dict[str, Any]:
-        """Plain dict (hyper-parameters, JSON output)."""
-        return asdict(self)
-
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> DecodingConfig:
-        """Inverse of `to_dict`; unknown keys are an error."""
+        """Inverse of `dataclasses.asdict`; unknown keys are an error."""
         check_known_keys("DecodingConfig", values, (f.name for f in fields(cls)))
         return cls(**values)
