@@ -48,17 +48,8 @@ class DecodingStrategy:
     def decode(
         self, model: Transformer, src: Tensor, config: DecodingConfig
     ) -> list[list[Hypothesis]]:
-        """Translate a batch.
-
-        Args:
-            model: the Transformer, in eval mode.
-            src: (B, S) source ids, right-padded, each ending in eos.
-            config: the settings (`config.strategy` names this strategy).
-
-        Returns:
-            For each of the B sentences, its hypotheses, best first (`config.n_best` of them
-            for the built-in strategies).
-        """
+        """Translate a batch, `src` (B, S): right-padded source ids, each ending in eos. For
+        each sentence its hypotheses, best first (`config.n_best` for the built-in ones)."""
         raise NotImplementedError(f"{type(self).__name__} must implement decode")
 
     def width(self, config: DecodingConfig) -> int:
@@ -94,11 +85,8 @@ STRATEGIES: Registry[type[DecodingStrategy] | Strategy] = Registry("decoding str
 
 
 class FunctionStrategy(DecodingStrategy):
-    """A plain function registered as a strategy: `DecodingStrategy`'s defaults around it.
-
-    Args:
-        function: ``(model, src (B, S), config) -> list[list[Hypothesis]]``.
-    """
+    """A plain function registered as a strategy (`Strategy`): `DecodingStrategy`'s defaults
+    around it."""
 
     def __init__(self, function: Strategy) -> None:
         self.function = function
