@@ -36,20 +36,6 @@ class Split(NamedTuple):
     """The corpus as read: `source` after `minitx.data.resolve_data_source`."""
 
 
-def naming_rule(split: str, src_lang: str, tgt_lang: str) -> str:
-    """How to name the two files of `split` in a ``--data`` directory (for error messages)."""
-    from minitx.data import MULTI30K_SPLITS
-
-    multi30k = MULTI30K_SPLITS.get(split)
-    names = f"{multi30k}.{src_lang} and {multi30k}.{tgt_lang}, or " if multi30k else ""
-    return (
-        f"minitx-evaluate --split {split} reads {names}{split}.{src_lang} and "
-        f"{split}.{tgt_lang} (each optionally .gz), one sentence a line, line-aligned; to score "
-        f"any file pair, put it there as NAME.{src_lang} and NAME.{tgt_lang} and pass "
-        "--split NAME"
-    )
-
-
 def load_split(source: str, split: str, src_lang: str, tgt_lang: str, limit: int | None) -> Split:
     """The pairs of one split (the first `limit` lines only, when given) with both sides
     non-empty, their line numbers and the skip counts.
@@ -95,9 +81,14 @@ def load_split(source: str, split: str, src_lang: str, tgt_lang: str, limit: int
     except FileNotFoundError as exc:
         if not directory.is_dir():
             raise CorpusError(str(exc)) from None
+        multi30k = MULTI30K_SPLITS.get(split)  # how to name the two files of the split
+        names = f"{multi30k}.{src_lang} and {multi30k}.{tgt_lang}, or " if multi30k else ""
         raise CorpusError(
-            f"{directory}: no {split!r} split for {src_lang} -> {tgt_lang}: "
-            f"{naming_rule(split, src_lang, tgt_lang)}; {describe_directory(directory)}"
+            f"{directory}: no {split!r} split for {src_lang} -> {tgt_lang}: minitx-evaluate "
+            f"--split {split} reads {names}{split}.{src_lang} and {split}.{tgt_lang} (each "
+            "optionally .gz), one sentence a line, line-aligned; to score any file pair, put it "
+            f"there as NAME.{src_lang} and NAME.{tgt_lang} and pass --split NAME; "
+            f"{describe_directory(directory)}"
         ) from None
     except (ValueError, ConnectionError) as exc:
         raise CorpusError(str(exc)) from None
