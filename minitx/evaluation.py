@@ -210,17 +210,8 @@ def evaluate(
     progress: Progress | None = None,
     **changes: Any,
 ) -> EvaluationResult:
-    """Translate `sources` and score them against `references`.
-
-    Args:
-        translator: the model to score.
-        sources: source sentences.
-        references: one reference per source.
-        decoding: decoding settings (default `DecodingConfig()`).
-        batch_size: sentences per batch.
-        progress: called with the number of sentences translated, after each batch.
-        **changes: `DecodingConfig` fields to override, e.g. `beam_size=1` for greedy.
-    """
+    """Translate `sources` with `translator` and score them against `references` (one per
+    source); the other arguments are `Translator.translate`'s."""
     if len(sources) != len(references):
         raise ValueError(f"evaluate: {len(sources)} sources but {len(references)} references")
     config = (decoding or DecodingConfig()).with_changes(**changes)
