@@ -120,12 +120,3 @@ def target_log_probs(logits: Tensor, labels: Tensor) -> Tensor:
     picked = torch.log_softmax(logits, dim=-1).gather(-1, labels.unsqueeze(-1)).squeeze(-1)
     return picked.masked_fill(labels == PAD_ID, 0.0)
 
-
-__all__ = [
-    "WEIGHTS",
-    "frame_pairs",
-    "length_batches",
-    "pair_ids",
-    "target_log_probs",
-    "teacher_forced",
-]
