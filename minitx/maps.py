@@ -147,13 +147,8 @@ def row_entropy(weights: torch.Tensor) -> torch.Tensor:
 def teacher_forced_maps(
     model: Transformer, tokenizer: Tokenizer, source: str, target: str | list[int]
 ) -> AttentionMaps:
-    """Every attention map of `model` reading `source` with `target` as decoder input.
-
-    Args:
-        model: the Transformer (its device is used; call `.eval()` first).
-        tokenizer: the tokenizer it was trained with.
-        source: the source sentence.
-        target: target text, or target ids without bos/eos (e.g. generated ids).
+    """Every attention map of `model` (in eval mode) reading `source` with `target` (text, or
+    ids without bos or eos, e.g. generated ones) as decoder input.
 
     One sentence at a time, so no padding appears on the axes. Source pieces end with eos;
     target pieces (the decoder inputs) start with bos. A side longer than the model's

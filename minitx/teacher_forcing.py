@@ -43,14 +43,8 @@ def pair_ids(
     model: Transformer, tokenizer: Tokenizer, source: str, target: str | Sequence[int], what: str
 ) -> tuple[list[int], list[int]]:
     """One (source, target) pair as ids without special ids, each side cut to the model's
-    positions (with a warning naming `what`, e.g. "attention maps").
-
-    Args:
-        model: the Transformer (its `max_positions`).
-        tokenizer: the tokenizer it was trained with.
-        source: the source sentence.
-        target: target text, or target ids without bos/eos (e.g. generated ids).
-        what: what the pair is read for, in messages.
+    positions (with a warning naming `what`, e.g. "attention maps"); `target` is text, or ids
+    without bos or eos (e.g. generated ones).
 
     Raises:
         ValueError: when the source is empty.
@@ -98,8 +92,6 @@ def teacher_forced(
 
     Args:
         model: the Transformer (in the caller's grad / inference mode and autocast).
-        src: (B, S) source ids, eos last, right-padded.
-        tgt_in: (B, T) decoder inputs, bos first, right-padded.
         weights: which attention maps to return, one of `WEIGHTS`. Maps need the explicit
             attention path; "decoder" leaves the encoder on its fused one.
 
@@ -119,4 +111,3 @@ def target_log_probs(logits: Tensor, labels: Tensor) -> Tensor:
     logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
     picked = torch.log_softmax(logits, dim=-1).gather(-1, labels.unsqueeze(-1)).squeeze(-1)
     return picked.masked_fill(labels == PAD_ID, 0.0)
-
