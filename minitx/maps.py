@@ -3,8 +3,6 @@
 The maps follow the Hugging Face / bertviz layout (one tensor per layer) with the batch
 dimension removed, so that plotting and the HTML viewer work on a single sentence;
 `AttentionMaps.to_bertviz` puts it back for bertviz's views.
-`teacher_forced_maps` collects them from a model in one teacher-forced pass
-(`minitx.teacher_forcing`); training callbacks, `Translator` and the experiments use it.
 """
 
 from __future__ import annotations

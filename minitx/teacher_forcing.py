@@ -2,12 +2,8 @@
 position at once, as in training.
 
 Attention maps (`minitx.maps`), alignments (`Translator.align`), gradient attributions
-(`minitx.attribution`) and the experiments' probes all read (source, target) pairs this way;
-each goes through `pair_ids` (one pair as ids, cut to the model's positions), `frame_pairs`
-(framed and padded by `minitx.vocab`), `teacher_forced` (the forward pass, with the attention
-maps it asks for) and `target_log_probs` (the log-probability of each target piece).
-`length_batches` cuts id sequences into length-sorted batches, for decoding and for the
-teacher-forced passes of many pairs.
+(`minitx.attribution`) and the experiments' probes all read (source, target) pairs this way,
+so that they share one framing and one forward pass.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """`Translator`: a trained checkpoint -> translations and attention maps (the inference API).
 
-`Translator.from_pretrained(source)` takes a `.ckpt`, a release directory or a hub repo id:
-the one loading path, `minitx.release.load`, which the commands, the demo and the experiments
-use too; `save_pretrained` / `push_to_hub` write and share release directories. Every
-translation goes through `minitx.decoding.generate` with a `DecodingConfig`; the default
-config (beam search, `DEFAULT_BEAM_SIZE`) is the one every minitx command uses. Sources are
-framed and padded by `minitx.vocab`, as in training; alignments and attention maps read
-(source, translation) pairs in the one teacher-forced pass of `minitx.teacher_forcing`.
+It loads through `minitx.release.load` and decodes through `minitx.decoding.generate`, as
+the commands, the demo and the experiments do; sources are framed by `minitx.vocab`, as in
+training, and alignments and maps come from `minitx.teacher_forcing`'s one pass.
 """
 
 from __future__ import annotations

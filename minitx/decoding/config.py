@@ -1,12 +1,9 @@
 """`DecodingConfig`: every decoding setting, in one place, with the package's defaults; and
 `DecodingStrategy`, what the config asks of the strategy its `strategy` field names.
 
-A strategy is a `DecodingStrategy` subclass registered in `STRATEGIES`: it decodes, and it
-declares and validates its own settings (`options`, `check`), its search width, its label
-and its file tag. `DecodingConfig` never branches on a strategy's name: it asks the
-registered class, so a strategy registered in any file is a full citizen of the config, the
-inference API and the commands at once. The built-in strategies (greedy, beam, sample) live
-in `minitx.decoding.strategies`, which imports this module (never the other way round).
+`DecodingConfig` never branches on a strategy's name: it asks the registered class, so a
+strategy registered in any file is a full citizen of the config, the inference API and the
+commands at once (docs/ARCHITECTURE.md, "A decoding strategy").
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""The built-in decoding strategies (greedy, beam, sample) and the one entry point, `generate`.
-
-Each is a `DecodingStrategy` registered in `STRATEGIES` (see `minitx.decoding.config`); a new
-one, registered in any file with ``@STRATEGIES.register("name")``, is accepted by
-`DecodingConfig(strategy="name")`, `Translator` and the commands' ``--strategy``.
+"""The built-in decoding strategies (greedy, beam, sample), each a `DecodingStrategy`
+registered in `STRATEGIES` (see `minitx.decoding.config`), and the one entry point, `generate`.
 """
 
 from __future__ import annotations
