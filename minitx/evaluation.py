@@ -47,9 +47,6 @@ def load_split(source: str, split: str, src_lang: str, tgt_lang: str, limit: int
         split: "train", "validation" or "test", under the loader's default file names (in a
             directory: the Multi30k names, e.g. test_2016_flickr.de, else the split's own,
             test.de; either may end in .gz); any other name is a file stem (NAME.de).
-        src_lang: the source language.
-        tgt_lang: the target language.
-        limit: read only the first `limit` lines (None: all).
 
     Raises:
         CorpusError: the corpus cannot be read, has no such split, or the split has no pair

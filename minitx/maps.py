@@ -124,14 +124,9 @@ class AttentionMaps:
 
 
 def attention_entropy(weights: torch.Tensor) -> torch.Tensor:
-    """Mean entropy (nats) of each head's attention distributions.
-
-    Args:
-        weights: (..., H, Tq, Tk) attention weights, rows summing to 1 (or all zero).
-
-    Returns:
-        (..., H) mean over query rows of -sum_k p log p. Low = focused heads.
-    """
+    """Mean entropy (nats) of each head's attention distributions: (..., H, Tq, Tk) weights,
+    rows summing to 1 (or all zero) -> (..., H) mean over query rows of -sum_k p log p. Low =
+    focused heads."""
     return row_entropy(weights).mean(-1)
 
 

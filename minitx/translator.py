@@ -294,7 +294,6 @@ class Translator:
         """For each sentence its `n_best` (translation, score) pairs, best first.
 
         Args:
-            sentences: source sentences.
             decoding: decoding settings (default `DecodingConfig()`).
             batch_size: sentences per batch (sorted by length internally).
             first_line: the line number of the first sentence, for warnings.

@@ -66,7 +66,6 @@ def viewer_data(
     """The JSON document embedded in the HTML viewer.
 
     Args:
-        maps: the attention maps of one translation.
         decimals: weights are rounded to this many decimal places.
         attributions: method -> (T, S) attributions of the same translation, on the
             cross-attention axes (e.g. `minitx.attribution.Attributions.scores`); each becomes
