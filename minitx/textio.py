@@ -151,7 +151,6 @@ def atomic_path(path: str | Path, *, size_hint: int | None = None) -> Iterator[P
     a named pipe) cannot be replaced: it is yielded itself and written in place.
 
     Args:
-        path: the file to write.
         size_hint: about how many bytes will be written, for the disk-full message.
 
     Raises:

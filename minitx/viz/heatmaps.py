@@ -94,13 +94,9 @@ def plot_attention_heads(
 
     Args:
         weights: (H, Tq, Tk) attention weights of one layer, rows summing to 1 (or zero).
-        query_tokens: Tq query pieces (y axis).
-        key_tokens: Tk key pieces (x axis).
-        title: figure title (omitted when empty).
+        query_tokens: Tq query pieces (y axis, named `query_axis`).
+        key_tokens: Tk key pieces (x axis, named `key_axis`).
         average: also draw the head average (Tq, Tk) as a last panel.
-        cmap: matplotlib colormap name.
-        query_axis: name of the y axis (e.g. what the row labels mean).
-        key_axis: name of the x axis.
         panel_names: a title per panel of ``weights`` (default ``head 0``, ``head 1``, ...),
             e.g. when the panels are an attribution beside cross-attention layers.
         value_label: the colorbar's label.
