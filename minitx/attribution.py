@@ -158,8 +158,6 @@ def gradient_attributions(
         src: (S,) source ids, eos last.
         tgt_in: (T,) decoder inputs, bos first.
         targets: (T,) the piece each position predicts (the attributed log-probabilities).
-        methods: a subset of `METHODS`.
-        ig_steps: quadrature nodes of integrated gradients.
 
     Returns:
         method -> (T, S, D) signed attributions; the (T,) log-probabilities f(e); and, for
@@ -216,15 +214,13 @@ def attribute(
     *,
     ig_steps: int = DEFAULT_IG_STEPS,
 ) -> tuple[dict[str, Tensor], Tensor, Tensor | None]:
-    """Row-normalised (T, S) attributions of a pair given as ids.
+    """Row-normalised (T, S) attributions of a pair given as ids (`gradient_attributions`,
+    with `model` in eval mode for the call, then back as it was).
 
     Args:
-        model: the Transformer (put in eval mode for the call, then back as it was).
         src_ids: source ids without eos (eos is appended: S = len + 1).
         tgt_ids: target ids without bos or eos: the decoder reads bos + tgt_ids and predicts
             tgt_ids + eos (T = len + 1).
-        methods: a subset of `METHODS`.
-        ig_steps: quadrature nodes of integrated gradients.
 
     Returns:
         method -> (T, S) scores (rows sum to 1), on the CPU in float32; the (T,)
@@ -254,18 +250,9 @@ def teacher_forced_attributions(
     *,
     ig_steps: int = DEFAULT_IG_STEPS,
 ) -> Attributions:
-    """The attributions of `model` reading `source` with `target` as decoder input: the
-    counterpart of `minitx.maps.teacher_forced_maps`, on the same pieces and axes.
-
-    Args:
-        model: the Transformer (its device is used).
-        tokenizer: the tokenizer it was trained with.
-        source: the source sentence.
-        target: target text, or target ids without bos/eos (e.g. generated ids).
-        methods: a subset of `METHODS`.
-        ig_steps: quadrature nodes of integrated gradients.
-
-    A side longer than the model's positions is cut to fit, with a warning, as for the maps.
+    """The attributions of `model` reading `source` with `target` (text, or ids without bos
+    or eos) as decoder input: the counterpart of `minitx.maps.teacher_forced_maps`, on the
+    same pieces and axes, and with the same cut of a side longer than the model's positions.
 
     Raises:
         ValueError: when the source is empty.

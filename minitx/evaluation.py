@@ -36,20 +36,6 @@ class Split(NamedTuple):
     """The corpus as read: `source` after `minitx.data.resolve_data_source`."""
 
 
-def naming_rule(split: str, src_lang: str, tgt_lang: str) -> str:
-    """How to name the two files of `split` in a ``--data`` directory (for error messages)."""
-    from minitx.data import MULTI30K_SPLITS
-
-    multi30k = MULTI30K_SPLITS.get(split)
-    names = f"{multi30k}.{src_lang} and {multi30k}.{tgt_lang}, or " if multi30k else ""
-    return (
-        f"minitx-evaluate --split {split} reads {names}{split}.{src_lang} and "
-        f"{split}.{tgt_lang} (each optionally .gz), one sentence a line, line-aligned; to score "
-        f"any file pair, put it there as NAME.{src_lang} and NAME.{tgt_lang} and pass "
-        "--split NAME"
-    )
-
-
 def load_split(source: str, split: str, src_lang: str, tgt_lang: str, limit: int | None) -> Split:
     """The pairs of one split (the first `limit` lines only, when given) with both sides
     non-empty, their line numbers and the skip counts.
@@ -61,9 +47,6 @@ def load_split(source: str, split: str, src_lang: str, tgt_lang: str, limit: int
         split: "train", "validation" or "test", under the loader's default file names (in a
             directory: the Multi30k names, e.g. test_2016_flickr.de, else the split's own,
             test.de; either may end in .gz); any other name is a file stem (NAME.de).
-        src_lang: the source language.
-        tgt_lang: the target language.
-        limit: read only the first `limit` lines (None: all).
 
     Raises:
         CorpusError: the corpus cannot be read, has no such split, or the split has no pair
@@ -95,9 +78,14 @@ def load_split(source: str, split: str, src_lang: str, tgt_lang: str, limit: int
     except FileNotFoundError as exc:
         if not directory.is_dir():
             raise CorpusError(str(exc)) from None
+        multi30k = MULTI30K_SPLITS.get(split)  # how to name the two files of the split
+        names = f"{multi30k}.{src_lang} and {multi30k}.{tgt_lang}, or " if multi30k else ""
         raise CorpusError(
-            f"{directory}: no {split!r} split for {src_lang} -> {tgt_lang}: "
-            f"{naming_rule(split, src_lang, tgt_lang)}; {describe_directory(directory)}"
+            f"{directory}: no {split!r} split for {src_lang} -> {tgt_lang}: minitx-evaluate "
+            f"--split {split} reads {names}{split}.{src_lang} and {split}.{tgt_lang} (each "
+            "optionally .gz), one sentence a line, line-aligned; to score any file pair, put it "
+            f"there as NAME.{src_lang} and NAME.{tgt_lang} and pass --split NAME; "
+            f"{describe_directory(directory)}"
         ) from None
     except (ValueError, ConnectionError) as exc:
         raise CorpusError(str(exc)) from None
@@ -219,17 +207,8 @@ def evaluate(
     progress: Progress | None = None,
     **changes: Any,
 ) -> EvaluationResult:
-    """Translate `sources` and score them against `references`.
-
-    Args:
-        translator: the model to score.
-        sources: source sentences.
-        references: one reference per source.
-        decoding: decoding settings (default `DecodingConfig()`).
-        batch_size: sentences per batch.
-        progress: called with the number of sentences translated, after each batch.
-        **changes: `DecodingConfig` fields to override, e.g. `beam_size=1` for greedy.
-    """
+    """Translate `sources` with `translator` and score them against `references` (one per
+    source); the other arguments are `Translator.translate`'s."""
     if len(sources) != len(references):
         raise ValueError(f"evaluate: {len(sources)} sources but {len(references)} references")
     config = (decoding or DecodingConfig()).with_changes(**changes)

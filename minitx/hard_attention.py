@@ -54,8 +54,7 @@ def hard_weights(weights: Tensor, mode: str, generator: torch.Generator | None =
 
     Args:
         weights: (..., Tq, Tk) attention weights: rows summing to 1, or all zeros.
-        mode: one of `ATTENTION_MODES`.
-        generator: random source of "hard-sample", on the device of `weights`.
+        generator: on the device of `weights`.
 
     Returns:
         (..., Tq, Tk) one-hot (or all-zero) rows, in the dtype of `weights`.

@@ -3,8 +3,6 @@
 The maps follow the Hugging Face / bertviz layout (one tensor per layer) with the batch
 dimension removed, so that plotting and the HTML viewer work on a single sentence;
 `AttentionMaps.to_bertviz` puts it back for bertviz's views.
-`teacher_forced_maps` collects them from a model in one teacher-forced pass
-(`minitx.teacher_forcing`); training callbacks, `Translator` and the experiments use it.
 """
 
 from __future__ import annotations
@@ -126,14 +124,9 @@ class AttentionMaps:
 
 
 def attention_entropy(weights: torch.Tensor) -> torch.Tensor:
-    """Mean entropy (nats) of each head's attention distributions.
-
-    Args:
-        weights: (..., H, Tq, Tk) attention weights, rows summing to 1 (or all zero).
-
-    Returns:
-        (..., H) mean over query rows of -sum_k p log p. Low = focused heads.
-    """
+    """Mean entropy (nats) of each head's attention distributions: (..., H, Tq, Tk) weights,
+    rows summing to 1 (or all zero) -> (..., H) mean over query rows of -sum_k p log p. Low =
+    focused heads."""
     return row_entropy(weights).mean(-1)
 
 
@@ -147,13 +140,8 @@ def row_entropy(weights: torch.Tensor) -> torch.Tensor:
 def teacher_forced_maps(
     model: Transformer, tokenizer: Tokenizer, source: str, target: str | list[int]
 ) -> AttentionMaps:
-    """Every attention map of `model` reading `source` with `target` as decoder input.
-
-    Args:
-        model: the Transformer (its device is used; call `.eval()` first).
-        tokenizer: the tokenizer it was trained with.
-        source: the source sentence.
-        target: target text, or target ids without bos/eos (e.g. generated ids).
+    """Every attention map of `model` (in eval mode) reading `source` with `target` (text, or
+    ids without bos or eos, e.g. generated ones) as decoder input.
 
     One sentence at a time, so no padding appears on the axes. Source pieces end with eos;
     target pieces (the decoder inputs) start with bos. A side longer than the model's

@@ -104,17 +104,6 @@ def check_output_file(
             raise OutputError(f"{flag} {out} is also an input; write to another file")
 
 
-def mark_output_dir(directory: str | os.PathLike[str], kind: str) -> None:
-    """Write `MARKER` into `directory`: minitx wrote it, so a later ``--force`` may replace it.
-
-    Args:
-        directory: the directory (existing).
-        kind: what it holds, e.g. ``"ctranslate2"``.
-    """
-    record = {"written_by": "minitx", "kind": kind}
-    (Path(directory) / MARKER).write_text(json.dumps(record) + "\n", encoding="utf-8")
-
-
 def replace_dir(new: str | os.PathLike[str], out: str | os.PathLike[str]) -> None:
     """Move the finished directory `new` to `out`, replacing an existing `out` by renames.
 
@@ -141,9 +130,9 @@ def replace_dir(new: str | os.PathLike[str], out: str | os.PathLike[str]) -> Non
 @contextlib.contextmanager
 def written_whole(out: str | os.PathLike[str], kind: str) -> Iterator[Path]:
     """Yield an empty directory beside `out` to write into; when the block ends without an
-    exception it gets `MARKER` (`kind`, see `mark_output_dir`) and takes the place of `out`
-    (`replace_dir`). Either way it is gone afterwards, so a failure leaves `out` as it was.
-    Call `check_output_dir` first."""
+    exception it gets `MARKER` (saying what it holds, `kind`, e.g. ``"ctranslate2"``) and
+    takes the place of `out` (`replace_dir`). Either way it is gone afterwards, so a failure
+    leaves `out` as it was. Call `check_output_dir` first."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
@@ -151,7 +140,8 @@ def written_whole(out: str | os.PathLike[str], kind: str) -> Iterator[Path]:
     tmp.mkdir()
     try:
         yield tmp
-        mark_output_dir(tmp, kind)
+        record = {"written_by": "minitx", "kind": kind}
+        (tmp / MARKER).write_text(json.dumps(record) + "\n", encoding="utf-8")
         replace_dir(tmp, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -2,12 +2,8 @@
 position at once, as in training.
 
 Attention maps (`minitx.maps`), alignments (`Translator.align`), gradient attributions
-(`minitx.attribution`) and the experiments' probes all read (source, target) pairs this way;
-each goes through `pair_ids` (one pair as ids, cut to the model's positions), `frame_pairs`
-(framed and padded by `minitx.vocab`), `teacher_forced` (the forward pass, with the attention
-maps it asks for) and `target_log_probs` (the log-probability of each target piece).
-`length_batches` cuts id sequences into length-sorted batches, for decoding and for the
-teacher-forced passes of many pairs.
+(`minitx.attribution`) and the experiments' probes all read (source, target) pairs this way,
+so that they share one framing and one forward pass.
 """
 
 from __future__ import annotations
@@ -43,14 +39,8 @@ def pair_ids(
     model: Transformer, tokenizer: Tokenizer, source: str, target: str | Sequence[int], what: str
 ) -> tuple[list[int], list[int]]:
     """One (source, target) pair as ids without special ids, each side cut to the model's
-    positions (with a warning naming `what`, e.g. "attention maps").
-
-    Args:
-        model: the Transformer (its `max_positions`).
-        tokenizer: the tokenizer it was trained with.
-        source: the source sentence.
-        target: target text, or target ids without bos/eos (e.g. generated ids).
-        what: what the pair is read for, in messages.
+    positions (with a warning naming `what`, e.g. "attention maps"); `target` is text, or ids
+    without bos or eos (e.g. generated ones).
 
     Raises:
         ValueError: when the source is empty.
@@ -98,8 +88,6 @@ def teacher_forced(
 
     Args:
         model: the Transformer (in the caller's grad / inference mode and autocast).
-        src: (B, S) source ids, eos last, right-padded.
-        tgt_in: (B, T) decoder inputs, bos first, right-padded.
         weights: which attention maps to return, one of `WEIGHTS`. Maps need the explicit
             attention path; "decoder" leaves the encoder on its fused one.
 
@@ -119,13 +107,3 @@ def target_log_probs(logits: Tensor, labels: Tensor) -> Tensor:
     logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
     picked = torch.log_softmax(logits, dim=-1).gather(-1, labels.unsqueeze(-1)).squeeze(-1)
     return picked.masked_fill(labels == PAD_ID, 0.0)
-
-
-__all__ = [
-    "WEIGHTS",
-    "frame_pairs",
-    "length_batches",
-    "pair_ids",
-    "target_log_probs",
-    "teacher_forced",
-]

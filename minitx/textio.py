@@ -18,12 +18,8 @@ from minitx.errors import DataError, OutputError, UsageError
 
 
 def decode_utf8(raw: bytes, name: str, *, first_line: int = 1) -> str:
-    """Decode UTF-8 bytes (a byte-order mark opening the file, at `first_line` 1, is dropped).
-
-    Args:
-        raw: the bytes.
-        name: the file, for messages.
-        first_line: the line number of the first line of `raw` (a later part of a stream).
+    """Decode UTF-8 bytes of file `name` whose first line is line `first_line` (a later part
+    of a stream); a byte-order mark opening the file (at `first_line` 1) is dropped.
 
     Raises:
         DataError: invalid UTF-8, or a NUL byte; the message names `name`, the line and the
@@ -155,7 +151,6 @@ def atomic_path(path: str | Path, *, size_hint: int | None = None) -> Iterator[P
     a named pipe) cannot be replaced: it is yielded itself and written in place.
 
     Args:
-        path: the file to write.
         size_hint: about how many bytes will be written, for the disk-full message.
 
     Raises:

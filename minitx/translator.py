@@ -1,12 +1,8 @@
 """`Translator`: a trained checkpoint -> translations and attention maps (the inference API).
 
-`Translator.from_pretrained(source)` takes a `.ckpt`, a release directory or a hub repo id:
-the one loading path, `minitx.release.load`, which the commands, the demo and the experiments
-use too; `save_pretrained` / `push_to_hub` write and share release directories. Every
-translation goes through `minitx.decoding.generate` with a `DecodingConfig`; the default
-config (beam search, `DEFAULT_BEAM_SIZE`) is the one every minitx command uses. Sources are
-framed and padded by `minitx.vocab`, as in training; alignments and attention maps read
-(source, translation) pairs in the one teacher-forced pass of `minitx.teacher_forcing`.
+It loads through `minitx.release.load` and decodes through `minitx.decoding.generate`, as
+the commands, the demo and the experiments do; sources are framed by `minitx.vocab`, as in
+training, and alignments and maps come from `minitx.teacher_forcing`'s one pass.
 """
 
 from __future__ import annotations
@@ -97,21 +93,15 @@ class Translator:
     Args:
         model: the Transformer (moved to `device`, set to eval mode).
         tokenizer: the joint sentencepiece tokenizer it was trained with.
-        device: "cpu", "cuda", ...
         bf16: run the model under bfloat16 autocast, and decode with a copy of it in bfloat16
             (faster on CPUs with bf16 units and GPUs; the copy takes half the model's memory,
             and its residual stream is bf16 too); `model` keeps its fp32 weights.
-        languages: (source, target) language codes, when known.
         train_config: the resolved training config (YAML text), when known; `save_pretrained`
             passes it on.
-        attention_mode: how attention uses its weights at inference, one of
-            `minitx.hard_attention.ATTENTION_MODES`: "soft" (the trained behaviour),
-            "hard-argmax" or "hard-sample" (each row one-hot at one key; see
-            `minitx.hard_attention.hard_weights`).
-            Applies to translations, alignments and attention maps (which then show the
-            one-hot rows used). Change it later with `set_attention`.
-        attention_scope: where a hard mode applies, "cross" (decoder cross-attention) or "all"
-            (every attention); see `minitx.hard_attention.HARD_ATTENTION_SCOPES`.
+        attention_mode: one of `minitx.hard_attention.ATTENTION_MODES`, for translations,
+            alignments and attention maps (which then show the one-hot rows used).
+        attention_scope: where a hard mode applies, one of
+            `minitx.hard_attention.HARD_ATTENTION_SCOPES`.
         attention_seed: seed of "hard-sample": each call of a translating method starts its
             draws afresh from it, so the same call gives the same output.
     """
@@ -141,11 +131,8 @@ class Translator:
 
     def set_attention(self, mode: str = "soft", *, scope: str = "cross", seed: int = 0) -> None:
         """Use attention mode `mode` in the attentions of `scope` from now on (see the
-        constructor's `attention_mode`, `attention_scope` and `attention_seed`).
-
-        Raises:
-            ConfigError: an unknown mode or scope.
-        """
+        constructor's `attention_mode`, `attention_scope` and `attention_seed`): a
+        `ConfigError` for an unknown mode or scope comes here, before any translation."""
         check_attention_mode(mode)
         check_attention_scope(scope)
         self.attention_mode, self.attention_scope, self.attention_seed = mode, scope, seed
@@ -182,14 +169,9 @@ class Translator:
         bf16: bool = False,
     ) -> Translator:
         """Build a Translator from a `.ckpt` file, a release directory or a hub repo id
-        ("owner/name"), through `minitx.release.load`: a local path wins; a repo id is fetched
-        with `huggingface_hub.snapshot_download` (its cache serves later calls offline).
-
-        Args:
-            source: the `.ckpt`, the release directory or the repo id.
-            revision: the hub revision (branch, tag or commit) of a repo id.
-            device: where the model runs.
-            bf16: run the model under bfloat16 autocast, decoding with a bf16 copy of it.
+        ("owner/name") at `revision`, through `minitx.release.load`: a local path wins; a repo
+        id is fetched with `huggingface_hub.snapshot_download` (its cache serves later calls
+        offline). `device` and `bf16` are the constructor's.
 
         Raises:
             MissingFileError: no such local path, and not a repo id (a `FileNotFoundError`).
@@ -312,7 +294,6 @@ class Translator:
         """For each sentence its `n_best` (translation, score) pairs, best first.
 
         Args:
-            sentences: source sentences.
             decoding: decoding settings (default `DecodingConfig()`).
             batch_size: sentences per batch (sorted by length internally).
             first_line: the line number of the first sentence, for warnings.
@@ -359,13 +340,8 @@ class Translator:
         """Translate sources given as ids: the best translation of each, as the target piece
         ids exactly as decoded (not re-tokenised; no bos, eos or padding), in input order;
         [] for an empty source. What `translate` decodes, before the tokenizer makes text.
-
-        Args:
-            ids: source piece ids per sentence, without eos, each at most `max_positions - 1`
-                long (as `encode_sources` gives them).
-            decoding: decoding settings (default `DecodingConfig()`).
-            batch_size: sentences per batch (sorted by length internally).
-            **changes: `DecodingConfig` fields to override, e.g. `strategy="greedy"`.
+        `ids` are source piece ids without eos, each at most `max_positions - 1` long (as
+        `encode_sources` gives them); the other arguments are `translate_n_best`'s.
         """
         config = (decoding or DecodingConfig()).with_changes(**changes).replace(n_best=1)
         results = self._decode(ids, config, batch_size)
@@ -441,17 +417,14 @@ class Translator:
         translation: str | None,
         decoding: DecodingConfig | None,
         changes: dict[str, Any],
-        what: str,
     ) -> str | list[int]:
         """`translation`, or else the pieces of the model's own translation of `sentence`
-        exactly as decoded (no eos): what `attention` and `attributions` read."""
+        exactly as decoded (no eos): what `attention` and `attributions` read. An empty
+        `sentence` translates to no pieces; `minitx.teacher_forcing.pair_ids` then refuses it."""
         if translation is not None:
             return translation
-        config = (decoding or DecodingConfig()).with_changes(**changes)  # bad settings first
-        if not sentence.strip():
-            raise ValueError(f"{what} need a non-empty source sentence")
         ids = encode_sources(self.tokenizer, [sentence], self.model.config.max_positions)
-        return self.translate_ids(ids, config, batch_size=1)[0]  # it keeps the best (n_best 1)
+        return self.translate_ids(ids, decoding, batch_size=1, **changes)[0]  # the best only
 
     @torch.inference_mode()
     def attention(
@@ -473,7 +446,7 @@ class Translator:
         "hard-sample" the teacher-forced pass draws afresh (from the same seed), so its rows
         need not be the draws that produced it.
         """
-        target = self._target(sentence, translation, decoding, changes, "attention maps")
+        target = self._target(sentence, translation, decoding, changes)
         with self._attention_context():
             return teacher_forced_maps(self.model, self.tokenizer, sentence, target)
 
@@ -497,19 +470,15 @@ class Translator:
         bf16 autocast) with this Translator's attention mode.
 
         Args:
-            sentence: the source sentence.
-            translation: the translation to attribute (default: the model's own).
             methods: a subset of `minitx.attribution.METHODS` ("saliency", "ixg", "ig").
             ig_steps: quadrature nodes of integrated gradients.
-            decoding: decoding settings of the translation.
-            **changes: `DecodingConfig` fields to override.
 
         Raises:
             ValueError: an empty sentence.
             ConfigError: an unknown method.
         """
         methods = check_methods(methods)
-        target = self._target(sentence, translation, decoding, changes, "attributions")
+        target = self._target(sentence, translation, decoding, changes)
         with self._attention_context():
             return teacher_forced_attributions(
                 self.model, self.tokenizer, sentence, target, methods, ig_steps=ig_steps

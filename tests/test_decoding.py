@@ -3,6 +3,8 @@ and an overfit run that greedy decoding must reproduce exactly."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -563,7 +565,7 @@ def test_sampling_config_accepts_many_samples_and_describes_itself():
     config = DecodingConfig(strategy="sample", n_best=20, temperature=0.7, top_p=0.9, seed=4)
     assert config.width == 20 and config.file_tag == "sample"
     assert config.describe() == "sampling (temperature 0.7, top-p 0.9, seed 4)"
-    assert DecodingConfig.from_dict(config.to_dict()) == config
+    assert DecodingConfig.from_dict(dataclasses.asdict(config)) == config
 
 
 # --------------------------------------------------------------------------------------------

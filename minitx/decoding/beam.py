@@ -27,14 +27,9 @@ def beam_search(model: Transformer, src: Tensor, config: DecodingConfig) -> list
     are). Done sentences leave the batch, so the work shrinks as decoding goes on; the first
     step decodes one row per sentence, since every beam starts as bos alone.
 
-    Args:
-        model: the Transformer (eval mode).
-        src: (B, S) source ids, right-padded.
-        config: the settings it reads: `beam_size`, `n_best`, `alpha` (see `length_penalty`),
-            the length cap and `use_cache`.
-
-    Returns:
-        For each sentence, its `n_best` hypotheses, best (highest score) first.
+    `src` (B, S) holds right-padded source ids; `config` gives `beam_size`, `n_best`, `alpha`
+    (see `length_penalty`), the length cap and `use_cache`. Returns each sentence's `n_best`
+    hypotheses, best (highest score) first.
     """
     k, alpha = config.beam_size, config.alpha
     vocab = model.config.tgt_vocab_size

@@ -1,18 +1,15 @@
 """`DecodingConfig`: every decoding setting, in one place, with the package's defaults; and
 `DecodingStrategy`, what the config asks of the strategy its `strategy` field names.
 
-A strategy is a `DecodingStrategy` subclass registered in `STRATEGIES`: it decodes, and it
-declares and validates its own settings (`options`, `check`), its search width, its label
-and its file tag. `DecodingConfig` never branches on a strategy's name: it asks the
-registered class, so a strategy registered in any file is a full citizen of the config, the
-inference API and the commands at once. The built-in strategies (greedy, beam, sample) live
-in `minitx.decoding.strategies`, which imports this module (never the other way round).
+`DecodingConfig` never branches on a strategy's name: it asks the registered class, so a
+strategy registered in any file is a full citizen of the config, the inference API and the
+commands at once (docs/ARCHITECTURE.md, "A decoding strategy").
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import MISSING, asdict, dataclass, fields, replace
+from dataclasses import MISSING, dataclass, fields, replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from minitx.errors import ConfigError, check_known_keys
@@ -48,17 +45,8 @@ class DecodingStrategy:
     def decode(
         self, model: Transformer, src: Tensor, config: DecodingConfig
     ) -> list[list[Hypothesis]]:
-        """Translate a batch.
-
-        Args:
-            model: the Transformer, in eval mode.
-            src: (B, S) source ids, right-padded, each ending in eos.
-            config: the settings (`config.strategy` names this strategy).
-
-        Returns:
-            For each of the B sentences, its hypotheses, best first (`config.n_best` of them
-            for the built-in strategies).
-        """
+        """Translate a batch, `src` (B, S): right-padded source ids, each ending in eos. For
+        each sentence its hypotheses, best first (`config.n_best` for the built-in ones)."""
         raise NotImplementedError(f"{type(self).__name__} must implement decode")
 
     def width(self, config: DecodingConfig) -> int:
@@ -94,11 +82,8 @@ STRATEGIES: Registry[type[DecodingStrategy] | Strategy] = Registry("decoding str
 
 
 class FunctionStrategy(DecodingStrategy):
-    """A plain function registered as a strategy: `DecodingStrategy`'s defaults around it.
-
-    Args:
-        function: ``(model, src (B, S), config) -> list[list[Hypothesis]]``.
-    """
+    """A plain function registered as a strategy (`Strategy`): `DecodingStrategy`'s defaults
+    around it."""
 
     def __init__(self, function: Strategy) -> None:
         self.function = function
@@ -245,12 +230,8 @@ class DecodingConfig:
         (beam size) or "sample"."""
         return self.implementation.file_tag(self)
 
-    def to_dict(self) -> dict[str, Any]:
-        """Plain dict (hyper-parameters, JSON output)."""
-        return asdict(self)
-
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> DecodingConfig:
-        """Inverse of `to_dict`; unknown keys are an error."""
+        """Inverse of `dataclasses.asdict`; unknown keys are an error."""
         check_known_keys("DecodingConfig", values, (f.name for f in fields(cls)))
         return cls(**values)

@@ -16,15 +16,9 @@ def greedy_decode(model: Transformer, src: Tensor, config: DecodingConfig | None
     """Pick the most probable token at each step. A sentence that has finished (eos or its
     length cap) leaves the batch, so the later steps only compute the unfinished ones.
 
-    Args:
-        model: the Transformer (put it in eval mode first).
-        src: (B, S) source ids, right-padded.
-        config: the length cap (`max_len_a`, `max_len_b`) and `use_cache` it reads (default
-            `DecodingConfig()`).
-
-    Returns:
-        (B, L) generated ids (no bos), each row ending at its eos (if reached before the cap)
-        and right-padded with pad_id.
+    `src` (B, S) holds right-padded source ids; `config` (default `DecodingConfig()`) gives
+    the length cap and `use_cache`. Returns (B, L) generated ids (no bos), each row ending at
+    its eos (if reached before the cap) and right-padded with pad_id.
     """
     config = config or DecodingConfig()
     enc = model.encode(src)

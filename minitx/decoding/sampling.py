@@ -79,15 +79,7 @@ def sample_decode(
     (as is `top_k=1`). Each sample is a `Hypothesis` whose `log_prob` is its log-probability
     under the model itself (temperature 1, no truncation) and whose `score` is that divided
     by the GNMT length penalty with `alpha`, as for beam search; the samples of a sentence
-    are returned best score first.
-
-    Args:
-        model: the Transformer (eval mode).
-        src: (B, S) source ids, right-padded.
-        config: the sampling settings, the length cap and `use_cache`.
-
-    Returns:
-        For each sentence, its `n_best` hypotheses, best score first.
+    are returned best score first. `src` (B, S) holds right-padded source ids.
     """
     device = src.device
     n = config.n_best

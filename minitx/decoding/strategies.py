@@ -1,8 +1,5 @@
-"""The built-in decoding strategies (greedy, beam, sample) and the one entry point, `generate`.
-
-Each is a `DecodingStrategy` registered in `STRATEGIES` (see `minitx.decoding.config`); a new
-one, registered in any file with ``@STRATEGIES.register("name")``, is accepted by
-`DecodingConfig(strategy="name")`, `Translator` and the commands' ``--strategy``.
+"""The built-in decoding strategies (greedy, beam, sample), each a `DecodingStrategy`
+registered in `STRATEGIES` (see `minitx.decoding.config`), and the one entry point, `generate`.
 """
 
 from __future__ import annotations
@@ -113,15 +110,7 @@ class Sampling(DecodingStrategy):
 
 @torch.no_grad()
 def generate(model: Transformer, src: Tensor, config: DecodingConfig) -> list[list[Hypothesis]]:
-    """Translate a batch of source ids with the strategy the config names.
-
-    Args:
-        model: the Transformer, in eval mode.
-        src: (B, S) source ids, right-padded, each ending in eos.
-        config: the decoding settings.
-
-    Returns:
-        For each sentence, its `config.n_best` hypotheses, best first; each hypothesis's
-        tokens end with eos when one was generated before the length cap.
-    """
+    """Translate a batch `src` (B, S) of right-padded source ids, each ending in eos, with
+    the strategy `config` names (`model` in eval mode). For each sentence its `config.n_best`
+    hypotheses, best first; their tokens end with eos when one came before the length cap."""
     return strategy_for(config.strategy).decode(model, src, config)

@@ -94,13 +94,9 @@ def plot_attention_heads(
 
     Args:
         weights: (H, Tq, Tk) attention weights of one layer, rows summing to 1 (or zero).
-        query_tokens: Tq query pieces (y axis).
-        key_tokens: Tk key pieces (x axis).
-        title: figure title (omitted when empty).
+        query_tokens: Tq query pieces (y axis, named `query_axis`).
+        key_tokens: Tk key pieces (x axis, named `key_axis`).
         average: also draw the head average (Tq, Tk) as a last panel.
-        cmap: matplotlib colormap name.
-        query_axis: name of the y axis (e.g. what the row labels mean).
-        key_axis: name of the x axis.
         panel_names: a title per panel of ``weights`` (default ``head 0``, ``head 1``, ...),
             e.g. when the panels are an attribution beside cross-attention layers.
         value_label: the colorbar's label.
@@ -206,12 +202,8 @@ def figures_for_maps(
     kinds: Sequence[str] = KINDS,
     average: bool = True,
 ) -> dict[str, Figure]:
-    """One heads-grid figure per (kind, layer) of a sentence's attention maps.
-
-    Args:
-        maps: the attention maps of one translation.
-        kinds: which kinds to plot, a subset of ``("encoder", "decoder", "cross")``.
-        average: add a head-average panel to every figure.
+    """One heads-grid figure per (kind, layer) of a sentence's attention maps, for `kinds` (a
+    subset of `minitx.maps.KINDS`), with a head-average panel when `average`.
 
     Returns:
         Figures keyed ``"{kind}/layer_{i}"``, e.g. ``"encoder/layer_0"``, ``"cross/layer_2"``,
@@ -265,19 +257,8 @@ def save_attention_images(
     kinds: Sequence[str] = KINDS,
     average: bool = True,
 ) -> list[Path]:
-    """Write one PNG heatmap grid per (kind, layer), e.g. ``{prefix}encoder_layer0.png``.
-
-    Args:
-        maps: the attention maps of one translation.
-        out_dir: directory for the images (created if missing).
-        prefix: prepended to every file name.
-        dpi: resolution of the PNGs.
-        kinds: which kinds to write, a subset of ``("encoder", "decoder", "cross")``.
-        average: add a head-average panel to every image.
-
-    Returns:
-        The written paths, in kind order then layer order.
-    """
+    """Write the figures of `figures_for_maps` as PNGs in `out_dir` (created if missing),
+    e.g. ``{prefix}encoder_layer0.png``; returns the paths, in kind order then layer order."""
     return _save_figures(_iter_figures(maps, check_kinds(kinds), average), out_dir, prefix, dpi)
 
 
@@ -311,18 +292,11 @@ def _iter_attribution_figures(
 def figures_for_attributions(
     maps: AttentionMaps, attributions: Mapping[str, torch.Tensor]
 ) -> dict[str, Figure]:
-    """One figure per attribution method: its (T, S) matrix beside the head-averaged
-    cross-attention of every decoder layer, on the same axes and the same 0-1 colour scale
-    (each row of either is a distribution over the source pieces).
-
-    Args:
-        maps: the attention maps of one translation.
-        attributions: method -> (T, S) attributions of the same translation (rows: the
-            predicted pieces, columns: the source pieces; e.g. `Attributions.scores` of
-            `minitx.attribution`).
-
-    Returns:
-        Figures keyed ``"attribution/{method}"``, in the order of `attributions`.
+    """One figure per attribution method of `attributions` (method -> (T, S), e.g.
+    `minitx.attribution.Attributions.scores`), keyed ``"attribution/{method}"`` in their
+    order: the matrix beside the head-averaged cross-attention of every decoder layer of
+    `maps`, on the same axes and the same 0-1 colour scale (each row of either is a
+    distribution over the source pieces).
 
     Raises:
         ValueError: a matrix whose shape does not match the cross-attention axes, or maps
@@ -339,9 +313,6 @@ def save_attribution_images(
     prefix: str = "",
     dpi: int = DEFAULT_DPI,
 ) -> list[Path]:
-    """Write ``{prefix}attribution_{method}.png`` per method (see `figures_for_attributions`).
-
-    Returns:
-        The written paths, in the order of `attributions`.
-    """
+    """Write ``{prefix}attribution_{method}.png`` per method (see `figures_for_attributions`);
+    returns the paths, in the order of `attributions`."""
     return _save_figures(_iter_attribution_figures(maps, attributions), out_dir, prefix, dpi)

@@ -66,7 +66,6 @@ def viewer_data(
     """The JSON document embedded in the HTML viewer.
 
     Args:
-        maps: the attention maps of one translation.
         decimals: weights are rounded to this many decimal places.
         attributions: method -> (T, S) attributions of the same translation, on the
             cross-attention axes (e.g. `minitx.attribution.Attributions.scores`); each becomes
@@ -174,13 +173,8 @@ def write_html_viewer(
     Args:
         maps: the attention maps of one translation; encoder maps (H, S, S), decoder maps
             (H, T, T), cross maps (H, T, S).
-        path: the HTML file to write (parent directories are created).
-        title: page title and heading.
-        attributions: method -> (T, S) attributions of the same translation, on the
-            cross-attention axes (see :func:`viewer_data`).
-
-    Returns:
-        ``path`` as a Path.
+        path: the HTML file to write (parent directories are created); returned as a Path.
+        attributions: method -> (T, S) attributions (see :func:`viewer_data`).
 
     Raises:
         ValueError: if a map's shape does not match the tokens or contains NaN / inf.
@@ -204,21 +198,9 @@ def visualize(
     title: str = "minitx attention",
     attributions: Mapping[str, torch.Tensor] | None = None,
 ) -> list[Path]:
-    """Write PNG heatmaps (per kind and layer) and, optionally, ``attention.html``.
-
-    This is the whole of ``minitx-visualize`` after inference.
-
-    Args:
-        maps: the attention maps of one translation.
-        out_dir: output directory (created if missing).
-        kinds: which kinds get PNGs (the HTML viewer always holds all kinds).
-        html_viewer: also write ``out_dir/attention.html``.
-        dpi: resolution of the PNGs.
-        average: add a head-average panel to every PNG.
-        title: title of the HTML viewer.
-        attributions: method -> (T, S) attributions of the same translation: one more PNG
-            each, ``attribution_{method}.png`` (beside the head-averaged cross-attention of
-            every layer), and one more kind each in the viewer.
+    """Write PNG heatmaps (`save_attention_images`, `save_attribution_images`) and, with
+    `html_viewer`, ``attention.html`` (`write_html_viewer`) into `out_dir`: the whole of
+    ``minitx-visualize`` after inference. `kinds` get PNGs; the viewer holds all kinds.
 
     Returns:
         The PNG paths (kind order, then layer order, then the attributions), then the HTML
