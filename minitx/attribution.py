@@ -44,13 +44,6 @@ if TYPE_CHECKING:
 METHODS: tuple[str, ...] = ("saliency", "ixg", "ig")
 """Attribution methods: gradient norm, input x gradient, integrated gradients."""
 
-METHOD_LABELS: dict[str, str] = {
-    "saliency": "saliency (gradient)",
-    "ixg": "input \u00d7 gradient",
-    "ig": "integrated gradients",
-}
-"""Human-readable name of each method."""
-
 DEFAULT_IG_STEPS = 16
 """Gauss-Legendre nodes of integrated gradients. The completeness gap (`Attributions.ig_delta`)
 shrinks fast with more nodes along a smooth path; ReLU's kinks slow that down: on the default

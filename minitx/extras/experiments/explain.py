@@ -27,7 +27,6 @@ import torch
 
 from minitx.attribution import (
     DEFAULT_IG_STEPS,
-    METHOD_LABELS,
     METHODS,
     agreement,
     attribute,
@@ -41,6 +40,7 @@ from minitx.metrics import bleu_metric
 from minitx.model import Transformer
 from minitx.teacher_forcing import frame_pairs, target_log_probs, teacher_forced
 from minitx.translator import Translator, encode_sources
+from minitx.viz import ATTRIBUTION_LABELS
 
 NAME = "explain"
 MEAN = "mean"
@@ -169,7 +169,7 @@ def explain(
                 views[(str(layer), MEAN)]
             )
         for method, matrix in scores.items():
-            picks[f"attribution: {METHOD_LABELS[method]}"] = most_important(matrix)
+            picks[f"attribution: {ATTRIBUTION_LABELS[method]}"] = most_important(matrix)
         picks["a random piece"] = rng.randrange(len(src_ids))
         for name, piece in picks.items():
             choices.setdefault(name, []).append(piece)
@@ -291,11 +291,12 @@ def markdown(summary: dict[str, Any]) -> str:
         for layer in layers:
             cells = [_cell(summary, method, layer, h) for h in [*heads, MEAN]]
             row = [f"{fmt(c['spearman'])} / {fmt(c['top1'], percent=True)}" for c in cells]
-            lines.append(f"| {METHOD_LABELS[method]} | layer {layer} | " + " | ".join(row) + " |")
+            label = ATTRIBUTION_LABELS[method]
+            lines.append(f"| {label} | layer {layer} | " + " | ".join(row) + " |")
         every = _cell(summary, method, "all", MEAN)
         blanks = " | ".join("" for _ in heads)
         lines.append(
-            f"| {METHOD_LABELS[method]} | every layer (the alignment) | {blanks} | "
+            f"| {ATTRIBUTION_LABELS[method]} | every layer (the alignment) | {blanks} | "
             f"{fmt(every['spearman'])} / {fmt(every['top1'], percent=True)} |"
         )
     if summary["between_methods"]:
@@ -303,7 +304,7 @@ def markdown(summary: dict[str, Any]) -> str:
         lines += ["| methods | rank correlation | top-1 agreement |", "|---|---|---|"]
         for entry in summary["between_methods"]:
             lines.append(
-                f"| {METHOD_LABELS[entry['a']]} vs {METHOD_LABELS[entry['b']]} | "
+                f"| {ATTRIBUTION_LABELS[entry['a']]} vs {ATTRIBUTION_LABELS[entry['b']]} | "
                 f"{fmt(entry['spearman'])} | {fmt(entry['top1'], percent=True)} |"
             )
     lines += [
@@ -357,7 +358,7 @@ def figures(directory: Path, summary: dict[str, Any]) -> list[Path]:
                                 color="white" if dark else "black")  # fmt: skip
             every = _cell(summary, method, "all", MEAN)[key]
             ax.set_title(
-                f"{METHOD_LABELS[method]}\n{title} (every layer: {fmt(every)})", fontsize=8
+                f"{ATTRIBUTION_LABELS[method]}\n{title} (every layer: {fmt(every)})", fontsize=8
             )
             ax.set_xticks(range(len(columns)), [*heads, "mean"], fontsize=7)
             ax.set_yticks(range(len(layers)), [f"layer {layer}" for layer in layers], fontsize=7)
