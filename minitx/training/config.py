@@ -67,10 +67,7 @@ class OptimConfig:
             raise ConfigError(
                 f"OptimConfig.skip_bad_batches must be >= 0, got {self.skip_bad_batches}"
             )
-        if self.schedule not in SCHEDULES:
-            raise ConfigError(
-                f"OptimConfig.schedule={self.schedule!r}; choose one of {SCHEDULES.names()}"
-            )
+        SCHEDULES.check(self.schedule, where="OptimConfig.schedule")
         if self.total_steps < 0:
             raise ConfigError(
                 f"OptimConfig.total_steps must be >= 0 (0 = the run's planned steps), "
