@@ -10,6 +10,7 @@ YAML configs list only what they change.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 
 from minitx.decoding import DecodingConfig
 from minitx.errors import ConfigError
@@ -101,10 +102,6 @@ def _join(names: tuple[str, ...], word: str) -> str:
     return f" {word} ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
 
 
-def _greedy() -> DecodingConfig:
-    return DecodingConfig(strategy="greedy")
-
-
 @dataclass
 class ValidationConfig:
     """What validation measures besides the loss.
@@ -129,7 +126,7 @@ class ValidationConfig:
 
     validations_per_run: int = 10
     bleu_every_n_epochs: int = 1
-    decoding: DecodingConfig = field(default_factory=_greedy)
+    decoding: DecodingConfig = field(default_factory=partial(DecodingConfig, strategy="greedy"))
     log_examples: int = 3
 
     def __post_init__(self) -> None:
