@@ -2,12 +2,10 @@
 resumes (`--ckpt_path last`).
 
 Lightning's `CSVLogger` deletes an existing ``metrics.csv`` when its directory is reused, so
-a resumed run would lose every earlier row. This logger writes the same file (one row per
-logged step, the columns sorted by name, ``step`` among them) through Lightning's public
-`Logger` interface, keeps the rows up to the step the checkpoint was saved at (later rows
-were logged after it and are logged again by the resumed run) and appends from there.
-TensorBoard does the same with `purge_step`. Every rewrite of the file (a new metric's
-column, the trim on resume) replaces it whole, never leaving it half-written.
+a resumed run would lose every earlier row. This logger writes the same file through
+Lightning's public `Logger` interface, keeps the rows up to the checkpoint's step (later ones
+are logged again by the resumed run; TensorBoard's `purge_step` does the same) and appends
+from there. Every rewrite of the file replaces it whole, never leaving it half-written.
 """
 
 from __future__ import annotations
