@@ -71,11 +71,6 @@ class ContinuingCSVLogger(Logger):
     def log_dir(self) -> str:
         return str(self.path.parent)
 
-    @property
-    def experiment(self) -> ContinuingCSVLogger:
-        """The logger itself: it writes its file directly."""
-        return self
-
     @rank_zero_only
     def log_hyperparams(self, params: dict[str, Any] | Namespace, *args: Any, **kw: Any) -> None:
         """The module's hyperparameters as ``hparams.yaml`` beside the metrics, as
