@@ -32,9 +32,6 @@ class ContinuingCSVLogger(Logger):
     """Log metrics to ``{save_dir}/{name}/{version}/metrics.csv``, continuing it on resume.
 
     Args:
-        save_dir: the directory holding the logger's own.
-        name: a subdirectory of `save_dir` ("" for none).
-        version: the logger's directory under it.
         resume_step: the global step of the checkpoint training resumes from; None for a new
             run (an existing file is then replaced, as `CSVLogger` does).
     """
