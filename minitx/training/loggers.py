@@ -89,9 +89,8 @@ class ContinuingCSVLogger(Logger):
         """Write the rows logged so far: appended, or the file rewritten whole when a new
         metric adds a column. Nothing logged and no file yet: nothing is created (a run that
         fails before its first step leaves no directory)."""
-        if not self.rows and not self.path.is_file():
-            return
-        self._prepare()
+        if self.rows or self.path.is_file():
+            self._prepare()
         if not self.rows:
             return
         new_keys = set().union(*self.rows) - set(self.keys)
