@@ -64,10 +64,8 @@ def tensor_bytes(obj: Any) -> int:
 
 
 def write_checkpoint(checkpoint: Mapping[str, Any], path: str | Path) -> None:
-    """Save `checkpoint` with `torch.save` so that `path` is whole or unchanged.
-
-    The file is written under a temporary name in `path`'s directory, flushed to disk and
-    renamed (`minitx.textio.atomic_path`); the parent directory is created when missing.
+    """Save `checkpoint` with `torch.save` so that `path` is whole or unchanged
+    (`minitx.textio.atomic_path`); the parent directory is created when missing.
 
     Raises:
         OutputError: no room on the destination's disk (the message names `path`, the space
@@ -85,12 +83,9 @@ protocol header (the legacy format; a plain pickle too, which the safe loader th
 
 
 def read_checkpoint(path: str | Path, *, mmap: bool = False) -> dict[str, Any]:
-    """Read a `torch.save` file with `weights_only=True`, whatever torch's own default is.
-
-    The one reader of `.ckpt` files: the inference commands (through `load_checkpoint`) and
-    training's resume (Lightning calls it through `minitx.training.checkpoint_io`). torch
-    before 2.6 unpickles anything by default; passing `weights_only=True` here means a
-    crafted file is refused on every supported torch, never run.
+    """Read a `torch.save` file with `weights_only=True`, whatever torch's own default is
+    (before 2.6 it unpickles anything): the one reader of `.ckpt` files, for inference and
+    for training's resume, so a crafted file is refused, never run.
 
     Raises:
         MissingFileError: no file at `path` (a `FileNotFoundError`).

@@ -400,7 +400,7 @@ def test_a_schedule_registered_in_this_file_is_model_optim_schedule(
             TranslationModule(
                 transformer=SMALL, optim={"schedule": "inverse_sqrt", "total_steps": 500}
             )
-    with pytest.raises(ValueError, match="schedule='step_down'; choose one of"):
+    with pytest.raises(ValueError, match="schedule 'step_down'; choose one of"):
         TranslationModule(transformer=SMALL, optim={"schedule": "step_down"})
 
 

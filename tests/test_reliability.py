@@ -211,7 +211,7 @@ def test_resume_last_continues_at_the_saved_step_epoch_and_lr(
     common = TINY + ["--trainer.enable_progress_bar", "false", "--test", "false"]
     first = main(common + ["--trainer.max_epochs", "1"])
     steps_per_epoch = first.trainer.global_step
-    first.trainer.loggers[1].experiment.log_metrics({"train/loss": 9.0}, step=10**6)
+    first.trainer.loggers[1].log_metrics({"train/loss": 9.0}, step=10**6)
     first.trainer.loggers[1].save()  # a row logged after the checkpoint: dropped on resume
     assert steps_per_epoch > 0
     (run_dir,) = run_dirs(tmp_path)

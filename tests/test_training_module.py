@@ -184,7 +184,7 @@ def test_settings_are_accepted_as_dataclasses_or_dicts_and_saved_as_plain_data()
     ("optim", "message"),
     [
         ({"lr": 0}, "lr must be > 0"),
-        ({"schedule": "noam"}, "schedule='noam'; choose one of"),
+        ({"schedule": "noam"}, "schedule: unknown learning-rate schedule 'noam'; choose one of"),
         ({"total_steps": -1}, "total_steps must be >= 0"),
         (
             {"schedule": "linear", "warmup_steps": 1000, "total_steps": 500},

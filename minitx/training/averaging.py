@@ -21,14 +21,11 @@ logger = logging.getLogger(__name__)
 class CheckpointAveraging(L.Callback):
     """Keep the weights of the last `last_n` epochs and write their mean as a checkpoint.
 
-    After every training epoch the Transformer's weights are copied to CPU memory (the
-    newest `last_n` copies are kept: `last_n` times the model's size). When training ends
-    normally (``max_epochs``, ``max_time``, early stopping; not after an error or Ctrl-C),
-    their mean (`minitx.averaging.average_state_dicts`: float64 sums, cast back) is written
-    as `filename` in the checkpoint directory, beside ``last.ckpt``: a checkpoint like it
-    (same minitx payload and training state) whose weights are the mean, with the epochs
-    averaged listed under ``averaged_from`` in the payload. The live model keeps its own
-    weights. A resumed run averages the epochs trained since the resume only.
+    The copies are kept in CPU memory (`last_n` times the model's size). When training ends
+    normally (not after an error or Ctrl-C) their mean (`minitx.averaging.average_state_dicts`)
+    is written as `filename` beside ``last.ckpt``: a checkpoint like it, the epochs averaged
+    listed under ``averaged_from`` in its payload; the live model keeps its own weights. A
+    resumed run averages the epochs trained since the resume only.
 
     Args:
         last_n: how many of the last epochs to average; 0 = off.

@@ -35,14 +35,11 @@ logger = logging.getLogger(__name__)
 class AttentionMapLogger(L.Callback):
     """Log attention heatmaps and per-head entropies for a few fixed validation sentences.
 
-    Before training and then every `every_n_epochs` epochs, runs `num_sentences` validation
-    pairs through the model with `need_weights=True` (the explicit attention path; ordinary
-    training steps keep the fused kernel), teacher-forced with the reference so that the axes
-    stay the same from epoch to epoch, and, for every layer and kind (encoder self,
-    decoder self, cross), logs a figure with one panel per head plus their average:
-    to TensorBoard (`add_figure`, tag `attention/s{i}/{kind}/layer_{l}`) and as PNG files under
-    `{log_dir}/attention/epoch_{e:03d}/`. Per-head mean entropies are logged as scalars
-    `attention_entropy/{kind}/layer_{l}/head_{h}`.
+    Before training and then every `every_n_epochs` epochs, the sentences are teacher-forced
+    with their reference, so that the axes stay the same from epoch to epoch; each layer and
+    kind gets a figure (one panel per head plus their average) in TensorBoard (tag
+    `attention/s{i}/{kind}/layer_{l}`) and as a PNG under `{log_dir}/attention/epoch_{e:03d}/`,
+    and per-head mean entropies as `attention_entropy/{kind}/layer_{l}/head_{h}`.
 
     Args:
         num_sentences: number of validation sentences to show.
@@ -155,13 +152,11 @@ class AttentionMapLogger(L.Callback):
 class TokenThroughput(L.Callback):
     """Log training speed: target tokens per second and seconds per epoch.
 
-    Logged each epoch as `train/tokens_per_sec` and `train/epoch_seconds` (validation time
-    excluded), and every `log_every_n_steps` steps as `train/tokens_per_sec_step`. After each
-    validation, `time/fit_seconds`: wall-clock seconds since this process started fitting,
-    validation included (the clock `trainer.max_time` stops on), so that scores can be
-    plotted over training time. An epoch resumed from a checkpoint saved inside it gets no
-    epoch figures (this process did not see it start).
-    (Lightning's own `ThroughputMonitor` counts samples and FLOPs, not target tokens.)
+    Each epoch `train/tokens_per_sec` and `train/epoch_seconds` (validation excluded), every
+    `log_every_n_steps` steps `train/tokens_per_sec_step`, and after each validation
+    `time/fit_seconds` (validation included, as `trainer.max_time` counts), so that scores can
+    be plotted over training time. An epoch resumed inside gets no epoch figures (its start
+    was not seen). Lightning's `ThroughputMonitor` counts samples and FLOPs, not tokens.
     """
 
     def __init__(self) -> None:
@@ -239,14 +234,10 @@ class TokenThroughput(L.Callback):
 
 
 class ValidationExamples(L.Callback):
-    """Show the example translations of each validation (Joey NMT style).
-
-    After a validation that translated, the module's `validation_examples` (source,
-    reference, hypothesis; `model.validation.log_examples` of them) go to TensorBoard as text
-    (tag ``val/examples``, the TEXT tab) and are printed as one short block on standard
-    output at the end of the training epoch, i.e. after `PlainProgress`'s epoch line when
-    that callback comes first (as ``minitx-train`` orders them); above the bar on a terminal.
-    """
+    """Show the example translations of each validation (Joey NMT style): the module's
+    `validation_examples` go to TensorBoard as text (``val/examples``) and are printed at the
+    end of the training epoch, after `PlainProgress`'s line when that callback comes first (as
+    ``minitx-train`` orders them)."""
 
     def __init__(self) -> None:
         self._pending: str | None = None
@@ -289,20 +280,13 @@ class ValidationExamples(L.Callback):
 
 class CheckpointOnInterrupt(L.Callback):
     """Stop between two updates on Ctrl-C or SIGTERM, not inside a validation; save
-    `last.ckpt` (also on an error).
+    `last.ckpt` (also on an error). What a user sees: the training guide, "Resuming".
 
-    The first Ctrl-C or SIGTERM is noted, and handed to Lightning's own SIGTERM handling once
-    the current update is done, or the current validation when it comes during one: Lightning
-    then stops after logging that update (raising `SIGTERMException`), so the history, the
-    validation's scores and its checkpoints are complete and a resume redoes nothing
-    (Lightning alone would cut a validation short on SIGTERM, and Python on Ctrl-C). A signal
-    during an update that a validation inside the epoch follows reaches Lightning before that
-    validation, which Lightning then ends after its first batch. During the run's final
-    update or validation the fit ends as planned, then stops before the test after training.
-    A second signal stops at once: a validation it cuts short is not redone by the resume
-    (its scores are missing; ``minitx-evaluate`` can score ``last.ckpt``). `stop_signal`
-    tells ``minitx-train`` which signal it was (exit status 130 or 143). Under DDP,
-    Lightning's own handling applies (it checks SIGTERM on every rank after each batch).
+    The first signal is noted and handed to Lightning's own SIGTERM handling once the current
+    update (or validation) is done, so the history and checkpoints are complete and a resume
+    redoes nothing: Lightning alone would cut a validation short on SIGTERM, and Python on
+    Ctrl-C. `stop_signal` tells ``minitx-train`` which signal it was (exit status 130 or 143).
+    Under DDP, Lightning's own handling applies (it checks SIGTERM on every rank).
     """
 
     def __init__(self) -> None:
@@ -392,18 +376,12 @@ class CheckpointOnInterrupt(L.Callback):
 
 
 class ValidateAtEnd(L.Callback):
-    """Validate the final weights of a run whose end is not a validation point of its own.
+    """Validate the final weights of a run whose end is not a validation point of its own
+    (``max_steps`` inside an epoch, or a last epoch between two validations), so that the best
+    checkpoint and the test can pick them (with a decay to zero, the run's best).
 
-    Lightning validates at the end of each epoch, every ``val_check_interval`` or when a stop
-    is requested; a run that reaches ``max_steps`` in the middle of an epoch, or whose last
-    epoch ends between two validations (a cadence across epochs,
-    ``check_val_every_n_epoch: null``, or a ``val_check_interval`` that is a fraction of an
-    epoch, as `validation_cadence` sets them), would end without validating, so its last
-    updates (with a schedule that decays to zero, the best weights
-    of the run) would never be scored, and neither the best checkpoint nor the test after
-    training could pick them. This callback requests the stop at that step through
-    ``trainer.should_stop``, as Lightning's `Timer` does for ``max_time``; the training loop
-    then validates before it ends, exactly as after a ``max_time`` stop.
+    It requests the stop at that step through ``trainer.should_stop``, as Lightning's `Timer`
+    does for ``max_time``; Lightning then validates before it ends.
     """
 
     def on_train_batch_end(self, trainer: L.Trainer, *args: Any, **kwargs: Any) -> None:
@@ -447,21 +425,13 @@ def _clock(seconds: float) -> str:
 
 
 class PlainProgress(L.Callback):
-    """One plain line per epoch on standard output, for logs that are not a terminal.
+    """One plain line per epoch on standard output, for logs that are not a terminal (a bar
+    there leaves only its last frame); what it holds: the training guide, "The run directory".
 
-    ``minitx-train`` uses it instead of the progress bar when standard output is redirected
-    (``train.py > train.log``): a bar there leaves only its last frame. Each line holds the
-    epoch, step, last training loss, the validation figures where the line's step validated
-    (loss, perplexity, BLEU, chrF when computed), target tokens/s (from `TokenThroughput`),
-    the time so far and an estimate of the time left (the pace of the steps done so far, over
-    the steps that ``max_epochs`` or ``max_steps`` leave, capped by ``max_time``; "unbounded"
-    when nothing bounds the run, "unknown" in a resumed run before its first step). A
-    validation inside an epoch (``trainer.val_check_interval``, which `validation_cadence`
-    sets) gets a line too, marked "validation", and the epoch's own line is left out when it
-    would repeat that step (a run that ``max_steps`` ends inside an epoch validates,
-    `ValidateAtEnd`, then ends the epoch).
-    An unset bound (-1) is left out, and so is a ``max_steps`` that ``max_epochs`` reaches
-    first: ``epoch 3 | step 250/300``, ``epoch 2/2 | step 46``.
+    A validation inside an epoch gets a line too, marked "validation", and the epoch's own
+    line is left out when it would repeat that step. The time left is the pace of the steps so
+    far over the steps left, capped by ``max_time``; an unset bound (-1) is not shown, nor a
+    ``max_steps`` that ``max_epochs`` reaches first: ``epoch 3 | step 250/300``.
     """
 
     def __init__(self) -> None:
@@ -548,14 +518,9 @@ def budget_schedules(trainer: L.Trainer) -> list[BudgetSchedule]:
 
 
 class BudgetClock(L.Callback):
-    """Tells each `BudgetSchedule` the training time after every update, so that its rate
-    reaches zero at `trainer.max_time` when the clock ends the run before its step plan; logs
-    the run's progress through its budget as ``train/budget`` (0 to 1).
-
-    The time is that of `trainer.max_time`'s own clock (Lightning's `Timer`: validation
-    included, restored on resume). ``minitx-train`` adds this callback to every run; it does
-    nothing for other schedules.
-    """
+    """Tells each `BudgetSchedule` the time on `trainer.max_time`'s clock (Lightning's
+    `Timer`) after every update, and logs the run's progress through its budget as
+    ``train/budget`` (0 to 1); nothing for other schedules."""
 
     def on_before_optimizer_step(
         self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: Any

@@ -26,21 +26,13 @@ from minitx.checkpoint import read_checkpoint, write_checkpoint
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
-    """`TorchCheckpointIO` that writes atomically and reads weights-only (see module doc).
-
-    Removing is Lightning's own.
-    """
+    """`TorchCheckpointIO` that writes atomically and reads weights-only (see module doc)."""
 
     def save_checkpoint(
         self, checkpoint: dict[str, Any], path: _PATH, storage_options: Any | None = None
     ) -> None:
-        """Write `checkpoint` to `path` (a local file) whole, or leave `path` unchanged.
-
-        Raises:
-            TypeError: `storage_options` given (as Lightning's `TorchCheckpointIO`).
-            OutputError: no room on the destination's disk.
-        """
-        if storage_options is not None:
+        """Write `checkpoint` to `path` (a local file) whole, or leave `path` unchanged."""
+        if storage_options is not None:  # as Lightning's TorchCheckpointIO
             raise TypeError(f"{type(self).__name__}.save_checkpoint takes no storage_options")
         write_checkpoint(checkpoint, path)
 
@@ -50,14 +42,9 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         map_location: Callable | None = None,
         weights_only: bool | None = None,
     ) -> dict[str, Any]:
-        """Read `path` with `weights_only=True` on every torch version, onto the CPU.
+        """Read `path` weights-only onto the CPU (`minitx.checkpoint.read_checkpoint`).
 
-        `map_location` and `weights_only` are accepted for Lightning's signature and ignored:
-        Lightning moves the restored state to the model's device itself, and a checkpoint is
-        never read with pickle's full powers.
-
-        Raises:
-            MissingFileError: no file at `path`.
-            CheckpointError: damaged, or holding objects other than tensors and plain data.
+        `map_location` and `weights_only` are ignored: Lightning moves the restored state to
+        the model's device itself, and a checkpoint is never read with pickle's full powers.
         """
         return read_checkpoint(path)

@@ -10,6 +10,7 @@ YAML configs list only what they change.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 
 from minitx.decoding import DecodingConfig
 from minitx.errors import ConfigError
@@ -27,17 +28,12 @@ class OptimConfig:
         label_smoothing: label-smoothing epsilon of the training loss.
         lr: peak learning rate (reached at the end of warm-up).
         warmup_steps: optimizer steps of linear warm-up to the peak rate `lr`.
-        schedule: the rate after warm-up: "budget" (the default: a linear decay to zero at the
-            end of the run's budget, its last planned step or `trainer.max_time`, whichever
-            comes first), "linear" or "cosine" (decay to zero at the last planned step), or
-            "inverse_sqrt" (lr ~ 1/sqrt(step), the paper's; never reaches zero: for a run of
-            open length); any name in `minitx.training.schedules.SCHEDULES`.
-        total_steps: the optimizer step at which "budget", "linear" and "cosine" (the
-            schedules with `needs_total_steps`) reach zero by steps (warm-up included); 0 =
-            the run's plan, Lightning's `estimated_stepping_batches`: `trainer.max_epochs` x
-            optimizer steps per epoch, or `trainer.max_steps` if that is smaller.
-            `trainer.max_time` is counted by "budget" only: a "linear" or "cosine" run it
-            stops early ends with its rate above zero.
+        schedule: the rate after warm-up, a name in `minitx.training.schedules.SCHEDULES`:
+            "budget" (the default), "linear", "cosine" or "inverse_sqrt" (the training guide,
+            "Learning-rate schedule").
+        total_steps: the optimizer step at which a decaying schedule (`needs_total_steps`)
+            reaches zero by steps, warm-up included; 0 = the run's plan (Lightning's
+            `estimated_stepping_batches`).
         weight_decay: AdamW decoupled weight decay, applied to the weight matrices of linear
             layers only (not to embeddings, biases, norms or score parameters).
         betas: AdamW betas.
@@ -67,10 +63,7 @@ class OptimConfig:
             raise ConfigError(
                 f"OptimConfig.skip_bad_batches must be >= 0, got {self.skip_bad_batches}"
             )
-        if self.schedule not in SCHEDULES:
-            raise ConfigError(
-                f"OptimConfig.schedule={self.schedule!r}; choose one of {SCHEDULES.names()}"
-            )
+        SCHEDULES.check(self.schedule, where="OptimConfig.schedule")
         if self.total_steps < 0:
             raise ConfigError(
                 f"OptimConfig.total_steps must be >= 0 (0 = the run's planned steps), "
@@ -104,22 +97,15 @@ def _join(names: tuple[str, ...], word: str) -> str:
     return f" {word} ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
 
 
-def _greedy() -> DecodingConfig:
-    return DecodingConfig(strategy="greedy")
-
-
 @dataclass
 class ValidationConfig:
     """What validation measures besides the loss.
 
     Attributes:
-        validations_per_run: about N validations spread over the run's budget, whatever the
-            machine's speed or the corpus size, and one where it ends: every
-            ``trainer.max_time / N`` of training, else every ``max_steps / N`` updates, else
-            every ``max_epochs / N`` epochs (at least every epoch)
-            (`minitx.training.cadence.validation_cadence`). 0 = Lightning's cadence,
-            ``trainer.check_val_every_n_epoch`` / ``trainer.val_check_interval``, which
-            also applies where the run sets either of those two itself.
+        validations_per_run: about N validations spread over the run's budget, and one where
+            it ends (the training guide, "When validation runs"). 0 = Lightning's cadence,
+            which also applies where the run sets ``trainer.check_val_every_n_epoch`` or
+            ``trainer.val_check_interval`` itself.
         bleu_every_n_epochs: translate the validation set and compute BLEU/chrF every N epochs
             (and always in the last epoch and in a validation that ends the run early, at
             ``trainer.max_steps`` or ``max_time``); 0 disables it.
@@ -132,7 +118,7 @@ class ValidationConfig:
 
     validations_per_run: int = 10
     bleu_every_n_epochs: int = 1
-    decoding: DecodingConfig = field(default_factory=_greedy)
+    decoding: DecodingConfig = field(default_factory=partial(DecodingConfig, strategy="greedy"))
     log_examples: int = 3
 
     def __post_init__(self) -> None:

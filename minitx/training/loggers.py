@@ -2,12 +2,10 @@
 resumes (`--ckpt_path last`).
 
 Lightning's `CSVLogger` deletes an existing ``metrics.csv`` when its directory is reused, so
-a resumed run would lose every earlier row. This logger writes the same file (one row per
-logged step, the columns sorted by name, ``step`` among them) through Lightning's public
-`Logger` interface, keeps the rows up to the step the checkpoint was saved at (later rows
-were logged after it and are logged again by the resumed run) and appends from there.
-TensorBoard does the same with `purge_step`. Every rewrite of the file (a new metric's
-column, the trim on resume) replaces it whole, never leaving it half-written.
+a resumed run would lose every earlier row. This logger writes the same file through
+Lightning's public `Logger` interface, keeps the rows up to the checkpoint's step (later ones
+are logged again by the resumed run; TensorBoard's `purge_step` does the same) and appends
+from there. Every rewrite of the file replaces it whole, never leaving it half-written.
 """
 
 from __future__ import annotations
@@ -34,9 +32,6 @@ class ContinuingCSVLogger(Logger):
     """Log metrics to ``{save_dir}/{name}/{version}/metrics.csv``, continuing it on resume.
 
     Args:
-        save_dir: the directory holding the logger's own.
-        name: a subdirectory of `save_dir` ("" for none).
-        version: the logger's directory under it.
         resume_step: the global step of the checkpoint training resumes from; None for a new
             run (an existing file is then replaced, as `CSVLogger` does).
     """
@@ -73,11 +68,6 @@ class ContinuingCSVLogger(Logger):
     def log_dir(self) -> str:
         return str(self.path.parent)
 
-    @property
-    def experiment(self) -> ContinuingCSVLogger:
-        """The logger itself: it writes its file directly."""
-        return self
-
     @rank_zero_only
     def log_hyperparams(self, params: dict[str, Any] | Namespace, *args: Any, **kw: Any) -> None:
         """The module's hyperparameters as ``hparams.yaml`` beside the metrics, as
@@ -99,9 +89,8 @@ class ContinuingCSVLogger(Logger):
         """Write the rows logged so far: appended, or the file rewritten whole when a new
         metric adds a column. Nothing logged and no file yet: nothing is created (a run that
         fails before its first step leaves no directory)."""
-        if not self.rows and not self.path.is_file():
-            return
-        self._prepare()
+        if self.rows or self.path.is_file():
+            self._prepare()
         if not self.rows:
             return
         new_keys = set().union(*self.rows) - set(self.keys)

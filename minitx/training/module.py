@@ -1,11 +1,8 @@
 """`TranslationModule`: the LightningModule that trains a `Transformer` for translation.
 
 It is thin on purpose: the loop, precision, clipping, checkpointing, logging and DDP are the
-Trainer's. It owns the loss (label-smoothed cross-entropy without padding), AdamW with a
-warm-up schedule (`minitx.training.schedules`, chosen by `OptimConfig.schedule`),
-the attention kernel of training steps (`sdpa_backend`) and the validation metrics: loss,
-perplexity, and corpus BLEU / chrF of translations decoded as `validation.decoding` says
-(greedy by default).
+Trainer's. It owns the loss, AdamW and its schedule, the attention kernel of training steps
+and the validation metrics (loss, perplexity, corpus BLEU / chrF).
 """
 
 from __future__ import annotations
@@ -63,17 +60,12 @@ class TranslationModule(L.LightningModule):
             `data.vocab_size` by the training command.
         optim: loss, optimiser and schedule settings.
         validation: BLEU/chrF schedule and the decoding used for it.
-        sdpa_backend: the kernel behind `F.scaled_dot_product_attention` in training steps
-            (`model.sdpa_backend`): "flash", "math", "default" (PyTorch's choice) or "auto":
-            "math" on a CPU under bf16 autocast, where it is the faster backward for
-            Multi30k's lengths (scripts/benchmark.py measures it; the README has the
-            figures), else "default". A runtime choice: it changes no result beyond rounding
-            and is not part of the model's config in checkpoints.
-        pack_rows: the feed-forward sub-layers run on the real (non-pad) positions only,
-            topped up to a multiple of this many rows (`model.pack_rows`,
-            `Transformer.pack_rows`); 0 = on every padded position too. A runtime choice
-            like `sdpa_backend`: it changes results only by rounding and by which dropout
-            mask each position draws.
+        sdpa_backend: the kernel behind `F.scaled_dot_product_attention` in training steps:
+            "flash", "math", "default" (PyTorch's choice) or "auto": "math" on a CPU under
+            bf16 autocast, the faster backward at Multi30k's lengths (the training guide,
+            "Precision"), else "default". A runtime choice, not part of the model's config.
+        pack_rows: `Transformer.pack_rows` (0 = no packing); a runtime choice like
+            `sdpa_backend`: it changes results only by rounding and dropout masks.
 
     The settings groups accept their dataclass or a plain dict of its fields (missing
     fields: defaults).
@@ -150,13 +142,12 @@ class TranslationModule(L.LightningModule):
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Refuse to resume from a checkpoint this run cannot continue (`check_resume`).
 
-        A decaying schedule ends where this run's plan ends, not the checkpoint's: a run
-        resumed with more epochs decays over them instead of training on at a rate of zero
-        (`on_train_start` then sets the rate of the first resumed step from the new plan). The
-        AdamW kernel is this run's `optim.fused`, not the one saved with the optimizer state.
+        A decaying schedule ends where this run's plan ends, not the checkpoint's (a run
+        resumed with more epochs decays over them), and AdamW's kernel is this run's
+        `optim.fused`: the saved values would win.
         """
         for optimizer_state in checkpoint.get("optimizer_states", []):
-            for group in optimizer_state.get("param_groups", []):  # the saved one would win
+            for group in optimizer_state.get("param_groups", []):
                 group["fused"] = True if self.optim.fused else None
         for scheduler_state in checkpoint.get("lr_schedulers", []):
             for schedule_state in scheduler_state.get("lr_lambdas", []):
@@ -166,8 +157,8 @@ class TranslationModule(L.LightningModule):
 
     def check_resume(self, checkpoint: dict[str, Any]) -> None:
         """Refuse to resume from `checkpoint` (a Lightning checkpoint's dict) when its model
-        config, its optimizer settings (`RESUME_KEEPS`) or its tokenizer (the one its weights
-        were trained with; checked once this module has its tokenizer) differ from this run's.
+        config, its `RESUME_KEEPS` optimizer settings or (once this module has one) its
+        tokenizer differ from this run's.
 
         Raises:
             ResumeMismatchError: naming what differs.
@@ -438,12 +429,11 @@ class TranslationModule(L.LightningModule):
         ]
 
     def _schedule_steps(self) -> tuple[int, int | None]:
-        """(warm-up, total) optimizer steps of the schedule.
+        """(warm-up, total) optimizer steps of the schedule; total: where a decaying one
+        reaches zero (`optim.total_steps`, else the plan), None for an open-ended one.
 
-        The total is where a decaying schedule reaches zero: `optim.total_steps`, else the
-        trainer's plan (None for an open-ended schedule). A plan no longer than the warm-up
-        (a quick `--trainer.max_steps 20` try of the default) warms up over a tenth of the
-        plan instead, said in one line: the rate still rises and decays within the run.
+        A plan no longer than the warm-up (a quick `--trainer.max_steps 20` try) warms up over
+        a tenth of it instead, so that the rate still rises and decays within the run.
         """
         o = self.optim
         if not SCHEDULES[o.schedule].needs_total_steps:

@@ -1,11 +1,7 @@
-"""The training precision for the machine at hand: bf16 autocast only where the CPU has it.
-
-bf16 autocast is the default (`trainer.precision: bf16-mixed`) because it is faster than fp32
-on CPUs with bf16 instructions (AVX512-BF16, AMX; oneDNN also runs bf16 well with plain
-AVX-512) and on GPUs. A CPU without them, e.g. one with AVX2 only, emulates every bf16 matrix
-product: measured on such a machine (torch 2.13, 1 thread), a 2048x256 by 256x1024 matmul
-ran at 0.6 GFLOP/s in bf16 against 32 GFLOP/s in fp32, so a default run would take days.
-There the training command trains in fp32 instead and says so.
+"""The training precision for the machine at hand: bf16 autocast only where the CPU has it
+(the training guide, "Precision"). A CPU without bf16 instructions emulates every bf16 matrix
+product: on an AVX2 machine (torch 2.13, 1 thread) a 2048x256 by 256x1024 matmul ran at
+0.6 GFLOP/s in bf16 against 32 GFLOP/s in fp32, so a default run would take days.
 """
 
 from __future__ import annotations
@@ -51,11 +47,8 @@ def trains_on_cpu(accelerator: Any) -> bool:
 
 
 def resolve_precision(precision: Any, accelerator: Any) -> tuple[Any, str | None]:
-    """The precision to train with, and a note to print when it differs from `precision`.
-
-    A bf16 precision on a CPU without bf16 instructions becomes "32-true", unless the
-    environment variable `MINITX_KEEP_BF16` is 1. Every other setting is kept as it is.
-    """
+    """The precision to train with ("32-true" for bf16 on a CPU without bf16 instructions,
+    unless `MINITX_KEEP_BF16` is 1), and a note to print when it differs from `precision`."""
     if (
         str(precision) not in BF16_PRECISIONS
         or not trains_on_cpu(accelerator)

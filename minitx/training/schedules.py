@@ -6,15 +6,9 @@ Each schedule is a small `Schedule` class, not a lambda, so `LambdaLR` stores it
 keeps the checkpoint's peak rate and warm-up; a decaying schedule's end follows the resumed
 run's plan (`TranslationModule.on_load_checkpoint`).
 
-How to add one: docs/ARCHITECTURE.md, "A learning-rate schedule".
-
-- `InverseSqrtSchedule` is the paper's: it never reaches zero, so it suits runs of unknown
-  length (`--config long`, the 45-minute recipe).
-- `LinearDecaySchedule` and `CosineDecaySchedule` reach zero at a known last step, which is
-  what a fixed budget wants (Li, Yumer and Ramanan, "Budgeted Training", ICLR 2020, found
-  linear decay to zero the best schedule when the budget is set in advance).
-- `BudgetSchedule` (the default) is `linear` whose end is also set by the clock, so a slower
-  machine is not cut off with its rate still high and a faster one uses its whole budget.
+How to add one: docs/ARCHITECTURE.md, "A learning-rate schedule"; which to choose: the
+training guide, "Learning-rate schedule". Decay to zero at a known last step is what a fixed
+budget wants (Li, Yumer and Ramanan, "Budgeted Training", ICLR 2020).
 """
 
 from __future__ import annotations
@@ -103,25 +97,14 @@ class CosineDecaySchedule(LinearDecaySchedule):
 
 @SCHEDULES.register("budget")
 class BudgetSchedule(LinearDecaySchedule):
-    """Linear warm-up, then a straight line to 0.0 at the end of the run's budget: its last
-    planned step or `trainer.max_time`, whichever comes first.
+    """`linear` whose progress after the warm-up is the larger of the steps' fraction and the
+    clock's, ``(t - t_w) / (budget - t_w)`` on `trainer.max_time`'s clock from the warm-up's
+    end ``t_w``, so the rate reaches zero when either bound ends the run (Izsak et al., "How to
+    Train BERT with an Academic Budget", 2021, and Geiping and Goldstein, "Cramming", 2022,
+    drive the schedule by elapsed time; the training guide, "The budget schedule's clock").
 
-    After the warm-up, progress is the larger of two fractions, so the rate reaches zero when
-    either bound ends the run (Izsak et al., "How to Train BERT with an Academic Budget", 2021,
-    and Geiping and Goldstein, "Cramming", 2022, drive the schedule by elapsed time):
-
-    - by steps: ``(step - warmup_steps) / (total_steps - warmup_steps)``, as `linear`;
-    - by the clock: ``(t - t_w) / (budget - t_w)``, where ``t`` is the training time on
-      `trainer.max_time`'s clock (validation included: the budget a user sets is wall time;
-      data preparation before the first update and the final test are not), ``budget`` is
-      `max_time` in seconds and ``t_w`` the time at which the warm-up ended.
-
-    The warm-up is counted in steps, and the clock starts counting from its end, so a run that
-    finishes its step plan inside the budget is led by the steps throughout and is
-    deterministic for a seed. The `BudgetClock` callback tells the schedule the time
-    (`tell`); without it (or without `max_time`) this is exactly `linear`. All state is plain
-    floats and ints, saved in checkpoints: a resumed run continues the clock (Lightning's
-    `Timer` restores its elapsed time) and the plan.
+    The `BudgetClock` callback tells it the time (`tell`); without it (or without `max_time`)
+    this is exactly `linear`. The state is plain floats and ints, saved in checkpoints.
     """
 
     def __init__(self, warmup_steps: int, total_steps: int) -> None:
