@@ -950,6 +950,20 @@ def bench_ct2(args: argparse.Namespace) -> None:
         print("\n".join(row for beam in decodings for row in rows[beam]))
 
 
+SECTIONS: dict[str, Callable[[argparse.Namespace], None]] = {
+    "train": bench_train,
+    "attention": bench_attention,
+    "decode": bench_decode,
+    "scores": bench_scores,
+    "padding": bench_padding,
+    "levers": bench_levers,
+    "ct2": bench_ct2,
+    "data": bench_data,
+    "budget": bench_budget,
+}
+"""The --sections choices, in the order of the module docstring."""
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -958,17 +972,7 @@ def main() -> None:
         "--sections",
         nargs="+",
         default=["train", "attention", "decode"],
-        choices=[
-            "train",
-            "attention",
-            "decode",
-            "scores",
-            "padding",
-            "levers",
-            "ct2",
-            "data",
-            "budget",
-        ],
+        choices=SECTIONS,
         help="sections to run (default: train attention decode; scores, padding, levers, ct2, "
         "data and budget are opt-in)",
     )
@@ -1086,19 +1090,8 @@ def main() -> None:
     if on_gpu:
         print(f"device {args.device}: {torch.cuda.get_device_name(args.device)}")
     start = time.perf_counter()
-    sections = {
-        "train": bench_train,
-        "attention": bench_attention,
-        "decode": bench_decode,
-        "scores": bench_scores,
-        "padding": bench_padding,
-        "levers": bench_levers,
-        "ct2": bench_ct2,
-        "data": bench_data,
-        "budget": bench_budget,
-    }
     for section in args.sections:
-        sections[section](args)
+        SECTIONS[section](args)
     print(f"\ntotal {time.perf_counter() - start:.0f} s")
 
 
