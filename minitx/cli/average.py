@@ -47,17 +47,13 @@ def run(args: argparse.Namespace) -> int:
     """Average and write. Raises `UsageError` for input problems."""
     from minitx.averaging import average_checkpoints
     from minitx.checkpoint import write_checkpoint
-    from minitx.errors import CheckpointError
     from minitx.outputs import check_output_file
 
     out: Path = args.out
     check_output_file(out, inputs=args.checkpoints, flag="--out")  # a directory, no directory
     if out.exists() and not args.overwrite:
         raise UsageError(f"--out {out} exists; choose another name or pass --overwrite")
-    try:
-        averaged = average_checkpoints(args.checkpoints)
-    except (FileNotFoundError, CheckpointError) as exc:
-        raise UsageError(str(exc)) from None
+    averaged = average_checkpoints(args.checkpoints)  # its errors (MinitxError) are one line
     write_checkpoint(averaged, out)
     print(f"averaged {len(args.checkpoints)} checkpoints into {out} ({out.stat().st_size:,} bytes)")
     return 0
