@@ -293,6 +293,7 @@ def add_decoding_arguments(
     from minitx.hard_attention import ATTENTION_MODES, HARD_ATTENTION_SCOPES
 
     suffix = f" {what}" if what else ""
+    defaults = DecodingConfig()
     parser.add_argument(
         "--beam",
         type=int,
@@ -314,9 +315,9 @@ def add_decoding_arguments(
     parser.add_argument(
         "--alpha",
         type=finite_float,
-        default=1.0,
+        default=defaults.alpha,
         help="length-penalty exponent ranking beam hypotheses (and samples); 0 disables it "
-        "(default: 1.0)",
+        f"(default: {defaults.alpha})",
     )
     sampling = parser.add_argument_group(
         "sampling",
@@ -326,7 +327,6 @@ def add_decoding_arguments(
     sampling.add_argument(
         "--sample", action="store_true", help=f"sampling decoding{suffix} instead of beam search"
     )
-    defaults = DecodingConfig()
     sampling.add_argument(
         "--temperature",
         type=finite_float,
@@ -337,14 +337,15 @@ def add_decoding_arguments(
         "--top-k",
         type=int,
         metavar="K",
-        help="draw among the K most probable tokens only; 0 = no limit (default: 0)",
+        help="draw among the K most probable tokens only; 0 = no limit "
+        f"(default: {defaults.top_k})",
     )
     sampling.add_argument(
         "--top-p",
         type=finite_float,
         metavar="P",
         help="nucleus: then among the fewest most probable tokens holding probability P; "
-        "1 = no limit (default: 1)",
+        f"1 = no limit (default: {defaults.top_p:g})",
     )
     sampling.add_argument(
         "--seed",
