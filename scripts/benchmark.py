@@ -78,6 +78,7 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
+from lightning.pytorch.utilities import move_data_to_device
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -220,7 +221,7 @@ def bench_train(args: argparse.Namespace) -> None:
     minitx = bench_module().to(args.device)
     baseline = TorchTransformerBaseline().train().to(args.device)
     work = [_batch_work(minitx.model_config, b) for b in batches]  # (target tokens, FLOPs)
-    batches = [_to_device(b, args.device) for b in batches]
+    batches = [move_data_to_device(b, args.device) for b in batches]
     print(
         f"\n== training step: {len(batches)} batches, {len(shapes)} shapes, "
         f"max_tokens {args.max_tokens}, "
@@ -280,11 +281,6 @@ def peak_flops(args: argparse.Namespace) -> tuple[float, str] | None:
         if part in name:
             return tflops * 1e12, f"{name} bf16 dense peak (data sheet)"
     return None  # an unknown card: measure
-
-
-def _to_device(batch: dict, device: str) -> dict:
-    """`batch` with its tensors on `device` (the texts stay as they are)."""
-    return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
 
 
 def _sync(device: str | torch.device) -> None:
