@@ -62,6 +62,7 @@ import argparse
 import csv
 import json
 import logging
+import logging.handlers
 import os
 import random
 import resource
@@ -614,23 +615,12 @@ def synthesize_corpus(args: argparse.Namespace, n_pairs: int, directory: Path) -
             tgt_file.write(f"{sides[1][i]} {sides[1][j]}\n")
 
 
-class _Records(logging.Handler):
-    """Keeps the log records of minitx (the child reads its phases' times from them)."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.INFO)
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
-
-
 def prepare_child(corpus: str, cache: str) -> None:
     """The measured process: prepare `corpus` with the default data settings and draw the
     first training batch; prints one line of JSON (times, peak RSS in MB)."""
     from minitx.data import TranslationDataModule
 
-    records = _Records()
+    records = logging.handlers.BufferingHandler(capacity=1_000_000)  # keeps minitx's records
     logging.getLogger("minitx").addHandler(records)
     logging.getLogger("minitx").setLevel(logging.INFO)
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -642,7 +632,7 @@ def prepare_child(corpus: str, cache: str) -> None:
     prepared = time.perf_counter()
     batch = next(iter(dm.train_dataloader()))
     first_batch = time.perf_counter()
-    trained = [r for r in records.records if r.getMessage().startswith("Trained a ")]
+    trained = [r for r in records.buffer if r.getMessage().startswith("Trained a ")]
     print(
         json.dumps(
             {
