@@ -792,12 +792,11 @@ def bench_budget(args: argparse.Namespace) -> None:
 
 
 def _test_split(args: argparse.Namespace) -> tuple[list[str], list[str]]:
-    """The first --decode-sentences (source, reference) pairs of the test split."""
-    from minitx.data import load_parallel_corpus, resolve_data_source
+    """The (source, reference) pairs of the first --decode-sentences lines of the test split."""
+    from minitx.evaluation import load_split
 
-    corpus = load_parallel_corpus(resolve_data_source(args.data), args.src_lang, args.tgt_lang)
-    pairs = list(corpus["test"]["translation"])[: args.decode_sentences]
-    return [p[args.src_lang] for p in pairs], [p[args.tgt_lang] for p in pairs]
+    split = load_split(args.data, "test", args.src_lang, args.tgt_lang, args.decode_sentences)
+    return split.sources, split.references
 
 
 def _decode_inputs(args: argparse.Namespace) -> tuple[Transformer, list[torch.Tensor], str]:
