@@ -84,7 +84,7 @@ from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from minitx.attention import padding_mask, scaled_dot_product_attention
-from minitx.cli.common import report_user_error
+from minitx.cli.common import check_device, report_user_error
 from minitx.data import TokenBucketBatchSampler, collate
 from minitx.decoding import DecodingConfig, beam_search, greedy_decode
 from minitx.flops import training_flops
@@ -1058,9 +1058,8 @@ def main() -> None:
         return
     if "ct2" in args.sections and not args.checkpoint:
         parser.error("--sections ct2 needs --checkpoint (a trained model to export)")
+    check_device(parser, args)  # a device torch does not know, or CUDA on a machine without
     on_gpu = torch.device(args.device).type == "cuda"
-    if on_gpu and not torch.cuda.is_available():
-        parser.error(f"--device {args.device}: this torch sees no CUDA device")
     if on_gpu and set(args.sections) - {"train", "decode"}:
         parser.error(f"--device {args.device} runs the train and decode sections only")
     if args.smoke:
