@@ -13,10 +13,10 @@ share of those pairs that the alignment gets right.
 from __future__ import annotations
 
 import argparse
-import gzip
 import re
 
 from minitx.alignment import AlignmentConfig
+from minitx.evaluation import load_split
 from minitx.translator import Translator
 
 LEXICON: dict[str, tuple[str, ...]] = {
@@ -65,12 +65,11 @@ def expected_pairs(sources: list[str], references: list[str]) -> list[tuple[int,
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("checkpoint", help="a .ckpt or release directory of a de->en model")
-    parser.add_argument("data", help="directory of Multi30k raw files (test_2016_flickr.*.gz)")
+    parser.add_argument("data", help="corpus whose test split is read, as minitx-evaluate --data")
     parser.add_argument("sentences", type=int, nargs="?", default=500)
     args = parser.parse_args()
-    read = lambda lang: gzip.open(f"{args.data}/test_2016_flickr.{lang}.gz", "rt").read()  # noqa: E731
-    sources = read("de").splitlines()[: args.sentences]
-    references = read("en").splitlines()[: args.sentences]
+    split = load_split(args.data, "test", "de", "en", args.sentences)
+    sources, references = split.sources, split.references
     items = expected_pairs(sources, references)
     translator = Translator.from_pretrained(args.checkpoint)
     layers, heads = translator.model.config.n_decoder_layers, translator.model.config.n_heads

@@ -62,6 +62,7 @@ import argparse
 import csv
 import json
 import logging
+import logging.handlers
 import os
 import random
 import resource
@@ -78,11 +79,12 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
+from lightning.pytorch.utilities import move_data_to_device
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from minitx.attention import padding_mask, scaled_dot_product_attention
-from minitx.cli.common import report_user_error
+from minitx.cli.common import check_device, report_user_error
 from minitx.data import TokenBucketBatchSampler, collate
 from minitx.decoding import DecodingConfig, beam_search, greedy_decode
 from minitx.flops import training_flops
@@ -220,7 +222,7 @@ def bench_train(args: argparse.Namespace) -> None:
     minitx = bench_module().to(args.device)
     baseline = TorchTransformerBaseline().train().to(args.device)
     work = [_batch_work(minitx.model_config, b) for b in batches]  # (target tokens, FLOPs)
-    batches = [_to_device(b, args.device) for b in batches]
+    batches = [move_data_to_device(b, args.device) for b in batches]
     print(
         f"\n== training step: {len(batches)} batches, {len(shapes)} shapes, "
         f"max_tokens {args.max_tokens}, "
@@ -280,11 +282,6 @@ def peak_flops(args: argparse.Namespace) -> tuple[float, str] | None:
         if part in name:
             return tflops * 1e12, f"{name} bf16 dense peak (data sheet)"
     return None  # an unknown card: measure
-
-
-def _to_device(batch: dict, device: str) -> dict:
-    """`batch` with its tensors on `device` (the texts stay as they are)."""
-    return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
 
 
 def _sync(device: str | torch.device) -> None:
@@ -618,23 +615,12 @@ def synthesize_corpus(args: argparse.Namespace, n_pairs: int, directory: Path) -
             tgt_file.write(f"{sides[1][i]} {sides[1][j]}\n")
 
 
-class _Records(logging.Handler):
-    """Keeps the log records of minitx (the child reads its phases' times from them)."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.INFO)
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
-
-
 def prepare_child(corpus: str, cache: str) -> None:
     """The measured process: prepare `corpus` with the default data settings and draw the
     first training batch; prints one line of JSON (times, peak RSS in MB)."""
     from minitx.data import TranslationDataModule
 
-    records = _Records()
+    records = logging.handlers.BufferingHandler(capacity=1_000_000)  # keeps minitx's records
     logging.getLogger("minitx").addHandler(records)
     logging.getLogger("minitx").setLevel(logging.INFO)
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -646,7 +632,7 @@ def prepare_child(corpus: str, cache: str) -> None:
     prepared = time.perf_counter()
     batch = next(iter(dm.train_dataloader()))
     first_batch = time.perf_counter()
-    trained = [r for r in records.records if r.getMessage().startswith("Trained a ")]
+    trained = [r for r in records.buffer if r.getMessage().startswith("Trained a ")]
     print(
         json.dumps(
             {
@@ -806,12 +792,11 @@ def bench_budget(args: argparse.Namespace) -> None:
 
 
 def _test_split(args: argparse.Namespace) -> tuple[list[str], list[str]]:
-    """The first --decode-sentences (source, reference) pairs of the test split."""
-    from minitx.data import load_parallel_corpus, resolve_data_source
+    """The (source, reference) pairs of the first --decode-sentences lines of the test split."""
+    from minitx.evaluation import load_split
 
-    corpus = load_parallel_corpus(resolve_data_source(args.data), args.src_lang, args.tgt_lang)
-    pairs = list(corpus["test"]["translation"])[: args.decode_sentences]
-    return [p[args.src_lang] for p in pairs], [p[args.tgt_lang] for p in pairs]
+    split = load_split(args.data, "test", args.src_lang, args.tgt_lang, args.decode_sentences)
+    return split.sources, split.references
 
 
 def _decode_inputs(args: argparse.Namespace) -> tuple[Transformer, list[torch.Tensor], str]:
@@ -950,6 +935,20 @@ def bench_ct2(args: argparse.Namespace) -> None:
         print("\n".join(row for beam in decodings for row in rows[beam]))
 
 
+SECTIONS: dict[str, Callable[[argparse.Namespace], None]] = {
+    "train": bench_train,
+    "attention": bench_attention,
+    "decode": bench_decode,
+    "scores": bench_scores,
+    "padding": bench_padding,
+    "levers": bench_levers,
+    "ct2": bench_ct2,
+    "data": bench_data,
+    "budget": bench_budget,
+}
+"""The --sections choices, in the order of the module docstring."""
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -958,17 +957,7 @@ def main() -> None:
         "--sections",
         nargs="+",
         default=["train", "attention", "decode"],
-        choices=[
-            "train",
-            "attention",
-            "decode",
-            "scores",
-            "padding",
-            "levers",
-            "ct2",
-            "data",
-            "budget",
-        ],
+        choices=SECTIONS,
         help="sections to run (default: train attention decode; scores, padding, levers, ct2, "
         "data and budget are opt-in)",
     )
@@ -1069,9 +1058,8 @@ def main() -> None:
         return
     if "ct2" in args.sections and not args.checkpoint:
         parser.error("--sections ct2 needs --checkpoint (a trained model to export)")
+    check_device(parser, args)  # a device torch does not know, or CUDA on a machine without
     on_gpu = torch.device(args.device).type == "cuda"
-    if on_gpu and not torch.cuda.is_available():
-        parser.error(f"--device {args.device}: this torch sees no CUDA device")
     if on_gpu and set(args.sections) - {"train", "decode"}:
         parser.error(f"--device {args.device} runs the train and decode sections only")
     if args.smoke:
@@ -1086,19 +1074,8 @@ def main() -> None:
     if on_gpu:
         print(f"device {args.device}: {torch.cuda.get_device_name(args.device)}")
     start = time.perf_counter()
-    sections = {
-        "train": bench_train,
-        "attention": bench_attention,
-        "decode": bench_decode,
-        "scores": bench_scores,
-        "padding": bench_padding,
-        "levers": bench_levers,
-        "ct2": bench_ct2,
-        "data": bench_data,
-        "budget": bench_budget,
-    }
     for section in args.sections:
-        sections[section](args)
+        SECTIONS[section](args)
     print(f"\ntotal {time.perf_counter() - start:.0f} s")
 
 

@@ -354,7 +354,7 @@ def test_translate_missing_input_file(translate_command, tiny_checkpoint, tmp_pa
         (["--input", "f.txt", "x"], "not both"),
         (["--sample", "--beam", "2", "x"], "exclude each other"),
         (["--top-k", "3", "--seed", "1", "x"], "--top-k, --seed apply only with --sample"),
-        (["--sample", "--top-p", "0", "x"], "top_p"),
+        (["--sample", "--top-p", "0", "x"], "--top-p must be in (0, 1]"),
         (["--sample", "--n-best", "0", "x"], "--n-best"),
         (["--alignment-unit", "piece", "x"], "only with --print-alignment"),
         (["--print-alignment", "--alignment-layer", "last", "x"], "integer or 'mean'"),

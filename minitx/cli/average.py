@@ -1,17 +1,6 @@
-"""`minitx-average`: average the weights of several checkpoints into a new one.
-
-Example:
-    minitx-average --out runs/multi30k_de_en/<run>/checkpoints/avg.ckpt \\
-        epoch12.ckpt epoch13.ckpt epoch14.ckpt
-    minitx-evaluate --checkpoint runs/multi30k_de_en/<run>/checkpoints/avg.ckpt
-
-The checkpoints must be of one model (same model config, tokenizer and languages), e.g. the
-epochs of one run kept with ``--checkpoint.save_top_k=-1``. The new file holds the mean
-weights and the first file's minitx payload (no optimizer state) and loads wherever a
-``.ckpt`` does (translate, evaluate, visualize, export). ``minitx-train`` writes the average
-of the last epochs itself with ``--averaging.last_n N``.
-
-Exit status: 0 ok; 2 a usage or input error (one ``error: ...`` line); 130 Ctrl-C.
+"""`minitx-average`: average the weights of several checkpoints of one model into a new one
+(`minitx.averaging.average_checkpoints`), as ``minitx-train --averaging.last_n N`` does for the
+last epochs of a run; docs/guides/training.md (Checkpoint averaging) shows its use.
 """
 
 from __future__ import annotations
@@ -47,17 +36,13 @@ def run(args: argparse.Namespace) -> int:
     """Average and write. Raises `UsageError` for input problems."""
     from minitx.averaging import average_checkpoints
     from minitx.checkpoint import write_checkpoint
-    from minitx.errors import CheckpointError
     from minitx.outputs import check_output_file
 
     out: Path = args.out
     check_output_file(out, inputs=args.checkpoints, flag="--out")  # a directory, no directory
     if out.exists() and not args.overwrite:
         raise UsageError(f"--out {out} exists; choose another name or pass --overwrite")
-    try:
-        averaged = average_checkpoints(args.checkpoints)
-    except (FileNotFoundError, CheckpointError) as exc:
-        raise UsageError(str(exc)) from None
+    averaged = average_checkpoints(args.checkpoints)  # its errors (MinitxError) are one line
     write_checkpoint(averaged, out)
     print(f"averaged {len(args.checkpoints)} checkpoints into {out} ({out.stat().st_size:,} bytes)")
     return 0

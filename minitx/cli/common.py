@@ -18,6 +18,7 @@ import io
 import logging
 import math
 import os
+import re
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -260,14 +261,15 @@ class _StoreGiven(argparse.Action):
         setattr(namespace, f"{self.dest}_given", True)
 
 
-SAMPLING_OPTIONS = {
-    "temperature": "--temperature",
-    "top_k": "--top-k",
-    "top_p": "--top-p",
-    "seed": "--seed",
-}
-"""`DecodingConfig` sampling field -> its command-line option (given only with ``--sample``, or
-a ``--strategy`` that reads the field)."""
+SAMPLING_FIELDS = ("temperature", "top_k", "top_p", "seed")
+"""The `DecodingConfig` sampling fields, each set by its option (`option_for`): given only with
+``--sample``, or a ``--strategy`` that reads the field."""
+
+
+def option_for(field: str) -> str:
+    """The command-line option that sets a `DecodingConfig` field: ``--beam`` for
+    ``beam_size``, else the field's name as an option (``top_p``: ``--top-p``)."""
+    return "--beam" if field == "beam_size" else "--" + field.replace("_", "-")
 
 
 SAMPLE = "sample"
@@ -291,6 +293,7 @@ def add_decoding_arguments(
     from minitx.hard_attention import ATTENTION_MODES, HARD_ATTENTION_SCOPES
 
     suffix = f" {what}" if what else ""
+    defaults = DecodingConfig()
     parser.add_argument(
         "--beam",
         type=int,
@@ -312,9 +315,9 @@ def add_decoding_arguments(
     parser.add_argument(
         "--alpha",
         type=finite_float,
-        default=1.0,
+        default=defaults.alpha,
         help="length-penalty exponent ranking beam hypotheses (and samples); 0 disables it "
-        "(default: 1.0)",
+        f"(default: {defaults.alpha})",
     )
     sampling = parser.add_argument_group(
         "sampling",
@@ -324,7 +327,6 @@ def add_decoding_arguments(
     sampling.add_argument(
         "--sample", action="store_true", help=f"sampling decoding{suffix} instead of beam search"
     )
-    defaults = DecodingConfig()
     sampling.add_argument(
         "--temperature",
         type=finite_float,
@@ -335,14 +337,15 @@ def add_decoding_arguments(
         "--top-k",
         type=int,
         metavar="K",
-        help="draw among the K most probable tokens only; 0 = no limit (default: 0)",
+        help="draw among the K most probable tokens only; 0 = no limit "
+        f"(default: {defaults.top_k})",
     )
     sampling.add_argument(
         "--top-p",
         type=finite_float,
         metavar="P",
         help="nucleus: then among the fewest most probable tokens holding probability P; "
-        "1 = no limit (default: 1)",
+        f"1 = no limit (default: {defaults.top_p:g})",
     )
     sampling.add_argument(
         "--seed",
@@ -400,12 +403,11 @@ def check_decoding_args(
     Args:
         parser: the command's parser (its `error` reports).
         args: the parsed options of `add_decoding_arguments`.
-        n_best: hypotheses per sentence (minitx-translate's ``--n-best``), when given:
-            between 1 and ``--beam``, at least 1 with ``--sample``, else as the strategy says.
+        n_best: hypotheses per sentence (minitx-translate's ``--n-best``), when given; the
+            strategy checks it (`DecodingStrategy.check`), as `DecodingConfig` checks
+            ``--beam`` and the sampling options: their errors name the options.
     """
     beams = args.beam if isinstance(args.beam, list) else [args.beam]
-    if any(beam < 1 for beam in beams):
-        parser.error(f"--beam must be >= 1, got {args.beam}")
     if getattr(args, "batch_size", 1) < 1:
         parser.error(f"--batch-size must be >= 1, got {args.batch_size}")
     named = args.strategy
@@ -421,8 +423,8 @@ def check_decoding_args(
     if named is not None and getattr(args, "beam_given", False) and "beam_size" not in reads:
         parser.error(f"--beam does not apply to --strategy {named}: it reads no beam size")
     given = [
-        option
-        for field, option in SAMPLING_OPTIONS.items()
+        option_for(field)
+        for field in SAMPLING_FIELDS
         if getattr(args, field) is not None and field not in reads
     ]
     if args.attention == "hard-sample":  # its seed is --seed
@@ -433,16 +435,12 @@ def check_decoding_args(
         parser.error(f"{', '.join(given)} {verb} only with --sample{other}")
     if args.hard_attention_scope is not None and args.attention == "soft":
         parser.error("--hard-attention-scope applies only with a hard --attention")
-    if n_best is not None and args.sample and n_best < 1:
-        parser.error(f"--n-best (samples per sentence) must be >= 1, got {n_best}")
-    if n_best is not None and args.strategy is None and not 1 <= n_best <= beams[0]:
-        parser.error(f"--n-best must be between 1 and --beam ({args.beam}), got {n_best}")
     check_device(parser, args)
     changes = {} if n_best is None else {"n_best": n_best}
     try:
         configs = {beam: decoding_from_args(args, beam, **changes) for beam in dict.fromkeys(beams)}
-    except ConfigError as exc:
-        parser.error(str(exc))
+    except ConfigError as exc:  # "DecodingConfig.top_p must be ...": "--top-p must be ..."
+        parser.error(re.sub(r"DecodingConfig\.(\w+)", lambda m: option_for(m[1]), str(exc)))
     if isinstance(args.beam, list):
         args.decodings = configs
     else:
@@ -477,7 +475,7 @@ def decoding_from_args(
     if args.strategy is None:
         return DecodingConfig.for_beam(beam, alpha=args.alpha, **changes)
     reads = _options_read(args)
-    settings = {f: getattr(args, f) for f in SAMPLING_OPTIONS if getattr(args, f) is not None}
+    settings = {f: getattr(args, f) for f in SAMPLING_FIELDS if getattr(args, f) is not None}
     settings = {field: value for field, value in settings.items() if field in reads}
     if "beam_size" in reads:
         settings["beam_size"] = beam

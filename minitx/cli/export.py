@@ -1,17 +1,8 @@
-"""Turn a training checkpoint into a release directory, optionally uploaded to the hub.
+"""`minitx-export`: write a training checkpoint (or a release directory) as a release
+directory (`minitx.release`), optionally uploaded to the hub.
 
-Example:
-    minitx-export --checkpoint runs/multi30k_de_en/<run>/checkpoints/last.ckpt --out de-en/
-    minitx-evaluate --checkpoint de-en/ --beam 1 5 --json eval.json
-    minitx-export --checkpoint de-en/ --out de-en/ --evaluation eval.json --push-to-hub me/de-en
-
-The directory gets ``model.safetensors`` (weights only, no optimizer state), ``config.json``,
-``tokenizer.model``, a model card ``README.md`` and, when the checkpoint holds it,
-``train_config.yaml`` (see ``minitx.release``). ``--checkpoint`` may also be a release
-directory (to add scores to its card, or to upload it). ``--out`` must be a new or empty
-directory, or an earlier release (its files are replaced).
-
-Exit status: 0 ok; 2 a usage or input error (one ``error: ...`` line); 130 Ctrl-C.
+The directory's files, what ``--out`` may be and the hub upload are told once, in
+docs/guides/export.md.
 """
 
 from __future__ import annotations

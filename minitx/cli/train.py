@@ -37,6 +37,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from minitx.checkpoint import CHECKPOINT_KEY, read_checkpoint
 from minitx.cli.common import (
     EXIT_SIGINT,
+    EXIT_USER_ERROR,
     UsageError,
     hub_verbosity,
     no_room_for_output,
@@ -355,7 +356,7 @@ class OneLineErrorParser(LightningArgumentParser):
             super().error(message, ex)
         one_line = " ".join(str(message).split())
         print(f"error: {one_line}  ({self.prog} --help lists every key)", file=sys.stderr)
-        raise SystemExit(2)
+        raise SystemExit(EXIT_USER_ERROR)
 
 
 class NotesAtFitStart(L.Callback):

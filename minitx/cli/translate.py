@@ -187,15 +187,15 @@ def _layer_or_mean(text: str) -> int | str:
 
 
 def alignment_from_args(args: argparse.Namespace) -> AlignmentConfig:
-    """The `AlignmentConfig` the ``--alignment-*`` options ask for."""
-
-    def pick(value: int | str | None, default: int | None) -> int | None:
-        return default if value is None else None if value == "mean" else int(value)
-
+    """The `AlignmentConfig` the ``--alignment-*`` options ask for (its defaults for the
+    others; ``mean`` is None there)."""
+    given = {name: getattr(args, f"alignment_{name}") for name in ("layer", "head", "unit")}
     return AlignmentConfig(
-        layer=pick(args.alignment_layer, DEFAULT_ALIGNMENT_LAYER),
-        head=pick(args.alignment_head, None),
-        unit=args.alignment_unit or "word",
+        **{
+            name: None if value == "mean" else value
+            for name, value in given.items()
+            if value is not None
+        }
     )
 
 

@@ -1,25 +1,10 @@
-"""Translate one sentence with a checkpoint and draw its attention maps.
+"""`minitx-visualize`: translate one sentence with a checkpoint and draw its attention maps:
+PNG heatmaps per attention kind and layer and the HTML viewer ``attention.html`` (`minitx.viz`)
+and, with ``--attributions``, the gradient attributions of the source pieces
+(`minitx.attribution`).
 
-Writes PNG heatmaps (one per attention kind and layer: every head as a panel, plus the head
-average) and a standalone HTML viewer ``attention.html`` into ``--out-dir``, then prints the
-translation and the written paths. With ``--attributions``, the gradient attributions of the
-source pieces (`minitx.attribution`) too: ``attribution_{method}.png`` beside the head-averaged
-cross-attention of every layer, and one more kind per method in the viewer.
-
-Example:
-    minitx-visualize --checkpoint runs/best.ckpt "Ein Mann fährt Fahrrad." --out-dir attn/
-    minitx-visualize --checkpoint runs/best.ckpt "Ein Mann fährt Fahrrad." --attributions all
-
-The sentence is translated with the default decoding of every minitx command (beam 5) unless
-``--beam`` says otherwise. A sentence longer than the model's positions is cut to fit (with a
-warning). PNGs of long sentences are drawn at a bounded size with every k-th token labelled;
-the HTML viewer has every token.
-
-``--out-dir`` is written whole, as every minitx output directory is (`minitx.outputs`): a new
-or empty directory, or with ``--force`` one an earlier ``minitx-visualize`` wrote, which is
-replaced (no PNG of an earlier model stays behind); a directory of the user's own is refused.
-
-Exit status: 0 ok; 2 a usage or input error (one ``error: ...`` line); 130 Ctrl-C.
+The user's side (the files written, ``--out-dir`` written whole as every minitx output
+directory is, by `minitx.outputs`) is told once, in docs/guides/attention-maps.md.
 """
 
 from __future__ import annotations
