@@ -4,10 +4,11 @@ Run by hand (not a test), e.g. on the offline Multi30k copy::
 
     python scripts/data_stats.py --source ../shared/data/multi30k --max-tokens 4096 8192
 
-It reports tokenizer training and tokenization times, tokens per sentence, and for each
-``max_tokens``: batches per epoch, distinct batch shapes and the padding fraction (pad tokens
-/ all tokens of the src and tgt tensors) of one training epoch, with token buckets and with
-plain shuffled batches of the same average batch size.
+It reports tokenizer training and tokenization times (the training split prepared as
+minitx-train prepares it: over-long pairs skipped, an Arrow cache), tokens per sentence, and
+for each ``max_tokens``: batches per epoch, distinct batch shapes and the padding fraction
+(pad tokens / all tokens of the src and tgt tensors) of one training epoch, with token buckets
+and with plain shuffled batches of the same average batch size.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import logging
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -27,10 +29,11 @@ from minitx.data import (
     collate,
     example_lengths,
     load_parallel_corpus,
+    open_parallel_corpus,
+    prepare_split,
     resolve_data_source,
     round_up,
     side_texts,
-    tokenize_corpus,
 )
 from minitx.tokenizer import Tokenizer
 
@@ -73,6 +76,7 @@ def main() -> int:
     parser.add_argument("--tgt-lang", default="en")
     parser.add_argument("--vocab-size", type=int, default=8000)
     parser.add_argument("--max-tokens", type=int, nargs="+", default=[4096, 8192])
+    parser.add_argument("--max-len", type=int, default=128, help="data.max_len (default 128)")
     parser.add_argument("--pad-multiple", type=int, default=8)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
@@ -82,8 +86,9 @@ def main() -> int:
 
 def report(args: argparse.Namespace) -> int:
     """Load, tokenize and batch the corpus, logging each figure."""
+    source = resolve_data_source(args.source)
     start = time.perf_counter()
-    corpus = load_parallel_corpus(resolve_data_source(args.source), args.src_lang, args.tgt_lang)
+    corpus = load_parallel_corpus(source, args.src_lang, args.tgt_lang)
     cleaned, skipped = clean_pairs(corpus, args.src_lang, args.tgt_lang)
     logger.info(
         "load + clean: %.1f s; pairs %s; skipped %s",
@@ -103,22 +108,14 @@ def report(args: argparse.Namespace) -> int:
         time.perf_counter() - start,
     )
 
+    stream = open_parallel_corpus(source, args.src_lang, args.tgt_lang)["train"]
     with tempfile.TemporaryDirectory() as cache:
-        start = time.perf_counter()
-        tokenized = tokenize_corpus(
-            cleaned, tokenizer, args.src_lang, args.tgt_lang, cache_dir=cache
-        )
-        logger.info(
-            "tokenization (all splits, written to an Arrow cache): %.1f s",
-            time.perf_counter() - start,
-        )
-        start = time.perf_counter()
-        tokenized = tokenize_corpus(
-            cleaned, tokenizer, args.src_lang, args.tgt_lang, cache_dir=cache
-        )
-        logger.info("tokenization again (cache hit): %.2f s", time.perf_counter() - start)
-
-        data = tokenized["train"]
+        for what in ("tokenization (train split, into an Arrow cache)", "again (cache hit)"):
+            start = time.perf_counter()
+            data, _ = prepare_split(
+                stream, tokenizer, Path(cache), max_len=args.max_len, filter_long=True
+            )
+            logger.info("%s: %.2f s", what, time.perf_counter() - start)
         src_len = np.asarray(data["src_len"][:])
         tgt_len = np.asarray(data["tgt_len"][:])
         logger.info(

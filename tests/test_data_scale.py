@@ -25,7 +25,6 @@ from minitx.data import (
     clean_pairs,
     load_parallel_corpus,
     side_texts,
-    tokenize_corpus,
 )
 from minitx.data import sources as sources_module
 from minitx.data import streams as streams_module
@@ -205,17 +204,21 @@ def test_the_streamed_pass_equals_the_in_memory_steps(
     with caplog.at_level(logging.WARNING, logger="minitx"):
         cleaned, skipped = clean_pairs(load_parallel_corpus(str(directory), "de", "en"), "de", "en")
     expected_log = list(caplog.messages)
-    tokenized = tokenize_corpus(cleaned, dm.tokenizer, "de", "en")
     columns = ["line", "src_text", "tgt_text", "src_ids", "tgt_ids", "src_len", "tgt_len"]
     for split in skipped:
-        rows = tokenized[split].select_columns(columns).to_list()
+        rows = []
+        for row in cleaned[split].to_list():  # each kept pair encoded on its own
+            src, tgt = row["translation"]["de"], row["translation"]["en"]
+            src_ids, tgt_ids = dm.tokenizer.encode([src, tgt])
+            values = [row["line"], src, tgt, src_ids, tgt_ids, len(src_ids), len(tgt_ids)]
+            rows.append(dict(zip(columns, values, strict=True)))
         too_long = [row for row in rows if max(row["src_len"], row["tgt_len"]) + 1 > 16]
         if split == "train":
             rows = [row for row in rows if row not in too_long]
             skipped[split]["too_long"] = len(too_long)
             lines = quote_lines([row["line"] for row in too_long])
             expected_log.append(
-                f"train: skipped {len(too_long)} of {len(tokenized[split])} pairs longer than "
+                f"train: skipped {len(too_long)} of {len(cleaned[split])} pairs longer than "
                 f"max_len=16 tokens (lines {lines})."
             )
         elif max_positions is not None:

@@ -14,14 +14,13 @@ tests can call on its own:
    batches of at most ``max_tokens`` padded tokens; `collate` pads them into tensors.
 
 In memory, for evaluation sets and small corpora: `load_parallel_corpus` (a ``DatasetDict``
-with one ``translation`` column), `clean_pairs` (cleaning.py) and `tokenize_corpus`
-(tokenization.py).
+with one ``translation`` column) and `clean_pairs` (cleaning.py).
 
 `TranslationDataModule` (datamodule.py) wires the steps together for Lightning. Nothing here
 imports the model. The toy corpus (``builtin:toy``) lives in minitx/data/toy.
 """
 
-from minitx.data.batching import TokenBucketBatchSampler, collate, round_up
+from minitx.data.batching import TokenBucketBatchSampler, collate, example_lengths, round_up
 from minitx.data.cleaning import clean_pairs, side_texts
 from minitx.data.datamodule import TranslationDataModule
 from minitx.data.prepare import prepare_split
@@ -39,7 +38,6 @@ from minitx.data.sources import (
     resolve_data_source,
 )
 from minitx.data.streams import PairStream
-from minitx.data.tokenization import example_lengths, tokenize_corpus
 
 __all__ = [
     "BUILTIN_CORPORA",
@@ -62,5 +60,4 @@ __all__ = [
     "round_up",
     "sample_sentences",
     "side_texts",
-    "tokenize_corpus",
 ]

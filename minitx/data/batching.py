@@ -8,6 +8,7 @@ import logging
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+import datasets
 import numpy as np
 import torch
 from torch.utils.data import Sampler
@@ -20,6 +21,12 @@ logger = logging.getLogger(__name__)
 def round_up(length: int, multiple: int) -> int:
     """``length`` rounded up to a multiple of ``multiple``."""
     return -(-length // multiple) * multiple
+
+
+def example_lengths(dataset: datasets.Dataset) -> np.ndarray:
+    """Per-example batching length: ``max(src_len + 1, tgt_len + 1)`` (eos / bos included)."""
+    lengths = dataset.select_columns(["src_len", "tgt_len"]).with_format("numpy")[:]
+    return np.maximum(lengths["src_len"], lengths["tgt_len"]) + 1
 
 
 class TokenBucketBatchSampler(Sampler[list[int]]):

@@ -16,7 +16,7 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader
 
-from minitx.data.batching import TokenBucketBatchSampler, collate
+from minitx.data.batching import TokenBucketBatchSampler, collate, example_lengths
 from minitx.data.cleaning import Counts
 from minitx.data.prepare import prepare_split
 from minitx.data.sample import sample_sentences
@@ -26,7 +26,6 @@ from minitx.data.sources import (
     open_parallel_corpus,
     resolve_data_source,
 )
-from minitx.data.tokenization import example_lengths
 from minitx.errors import ConfigError, DataError
 from minitx.tokenizer import ModelType, Tokenizer
 
