@@ -46,7 +46,7 @@ from minitx.checkpoint import (
     load_checkpoint,
     model_from_checkpoint,
 )
-from minitx.errors import MissingFileError, check_known_keys
+from minitx.errors import ConfigError, MissingFileError, check_known_keys
 from minitx.model import Transformer, TransformerConfig
 from minitx.textio import atomic_path, write_bytes_atomic
 from minitx.tokenizer import Tokenizer
@@ -374,24 +374,24 @@ def check_evaluation(
         weights: the model's `weights_checksum`: the report must have scored these weights.
 
     Raises:
-        ValueError: not such a report (no `results` with BLEU and signature), it scored
+        ConfigError: not such a report (no `results` with BLEU and signature), it scored
             another language pair than `languages`, or other weights than `weights`.
     """
     results = evaluation.get("results") if isinstance(evaluation, Mapping) else None
     if not isinstance(results, list) or not results:
-        raise ValueError(f"{where}: not a minitx-evaluate --json report (no 'results' list)")
+        raise ConfigError(f"{where}: not a minitx-evaluate --json report (no 'results' list)")
     for result in results:
         if not isinstance(result, Mapping) or not {"bleu", "signature"} <= set(result):
-            raise ValueError(f"{where}: each result needs 'bleu' and 'signature'")
+            raise ConfigError(f"{where}: each result needs 'bleu' and 'signature'")
     scored = (evaluation.get("src_lang"), evaluation.get("tgt_lang"))
     if all(languages) and all(scored) and tuple(scored) != tuple(languages):
-        raise ValueError(
+        raise ConfigError(
             f"{where}: scores {scored[0]} -> {scored[1]}, but the model translates "
             f"{languages[0]} -> {languages[1]}"
         )
     if weights is not None and evaluation.get("weights_sha256") != weights:
         scored = evaluation.get("checkpoint", "?")
-        raise ValueError(
+        raise ConfigError(
             f"{where}: scores other weights than this model's (it evaluated {scored}); "
             "score this model with minitx-evaluate --checkpoint ... --json and give that report"
             if "weights_sha256" in evaluation
@@ -401,21 +401,27 @@ def check_evaluation(
 
 
 def save_pretrained(
-    release: Release, directory: str | Path, *, evaluation: Mapping[str, Any] | None = None
+    release: Release,
+    directory: str | Path,
+    *,
+    evaluation: Mapping[str, Any] | None = None,
+    evaluation_name: str = "evaluation",
 ) -> list[Path]:
     """Write `release` as a release directory (created if needed; its files are replaced).
 
     Args:
-        evaluation: a `minitx-evaluate --json` report; its BLEU scores and signatures go into
-            the model card.
+        evaluation: a `minitx-evaluate --json` report of these weights (`check_evaluation`,
+            before anything is written); its BLEU scores and signatures go into the card.
+        evaluation_name: how an error names the report (its file).
 
     Returns:
         The written files.
     """
+    if evaluation is not None:
+        checksum = weights_checksum(release.model)
+        check_evaluation(evaluation, release.languages, evaluation_name, checksum)
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    if evaluation is not None:
-        check_evaluation(evaluation, release.languages, weights=weights_checksum(release.model))
     written = []
     weights = directory / WEIGHTS_FILE
     with atomic_path(weights) as tmp:

@@ -524,6 +524,20 @@ def test_export_refuses_with_one_line(
     assert sorted(p.name for p in out.iterdir()) == sorted(in_out_dir)  # nothing written
 
 
+def test_save_pretrained_checks_the_evaluation_before_writing(
+    tiny_checkpoint: Path, tmp_path: Path
+) -> None:
+    from minitx import release
+    from minitx.errors import ConfigError
+
+    loaded = release.load(tiny_checkpoint)
+    with pytest.raises(ConfigError, match=r"^eval\.json: not a minitx-evaluate --json report"):
+        release.save_pretrained(
+            loaded, tmp_path / "new", evaluation={}, evaluation_name="eval.json"
+        )
+    assert not (tmp_path / "new").exists()
+
+
 # ------------------------------------------------------------------------------ the hub (faked)
 class FakeHfApi:
     """Records what `release.push_to_hub` asks of `huggingface_hub.HfApi`."""

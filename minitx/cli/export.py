@@ -90,18 +90,10 @@ def run(args: argparse.Namespace) -> int:
     check_out_dir(args.out)
     evaluation = read_evaluation(args.evaluation) if args.evaluation is not None else None
     loaded = release.load(args.checkpoint)  # its errors are one error line
-    if evaluation is not None:
-        try:
-            release.check_evaluation(
-                evaluation,
-                loaded.languages,
-                where=str(args.evaluation),
-                weights=release.weights_checksum(loaded.model),
-            )
-        except ValueError as exc:
-            raise UsageError(str(exc)) from None
-    try:
-        written = release.save_pretrained(loaded, args.out, evaluation=evaluation)
+    try:  # a report of other weights is refused before anything is written
+        written = release.save_pretrained(
+            loaded, args.out, evaluation=evaluation, evaluation_name=str(args.evaluation)
+        )
     except OSError as exc:
         raise UsageError(f"cannot write into --out {args.out}: {exc.strerror or exc}") from None
     for path in written:
