@@ -290,7 +290,13 @@ def test_the_benchmark_configs_load_their_hub_dataset(
     monkeypatch.chdir(tmp_path)
     cli = build_cli(["--config", config, "--trainer.logger", "false", "--data.vocab_size", "150"])
     dm = cli.datamodule
-    assert (dm.source, dm.hub_options, dm.src_lang, dm.tgt_lang) == (source, options, src, tgt)
+    hparams = dm.hparams
+    assert (hparams.source, hparams.hub_options, hparams.src_lang, hparams.tgt_lang) == (
+        source,
+        options,
+        src,
+        tgt,
+    )
     dm.setup("fit")
     assert asked == [(source, options)]
     assert {split: len(ds) for split, ds in dm.dataset.items()} == {

@@ -146,7 +146,7 @@ def test_the_default_module_and_data_are_the_recipe_without_the_command() -> Non
     assert (optim.lr, optim.warmup_steps, optim.schedule) == (0.0015, 100, "budget")
     assert module.sdpa_backend == "auto"
     data = TranslationDataModule()
-    assert (data.max_tokens, data.eval_max_tokens) == (1024, 8192)
+    assert (data.hparams.max_tokens, data.hparams.eval_max_tokens) == (1024, 8192)
 
 
 MEASURED = [

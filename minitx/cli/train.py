@@ -705,7 +705,7 @@ def _test_split(datamodule: TranslationDataModule) -> Split:
     skipped = dict(datamodule.skipped.get("test") or {})
     dropped = skipped.get("empty", 0) + skipped.get("too_long", 0)  # "truncated" pairs stay
     n_lines = max(len(lines) + dropped, max(lines, default=0))
-    return Split(sources, references, lines, n_lines, skipped, str(datamodule.source))
+    return Split(sources, references, lines, n_lines, skipped, str(datamodule.hparams.source))
 
 
 UNUSED_BUDGET_NOTE = 0.1

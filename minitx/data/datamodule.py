@@ -135,22 +135,6 @@ class TranslationDataModule(L.LightningDataModule):
                 "lower data.max_len or raise model.transformer.max_positions"
             )
         self.save_hyperparameters()
-        self.source = source
-        self.src_lang = src_lang
-        self.tgt_lang = tgt_lang
-        self.splits = splits
-        self.vocab_size = vocab_size
-        self.tokenizer_type = tokenizer_type
-        self.max_tokens = max_tokens
-        self.max_len = max_len
-        self.pad_multiple = pad_multiple
-        self.num_workers = num_workers
-        self.cache_dir = cache_dir
-        self.seed = seed
-        self.eval_max_tokens = eval_max_tokens
-        self.max_positions = max_positions
-        self.tokenizer_sample = tokenizer_sample
-        self.hub_options = hub_options
         self.prepare_data_per_node = prepare_data_per_node
         self._scratch: Path | None = None
         self.tokenizer: Tokenizer | None = None
@@ -181,13 +165,13 @@ class TranslationDataModule(L.LightningDataModule):
         if self.dataset is None:
             built, self._prepared = self._prepared or self._build(), None
             self.tokenizer, self.dataset, self.skipped = built
-            _check_same_tokenizer(self.tokenizer, self.cache_dir)
+            _check_same_tokenizer(self.tokenizer, self.hparams.cache_dir)
 
     def _work_dir(self) -> Path:
         """Where the tokenized splits go: ``cache_dir``, or a temporary directory (removed
         when this object is, or at exit) when there is no cache."""
-        if self.cache_dir is not None:
-            return Path(self.cache_dir)
+        if self.hparams.cache_dir is not None:
+            return Path(self.hparams.cache_dir)
         if self._scratch is None:
             self._scratch = Path(tempfile.mkdtemp(prefix="minitx-data-"))
             weakref.finalize(self, shutil.rmtree, self._scratch, ignore_errors=True)
@@ -195,22 +179,23 @@ class TranslationDataModule(L.LightningDataModule):
 
     def _build(self) -> tuple[Tokenizer, datasets.DatasetDict, Counts]:
         start = time.perf_counter()
-        source = resolve_data_source(self.source)
-        if source != self.source and self.hub_options:
+        config = self.hparams  # the constructor's arguments
+        source = resolve_data_source(config.source)
+        if source != config.source and config.hub_options:
             logger.warning(
                 "%s=%s replaces the configured hub dataset %r (hub_options %s); unset it to "
                 "train on the hub dataset.",
                 DATA_DIR_ENV,
                 source,
-                self.source,
-                self.hub_options,
+                config.source,
+                config.hub_options,
             )
         streams = open_parallel_corpus(
             source,
-            self.src_lang,
-            self.tgt_lang,
-            splits=self.splits,
-            hub_options=self.hub_options,
+            config.src_lang,
+            config.tgt_lang,
+            splits=config.splits,
+            hub_options=config.hub_options,
         )
         if "train" not in streams:
             raise DataError(
@@ -219,12 +204,12 @@ class TranslationDataModule(L.LightningDataModule):
             )
         train = streams["train"]
         tokenizer = Tokenizer.train(  # on both sides of (a seeded sample of) the training split
-            sample_sentences(train, self.tokenizer_sample, self.seed),
-            vocab_size=self.vocab_size,
-            model_type=self.tokenizer_type,
-            cache_dir=self.cache_dir,
+            sample_sentences(train, config.tokenizer_sample, config.seed),
+            vocab_size=config.vocab_size,
+            model_type=config.tokenizer_type,
+            cache_dir=config.cache_dir,
             # found by the split's content without reading it again
-            cache_key=f"{train.fingerprint} sample={self.tokenizer_sample} seed={self.seed}",
+            cache_key=f"{train.fingerprint} sample={config.tokenizer_sample} seed={config.seed}",
         )
         tokenized: dict[str, datasets.Dataset] = {}
         skipped: Counts = {}
@@ -234,9 +219,9 @@ class TranslationDataModule(L.LightningDataModule):
                 stream,
                 tokenizer,
                 self._work_dir(),
-                max_len=self.max_len,
+                max_len=config.max_len,
                 filter_long=train,
-                max_positions=None if train else self.max_positions,
+                max_positions=None if train else config.max_positions,
             )
         logger.info(
             "Data ready in %.1f s: %s pairs (skipped: %s).",
@@ -264,21 +249,22 @@ class TranslationDataModule(L.LightningDataModule):
 
     def _loader(self, split: str) -> DataLoader:
         """Batches of a split: shuffled for training, in a fixed order for evaluation."""
+        config = self.hparams
         dataset = self._split(split)
         train = split == "train"
         sampler = TokenBucketBatchSampler(
             example_lengths(dataset),
-            max_tokens=self.max_tokens if train else self.eval_max_tokens or self.max_tokens,
-            pad_multiple=self.pad_multiple,
+            max_tokens=config.max_tokens if train else config.eval_max_tokens or config.max_tokens,
+            pad_multiple=config.pad_multiple,
             shuffle=train,
-            seed=self.seed,
+            seed=config.seed,
         )
         return DataLoader(
             dataset,
             batch_sampler=sampler,
-            collate_fn=functools.partial(collate, pad_multiple=self.pad_multiple),
-            num_workers=self.num_workers,
-            persistent_workers=self.num_workers > 0,
+            collate_fn=functools.partial(collate, pad_multiple=config.pad_multiple),
+            num_workers=config.num_workers,
+            persistent_workers=config.num_workers > 0,
         )
 
     def _split(self, split: str) -> datasets.Dataset:
