@@ -556,7 +556,7 @@ def test_evaluate_default_hypothesis_path_and_limit(
         == 0
     )
     assert "3 sentences" in capsys.readouterr().out
-    hyp = tmp_path / "model.test.first3.beam5.hyp"
+    hyp = tmp_path / "model.test.toy.first3.beam5.hyp"
     assert len(hyp.read_text(encoding="utf-8").splitlines()) == 3
 
 
@@ -582,18 +582,54 @@ def test_evaluate_another_language_pair_keeps_the_checkpoints_hypotheses(
     """Scoring en -> de with a de -> en checkpoint warns and names the pair in its file."""
     assert evaluate_command.main([*greedy_on_toy, "--src-lang", "en", "--tgt-lang", "de"]) == 0
     assert "warning: the checkpoint was trained de -> en" in capsys.readouterr().err
-    assert (tmp_path / "model.test.en-de.greedy.hyp").is_file()
-    assert not (tmp_path / "model.test.greedy.hyp").exists()
+    assert (tmp_path / "model.test.toy.en-de.greedy.hyp").is_file()
+    assert not (tmp_path / "model.test.toy.greedy.hyp").exists()
+
+
+def test_evaluate_another_corpus_keeps_the_hypotheses_of_the_first(
+    evaluate_command, greedy_on_toy, tmp_path
+) -> None:
+    """Two corpora with a split of the same name write two files, each named by its --data."""
+    assert evaluate_command.main([*greedy_on_toy, "--limit", "2"]) == 0
+    other = tmp_path / "corpora" / "other"
+    shutil.copytree(TOY_CORPUS_DIR, other)
+    args = [*greedy_on_toy, "--limit", "2"]
+    args[args.index("--data") + 1] = str(other)
+    assert evaluate_command.main(args) == 0
+    assert sorted(path.name for path in tmp_path.glob("*.hyp")) == [
+        "model.test.other.first2.greedy.hyp",
+        "model.test.toy.first2.greedy.hyp",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("data", "tag"),
+    [("/corpora/iwslt", "iwslt"), ("builtin:toy", "builtin_toy"), ("d/{split}.jsonl", "d")],
+)
+def test_evaluate_data_tag(evaluate_command, data: str, tag: str) -> None:
+    assert evaluate_command.data_tag(data) == tag
+
+
+def test_evaluate_json_to_stdout(
+    evaluate_command, greedy_on_toy, tmp_path, capsys, monkeypatch
+) -> None:
+    """--json - prints only the report on stdout (for jq); the summary moves to stderr."""
+    monkeypatch.chdir(tmp_path)
+    assert evaluate_command.main([*greedy_on_toy, "--limit", "3", "--json", "-"]) == 0
+    out, err = capsys.readouterr()
+    report = json.loads(out)
+    assert report["sentences"] == 3 and report["results"][0]["beam"] == 1
+    assert "\ngreedy: BLEU " in err and not (tmp_path / "-").exists()
 
 
 def test_evaluate_bf16_keeps_the_fp32_hypotheses(evaluate_command, greedy_on_toy, tmp_path):
     """A --bf16 evaluation writes its own file: the fp32 hypotheses beside the checkpoint stay."""
     assert evaluate_command.main([*greedy_on_toy, "--limit", "3"]) == 0
-    fp32 = tmp_path / "model.test.first3.greedy.hyp"
+    fp32 = tmp_path / "model.test.toy.first3.greedy.hyp"
     fp32.write_text("kept\n", encoding="utf-8")
     assert evaluate_command.main([*greedy_on_toy, "--limit", "3", "--bf16"]) == 0
     assert fp32.read_text(encoding="utf-8") == "kept\n"
-    bf16 = tmp_path / "model.test.first3.greedy.bf16.hyp"
+    bf16 = tmp_path / "model.test.toy.first3.greedy.bf16.hyp"
     assert len(bf16.read_text(encoding="utf-8").splitlines()) == 3
 
 

@@ -62,11 +62,13 @@ signature. Notes (corpus, pair counts, hypothesis files) and progress go to stan
 progress bar on a terminal, otherwise one line per decoding such as `greedy: translated 1000
 sentences in 5.7 s (175.4 sentences/s)`. The hypotheses of each decoding are written to
 --hyp-out (default: next to the checkpoint, <checkpoint stem>.<split>.<decoding>[.bf16].hyp,
-<decoding> being greedy, beam<N> or sample, the names training uses too, with .first<L>
-before <decoding> under --limit L (and .<src>-<tgt> for a language pair other than the
-checkpoint's) and .<mode>-<scope> after it under a hard --attention, e.g.
-greedy.hard-argmax-cross), one line per line of the split's source file, in order (empty for
-a pair with an empty side). --json FILE writes every figure (and the file names) as JSON.
+<decoding> being greedy, beam<N> or sample, the names training uses too, with .<corpus>
+(the last part of --data, when given), .first<L> under --limit L and .<src>-<tgt> for a
+language pair other than the checkpoint's before <decoding>, and .<mode>-<scope> after it
+under a hard --attention, e.g. greedy.hard-argmax-cross), one line per line of the split's
+source file, in order (empty for a pair with an empty side). --json FILE writes every figure
+(and the file names) as JSON; --json - writes it to standard output, and the summary lines
+to standard error.
 Output files are replaced only once they are complete.
 """
 EPILOG = """\
@@ -130,7 +132,11 @@ def build_parser() -> argparse.ArgumentParser:
         "release directory, in the current directory for a hub repo id)",
     )
     parser.add_argument(
-        "--json", type=Path, metavar="FILE", help="also write the results to FILE as JSON"
+        "--json",
+        type=Path,
+        metavar="FILE",
+        help="also write the results to FILE as JSON; - writes them to stdout instead of the "
+        "summary lines, which go to stderr",
     )
     return parser
 
@@ -157,7 +163,8 @@ def hypothesis_path(args: argparse.Namespace, beam: int, pair: str = "") -> Path
     other than the checkpoint's, so that its file does not replace the checkpoint's own."""
     if args.hyp_out is not None:
         return Path(str(args.hyp_out).replace("{beam}", str(beam)))
-    infix = f".first{args.limit}" if args.limit is not None else ""
+    infix = f".{data_tag(args.data)}" if args.data is not None else ""
+    infix += f".first{args.limit}" if args.limit is not None else ""
     infix += f".{pair}" if pair else ""
     tag = args.decodings[beam].file_tag
     if args.attention != "soft":  # e.g. greedy.hard-argmax-cross
@@ -167,6 +174,14 @@ def hypothesis_path(args: argparse.Namespace, beam: int, pair: str = "") -> Path
     name = f"{args.checkpoint.stem}.{args.split}{infix}.{tag}.hyp"
     local = args.checkpoint.exists()  # else a hub repo id: write into the current directory
     return (args.checkpoint.parent if local else Path()) / name
+
+
+def data_tag(data: str) -> str:
+    """A file-name part naming ``--data`` (``/corpora/iwslt`` -> "iwslt", ``builtin:toy`` ->
+    "builtin_toy"), so that scoring another corpus's split of the same name does not replace
+    the hypotheses of the default corpus."""
+    parts = [part for part in Path(data).parts if "{" not in part]  # not a {split} pattern
+    return re.sub(r"[^\w.-]+", "_", parts[-1] if parts else data).strip("._") or "data"
 
 
 def aligned_lines(data: Split, hypotheses: list[str]) -> str:
@@ -211,9 +226,11 @@ def run(args: argparse.Namespace) -> int:
     hyp_flag = "the hypotheses file" if args.hyp_out is None else "--hyp-out"
     outputs = [(hyp_flag, hypothesis_path(args, beam, pair)) for beam in args.decodings]
     for flag, path in [*outputs, ("--json", args.json)]:  # checked now, not after the decoding
-        if path is not None:
+        if path is not None and str(path) != "-":
             check_output_file(path, flag=flag)
 
+    json_to_stdout = str(args.json) == "-"
+    summary_out = sys.stderr if json_to_stdout else sys.stdout
     results = []
     for beam, decoding in args.decodings.items():  # each beam size once, in the order given
         label = ", ".join(filter(None, [decoding.describe(), describe_attention(args)]))
@@ -234,8 +251,9 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(
                 f"cannot write the hypotheses to {path}: {exc.strerror or exc}"
             ) from None
-        print(result.summary(), flush=True)  # starts with the decoding, e.g. "greedy: BLEU"
-        print(f"  {result.details()}", flush=True)
+        # starts with the decoding, e.g. "greedy: BLEU"; on stderr when stdout carries the JSON
+        print(result.summary(), file=summary_out, flush=True)
+        print(f"  {result.details()}", file=summary_out, flush=True)
         print(f"hypotheses written to {path}", file=sys.stderr)
         results.append(
             {
@@ -265,8 +283,12 @@ def run(args: argparse.Namespace) -> int:
             "attention": attention_from_args(args),
             "results": results,
         }
+        text = json.dumps(report, indent=2, ensure_ascii=False) + "\n"
+        if json_to_stdout:
+            sys.stdout.write(text)
+            return 0
         try:
-            write_text_atomic(args.json, json.dumps(report, indent=2, ensure_ascii=False) + "\n")
+            write_text_atomic(args.json, text)
         except OSError as exc:
             raise UsageError(f"cannot write --json {args.json}: {exc.strerror or exc}") from None
     return 0
