@@ -252,7 +252,7 @@ def test_evaluate_default_hypothesis_name_names_the_attention(
     argv = ["--checkpoint", str(checkpoint), "--data", str(TOY_CORPUS_DIR), "--limit", "2"]
     assert evaluate.main([*argv, "--beam", "1", "--attention", "hard-argmax"]) == 0
     capsys.readouterr()
-    assert (tmp_path / "model.test.first2.greedy.hard-argmax-cross.hyp").is_file()
+    assert (tmp_path / "model.test.toy.first2.greedy.hard-argmax-cross.hyp").is_file()
 
 
 @pytest.mark.parametrize(
