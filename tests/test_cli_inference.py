@@ -620,6 +620,10 @@ def test_evaluate_json_to_stdout(
     report = json.loads(out)
     assert report["sentences"] == 3 and report["results"][0]["beam"] == 1
     assert "\ngreedy: BLEU " in err and not (tmp_path / "-").exists()
+    # "./-" is a file called "-", as minitx-translate reads it
+    assert evaluate_command.main([*greedy_on_toy, "--limit", "3", "--json", "./-"]) == 0
+    assert json.loads((tmp_path / "-").read_text(encoding="utf-8"))["sentences"] == 3
+    assert capsys.readouterr().out.startswith("greedy: BLEU ")
 
 
 def test_evaluate_bf16_keeps_the_fp32_hypotheses(evaluate_command, greedy_on_toy, tmp_path):

@@ -133,10 +133,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--json",
-        type=Path,
         metavar="FILE",
         help="also write the results to FILE as JSON; - writes them to stdout instead of the "
-        "summary lines, which go to stderr",
+        "summary lines, which go to stderr (./- is a file called -)",
     )
     return parser
 
@@ -225,11 +224,12 @@ def run(args: argparse.Namespace) -> int:
 
     hyp_flag = "the hypotheses file" if args.hyp_out is None else "--hyp-out"
     outputs = [(hyp_flag, hypothesis_path(args, beam, pair)) for beam in args.decodings]
-    for flag, path in [*outputs, ("--json", args.json)]:  # checked now, not after the decoding
-        if path is not None and str(path) != "-":
+    json_to_stdout = args.json == "-"  # as in minitx-translate, "./-" names a file called so
+    json_path = None if args.json is None or json_to_stdout else Path(args.json)
+    for flag, path in [*outputs, ("--json", json_path)]:  # checked now, not after the decoding
+        if path is not None:
             check_output_file(path, flag=flag)
 
-    json_to_stdout = str(args.json) == "-"
     summary_out = sys.stderr if json_to_stdout else sys.stdout
     results = []
     for beam, decoding in args.decodings.items():  # each beam size once, in the order given
@@ -288,7 +288,7 @@ def run(args: argparse.Namespace) -> int:
             sys.stdout.write(text)
             return 0
         try:
-            write_text_atomic(args.json, text)
+            write_text_atomic(json_path, text)
         except OSError as exc:
             raise UsageError(f"cannot write --json {args.json}: {exc.strerror or exc}") from None
     return 0
