@@ -6,9 +6,10 @@
 #   scripts/gpu_check.sh OUT_DIR --cpu-dry-run  # the same steps on the CPU, tiny sizes (~1 min)
 #
 # --prepare downloads the wheels a CUDA torch image usually lacks (datasets, jsonargparse,
-# their dependencies, matplotlib, rich, pytest; the versions installed where it runs) into the
-# ignored folder .whl/, and copies Multi30k ($MINITX_DATA_DIR, else ../shared/data/multi30k)
-# into the ignored folder .gpu-data/multi30k: copy the checkout with both to the GPU machine.
+# their dependencies, matplotlib, rich, pytest, captum; the versions installed where it
+# runs) into the ignored folder .whl/, and copies Multi30k ($MINITX_DATA_DIR, else
+# ../shared/data/multi30k) into the ignored folder .gpu-data/multi30k: copy the checkout with
+# both to the GPU machine.
 #
 # On the GPU the steps are, each with its own time limit, each logged to OUT_DIR/<step>.log:
 #   setup        install the wheels of .whl/ the image lacks into /tmp/site; check CUDA
@@ -23,7 +24,8 @@
 # environment), runs the benchmark with --smoke and the tiny config for 10 updates.
 #
 # Environment: PYTHON (default python3), GPU_CHECK_BUDGET (seconds, default 340; the dry
-# run 1700).
+# run 1700), GPU_CHECK_STEPS (the steps to run, default all: to rerun the ones that failed
+# in the time a lent GPU has left, e.g. "setup cuda_tests"; the GPU needs setup every time).
 set -uo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -37,7 +39,7 @@ SITE=/tmp/site
 # image with Lightning, torchmetrics, sentencepiece, sacrebleu, tensorboard, pyarrow and
 # safetensors, which brings numpy, pyyaml, pillow, packaging, tqdm and filelock. Small
 # pure-Python packages such an image may have too (fsspec, typing-extensions) come along:
-# setup installs a wheel only where the image's package is missing or older.
+# setup installs a wheel only where the image lacks its package.
 WHEEL_PACKAGES=(
     datasets dill multiprocess xxhash pandas python-dateutil six
     huggingface_hub hf-xet httpx2 httpcore2 h11 anyio idna truststore click fsspec
@@ -45,6 +47,7 @@ WHEEL_PACKAGES=(
     matplotlib contourpy cycler fonttools kiwisolver pyparsing
     rich markdown-it-py mdurl pygments
     pytest iniconfig pluggy
+    captum
 )
 # Requirements the image is expected to meet itself (not downloaded; see above).
 IMAGE_HAS="numpy pyarrow pyyaml pillow packaging tqdm filelock torch"
@@ -125,6 +128,14 @@ case ${1:-} in
     ;;
 esac
 
+ALL_STEPS="setup cuda_tests bench bench_large train"
+STEPS=${GPU_CHECK_STEPS:-$ALL_STEPS}
+for name in $STEPS; do
+    if [[ " $ALL_STEPS " != *" $name "* ]]; then
+        echo "error: GPU_CHECK_STEPS names '$name'; the steps are: $ALL_STEPS" >&2
+        exit 2
+    fi
+done
 mkdir -p "$OUT" || exit 2
 export REPO PYTHON WHEELS GPU_DATA SITE DRY OUT  # for the steps that are functions
 OUT=$(cd "$OUT" && pwd)
@@ -151,6 +162,10 @@ export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1  # the GPU machine has no network:
 step() {
     local name=$1 cap=$(($2 * SCALE)) reserve=$(($3 * SCALE)) left limit rc began
     shift 3
+    if [[ " $STEPS " != *" $name "* ]]; then
+        echo "$name: skipped (not in GPU_CHECK_STEPS)" | tee -a "$OUT/steps.txt"
+        return
+    fi
     left=$((BUDGET - (SECONDS - START) - reserve))
     # A budget too small for the reserve: the step runs in what is left of it all.
     ((left < 5)) && left=$((BUDGET - (SECONDS - START)))
@@ -183,9 +198,11 @@ setup() {
     if ((DRY)); then
         echo "dry run: no install, the current environment ($PYTHON)"
     else
-        # Only the wheels whose package the image lacks, or has older (pure-Python wheels
-        # only): a compiled package of the image is never replaced under its dependants.
+        # Only the wheels whose package the image lacks: one the image has is never replaced
+        # under its dependants (a newer huggingface_hub broke the image's transformers,
+        # which torchmetrics imports). The import check below shows the rest is enough.
         local chosen
+        rm -rf "$SITE"  # a second run on the same machine compares against the image alone
         chosen=$("$PYTHON" - "$WHEELS" <<'EOF'
 import importlib.metadata as metadata, sys
 from pathlib import Path
@@ -196,13 +213,12 @@ except ImportError:  # no packaging: take every wheel
     print("\n".join(str(w) for w in sorted(Path(sys.argv[1]).glob("*.whl"))))
     sys.exit()
 for wheel in sorted(Path(sys.argv[1]).glob("*.whl")):
-    name, version, _, tags = parse_wheel_filename(wheel.name)
+    name, version, _, _ = parse_wheel_filename(wheel.name)
     try:
         installed = Version(metadata.version(name))
     except metadata.PackageNotFoundError:
         installed = None
-    pure = all(tag.abi == "none" and tag.platform == "any" for tag in tags)
-    if installed is None or (pure and installed < version):
+    if installed is None:
         print(wheel)
     print(f"{name} {version}: image has {installed or 'none'}", file=sys.stderr)
 EOF
@@ -220,7 +236,7 @@ EOF
 import importlib.metadata as metadata, sys
 import torch
 import datasets, jsonargparse, matplotlib, rich, pytest  # noqa: F401  what the steps import
-import minitx.cli.train  # noqa: F401
+import minitx.cli.train, minitx.evaluation  # noqa: F401  training, then its test
 
 names = ["torch", "lightning", "datasets", "jsonargparse", "pyarrow", "numpy", "sentencepiece"]
 print("python", sys.version.split()[0], *(f"{n} {metadata.version(n)}" for n in names))

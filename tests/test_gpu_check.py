@@ -68,6 +68,41 @@ def test_a_failing_step_makes_the_exit_status_one(tmp_path: Path) -> None:
     assert "failed steps: setup cuda_tests bench bench_large train" in done.stderr
 
 
+def test_gpu_check_steps_runs_only_the_steps_named(tmp_path: Path) -> None:
+    """GPU_CHECK_STEPS reruns chosen steps (what a lent GPU's last minutes allow); the others
+    are reported as skipped, not as passed."""
+    out = tmp_path / "out"
+    env = {**subprocess_env(), "PYTHON": "false", "GPU_CHECK_STEPS": "setup bench"}
+    done = subprocess.run(
+        ["bash", str(SCRIPT), str(out), "--cpu-dry-run"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    steps = (out / "steps.txt").read_text(encoding="utf-8").splitlines()
+    assert [line.split(":")[0] for line in steps] == STEPS
+    for line in steps:
+        ran = line.split(":")[0] in ("setup", "bench")
+        assert ("FAILED" in line) == ran and ("skipped" in line) == (not ran), line
+    assert "failed steps: setup bench" in done.stderr
+
+
+def test_an_unknown_step_in_gpu_check_steps_exits_2(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHON": "false", "GPU_CHECK_STEPS": "setup train_fast"}
+    done = subprocess.run(
+        ["bash", str(SCRIPT), str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert done.stderr.startswith("error: GPU_CHECK_STEPS names 'train_fast'; the steps are: ")
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("args", [[], ["--cpu-dry-run"], ["out", "--gpu"], ["--prepare", "x"]])
 def test_bad_command_lines_exit_2(args: list[str], tmp_path: Path) -> None:
     done = subprocess.run(
