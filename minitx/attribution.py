@@ -30,7 +30,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
-from captum.attr import InputXGradient, IntegratedGradients, Saliency
 from torch import Tensor
 
 from minitx.errors import ConfigError
@@ -159,6 +158,10 @@ def gradient_attributions(
     Raises:
         ConfigError: an unknown method, or `ig_steps` < 1.
     """
+    # Imported here, not with the module: every translate and evaluate imports this module
+    # through the translator, and Captum's import alone takes about 0.6 s.
+    from captum.attr import InputXGradient, IntegratedGradients, Saliency
+
     methods = check_methods(methods)
     if ig_steps < 1:
         raise ConfigError(f"ig_steps must be at least 1, got {ig_steps}")
