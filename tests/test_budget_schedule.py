@@ -15,6 +15,7 @@ import pytest
 import torch
 from helpers import TINY_CONFIG, train_tiny
 
+from minitx.training.callbacks import AttentionMapLogger
 from minitx.training.schedules import SCHEDULES, BudgetSchedule, LinearDecaySchedule
 
 WARMUP, TOTAL = 10, 200
@@ -179,7 +180,8 @@ def test_fast_dev_run_works_with_the_default_config(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, multi30k_dir: Path
 ) -> None:
     """The default config (budget schedule, a 15,000-update plan, validations at each tenth)
-    on Multi30k: `--trainer.fast_dev_run true` makes its one update and one validation."""
+    on Multi30k: `--trainer.fast_dev_run true` makes its one update and one validation, and
+    draws no attention maps (Lightning's smoke run logs nothing)."""
     monkeypatch.setenv("MINITX_DATA_DIR", str(multi30k_dir))
     cli = train_in(
         tmp_path,
@@ -190,6 +192,8 @@ def test_fast_dev_run_works_with_the_default_config(
     assert cli.model.optim.schedule == "budget" and cli.trainer.max_steps == 1
     assert cli.trainer.global_step == 1
     assert "val/loss" in cli.trainer.logged_metrics
+    assert any(isinstance(cb, AttentionMapLogger) for cb in cli.trainer.callbacks)
+    assert not list(tmp_path.rglob("*.png"))
 
 
 def test_a_step_bound_run_with_a_clock_repeats_exactly(tmp_path: Path) -> None:

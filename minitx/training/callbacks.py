@@ -39,7 +39,9 @@ class AttentionMapLogger(L.Callback):
     with their reference, so that the axes stay the same from epoch to epoch; each layer and
     kind gets a figure (one panel per head plus their average) in TensorBoard (tag
     `attention/s{i}/{kind}/layer_{l}`) and as a PNG under `{log_dir}/attention/epoch_{e:03d}/`,
-    and per-head mean entropies as `attention_entropy/{kind}/layer_{l}/head_{h}`.
+    and per-head mean entropies as `attention_entropy/{kind}/layer_{l}/head_{h}`. A
+    `fast_dev_run` logs none: Lightning turns the loggers off in that smoke run, and drawing
+    the maps would take most of its time.
 
     Args:
         num_sentences: number of validation sentences to show.
@@ -97,6 +99,8 @@ class AttentionMapLogger(L.Callback):
 
     @torch.no_grad()
     def _log(self, trainer: L.Trainer, pl_module: L.LightningModule, tag: str) -> None:
+        if trainer.fast_dev_run:
+            return
         log_dir = trainer.log_dir  # a collective under DDP: every rank must ask
         if not trainer.is_global_zero or pl_module.tokenizer is None:
             return
