@@ -13,6 +13,7 @@ import matplotlib.image as mpimg
 import numpy as np
 import pytest
 import torch
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from minitx.decoding import DecodingConfig
@@ -22,6 +23,8 @@ from minitx.viz import (
     figures_for_maps,
     plot_attention_heads,
     save_attention_images,
+    update_attention_heads,
+    update_figures_for_maps,
     visualize,
     write_html_viewer,
 )
@@ -181,6 +184,52 @@ def test_decoder_rows_are_labelled_by_the_piece_they_predict(tmp_path: Path) -> 
             maps.cross_attentions,
             predicted_tokens=["a", "b", "c"],
         )
+
+
+def drawn(fig: Figure) -> np.ndarray:
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    return np.asarray(canvas.buffer_rgba()).copy()
+
+
+def test_refilled_figures_draw_exactly_as_new_ones(maps: AttentionMaps) -> None:
+    """The map logger builds a sentence's figures once and refills them at each later log:
+    the pixels must be those of figures built for the new weights."""
+    later = AttentionMaps(
+        maps.src_tokens,
+        maps.tgt_tokens,
+        *(
+            tuple(
+                softmaxed(*w.shape, causal=kind == "decoder", seed=99 + i) for i, w in enumerate(ws)
+            )
+            for kind, ws in zip(
+                KINDS,
+                (maps.encoder_attentions, maps.decoder_attentions, maps.cross_attentions),
+                strict=True,
+            )
+        ),
+    )
+    figures = figures_for_maps(maps)
+    before = {key: drawn(fig) for key, fig in figures.items()}
+    update_figures_for_maps(figures, later)
+    fresh = figures_for_maps(later)
+    assert list(figures) == list(fresh)
+    for key, fig in figures.items():
+        after = drawn(fig)
+        assert np.array_equal(after, drawn(fresh[key])), key
+        assert not np.array_equal(after, before[key]), key  # the pixels did change
+
+
+def test_a_refill_that_does_not_fit_is_refused() -> None:
+    fig = plot_attention_heads(softmaxed(2, 3, 4), ["q"] * 3, ["k"] * 4)
+    with pytest.raises(ValueError, match=r"weights \(2, 3, 5\) \(average=True\) do not fit"):
+        update_attention_heads(fig, softmaxed(2, 3, 5))
+    with pytest.raises(ValueError, match="do not fit a figure of 3 panels"):
+        update_attention_heads(fig, softmaxed(3, 3, 4))
+    nan = softmaxed(2, 3, 4)
+    nan[0, 0, 0] = float("nan")
+    with pytest.raises(ValueError, match="NaN or inf"):
+        update_attention_heads(fig, nan)
 
 
 def test_figures_for_maps_rejects_inconsistent_maps() -> None:

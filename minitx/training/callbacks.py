@@ -22,11 +22,12 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
 
 from minitx.errors import MinitxError
 from minitx.maps import KINDS, AttentionMaps, attention_entropy, teacher_forced_maps
 from minitx.training.schedules import BudgetSchedule
-from minitx.viz import figures_for_maps
+from minitx.viz import figures_for_maps, update_figures_for_maps
 from minitx.vocab import PAD_ID
 
 logger = logging.getLogger(__name__)
@@ -72,6 +73,11 @@ class AttentionMapLogger(L.Callback):
         self.num_sentences, self.every_n_epochs = num_sentences, every_n_epochs
         self.kinds, self.save_png, self.max_pieces = tuple(kinds), save_png, max_pieces
         self._pairs: list[tuple[str, str]] | None = None
+        # The figures of each sentence, built at the first log and refilled at the next ones:
+        # the sentences and so the axes stay the same, and building a figure costs about as
+        # much as drawing it. Their artists take 2 to 7 MB a figure (the default's 18: up to
+        # ~130 MB); the pixels are let go after each log.
+        self._figures: dict[int, dict[str, Figure]] = {}
 
     def _select_pairs(self, trainer: L.Trainer, tokenizer) -> list[tuple[str, str]]:
         sources, references = trainer.datamodule.texts("validation")
@@ -137,9 +143,15 @@ class AttentionMapLogger(L.Callback):
         tensorboards = [
             lg.experiment for lg in trainer.loggers if isinstance(lg, TensorBoardLogger)
         ]
-        for name, fig in figures_for_maps(maps, kinds=self.kinds).items():  # name: "cross/layer_0"
-            # Drawn once, for TensorBoard and the PNG file alike: drawing is most of a figure's
-            # cost, and add_figure and savefig would each draw it again.
+        figures = self._figures.get(index)
+        if figures is None:
+            figures = self._figures[index] = figures_for_maps(maps, kinds=self.kinds)
+        else:
+            update_figures_for_maps(figures, maps)
+        for name, fig in figures.items():  # name: "cross/layer_0"
+            # Drawn once, for TensorBoard and the PNG file alike: add_figure and savefig
+            # would each draw it again. A new canvas each time: the last one's pixel buffer
+            # (megabytes per figure) goes with it, not kept between logs.
             canvas = FigureCanvasAgg(fig)
             canvas.draw()
             rgba = np.asarray(canvas.buffer_rgba())  # (H, W, 4) at the figure's dpi
@@ -150,7 +162,6 @@ class AttentionMapLogger(L.Callback):
                 out_dir.mkdir(parents=True, exist_ok=True)
                 path = out_dir / f"s{index}_{name.replace('/layer_', '_layer')}.png"
                 matplotlib.image.imsave(path, rgba)
-            fig.clear()
 
 
 class TokenThroughput(L.Callback):

@@ -13,6 +13,8 @@ from minitx.viz.heatmaps import (
     plot_attention_heads,
     save_attention_images,
     save_attribution_images,
+    update_attention_heads,
+    update_figures_for_maps,
 )
 from minitx.viz.viewer import viewer_data, viewer_html, visualize, write_html_viewer
 
@@ -25,6 +27,8 @@ __all__ = [
     "plot_attention_heads",
     "save_attention_images",
     "save_attribution_images",
+    "update_attention_heads",
+    "update_figures_for_maps",
     "viewer_data",
     "viewer_html",
     "visualize",

@@ -182,6 +182,35 @@ def plot_attention_heads(
     return fig
 
 
+def update_attention_heads(fig: Figure, weights: torch.Tensor, *, average: bool = True) -> None:
+    """Put new weights into a figure of `plot_attention_heads`, drawn for the same tokens.
+
+    Building a figure (axes, ticks, labels) costs about as much as drawing it; a caller that
+    draws the same sentence again and again (the training's map logger) builds it once and
+    only swaps the pixels. The figure then draws exactly as a new one would.
+
+    Args:
+        fig: a figure of `plot_attention_heads`, with the same ``average`` setting.
+        weights: (H, Tq, Tk) weights with the figure's H, Tq and Tk.
+
+    Raises:
+        ValueError: if the figure has another number of panels or another panel shape, or
+            ``weights`` contains NaN / inf.
+    """
+    images = [image for ax in fig.axes for image in ax.get_images()]  # the panels, in order
+    w = weights.detach().to(device="cpu", dtype=torch.float32).numpy()  # (H, Tq, Tk)
+    if not np.isfinite(w).all():
+        raise ValueError("update_attention_heads: weights contain NaN or inf")
+    matrices = [*w, w.mean(axis=0)] if average else list(w)
+    if len(images) != len(matrices) or any(i.get_array().shape != w.shape[1:] for i in images):
+        raise ValueError(
+            f"update_attention_heads: weights {tuple(w.shape)} (average={average}) do not fit "
+            f"a figure of {len(images)} panels of {images[0].get_array().shape if images else ()}"
+        )
+    for image, matrix in zip(images, matrices, strict=True):
+        image.set_data(matrix)
+
+
 _AXIS_NAMES = {
     "encoder": {"query_axis": "queries (source pieces)", "key_axis": "keys (source pieces)"},
     "decoder": {
@@ -215,11 +244,27 @@ def figures_for_maps(
     return {key: fig for key, _, fig in _iter_figures(maps, check_kinds(kinds), average)}
 
 
+def update_figures_for_maps(
+    figures: Mapping[str, Figure], maps: AttentionMaps, *, average: bool = True
+) -> None:
+    """Put the weights of `maps` into `figures`, made by `figures_for_maps` (same kinds and
+    ``average``) for a sentence with the same tokens, e.g. the same pair at a later epoch.
+
+    Raises:
+        ValueError: a map whose shape does not fit its figure.
+    """
+    for kind in KINDS:
+        for layer, weights in enumerate(maps.layers(kind)):
+            key = f"{kind}/layer_{layer}"
+            if key in figures:
+                update_attention_heads(figures[key], weights, average=average)
+
+
 def _iter_figures(
     maps: AttentionMaps, kinds: tuple[str, ...], average: bool
 ) -> Iterator[tuple[str, str, Figure]]:
     """Yield (key, file stem, Figure) per kind and layer, building each figure only when
-    asked for."""
+    asked for. `update_figures_for_maps` finds the figures by the same keys."""
     for kind in kinds:
         queries, keys = maps.axes(kind)
         for layer, weights in enumerate(maps.layers(kind)):
