@@ -112,7 +112,10 @@ def test_a_clock_led_run_spreads_its_validations_over_the_budget(tmp_path: Path)
         ),
     )  # fmt: skip
     steps = validation_steps(run.run_dir)
-    assert 3 <= len(steps) <= 4, steps  # slow validations stretch the intervals
+    # 3: slow validations stretch the intervals. 5: Lightning's validation clock starts before
+    # the maps drawn at the start, the run's clock after them, so the fourth can come just
+    # before the end, and the final weights are then validated too.
+    assert 3 <= len(steps) <= 5, steps
     assert steps == sorted(set(steps)) and steps[-1] == run.global_step
 
 
