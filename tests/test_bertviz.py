@@ -38,7 +38,8 @@ def test_to_bertviz_restores_the_batch_axis(maps: AttentionMaps) -> None:
 @pytest.mark.parametrize("decoder_tokens", ["predicted", "input"])
 def test_bertviz_draws_the_maps(maps: AttentionMaps, view: str, decoder_tokens: str) -> None:
     bertviz = pytest.importorskip(
-        "bertviz", reason="bertviz is in the dev extra: pip install bertviz"
+        "bertviz",
+        reason="pip install --no-deps bertviz (.ci/run does; its views need no transformers)",
     )
     html = getattr(bertviz, view)(**maps.to_bertviz(decoder_tokens), html_action="return").data
     # bertviz embeds the tokens as JSON, with sentencepiece's word marker shown as a space
