@@ -50,17 +50,21 @@ def test_cpu_dry_run_runs_every_step_and_writes_the_summary(tmp_path: Path) -> N
     assert (out / "train" / "metrics.csv").is_file()
 
 
-def test_a_failing_step_makes_the_exit_status_one(tmp_path: Path) -> None:
-    """A step that fails is reported, the others still run, and the script ends with 1."""
-    out = tmp_path / "out"
-    env = {**subprocess_env(), "PYTHON": "false", "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(
+def run_failing_dry_run(out: Path, **env: str) -> subprocess.CompletedProcess:
+    """The dry run with a Python that always fails (`false`): every step it runs fails."""
+    return subprocess.run(
         ["bash", str(SCRIPT), str(out), "--cpu-dry-run"],
         capture_output=True,
         text=True,
-        env=env,
+        env={**subprocess_env(), "PYTHON": "false", "OMP_NUM_THREADS": "1", **env},
         timeout=120,
     )
+
+
+def test_a_failing_step_makes_the_exit_status_one(tmp_path: Path) -> None:
+    """A step that fails is reported, the others still run, and the script ends with 1."""
+    out = tmp_path / "out"
+    done = run_failing_dry_run(out)
     assert done.returncode == 1, done.stdout + done.stderr
     steps = (out / "steps.txt").read_text(encoding="utf-8")
     for step in STEPS:
@@ -72,14 +76,7 @@ def test_gpu_check_steps_runs_only_the_steps_named(tmp_path: Path) -> None:
     """GPU_CHECK_STEPS reruns chosen steps (what a lent GPU's last minutes allow); the others
     are reported as skipped, not as passed."""
     out = tmp_path / "out"
-    env = {**subprocess_env(), "PYTHON": "false", "GPU_CHECK_STEPS": "setup bench"}
-    done = subprocess.run(
-        ["bash", str(SCRIPT), str(out), "--cpu-dry-run"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
+    done = run_failing_dry_run(out, GPU_CHECK_STEPS="setup bench")
     assert done.returncode == 1, done.stdout + done.stderr
     steps = (out / "steps.txt").read_text(encoding="utf-8").splitlines()
     assert [line.split(":")[0] for line in steps] == STEPS
