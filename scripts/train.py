@@ -5,7 +5,7 @@ script of the checkout: it runs with the Python that runs it, no activated envir
 console script on PATH needed (README.md's quick start uses it).
 """
 
-from minitx.cli.train import main
+from minitx.cli.launch import train
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(train())

@@ -100,9 +100,9 @@ PYTHON = sys.executable
 
 
 def command_module(name: str) -> str:
-    """The module whose `main` console script ``minitx-NAME`` runs (``python -m`` runs it the
-    same way): minitx.cli.NAME for the core's commands, an extra's ``command`` module."""
-    from importlib.metadata import entry_points
+    """The module of the command that the console script ``minitx-NAME`` runs (``python -m``
+    runs it the same way): minitx.cli.NAME for the core's commands, an extra's ``command``
+    module."""
+    from minitx.cli.launch import COMMANDS
 
-    (entry,) = entry_points(group="console_scripts", name=f"minitx-{name}")
-    return entry.module
+    return COMMANDS[name][0]

@@ -15,6 +15,7 @@ import importlib
 import io
 import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -540,3 +541,44 @@ def test_every_training_setting_refuses_bad_values_in_one_line(
             failures.append(f"--{key} {bad}: status {status}: {err[-300:]}")
     assert not failures, "\n".join(failures)
     assert len(cases) > 90  # the settings were found (59 in the tiny config)
+
+
+def test_every_console_script_starts_through_the_guarded_launcher() -> None:
+    """pyproject.toml's ``[project.scripts]``: each ``minitx-NAME`` is
+    ``minitx.cli.launch:NAME``, and each command of the launcher has its script."""
+    from importlib.metadata import entry_points
+
+    from minitx.cli import launch
+
+    scripts = {
+        ep.name: ep.value
+        for ep in entry_points(group="console_scripts")
+        if ep.name.startswith("minitx-")
+    }
+    if not scripts:
+        pytest.skip("minitx is not installed (pip install -e . registers its console scripts)")
+    assert scripts == {f"minitx-{name}": f"minitx.cli.launch:{name}" for name in launch.COMMANDS}
+    for name, (module, function) in launch.COMMANDS.items():
+        assert callable(getattr(launch, name)), name
+        assert function in ("main", "run") and module.startswith("minitx."), name
+
+
+def test_ctrl_c_during_the_imports_is_one_line_and_status_130(tmp_path: Path) -> None:
+    """A Ctrl-C while `minitx-train` imports torch and Lightning (seconds): one line, status
+    130, no traceback through the libraries."""
+    code = "import sys; from minitx.cli import launch; print('ready', flush=True); "
+    code += "sys.exit(launch.train())"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, "--print_config"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+        env=subprocess_env(),
+    )
+    assert proc.stdout.readline() == "ready\n"  # the command's imports begin now
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-2000:]
+    assert err.strip() == "interrupted (Ctrl-C) while starting: nothing was done"
+    assert out == ""

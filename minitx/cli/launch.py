@@ -1,0 +1,85 @@
+"""The console scripts' entry points (pyproject.toml's ``[project.scripts]``).
+
+A command's module imports torch and Lightning: seconds on a small CPU. A Ctrl-C in those
+seconds would end in a traceback through the libraries' imports, so each entry point imports
+its command under a guard and ends as a Ctrl-C during the work does (`common.run_cli`): one
+line and exit status 130.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+from minitx.cli.common import EXIT_SIGINT
+
+COMMANDS: dict[str, tuple[str, str]] = {
+    "train": ("minitx.cli.train", "run"),
+    "translate": ("minitx.cli.translate", "main"),
+    "evaluate": ("minitx.cli.evaluate", "main"),
+    "visualize": ("minitx.cli.visualize", "main"),
+    "export": ("minitx.cli.export", "main"),
+    "average": ("minitx.cli.average", "main"),
+    # The extras' commands, by name only: nothing of an extra is imported before it runs.
+    "ct2": ("minitx.extras.ctranslate2.command", "main"),
+    "demo": ("minitx.extras.demo.command", "main"),
+    "experiment": ("minitx.extras.experiments.command", "main"),
+}
+"""``minitx-NAME`` -> (the module of its command, the function that runs it)."""
+
+
+def launch(name: str) -> int:
+    """Import the command ``minitx-NAME`` and return what it returns (the exit status); 130
+    and one line on standard error when Ctrl-C comes during the import."""
+    module, function = COMMANDS[name]
+    try:
+        entry = getattr(importlib.import_module(module), function)
+    except KeyboardInterrupt:
+        print("\ninterrupted (Ctrl-C) while starting: nothing was done", file=sys.stderr)
+        return EXIT_SIGINT
+    return entry()
+
+
+def train() -> int:
+    """`minitx-train`."""
+    return launch("train")
+
+
+def translate() -> int:
+    """`minitx-translate`."""
+    return launch("translate")
+
+
+def evaluate() -> int:
+    """`minitx-evaluate`."""
+    return launch("evaluate")
+
+
+def visualize() -> int:
+    """`minitx-visualize`."""
+    return launch("visualize")
+
+
+def export() -> int:
+    """`minitx-export`."""
+    return launch("export")
+
+
+def average() -> int:
+    """`minitx-average`."""
+    return launch("average")
+
+
+def ct2() -> int:
+    """`minitx-ct2`."""
+    return launch("ct2")
+
+
+def demo() -> int:
+    """`minitx-demo`."""
+    return launch("demo")
+
+
+def experiment() -> int:
+    """`minitx-experiment`."""
+    return launch("experiment")
