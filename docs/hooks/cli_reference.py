@@ -43,8 +43,8 @@ def console_scripts() -> dict[str, str]:
 def scripts() -> dict[str, str]:
     """Scripts of the checkout with a parser of their own: ``scripts/NAME.py`` -> path.
 
-    A script that only wraps a command (``from minitx.cli.X import main``) is that command
-    (see `command_of`), not an entry of its own.
+    A script that only wraps a command (``from minitx.cli.launch import NAME``) is that
+    command (see `wrapped_commands`), not an entry of its own.
     """
     return {
         f"scripts/{path.name}": str(path)
@@ -54,14 +54,22 @@ def scripts() -> dict[str, str]:
 
 
 def wrapped_commands() -> dict[str, str]:
-    """``scripts/NAME.py`` wrappers -> the console script they run (``minitx-translate``)."""
-    by_module = {target.split(":")[0]: name for name, target in console_scripts().items()}
+    """``scripts/NAME.py`` wrappers -> the console script they run (``minitx-train``)."""
+    commands = console_scripts()
     out = {}
     for path in sorted((REPO / "scripts").glob("*.py")):
-        found = re.search(r"^from (minitx\.cli\.\w+) import", path.read_text("utf-8"), re.M)
-        if found and found.group(1) in by_module:
-            out[f"scripts/{path.name}"] = by_module[found.group(1)]
+        found = re.search(r"^from minitx\.cli\.launch import (\w+)$", path.read_text("utf-8"), re.M)
+        if found and f"minitx-{found.group(1)}" in commands:
+            out[f"scripts/{path.name}"] = f"minitx-{found.group(1)}"
     return out
+
+
+def command_module(name: str) -> str:
+    """The module of the command that console script NAME runs: pyproject.toml names its
+    entry in the launcher (``minitx.cli.launch:train``), whose `COMMANDS` names the module."""
+    from minitx.cli.launch import COMMANDS
+
+    return COMMANDS[name.removeprefix("minitx-")][0]
 
 
 def names() -> list[str]:
@@ -102,7 +110,7 @@ def help_text(name: str) -> str:
     """The ``--help`` text of NAME, as its users see it (paths of this checkout removed)."""
     commands = console_scripts()
     if name in commands:
-        module_name = commands[name].split(":")[0]
+        module_name = command_module(name)
         with _as_program(name):
             module = importlib.import_module(module_name)
             if hasattr(module, "build_parser"):  # the argparse commands
