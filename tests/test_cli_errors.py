@@ -29,11 +29,11 @@ from lightning.pytorch.callbacks import ModelSummary
 from minitx.cli.common import (
     OneLineArgumentParser,
     finite_float,
+    path_or_stream,
     positive_float,
 )
 from minitx.cli.train import build_cli, set_verbosity
 from minitx.cli.train import main as train_main
-from minitx.cli.translate import path_or_stream
 from minitx.translator import Translator
 
 COMMANDS = ("translate", "evaluate", "visualize", "ct2", "export", "average", "demo", "experiment")

@@ -130,6 +130,13 @@ class _CurrentStderr(logging.StreamHandler):
         pass
 
 
+def path_or_stream(text: str) -> Path | None:
+    """A file argument: a path, or None (standard input or output) for ``-``, as Unix
+    commands read it; ``./-`` names a file called so. The ``type=`` of minitx-translate's
+    ``--input`` and ``--output``; minitx-evaluate reads its ``--json`` with it."""
+    return None if text == "-" else Path(text)
+
+
 def show_library_warnings() -> None:
     """Print minitx's warnings (e.g. skipped lines) on standard error, once per process."""
     log = logging.getLogger("minitx")

@@ -28,6 +28,7 @@ from minitx.cli.common import (
     describe_attention,
     hub_verbosity,
     load_translator,
+    path_or_stream,
     run_cli,
     sentence_progress,
 )
@@ -224,8 +225,8 @@ def run(args: argparse.Namespace) -> int:
 
     hyp_flag = "the hypotheses file" if args.hyp_out is None else "--hyp-out"
     outputs = [(hyp_flag, hypothesis_path(args, beam, pair)) for beam in args.decodings]
-    json_to_stdout = args.json == "-"  # as in minitx-translate, "./-" names a file called so
-    json_path = None if args.json is None or json_to_stdout else Path(args.json)
+    json_path = None if args.json is None else path_or_stream(args.json)  # None: stdout
+    json_to_stdout = args.json is not None and json_path is None
     for flag, path in [*outputs, ("--json", json_path)]:  # checked now, not after the decoding
         if path is not None:
             check_output_file(path, flag=flag)

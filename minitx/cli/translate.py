@@ -29,6 +29,7 @@ from minitx.cli.common import (
     add_decoding_arguments,
     check_decoding_args,
     load_translator,
+    path_or_stream,
     run_cli,
     sentence_progress,
 )
@@ -95,12 +96,6 @@ unwritable output): one "error: ..." line on standard error, no traceback; 130 i
 """
 
 _DEFAULT_LAYER_NAME = "mean" if DEFAULT_ALIGNMENT_LAYER is None else str(DEFAULT_ALIGNMENT_LAYER)
-
-
-def path_or_stream(text: str) -> Path | None:
-    """argparse ``type=`` of ``--input`` and ``--output``: a path, or None (standard input or
-    output) for ``-``, as Unix commands read it; ``./-`` names a file called so."""
-    return None if text == "-" else Path(text)
 
 
 def build_parser() -> argparse.ArgumentParser:
