@@ -208,19 +208,17 @@ import importlib.metadata as metadata, sys
 from pathlib import Path
 try:
     from packaging.utils import parse_wheel_filename
-    from packaging.version import Version
 except ImportError:  # no packaging: take every wheel
     print("\n".join(str(w) for w in sorted(Path(sys.argv[1]).glob("*.whl"))))
     sys.exit()
 for wheel in sorted(Path(sys.argv[1]).glob("*.whl")):
     name, version, _, _ = parse_wheel_filename(wheel.name)
     try:
-        installed = Version(metadata.version(name))
+        installed = metadata.version(name)
     except metadata.PackageNotFoundError:
-        installed = None
-    if installed is None:
-        print(wheel)
-    print(f"{name} {version}: image has {installed or 'none'}", file=sys.stderr)
+        print(wheel)  # the image lacks it
+        installed = "none"
+    print(f"{name} {version}: image has {installed}", file=sys.stderr)
 EOF
         ) || return 1
         echo "installing into $SITE:"
