@@ -25,6 +25,7 @@ from minitx.decoding import DecodingConfig, greedy_decode
 from minitx.errors import CheckpointError
 from minitx.maps import AttentionMaps
 from minitx.model import Transformer
+from minitx.teacher_forcing import frame_pairs, target_log_probs, teacher_forced
 from minitx.translator import Translator
 from minitx.vocab import BOS_ID, EOS_ID, PAD_ID
 
@@ -215,16 +216,36 @@ def test_beam_one_is_greedy(translator: Translator) -> None:
 def test_bf16_translation_matches_fp32_within_tolerance(
     translator: Translator, tiny_checkpoint: Path
 ) -> None:
-    """bf16 decodes with a bf16 copy of the weights: the model keeps its fp32 weights, and the
-    translations are fp32's within a stated tolerance (at most 2 of the 7 differ; where they
-    agree, the beam score is within 0.1 of fp32's)."""
+    """bf16 decodes with a bf16 copy of the weights; the model keeps its fp32 weights.
+
+    The tolerance is stated on the numbers, not on how many translations agree: the tiny
+    model's next-piece distributions are nearly flat, so a bf16 rounding can turn a beam
+    search to another translation, and which ones turn depends on the CPU's bf16 units (on a
+    trained model 95% are identical: docs/results.md). The copy gives fp32's best
+    translations, read teacher-forced, per-piece log-probabilities within 0.03 on average and
+    0.15 at most of fp32's (0.006 and 0.03 measured); where the two beam searches agree, their
+    scores are within 0.1.
+    """
     bf16 = Translator.from_pretrained(tiny_checkpoint, bf16=True)
     fp32_hyps = translator.translate_n_best(SENTENCES, beam_size=4)
     bf16_hyps = bf16.translate_n_best(SENTENCES, beam_size=4)
     assert all(p.dtype == torch.float32 for p in bf16.model.parameters())
     same = [(a[0], b[0]) for a, b in zip(fp32_hyps, bf16_hyps, strict=True) if a[0][0] == b[0][0]]
-    assert len(same) >= len(SENTENCES) - 2
-    assert all(abs(a[1] - b[1]) < 0.1 for a, b in same)
+    assert same and all(abs(a[1] - b[1]) < 0.1 for a, b in same)
+
+    tokenizer = translator.tokenizer
+    pairs = [
+        (tokenizer.encode([source])[0], tokenizer.encode([hyps[0][0]])[0])
+        for source, hyps in zip(SENTENCES, fp32_hyps, strict=True)
+    ]
+    src, tgt_in, labels = frame_pairs(pairs)
+    with torch.inference_mode():
+        fp32 = target_log_probs(teacher_forced(translator.model, src, tgt_in).logits, labels)
+        copy = bf16._decoder()
+        assert all(p.dtype == torch.bfloat16 for p in copy.parameters())
+        low = target_log_probs(teacher_forced(copy, src, tgt_in).logits, labels)
+    gap = (fp32 - low).abs()[labels != PAD_ID]
+    assert gap.mean() < 0.03 and gap.max() < 0.15, (gap.mean(), gap.max())
 
 
 def test_bf16_copy_follows_new_weights(translator: Translator, tiny_checkpoint: Path) -> None:
