@@ -9,7 +9,12 @@ line and exit status 130.
 from __future__ import annotations
 
 import importlib
+import os
+import signal
 import sys
+import threading
+from types import FrameType
+from typing import NoReturn
 
 from minitx.cli.common import EXIT_SIGINT
 
@@ -28,15 +33,28 @@ COMMANDS: dict[str, tuple[str, str]] = {
 """``minitx-NAME`` -> (the module of its command, the function that runs it)."""
 
 
+def _stop_while_starting(signum: int, frame: FrameType | None) -> NoReturn:
+    """SIGINT while a command is imported: one line and status 130, at once.
+
+    Not a KeyboardInterrupt: raised inside a library's half-done import, it can leave that
+    library broken, and what surfaces is another error (numpy's, as a RecursionError). Only
+    imports have run, so there is nothing to save or remove.
+    """
+    print("\ninterrupted (Ctrl-C) while starting: nothing was done", file=sys.stderr, flush=True)
+    os._exit(EXIT_SIGINT)
+
+
 def launch(name: str) -> int:
     """Import the command ``minitx-NAME`` and return what it returns (the exit status); 130
     and one line on standard error when Ctrl-C comes during the import."""
     module, function = COMMANDS[name]
+    guard = threading.current_thread() is threading.main_thread()  # where signals are handled
+    previous = signal.signal(signal.SIGINT, _stop_while_starting) if guard else None
     try:
         entry = getattr(importlib.import_module(module), function)
-    except KeyboardInterrupt:
-        print("\ninterrupted (Ctrl-C) while starting: nothing was done", file=sys.stderr)
-        return EXIT_SIGINT
+    finally:
+        if guard:  # None: a handler not set from Python; Python's own stands in
+            signal.signal(signal.SIGINT, previous or signal.default_int_handler)
     return entry()
 
 
