@@ -41,11 +41,22 @@ class TinyRun:
     max_epochs: int
 
 
+NO_MAPS = ("--attention_maps.num_sentences", "0")
+"""Train without attention maps: for tests of something else (resume, cadence, schedules), in
+whose tiny runs drawing the maps took a third of the time. test_cli_train tests the maps."""
+
+
 def train_tiny(
-    workdir: Path, *, max_epochs: int = 6, test: bool = True, extra: tuple[str, ...] = ()
+    workdir: Path,
+    *,
+    max_epochs: int = 6,
+    test: bool = True,
+    maps: bool = True,
+    extra: tuple[str, ...] = (),
 ) -> TinyRun:
     """Train the tiny config on the toy corpus inside `workdir` (runs/ is written under the CWD);
-    `extra`: more command-line arguments; `test`: score the test split after fitting."""
+    `extra`: more command-line arguments; `test`: score the test split after fitting; `maps`:
+    draw the attention maps (`NO_MAPS` when not)."""
     from minitx.cli.train import main
 
     previous_cwd, previous_env = Path.cwd(), dict(os.environ)
@@ -62,6 +73,7 @@ def train_tiny(
                     "--trainer.max_epochs", str(max_epochs),
                     "--trainer.enable_progress_bar", "false",
                     "--test", "true" if test else "false",
+                    *(() if maps else NO_MAPS),
                     *extra,
                 ]
             )  # fmt: skip

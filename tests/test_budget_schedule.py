@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import TINY_CONFIG, train_tiny
+from helpers import NO_MAPS, TINY_CONFIG, train_tiny
 
 from minitx.training.callbacks import AttentionMapLogger
 from minitx.training.schedules import SCHEDULES, BudgetSchedule, LinearDecaySchedule
@@ -47,7 +47,7 @@ def train_in(
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="LightningCLI's args parameter")
-            return main([*config, "--test", "false", *args])
+            return main([*config, "--test", "false", *NO_MAPS, *args])
     finally:
         os.environ.clear()
         os.environ.update(env)
@@ -206,6 +206,7 @@ def test_a_step_bound_run_with_a_clock_repeats_exactly(tmp_path: Path) -> None:
             tmp_path / name,
             max_epochs=2,
             test=False,
+            maps=False,
             extra=(
                 "--model.optim.schedule", "budget", "--model.optim.warmup_steps", "5",
                 "--trainer.max_time", "00:01:00:00",

@@ -491,13 +491,15 @@ def test_every_flag_of_every_inference_command_refuses_bad_values_in_one_line(
 
 
 def _train_settings() -> list[tuple[str, object]]:
-    """minitx's own training settings (model.*, data.*) with the tiny config's values."""
+    """minitx's own training settings (model.*, data.*, attention_maps.*, averaging.*) with the
+    tiny config's values."""
     import warnings
 
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="LightningCLI's args parameter")
         cli = build_cli(["--config", str(TINY_CONFIG)])
-    return [(k, v) for k, v in cli.config.items() if k.startswith(("model.", "data."))]
+    own = ("model.", "data.", "attention_maps.", "averaging.")
+    return [(k, v) for k, v in cli.config.items() if k.startswith(own)]
 
 
 def _bad_values(value: object) -> list[str]:
@@ -516,9 +518,10 @@ def _bad_values(value: object) -> list[str]:
 def test_every_training_setting_refuses_bad_values_in_one_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
-    """Each of minitx's training settings (model.*, data.*) with a value of the wrong type or
-    out of range ends in one ``error:`` line and status 2, or is accepted (the run is built,
-    not fitted); never a traceback. Lightning's own trainer.* settings are its to check."""
+    """Each of minitx's training settings (model.*, data.*, attention_maps.*, averaging.*)
+    with a value of the wrong type or out of range ends in one ``error:`` line and status 2,
+    or is accepted (the run is built, not fitted); never a traceback. Lightning's own
+    trainer.* settings are its to check."""
     import minitx.cli.train as train
 
     monkeypatch.chdir(tmp_path)

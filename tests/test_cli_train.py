@@ -626,6 +626,19 @@ def test_smoke_fit_writes_attention_figures_to_tensorboard_and_png(tiny_run: Tin
     assert tensorboard.shape == png[..., :3].shape and (tensorboard == png[..., :3]).all()
 
 
+def test_no_sentences_means_no_maps(tmp_path: Path) -> None:
+    """``--attention_maps.num_sentences 0`` turns the maps off: no figures, no entropies."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    run = train_tiny(tmp_path, max_epochs=1, test=False, maps=False)
+    assert not (run.run_dir / "attention").exists()
+    events = EventAccumulator(str(run.run_dir), size_guidance={"images": 0, "scalars": 0})
+    events.Reload()
+    assert events.Tags()["images"] == []
+    scalars = events.Tags()["scalars"]
+    assert "train/loss" in scalars and not [t for t in scalars if "attention" in t]
+
+
 def test_checkpoint_carries_model_config_tokenizer_and_training_config(tiny_run: TinyRun) -> None:
     best = [p for p in (tiny_run.run_dir / "checkpoints").glob("*.ckpt") if p.name != "last.ckpt"]
     assert len(best) == 1 and "bleu" in best[0].name

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import REPO_DIR, TINY_CONFIG, TOY_CORPUS_DIR, subprocess_env
+from helpers import NO_MAPS, REPO_DIR, TINY_CONFIG, TOY_CORPUS_DIR, subprocess_env
 from lightning.pytorch.callbacks import Callback
 from PIL import Image
 
@@ -47,7 +47,7 @@ from minitx.translator import Translator
 from minitx.viz import plot_attention_heads
 
 REPO = REPO_DIR
-TINY = ["--config", str(TINY_CONFIG)]
+TINY = ["--config", str(TINY_CONFIG), *NO_MAPS]  # the maps: test_cli_train, and the signals below
 QUIET = ["--trainer.enable_progress_bar", "false", "--test", "false"]
 LONG_WORDS = 1500  # more pieces than the tiny model's 1024 positions
 
@@ -277,7 +277,8 @@ def test_a_signal_leaves_a_usable_last_checkpoint_and_a_nonzero_status(
 ) -> None:
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
     cmd = [
-        sys.executable, str(REPO / "scripts" / "train.py"), *TINY, "--trainer.max_epochs", "100000",
+        sys.executable, str(REPO / "scripts" / "train.py"), "--config", str(TINY_CONFIG),
+        "--trainer.max_epochs", "100000",
         "--trainer.enable_progress_bar", "false", "--test", "false",
     ]  # fmt: skip
     proc = subprocess.Popen(

@@ -5,6 +5,7 @@ and Lightning's own cadence where the run asks for it."""
 from __future__ import annotations
 
 import csv
+import functools
 import math
 from datetime import timedelta
 from pathlib import Path
@@ -14,6 +15,8 @@ import torch
 from helpers import train_tiny
 
 from minitx.training.cadence import validation_cadence
+
+train_tiny_without_maps = functools.partial(train_tiny, maps=False)  # the maps: test_cli_train
 
 
 @pytest.mark.parametrize(
@@ -70,7 +73,7 @@ def test_under_ddp_the_clock_does_not_decide() -> None:
 def test_an_epoch_bound_run_validates_at_each_quarter_and_keeps_the_best_of_them(
     tmp_path: Path,
 ) -> None:
-    run = train_tiny(
+    run = train_tiny_without_maps(
         tmp_path, max_epochs=4, test=False, extra=("--model.validation.validations_per_run", "4")
     )
     planned = run.global_step  # no max_time in the tiny config: the plan is the run
@@ -84,7 +87,7 @@ def test_an_epoch_bound_run_validates_at_each_quarter_and_keeps_the_best_of_them
 def test_a_step_bound_run_validates_every_nth_of_its_plan_across_epochs(tmp_path: Path) -> None:
     """40 updates (an epoch of the tiny config is 23), validations_per_run 4: every 10
     updates, inside epochs and across their ends, the last where max_steps ends the run."""
-    run = train_tiny(
+    run = train_tiny_without_maps(
         tmp_path,
         max_epochs=-1,
         test=False,
@@ -101,7 +104,7 @@ def test_a_clock_led_run_spreads_its_validations_over_the_budget(tmp_path: Path)
     seconds of training (counted from the end of the previous one); they fall at
     increasing steps, the last one where the clock stops the run. (Where they fall in steps
     depends on the machine's pace, so only their number and order are checked.)"""
-    run = train_tiny(
+    run = train_tiny_without_maps(
         tmp_path,
         max_epochs=-1,
         test=False,
@@ -122,7 +125,7 @@ def test_a_clock_led_run_spreads_its_validations_over_the_budget(tmp_path: Path)
 def test_without_it_lightning_validates_every_epoch_or_as_the_run_says(tmp_path: Path) -> None:
     (tmp_path / "off").mkdir()
     (tmp_path / "lightning").mkdir()
-    off = train_tiny(
+    off = train_tiny_without_maps(
         tmp_path / "off",
         max_epochs=3,
         test=False,
@@ -130,7 +133,7 @@ def test_without_it_lightning_validates_every_epoch_or_as_the_run_says(tmp_path:
     )
     per_epoch = off.global_step // 3
     assert validation_steps(off.run_dir) == [per_epoch, 2 * per_epoch, 3 * per_epoch]
-    lightning = train_tiny(
+    lightning = train_tiny_without_maps(
         tmp_path / "lightning",
         max_epochs=4,
         test=False,
@@ -144,8 +147,8 @@ def test_a_resumed_run_goes_on_from_the_next_fraction_of_its_new_plan(tmp_path: 
     """Two epochs, then resumed to four: the resumed run starts half-way through its new plan
     and validates at its third quarter and at its end, no earlier point again."""
     cadence = ("--model.validation.validations_per_run", "4")
-    first = train_tiny(tmp_path, max_epochs=2, test=False, extra=cadence)
-    resumed = train_tiny(
+    first = train_tiny_without_maps(tmp_path, max_epochs=2, test=False, extra=cadence)
+    resumed = train_tiny_without_maps(
         tmp_path, max_epochs=4, test=False, extra=(*cadence, "--ckpt_path", "last")
     )
     assert resumed.run_dir == first.run_dir and resumed.global_step == 2 * first.global_step
@@ -157,7 +160,7 @@ def test_a_resumed_run_goes_on_from_the_next_fraction_of_its_new_plan(tmp_path: 
 def test_a_run_without_validation_still_saves_its_checkpoints(tmp_path: Path) -> None:
     """limit_val_batches 0: no validations to spread, so Lightning's saving at each epoch's
     end applies (a cadence across epochs would leave no checkpoint)."""
-    run = train_tiny(
+    run = train_tiny_without_maps(
         tmp_path,
         max_epochs=2,
         test=False,

@@ -24,7 +24,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from minitx.errors import MinitxError
+from minitx.errors import ConfigError, MinitxError
 from minitx.maps import KINDS, AttentionMaps, attention_entropy, teacher_forced_maps
 from minitx.training.schedules import BudgetSchedule
 from minitx.viz import figures_for_maps, update_figures_for_maps
@@ -45,7 +45,8 @@ class AttentionMapLogger(L.Callback):
     the maps would take most of its time.
 
     Args:
-        num_sentences: number of validation sentences to show.
+        num_sentences: number of validation sentences to show; 0 logs no maps (a run timed
+            for its speed, a test that looks at something else).
         every_n_epochs: log after every N training epochs (and once before training).
         kinds: attention kinds to log, a subset of ("encoder", "decoder", "cross").
         save_png: also write PNG files.
@@ -65,11 +66,18 @@ class AttentionMapLogger(L.Callback):
         super().__init__()
         unknown = set(kinds) - set(KINDS)
         if unknown:
-            raise ValueError(
-                f"AttentionMapLogger: unknown kinds {sorted(unknown)}; choose from {KINDS}"
+            raise ConfigError(
+                f"attention_maps.kinds: unknown kinds {sorted(unknown)}; choose from {KINDS}"
             )
-        if num_sentences < 1 or every_n_epochs < 1:
-            raise ValueError("AttentionMapLogger: num_sentences and every_n_epochs must be >= 1")
+        if num_sentences < 0:
+            raise ConfigError(
+                f"attention_maps.num_sentences must be >= 0 (0 = no maps), got {num_sentences}"
+            )
+        if every_n_epochs < 1 or max_pieces < 2:
+            raise ConfigError(
+                f"attention_maps.every_n_epochs must be >= 1 (got {every_n_epochs}) and "
+                f"attention_maps.max_pieces >= 2 (got {max_pieces})"
+            )
         self.num_sentences, self.every_n_epochs = num_sentences, every_n_epochs
         self.kinds, self.save_png, self.max_pieces = tuple(kinds), save_png, max_pieces
         self._pairs: list[tuple[str, str]] | None = None
@@ -105,7 +113,7 @@ class AttentionMapLogger(L.Callback):
 
     @torch.no_grad()
     def _log(self, trainer: L.Trainer, pl_module: L.LightningModule, tag: str) -> None:
-        if trainer.fast_dev_run:
+        if trainer.fast_dev_run or self.num_sentences == 0:
             return
         log_dir = trainer.log_dir  # a collective under DDP: every rank must ask
         if not trainer.is_global_zero or pl_module.tokenizer is None:
