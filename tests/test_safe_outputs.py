@@ -124,16 +124,22 @@ def test_a_full_disk_keeps_the_previous_checkpoint_and_names_the_destination(
         assert orphans(disk) == []
 
 
-KILLED_WRITER = textwrap.dedent(
+KILLED_WRITERS = textwrap.dedent(
     """
-    import sys, torch
+    import os, sys, torch
     from minitx.training.checkpoint_io import AtomicCheckpointIO
-    target, first = sys.argv[1], int(sys.argv[2])
+    target = sys.argv[1]
     io = AtomicCheckpointIO()
-    for version in range(first, first + 1000):
-        state = {"version": version, "state_dict": {"w": torch.full((6_000_000,), float(version))}}
-        io.save_checkpoint(state, target)
-        print(version, flush=True)
+    for line in sys.stdin:  # a writer for each line, forked: torch and Lightning imported once
+        pid = os.fork()
+        if pid == 0:
+            for version in range(int(line), int(line) + 1000):
+                weights = torch.full((6_000_000,), float(version))
+                io.save_checkpoint({"version": version, "state_dict": {"w": weights}}, target)
+                print(os.getpid(), version, flush=True)
+            os._exit(0)
+        os.waitpid(pid, 0)
+        print("reaped", flush=True)
     """
 )
 
@@ -150,25 +156,35 @@ def test_a_kill_during_the_write_leaves_a_whole_checkpoint_and_no_orphan_elsewhe
         env = {**subprocess_env(), "TMPDIR": str(tmpdir)}
         target = runs / "last.ckpt"
         rng, version = random.Random(0), 1
-        for _ in range(4):
-            writer = subprocess.Popen(
-                [PYTHON, "-c", KILLED_WRITER, str(target), str(version)],
-                env=env,
-                stdout=subprocess.PIPE,
-                text=True,
-            )
-            assert writer.stdout is not None
-            writer.stdout.readline()  # one checkpoint is whole: kill during the next ones
-            time.sleep(rng.uniform(0.0, 0.3))
-            writer.send_signal(signal.SIGKILL)
-            writer.wait()
-            saved = torch.load(target, weights_only=True)
-            assert saved["version"] >= version
-            assert torch.equal(saved["state_dict"]["w"][-3:], torch.full((3,), saved["version"]))
-            left = [p for p in tmpdir.rglob("*") if p.is_file()]  # (torch makes an empty dir)
-            assert left == []  # nothing left in the temporary directory
-            assert len(orphans(runs)) <= 1  # at most the killed write's own temporary file
-            version = saved["version"] + 1
+        writers = subprocess.Popen(
+            [PYTHON, "-c", KILLED_WRITERS, str(target)],
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert writers.stdin is not None and writers.stdout is not None
+        try:
+            for _ in range(4):
+                writers.stdin.write(f"{version}\n")
+                writers.stdin.flush()
+                pid = int(writers.stdout.readline().split()[0])  # one checkpoint is whole
+                time.sleep(rng.uniform(0.0, 0.3))  # kill during one of the next ones
+                os.kill(pid, signal.SIGKILL)
+                while writers.stdout.readline().strip() != "reaped":
+                    pass
+                saved = torch.load(target, weights_only=True)
+                assert saved["version"] >= version
+                assert torch.equal(
+                    saved["state_dict"]["w"][-3:], torch.full((3,), saved["version"])
+                )
+                left = [p for p in tmpdir.rglob("*") if p.is_file()]  # (torch makes an empty dir)
+                assert left == []  # nothing left in the temporary directory
+                assert len(orphans(runs)) <= 1  # at most the killed write's own temporary file
+                version = saved["version"] + 1
+        finally:
+            writers.stdin.close()
+            writers.wait(timeout=60)
         write_checkpoint(a_checkpoint(version, 0.1), target)  # the next write tidies up
         assert orphans(runs) == []
 
