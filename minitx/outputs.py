@@ -12,16 +12,20 @@ command:
 - A directory is replaced by writing the new one under a temporary name beside it and then
   swapping the two by renames (`written_whole`, `replace_dir`): a failure at any point leaves
   the old one whole.
+- A training run gets a directory of its own, never one another run has (`claim_run_dir`).
 
 Standard library only (plus `minitx.errors`), so any layer can use it.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import itertools
 import json
 import os
 import shutil
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -145,3 +149,32 @@ def written_whole(out: str | os.PathLike[str], kind: str) -> Iterator[Path]:
         replace_dir(tmp, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+RUN_STAMP = "%Y-%m-%d_%H-%M-%S"
+"""A run directory's name: the second it started."""
+
+
+def claim_run_dir(run_root: Path) -> Path:
+    """Create and return a new run directory ``{run_root}/{timestamp}[_{n}]``.
+
+    The directory is created with `os.mkdir`, which fails when the name exists: of two runs
+    that start in the same second, on any machine sharing the directory, each gets its own
+    (``..._2`` for the second), never the same one.
+    """
+    run_root.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime(RUN_STAMP)
+    for n in itertools.count(1):
+        candidate = run_root / (stamp if n == 1 else f"{stamp}_{n}")
+        try:
+            candidate.mkdir()
+        except FileExistsError:
+            continue
+        atexit.register(_remove_if_empty, candidate)  # a run that wrote nothing leaves nothing
+        return candidate
+    raise AssertionError("unreachable")
+
+
+def _remove_if_empty(directory: Path) -> None:
+    with contextlib.suppress(OSError):
+        directory.rmdir()  # fails, harmlessly, once the run has written anything

@@ -347,7 +347,7 @@ CLAIMS = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    from minitx.cli.train import claim_run_dir
+    from minitx.outputs import claim_run_dir
     root, start = Path(sys.argv[1]), float(sys.argv[2])
     time.sleep(max(0.0, start - time.time()))
     claimed = [claim_run_dir(root) for _ in range(20)]

@@ -10,9 +10,6 @@ the test-split scores of the best checkpoint after fitting (`_test`); quiet libr
 
 from __future__ import annotations
 
-import atexit
-import contextlib
-import itertools
 import logging
 import math
 import os
@@ -48,6 +45,7 @@ from minitx.cli.common import (
 from minitx.data import TranslationDataModule
 from minitx.decoding import DecodingConfig
 from minitx.errors import ConfigError, debug_requested
+from minitx.outputs import RUN_STAMP, claim_run_dir
 from minitx.textio import write_text_atomic
 from minitx.training import (
     AttentionMapLogger,
@@ -229,7 +227,7 @@ def _shared_version(run_root: Path) -> str:
     Lightning broadcasts to every rank for logs and checkpoints.
     """
     if _rank() != 0:
-        return os.environ.get(_VERSION_ENV) or time.strftime(_STAMP)
+        return os.environ.get(_VERSION_ENV) or time.strftime(RUN_STAMP)
     version = claim_run_dir(run_root).name
     os.environ[_VERSION_ENV] = version
     return version
@@ -280,35 +278,6 @@ def _global_step(checkpoint: Path) -> int | None:
     except (OSError, ValueError):  # the resume refuses a damaged checkpoint itself, in one line
         return None
     return int(state.get("global_step", 0))
-
-
-_STAMP = "%Y-%m-%d_%H-%M-%S"
-"""A run directory's name: the second it started."""
-
-
-def claim_run_dir(run_root: Path) -> Path:
-    """Create and return a new run directory ``{run_root}/{timestamp}[_{n}]``.
-
-    The directory is created with `os.mkdir`, which fails when the name exists: of two runs
-    that start in the same second, on any machine sharing the directory, each gets its own
-    (``..._2`` for the second), never the same one.
-    """
-    run_root.mkdir(parents=True, exist_ok=True)
-    stamp = time.strftime(_STAMP)
-    for n in itertools.count(1):
-        candidate = run_root / (stamp if n == 1 else f"{stamp}_{n}")
-        try:
-            candidate.mkdir()
-        except FileExistsError:
-            continue
-        atexit.register(_remove_if_empty, candidate)  # a run that wrote nothing leaves nothing
-        return candidate
-    raise AssertionError("unreachable")
-
-
-def _remove_if_empty(directory: Path) -> None:
-    with contextlib.suppress(OSError):
-        directory.rmdir()  # fails, harmlessly, once the run has written anything
 
 
 def resolve_config_names(args: list[str]) -> list[str]:
