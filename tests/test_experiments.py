@@ -239,10 +239,30 @@ SMOKE = ("--config", "tiny", "--budget", "0.25", "--val-every", "10", "--probe-p
          "--set", "trainer.max_epochs=2")  # fmt: skip
 
 
-def test_runner_on_the_toy_corpus(tmp_path: Path, tiny_checkpoint: Path) -> None:
+def run_in_process(
+    *args: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> subprocess.CompletedProcess:
+    """`minitx-experiment ARGS` in this process, as `run_command` gives it (the variants'
+    trainings are processes of their own either way): no second import of torch and Lightning."""
+    from minitx.extras.experiments.command import main
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the variants' minitx-train processes
+    status = main(list(args))
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess(["minitx-experiment", *args], status, out, err)
+
+
+def test_runner_on_the_toy_corpus(
+    tmp_path: Path,
+    tiny_checkpoint: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+) -> None:
+    monkeypatch.chdir(tmp_path)
     out = tmp_path / "exp"
-    proc = run_command(
-        "position", "--variants", "none", "sinusoidal", *SMOKE, "--out", str(out), cwd=tmp_path
+    io = {"monkeypatch": monkeypatch, "capsys": capsys}
+    proc = run_in_process(
+        "position", "--variants", "none", "sinusoidal", *SMOKE, "--out", str(out), **io
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     summary = json.loads((out / "position" / "results.json").read_text())
@@ -265,7 +285,7 @@ def test_runner_on_the_toy_corpus(tmp_path: Path, tiny_checkpoint: Path) -> None
     assert "## position" in (out / "README.md").read_text()
 
     # one row again: reused, and the other row of the table stays
-    proc = run_command("position", "--variants", "none", *SMOKE, "--out", str(out), cwd=tmp_path)
+    proc = run_in_process("position", "--variants", "none", *SMOKE, "--out", str(out), **io)
     assert proc.returncode == 0, proc.stderr[-2000:]
     again = json.loads((out / "position" / "results.json").read_text())["variants"]
     assert [v["name"] for v in again] == ["none", "sinusoidal"] and again[0] == variants["none"]
@@ -275,7 +295,7 @@ def test_runner_on_the_toy_corpus(tmp_path: Path, tiny_checkpoint: Path) -> None
     runs = sorted(p.name for p in (out / "runs").iterdir())
     log = next((out / "runs").glob("*/train.log"))
     mtime = log.stat().st_mtime
-    proc = run_command("heads", "--variants", "4-heads", *SMOKE, "--out", str(out), cwd=tmp_path)
+    proc = run_in_process("heads", "--variants", "4-heads", *SMOKE, "--out", str(out), **io)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert sorted(p.name for p in (out / "runs").iterdir()) == runs
     assert log.stat().st_mtime == mtime and "training" not in proc.stdout
@@ -283,9 +303,9 @@ def test_runner_on_the_toy_corpus(tmp_path: Path, tiny_checkpoint: Path) -> None
     assert heads["name"] == "4-heads" and heads["command"] == variants["sinusoidal"]["command"]
 
     # hard attention decodes a given checkpoint: soft equals plain greedy decoding
-    proc = run_command(
+    proc = run_in_process(
         "hard", "--checkpoint", str(tiny_checkpoint), "--out", str(out), "--variants",
-        "soft", "hard-argmax-cross", "hard-sample-all", cwd=tmp_path,
+        "soft", "hard-argmax-cross", "hard-sample-all", **io,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
     hard = {
