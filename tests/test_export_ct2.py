@@ -126,6 +126,19 @@ def test_ct2_translate_keeps_empty_lines_and_order(exported: Path, ct2: Ct2Trans
     assert [out[0], out[3]] == ct2.translate([TOY_TEST_SOURCES[1], TOY_TEST_SOURCES[0]], 1)
 
 
+def test_ct2_leaves_torchs_thread_count_as_it_was(exported: Path) -> None:
+    """CTranslate2 sets the process's OpenMP threads as it starts, and torch shares them:
+    torch keeps its own count (it went from 1 to 2, and every torch computation after it
+    in the process ran on two threads)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        Ct2Translator(exported, intra_threads=2)
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_length_cap_is_minitx_s(ct2: Ct2Translator, translator: Translator) -> None:
     # a cap of 2 generated tokens (a=0, b=2) binds for every sentence
     ours = translator.translate(SOURCES[:10], beam_size=1, max_len_a=0.0, max_len_b=2)

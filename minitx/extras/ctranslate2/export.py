@@ -335,9 +335,13 @@ class Ct2Translator:
         info = json.loads((directory / INFO_FILE).read_text(encoding="utf-8"))
         self.max_positions: int = info["model_config"]["max_positions"]
         self.tokenizer = Tokenizer.load(directory / SENTENCEPIECE_FILE)
+        # CTranslate2 sets the process's OpenMP thread count as it starts, and torch shares it:
+        # keep torch's, or every torch computation after this one runs on other threads.
+        torch_threads = torch.get_num_threads()
         self.translator = ct2.Translator(
             str(directory), device=device, compute_type=compute_type, intra_threads=intra_threads
         )
+        torch.set_num_threads(torch_threads)
         pieces = self.tokenizer.id_to_piece(list(range(self.tokenizer.vocab_size)))
         self._ids = {piece: i for i, piece in enumerate(pieces)}
 
