@@ -43,7 +43,8 @@ class TinyRun:
 
 NO_MAPS = ("--attention_maps.num_sentences", "0")
 """Train without attention maps: for tests of something else (resume, cadence, schedules), in
-whose tiny runs drawing the maps took a third of the time. test_cli_train tests the maps."""
+whose tiny runs drawing the maps took about half the time (6.2 s of an 11.7 s `train_tiny`
+on a Zen 3). test_cli_train tests the maps."""
 
 
 def train_tiny(

@@ -73,11 +73,10 @@ class AttentionMapLogger(L.Callback):
             raise ConfigError(
                 f"attention_maps.num_sentences must be >= 0 (0 = no maps), got {num_sentences}"
             )
-        if every_n_epochs < 1 or max_pieces < 2:
-            raise ConfigError(
-                f"attention_maps.every_n_epochs must be >= 1 (got {every_n_epochs}) and "
-                f"attention_maps.max_pieces >= 2 (got {max_pieces})"
-            )
+        if every_n_epochs < 1:
+            raise ConfigError(f"attention_maps.every_n_epochs must be >= 1, got {every_n_epochs}")
+        if max_pieces < 2:  # a sentence and its eos (or bos) take two pieces at the least
+            raise ConfigError(f"attention_maps.max_pieces must be >= 2, got {max_pieces}")
         self.num_sentences, self.every_n_epochs = num_sentences, every_n_epochs
         self.kinds, self.save_png, self.max_pieces = tuple(kinds), save_png, max_pieces
         self._pairs: list[tuple[str, str]] | None = None
