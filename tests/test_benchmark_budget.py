@@ -5,10 +5,10 @@ real (tiny) training run end to end and prints every share."""
 from __future__ import annotations
 
 import importlib.util
-import subprocess
 
 import pytest
 from helpers import PYTHON, SCRIPTS_DIR, subprocess_env
+from preloaded import run_python
 
 spec = importlib.util.spec_from_file_location("benchmark", SCRIPTS_DIR / "benchmark.py")
 benchmark = importlib.util.module_from_spec(spec)
@@ -49,7 +49,7 @@ def test_budget_section_trains_and_prints_every_share(tmp_path) -> None:
         PYTHON, str(SCRIPTS_DIR / "benchmark.py"), "--sections", "budget",
         "--budget-config", "tiny", "--budget-time", "00:00:00:10",
     ]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path)
+    done = run_python(command, env=env, cwd=tmp_path)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     lines = {line.strip().split("  ")[0]: line for line in done.stdout.splitlines()}
     for share in [*benchmark.budget_split({}), "the rest (setup, the loop)"]:

@@ -7,13 +7,13 @@ code inside it must never run, whichever torch is installed.
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
 import torch
 from helpers import PYTHON, SCRIPTS_DIR, subprocess_env
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
+from preloaded import run_python
 
 from minitx.checkpoint import CHECKPOINT_KEY, load_checkpoint
 from minitx.errors import CheckpointError
@@ -81,13 +81,10 @@ def test_resume_from_a_crafted_checkpoint_is_one_line_and_runs_nothing(
 ) -> None:
     marker = tmp_path / "marker"
     evil = crafted_checkpoint(tiny_checkpoint, tmp_path / "evil.ckpt", marker)
-    result = subprocess.run(
+    result = run_python(
         [PYTHON, str(SCRIPTS_DIR / "train.py"), "--config", "tiny", "--ckpt_path", str(evil)],
         cwd=tmp_path,
         env=subprocess_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
     )
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()

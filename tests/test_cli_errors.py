@@ -25,6 +25,7 @@ import pytest
 import torch
 from helpers import TINY_CONFIG, TOY_CORPUS_DIR, command_module, subprocess_env
 from lightning.pytorch.callbacks import ModelSummary
+from preloaded import run_python
 
 from minitx.cli.common import (
     OneLineArgumentParser,
@@ -254,13 +255,13 @@ def test_an_unreachable_hub_dataset_is_one_error_line_without_the_retries(
     env = subprocess_env()
     for variable in ("MINITX_DEBUG", "HF_HUB_VERBOSITY", "MINITX_DATA_DIR"):  # the last: local
         env.pop(variable, None)  # files instead of any hub id
-    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    proc = run_python(cmd, cwd=tmp_path, env=env, timeout=300)
     assert proc.returncode == 2, proc.stderr[-3000:]
     errors = [line for line in proc.stderr.splitlines() if "Retry" in line or "error:" in line]
     assert len(errors) == 1, proc.stderr[-3000:]
     assert "minitx-tests/offline" in errors[0] and "MINITX_DATA_DIR" in errors[0]
     if name == "train":
-        proc = subprocess.run([*cmd, "-v"], cwd=tmp_path, env=env, capture_output=True, text=True)
+        proc = run_python([*cmd, "-v"], cwd=tmp_path, env=env)
         assert "Retrying in 0s [Retry 5/5]." in proc.stderr, proc.stderr[-3000:]
 
 

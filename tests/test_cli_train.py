@@ -28,6 +28,7 @@ from helpers import (
     subprocess_env,
     train_tiny,
 )
+from preloaded import run_python
 from sacrebleu.metrics import BLEU
 
 from minitx.checkpoint import CHECKPOINT_KEY, load_checkpoint
@@ -338,9 +339,8 @@ def test_validation_examples_go_to_tensorboard_as_text(tiny_run: TinyRun) -> Non
 def test_a_redirected_log_gets_one_plain_line_per_epoch(tmp_path: Path) -> None:
     cmd = [sys.executable, str(REPO / "scripts" / "train.py"), *TINY, "--trainer.max_epochs", "2"]
     cmd += ["--test", "false", "--model.validation.log_examples", "2"]
-    # bytes: text mode would turn carriage returns into newlines
-    proc = subprocess.run(cmd, cwd=tmp_path, env=subprocess_env(), capture_output=True, timeout=300)
-    stdout, stderr = proc.stdout.decode("utf-8"), proc.stderr.decode("utf-8")
+    proc = run_python(cmd, cwd=tmp_path, env=subprocess_env(), timeout=300)  # \r kept
+    stdout, stderr = proc.stdout, proc.stderr
     assert proc.returncode == 0, stderr[-3000:]
     lines = [line for line in stdout.splitlines() if line.startswith("epoch ")]
     pattern = (
@@ -371,9 +371,7 @@ def test_a_redirected_log_shows_validations_inside_an_epoch(tmp_path: Path) -> N
     cmd = [sys.executable, str(REPO / "scripts" / "train.py"), *TINY, "--trainer.max_epochs", "1"]
     cmd += ["--test", "false", "--model.validation.log_examples", "1"]
     cmd += ["--trainer.val_check_interval", "10", "--trainer.check_val_every_n_epoch", "null"]
-    proc = subprocess.run(
-        cmd, cwd=tmp_path, env=subprocess_env(), capture_output=True, text=True, timeout=300
-    )
+    proc = run_python(cmd, cwd=tmp_path, env=subprocess_env(), timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout.splitlines()
     lines = [line for line in out if line.startswith("epoch ")]

@@ -13,6 +13,7 @@ import pytest
 import torch
 import yaml
 from helpers import PYTHON, REPO_DIR, subprocess_env
+from preloaded import run_python
 
 from minitx.extras.experiments import EXPERIMENTS
 from minitx.extras.experiments.probes import attention_statistics, head_divergence, shuffled_sources
@@ -225,10 +226,8 @@ def test_attention_statistics_leave_the_model_as_it_was(toy_tokenizer) -> None:
 
 
 def run_command(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
+    return run_python(
         [PYTHON, "-m", "minitx.extras.experiments.command", *args],
-        capture_output=True,
-        text=True,
         cwd=cwd,
         env=subprocess_env(),
         timeout=600,

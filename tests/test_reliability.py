@@ -32,6 +32,7 @@ import torch
 from helpers import NO_MAPS, REPO_DIR, TINY_CONFIG, TOY_CORPUS_DIR, subprocess_env
 from lightning.pytorch.callbacks import Callback
 from PIL import Image
+from preloaded import PreloadedProcess, run_python
 
 from minitx import evaluation
 from minitx.cli import evaluate as evaluate_cli
@@ -67,9 +68,7 @@ def train_process(args: list[str], cwd: Path, **env: str) -> subprocess.Complete
     if "MINITX_DEBUG" not in env:
         environment.pop("MINITX_DEBUG", None)
     cmd = [sys.executable, str(REPO / "scripts" / "train.py"), *TINY, *args]
-    return subprocess.run(
-        cmd, cwd=cwd, env=environment, capture_output=True, text=True, timeout=300
-    )
+    return run_python(cmd, cwd=cwd, env=environment, timeout=300)
 
 
 def one_error_line(stderr: str) -> str:
@@ -281,16 +280,14 @@ def test_a_signal_leaves_a_usable_last_checkpoint_and_a_nonzero_status(
         "--trainer.max_epochs", "100000",
         "--trainer.enable_progress_bar", "false", "--test", "false",
     ]  # fmt: skip
-    proc = subprocess.Popen(
-        cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
+    proc = PreloadedProcess(cmd, cwd=tmp_path, env=env, merge_stderr=True)
     try:
         deadline = time.time() + 120
         while time.time() < deadline and not list(
             (tmp_path / "runs").glob("tiny/*/checkpoints/epoch*.ckpt")
         ):
             time.sleep(0.2)  # wait until training is well under way (first epoch done)
-        assert proc.poll() is None, proc.stdout.read()
+        assert proc.poll() is None, proc.output_so_far()
         proc.send_signal(sig)
         out, _ = proc.communicate(timeout=60)
     finally:
@@ -321,10 +318,7 @@ def test_a_reader_that_has_gone_or_a_full_disk_under_the_training_log(tmp_path: 
     assert len(list((tmp_path / "runs").glob("tiny/*/checkpoints/last.ckpt"))) == 1
     if not Path("/dev/full").exists():
         return
-    with open("/dev/full", "w") as full:
-        proc = subprocess.run(
-            cmd, cwd=tmp_path, env=env, stdout=full, stderr=subprocess.PIPE, text=True, timeout=300
-        )
+    proc = run_python(cmd, cwd=tmp_path, env=env, stdout="/dev/full", timeout=300)
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert one_error_line(proc.stderr).startswith("error: cannot write the output (standard")
 
@@ -372,7 +366,7 @@ def test_a_kill_during_a_checkpoint_save_leaves_the_previous_file_loadable(
     """Checkpoints are written to a temporary file and renamed (Lightning's fsspec
     transaction), so `kill -9` in the middle of a save never truncates last.ckpt."""
     path, marker = tmp_path / "last.ckpt", tmp_path / "marker"
-    proc = subprocess.Popen([sys.executable, "-c", KILLED_DURING_SAVE, str(path), str(marker)])
+    proc = PreloadedProcess([sys.executable, "-c", KILLED_DURING_SAVE, str(path), str(marker)])
     try:
         deadline = time.time() + 120
         while not marker.exists() and time.time() < deadline and proc.poll() is None:
@@ -614,7 +608,7 @@ def test_bad_corpus_through_the_training_command_is_one_error_line(
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     env.pop("MINITX_DEBUG", None)
     cmd = [sys.executable, str(REPO / "scripts" / "train.py"), *TINY, "--data.source", str(corpus)]
-    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
+    proc = run_python(cmd, cwd=tmp_path, env=env, timeout=240)
     assert proc.returncode == 2, proc.stderr[-3000:]
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1 and re.search(message, errors[0], re.I), proc.stderr[-3000:]

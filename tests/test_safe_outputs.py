@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 import torch
 from helpers import PYTHON, TINY_CONFIG, command_module, subprocess_env
+from preloaded import PreloadedProcess, run_python
 
 from minitx.checkpoint import write_checkpoint
 from minitx.errors import OutputError
@@ -63,11 +64,9 @@ def minitx(
 ) -> subprocess.CompletedProcess[str]:
     """Command ``args[0]`` (``minitx-NAME``: ``python -m`` its module) with the other
     ``args`` in a child process, its output captured as text."""
-    return subprocess.run(
+    return run_python(
         [PYTHON, "-m", command_module(args[0]), *args[1:]],
         cwd=cwd,
-        capture_output=True,
-        text=True,
         env=env or subprocess_env(),
         timeout=timeout,
     )
@@ -382,13 +381,11 @@ def test_two_runs_started_at_once_get_their_own_directories(tmp_path: Path) -> N
         "--trainer.enable_progress_bar", "false",
     ]  # fmt: skip
     env = {**subprocess_env(), "MINITX_RUN_VERSION": ""}
-    runs = [
-        subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, text=True)
-        for _ in range(2)
-    ]
+    runs = [PreloadedProcess(command, cwd=tmp_path, env=env) for _ in range(2)]
     for run in runs:
-        run.communicate(timeout=300)
-        assert run.returncode == 0
+        _, err = run.communicate(timeout=300)
+        run.kill()
+        assert run.returncode == 0, err[-3000:]
     run_dirs = sorted((tmp_path / "runs" / "tiny").iterdir())
     assert len(run_dirs) == 2
     for run_dir in run_dirs:
