@@ -36,7 +36,10 @@ PRELOAD = ("torch", "lightning", "minitx.cli.train", "minitx.cli.evaluate", "min
 _context: multiprocessing.context.ForkServerContext | None = None
 
 
-def _fork_server() -> multiprocessing.context.ForkServerContext:
+def fork_server() -> multiprocessing.context.ForkServerContext:
+    """The ``forkserver`` context, its server preloading `PRELOAD` (multiprocessing has one
+    server per process: `torch.multiprocessing.start_processes(..., start_method="forkserver")`
+    forks from it too)."""
     global _context
     if _context is None:
         _context = multiprocessing.get_context("forkserver")
@@ -164,7 +167,7 @@ class PreloadedProcess:
         for path in (self._stdout, self._stderr):
             if path is not None and path.parent == self._dir:
                 path.touch()
-        self._process = _fork_server().Process(
+        self._process = fork_server().Process(
             target=_run_python,
             args=(
                 list(cmd[1:]),

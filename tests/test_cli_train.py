@@ -11,7 +11,6 @@ import csv
 import math
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -696,7 +695,7 @@ def test_ddp_two_cpu_processes(tmp_path: Path) -> None:
         "--model.optim.schedule", "budget", "--model.optim.warmup_steps", "5",
         "--trainer.max_time", "00:00:10:00", "--model.validation.validations_per_run", "3",
     ]  # fmt: skip
-    result = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
+    result = run_python(cmd, cwd=tmp_path, env=env, timeout=240)  # rank 1: a new process
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "distributed_backend=gloo" in result.stdout + result.stderr
     (run_dir,) = run_dirs(tmp_path)

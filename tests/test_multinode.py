@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
 import sys
 import time
 from collections import Counter
@@ -21,6 +20,7 @@ import lightning as L
 import pytest
 import torch
 from helpers import REPO_DIR, TINY_CONFIG, TOY_CORPUS_DIR, subprocess_env
+from preloaded import PreloadedProcess
 
 from minitx.cli import train as train_cli
 
@@ -87,13 +87,8 @@ def test_two_nodes_on_localhost_see_disjoint_batches_and_end_equal(tmp_path: Pat
     nodes = []
     for node in (0, 1):
         nodes.append(
-            subprocess.Popen(
-                command,
-                cwd=tmp_path,
-                env={**env, "NODE_RANK": str(node)},
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
+            PreloadedProcess(
+                command, cwd=tmp_path, env={**env, "NODE_RANK": str(node)}, merge_stderr=True
             )
         )
         time.sleep(1.2)  # node 1 starts in another second: it must still write no directory

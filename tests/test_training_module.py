@@ -7,6 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from preloaded import fork_server
 
 import minitx.attention
 from minitx.errors import ConfigError
@@ -310,6 +311,10 @@ def test_validation_scores_the_translations_of_every_ddp_process() -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     out = torch.multiprocessing.Manager().dict()
-    torch.multiprocessing.spawn(_gather_val_pairs, args=(port, out), nprocs=2)
+    # Forked from the tests' preloaded server: a fresh interpreter each would import torch.
+    fork_server()
+    torch.multiprocessing.start_processes(
+        _gather_val_pairs, args=(port, out), nprocs=2, start_method="forkserver"
+    )
     everything = (["hyp 0 0", "hyp 1 0", "hyp 1 1"], ["ref 0 0", "ref 1 0", "ref 1 1"])
     assert out[0] == out[1] == everything
