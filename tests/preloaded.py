@@ -4,14 +4,18 @@ Lightning and minitx's commands already.
 Why: on 2 cores a fresh Python spends 6-9 s importing torch and Lightning before a command
 does anything, and the suite runs dozens of commands as a user runs them (own process, own
 exit status, output and signals at the file-descriptor level). A ``forkserver`` from
-multiprocessing imports them once per test worker in a clean interpreter (no pytest state)
-and forks a child for each command line; the child then runs the script, module or ``-c`` code
-the way ``python`` would.
+multiprocessing imports them once per test worker and forks a child for each command line; the
+child then runs the script, module or ``-c`` code the way ``python`` would, and ends the way
+python's shutdown does (threads joined, atexit handlers, streams flushed; 120 when that fails).
 
-What a child does not see: messages printed while those modules were first imported, and
-environment variables that they read at import time (torch's ``OMP_NUM_THREADS`` is applied by
-hand). Tests of exactly that (no library chatter before an error line, ``--verbose``) and tests
-of the entry points themselves keep a real ``subprocess``.
+What a child does not see as a fresh interpreter would:
+- messages printed while those modules were first imported;
+- environment variables read at import time: torch's ``OMP_NUM_THREADS`` is applied by hand,
+  ``PYTHONPATH`` is not (``sys.path`` is the test worker's, plus the script's folder);
+- multiprocessing's own state: the child is a forkserver process, not a main process.
+Tests of exactly that (no library chatter before an error line, ``--verbose``, Ctrl-C during the
+imports, the exit-time flush to a full disk) and tests of the entry points themselves keep a
+real ``subprocess``.
 """
 
 from __future__ import annotations
@@ -20,12 +24,15 @@ import atexit
 import contextlib
 import io
 import multiprocessing
+import multiprocessing.util  # its exit hook first: ours, registered later, runs before it
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import types
 import warnings
 from pathlib import Path
@@ -33,21 +40,17 @@ from pathlib import Path
 PRELOAD = ("torch", "lightning", "minitx.cli.train", "minitx.cli.evaluate", "minitx.cli.translate")
 """Imported once by the fork server: what the commands under test import first."""
 
-_context: multiprocessing.context.ForkServerContext | None = None
-
 
 def fork_server() -> multiprocessing.context.ForkServerContext:
     """The ``forkserver`` context, its server preloading `PRELOAD` (multiprocessing has one
     server per process: `torch.multiprocessing.start_processes(..., start_method="forkserver")`
     forks from it too)."""
-    global _context
-    if _context is None:
-        _context = multiprocessing.get_context("forkserver")
-        _context.set_forkserver_preload(list(PRELOAD))
-    return _context
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(list(PRELOAD))  # read when the server starts, once
+    return context
 
 
-def _run_python(
+def _child_main(
     argv: list[str], cwd: str, env: dict[str, str], stdin: str, stdout: str, stderr: str | None
 ) -> None:
     """In the forked child: `python *argv` with the given working directory, environment and
@@ -55,6 +58,37 @@ def _run_python(
     os.chdir(cwd)
     os.environ.clear()
     os.environ.update(env)
+    _redirect_streams(env, stdin, stdout, stderr)
+    multiprocessing.current_process().name = "MainProcess"
+    with contextlib.suppress(RuntimeError):  # the default start method, as in a new process
+        multiprocessing.set_start_method(None, force=True)
+    threads = env.get("OMP_NUM_THREADS", "")
+    if threads.isdigit() and int(threads) > 0:
+        import torch  # preloaded: it read OMP_NUM_THREADS at import, in the server
+
+        torch.set_num_threads(int(threads))
+    status: int | str | None = 0
+    try:
+        _run_main(argv)
+    except SystemExit as exc:
+        status = exc.code
+    except KeyboardInterrupt:  # as python does: the traceback, then killed by SIGINT
+        sys.excepthook(*sys.exc_info())
+        _shut_down()
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+    except BaseException:
+        sys.excepthook(*sys.exc_info())
+        status = 1
+    if status is not None and not isinstance(status, int):
+        print(status, file=sys.stderr)  # sys.exit("message")
+        status = 1
+    os._exit(_shut_down() or (status or 0))
+
+
+def _redirect_streams(env: dict[str, str], stdin: str, stdout: str, stderr: str | None) -> None:
+    """Point file descriptors 0-2 at the given files and rebuild sys.stdin/out/err over them
+    the way python does for files (PYTHONIOENCODING, PYTHONUNBUFFERED)."""
     for fd, path, mode in ((0, stdin, os.O_RDONLY), (1, stdout, os.O_WRONLY | os.O_APPEND)):
         opened = os.open(path, mode)
         os.dup2(opened, fd)
@@ -65,39 +99,19 @@ def _run_python(
         opened = os.open(stderr, os.O_WRONLY | os.O_APPEND)
         os.dup2(opened, 2)
         os.close(opened)
-    encoding = env.get("PYTHONIOENCODING", "utf-8")
+    encoding, _, errors = env.get("PYTHONIOENCODING", "utf-8").partition(":")
     unbuffered = env.get("PYTHONUNBUFFERED", "") not in ("", "0")
-    sys.stdin = sys.__stdin__ = io.TextIOWrapper(
-        io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding
-    )
-    sys.stdout = sys.__stdout__ = io.TextIOWrapper(
-        io.BufferedWriter(io.FileIO(1, "w", closefd=False)), encoding, write_through=unbuffered
-    )
-    sys.stderr = sys.__stderr__ = io.TextIOWrapper(
-        io.BufferedWriter(io.FileIO(2, "w", closefd=False)),
-        encoding,
-        errors="backslashreplace",
-        line_buffering=True,
-    )
-    import torch  # preloaded: read OMP_NUM_THREADS at import, in the server
 
-    if env.get("OMP_NUM_THREADS", "").isdigit():
-        torch.set_num_threads(int(env["OMP_NUM_THREADS"]))
-    try:
-        _run_main(argv)
-    except KeyboardInterrupt:  # as python does: the traceback, then killed by SIGINT
-        sys.excepthook(*sys.exc_info())
-        _finish()
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGINT)
-    except SystemExit:
-        _finish()
-        raise
-    except BaseException:
-        sys.excepthook(*sys.exc_info())
-        _finish()
-        sys.exit(1)
-    _finish()
+    def writer(fd: int, **options: object) -> io.TextIOWrapper:
+        raw = io.FileIO(fd, "w", closefd=False)
+        binary = raw if unbuffered else io.BufferedWriter(raw)
+        return io.TextIOWrapper(binary, encoding, write_through=unbuffered, **options)
+
+    sys.stdin = sys.__stdin__ = io.TextIOWrapper(
+        io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding, errors or None
+    )
+    sys.stdout = sys.__stdout__ = writer(1, errors=errors or "strict")
+    sys.stderr = sys.__stderr__ = writer(2, errors="backslashreplace", line_buffering=True)
 
 
 def _run_main(argv: list[str]) -> None:
@@ -107,8 +121,9 @@ def _run_main(argv: list[str]) -> None:
     if argv[0] == "-m":
         sys.argv = [argv[1], *argv[2:]]
         sys.path.insert(0, os.getcwd())
-        # The module is preloaded, which python -m would not know: runpy says so.
-        warnings.filterwarnings("ignore", "'.*' found in sys.modules", RuntimeWarning)
+        # A preloaded module, which python -m would find fresh: runpy warns of that.
+        found = f"'{re.escape(argv[1])}' found in sys.modules"
+        warnings.filterwarnings("ignore", found, RuntimeWarning)
         runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
     elif argv[0] == "-c":
         sys.argv = ["-c", *argv[2:]]
@@ -122,30 +137,46 @@ def _run_main(argv: list[str]) -> None:
         runpy.run_path(argv[0], run_name="__main__")
 
 
-def _finish() -> None:
-    """What the interpreter does on the way out: atexit handlers (logging's flush among
-    them), then the standard streams flushed; one that cannot be is reported and makes the
-    status 120, as python's own shutdown does."""
+def _shut_down() -> int:
+    """Python's way out: join the other threads, run the atexit handlers, flush the open
+    standard streams. 120 when a flush fails (reported, as python reports it), else 0. Files
+    the command left open and unflushed are not finalised (the child ends with os._exit)."""
+    threading._shutdown()  # what the interpreter calls first on its way out
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
+        if getattr(stream, "closed", True):
+            continue
         try:
             stream.flush()
         except (OSError, ValueError) as exc:
             with contextlib.suppress(OSError, ValueError):
                 print(f"Exception ignored in: {stream!r}\n{exc!r}", file=sys.__stderr__)
-            os._exit(120)
+            return 120
+    return 0
 
 
 def _text(path: Path) -> str:
-    """What the child wrote, as text; carriage returns kept (progress-bar frames show)."""
-    with open(path, encoding="utf-8", errors="replace", newline="") as f:
+    """What the child wrote, as text (UTF-8, as `subprocess_env` asks); carriage returns kept
+    (progress-bar frames show)."""
+    with open(path, encoding="utf-8", newline="") as f:
         return f.read()
+
+
+_LIVE: set[PreloadedProcess] = set()
+
+
+@atexit.register
+def _kill_the_forgotten() -> None:
+    """A child still running when the worker ends (a failed test did not get to kill it):
+    multiprocessing would wait for it; kill it instead."""
+    for process in list(_LIVE):
+        process.close()
 
 
 class PreloadedProcess:
     """A started ``python ...`` command line in a forked child (a `subprocess.Popen` subset:
-    `pid`, `poll`, `wait`, `communicate`, `send_signal`, `kill`, `returncode`; negative
-    when a signal ended it)."""
+    `args`, `pid`, `poll`, `wait`, `communicate`, `send_signal`, `kill`, `returncode`; negative
+    when a signal ended it). A context manager: on leaving, `close`."""
 
     def __init__(
         self,
@@ -154,33 +185,45 @@ class PreloadedProcess:
         cwd: Path | str | None = None,
         env: dict[str, str] | None = None,
         input: str | None = None,
-        stdout: str | Path | None = None,
         merge_stderr: bool = False,
     ) -> None:
-        if Path(cmd[0]).resolve() != Path(sys.executable).resolve():
-            raise ValueError(f"not a python command line: {cmd[0]!r}")
-        self._dir = Path(tempfile.mkdtemp(prefix="minitx-preloaded-"))
-        stdin = self._dir / "stdin"
-        stdin.write_text(input or "", encoding="utf-8")
-        self._stdout = Path(stdout) if stdout is not None else self._dir / "stdout"
-        self._stderr = None if merge_stderr else self._dir / "stderr"
-        for path in (self._stdout, self._stderr):
-            if path is not None and path.parent == self._dir:
-                path.touch()
-        self._process = fork_server().Process(
-            target=_run_python,
-            args=(
-                list(cmd[1:]),
-                str(cwd or os.getcwd()),
-                dict(os.environ if env is None else env),
-                str(stdin),
-                str(self._stdout),
-                None if self._stderr is None else str(self._stderr),
-            ),
-        )
-        self._process.start()
-        self.pid: int = self._process.pid
+        if cmd[0] != sys.executable or cmd[1] not in ("-m", "-c") and cmd[1].startswith("-"):
+            raise ValueError(f"not `{sys.executable} [-m MODULE | -c CODE | SCRIPT] ...`: {cmd}")
+        if not Path(cwd or ".").is_dir():
+            raise NotADirectoryError(f"cwd: {cwd}")
+        self.args = cmd
         self.returncode: int | None = None
+        self._dir = Path(tempfile.mkdtemp(prefix="minitx-preloaded-"))
+        try:
+            (self._dir / "stdin").write_text(input or "", encoding="utf-8")
+            self._stdout = self._dir / "stdout"
+            self._stderr = None if merge_stderr else self._dir / "stderr"
+            for path in (self._stdout, self._stderr):
+                if path is not None:
+                    path.touch()
+            self._process = fork_server().Process(
+                target=_child_main,
+                args=(
+                    list(cmd[1:]),
+                    str(Path(cwd or ".").resolve()),
+                    dict(os.environ if env is None else env),
+                    str(self._dir / "stdin"),
+                    str(self._stdout),
+                    None if self._stderr is None else str(self._stderr),
+                ),
+            )
+            self._process.start()
+        except BaseException:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            raise
+        self.pid: int = self._process.pid
+        _LIVE.add(self)
+
+    def __enter__(self) -> PreloadedProcess:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
     def poll(self) -> int | None:
         if self.returncode is None and not self._process.is_alive():
@@ -190,28 +233,33 @@ class PreloadedProcess:
     def wait(self, timeout: float | None = None) -> int:
         self._process.join(timeout)
         if self.poll() is None:
-            raise subprocess.TimeoutExpired(str(self._process.name), timeout or 0)
+            raise subprocess.TimeoutExpired(self.args, timeout or 0)
         return self.returncode
 
     def communicate(self, timeout: float | None = None) -> tuple[str, str]:
         """Wait for the end, then standard output and error as text ('' for error merged into
-        output, and for output sent to a device such as /dev/full)."""
+        output)."""
         self.wait(timeout)
         err = "" if self._stderr is None else _text(self._stderr)
         return self.output_so_far(), err
 
     def output_so_far(self) -> str:
-        return _text(self._stdout) if self._stdout.is_file() else ""
+        """Standard output as written so far (with error, when merged)."""
+        return _text(self._stdout)
 
     def send_signal(self, sig: int) -> None:
         if self.poll() is None:
             os.kill(self.pid, sig)
 
     def kill(self) -> None:
-        """Kill the child if it still runs, and remove its captured output."""
         self.send_signal(signal.SIGKILL)
         self._process.join(10)
+
+    def close(self) -> None:
+        """Kill the child if it still runs, and remove its captured output."""
+        self.kill()
         shutil.rmtree(self._dir, ignore_errors=True)
+        _LIVE.discard(self)
 
 
 def run_python(
@@ -220,15 +268,10 @@ def run_python(
     cwd: Path | str | None = None,
     env: dict[str, str] | None = None,
     input: str | None = None,
-    stdout: str | Path | None = None,
     timeout: float = 300,
 ) -> subprocess.CompletedProcess[str]:
     """Like ``subprocess.run(cmd, capture_output=True, text=True)`` for ``cmd = [sys.executable,
-    ...]``, in a preloaded fork; `stdout`: a file path to write standard output to instead
-    (then ``.stdout`` is what that file holds, or '' for a device)."""
-    process = PreloadedProcess(cmd, cwd=cwd, env=env, input=input, stdout=stdout)
-    try:
+    ...]``, in a preloaded fork."""
+    with PreloadedProcess(cmd, cwd=cwd, env=env, input=input) as process:
         out, err = process.communicate(timeout)
-    finally:
-        process.kill()
     return subprocess.CompletedProcess(cmd, process.returncode, out, err)

@@ -8,6 +8,7 @@ The callback below runs inside the training processes (class_path
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -84,21 +85,20 @@ def test_two_nodes_on_localhost_see_disjoint_batches_and_end_equal(tmp_path: Pat
     for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "NODE_RANK", "MINITX_RUN_VERSION"):
         env.pop(name, None)
     env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), WORLD_SIZE="2")
-    nodes = []
-    for node in (0, 1):
-        nodes.append(
-            PreloadedProcess(
-                command, cwd=tmp_path, env={**env, "NODE_RANK": str(node)}, merge_stderr=True
-            )
-        )
-        time.sleep(1.2)  # node 1 starts in another second: it must still write no directory
-    outputs = []
-    try:
+    nodes, outputs = [], []
+    with contextlib.ExitStack() as started:
+        for node in (0, 1):
+            nodes.append(
+                started.enter_context(
+                    PreloadedProcess(
+                        command, cwd=tmp_path, env={**env, "NODE_RANK": str(node)},
+                        merge_stderr=True,
+                    )
+                )
+            )  # fmt: skip
+            time.sleep(1.2)  # node 1 starts in another second: it must still write no directory
         for node in nodes:
             outputs.append(node.communicate(timeout=240)[0])
-    finally:
-        for node in nodes:
-            node.kill()
     for node, output in zip(nodes, outputs, strict=True):
         assert node.returncode == 0, output[-4000:]
 

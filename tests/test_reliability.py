@@ -291,7 +291,7 @@ def test_a_signal_leaves_a_usable_last_checkpoint_and_a_nonzero_status(
         proc.send_signal(sig)
         out, _ = proc.communicate(timeout=60)
     finally:
-        proc.kill()
+        proc.close()
     (last,) = list((tmp_path / "runs").glob("tiny/*/checkpoints/last.ckpt"))
     assert f"training interrupted ({reason})" in out
     assert proc.returncode == status, out[-2000:]  # not 0: the run did not finish
@@ -318,7 +318,10 @@ def test_a_reader_that_has_gone_or_a_full_disk_under_the_training_log(tmp_path: 
     assert len(list((tmp_path / "runs").glob("tiny/*/checkpoints/last.ckpt"))) == 1
     if not Path("/dev/full").exists():
         return
-    proc = run_python(cmd, cwd=tmp_path, env=env, stdout="/dev/full", timeout=300)
+    with open("/dev/full", "w") as full:  # a real process: its exit-time flush is the point
+        proc = subprocess.run(
+            cmd, cwd=tmp_path, env=env, stdout=full, stderr=subprocess.PIPE, text=True, timeout=300
+        )
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert one_error_line(proc.stderr).startswith("error: cannot write the output (standard")
 
@@ -375,7 +378,7 @@ def test_a_kill_during_a_checkpoint_save_leaves_the_previous_file_loadable(
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
     finally:
-        proc.kill()
+        proc.close()
     checkpoint = torch.load(path, weights_only=True)
     assert checkpoint["step"] == 1 and torch.equal(checkpoint["w"], torch.ones(1000))
 

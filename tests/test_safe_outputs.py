@@ -381,11 +381,11 @@ def test_two_runs_started_at_once_get_their_own_directories(tmp_path: Path) -> N
         "--trainer.enable_progress_bar", "false",
     ]  # fmt: skip
     env = {**subprocess_env(), "MINITX_RUN_VERSION": ""}
-    runs = [PreloadedProcess(command, cwd=tmp_path, env=env) for _ in range(2)]
-    for run in runs:
-        _, err = run.communicate(timeout=300)
-        run.kill()
-        assert run.returncode == 0, err[-3000:]
+    with PreloadedProcess(command, cwd=tmp_path, env=env) as one:
+        with PreloadedProcess(command, cwd=tmp_path, env=env) as other:
+            for run in (one, other):
+                _, err = run.communicate(timeout=300)
+                assert run.returncode == 0, err[-3000:]
     run_dirs = sorted((tmp_path / "runs" / "tiny").iterdir())
     assert len(run_dirs) == 2
     for run_dir in run_dirs:
