@@ -50,8 +50,8 @@ def test_a_command_line_ends_as_in_a_real_python(code: str, tmp_path: Path) -> N
     forked = run_python(cmd, cwd=tmp_path, env=env, input="typed\n")
     assert (forked.returncode, forked.stdout) == (real.returncode, real.stdout)
     # Tracebacks name other frames (runpy, the helper): compare their first and last lines.
-    lines = [real.stderr.splitlines(), forked.stderr.splitlines()]
-    assert [(s[:1], s[-1:]) for s in lines[1:]] == [(lines[0][:1], lines[0][-1:])]
+    real_err, forked_err = real.stderr.splitlines(), forked.stderr.splitlines()
+    assert (forked_err[:1], forked_err[-1:]) == (real_err[:1], real_err[-1:])
 
 
 def test_a_script_and_a_module_run_as_main(tmp_path: Path) -> None:

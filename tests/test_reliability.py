@@ -280,8 +280,7 @@ def test_a_signal_leaves_a_usable_last_checkpoint_and_a_nonzero_status(
         "--trainer.max_epochs", "100000",
         "--trainer.enable_progress_bar", "false", "--test", "false",
     ]  # fmt: skip
-    proc = PreloadedProcess(cmd, cwd=tmp_path, env=env, merge_stderr=True)
-    try:
+    with PreloadedProcess(cmd, cwd=tmp_path, env=env, merge_stderr=True) as proc:
         deadline = time.time() + 120
         while time.time() < deadline and not list(
             (tmp_path / "runs").glob("tiny/*/checkpoints/epoch*.ckpt")
@@ -290,8 +289,6 @@ def test_a_signal_leaves_a_usable_last_checkpoint_and_a_nonzero_status(
         assert proc.poll() is None, proc.output_so_far()
         proc.send_signal(sig)
         out, _ = proc.communicate(timeout=60)
-    finally:
-        proc.close()
     (last,) = list((tmp_path / "runs").glob("tiny/*/checkpoints/last.ckpt"))
     assert f"training interrupted ({reason})" in out
     assert proc.returncode == status, out[-2000:]  # not 0: the run did not finish
@@ -369,16 +366,14 @@ def test_a_kill_during_a_checkpoint_save_leaves_the_previous_file_loadable(
     """Checkpoints are written to a temporary file and renamed (Lightning's fsspec
     transaction), so `kill -9` in the middle of a save never truncates last.ckpt."""
     path, marker = tmp_path / "last.ckpt", tmp_path / "marker"
-    proc = PreloadedProcess([sys.executable, "-c", KILLED_DURING_SAVE, str(path), str(marker)])
-    try:
+    cmd = [sys.executable, "-c", KILLED_DURING_SAVE, str(path), str(marker)]
+    with PreloadedProcess(cmd) as proc:
         deadline = time.time() + 120
         while not marker.exists() and time.time() < deadline and proc.poll() is None:
             time.sleep(0.05)
         assert marker.exists(), "the save never started"
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
-    finally:
-        proc.close()
     checkpoint = torch.load(path, weights_only=True)
     assert checkpoint["step"] == 1 and torch.equal(checkpoint["w"], torch.ones(1000))
 
