@@ -172,11 +172,19 @@ def test_training_refuses_a_nan_or_infinite_setting_before_anything_runs(
     [
         (["--trainer.max_time", "bad"], "trainer.max_time='bad': not a duration; give DD:HH:MM:SS"),
         (["--trainer.max_time", "00:20:00"], "trainer.max_time='00:20:00': not a duration"),
+        (["--trainer.max_time", "0:0:20:0"], "trainer.max_time='0:0:20:0': not a duration"),
         (["--trainer.max_time", "00:00:00:00"], "the budget must be longer than zero"),
         (["--seed_everything", "-1"], "seed_everything=-1: a seed lies in 0..4294967295"),
         (["--seed_everything", str(2**32)], f"seed_everything={2**32}: a seed lies in"),
     ],
-    ids=["max-time-word", "max-time-three-parts", "max-time-zero", "seed-negative", "seed-big"],
+    ids=[
+        "max-time-word",
+        "max-time-three-parts",
+        "max-time-one-digit",
+        "max-time-zero",
+        "seed-negative",
+        "seed-big",
+    ],
 )
 def test_training_refuses_a_malformed_budget_or_seed_in_one_line(
     args: list[str],

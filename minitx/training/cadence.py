@@ -8,16 +8,18 @@ import math
 from datetime import timedelta
 from typing import Any
 
+from lightning.pytorch.callbacks import Timer
+
 
 def duration(value: str | dict[str, int] | timedelta) -> timedelta:
-    """``trainer.max_time`` as a timedelta: "DD:HH:MM:SS", a dict of timedelta arguments, or a
-    timedelta, as Lightning accepts it."""
-    if isinstance(value, timedelta):
-        return value
-    if isinstance(value, dict):
-        return timedelta(**value)
-    days, hours, minutes, seconds = (int(part) for part in value.strip().split(":"))
-    return timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
+    """``trainer.max_time`` as a timedelta, read by Lightning's own `Timer` so that minitx
+    accepts exactly the forms the Trainer does ("DD:HH:MM:SS" with two-digit hours, minutes and
+    seconds, a dict of timedelta arguments, or a timedelta).
+
+    Raises:
+        MisconfigurationException, TypeError or AttributeError: for a value the Timer refuses.
+    """
+    return timedelta(seconds=Timer(duration=value).time_remaining())  # the whole budget, unstarted
 
 
 def validation_cadence(
