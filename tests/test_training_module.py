@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 from types import SimpleNamespace
 
+import lightning
 import pytest
 import torch
 from preloaded import fork_server
@@ -249,6 +250,40 @@ def test_parameter_groups_are_chosen_by_module_type() -> None:
     )
     w = bilinear.model.encoder_layers[0].self_attn.score.weight
     assert id(w) not in {id(p) for p in bilinear.parameter_groups()[0]["params"]}
+
+
+@pytest.mark.parametrize(
+    ("clip_val", "algorithm", "largest"),
+    [(None, None, 3.0), (1.0, "norm", None), (0.5, "value", 0.5)],
+    ids=["no-clipping", "norm", "value"],
+)
+def test_the_logged_gradient_norm_follows_the_trainers_clipping(
+    clip_val: float | None, algorithm: str | None, largest: float | None
+) -> None:
+    """`configure_gradient_clipping` logs the norm of all gradients as one vector: before
+    clipping by norm (what `clip_grad_norm_` returns), after clipping by value, and as it is
+    without clipping."""
+    sizes = {"src_vocab_size": 50, "tgt_vocab_size": 50, "d_model": 16, "n_heads": 2, "d_ff": 32}
+    module = TranslationModule(sizes, OptimConfig())
+    module.trainer = lightning.Trainer(
+        logger=False, enable_progress_bar=False
+    )  # its precision clips
+    logged = {}
+    module.log = lambda name, value, **kwargs: logged.update({name: value})
+    optimizer = torch.optim.AdamW(module.parameters())
+    params = list(module.parameters())
+    for i, p in enumerate(params):
+        p.grad = torch.full_like(p, 3.0 if i % 2 else -1.0)
+    raw = [p.grad.clone() for p in params]
+    expected = torch.cat([g.flatten() for g in raw]).clamp(-(largest or 3.0), largest or 3.0)
+    module.configure_gradient_clipping(optimizer, clip_val, algorithm)
+    norm = logged["train/grad_norm"]
+    assert torch.allclose(norm, expected.norm()), (norm, expected.norm())
+    grads = torch.cat([p.grad.flatten() for p in params])
+    if algorithm == "norm":  # scaled down to the limit as a whole
+        assert torch.allclose(grads.norm(), torch.tensor(clip_val), rtol=1e-4)
+    else:
+        assert torch.equal(grads, expected)
 
 
 def test_non_finite_loss_and_weights_are_caught() -> None:

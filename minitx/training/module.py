@@ -337,7 +337,10 @@ class TranslationModule(L.LightningModule):
             norm = torch.nn.utils.clip_grad_norm_(params, gradient_clip_val)  # as Lightning does
         else:
             self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
-            norm = torch.nn.utils.get_total_norm(grads)
+            # The norm of all gradients as one vector (torch 2.5, our floor, has no get_total_norm)
+            norm = torch.linalg.vector_norm(
+                torch.stack([torch.linalg.vector_norm(g) for g in grads])
+            )
         self.log("train/grad_norm", norm, on_step=True, on_epoch=False, batch_size=1)
         if not torch.isfinite(norm):
             self._bad_batch(f"the gradient norm is {norm.item()}")
