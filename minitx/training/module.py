@@ -359,7 +359,7 @@ class TranslationModule(L.LightningModule):
             return False
         trainer = self.trainer
         last = (  # the last epoch, or a validation that ends the run (max_steps, max_time)
-            (trainer.max_epochs is not None and self.current_epoch + 1 >= trainer.max_epochs)
+            (trainer.max_epochs is not None and 0 < trainer.max_epochs <= self.current_epoch + 1)
             or (trainer.max_steps > 0 and self.global_step >= trainer.max_steps)
             or trainer.should_stop
         )
