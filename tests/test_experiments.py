@@ -357,3 +357,22 @@ def test_command_errors_are_one_line(args, message, capsys) -> None:
     assert status == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and message in err and err.count("\n") == 1
+
+
+def test_the_report_figures_leave_the_callers_matplotlib_backend(tmp_path: Path) -> None:
+    """A notebook's backend stays as it was: the figures are matplotlib Figures of their own,
+    not pyplot's (which would need the process-wide backend switched to Agg)."""
+    import matplotlib
+
+    from minitx.extras.experiments.report import figures
+
+    variants = [{"name": "soft", "test_bleu_greedy": 1.5}, {"name": "hard", "test_bleu_greedy": 1}]
+    summary = {"experiment": "hard", "budget": None, "variants": variants}
+    backend = matplotlib.get_backend()
+    matplotlib.use("svg")
+    try:
+        assert figures(tmp_path, summary) == [tmp_path / "hard_attention.png"]
+        assert matplotlib.get_backend() == "svg"
+    finally:
+        matplotlib.use(backend)
+    assert (tmp_path / "hard_attention.png").stat().st_size > 1000

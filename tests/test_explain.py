@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import matplotlib
 import pytest
 
 from minitx.attribution import METHODS, attribute
@@ -43,7 +44,13 @@ def test_the_command_writes_tables_and_figures(tiny_checkpoint: Path, tmp_path: 
 
     out = tmp_path / "exp"
     args = ["explain", "--checkpoint", str(tiny_checkpoint), "--out", str(out)]
-    assert main([*args, "--sentences", "6", "--variants", "saliency", "ig"]) == 0
+    backend = matplotlib.get_backend()
+    matplotlib.use("svg")  # the caller's own backend (a notebook's), which the figures keep
+    try:
+        assert main([*args, "--sentences", "6", "--variants", "saliency", "ig"]) == 0
+        assert matplotlib.get_backend() == "svg"
+    finally:
+        matplotlib.use(backend)
     summary = json.loads((out / "explain" / "results.json").read_text())
     assert summary["sentences"] + summary["skipped"] == 6
     assert summary["methods"] == ["saliency", "ig"]

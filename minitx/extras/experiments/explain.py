@@ -328,20 +328,15 @@ def markdown(summary: dict[str, Any]) -> str:
 
 def figures(directory: Path, summary: dict[str, Any]) -> list[Path]:
     """agreement.png, removal.png and example.png (see the module docstring)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure  # not pyplot: the caller's backend stays as it was
 
     written: list[Path] = []
     layers, heads = _layers_heads(summary)
     methods = summary["methods"]
     columns = [*heads, MEAN]
     height = 2 * (1.3 + 0.4 * len(layers)) + 0.6
-    fig, axes = plt.subplots(
-        2, len(methods), figsize=(3.6 * len(methods) + 0.8, height), squeeze=False,
-        layout="constrained",
-    )  # fmt: skip
+    fig = Figure(figsize=(3.6 * len(methods) + 0.8, height), layout="constrained")
+    axes = fig.subplots(2, len(methods), squeeze=False)
     for col, method in enumerate(methods):
         for row, (key, title, vmin) in enumerate(
             [("spearman", "rank correlation", -1.0), ("top1", "top-1 agreement", 0.0)]
@@ -369,12 +364,12 @@ def figures(directory: Path, summary: dict[str, Any]) -> list[Path]:
     )
     path = directory / "agreement.png"
     fig.savefig(path, dpi=100)
-    plt.close(fig)
     written.append(path)
 
     removal = summary["removal"]
     names = [entry["removed"].replace(": ", ":\n") for entry in removal]
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    fig = Figure(figsize=(11, 4.2))
+    axes = fig.subplots(1, 2)
     colours = ["tab:blue" if e["removed"].startswith("attention") else
                "tab:orange" if e["removed"].startswith("attribution") else "tab:gray"
                for e in removal]  # fmt: skip
@@ -390,7 +385,6 @@ def figures(directory: Path, summary: dict[str, Any]) -> list[Path]:
     fig.tight_layout()
     path = directory / "removal.png"
     fig.savefig(path, dpi=100)
-    plt.close(fig)
     written.append(path)
 
     example = summary.get("example")

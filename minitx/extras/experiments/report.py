@@ -136,10 +136,7 @@ def bleu_curve(variant: dict[str, Any], by_steps: bool) -> tuple[list[float], li
 
 def figures(directory: Path, summary: dict[str, Any]) -> list[Path]:
     """The experiment's PNG figures (see the module docstring)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
 
     from minitx.viz import KIND_LABELS
 
@@ -147,14 +144,18 @@ def figures(directory: Path, summary: dict[str, Any]) -> list[Path]:
     name = summary["experiment"]
     written: list[Path] = []
 
-    def save(fig: Any, file: str) -> None:
+    def subplots(*grid: int, figsize: tuple[float, float], **kwargs: Any) -> tuple[Figure, Any]:
+        # A Figure of its own, not pyplot's: the caller's backend (a notebook's) stays as it was.
+        fig = Figure(figsize=figsize)
+        return fig, fig.subplots(*grid, **kwargs)
+
+    def save(fig: Figure, file: str) -> None:
         fig.tight_layout()
         fig.savefig(directory / file, dpi=100)
-        plt.close(fig)
         written.append(directory / file)
 
     if summary["budget"] is None:  # hard attention: BLEU per mode
-        fig, ax = plt.subplots(figsize=(6, 3.5))
+        fig, ax = subplots(figsize=(6, 3.5))
         ax.bar([v["name"] for v in variants], [v["test_bleu_greedy"] for v in variants])
         ax.set_ylabel("test BLEU (greedy)")
         ax.set_title("hard attention at inference")
@@ -163,7 +164,7 @@ def figures(directory: Path, summary: dict[str, Any]) -> list[Path]:
         return written
 
     by_steps = budget_in_steps(summary)
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = subplots(figsize=(6, 4))
     for variant in variants:
         x, y = bleu_curve(variant, by_steps)
         if x:
@@ -177,7 +178,7 @@ def figures(directory: Path, summary: dict[str, Any]) -> list[Path]:
 
     probed = [v for v in variants if _attention(v, "trained")]
     if probed:
-        fig, axes = plt.subplots(1, 3, figsize=(11, 3.5), sharey=True)
+        fig, axes = subplots(1, 3, figsize=(11, 3.5), sharey=True)
         for ax, kind in zip(axes, KIND_LABELS, strict=True):
             for variant in probed:
                 layers = [x for x in _attention(variant, "trained")["layers"] if x["kind"] == kind]
@@ -191,7 +192,7 @@ def figures(directory: Path, summary: dict[str, Any]) -> list[Path]:
         save(fig, "entropy_per_layer.png")
 
     if name == "scale" and probed:
-        fig, axes = plt.subplots(1, 2, figsize=(10, 3.5), sharey=True)
+        fig, axes = subplots(1, 2, figsize=(10, 3.5), sharey=True)
         for ax, when in zip(axes, ("init", "trained"), strict=True):
             for variant in probed:
                 values = [w for ws in _attention(variant, when)["max_weights"].values() for w in ws]
@@ -203,7 +204,7 @@ def figures(directory: Path, summary: dict[str, Any]) -> list[Path]:
         save(fig, "max_weight.png")
 
     if name == "heads" and probed:
-        fig, ax = plt.subplots(figsize=(7, 3.5))
+        fig, ax = subplots(figsize=(7, 3.5))
         for variant in probed:
             layers = _attention(variant, "trained")["layers"]
             heads = [h for layer in layers for h in layer["head_entropy"]]
@@ -216,7 +217,7 @@ def figures(directory: Path, summary: dict[str, Any]) -> list[Path]:
     if name == "position":
         ordered = [v for v in variants if v.get("word_order")]
         if ordered:
-            fig, ax = plt.subplots(figsize=(6, 3.5))
+            fig, ax = subplots(figsize=(6, 3.5))
             x = range(len(ordered))
             ax.bar([i - 0.2 for i in x], [v["word_order"]["bleu"] for v in ordered], 0.4,
                    label="source as written")  # fmt: skip
