@@ -13,6 +13,7 @@ import os
 import signal
 import sys
 import threading
+from functools import partial
 from types import FrameType
 from typing import NoReturn
 
@@ -58,46 +59,13 @@ def launch(name: str) -> int:
     return entry()
 
 
-def train() -> int:
-    """`minitx-train`."""
-    return launch("train")
-
-
-def translate() -> int:
-    """`minitx-translate`."""
-    return launch("translate")
-
-
-def evaluate() -> int:
-    """`minitx-evaluate`."""
-    return launch("evaluate")
-
-
-def visualize() -> int:
-    """`minitx-visualize`."""
-    return launch("visualize")
-
-
-def export() -> int:
-    """`minitx-export`."""
-    return launch("export")
-
-
-def average() -> int:
-    """`minitx-average`."""
-    return launch("average")
-
-
-def ct2() -> int:
-    """`minitx-ct2`."""
-    return launch("ct2")
-
-
-def demo() -> int:
-    """`minitx-demo`."""
-    return launch("demo")
-
-
-def experiment() -> int:
-    """`minitx-experiment`."""
-    return launch("experiment")
+# The console scripts, one per command: `minitx-train` is `launch("train")`, and so on.
+train = partial(launch, "train")
+translate = partial(launch, "translate")
+evaluate = partial(launch, "evaluate")
+visualize = partial(launch, "visualize")
+export = partial(launch, "export")
+average = partial(launch, "average")
+ct2 = partial(launch, "ct2")
+demo = partial(launch, "demo")
+experiment = partial(launch, "experiment")
