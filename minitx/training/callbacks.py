@@ -178,7 +178,9 @@ class TokenThroughput(L.Callback):
     `log_every_n_steps` steps `train/tokens_per_sec_step`, and after each validation
     `time/fit_seconds` (validation included, as `trainer.max_time` counts), so that scores can
     be plotted over training time. An epoch resumed inside gets no epoch figures (its start
-    was not seen). Lightning's `ThroughputMonitor` counts samples and FLOPs, not tokens.
+    was not seen). Lightning's `ThroughputMonitor` can count tokens too (its ``length_fn``),
+    but over a sliding window of batches only, under its own metric names, with no epoch or
+    fit-time figures, which the experiment reports and the progress line read.
     """
 
     def __init__(self) -> None:
