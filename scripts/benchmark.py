@@ -949,6 +949,42 @@ SECTIONS: dict[str, Callable[[argparse.Namespace], None]] = {
 """The --sections choices, in the order of the module docstring."""
 
 
+def mkl_code_path() -> str | None:
+    """The code path MKL's matrix products take on this CPU, as MKL's verbose mode names it
+    ("Intel(R) Advanced Vector Extensions 2 (Intel(R) AVX2) enabled", or "Intel(R)
+    Architecture" for its generic kernels); None where torch has no MKL or MKL says nothing.
+
+    MKL chooses by CPU vendor: on an AMD CPU it runs its generic kernels, about half the rate
+    of its AVX2 ones at the model's shapes (docs/guides/speed.md, "AMD CPUs").
+    """
+    if not torch.backends.mkl.is_available():
+        return None
+    torch.mm(torch.ones(8, 8), torch.ones(8, 8))  # MKL set up before its output is caught
+    sys.stdout.flush()
+    saved = os.dup(1)  # MKL prints to the process's standard output, below Python
+    with tempfile.TemporaryFile() as caught:
+        os.dup2(caught.fileno(), 1)
+        try:
+            with torch.backends.mkl.verbose(torch.backends.mkl.VERBOSE_ON):
+                torch.mm(torch.ones(64, 64), torch.ones(64, 64))
+        finally:
+            os.dup2(saved, 1)
+            os.close(saved)
+        caught.seek(0)
+        text = caught.read().decode(errors="replace")
+    return parse_mkl_code_path(text)
+
+
+def parse_mkl_code_path(verbose: str) -> str | None:
+    """The processor branch of MKL's verbose header ("... for Intel(R) 64 architecture BRANCH
+    processors, ..."), or None when `verbose` has none."""
+    for line in verbose.splitlines():
+        head, found, tail = line.partition(" architecture ")
+        if found and head.startswith("MKL_VERBOSE") and " processors" in tail:
+            return tail.split(" processors")[0]
+    return None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -1071,6 +1107,10 @@ def main() -> None:
         f"torch {torch.__version__}, {torch.get_num_threads()} threads, CPU capability "
         f"{torch.backends.cpu.get_cpu_capability()}, native bf16: {cpu_has_fast_bf16()}"
     )
+    if not on_gpu and (path := mkl_code_path()) is not None:
+        generic = "Architecture" in path  # MKL's kernels for a CPU it does not know as Intel's
+        hint = " (MKL's generic kernels: see docs/guides/speed.md, AMD CPUs)" if generic else ""
+        print(f"MKL code path: {path}{hint}")
     if on_gpu:
         print(f"device {args.device}: {torch.cuda.get_device_name(args.device)}")
     start = time.perf_counter()

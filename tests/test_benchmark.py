@@ -1,6 +1,7 @@
-"""scripts/benchmark.py --sections budget: the split of a training run's time sums what the
+"""scripts/benchmark.py. The budget section: the split of a training run's time sums what the
 profiler records once each (nested actions are not counted twice), and the section runs a
-real (tiny) training run end to end and prints every share."""
+real (tiny) training run end to end and prints every share. The header: MKL's code path, read
+from MKL's own verbose output."""
 
 from __future__ import annotations
 
@@ -57,3 +58,40 @@ def test_budget_section_trains_and_prints_every_share(tmp_path) -> None:
     training_seconds = float(lines["training steps"].split()[-2])
     assert training_seconds > 0, done.stdout
     assert "the share that trains" in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("branch", "expected"),
+    [
+        ("Intel(R) Architecture", "Intel(R) Architecture"),
+        (
+            "Intel(R) Advanced Vector Extensions 2 (Intel(R) AVX2) enabled",
+            "Intel(R) Advanced Vector Extensions 2 (Intel(R) AVX2) enabled",
+        ),
+    ],
+    ids=["generic", "avx2"],
+)
+def test_mkls_code_path_is_read_from_its_verbose_header(branch: str, expected: str) -> None:
+    verbose = (
+        "MKL_VERBOSE oneMKL 2024.0 Update 2 Product build 20240605 for Intel(R) 64 architecture "
+        f"{branch} processors, Lnx 2.45GHz lp64 gnu_thread\n"
+        "MKL_VERBOSE SGEMM(N,N,64,64,64,...) 322.00us CNR:OFF Dyn:1 FastMM:1 TID:0  NThr:2\n"
+    )
+    assert benchmark.parse_mkl_code_path(verbose) == expected
+    assert benchmark.parse_mkl_code_path(verbose.splitlines()[1]) is None
+
+
+def test_mkls_code_path_is_caught_below_python_and_the_output_goes_on(
+    capfd: pytest.CaptureFixture,
+) -> None:
+    """MKL writes its verbose lines to file descriptor 1: they are caught there, and what the
+    process prints afterwards still reaches its standard output."""
+    import torch
+
+    if not torch.backends.mkl.is_available():
+        pytest.skip("this torch has no MKL")
+    path = benchmark.mkl_code_path()
+    assert path and "Intel(R)" in path, path
+    print("after")
+    out = capfd.readouterr().out
+    assert "MKL_VERBOSE" not in out and out.endswith("after\n"), out
