@@ -85,6 +85,7 @@ def test_max_time_format() -> None:
     assert max_time(0.25) == "00:00:00:15"
     assert max_time(125.5) == "00:02:05:30"
     assert max_time(0.001) == "00:00:00:01"
+    assert max_time(100 * 60) == "04:04:00:00"  # hours past a day go to the days field
 
 
 def test_budget_in_minutes_or_steps_and_the_run_key() -> None:

@@ -148,7 +148,7 @@ def check_budget_and_seed(config: Any) -> None:
     if max_time is not None:
         try:
             budget = duration(max_time)
-        except (MisconfigurationException, TypeError, AttributeError):
+        except (MisconfigurationException, TypeError, AttributeError, ValueError, OverflowError):
             raise ConfigError(
                 f"trainer.max_time={max_time!r}: not a duration; give DD:HH:MM:SS (e.g. "
                 "00:00:20:00 for 20 minutes), a dict such as {minutes: 20}, or null for none"

@@ -17,8 +17,11 @@ def duration(value: str | dict[str, int] | timedelta) -> timedelta:
     seconds, a dict of timedelta arguments, or a timedelta).
 
     Raises:
-        MisconfigurationException, TypeError or AttributeError: for a value the Timer refuses.
+        MisconfigurationException, TypeError, AttributeError, ValueError or OverflowError: for
+            a value the Timer refuses or a timedelta cannot hold.
     """
+    if isinstance(value, timedelta):
+        return value
     return timedelta(seconds=Timer(duration=value).time_remaining())  # the whole budget, unstarted
 
 

@@ -89,7 +89,8 @@ def base_configs(settings: Settings) -> list[str]:
 def max_time(minutes: float) -> str:
     """`trainer.max_time` as DD:HH:MM:SS (at least one second)."""
     seconds = max(1, round(minutes * 60))
-    return f"00:{seconds // 3600:02d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+    days, hours = seconds // 86400, seconds // 3600 % 24  # Lightning takes two-digit hours
+    return f"{days:02d}:{hours:02d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
 
 
 TRAIN = [sys.executable, "-m", "minitx.cli.train"]
