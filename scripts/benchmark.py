@@ -952,21 +952,24 @@ SECTIONS: dict[str, Callable[[argparse.Namespace], None]] = {
 def mkl_code_path() -> str | None:
     """The code path MKL's matrix products take on this CPU, as MKL's verbose mode names it
     ("Intel(R) Advanced Vector Extensions 2 (Intel(R) AVX2) enabled", or "Intel(R)
-    Architecture" for its generic kernels); None where torch has no MKL or MKL says nothing.
+    Architecture" for its generic kernels). None where torch has no MKL, where MKL refuses
+    verbose mode, where the user asked for MKL_VERBOSE (whose setting this would end), or
+    where MKL says nothing: it names its code path once per process, at its first verbose call.
 
     MKL chooses by CPU vendor: on an AMD CPU it runs its generic kernels, about half the rate
-    of its AVX2 ones at the model's shapes (docs/guides/speed.md, "AMD CPUs").
+    of its AVX2 ones for 64 to 320 rows (docs/results.md, "AMD CPUs: MKL's generic kernels").
     """
-    if not torch.backends.mkl.is_available():
+    if not torch.backends.mkl.is_available() or os.environ.get("MKL_VERBOSE"):
         return None
-    torch.mm(torch.ones(8, 8), torch.ones(8, 8))  # MKL set up before its output is caught
-    sys.stdout.flush()
-    saved = os.dup(1)  # MKL prints to the process's standard output, below Python
+    sys.stdout.flush()  # what Python holds goes out before the descriptor is swapped
     with tempfile.TemporaryFile() as caught:
-        os.dup2(caught.fileno(), 1)
+        saved = os.dup(1)  # MKL writes to the process's standard output, below Python
         try:
+            os.dup2(caught.fileno(), 1)
             with torch.backends.mkl.verbose(torch.backends.mkl.VERBOSE_ON):
                 torch.mm(torch.ones(64, 64), torch.ones(64, 64))
+        except (AssertionError, RuntimeError):  # MKL refused verbose mode
+            return None
         finally:
             os.dup2(saved, 1)
             os.close(saved)
