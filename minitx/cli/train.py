@@ -29,7 +29,7 @@ from lightning.fabric.utilities.seed import max_seed_value, min_seed_value
 from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.loggers import TensorBoardLogger
-from lightning.pytorch.utilities.exceptions import MisconfigurationException, SIGTERMException
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from minitx.checkpoint import CHECKPOINT_KEY, read_checkpoint
 from minitx.cli.common import (
@@ -146,13 +146,7 @@ def check_budget_and_seed(config: Any) -> None:
     """
     max_time = config.trainer.get("max_time")
     if max_time is not None:
-        try:
-            budget = duration(max_time)
-        except (MisconfigurationException, TypeError, AttributeError, ValueError, OverflowError):
-            raise ConfigError(
-                f"trainer.max_time={max_time!r}: not a duration; give DD:HH:MM:SS (e.g. "
-                "00:00:20:00 for 20 minutes), a dict such as {minutes: 20}, or null for none"
-            ) from None
+        budget = duration(max_time)
         if budget.total_seconds() <= 0:
             raise ConfigError(
                 f"trainer.max_time={max_time!r}: the budget must be longer than zero, or null"

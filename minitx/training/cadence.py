@@ -9,6 +9,9 @@ from datetime import timedelta
 from typing import Any
 
 from lightning.pytorch.callbacks import Timer
+from lightning.pytorch.utilities.exceptions import MisconfigurationException
+
+from minitx.errors import ConfigError
 
 
 def duration(value: str | dict[str, int] | timedelta) -> timedelta:
@@ -17,12 +20,18 @@ def duration(value: str | dict[str, int] | timedelta) -> timedelta:
     seconds, a dict of timedelta arguments, or a timedelta).
 
     Raises:
-        MisconfigurationException, TypeError, AttributeError, ValueError or OverflowError: for
-            a value the Timer refuses or a timedelta cannot hold.
+        ConfigError: for a value the Timer refuses or a timedelta cannot hold, naming the forms
+            it takes.
     """
     if isinstance(value, timedelta):
         return value
-    return timedelta(seconds=Timer(duration=value).time_remaining())  # the whole budget, unstarted
+    try:
+        return timedelta(seconds=Timer(duration=value).time_remaining())  # unstarted: all remains
+    except (MisconfigurationException, TypeError, AttributeError, ValueError, OverflowError):
+        raise ConfigError(
+            f"trainer.max_time={value!r}: not a duration; give DD:HH:MM:SS (e.g. 00:00:20:00 "
+            "for 20 minutes), a dict such as {minutes: 20}, or null for none"
+        ) from None
 
 
 def validation_cadence(
