@@ -259,6 +259,27 @@ def _format_1(directory: Path) -> None:
     _edit_config(directory, lambda c: (c.update(format_version=1), c.pop("model_sha256")))
 
 
+def _missing_tensor(directory: Path) -> None:
+    """One tensor of the model gone: no shape differs, so only the strict load can tell."""
+    path = directory / "model.safetensors"
+    with safe_open(path, framework="pt") as f:
+        tensors = {k: f.get_tensor(k) for k in f.keys()}
+    del tensors[next(k for k in tensors if k.endswith("q_proj.weight"))]
+    save_file(tensors, path)
+
+
+def _other_tokenizer(directory: Path) -> None:
+    """A tokenizer of another model, with half the pieces of this one's."""
+    from minitx.tokenizer import Tokenizer
+
+    path = directory / "tokenizer.model"
+    size = Tokenizer.load(path).vocab_size // 2
+    lines = [(TOY_CORPUS_DIR / "train.de").read_text(encoding="utf-8")]
+    lines += [(TOY_CORPUS_DIR / "train.en").read_text(encoding="utf-8")]
+    sentences = [s for text in lines for s in text.splitlines()]
+    Tokenizer.train(sentences, vocab_size=size).save(path)
+
+
 def _nan_weights(directory: Path) -> None:
     path = directory / "model.safetensors"
     with safe_open(path, framework="pt") as f:
@@ -312,6 +333,27 @@ DAMAGE = {
     ),
     "wrong-shape-weights": (_wrong_shape_weights, r"size mismatch for .*q_proj\.weight"),
     "nan-weights": (_nan_weights, r"model\.safetensors: the weights hold NaN or inf .*diverged"),
+    "format-version-text": (
+        lambda d: _edit_config(d, lambda c: c.update(format_version="2")),
+        r"config\.json: format_version must be a positive integer, got '2'",
+    ),
+    "model-not-an-object": (
+        lambda d: _edit_config(d, lambda c: c.update(model=[64, 4])),
+        r"config\.json: 'model' must be an object of TransformerConfig settings",
+    ),
+    "numeric-language": (
+        lambda d: _edit_config(d, lambda c: c.update(src_lang=49)),
+        r"config\.json: src_lang must be a language code or null",
+    ),
+    "missing-tensor": (
+        _missing_tensor,
+        r"model\.safetensors: the weights do not fit .*Missing key\(s\) .*q_proj\.weight",
+    ),
+    "garbage-tokenizer": (
+        lambda d: (d / "tokenizer.model").write_bytes(b"\x00" * 100),
+        r"tokenizer\.model: Not a sentencepiece model",
+    ),
+    "other-tokenizer": (_other_tokenizer, r"pieces, but .*config\.json says the model has"),
     "garbage-weights": (
         lambda d: (d / "model.safetensors").write_bytes(b"\x00" * 100),
         r"model\.safetensors: not a readable safetensors file",
@@ -524,18 +566,33 @@ def test_export_refuses_with_one_line(
     assert sorted(p.name for p in out.iterdir()) == sorted(in_out_dir)  # nothing written
 
 
+@pytest.mark.parametrize(
+    ("evaluation", "message"),
+    [
+        ({}, r"^eval\.json: not a minitx-evaluate --json report"),
+        ({"results": [{"bleu": 30.0}]}, r"^eval\.json: each result needs 'bleu' and 'signature'"),
+    ],
+    ids=["no-results", "no-signature"],
+)
 def test_save_pretrained_checks_the_evaluation_before_writing(
-    tiny_checkpoint: Path, tmp_path: Path
+    evaluation: dict, message: str, tiny_checkpoint: Path, tmp_path: Path
 ) -> None:
     from minitx import release
     from minitx.errors import ConfigError
 
     loaded = release.load(tiny_checkpoint)
-    with pytest.raises(ConfigError, match=r"^eval\.json: not a minitx-evaluate --json report"):
+    with pytest.raises(ConfigError, match=message):
         release.save_pretrained(
-            loaded, tmp_path / "new", evaluation={}, evaluation_name="eval.json"
+            loaded, tmp_path / "new", evaluation=evaluation, evaluation_name="eval.json"
         )
     assert not (tmp_path / "new").exists()
+
+
+def test_the_card_names_the_corpus_only_from_a_readable_training_config() -> None:
+    assert release.data_source("data:\n  source: bentrevett/multi30k\n") == "bentrevett/multi30k"
+    assert release.data_source("data: [unclosed") is None  # not YAML: no corpus, no error
+    assert release.data_source("- a list") is None
+    assert release.data_source(None) is None
 
 
 # ------------------------------------------------------------------------------ the hub (faked)
