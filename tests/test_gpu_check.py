@@ -23,7 +23,7 @@ STEPS = ["setup", "cuda_tests", "bench", "bench_large", "train"]
 
 
 def run_script(*args: str) -> subprocess.CompletedProcess:
-    env = {**subprocess_env(), "PYTHON": PYTHON, "OMP_NUM_THREADS": "2"}
+    env = {**subprocess_env(), "PYTHON": PYTHON}
     env.pop("MINITX_DATA_DIR", None)  # the dry run trains on the toy corpus
     return subprocess.run(
         ["bash", str(SCRIPT), *args], capture_output=True, text=True, env=env, timeout=600
