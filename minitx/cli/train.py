@@ -520,7 +520,6 @@ def build_cli(args: list[str] | None = None) -> MinitxCLI:
         run=False,
         parser_class=OneLineErrorParser,
         save_config_callback=ConfigInCheckpoint,
-        save_config_kwargs={"overwrite": True},
         parser_kwargs={"default_config_files": [str(DEFAULT_CONFIG)]},
         seed_everything_default=0,
         trainer_defaults={
