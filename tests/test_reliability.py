@@ -656,6 +656,50 @@ def test_skip_bad_batches_counts_then_stops(
         Translator.from_pretrained(path)
 
 
+@pytest.mark.filterwarnings("ignore:LightningCLI's args parameter")
+def test_a_nan_loss_is_skipped_and_counted_when_allowed(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    recwarn: pytest.WarningsRecorder,
+) -> None:
+    """A training batch whose loss is NaN is skipped (logged once in minitx's words, not also
+    in Lightning's, no update) and the run goes on; each epoch's metrics count the skips in
+    train/skipped_batches."""
+    monkeypatch.chdir(tmp_path)
+    losses, seen = TranslationModule._losses, []
+
+    def nan_on_the_second_training_batch(self, batch):
+        loss, nll, n_tokens = losses(self, batch)
+        seen.append(self.training)
+        if self.training and seen.count(True) == 2:
+            loss = loss * float("nan")
+        return loss, nll, n_tokens
+
+    monkeypatch.setattr(TranslationModule, "_losses", nan_on_the_second_training_batch)
+    args = ["--trainer.max_epochs", "2", "--model.optim.skip_bad_batches", "1"]
+    with caplog.at_level(logging.WARNING, logger="minitx"):
+        main(TINY + QUIET + args)
+    skips = re.findall(
+        r"step \d+: the loss is nan; batch skipped, no update \(1 of at most 1", caplog.text
+    )
+    assert len(skips) == 1, caplog.text
+    assert not [w for w in recwarn if "returned `None`" in str(w.message)]
+    [metrics] = tmp_path.glob("runs/tiny/*/csv/metrics.csv")
+    counts = [r["train/skipped_batches"] for r in csv.DictReader(metrics.open(encoding="utf-8"))]
+    assert [float(c) for c in counts if c] == [1.0, 1.0]  # one per epoch: a running count
+
+
+def test_skip_bad_batches_is_refused_under_ddp(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rank that skipped a batch would leave the others waiting in the gradient all-reduce."""
+    sizes = {"src_vocab_size": 50, "tgt_vocab_size": 50, "d_model": 16, "n_heads": 2, "d_ff": 32}
+    module = TranslationModule(sizes, OptimConfig(skip_bad_batches=1))
+    two_ranks = type("Trainer", (), {"world_size": 2, "datamodule": None})()
+    monkeypatch.setattr(module, "_attached_trainer", lambda: two_ranks)
+    with pytest.raises(ConfigError, match="skip_bad_batches works in single-process training"):
+        module.setup("fit")
+
+
 # ------------------------------------------------------------------ inference never loses a line
 
 ODD_LINES = [

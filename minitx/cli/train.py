@@ -594,6 +594,8 @@ def _train_and_test(args: list[str] | None) -> MinitxCLI:
             warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)`")
             # resuming writes into its run's checkpoint directory, not empty by design
             warnings.filterwarnings("ignore", message=r"Checkpoint directory .* is not empty")
+            # a bad batch skipped on purpose (model.optim.skip_bad_batches), logged in our words
+            warnings.filterwarnings("ignore", message=r"`training_step` returned `None`")
             trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=cli.resume_path)
     except SIGTERMException:  # a bare SystemExit: it would end the process with status 0
         stops = [c.stop_signal for c in trainer.callbacks if isinstance(c, CheckpointOnInterrupt)]
