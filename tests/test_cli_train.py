@@ -19,6 +19,7 @@ import torch
 import yaml
 from helpers import (
     CONFIG_DIR,
+    NO_MAPS,
     REPO_DIR,
     TINY_CONFIG,
     TOY_CORPUS_DIR,
@@ -705,3 +706,46 @@ def test_ddp_two_cpu_processes(tmp_path: Path) -> None:
     (run_dir,) = run_dirs(tmp_path)
     assert (run_dir / "checkpoints" / "last.ckpt").is_file()
     assert len(logged(metrics(run_dir), "val/bleu")) == 3
+
+
+@pytest.mark.filterwarnings("ignore:LightningCLI's args parameter")
+@pytest.mark.filterwarnings("ignore:Experiment logs directory")  # CSVLogger's, on the resume
+def test_the_users_own_loggers_share_the_run_directory_the_first_one_names(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`trainer.logger` given in a config: the first logger's save_dir/name holds the run
+    directory (checkpoints, config.yaml, its logs), the others write into subdirectories of it,
+    and `--ckpt_path last` goes on in that same directory."""
+    monkeypatch.chdir(tmp_path)
+    loggers = tmp_path / "loggers.yaml"
+    loggers.write_text(
+        yaml.safe_dump(
+            {
+                "trainer": {
+                    "logger": [
+                        {
+                            "class_path": "lightning.pytorch.loggers.TensorBoardLogger",
+                            "init_args": {"save_dir": "my_runs", "name": "exp1"},
+                        },
+                        {
+                            "class_path": "lightning.pytorch.loggers.CSVLogger",
+                            "init_args": {"save_dir": "elsewhere"},
+                        },
+                    ]
+                }
+            }
+        ),
+        encoding="utf-8",
+    )
+    args = [*TINY, "--config", str(loggers), *NO_MAPS, "--test", "false"]
+    args += ["--trainer.enable_progress_bar", "false"]
+    main([*args, "--trainer.max_epochs", "1"])
+    [run] = (tmp_path / "my_runs" / "exp1").iterdir()
+    assert (run / "config.yaml").is_file() and (run / "checkpoints" / "last.ckpt").is_file()
+    assert list(run.glob("events.out.tfevents.*")) and not (tmp_path / "elsewhere").exists()
+    main([*args, "--trainer.max_epochs", "2", "--ckpt_path", "last"])
+    assert list((tmp_path / "my_runs" / "exp1").iterdir()) == [run]  # the same run went on
+    rows = list(csv.DictReader((run / "csv" / "metrics.csv").open(encoding="utf-8")))
+    # Lightning's CSVLogger starts its file anew on a resume, and warns so (minitx's default
+    # ContinuingCSVLogger keeps the earlier rows: test_reliability.py, resume_last)
+    assert {int(r["epoch"]) for r in rows if r.get("val/loss")} == {1}
