@@ -295,6 +295,9 @@ def test_output_rules_in_python(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     with pytest.raises(OutputError, match="also an input"):
         check_output_file(tmp_path / "in.ckpt", inputs=[tmp_path / "in.ckpt"])
     check_output_dir(tmp_path / "new", inputs=[tmp_path / "in.ckpt"])  # a new directory: fine
+    with pytest.raises(OutputError, match=r"--out-dir .*notes\.txt is a file; give a directory"):
+        (tmp_path / "notes.txt").write_text("mine")
+        check_output_dir(tmp_path / "notes.txt", force=True, flag="--out-dir")
 
 
 def test_a_replaced_directory_is_swapped_whole(tmp_path: Path) -> None:
@@ -306,6 +309,28 @@ def test_a_replaced_directory_is_swapped_whole(tmp_path: Path) -> None:
     replace_dir(new, out)
     assert sorted(p.name for p in out.iterdir()) == ["b"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_a_swap_that_fails_puts_the_old_directory_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out, new = tmp_path / "out", tmp_path / ".out.new"
+    out.mkdir()
+    (out / "a").write_text("old")
+    new.mkdir()
+    renames = []
+
+    def replace(src, dst) -> None:  # the second rename (new -> out) fails
+        renames.append((Path(src).name, Path(dst).name))
+        if len(renames) == 2:
+            raise OSError(28, "No space left on device")
+        os.rename(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace)
+    with pytest.raises(OSError, match="No space left"):
+        replace_dir(new, out)
+    assert (out / "a").read_text() == "old"  # the old directory is back under its name
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".out.new", "out"]
 
 
 def test_export_refuses_a_directory_that_is_not_a_minitx_release(
