@@ -644,6 +644,47 @@ def test_token_ids_out_of_range_are_caught_even_with_a_matching_checksum(
     assert "src_ids from 0 to 60000, outside the tokenizer's vocabulary [0, 150)" in notice
 
 
+def _edit_record(path: Path, change) -> None:
+    record_file = path.with_suffix(".json")
+    record = json.loads(record_file.read_text(encoding="utf-8"))
+    change(record)
+    record_file.write_text(json.dumps(record), encoding="utf-8")
+
+
+RECORD_DAMAGE = {
+    "not-json": (
+        lambda path: path.with_suffix(".json").write_text("{", encoding="utf-8"),
+        "unreadable (JSONDecodeError",
+    ),
+    "foreign-record": (
+        lambda path: _edit_record(path, lambda r: r.pop("format")),
+        "has no usable record",
+    ),
+    "other-vocabulary": (
+        lambda path: _edit_record(path, lambda r: r.update(vocab_size=r["vocab_size"] + 1)),
+        "was written for a vocabulary of 151, not 150",
+    ),
+    "other-row-count": (
+        lambda path: _edit_record(path, lambda r: r.update(rows=r["rows"] + 1)),
+        "rows but its record says",
+    ),
+}
+
+
+@pytest.mark.parametrize("damage", sorted(RECORD_DAMAGE))
+def test_a_cache_whose_record_does_not_fit_is_rebuilt_with_a_notice(
+    damage: str, toy_dm: TranslationDataModule, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The record beside a cached split (format, size, sha256, rows, vocabulary) is checked
+    before the file is trusted."""
+    path, expected = _cached_train_file(toy_dm), toy_dm.dataset["train"][:]
+    toy_dm.dataset = None
+    change, message = RECORD_DAMAGE[damage]
+    change(path)
+    _, notice = _reload_with_notice(toy_dm, expected, path, caplog)
+    assert message in notice, notice
+
+
 class _RecordingModule(L.LightningModule):
     """Just enough of a LightningModule to see what the dataloader serves each epoch."""
 
