@@ -254,7 +254,8 @@ def test_an_unreachable_hub_dataset_is_one_error_line_without_the_retries(
     name: str, tiny_checkpoint: Path, tmp_path: Path
 ) -> None:
     """Offline, huggingface_hub logs each retry of a hub download; they stay quiet (``-v``
-    shows them), and the error line, which says how to use local files, is all there is."""
+    shows them) but for one line of minitx's at the first, which says why nothing happens for
+    a while, and the error line, which says how to use local files, comes last."""
     data = {"train": ["--config", str(TINY_CONFIG), "--data.source"], "evaluate": ["--data"]}
     argv = [*data[name], "minitx-tests/offline"]
     if name == "evaluate":
@@ -270,6 +271,9 @@ def test_an_unreachable_hub_dataset_is_one_error_line_without_the_retries(
     errors = [line for line in proc.stderr.splitlines() if "Retry" in line or "error:" in line]
     assert len(errors) == 1, proc.stderr[-3000:]
     assert "minitx-tests/offline" in errors[0] and "MINITX_DATA_DIR" in errors[0]
+    assert proc.stderr.rstrip().endswith(errors[0])
+    notices = [line for line in proc.stderr.splitlines() if "hub does not answer" in line]
+    assert len(notices) == 1 and "-v shows each try" in notices[0], proc.stderr[-3000:]
     if name == "train":
         proc = run_python([*cmd, "-v"], cwd=tmp_path, env=env)
         assert "Retrying in 0s [Retry 5/5]." in proc.stderr, proc.stderr[-3000:]

@@ -148,22 +148,51 @@ def show_library_warnings() -> None:
         log.setLevel(logging.WARNING)
 
 
+HUB_RETRY_LOGGER = "huggingface_hub.utils._http"
+"""The logger of huggingface_hub's HTTP retries (its name is the module's, as logging's are)."""
+
+
+class FirstRetryNotice(logging.Filter):
+    """Drop huggingface_hub's retry lines, but tell the first one in a line of minitx's own,
+    so that a user offline knows why nothing happens for half a minute."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.told = False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not self.told and record.getMessage().startswith("Retrying in"):
+            self.told = True
+            logging.getLogger("minitx").warning(
+                "the Hugging Face hub does not answer; huggingface_hub tries again, waiting "
+                "longer each time, before it gives up (-v shows each try)"
+            )
+        return False
+
+
 def hub_verbosity(verbose: bool) -> None:
     """Keep huggingface_hub's warnings off standard error, or (`verbose`) let them through;
     ``HF_HUB_VERBOSITY``, when set, decides instead.
 
-    Offline, loading a hub dataset logs two lines for each of its six tries (and waits between
-    them) before it fails: the ``error:`` line that follows says what matters, the hub cannot be
-    reached and how to use local files, and would come eleven lines down.
+    Offline, loading a hub dataset logs two lines for each of its six tries and waits about
+    25 s between the first and the last. Quiet, that is one line at the first retry
+    (`FirstRetryNotice`), then the ``error:`` line that says what matters: the hub cannot be
+    reached, and how to use local files.
     """
     if os.environ.get("HF_HUB_VERBOSITY"):
         return
     from huggingface_hub.utils import logging as hub_logging
 
+    retries = logging.getLogger(HUB_RETRY_LOGGER)
+    for old in [f for f in retries.filters if isinstance(f, FirstRetryNotice)]:
+        retries.removeFilter(old)
     if verbose:
         hub_logging.set_verbosity_warning()
+        retries.setLevel(logging.NOTSET)
     else:
         hub_logging.set_verbosity_error()
+        retries.setLevel(logging.WARNING)  # below the library's ERROR: the filter sees them
+        retries.addFilter(FirstRetryNotice())
 
 
 def _detach_stdout() -> None:
