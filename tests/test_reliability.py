@@ -690,6 +690,36 @@ def test_a_nan_loss_is_skipped_and_counted_when_allowed(
     assert [float(c) for c in counts if c] == [1.0, 1.0]  # one per epoch: a running count
 
 
+@pytest.mark.parametrize("finite", [True, False])
+def test_an_error_saves_last_ckpt_unless_the_weights_are_not_finite(
+    finite: bool, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A run stopped by an exception saves its state in last.ckpt, to resume from; weights
+    that are NaN or infinite would make a resume fail at once, so last.ckpt keeps the last good
+    state then, and the log says why."""
+    from types import SimpleNamespace
+
+    from minitx.training.callbacks import CheckpointOnInterrupt
+
+    saved = []
+    trainer = SimpleNamespace(
+        checkpoint_callback=SimpleNamespace(dirpath=str(tmp_path)),
+        global_step=5,
+        save_checkpoint=lambda path, weights_only: saved.append((Path(path), weights_only)),
+    )
+    module = torch.nn.Linear(2, 2)
+    if not finite:
+        with torch.no_grad():
+            module.weight[0, 0] = float("inf")
+    with caplog.at_level(logging.ERROR, logger="minitx"):
+        CheckpointOnInterrupt().on_exception(trainer, module, RuntimeError("boom"))
+    if finite:
+        assert saved == [(tmp_path / "last.ckpt", False)] and not caplog.records
+    else:
+        assert saved == []
+        assert "weights are not finite: last.ckpt left as it was (RuntimeError)" in caplog.text
+
+
 def test_skip_bad_batches_is_refused_under_ddp(monkeypatch: pytest.MonkeyPatch) -> None:
     """A rank that skipped a batch would leave the others waiting in the gradient all-reduce."""
     sizes = {"src_vocab_size": 50, "tgt_vocab_size": 50, "d_model": 16, "n_heads": 2, "d_ff": 32}
