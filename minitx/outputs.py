@@ -108,6 +108,17 @@ def check_output_file(
             raise OutputError(f"{flag} {out} is also an input; write to another file")
 
 
+def files_read_from(source: str | os.PathLike[str]) -> list[Path]:
+    """The local files a command reads from `source`, for `check_output_file`'s `inputs`: the
+    file itself, or the files of a directory (a release, a corpus); none for a hub id."""
+    path = Path(source)
+    if path.is_file():
+        return [path]
+    if path.is_dir():
+        return [item for item in path.iterdir() if item.is_file()]
+    return []
+
+
 def replace_dir(new: str | os.PathLike[str], out: str | os.PathLike[str]) -> None:
     """Move the finished directory `new` to `out`, replacing an existing `out` by renames.
 

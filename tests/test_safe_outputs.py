@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import PYTHON, TINY_CONFIG, command_module, subprocess_env
+from helpers import PYTHON, TINY_CONFIG, TOY_CORPUS_DIR, command_module, subprocess_env
 from preloaded import PreloadedProcess, run_python
 
 from minitx.checkpoint import write_checkpoint
@@ -363,6 +363,64 @@ def test_average_and_translate_refuse_an_output_that_is_an_input(
     )
     assert done.returncode == 2 and "also an input" in done.stderr
     assert source.read_text() == "ein mann .\n"
+
+
+@pytest.mark.parametrize(
+    ("command", "args", "replaced", "message"),
+    [
+        ("translate", ["--output", "{ckpt}", "ein mann ."], "{ckpt}", "is also an input"),
+        ("evaluate", ["--hyp-out", "{ckpt}"], "{ckpt}", "is also an input"),
+        ("evaluate", ["--hyp-out", "{data}/test.de"], "{data}/test.de", "is also an input"),
+        ("evaluate", ["--json", "{data}/test.en"], "{data}/test.en", "is also an input"),
+        (
+            "evaluate",
+            ["--json", "{data}/out.txt", "--hyp-out", "{data}/out.txt"],
+            None,
+            "--json .*out.txt is also the file of --hyp-out",
+        ),
+    ],
+    ids=[
+        "translate-over-checkpoint",
+        "hyp-over-checkpoint",
+        "hyp-over-source",
+        "json-over-references",
+        "json-over-hyp",
+    ],  # fmt: skip
+)
+def test_no_output_replaces_the_checkpoint_the_corpus_or_another_output(
+    command: str,
+    args: list[str],
+    replaced: str | None,
+    message: str,
+    tmp_path: Path,
+    tiny_checkpoint: Path,
+    capsys: pytest.CaptureFixture,
+) -> None:
+    """Was: exit 0, with the checkpoint or the references replaced by hypotheses."""
+    import re
+
+    from minitx.cli import evaluate, translate
+
+    data = tmp_path / "data"
+    data.mkdir()
+    for lang in ("de", "en"):
+        source = TOY_CORPUS_DIR / f"test_2016_flickr.{lang}"
+        (data / f"test.{lang}").write_bytes(source.read_bytes())
+    ckpt = tmp_path / "a.ckpt"
+    ckpt.write_bytes(tiny_checkpoint.read_bytes())
+    names = {"ckpt": str(ckpt), "data": str(data)}
+    argv = ["--checkpoint", str(ckpt), *(a.format(**names) for a in args)]
+    if command == "evaluate":
+        argv += ["--data", str(data), "--split", "test", "--beam", "1"]
+    before = {p: p.read_bytes() for p in [ckpt, *data.iterdir()]}
+    status = {"translate": translate.main, "evaluate": evaluate.main}[command](argv)
+    err = capsys.readouterr().err
+    assert status == 2, err
+    errors = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and re.search(message, errors[0]), err
+    assert {p: p.read_bytes() for p in [ckpt, *data.iterdir()]} == before
+    if replaced is not None:
+        assert replaced.format(**names) in errors[0]
 
 
 # --- run directories ----------------------------------------------------------------------

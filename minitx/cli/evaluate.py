@@ -32,7 +32,7 @@ from minitx.cli.common import (
     run_cli,
     sentence_progress,
 )
-from minitx.outputs import check_output_file
+from minitx.outputs import check_output_file, files_read_from
 from minitx.textio import write_text_atomic
 
 if TYPE_CHECKING:  # the inference stack (torch, sacreBLEU) loads lazily: --help stays fast
@@ -227,9 +227,22 @@ def run(args: argparse.Namespace) -> int:
     outputs = [(hyp_flag, hypothesis_path(args, beam, pair)) for beam in args.decodings]
     json_path = None if args.json is None else path_or_stream(args.json)  # None: stdout
     json_to_stdout = args.json is not None and json_path is None
-    for flag, path in [*outputs, ("--json", json_path)]:  # checked now, not after the decoding
-        if path is not None:
-            check_output_file(path, flag=flag)
+    # checked now, not after the decoding; no output may replace the checkpoint, the corpus
+    # or another output
+    inputs = files_read_from(args.checkpoint) + files_read_from(
+        str(data.resolved).replace("{split}", args.split)
+    )
+    written: dict[Path, str] = {}  # resolved path -> the flag that names it
+    for flag, path in [*outputs, ("--json", json_path)]:
+        if path is None:
+            continue
+        check_output_file(path, inputs=inputs, flag=flag)
+        if Path(path).resolve() in written:
+            raise UsageError(
+                f"{flag} {path} is also the file of {written[Path(path).resolve()]}; give "
+                "each output its own file"
+            )
+        written[Path(path).resolve()] = flag
 
     summary_out = sys.stderr if json_to_stdout else sys.stdout
     results = []

@@ -33,7 +33,7 @@ from minitx.cli.common import (
     run_cli,
     sentence_progress,
 )
-from minitx.outputs import check_output_file
+from minitx.outputs import check_output_file, files_read_from
 from minitx.textio import atomic_output, check_utf8_arguments, decode_utf8
 
 if TYPE_CHECKING:  # the inference stack loads lazily (in `run`), so --help stays fast
@@ -352,7 +352,8 @@ def interactive(translator: Translator, args: argparse.Namespace, out: TextIO) -
 def run(args: argparse.Namespace) -> int:
     """Read, translate, write. Raises `UsageError` for input problems."""
     if args.output is not None:
-        check_output_file(args.output, inputs=[args.input] if args.input is not None else [])
+        inputs = files_read_from(args.checkpoint) + ([args.input] if args.input else [])
+        check_output_file(args.output, inputs=inputs)
     chunks: Iterable[list[str]] | None  # None: interactive
     if args.sentences:
         check_utf8_arguments({f"SENTENCE argument {i}": s for i, s in enumerate(args.sentences, 1)})
