@@ -96,6 +96,11 @@ def test_a_number_option_refuses_nan_and_infinity_on_one_line(
         ("translate", ["--checkpoint", "x.ckpt", "--beam", "0"], "--beam must be >= 1, got 0"),
         ("evaluate", ["--checkpoint", "x.ckpt", "--limit", "0"], "--limit must be >= 1"),
         ("visualize", ["Ein Hund.", "--checkpoint", "x.ckpt", "--dpi", "0"], "--dpi must be"),
+        (
+            "visualize",
+            ["Ein Hund.", "--checkpoint", "x.ckpt", "--dpi", "20000"],
+            "--dpi must be between 1 and 600, got 20000",
+        ),
         ("demo", ["--checkpoint", "x.ckpt", "--port", "0"], "--port must be between"),
         ("experiment", ["scores", "--budget", "0"], "--budget: must be above 0"),
         ("average", ["a.ckpt"], "the following arguments are required: --out"),
@@ -103,7 +108,18 @@ def test_a_number_option_refuses_nan_and_infinity_on_one_line(
         ("ct2", ["--out", "d"], "required: --checkpoint"),
         ("translate", ["--checkpoint", "x.ckpt", "--beam", "two"], "invalid int value: 'two'"),
     ],
-    ids=["beam", "limit", "dpi", "port", "budget", "average", "export", "ct2", "not-a-number"],
+    ids=[
+        "beam",
+        "limit",
+        "dpi",
+        "huge-dpi",
+        "port",
+        "budget",
+        "average",
+        "export",
+        "ct2",
+        "not-a-number",
+    ],
 )
 def test_a_command_line_mistake_is_one_error_line_without_the_usage_block(
     name: str, argv: list[str], message: str, capsys: pytest.CaptureFixture

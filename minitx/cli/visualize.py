@@ -29,6 +29,10 @@ from minitx.outputs import check_output_dir, written_whole
 from minitx.textio import check_utf8_arguments
 from minitx.viz import DEFAULT_DPI, visualize
 
+MAX_DPI = 600
+"""Twice print quality: at 20,000 a long sentence's figure is an image of billions of pixels,
+which ends in a MemoryError after minutes."""
+
 
 def build_parser() -> argparse.ArgumentParser:
     """The command-line interface."""
@@ -138,8 +142,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.sentence.strip():
         parser.error("the sentence is empty")
     check_decoding_args(parser, args)  # builds args.decoding
-    if args.dpi <= 0:
-        parser.error(f"--dpi must be positive, got {args.dpi}")
+    if not 0 < args.dpi <= MAX_DPI:
+        parser.error(f"--dpi must be between 1 and {MAX_DPI}, got {args.dpi}")
     if args.ig_steps < 1:
         parser.error(f"--ig-steps must be at least 1, got {args.ig_steps}")
     args.methods = ()
