@@ -604,6 +604,13 @@ def _reload_with_notice(
     return again, notices[0]
 
 
+def _edit_record(path: Path, change) -> None:
+    record_file = path.with_suffix(".json")
+    record = json.loads(record_file.read_text(encoding="utf-8"))
+    change(record)
+    record_file.write_text(json.dumps(record), encoding="utf-8")
+
+
 def test_a_truncated_cache_file_is_rebuilt_with_a_notice(
     toy_dm: TranslationDataModule, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -635,20 +642,13 @@ def test_token_ids_out_of_range_are_caught_even_with_a_matching_checksum(
     path, expected = _cached_train_file(toy_dm), toy_dm.dataset["train"][:]
     toy_dm.dataset = None  # it maps the file this test damages in place
     _rewrite_with_token_id(path, 60_000)
-    record_file = path.with_suffix(".json")
-    record = json.loads(record_file.read_text(encoding="utf-8"))
-    record["bytes"] = path.stat().st_size
-    record["sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
-    record_file.write_text(json.dumps(record), encoding="utf-8")
+    resealed = {
+        "bytes": path.stat().st_size,
+        "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+    }
+    _edit_record(path, lambda record: record.update(resealed))
     _, notice = _reload_with_notice(toy_dm, expected, path, caplog)
     assert "src_ids from 0 to 60000, outside the tokenizer's vocabulary [0, 150)" in notice
-
-
-def _edit_record(path: Path, change) -> None:
-    record_file = path.with_suffix(".json")
-    record = json.loads(record_file.read_text(encoding="utf-8"))
-    change(record)
-    record_file.write_text(json.dumps(record), encoding="utf-8")
 
 
 RECORD_DAMAGE = {

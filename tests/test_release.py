@@ -230,21 +230,30 @@ def _wrong_d_model(directory: Path) -> None:
     _edit_config(directory, lambda c: c["model"].update(d_model=2 * c["model"]["d_model"]))
 
 
-def _wrong_shape_weights(directory: Path) -> None:
+def _edit_weights(directory: Path, change) -> None:
+    """Apply `change` to the release's tensors (name -> tensor) and write them back."""
     path = directory / "model.safetensors"
     with safe_open(path, framework="pt") as f:
         tensors = {k: f.get_tensor(k) for k in f.keys()}
-    name = next(k for k in tensors if k.endswith("q_proj.weight"))
-    tensors[name] = torch.zeros(tensors[name].shape[0] + 1, tensors[name].shape[1])
+    change(tensors)
     save_file(tensors, path)
+
+
+def _q_proj(tensors: dict) -> str:
+    """The name of a query projection's weight: a tensor every model has."""
+    return next(k for k in tensors if k.endswith("q_proj.weight"))
+
+
+def _wrong_shape_weights(directory: Path) -> None:
+    def grow(tensors: dict) -> None:
+        name = _q_proj(tensors)
+        tensors[name] = torch.zeros(tensors[name].shape[0] + 1, tensors[name].shape[1])
+
+    _edit_weights(directory, grow)
 
 
 def _extra_tensor(directory: Path) -> None:
-    path = directory / "model.safetensors"
-    with safe_open(path, framework="pt") as f:
-        tensors = {k: f.get_tensor(k) for k in f.keys()}
-    tensors["backdoor.weight"] = torch.zeros(2, 2)
-    save_file(tensors, path)
+    _edit_weights(directory, lambda tensors: tensors.update({"backdoor.weight": torch.zeros(2, 2)}))
 
 
 def _edited_n_heads(directory: Path) -> None:
@@ -261,11 +270,7 @@ def _format_1(directory: Path) -> None:
 
 def _missing_tensor(directory: Path) -> None:
     """One tensor of the model gone: no shape differs, so only the strict load can tell."""
-    path = directory / "model.safetensors"
-    with safe_open(path, framework="pt") as f:
-        tensors = {k: f.get_tensor(k) for k in f.keys()}
-    del tensors[next(k for k in tensors if k.endswith("q_proj.weight"))]
-    save_file(tensors, path)
+    _edit_weights(directory, lambda tensors: tensors.pop(_q_proj(tensors)))
 
 
 def _other_tokenizer(directory: Path) -> None:
@@ -281,12 +286,11 @@ def _other_tokenizer(directory: Path) -> None:
 
 
 def _nan_weights(directory: Path) -> None:
-    path = directory / "model.safetensors"
-    with safe_open(path, framework="pt") as f:
-        tensors = {k: f.get_tensor(k) for k in f.keys()}
-    name = next(k for k in tensors if k.endswith("q_proj.weight"))
-    tensors[name] = torch.full_like(tensors[name], float("nan"))
-    save_file(tensors, path)
+    def poison(tensors: dict) -> None:
+        name = _q_proj(tensors)
+        tensors[name] = torch.full_like(tensors[name], float("nan"))
+
+    _edit_weights(directory, poison)
 
 
 DAMAGE = {

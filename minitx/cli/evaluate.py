@@ -237,12 +237,12 @@ def run(args: argparse.Namespace) -> int:
         if path is None:
             continue
         check_output_file(path, inputs=inputs, flag=flag)
-        if Path(path).resolve() in written:
+        where = Path(path).resolve()
+        if where in written:
             raise UsageError(
-                f"{flag} {path} is also the file of {written[Path(path).resolve()]}; give "
-                "each output its own file"
+                f"{flag} {path} is also the file of {written[where]}; give each output its own file"
             )
-        written[Path(path).resolve()] = flag
+        written[where] = flag
 
     summary_out = sys.stderr if json_to_stdout else sys.stdout
     results = []
