@@ -173,6 +173,39 @@ def test_settings_and_paths_that_cannot_work_fail_before_training(
     assert not list(tmp_path.rglob("*.ckpt"))  # nothing trained
 
 
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("model: 3", r"model is 3, but it is a section .* as in 'model: \{transformer: \.\.\.\}'"),
+        ("trainer: 3", r"trainer is 3, but it is a section"),
+        ("model: {optim: 3}", r"model.optim is 3, .* 'model: \{optim: \{label_smoothing: "),
+        ("attention_maps: [1]", r"attention_maps is \[1\], but it is a section"),
+        # this one trained the default model (d_model 256) without a word
+        ("model: {transformer: 3}", r"model.transformer is 3, but it is a section"),
+        ("model:", r"model is empty, but it is a section"),
+        ("# nothing but a comment", r"the file holds no settings"),
+        ("- trainer", r"the file holds list \['trainer'\], not a mapping of settings"),
+    ],
+    ids=["model", "trainer", "optim", "maps", "transformer", "empty-section", "empty", "list"],
+)
+def test_a_config_file_section_that_is_not_a_mapping_is_refused(
+    text: str,
+    message: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MINITX_DEBUG", raising=False)
+    (tmp_path / "c.yaml").write_text(text + "\n")
+    with pytest.raises(SystemExit) as exit_info:
+        main(TINY + QUIET + ["--config", "c.yaml"])
+    assert exit_info.value.code == 2
+    error = one_error_line(capsys.readouterr().err)
+    assert error.startswith("error: --config c.yaml: ") and re.search(message, error), error
+    assert not list(tmp_path.rglob("*.ckpt"))  # nothing trained
+
+
 def test_an_over_long_validation_pair_is_cut_when_loaded_not_fatal_after_an_epoch(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -24,6 +24,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import lightning as L
+import yaml
+from jsonargparse import Namespace
 from lightning.fabric.plugins import CheckpointIO
 from lightning.fabric.utilities.seed import max_seed_value, min_seed_value
 from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
@@ -283,19 +285,22 @@ def resolve_config_names(args: list[str]) -> list[str]:
             ``--config`` (jsonargparse would end in a UnicodeDecodeError's traceback).
     """
     out = list(args)
-    for i, arg in enumerate(out):
-        if arg in ("-c", "--config") and i + 1 < len(out):
-            value, index = out[i + 1], i + 1
-        elif arg.startswith("--config="):
-            value, index = arg.split("=", 1)[1], i
-        else:
-            continue
+    for flag, value, index in _config_args(out):
         packaged = CONFIG_DIR / (value if value.endswith(".yaml") else f"{value}.yaml")
         if not Path(value).exists() and "/" not in value and packaged.is_file():
-            out[index] = str(packaged) if index == i + 1 else f"--config={packaged}"
+            out[index] = str(packaged) if out[index] == value else f"--config={packaged}"
         elif Path(value).is_file():
-            _check_config_text(arg.split("=", 1)[0], Path(value))
+            _check_config_text(flag, Path(value))
     return out
+
+
+def _config_args(args: list[str]) -> Iterator[tuple[str, str, int]]:
+    """(flag, value, index of the value's item) of each ``--config``/``-c`` in `args`."""
+    for i, arg in enumerate(args):
+        if arg in ("-c", "--config") and i + 1 < len(args):
+            yield arg, args[i + 1], i + 1
+        elif arg.startswith("--config="):
+            yield "--config", arg.split("=", 1)[1], i
 
 
 def _check_config_text(flag: str, path: Path) -> None:
@@ -308,6 +313,53 @@ def _check_config_text(flag: str, path: Path) -> None:
             f"config file or a packaged name ({names}); "
             "to resume from a checkpoint, pass it as --ckpt_path"
         ) from None
+
+
+def check_config_sections(args: list[str], defaults: Namespace) -> None:
+    """Refuse a config file that is empty, or that gives a section (``model``,
+    ``model.transformer``, ``trainer``, ...) a value that is not a mapping of its keys.
+
+    jsonargparse ends such a file in a traceback, or, for ``model: {transformer: 3}``, drops
+    the section without a word and trains the default model.
+
+    Raises:
+        UsageError: naming the file, the key and what to write instead.
+    """
+    for flag, value, _ in _config_args(args):
+        path = Path(value)
+        if not path.is_file():  # jsonargparse reports a missing file (or parses inline YAML)
+            continue
+        try:
+            settings = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except yaml.YAMLError:  # jsonargparse names the line of a YAML syntax error
+            continue
+        if settings is None:
+            raise UsageError(
+                f"{flag} {path}: the file holds no settings (it is empty or all comments); "
+                "give keys such as 'trainer: {max_steps: 100}', or leave out this --config"
+            )
+        _check_sections(f"{flag} {path}", settings, defaults, "")
+
+
+def _check_sections(where: str, settings: Any, defaults: Namespace, prefix: str) -> None:
+    if not isinstance(settings, dict):
+        if not prefix:
+            raise UsageError(
+                f"{where}: the file holds {type(settings).__name__} {settings!r}, not a mapping "
+                "of settings; write keys such as 'trainer: {max_steps: 100}'"
+            )
+        keys = prefix.rstrip(".").split(".")
+        child = next(iter(defaults.keys()), "key").split(".")[0]
+        example = "".join(f"{k}: {{" for k in keys) + f"{child}: ..." + "}" * len(keys)
+        shown = "empty" if settings is None else repr(settings)
+        raise UsageError(
+            f"{where}: {prefix.rstrip('.')} is {shown}, but it is a section of settings, not a "
+            f"value; write its keys below it, as in '{example}'"
+        )
+    for key, value in settings.items():
+        default = defaults.get(key) if isinstance(key, str) else None
+        if isinstance(default, Namespace):
+            _check_sections(where, value, default, f"{prefix}{key}.")
 
 
 class OneLineErrorParser(LightningArgumentParser):
@@ -382,6 +434,7 @@ class MinitxCLI(LightningCLI):
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
         """Parse, then quiet the libraries unless ``--verbose`` (before the seed is set: its
         message is Lightning's first line)."""
+        check_config_sections(sys.argv[1:] if args is None else list(args), parser.get_defaults())
         super().parse_arguments(parser, args)
         set_verbosity(bool(self.config.get("verbose")))
         check_budget_and_seed(self.config)
