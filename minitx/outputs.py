@@ -143,11 +143,12 @@ def replace_dir(new: str | os.PathLike[str], out: str | os.PathLike[str]) -> Non
 
 
 @contextlib.contextmanager
-def written_whole(out: str | os.PathLike[str], kind: str) -> Iterator[Path]:
+def written_whole(out: str | os.PathLike[str], kind: str | None) -> Iterator[Path]:
     """Yield an empty directory beside `out` to write into; when the block ends without an
-    exception it gets `MARKER` (saying what it holds, `kind`, e.g. ``"ctranslate2"``) and
-    takes the place of `out` (`replace_dir`). Either way it is gone afterwards, so a failure
-    leaves `out` as it was. Call `check_output_dir` first."""
+    exception it gets `MARKER` (saying what it holds, `kind`, e.g. ``"ctranslate2"``; none
+    when `kind` is None, for a release directory, whose files are told by name) and takes the
+    place of `out` (`replace_dir`). Either way it is gone afterwards, so a failure leaves `out`
+    as it was. Call `check_output_dir` (or the release's own check) first."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
@@ -155,8 +156,9 @@ def written_whole(out: str | os.PathLike[str], kind: str) -> Iterator[Path]:
     tmp.mkdir()
     try:
         yield tmp
-        record = {"written_by": "minitx", "kind": kind}
-        (tmp / MARKER).write_text(json.dumps(record) + "\n", encoding="utf-8")
+        if kind is not None:
+            record = {"written_by": "minitx", "kind": kind}
+            (tmp / MARKER).write_text(json.dumps(record) + "\n", encoding="utf-8")
         replace_dir(tmp, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -46,9 +46,9 @@ from minitx.checkpoint import (
     load_checkpoint,
     model_from_checkpoint,
 )
-from minitx.errors import ConfigError, MissingFileError, check_known_keys
+from minitx.errors import ConfigError, MissingFileError, OutputError, check_known_keys
 from minitx.model import Transformer, TransformerConfig
-from minitx.textio import atomic_path, write_bytes_atomic
+from minitx.outputs import written_whole
 from minitx.tokenizer import Tokenizer
 
 FORMAT = "minitx-release"
@@ -421,12 +421,48 @@ def save_pretrained(
         checksum = weights_checksum(release.model)
         check_evaluation(evaluation, release.languages, evaluation_name, checksum)
     directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    written = []
-    weights = directory / WEIGHTS_FILE
-    with atomic_path(weights) as tmp:
-        save_model(release.model, str(tmp), metadata={"format": "pt"})
-    written.append(weights)
+    check_release_dir(directory)
+    # written whole beside it, then swapped in: an interrupted export leaves the earlier
+    # release (or nothing), never new weights under an old card
+    with written_whole(directory, kind=None) as tmp:
+        names = _write_release(release, tmp, evaluation)
+    return [directory / name for name in names]
+
+
+def check_release_dir(directory: Path, flag: str = "the release directory") -> None:
+    """Refuse a `directory` to write a release into that holds anything but an earlier
+    release's files (`RELEASE_FILES`) whose config.json is a minitx release's (a Hugging Face
+    model has the same file names). An older-format or edited release may be replaced:
+    re-exporting is the fix its loading error suggests.
+
+    Raises:
+        OutputError: `directory` is a file, holds other files, or holds another's release.
+    """
+    if directory.exists() and not directory.is_dir():
+        raise OutputError(f"{flag} {directory} is a file; give a directory")
+    if not directory.is_dir() or not any(directory.iterdir()):
+        return
+    foreign = sorted(p.name for p in directory.iterdir() if p.name not in RELEASE_FILES)
+    if foreign:
+        raise OutputError(
+            f"{flag} {directory} holds other files ({', '.join(foreign[:3])}"
+            f"{', ...' if len(foreign) > 3 else ''}); give a new or empty directory"
+        )
+    try:
+        read_config_json(directory)
+    except (CheckpointError, OSError) as exc:
+        raise OutputError(
+            f"{flag} {directory} holds files that are not a minitx release ({CONFIG_FILE}: "
+            f"{' '.join(str(exc).split())[:200]}); give a new or empty directory"
+        ) from None
+
+
+def _write_release(
+    release: Release, directory: Path, evaluation: Mapping[str, Any] | None
+) -> list[str]:
+    """Write the release's files into the empty `directory`; returns their names."""
+    save_model(release.model, str(directory / WEIGHTS_FILE), metadata={"format": "pt"})
+    written = [WEIGHTS_FILE]
     model = release.model.config.to_dict()
     config = {
         "format": FORMAT,
@@ -438,20 +474,16 @@ def save_pretrained(
         "tgt_lang": release.languages[1],
     }
     text = json.dumps(config, indent=2, ensure_ascii=False) + "\n"
-    for name, data in (
-        (CONFIG_FILE, text.encode("utf-8")),
-        (TOKENIZER_FILE, release.tokenizer.model_bytes),
-        (CARD_FILE, model_card(release, evaluation).encode("utf-8")),
-    ):
-        write_bytes_atomic(directory / name, data)
-        written.append(directory / name)
-    train_config = directory / TRAIN_CONFIG_FILE
+    files = {
+        CONFIG_FILE: text,
+        TOKENIZER_FILE: release.tokenizer.model_bytes,
+        CARD_FILE: model_card(release, evaluation),
+    }
     if release.train_config is not None:
-        write_bytes_atomic(train_config, release.train_config.encode("utf-8"))
-        written.append(train_config)
-    elif train_config.exists():  # a stale one from an earlier export into this directory
-        train_config.unlink()
-    return written
+        files[TRAIN_CONFIG_FILE] = release.train_config
+    for name, data in files.items():
+        (directory / name).write_bytes(data.encode("utf-8") if isinstance(data, str) else data)
+    return written + list(files)
 
 
 def push_to_hub(

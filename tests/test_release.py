@@ -20,7 +20,7 @@ from minitx import release
 from minitx.cli import export as export_cli
 from minitx.cli import translate as translate_cli
 from minitx.decoding import DecodingConfig
-from minitx.errors import CheckpointError, MissingFileError
+from minitx.errors import CheckpointError, MissingFileError, OutputError
 from minitx.model import Transformer
 from minitx.translator import Translator
 from minitx.vocab import frame_source, frame_target
@@ -126,6 +126,37 @@ def test_save_pretrained_replaces_an_earlier_release(
     assert Translator.from_pretrained(directory).translate(SENTENCES[:2]) == (
         original.translate(SENTENCES[:2])
     )
+
+
+def test_an_interrupted_export_leaves_the_earlier_release_whole(
+    release_dir: Path, original: Translator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The weights are written first: an export stopped after them (here, while writing the
+    card) must leave neither new weights under the old card nor a half release."""
+    directory = Path(shutil.copytree(release_dir, tmp_path / "de-en"))
+    before = {p.name: p.read_bytes() for p in directory.iterdir()}
+    doubled = Transformer(original.model.config)
+    doubled.load_state_dict({k: 2 * v for k, v in original.model.state_dict().items()})
+    other = Translator(doubled, original.tokenizer, languages=("de", "en"))
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(release, "model_card", interrupted)
+    for out in (directory, tmp_path / "new"):
+        with pytest.raises(KeyboardInterrupt):
+            other.save_pretrained(out)
+    assert {p.name: p.read_bytes() for p in directory.iterdir()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["de-en"]  # no new one, no temporary
+
+
+def test_save_pretrained_refuses_a_directory_with_other_files(
+    original: Translator, tmp_path: Path
+) -> None:
+    (tmp_path / "notes.txt").write_text("mine\n")
+    with pytest.raises(OutputError, match=r"holds other files \(notes.txt\)"):
+        original.save_pretrained(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
 
 
 # ------------------------------------------------------------------------------ one path

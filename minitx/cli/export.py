@@ -43,36 +43,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def check_out_dir(out: Path) -> None:
-    """Refuse an output directory that holds anything but an earlier release's files.
-
-    The release's own files are replaced one by one, atomically; nothing else is touched. A
-    directory whose ``config.json`` is not a minitx release's (a Hugging Face model has the
-    same file names) is refused; an older-format or edited release is not (re-exporting over
-    it is the fix its loading error suggests).
-    """
-    from minitx.errors import CheckpointError
-    from minitx.release import CONFIG_FILE, RELEASE_FILES, read_config_json
-
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"--out {out} is a file; give a directory")
-    if out.is_dir():
-        foreign = sorted(p.name for p in out.iterdir() if p.name not in RELEASE_FILES)
-        if foreign:
-            raise UsageError(
-                f"--out {out} holds other files ({', '.join(foreign[:3])}"
-                f"{', ...' if len(foreign) > 3 else ''}); give a new or empty directory"
-            )
-        if any(out.iterdir()):
-            try:
-                read_config_json(out)  # an older or damaged release may be replaced
-            except (CheckpointError, OSError) as exc:
-                raise UsageError(
-                    f"--out {out} holds files that are not a minitx release ({CONFIG_FILE}: "
-                    f"{' '.join(str(exc).split())[:200]}); give a new or empty directory"
-                ) from None
-
-
 def read_evaluation(path: Path) -> dict:
     """The `minitx-evaluate --json` report at `path`."""
     try:
@@ -87,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     """Load, write, upload. Raises `UsageError` for input problems."""
     from minitx import release
 
-    check_out_dir(args.out)
+    release.check_release_dir(args.out, flag="--out")
     evaluation = read_evaluation(args.evaluation) if args.evaluation is not None else None
     loaded = release.load(args.checkpoint)  # its errors are one error line
     try:  # a report of other weights is refused before anything is written
