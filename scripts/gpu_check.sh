@@ -35,22 +35,20 @@ GPU_DATA=$REPO/.gpu-data/multi30k
 SITE=/tmp/site
 
 # What --prepare downloads (CPython 3.12, x86-64 Linux), at the versions installed where it
-# runs: what minitx, datasets, jsonargparse[signatures] and pytest import beyond a CUDA torch
-# image with Lightning, torchmetrics, sentencepiece, sacrebleu, tensorboard, pyarrow and
-# safetensors, which brings numpy, pyyaml, pillow, packaging, tqdm and filelock. Small
-# pure-Python packages such an image may have too (fsspec, typing-extensions) come along:
-# setup installs a wheel only where the image lacks its package.
-WHEEL_PACKAGES=(
-    datasets dill multiprocess xxhash pandas python-dateutil six
-    huggingface_hub hf-xet httpx2 httpcore2 h11 anyio idna truststore click fsspec
-    jsonargparse docstring-parser typeshed-client typing-extensions
-    matplotlib contourpy cycler fonttools kiwisolver pyparsing
-    rich markdown-it-py mdurl pygments
-    pytest iniconfig pluggy
-    captum
-)
-# Requirements the image is expected to meet itself (not downloaded; see above).
-IMAGE_HAS="numpy pyarrow pyyaml pillow packaging tqdm filelock torch"
+# runs: the roots below and all they require, read from the installed packages' metadata
+# (Requires-Dist; environment markers evaluated for CPython 3.12 on x86-64 Linux, an extra
+# followed only where it is asked for), down to what the image is expected to have. The roots
+# are what minitx requires (pyproject.toml) beyond a CUDA torch image, jsonargparse with the
+# extra minitx asks for, and pytest, which the cuda_tests step runs.
+WHEEL_ROOTS="datasets jsonargparse[signatures] matplotlib rich huggingface_hub captum pytest"
+# Requirements the image is expected to meet itself (neither downloaded nor walked into): a
+# CUDA torch image with Lightning, torchmetrics, sentencepiece, sacrebleu, tensorboard, pyarrow
+# and safetensors (minitx's other requirements), which bring numpy, pyyaml, pillow, packaging,
+# tqdm and filelock. Small pure-Python packages such an image may have too (fsspec,
+# typing-extensions) are downloaded anyway: setup installs a wheel only where the image lacks
+# its package.
+IMAGE_HAS="torch lightning torchmetrics sentencepiece sacrebleu tensorboard pyarrow safetensors
+numpy pyyaml pillow packaging tqdm filelock"
 MAX_WHEELS_MIB=55  # .whl/ and .gpu-data/ travel together; keep both under 64 MiB
 
 usage() {
@@ -59,19 +57,61 @@ usage() {
 }
 
 prepare() {
-    local pins=() name version
-    for name in "${WHEEL_PACKAGES[@]}"; do
-        if ! version=$("$PYTHON" -c "import importlib.metadata as m; print(m.version('$name'))" \
-            2>/dev/null); then
-            echo "error: $name is not installed for $PYTHON (its version is the one downloaded)" >&2
-            exit 2
-        fi
-        pins+=("$name==$version")
-    done
+    local pins rc
+    # NAME==VERSION of each package to download, one a line; a package that is not installed
+    # ends it in one line with status 2, before anything is written.
+    pins=$("$PYTHON" - "$PYTHON" "$IMAGE_HAS" "$WHEEL_ROOTS" <<'EOF'
+import importlib.metadata as metadata, sys
+
+
+def fail(message: str) -> None:
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+try:
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+except ImportError:
+    fail(f"packaging is not installed for {sys.argv[1]} (--prepare reads requirements with it)")
+python, image, roots = sys.argv[1], sys.argv[2].split(), sys.argv[3].split()
+image = {canonicalize_name(name) for name in image}
+target = {"python_version": "3.12", "python_full_version": "3.12.0", "sys_platform": "linux",
+          "platform_system": "Linux", "platform_machine": "x86_64", "os_name": "posix",
+          "platform_python_implementation": "CPython", "implementation_name": "cpython"}
+pins = {}  # canonical name: NAME==VERSION
+walked = {}  # canonical name: its extras ("" for none) whose requirements are queued
+queue = [(Requirement(root), None) for root in roots]  # (requirement, who requires it)
+while queue:
+    req, parent = queue.pop(0)  # in the order of the roots
+    name = canonicalize_name(req.name)
+    if name in image:
+        continue
+    try:
+        dist = metadata.distribution(name)
+    except metadata.PackageNotFoundError:
+        by = f" (required by {parent})" if parent else ""
+        fail(f"{req.name}{by} is not installed for {python} (its version is the one downloaded)")
+    pins[name] = f"{dist.metadata['Name']}=={dist.version}"
+    for extra in {"", *req.extras} - walked.get(name, set()):
+        walked.setdefault(name, set()).add(extra)
+        for line in dist.requires or []:  # a marker may name the extra: extra == "signatures"
+            sub = Requirement(line)
+            if sub.marker is None or sub.marker.evaluate({**target, "extra": extra}):
+                queue.append((sub, dist.metadata["Name"]))
+print("\n".join(pins[name] for name in sorted(pins)))
+EOF
+    )
+    rc=$?
+    if ((rc)); then
+        ((rc == 2)) || echo "error: $PYTHON could not list the wheels to download" >&2
+        exit 2
+    fi
     rm -rf "$WHEELS" && mkdir -p "$WHEELS"
+    # shellcheck disable=SC2086  # $pins: one NAME==VERSION a line, none with spaces
     "$PYTHON" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
         --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
-        --platform manylinux2014_x86_64 -d "$WHEELS" "${pins[@]}" || exit 1
+        --platform manylinux2014_x86_64 -d "$WHEELS" $pins || exit 1
     # Every requirement of a wheel must be another wheel here or something the image has.
     "$PYTHON" - "$WHEELS" "$IMAGE_HAS" <<'EOF' || exit 1
 import sys, zipfile
