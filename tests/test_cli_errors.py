@@ -619,3 +619,41 @@ def test_ctrl_c_during_the_imports_is_one_line_and_status_130(tmp_path: Path) ->
     assert proc.returncode == 130, err[-2000:]
     assert err.strip() == "interrupted (Ctrl-C) while starting: nothing was done"
     assert out == ""
+
+
+@pytest.mark.parametrize(
+    ("command", "slow", "message"),
+    [
+        ("translate", "build_parser", "interrupted (Ctrl-C) while starting: nothing was done"),
+        ("evaluate", "build_parser", "interrupted (Ctrl-C) while starting: nothing was done"),
+        ("train", "build_cli", "interrupted (Ctrl-C) before training began: nothing was trained"),
+    ],
+    ids=["translate", "evaluate", "train"],
+)
+def test_ctrl_c_after_the_imports_and_before_the_work_is_one_line_and_status_130(
+    command: str, slow: str, message: str, tmp_path: Path
+) -> None:
+    """A Ctrl-C while the command builds and parses its command line (which imports torch) or,
+    for training, prepares its run: one line and status 130, not a traceback. The signal is
+    sent from inside that step, so the test does not depend on the machine's pace."""
+    code = f"""
+import os, signal, sys, time
+from minitx.cli import launch, {command} as cmd
+step = cmd.{slow}
+def interrupted(*args, **kwargs):
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(5)  # the handler runs here
+    return step(*args, **kwargs)
+cmd.{slow} = interrupted
+sys.exit(launch.{command}())
+"""
+    proc = subprocess.run(
+        [sys.executable, "-c", code, "--help"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=subprocess_env(),
+        timeout=120,
+    )
+    assert proc.returncode == 130, proc.stderr[-2000:]
+    assert proc.stderr.strip() == message

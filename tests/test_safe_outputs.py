@@ -486,3 +486,46 @@ def test_a_run_that_wrote_nothing_leaves_no_directory(tmp_path: Path) -> None:
     )  # fmt: skip
     assert done.returncode == 2, done.stderr[-2000:]
     assert list((tmp_path / "runs" / "tiny").glob("*")) == []
+
+
+TERMINATED_WRITER = """
+import os, signal, sys, time
+from minitx.cli import launch, {command} as cmd
+def terminated(*args, **kwargs):
+    for arg in args:  # visualize: its maps' temporary directory, with a file in it
+        if isinstance(arg, os.PathLike) and os.path.isdir(arg):
+            open(os.path.join(arg, "half.png"), "w").close()
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(5)  # the handler runs here
+    raise AssertionError("SIGTERM did not stop the command")
+cmd.{step} = terminated
+sys.exit(launch.{command}())
+"""
+
+
+@pytest.mark.parametrize(
+    ("command", "step", "args"),
+    [
+        ("translate", "format_results", ["--output", "out/hyp.txt", "ein mann ."]),
+        ("visualize", "visualize", ["ein mann .", "--out-dir", "out/maps"]),
+    ],
+    ids=["translate", "visualize"],
+)
+def test_sigterm_while_writing_leaves_no_temporary_file(
+    command: str, step: str, args: list[str], tmp_path: Path, tiny_checkpoint: Path
+) -> None:
+    """A scheduler's SIGTERM while an output is being written: status 143, one line, and
+    neither the output nor its temporary file (the signal's default left ``.hyp.txt.tmp-*``)."""
+    (tmp_path / "out").mkdir()
+    code = TERMINATED_WRITER.format(command=command, step=step)
+    done = subprocess.run(
+        [PYTHON, "-c", code, "--checkpoint", str(tiny_checkpoint), *args],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=subprocess_env(),
+        timeout=180,
+    )
+    assert done.returncode == 143, done.stderr[-2000:]
+    assert done.stderr.strip().splitlines()[-1] == "terminated (SIGTERM): stopped before the end"
+    assert list((tmp_path / "out").iterdir()) == []

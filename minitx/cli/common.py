@@ -5,9 +5,10 @@ Exit statuses of every minitx command: 0 success; 2 a problem with the user's in
 settings or environment, reported as one line ``error: <what, where, how to fix>`` on standard
 error (``MINITX_DEBUG=1`` shows the traceback); 130 Ctrl-C; 141, quietly, when the reader of
 standard output has gone (``minitx-translate ... | head -1``: what a shell reports for a
-SIGPIPE death, as ``yes | head -1`` gives); 143 SIGTERM (training only, after saving
-``last.ckpt``); 1 with a traceback: a bug in minitx. A full disk under standard output
-(``> /dev/full``) is a user error: one line, status 2.
+SIGPIPE death, as ``yes | head -1`` gives); 143 SIGTERM (training saves ``last.ckpt`` first,
+the other commands remove their unfinished outputs' temporary files); 1 with a traceback: a
+bug in minitx. A full disk under standard output (``> /dev/full``) is a user error: one line,
+status 2.
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ import logging
 import math
 import os
 import re
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -43,6 +46,8 @@ EXIT_USER_ERROR = 2
 """Exit status for a problem with the user's input, files, settings or environment."""
 EXIT_SIGINT = 130
 """Exit status after Ctrl-C, as shells report a SIGINT death."""
+EXIT_SIGTERM = 143
+"""Exit status after SIGTERM, as shells report a SIGTERM death."""
 EXIT_SIGPIPE = 141
 """Exit status when the reader of standard output has gone, as shells report a SIGPIPE death;
 nothing is printed (the Unix way: ``yes | head -1`` is quiet too)."""
@@ -207,16 +212,50 @@ def _detach_stdout() -> None:
         pass  # not a real file (a test's capture): nothing is flushed at exit
 
 
-def run_cli(run: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
+def work_begins() -> None:
+    """From here on a Ctrl-C is a `KeyboardInterrupt` that the command handles (saving what it
+    must), no longer the launcher's stop while starting (`minitx.cli.launch`)."""
+    if threading.current_thread() is threading.main_thread():
+        handler = signal.getsignal(signal.SIGINT)
+        if getattr(handler, "__name__", "") == "_stop_while_starting":
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the command is, as a Ctrl-C is: the temporary files of what it
+    was writing are removed on the way out (the signal's default ends the process at once and
+    leaves them)."""
+
+
+def _terminate(signum: int, frame: object) -> NoReturn:
+    raise Terminated
+
+
+def run_cli(
+    run: Callable[[argparse.Namespace], int],
+    args: argparse.Namespace,
+    *,
+    handle_sigterm: bool = True,
+) -> int:
     """Call `run(args)`; a user error becomes ``error: ...`` and exit status 2 (see
-    `user_error_message`; a full disk under standard output too), Ctrl-C exit status 130, a
-    reader of standard output that has gone a quiet exit status 141; bugs keep their
-    traceback."""
+    `user_error_message`; a full disk under standard output too), Ctrl-C exit status 130,
+    SIGTERM 143 (both after removing the temporary files of unfinished outputs), a reader of
+    standard output that has gone a quiet exit status 141; bugs keep their traceback.
+
+    `handle_sigterm` False leaves SIGTERM to its default or to a library (the demo's server;
+    the experiment runner, whose training children get the signal too and save first).
+    """
+    work_begins()
     show_library_warnings()
+    if handle_sigterm and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _terminate)
     try:
         status = run(args)
         sys.stdout.flush()  # a gone reader or a full disk shows here, not at exit
         return status
+    except Terminated:
+        print("\nterminated (SIGTERM): stopped before the end", file=sys.stderr)
+        return EXIT_SIGTERM
     except KeyboardInterrupt:  # what was written stays: say that the rest was not done
         print("\ninterrupted (Ctrl-C): stopped before the end", file=sys.stderr)
         return EXIT_SIGINT

@@ -1,9 +1,11 @@
 """The console scripts' entry points (pyproject.toml's ``[project.scripts]``).
 
-A command's module imports torch and Lightning: seconds on a small CPU. A Ctrl-C in those
-seconds would end in a traceback through the libraries' imports, so each entry point imports
-its command under a guard and ends as a Ctrl-C during the work does (`common.run_cli`): one
-line and exit status 130.
+A command's module imports torch and Lightning, and its parser imports more: seconds on a
+small CPU. A Ctrl-C in those seconds would end in a traceback through the libraries' imports,
+so each entry point starts its command under a guard that ends as a Ctrl-C during the work
+does: one line and exit status 130. The guard stays until the command's work begins
+(`common.work_begins`, called by `common.run_cli` and by training's entry), so it covers
+the parser's imports too.
 """
 
 from __future__ import annotations
@@ -46,17 +48,18 @@ def _stop_while_starting(signum: int, frame: FrameType | None) -> NoReturn:
 
 
 def launch(name: str) -> int:
-    """Import the command ``minitx-NAME`` and return what it returns (the exit status); 130
-    and one line on standard error when Ctrl-C comes during the import."""
+    """Import the command ``minitx-NAME``, run it and return what it returns (the exit
+    status); 130 and one line on standard error when Ctrl-C comes before its work begins
+    (the imports, building and parsing its command line)."""
     module, function = COMMANDS[name]
     guard = threading.current_thread() is threading.main_thread()  # where signals are handled
     previous = signal.signal(signal.SIGINT, _stop_while_starting) if guard else None
     try:
-        entry = getattr(importlib.import_module(module), function)
+        return getattr(importlib.import_module(module), function)()
     finally:
-        if guard:  # None: a handler not set from Python; Python's own stands in
+        if guard and signal.getsignal(signal.SIGINT) is _stop_while_starting:
+            # None: a handler not set from Python; Python's own stands in
             signal.signal(signal.SIGINT, previous or signal.default_int_handler)
-    return entry()
 
 
 # The console scripts, one per command: `minitx-train` is `launch("train")`, and so on.

@@ -36,6 +36,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from minitx.checkpoint import CHECKPOINT_KEY, read_checkpoint
 from minitx.cli.common import (
     EXIT_SIGINT,
+    EXIT_SIGTERM,
     EXIT_USER_ERROR,
     UsageError,
     hub_verbosity,
@@ -43,6 +44,7 @@ from minitx.cli.common import (
     reader_gone,
     report_user_error,
     show_library_warnings,
+    work_begins,
 )
 from minitx.data import TranslationDataModule
 from minitx.decoding import DecodingConfig
@@ -76,9 +78,6 @@ if TYPE_CHECKING:
     from minitx.evaluation import Split
 
 logger = logging.getLogger(__name__)
-
-EXIT_SIGTERM = 143
-"""Exit status after SIGTERM (last.ckpt saved first), as shells report a SIGTERM death."""
 
 CONFIG_DIR = Path(str(resources.files("minitx") / "configs"))
 """The configs shipped with the package."""
@@ -619,6 +618,9 @@ def main(args: list[str] | None = None) -> MinitxCLI:
     """
     try:
         return _train_and_test(args)
+    except KeyboardInterrupt:  # while parsing or preparing the data: fit handles its own
+        print("\ninterrupted (Ctrl-C) before training began: nothing was trained", file=sys.stderr)
+        raise SystemExit(EXIT_SIGINT) from None
     except BrokenPipeError:  # `minitx-train | head -1`: last.ckpt is saved, the reader gone
         raise SystemExit(reader_gone()) from None
     except Exception as exc:
@@ -817,6 +819,9 @@ def _check_resume(cli: MinitxCLI, path: Path) -> None:
 
 def run() -> int:
     """Console-script entry (`minitx-train`): train, then exit with status 0."""
+    # Its imports are done; a Ctrl-C in the seconds LightningCLI takes to parse and prepare
+    # the data is then one the training handles (a KeyboardInterrupt, status 130).
+    work_begins()
     main()
     return 0
 

@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         if value is not None and value < 1:
             parser.error(f"{flag} must be at least 1, got {value}")
     check_device(parser, args)
-    return run_cli(run, args)
+    return run_cli(run, args, handle_sigterm=False)
 
 
 if __name__ == "__main__":
