@@ -323,16 +323,26 @@ def test_runner_on_the_toy_corpus(
     assert hard["soft"]["test_bleu_greedy"] == pytest.approx(plain.bleu)
 
 
-def test_a_variant_that_fails_says_so_on_the_console(tmp_path: Path) -> None:
-    """A failed variant is a result (status 0, its row in the table), and its error line is
-    printed as it happens, not only in results.md; no matplotlib warning of an empty plot."""
+def test_a_variant_that_fails_says_so_and_every_variant_failing_is_an_error(
+    tmp_path: Path,
+) -> None:
+    """A failed variant is a result: its row in the table, and its error line printed as it
+    happens, not only in results.md; no matplotlib warning of an empty plot. When every variant
+    of the experiment failed, the input is to blame (here a --set no variant can train with;
+    a --config that does not exist exited 0 too): status 2 and the first failure as the one
+    error line, after the table is written."""
     bad = ("--set", "model.transformer.n_heads=3")  # the tiny d_model 64: refused at once
     out = tmp_path / "exp"
     proc = run_command("scores", "--variants", "dot", *SMOKE, *bad, "--out", str(out), cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-2000:]
     failed = "[scores] dot: failed (exit 2): error: model.transformer: d_model (64) must be"
     assert failed in proc.stdout, proc.stdout
     assert "| `dot` | failed (exit 2) |" in (out / "scores" / "results.md").read_text()
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    error = proc.stderr.strip().splitlines()[-1]
+    assert error.startswith(
+        "error: scores: the training of every variant failed, the first with: failed (exit 2): "
+        "error: model.transformer: d_model (64) must be"
+    ), proc.stderr[-2000:]
     assert "Warning" not in proc.stderr, proc.stderr[-2000:]
 
 

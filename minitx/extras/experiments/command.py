@@ -13,7 +13,9 @@ Where the results and the training runs go, and when a run is reused: the guide
 (docs/guides/experiments.md, "Running them") and `minitx.extras.experiments.runner`.
 
 Exit status: 0 ok; 2 a usage error (one ``error: ...`` line); 130 Ctrl-C. A variant whose
-training fails or diverges is a result (its status is in the table), not an error.
+training fails or diverges is a result (its status is in the table), not an error; when the
+training of every variant of an experiment fails (not diverges), the input is to blame: its
+table is written, then the first failure is the error line.
 """
 
 from __future__ import annotations
@@ -94,6 +96,7 @@ def run(args: argparse.Namespace) -> int:
     """Check the arguments, run the experiments in order, print where the results are."""
     from minitx.extras.experiments import EXPERIMENTS, Settings, run_experiment
     from minitx.extras.experiments.report import write_index
+    from minitx.extras.experiments.runner import REUSABLE
 
     names = list(EXPERIMENTS) if "all" in args.experiments else args.experiments
     if args.variants:
@@ -125,7 +128,15 @@ def run(args: argparse.Namespace) -> int:
 
             run_explain(settings, args.variants, sentences=args.sentences)
         else:
-            run_experiment(name, settings, args.variants)
+            summary = run_experiment(name, settings, args.variants)
+            statuses = [v["status"] for v in summary["variants"] if "status" in v]
+            if statuses and not any(status in REUSABLE for status in statuses):
+                # the same input failed every variant (a missing --config, a bad --set): a
+                # usage error, not results
+                raise UsageError(
+                    f"{name}: the training of every variant failed, the first with: "
+                    f"{statuses[0]} (the logs: {args.out / 'runs'}/*/train.log)"
+                )
         print(f"{name}: {args.out / name / 'results.md'}", flush=True)
     print(f"all results: {write_index(args.out)}")
     return 0
