@@ -40,7 +40,7 @@ from minitx.cli import train as train_cli
 from minitx.cli import translate as translate_cli
 from minitx.cli import visualize as visualize_cli
 from minitx.cli.common import UsageError
-from minitx.cli.train import build_cli, main
+from minitx.cli.train import _own_run_version, build_cli, main
 from minitx.errors import ConfigError
 from minitx.model import TransformerConfig
 from minitx.training import DivergenceError, OptimConfig, TranslationModule
@@ -236,9 +236,12 @@ class RecordLr(Callback):
         self.lrs.append(trainer.optimizers[0].param_groups[0]["lr"])
 
 
+@pytest.mark.parametrize("by_path", [False, True], ids=["last", "path"])
 def test_resume_last_continues_at_the_saved_step_epoch_and_lr(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    by_path: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """``--ckpt_path last``, or the path of the run's last.ckpt (which went on in a new run
+    directory, with Lightning's warning that the checkpoint directory had changed)."""
     monkeypatch.chdir(tmp_path)
     common = TINY + ["--trainer.enable_progress_bar", "false", "--test", "false"]
     first = main(common + ["--trainer.max_epochs", "1"])
@@ -250,7 +253,8 @@ def test_resume_last_continues_at_the_saved_step_epoch_and_lr(
     saved = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)
     saved_lr = saved["optimizer_states"][0]["param_groups"][0]["lr"]
 
-    second = build_cli(common + ["--trainer.max_epochs", "2", "--ckpt_path", "last"])
+    which = str(run_dir.relative_to(tmp_path) / "checkpoints" / "last.ckpt") if by_path else "last"
+    second = build_cli(common + ["--trainer.max_epochs", "2", "--ckpt_path", which])
     record = RecordLr()
     second.trainer.callbacks.append(record)
     second.trainer.fit(second.model, datamodule=second.datamodule, ckpt_path=second.resume_path)
@@ -264,6 +268,19 @@ def test_resume_last_continues_at_the_saved_step_epoch_and_lr(
     assert [int(float(r["epoch"])) for r in rows if r.get("val/bleu")] == [0, 1]
     train_steps = [int(r["step"]) for r in rows if r.get("train/loss")]
     assert train_steps == sorted(set(train_steps)) and len(train_steps) == 2 * steps_per_epoch
+
+
+def test_only_a_runs_last_checkpoint_resumes_in_its_directory(tmp_path: Path) -> None:
+    """By path, the last.ckpt of a run of this family goes on in its run directory; an earlier
+    best checkpoint, or another family's checkpoint, starts a new one."""
+    runs = tmp_path / "runs"
+    checkpoints = runs / "tiny" / "2026-01-01_00-00-00" / "checkpoints"
+    checkpoints.mkdir(parents=True)
+    last, best = checkpoints / "last.ckpt", checkpoints / "epoch00-bleu1.00.ckpt"
+    assert _own_run_version(last, runs / "tiny") == "2026-01-01_00-00-00"
+    assert _own_run_version(best, runs / "tiny") is None
+    assert _own_run_version(last, runs / "multi30k_de_en") is None
+    assert _own_run_version(tmp_path / "last.ckpt", runs / "tiny") is None
 
 
 def test_a_resumed_run_with_more_epochs_decays_over_its_new_plan(

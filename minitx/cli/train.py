@@ -213,6 +213,20 @@ _VERSION_ENV = "MINITX_RUN_VERSION"
 """Hands rank 0's run directory name to the DDP worker processes it launches."""
 
 
+def _own_run_version(checkpoint: Path, run_root: Path) -> str | None:
+    """The run directory name (version) of `checkpoint` when it is the last.ckpt of one of
+    `run_root`'s runs (``run_root/VERSION/checkpoints/last.ckpt``): resuming from it by path
+    goes on in that run's directory, as ``--ckpt_path last`` does. Any other checkpoint (an
+    earlier best one, say) starts a new run directory: going on in its own would cut that
+    run's later history."""
+    run_dir = checkpoint.parent.parent
+    if checkpoint.name != "last.ckpt" or checkpoint.parent.name != "checkpoints":
+        return None
+    if run_dir.parent.resolve() != run_root.resolve():
+        return None  # another run family's checkpoint: this run gets a directory of its own
+    return run_dir.name
+
+
 def _shared_version(run_root: Path) -> str:
     """A new run's directory name, claimed by rank 0 and the same in every DDP process.
 
@@ -467,6 +481,10 @@ class MinitxCLI(LightningCLI):
                 )
             version, self.resume_path = last.parent.parent.name, str(last)
             self.resume_step = _global_step(last)
+        elif config.ckpt_path is not None:
+            version = _own_run_version(Path(config.ckpt_path), run_root)
+            if version is not None:  # its metrics and events are cut back to its step
+                self.resume_step = _global_step(Path(config.ckpt_path))
         if explicit:
             version = version or first.version or _shared_version(run_root)
             first.version = version
