@@ -62,6 +62,7 @@ def load_split(source: str, split: str, src_lang: str, tgt_lang: str, limit: int
         load_parallel_corpus,
         resolve_data_source,
         side_texts,
+        usable_pairs,
     )
 
     resolved = resolve_data_source(source)
@@ -94,10 +95,14 @@ def load_split(source: str, split: str, src_lang: str, tgt_lang: str, limit: int
     rows = corpus[split]
     if limit is not None and limit < len(rows):
         rows = rows.select(range(limit))
+    if not usable_pairs(side_texts(rows, src_lang), side_texts(rows, tgt_lang)):
+        # before clean_pairs, whose skip notice would come before the error line
+        raise CorpusError(
+            f"{resolved}: the {split!r} split has no non-empty sentence pairs ({len(rows)} "
+            "lines, none with both sides non-empty)"
+        )
     cleaned, skipped = clean_pairs(datasets.DatasetDict({split: rows}), src_lang, tgt_lang)
     pairs = cleaned[split]
-    if len(pairs) == 0:
-        raise CorpusError(f"{resolved}: the {split!r} split has no non-empty sentence pairs")
     return Split(
         sources=side_texts(pairs, src_lang),
         references=side_texts(pairs, tgt_lang),

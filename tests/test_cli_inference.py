@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import io
 import json
+import logging
 import os
 import re
 import selectors
@@ -584,6 +585,39 @@ def test_evaluate_another_language_pair_keeps_the_checkpoints_hypotheses(
     assert "warning: the checkpoint was trained de -> en" in capsys.readouterr().err
     assert (tmp_path / "model.test.toy.en-de.greedy.hyp").is_file()
     assert not (tmp_path / "model.test.toy.greedy.hyp").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "empty", "message"),
+    [
+        (["--src-lang", "de", "--tgt-lang", "de"], False, "src_lang and tgt_lang are both 'de'"),
+        (["--data", "EMPTY"], True, "has no non-empty sentence pairs (2 lines, none with both"),
+    ],
+    ids=["same-language", "no-pair"],
+)
+def test_evaluate_refusals_are_the_only_line(
+    args: list[str],
+    empty: bool,
+    message: str,
+    evaluate_command,
+    greedy_on_toy,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """No line comes before the error: the language warning (de -> de is not the checkpoint's
+    pair) and the skip notice of the empty pairs came first."""
+    if empty:
+        corpus = tmp_path / "empty"
+        corpus.mkdir()
+        (corpus / "test.de").write_text("\n\n")
+        (corpus / "test.en").write_text("a\n\n")
+        args = ["--data", str(corpus), "--split", "test"]
+    with caplog.at_level(logging.WARNING):
+        assert evaluate_command.main([*greedy_on_toy, *args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and message in err, err
+    assert not caplog.records  # nothing logged either (the skip notice is a log record)
 
 
 def test_evaluate_another_corpus_keeps_the_hypotheses_of_the_first(

@@ -198,15 +198,6 @@ def run(args: argparse.Namespace) -> int:
     ckpt_src, ckpt_tgt = translator.languages
     src_lang = args.src_lang or ckpt_src or DEFAULT_LANGS[0]
     tgt_lang = args.tgt_lang or ckpt_tgt or DEFAULT_LANGS[1]
-    pair = ""  # in the hypotheses' file names when it is not the checkpoint's own
-    if ckpt_src and ckpt_tgt and (src_lang, tgt_lang) != (ckpt_src, ckpt_tgt):
-        pair = f"{src_lang}-{tgt_lang}"
-        print(
-            f"warning: the checkpoint was trained {ckpt_src} -> {ckpt_tgt}, "
-            f"scoring {src_lang} -> {tgt_lang}",
-            file=sys.stderr,
-        )
-
     from minitx.data import DEFAULT_SOURCE  # with the data layer: --help stays fast
     from minitx.evaluation import evaluate, load_split  # its CorpusError is one error line
     from minitx.release import weights_checksum
@@ -214,6 +205,14 @@ def run(args: argparse.Namespace) -> int:
     source = DEFAULT_SOURCE if args.data is None else args.data
     hub_verbosity(verbose=False)  # offline, the error line comes first, not the hub's retries
     data = load_split(source, args.split, src_lang, tgt_lang, args.limit)
+    pair = ""  # in the hypotheses' file names when it is not the checkpoint's own
+    if ckpt_src and ckpt_tgt and (src_lang, tgt_lang) != (ckpt_src, ckpt_tgt):
+        pair = f"{src_lang}-{tgt_lang}"
+        print(  # once the split is read: an error line about the languages comes alone
+            f"warning: the checkpoint was trained {ckpt_src} -> {ckpt_tgt}, "
+            f"scoring {src_lang} -> {tgt_lang}",
+            file=sys.stderr,
+        )
     skipped_note = ", ".join(f"{n} {reason}" for reason, n in data.skipped.items() if n) or "none"
     print(
         f"{args.checkpoint}: {args.split} split of {data.resolved} ({src_lang} -> {tgt_lang}): "

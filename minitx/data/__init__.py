@@ -21,7 +21,7 @@ imports the model. The toy corpus (``builtin:toy``) lives in minitx/data/toy.
 """
 
 from minitx.data.batching import TokenBucketBatchSampler, collate, example_lengths, round_up
-from minitx.data.cleaning import clean_pairs, side_texts
+from minitx.data.cleaning import clean_pairs, side_texts, usable_pairs
 from minitx.data.datamodule import TranslationDataModule
 from minitx.data.prepare import prepare_split
 from minitx.data.sample import sample_sentences
@@ -60,4 +60,5 @@ __all__ = [
     "round_up",
     "sample_sentences",
     "side_texts",
+    "usable_pairs",
 ]
