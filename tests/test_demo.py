@@ -13,6 +13,7 @@ import html
 import itertools
 import os
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -122,6 +123,33 @@ def test_a_port_in_use_is_a_one_line_error(
     monkeypatch.setattr(page, "launch", taken)
     assert command.main(["--checkpoint", str(tiny_checkpoint), "--port", "7860"]) == 2
     assert capsys.readouterr().err.startswith("error: cannot serve on 127.0.0.1:7860: the port")
+
+
+@pytest.mark.parametrize("case", ["port in use", "unknown host", "not this machine"])
+def test_an_address_the_server_cannot_listen_on_is_refused_before_loading(
+    case: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """One error line, before the model loads and before Gradio's server logs its own error
+    line (uvicorn's "ERROR: [Errno -2] Name or service not known" came first)."""
+    from minitx.extras.demo import command
+    from minitx.translator import Translator
+
+    def not_loaded(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(Translator, "from_pretrained", not_loaded)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        host, port = {
+            "port in use": ("127.0.0.1", taken.getsockname()[1]),
+            "unknown host": ("no-such-host.invalid", 7860),
+            "not this machine": ("192.0.2.1", 7860),  # TEST-NET-1: nobody's address
+        }[case]
+        args = ["--checkpoint", "any.ckpt", "--host", host, "--port", str(port)]
+        assert command.main(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: cannot serve on {host}:{port}: ") and err.count("\n") == 1
 
 
 # ---------------------------------------------------------------------- input limits

@@ -16,6 +16,7 @@ or foreign checkpoint, Gradio not installed, port taken, a ``--max-chars`` or
 from __future__ import annotations
 
 import argparse
+import socket
 import sys
 
 from minitx.cli.common import (
@@ -72,10 +73,32 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def check_address(host: str, port: int) -> None:
+    """Refuse, before the model loads, an address the server cannot listen on: a host name
+    that does not resolve, an address that is not this machine's, a port in use. (Gradio's
+    server would log its own error lines first, then give up.)
+
+    Raises:
+        UsageError: naming the address and why.
+    """
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server does
+            probe.bind(address)
+    except OSError as exc:  # socket.gaierror is one too
+        reason = exc.strerror or str(exc)
+        raise UsageError(
+            f"cannot serve on {host}:{port}: {reason}; choose another --port, or a --host of "
+            "this machine (127.0.0.1, or 0.0.0.0 for every address)"
+        ) from None
+
+
 def run(args: argparse.Namespace) -> int:
     """Load the checkpoint, build the page, serve it until Ctrl-C."""
     from minitx.extras.demo.page import build_demo, import_gradio, launch  # Gradio loads only here
 
+    check_address(args.host, args.port)
     import_gradio()  # before loading the model: a missing extra is reported at once
     from minitx.translator import Translator
 
