@@ -74,9 +74,20 @@ def load_split(source: str, split: str, src_lang: str, tgt_lang: str, limit: int
         (directory / f"{stem}.{src_lang}{gz}").is_file() for gz in ("", ".gz")
     ):
         stem = split  # test.de(.gz) when there is no test_2016_flickr.de(.gz)
+    pattern = resolved if "{split}" in resolved else None
+    if pattern and not any(
+        Path(f"{pattern.format(split=stem)}{gz}").expanduser().is_file() for gz in ("", ".gz")
+    ):
+        stem = split  # data/test.jsonl when there is no data/test_2016_flickr.jsonl
     try:
         corpus = load_parallel_corpus(resolved, src_lang, tgt_lang, splits={split: stem})
     except FileNotFoundError as exc:
+        if pattern:  # the loader's hint (data.splits) is training's, not this command's
+            raise CorpusError(
+                f"{pattern}: no {split!r} split: minitx-evaluate --split {split} reads "
+                f"{pattern.format(split=stem)} (or .gz); to read another file of the pattern, "
+                f"pass --split NAME for {pattern.format(split='NAME')}"
+            ) from None
         if not directory.is_dir():
             raise CorpusError(str(exc)) from None
         multi30k = MULTI30K_SPLITS.get(split)  # how to name the two files of the split

@@ -620,6 +620,30 @@ def test_evaluate_refusals_are_the_only_line(
     assert not caplog.records  # nothing logged either (the skip notice is a log record)
 
 
+def test_evaluate_reads_a_jsonl_pattern_and_names_its_own_flags(
+    evaluate_command, greedy_on_toy, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """``--data DIR/{split}.jsonl`` reads DIR/test.jsonl for the test split (it looked for
+    test_2016_flickr.jsonl only); a missing split's error names minitx-evaluate's --split, not
+    training's data.splits; ``--hyp-out -`` is refused (it wrote a file named "-")."""
+    pattern = str(tmp_path / "corpus" / "{split}.jsonl")
+    (tmp_path / "corpus").mkdir()
+    pairs = zip(TOY_TEST_SOURCES, TOY_TEST_REFERENCES, strict=True)
+    rows = [{"translation": {"de": source, "en": reference}} for source, reference in pairs]
+    Path(pattern.format(split="test")).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    args = [*greedy_on_toy[:2], "--data", pattern, "--beam", "1"]
+    assert evaluate_command.main(args) == 0
+    assert "scoring 10 of 10 pairs" in capsys.readouterr().err
+    assert evaluate_command.main([*args, "--split", "validation"]) == 2
+    err = capsys.readouterr().err
+    assert "minitx-evaluate --split validation reads" in err and "data.splits" not in err, err
+    with pytest.raises(SystemExit) as exit_info:
+        evaluate_command.main([*args, "--hyp-out", "-"])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.startswith("error: --hyp-out -: the hypotheses go to a file")
+    assert not Path("-").exists() and not (tmp_path / "-").exists()
+
+
 def test_evaluate_another_corpus_keeps_the_hypotheses_of_the_first(
     evaluate_command, greedy_on_toy, tmp_path
 ) -> None:

@@ -149,6 +149,11 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
             f"--split {args.split!r}: give {', '.join(SPLITS)} or a file stem (letters, digits, "
             "'_', '-', '.')"
         )
+    if args.hyp_out is not None and str(args.hyp_out) == "-":  # else a file named "-"
+        parser.error(
+            "--hyp-out -: the hypotheses go to a file (standard output carries the scores); "
+            "give a file name, or --json - for the scores as JSON"
+        )
     if args.limit is not None and args.limit < 1:
         parser.error(f"--limit must be >= 1, got {args.limit}")
     if args.hyp_out is not None and len(set(args.beam)) > 1 and "{beam}" not in str(args.hyp_out):
