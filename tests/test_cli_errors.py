@@ -647,13 +647,8 @@ def interrupted(*args, **kwargs):
 cmd.{slow} = interrupted
 sys.exit(launch.{command}())
 """
-    proc = subprocess.run(
-        [sys.executable, "-c", code, "--help"],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        env=subprocess_env(),
-        timeout=120,
+    proc = run_python(
+        [sys.executable, "-c", code, "--help"], cwd=tmp_path, env=subprocess_env(), timeout=120
     )
     assert proc.returncode == 130, proc.stderr[-2000:]
     assert proc.stderr.strip() == message

@@ -518,10 +518,8 @@ def test_sigterm_while_writing_leaves_no_temporary_file(
     neither the output nor its temporary file (the signal's default left ``.hyp.txt.tmp-*``)."""
     (tmp_path / "out").mkdir()
     code = TERMINATED_WRITER.format(command=command, step=step)
-    done = subprocess.run(
+    done = run_python(
         [PYTHON, "-c", code, "--checkpoint", str(tiny_checkpoint), *args],
-        capture_output=True,
-        text=True,
         cwd=tmp_path,
         env=subprocess_env(),
         timeout=180,
