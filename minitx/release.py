@@ -407,7 +407,9 @@ def save_pretrained(
     evaluation: Mapping[str, Any] | None = None,
     evaluation_name: str = "evaluation",
 ) -> list[Path]:
-    """Write `release` as a release directory (created if needed; its files are replaced).
+    """Write `release` as the release directory `directory`: written whole beside it, then
+    put in its place (an earlier release there is replaced; other files are refused,
+    `check_release_dir`).
 
     Args:
         evaluation: a `minitx-evaluate --json` report of these weights (`check_evaluation`,

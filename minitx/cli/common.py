@@ -212,12 +212,23 @@ def _detach_stdout() -> None:
         pass  # not a real file (a test's capture): nothing is flushed at exit
 
 
+def stop_while_starting(signum: int, frame: object) -> NoReturn:
+    """The SIGINT handler while a command starts (`minitx.cli.launch`): one line and status
+    130, at once.
+
+    Not a KeyboardInterrupt: raised inside a library's half-done import, it can leave that
+    library broken, and what surfaces is another error (numpy's, as a RecursionError). Only
+    imports and argument parsing have run, so there is nothing to save or remove.
+    """
+    print("\ninterrupted (Ctrl-C) while starting: nothing was done", file=sys.stderr, flush=True)
+    os._exit(EXIT_SIGINT)
+
+
 def work_begins() -> None:
     """From here on a Ctrl-C is a `KeyboardInterrupt` that the command handles (saving what it
-    must), no longer the launcher's stop while starting (`minitx.cli.launch`)."""
+    must), no longer the launcher's `stop_while_starting`."""
     if threading.current_thread() is threading.main_thread():
-        handler = signal.getsignal(signal.SIGINT)
-        if getattr(handler, "__name__", "") == "_stop_while_starting":
+        if signal.getsignal(signal.SIGINT) is stop_while_starting:
             signal.signal(signal.SIGINT, signal.default_int_handler)
 
 

@@ -11,15 +11,11 @@ the parser's imports too.
 from __future__ import annotations
 
 import importlib
-import os
 import signal
-import sys
 import threading
 from functools import partial
-from types import FrameType
-from typing import NoReturn
 
-from minitx.cli.common import EXIT_SIGINT
+from minitx.cli.common import stop_while_starting
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("minitx.cli.train", "run"),
@@ -36,28 +32,17 @@ COMMANDS: dict[str, tuple[str, str]] = {
 """``minitx-NAME`` -> (the module of its command, the function that runs it)."""
 
 
-def _stop_while_starting(signum: int, frame: FrameType | None) -> NoReturn:
-    """SIGINT while a command is imported: one line and status 130, at once.
-
-    Not a KeyboardInterrupt: raised inside a library's half-done import, it can leave that
-    library broken, and what surfaces is another error (numpy's, as a RecursionError). Only
-    imports have run, so there is nothing to save or remove.
-    """
-    print("\ninterrupted (Ctrl-C) while starting: nothing was done", file=sys.stderr, flush=True)
-    os._exit(EXIT_SIGINT)
-
-
 def launch(name: str) -> int:
     """Import the command ``minitx-NAME``, run it and return what it returns (the exit
     status); 130 and one line on standard error when Ctrl-C comes before its work begins
     (the imports, building and parsing its command line)."""
     module, function = COMMANDS[name]
     guard = threading.current_thread() is threading.main_thread()  # where signals are handled
-    previous = signal.signal(signal.SIGINT, _stop_while_starting) if guard else None
+    previous = signal.signal(signal.SIGINT, stop_while_starting) if guard else None
     try:
         return getattr(importlib.import_module(module), function)()
     finally:
-        if guard and signal.getsignal(signal.SIGINT) is _stop_while_starting:
+        if guard and signal.getsignal(signal.SIGINT) is stop_while_starting:
             # None: a handler not set from Python; Python's own stands in
             signal.signal(signal.SIGINT, previous or signal.default_int_handler)
 
