@@ -252,16 +252,17 @@ def test_dotted_override(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
 
 
 @pytest.mark.parametrize(
-    "section,key",
+    "text,key",
     [
-        ("model", "d_modle"),
-        ("model:\n  transformer", "d_modle"),
-        ("data", "vocab"),
-        ("trainer", "max_epoch"),
+        ("model:\n  d_modle: 3\n", "d_modle"),
+        ("model:\n  transformer:\n    d_modle: 3\n", "d_modle"),
+        ("data:\n  vocab: 3\n", "vocab"),
+        ("trainer:\n  max_epoch: 3\n", "max_epoch"),
     ],
+    ids=["model", "model.transformer", "data", "trainer"],
 )
 def test_unknown_config_keys_fail(
-    section: str,
+    text: str,
     key: str,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
@@ -269,7 +270,7 @@ def test_unknown_config_keys_fail(
 ) -> None:
     monkeypatch.chdir(tmp_path)
     bad = tmp_path / "bad.yaml"
-    bad.write_text(f"{section}:\n  {key}: 3\n")
+    bad.write_text(text)
     with pytest.raises(SystemExit) as exc:
         build_cli(["--config", str(bad)])
     assert exc.value.code != 0

@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import lightning as L
 import yaml
-from jsonargparse import Namespace
 from lightning.fabric.plugins import CheckpointIO
 from lightning.fabric.utilities.seed import max_seed_value, min_seed_value
 from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
@@ -328,12 +327,15 @@ def _check_config_text(flag: str, path: Path) -> None:
         ) from None
 
 
-def check_config_sections(args: list[str], defaults: Namespace) -> None:
+def check_config_sections(args: list[str], defaults: Any) -> None:
     """Refuse a config file that is empty, or that gives a section (``model``,
     ``model.transformer``, ``trainer``, ...) a value that is not a mapping of its keys.
 
     jsonargparse ends such a file in a traceback, or, for ``model: {transformer: 3}``, drops
     the section without a word and trains the default model.
+
+    `defaults` is the parser's defaults (a jsonargparse Namespace): a key whose default is a
+    Namespace too is a section.
 
     Raises:
         UsageError: naming the file, the key and what to write instead.
@@ -354,7 +356,7 @@ def check_config_sections(args: list[str], defaults: Namespace) -> None:
         _check_sections(f"{flag} {path}", settings, defaults, "")
 
 
-def _check_sections(where: str, settings: Any, defaults: Namespace, prefix: str) -> None:
+def _check_sections(where: str, settings: Any, defaults: Any, prefix: str) -> None:
     if not isinstance(settings, dict):
         if not prefix:
             raise UsageError(
@@ -371,7 +373,7 @@ def _check_sections(where: str, settings: Any, defaults: Namespace, prefix: str)
         )
     for key, value in settings.items():
         default = defaults.get(key) if isinstance(key, str) else None
-        if isinstance(default, Namespace):
+        if isinstance(default, type(defaults)):  # a section: a (jsonargparse) Namespace
             _check_sections(where, value, default, f"{prefix}{key}.")
 
 
