@@ -162,15 +162,23 @@ def test_settings_and_paths_that_cannot_work_fail_before_training(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture,
 ) -> None:
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("MINITX_DEBUG", raising=False)
     (tmp_path / "a_file").write_text("not a directory\n")
     (tmp_path / "a_checkpoint").write_bytes(b"PK\x03\x04\x80 a zip archive, as torch.save writes")
+    assert re.search(message, refused_before_training(args, tmp_path, monkeypatch, capsys))
+
+
+def refused_before_training(
+    args: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> str:
+    """The one error line of training the tiny config with `args` in `tmp_path`, after
+    checking that it ended with status 2 and trained nothing."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MINITX_DEBUG", raising=False)
     with pytest.raises(SystemExit) as exit_info:
         main(TINY + QUIET + args)
     assert exit_info.value.code == 2
-    assert re.search(message, one_error_line(capsys.readouterr().err))
     assert not list(tmp_path.rglob("*.ckpt"))  # nothing trained
+    return one_error_line(capsys.readouterr().err)
 
 
 @pytest.mark.parametrize(
@@ -195,15 +203,9 @@ def test_a_config_file_section_that_is_not_a_mapping_is_refused(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture,
 ) -> None:
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("MINITX_DEBUG", raising=False)
     (tmp_path / "c.yaml").write_text(text + "\n")
-    with pytest.raises(SystemExit) as exit_info:
-        main(TINY + QUIET + ["--config", "c.yaml"])
-    assert exit_info.value.code == 2
-    error = one_error_line(capsys.readouterr().err)
+    error = refused_before_training(["--config", "c.yaml"], tmp_path, monkeypatch, capsys)
     assert error.startswith("error: --config c.yaml: ") and re.search(message, error), error
-    assert not list(tmp_path.rglob("*.ckpt"))  # nothing trained
 
 
 def test_an_over_long_validation_pair_is_cut_when_loaded_not_fatal_after_an_epoch(
