@@ -380,6 +380,26 @@ def test_beam_search_config_rejects_bad_arguments(beam_size, n_best):
         DecodingConfig(beam_size=beam_size, n_best=n_best)
 
 
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ({"alpha": float("nan")}, "alpha must be a finite number, got nan"),  # arbitrary order
+        ({"alpha": float("inf")}, "alpha must be a finite number, got inf"),  # every score -0.0
+        ({"max_len_a": float("nan")}, "max_len_a must be a finite number"),  # one token each
+        ({"alpha": "1"}, r"alpha must be a finite number, got '1' \(str\)"),
+        ({"beam_size": 2.5}, r"beam_size must be a whole number, got 2.5 \(float\)"),
+        ({"n_best": 2.0}, "n_best must be a whole number"),
+        ({"beam_size": True}, "beam_size must be a whole number, got True"),
+    ],
+    ids=["alpha-nan", "alpha-inf", "len-nan", "alpha-str", "beam-float", "nbest-float", "bool"],
+)
+def test_decoding_settings_of_the_wrong_type_or_not_finite_are_refused(setting, message):
+    """The commands refused these already (`--alpha nan`); the library took them and decoded
+    wrongly without a word, or failed deep inside torch (`topk` with a float)."""
+    with pytest.raises(ConfigError, match=message):
+        DecodingConfig(**setting)
+
+
 def test_a_beam_size_alone_means_greedy_for_one_and_beam_search_above():
     """`with_changes` decides it once, for itself (`Translator`'s ``beam_size=``) and `for_beam`
     (the commands' ``--beam``); a named strategy is kept."""

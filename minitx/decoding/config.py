@@ -8,6 +8,7 @@ commands at once (docs/ARCHITECTURE.md, "A decoding strategy").
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import MISSING, dataclass, fields, replace
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -152,6 +153,7 @@ class DecodingConfig:
     seed: int | None = 0
 
     def __post_init__(self) -> None:
+        self._check_types()
         STRATEGIES.check(self.strategy, where="DecodingConfig.strategy")
         if self.beam_size < 1:
             raise ConfigError(f"DecodingConfig.beam_size must be >= 1, got {self.beam_size}")
@@ -162,6 +164,22 @@ class DecodingConfig:
                 f"DecodingConfig: the length cap max_len_a·|src| + max_len_b must allow at least "
                 f"one token, got a={self.max_len_a}, b={self.max_len_b}"
             )
+
+    def _check_types(self) -> None:
+        """Whole numbers where counts are meant, finite numbers elsewhere: `alpha` nan ranked
+        the beams in an arbitrary order and `max_len_a` nan cut every output to one token,
+        without a word."""
+        kinds = {name: (int,) for name in ("beam_size", "n_best", "max_len_b", "top_k", "seed")}
+        kinds |= {name: (int, float) for name in ("alpha", "max_len_a", "temperature", "top_p")}
+        for name, types in kinds.items():
+            value = getattr(self, name)
+            if name == "seed" and value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, types) or not math.isfinite(value):
+                what = "a whole number" if types == (int,) else "a finite number"
+                raise ConfigError(
+                    f"DecodingConfig.{name} must be {what}, got {value!r} ({type(value).__name__})"
+                )
 
     def _check_other_strategies_options(self) -> None:
         """Refuse a setting that only another strategy reads (its exclusive options), changed
