@@ -9,6 +9,7 @@ than any one of them (Vaswani et al. 2017 average the last 5 or 20 checkpoints):
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -189,6 +190,24 @@ def _compatible(first: Mapping[str, Any], other: Mapping[str, Any], names: tuple
         )
 
 
+def _check_distinct(paths: Sequence[str | Path]) -> None:
+    """Refuse a file given twice, under any name (another spelling, a link): it would weigh
+    twice in the mean without a word."""
+    seen: dict[tuple[int, int], str] = {}
+    for path in paths:
+        try:
+            stat = os.stat(path)
+        except OSError:
+            continue  # missing: load_checkpoint names it
+        key = (stat.st_dev, stat.st_ino)
+        if key in seen:
+            raise ConfigError(
+                f"{path} is the same file as {seen[key]}: each checkpoint counts once in the "
+                "mean; give each file once"
+            )
+        seen[key] = str(path)
+
+
 def average_checkpoints(paths: Sequence[str | Path]) -> dict[str, Any]:
     """The checkpoint whose model weights are the mean of those of the checkpoints at `paths`.
 
@@ -205,7 +224,8 @@ def average_checkpoints(paths: Sequence[str | Path]) -> dict[str, Any]:
         The checkpoint dict; `write_checkpoint` saves it.
 
     Raises:
-        ConfigError: `paths` is empty.
+        ConfigError: `paths` is empty, or names one file twice (a link or another spelling
+            too).
         FileNotFoundError: a file is missing.
         CheckpointError: a file is not a minitx checkpoint, or the files differ in model
             config, tokenizer, languages, weight names, shapes or integer buffers, or hold
@@ -213,6 +233,7 @@ def average_checkpoints(paths: Sequence[str | Path]) -> dict[str, Any]:
     """
     if not paths:
         raise ConfigError("nothing to average: give at least one checkpoint file")
+    _check_distinct(paths)
     first: dict[str, Any] | None = None
     first_name = str(paths[0])
     mean = _Mean()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -71,7 +72,8 @@ def perturbed(checkpoint: dict) -> None:
 def test_average_of_copies_of_one_checkpoint_is_that_checkpoint(
     tiny_checkpoint: Path, tmp_path: Path
 ) -> None:
-    averaged = average_checkpoints([tiny_checkpoint] * 3)
+    copies = [shutil.copyfile(tiny_checkpoint, tmp_path / f"copy{i}.ckpt") for i in range(3)]
+    averaged = average_checkpoints(copies)
     out = tmp_path / "avg.ckpt"
     write_checkpoint(averaged, out)
     original, mean = model_weights(tiny_checkpoint), model_weights(out)
@@ -147,6 +149,12 @@ def test_averaging_refuses_nothing_unreadable_and_diverged(
         average_checkpoints([])
     with pytest.raises(FileNotFoundError):
         average_checkpoints([tiny_checkpoint, tmp_path / "missing.ckpt"])
+    link = tmp_path / "link.ckpt"
+    link.symlink_to(tiny_checkpoint)
+    spelt = tiny_checkpoint.parent / "." / tiny_checkpoint.name
+    for again in (tiny_checkpoint, link, spelt):  # it would weigh twice in the mean
+        with pytest.raises(ConfigError, match=r"is the same file as .*each checkpoint counts once"):
+            average_checkpoints([tiny_checkpoint, again])
 
     def diverged(checkpoint: dict) -> None:
         state = checkpoint["state_dict"]
@@ -185,8 +193,9 @@ def test_state_dict_mean_is_float64_keeps_ties_and_checks_integer_buffers() -> N
 
 def test_average_command_end_to_end(tiny_checkpoint: Path, tmp_path: Path) -> None:
     out = tmp_path / "avg.ckpt"
+    copy = shutil.copyfile(tiny_checkpoint, tmp_path / "copy.ckpt")
     proc = subprocess.run(
-        [PYTHON, "-m", "minitx.cli.average", "--out", str(out), *[str(tiny_checkpoint)] * 2],
+        [PYTHON, "-m", "minitx.cli.average", "--out", str(out), str(tiny_checkpoint), str(copy)],
         capture_output=True,
         text=True,
         cwd=REPO_DIR,
