@@ -29,6 +29,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from helpers import NO_MAPS, REPO_DIR, TINY_CONFIG, TOY_CORPUS_DIR, subprocess_env
 from lightning.pytorch.callbacks import Callback
 from PIL import Image
@@ -193,8 +194,19 @@ def refused_before_training(
         ("model:", r"model is empty, but it is a section"),
         ("# nothing but a comment", r"the file holds no settings"),
         ("- trainer", r"the file holds list \['trainer'\], not a mapping of settings"),
+        ("trainer:\n\tmax_steps: 5", r"not valid YAML \(found character .* line 2, column 1\)"),
     ],
-    ids=["model", "trainer", "optim", "maps", "transformer", "empty-section", "empty", "list"],
+    ids=[
+        "model",
+        "trainer",
+        "optim",
+        "maps",
+        "transformer",
+        "empty-section",
+        "empty",
+        "list",
+        "tab",  # jsonargparse's message named no file
+    ],
 )
 def test_a_config_file_section_that_is_not_a_mapping_is_refused(
     text: str,
@@ -236,6 +248,21 @@ class RecordLr(Callback):
 
     def on_train_start(self, trainer, pl_module) -> None:
         self.lrs.append(trainer.optimizers[0].param_groups[0]["lr"])
+
+
+def test_print_config_shows_the_whole_config_wherever_it_is_given(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """Before --config it printed only what was parsed so far: the tiny file's keys, without
+    the defaults or the flags after it."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--print_config", *TINY, "--trainer.max_steps", "7"])
+    assert exit_info.value.code == 0
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert printed["trainer"]["max_steps"] == 7
+    assert "weight_decay" in printed["model"]["optim"]  # a default the tiny file does not set
+    assert not list(tmp_path.rglob("*.ckpt"))
 
 
 @pytest.mark.parametrize("by_path", [False, True], ids=["last", "path"])

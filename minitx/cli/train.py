@@ -290,13 +290,15 @@ def _global_step(checkpoint: Path) -> int | None:
 
 def resolve_config_names(args: list[str]) -> list[str]:
     """Replace `--config NAME` (or `-c NAME`) by the packaged config `NAME[.yaml]` when no such
-    file exists.
+    file exists, and move ``--print_config`` to the end.
 
     Raises:
         UsageError: a config file that is not UTF-8 text, such as a checkpoint given as
             ``--config`` (jsonargparse would end in a UnicodeDecodeError's traceback).
     """
-    out = list(args)
+    # jsonargparse prints the config parsed up to --print_config: last, it shows all of it
+    printing = [a for a in args if a == "--print_config" or a.startswith("--print_config=")]
+    out = [a for a in args if a not in printing] + printing
     for flag, value, index in _config_args(out):
         packaged = CONFIG_DIR / (value if value.endswith(".yaml") else f"{value}.yaml")
         if not Path(value).exists() and "/" not in value and packaged.is_file():
@@ -328,7 +330,7 @@ def _check_config_text(flag: str, path: Path) -> None:
 
 
 def check_config_sections(args: list[str], defaults: Any) -> None:
-    """Refuse a config file that is empty, or that gives a section (``model``,
+    """Refuse a config file that is not valid YAML, is empty, or gives a section (``model``,
     ``model.transformer``, ``trainer``, ...) a value that is not a mapping of its keys.
 
     jsonargparse ends such a file in a traceback, or, for ``model: {transformer: 3}``, drops
@@ -346,8 +348,14 @@ def check_config_sections(args: list[str], defaults: Any) -> None:
             continue
         try:
             settings = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except yaml.YAMLError:  # jsonargparse names the line of a YAML syntax error
-            continue
+        except yaml.YAMLError as exc:  # jsonargparse's message names no file
+            mark = getattr(exc, "problem_mark", None)
+            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+            problem = getattr(exc, "problem", None) or " ".join(str(exc).split())
+            raise UsageError(
+                f"{flag} {path}: not valid YAML ({problem}{where}); indent with spaces, "
+                "not tabs, and write 'key: value' pairs"
+            ) from None
         if settings is None:
             raise UsageError(
                 f"{flag} {path}: the file holds no settings (it is empty or all comments); "
