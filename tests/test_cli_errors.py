@@ -578,6 +578,22 @@ def test_every_training_setting_refuses_bad_values_in_one_line(
     assert len(cases) > 90  # the settings were found (59 in the tiny config)
 
 
+@pytest.mark.parametrize(
+    "name", ["translate", "evaluate", "visualize", "export", "ct2", "demo", "experiment"]
+)
+def test_an_empty_checkpoint_is_named_as_such(name: str, capsys: pytest.CaptureFixture) -> None:
+    """``--checkpoint "$RUN"`` with RUN unset: Path("") is ".", which read as a damaged release
+    (or, in minitx-visualize, as an input inside --out-dir)."""
+    from minitx.cli import launch
+
+    module = importlib.import_module(launch.COMMANDS[name][0])
+    with pytest.raises(SystemExit) as exit_info:
+        module.build_parser().parse_args(["--checkpoint", "", "hard"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: argument --checkpoint: is empty; give a .ckpt file"), err
+
+
 def test_every_console_script_starts_through_the_guarded_launcher() -> None:
     """pyproject.toml's ``[project.scripts]``: each ``minitx-NAME`` is
     ``minitx.cli.launch:NAME``, and each command of the launcher has its script."""

@@ -300,13 +300,24 @@ def no_room_for_output(exc: BaseException) -> BaseException:
     return exc
 
 
+def checkpoint_path(text: str) -> Path:
+    """argparse ``type=`` of ``--checkpoint``: a path, never an empty one (``Path("")`` is the
+    current directory, which the commands then read as a damaged release)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(
+            "is empty; give a .ckpt file, a release directory or a hub repo id (a shell "
+            "variable such as $RUN may be unset: nothing matched its pattern)"
+        )
+    return Path(text)
+
+
 def add_checkpoint_argument(parser: argparse.ArgumentParser) -> None:
     """The required ``--checkpoint`` of every inference command (a `Path`): what
     `Translator.from_pretrained` (the one loading path, `minitx.release.load`) accepts."""
     parser.add_argument(
         "--checkpoint",
         required=True,
-        type=Path,
+        type=checkpoint_path,
         help="self-contained minitx .ckpt file, a release directory written by minitx-export, "
         "or the hub repo id (owner/name) of one",
     )

@@ -25,7 +25,13 @@ import sys
 from dataclasses import fields
 from pathlib import Path
 
-from minitx.cli.common import OneLineArgumentParser, UsageError, positive_float, run_cli
+from minitx.cli.common import (
+    OneLineArgumentParser,
+    UsageError,
+    checkpoint_path,
+    positive_float,
+    run_cli,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -77,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"validation pairs read by the attention probes (default: {defaults.probe_pairs})",
     )  # fmt: skip
     parser.add_argument(
-        "--checkpoint", type=Path, metavar="CKPT",
+        "--checkpoint", type=checkpoint_path, metavar="CKPT",
         help="the trained model `hard` decodes and `explain` reads (default: the default "
         "settings trained within --budget)",
     )  # fmt: skip
