@@ -46,7 +46,13 @@ from minitx.checkpoint import (
     load_checkpoint,
     model_from_checkpoint,
 )
-from minitx.errors import ConfigError, MissingFileError, OutputError, check_known_keys
+from minitx.errors import (
+    ConfigError,
+    MissingFileError,
+    OutputError,
+    SourceUnreachableError,
+    check_known_keys,
+)
 from minitx.model import Transformer, TransformerConfig
 from minitx.outputs import written_whole
 from minitx.tokenizer import Tokenizer
@@ -499,18 +505,32 @@ def push_to_hub(
 
     Returns:
         The URL of the commit.
+
+    Raises:
+        SourceUnreachableError: the hub cannot be reached (offline, no such host).
+        OSError: the hub refused (huggingface_hub's HfHubHTTPError: not logged in, no rights).
     """
     from huggingface_hub import HfApi
 
     api = HfApi(token=token)
-    api.create_repo(repo_id, repo_type="model", private=private, exist_ok=True)
-    info = api.upload_folder(
-        folder_path=str(directory),
-        repo_id=repo_id,
-        repo_type="model",
-        allow_patterns=list(RELEASE_FILES),
-        commit_message="Upload minitx model",
-    )
+    try:
+        api.create_repo(repo_id, repo_type="model", private=private, exist_ok=True)
+        info = api.upload_folder(
+            folder_path=str(directory),
+            repo_id=repo_id,
+            repo_type="model",
+            allow_patterns=list(RELEASE_FILES),
+            commit_message="Upload minitx model",
+        )
+    except Exception as exc:
+        # huggingface_hub wraps the hub's answers (HfHubHTTPError, an OSError) but lets its
+        # HTTP client's transport errors through: name those as the hub being unreachable
+        client = type(exc).__module__.split(".")[0] in ("httpx", "httpx2", "httpcore", "httpcore2")
+        if isinstance(exc, OSError) or not client:
+            raise
+        raise SourceUnreachableError(
+            f"the Hugging Face hub cannot be reached ({type(exc).__name__}: {exc})"
+        ) from exc
     return str(getattr(info, "commit_url", info))
 
 

@@ -20,7 +20,7 @@ from minitx import release
 from minitx.cli import export as export_cli
 from minitx.cli import translate as translate_cli
 from minitx.decoding import DecodingConfig
-from minitx.errors import CheckpointError, MissingFileError, OutputError
+from minitx.errors import CheckpointError, MissingFileError, OutputError, SourceUnreachableError
 from minitx.model import Transformer
 from minitx.translator import Translator
 from minitx.vocab import frame_source, frame_target
@@ -685,6 +685,22 @@ def test_a_failed_push_is_one_error_line(
     assert export_cli.main(argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no token found" in err and "log in" in err
+
+    # Offline: its HTTP client's own error, which huggingface_hub lets through (a traceback)
+    class ConnectError(Exception):
+        __module__ = "httpx"  # as httpx (or httpx2, huggingface_hub 2's client) names it
+
+    class Offline(FakeHfApi):
+        def create_repo(self, *args, **kwargs):
+            raise ConnectError("[Errno -2] Name or service not known")
+
+    monkeypatch.setattr(huggingface_hub, "HfApi", Offline)
+    assert export_cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "the Hugging Face hub cannot be reached" in err, err
+    assert "once the hub can be reached" in err
+    with pytest.raises(SourceUnreachableError):
+        Translator.from_pretrained(release_dir).push_to_hub("me/x")
 
 
 def test_from_pretrained_downloads_a_repo_id(

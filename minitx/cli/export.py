@@ -56,6 +56,7 @@ def read_evaluation(path: Path) -> dict:
 def run(args: argparse.Namespace) -> int:
     """Load, write, upload. Raises `UsageError` for input problems."""
     from minitx import release
+    from minitx.errors import SourceUnreachableError
 
     release.check_release_dir(args.out, flag="--out")
     evaluation = read_evaluation(args.evaluation) if args.evaluation is not None else None
@@ -76,12 +77,16 @@ def run(args: argparse.Namespace) -> int:
         try:
             url = release.push_to_hub(args.out, args.push_to_hub, private=args.private)
         except (OSError, ValueError) as exc:  # huggingface_hub's errors are OSErrors
+            fix = (
+                "once the hub can be reached (online)"
+                if isinstance(exc, SourceUnreachableError)
+                else "log in (`hf auth login` or HF_TOKEN) and check the repo id, then"
+            )
             raise UsageError(
                 f"pushing {args.out} to the hub repo {args.push_to_hub} failed "
                 f"({type(exc).__name__}: {' '.join(str(exc).split())[:300]}); the directory is "
-                "written; log in (`hf auth login` or HF_TOKEN) and check the repo id, then "
-                f"run minitx-export --checkpoint {args.out} --out {args.out} --push-to-hub "
-                f"{args.push_to_hub}"
+                f"written; {fix} run minitx-export --checkpoint {args.out} --out {args.out} "
+                f"--push-to-hub {args.push_to_hub}"
             ) from None
         print(f"pushed to {args.push_to_hub}: {url}")
     return 0
