@@ -441,6 +441,35 @@ class LineReader:
         return line.decode("utf-8")
 
 
+def test_translate_with_standard_output_closed_is_refused(
+    translate_command, tiny_checkpoint, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """``minitx-translate ... >&-``: Python's sys.stdout is None; the translations vanished and
+    the first flush ended in an AttributeError's traceback."""
+    monkeypatch.setattr(sys, "stdout", None)
+    assert translate_command.main(["--checkpoint", str(tiny_checkpoint), "ein mann ."]) == 2
+    assert capsys.readouterr().err == (
+        "error: standard output is closed (>&-); redirect it to a file or to /dev/null instead\n"
+    )
+
+
+def test_translate_with_standard_error_closed_still_translates(
+    translator, tiny_checkpoint, tmp_path
+) -> None:
+    """``minitx-translate ... 2>&- > out.txt``: the progress lines have nowhere to go; the
+    translation still does (it ended with status 1 and an empty file)."""
+    launcher = "import sys; from minitx.cli import launch; sys.exit(launch.translate())"
+    out = tmp_path / "out.txt"
+    command = [PYTHON, "-c", launcher, "--checkpoint", str(tiny_checkpoint), TOY_TEST_SOURCES[0]]
+    with out.open("w") as stdout:
+        status = subprocess.call(
+            command, stdout=stdout, stderr=subprocess.DEVNULL, env=subprocess_env(), timeout=180,
+            preexec_fn=lambda: os.close(2),
+        )  # fmt: skip
+    assert status == 0
+    assert out.read_text(encoding="utf-8") == translator.translate(TOY_TEST_SOURCES[:1])[0] + "\n"
+
+
 def test_translate_streams_a_pipe_before_its_end(translator, tiny_checkpoint, tmp_path) -> None:
     """`producer | translate`: each line's translation comes back while standard input is
     still open (the first one before the second line is even written)."""

@@ -224,6 +224,19 @@ def stop_while_starting(signum: int, frame: object) -> NoReturn:
     os._exit(EXIT_SIGINT)
 
 
+def check_stdout() -> None:
+    """Refuse to start with standard output closed (``>&-``): Python's `sys.stdout` is then
+    None, what is printed vanishes, and the first flush fails.
+
+    Raises:
+        OutputError: saying how to run the command instead.
+    """
+    if sys.stdout is None:
+        raise OutputError(
+            "standard output is closed (>&-); redirect it to a file or to /dev/null instead"
+        )
+
+
 def work_begins() -> None:
     """From here on a Ctrl-C is a `KeyboardInterrupt` that the command handles (saving what it
     must), no longer the launcher's `stop_while_starting`."""
@@ -261,6 +274,7 @@ def run_cli(
     if handle_sigterm and threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _terminate)
     try:
+        check_stdout()
         status = run(args)
         sys.stdout.flush()  # a gone reader or a full disk shows here, not at exit
         return status

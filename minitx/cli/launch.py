@@ -11,7 +11,9 @@ the parser's imports too.
 from __future__ import annotations
 
 import importlib
+import os
 import signal
+import sys
 import threading
 from functools import partial
 
@@ -36,6 +38,8 @@ def launch(name: str) -> int:
     """Import the command ``minitx-NAME``, run it and return what it returns (the exit
     status); 130 and one line on standard error when Ctrl-C comes before its work begins
     (the imports, building and parsing its command line)."""
+    if sys.stderr is None:  # closed (2>&-): its messages are dropped, the work goes on
+        sys.stderr = open(os.devnull, "w")  # noqa: SIM115 (open for the process's life)
     module, function = COMMANDS[name]
     guard = threading.current_thread() is threading.main_thread()  # where signals are handled
     previous = signal.signal(signal.SIGINT, stop_while_starting) if guard else None

@@ -38,6 +38,7 @@ from minitx.cli.common import (
     EXIT_SIGTERM,
     EXIT_USER_ERROR,
     UsageError,
+    check_stdout,
     hub_verbosity,
     no_room_for_output,
     reader_gone,
@@ -660,6 +661,7 @@ def main(args: list[str] | None = None) -> MinitxCLI:
 
 
 def _train_and_test(args: list[str] | None) -> MinitxCLI:
+    check_stdout()
     cli = build_cli(args)
     if cli.resume_path:
         _check_resume(cli, Path(cli.resume_path))
