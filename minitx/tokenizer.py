@@ -204,6 +204,11 @@ class Tokenizer:
 
 
 # ---------------------------------------------------------------------- helpers
+SPM_MAX_SENTENCE_BYTES = 4192
+"""sentencepiece's trainer skips longer sentences: its `max_sentence_length` default, left as it
+is (set explicitly, it would be written into every tokenizer model and change its bytes)."""
+
+
 def _train_bytes(sentences: list[str], *, vocab_size: int, model_type: str) -> bytes:
     """Run the sentencepiece trainer in memory and return the model bytes."""
     writer = io.BytesIO()
@@ -245,6 +250,13 @@ def _training_error(exc: RuntimeError, vocab_size: int, n_sentences: int) -> Val
         return ConfigError(
             f"vocab_size={vocab_size} is too small: the corpus has {too_low.group(2)} required "
             "characters plus special pieces. Increase vocab_size."
+        )
+    if "sentences_.empty()" in message:  # it skips sentences over its length limit
+        return DataError(
+            f"sentencepiece found no sentence to learn from among the {n_sentences} it was "
+            f"given: each is empty or longer than its limit of {SPM_MAX_SENTENCE_BYTES:,} bytes. "
+            "Is the training corpus one sentence per line, with \\n line ends (not a single "
+            "long line, nor \\r alone)?"
         )
     return DataError(f"sentencepiece training failed: {message}")
 

@@ -542,6 +542,24 @@ def test_datamodule_counts_empty_lines(toy_corpus_dir: Path, tmp_path: Path) -> 
     assert len(src) == 9 and lines[4] not in tgt
 
 
+@pytest.mark.parametrize("content", ["", "\n" * 10], ids=["empty-files", "blank-lines"])
+def test_a_split_with_no_pair_is_named_with_its_files(
+    content: str, toy_corpus_dir: Path, tmp_path: Path
+) -> None:
+    """Refused while the data is prepared, naming the files (the error came when the loader
+    was asked for, after the training split's notices, and named neither file nor fix)."""
+    directory = _copy_toy(toy_corpus_dir, tmp_path / "corpus")
+    for lang in ("de", "en"):
+        (directory / f"val.{lang}").write_text(content, encoding="utf-8")
+    dm = TranslationDataModule(source=str(directory), vocab_size=150, cache_dir=None)
+    skipped = "10 empty" if content else "none, the files are empty"
+    message = (
+        rf"'validation' split \(.*val.de and .*val.en\) has no pair to use \(skipped: {skipped}"
+    )
+    with pytest.raises(DataError, match=message):
+        dm.setup()
+
+
 def test_datamodule_uses_env_override_for_hub_default(
     toy_corpus_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -13,6 +13,7 @@ import sentencepiece as spm
 import torch
 
 from minitx import tokenizer as tokenizer_module
+from minitx.errors import DataError
 from minitx.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer
 
 
@@ -182,6 +183,14 @@ def test_bad_arguments(sentences: list[str], kwargs: dict[str, object], message:
 def test_no_sentences() -> None:
     with pytest.raises(ValueError, match="no \\(non-empty\\) sentences"):
         Tokenizer.train(["", "  "], vocab_size=100)
+
+
+def test_only_over_long_sentences_say_so(sentences: list[str]) -> None:
+    """A corpus read as one line per side (one long line, or \\r line ends): sentencepiece
+    skips it as too long and failed with its internal `[!sentences_.empty()]`."""
+    one_line = " ".join(sentences * 40)
+    with pytest.raises(DataError, match=r"no sentence to learn from among the 1 .* 4,192 bytes"):
+        Tokenizer.train([one_line], vocab_size=100)
 
 
 def test_garbage_bytes_and_missing_file(tmp_path: Path) -> None:

@@ -26,6 +26,7 @@ from minitx.data.sources import (
     open_parallel_corpus,
     resolve_data_source,
 )
+from minitx.data.streams import PairStream
 from minitx.errors import ConfigError, DataError
 from minitx.tokenizer import ModelType, Tokenizer
 
@@ -223,6 +224,9 @@ class TranslationDataModule(L.LightningDataModule):
                 filter_long=train,
                 max_positions=None if train else config.max_positions,
             )
+        for split, dataset in tokenized.items():  # before any loader (and its notices)
+            if len(dataset) == 0:
+                raise _empty_split(split, streams[split], skipped[split], config.max_len)
         logger.info(
             "Data ready in %.1f s: %s pairs (skipped: %s).",
             time.perf_counter() - start,
@@ -274,10 +278,6 @@ class TranslationDataModule(L.LightningDataModule):
             raise DataError(
                 f"No {split!r} split; this DataModule has {sorted(self.dataset)} (see data.splits)."
             )
-        if len(self.dataset[split]) == 0:
-            raise DataError(
-                f"The {split!r} split is empty after cleaning (skipped: {self.skipped.get(split)})."
-            )
         return self.dataset[split]
 
     def texts(self, split: str) -> tuple[list[str], list[str]]:
@@ -310,3 +310,18 @@ def _check_same_tokenizer(tokenizer: Tokenizer, cache_dir: str | None) -> None:
             "filesystem with --data.prepare_data_per_node false, or copy the cache directory "
             f"({cache_dir}) of node 0 to the others before training"
         )
+
+
+def _empty_split(
+    split: str, stream: PairStream, skipped: dict[str, int], max_len: int
+) -> DataError:
+    """The error for a split with no pair left to use: where it was read, what was skipped."""
+    files = [getattr(stream, name, None) for name in ("src_path", "tgt_path", "path", "where")]
+    where = " and ".join(str(f) for f in files if f is not None) or "the corpus"
+    reasons = ", ".join(f"{n} {reason}" for reason, n in skipped.items() if n)
+    reasons = reasons or "none, the files are empty"
+    limit = f" and at most data.max_len ({max_len}) pieces a side" if split == "train" else ""
+    return DataError(
+        f"the {split!r} split ({where}) has no pair to use (skipped: {reasons}); it needs "
+        f"line pairs with both sides non-empty{limit}"
+    )
