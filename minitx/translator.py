@@ -27,6 +27,7 @@ from minitx.attribution import (
     teacher_forced_attributions,
 )
 from minitx.decoding import DecodingConfig, Hypothesis, generate
+from minitx.errors import ConfigError
 from minitx.hard_attention import check_attention_mode, check_attention_scope
 from minitx.maps import AttentionMaps, teacher_forced_maps
 from minitx.model import Transformer
@@ -59,10 +60,19 @@ def encode_sources(
     and `Translator.align` both sides of its pairs.
 
     Raises:
-        TypeError: when `sentences` is one string (its characters would be the sentences).
+        TypeError: when `sentences` is one string (its characters would be the sentences), or
+            holds something other than strings.
     """
     if isinstance(sentences, str):  # iterating it would translate each character
         raise TypeError("give a list of sentences, e.g. translate([sentence]), not one string")
+    sentences = list(sentences)
+    wrong = next((i for i, s in enumerate(sentences) if not isinstance(s, str)), None)
+    if wrong is not None:
+        item = sentences[wrong]
+        raise TypeError(
+            f"sentence {wrong} is {type(item).__name__} {item!r}, not a string; give a list of "
+            "strings (str(...) each, or '' for a line without text)"
+        )
     ids = tokenizer.encode([s.strip() for s in sentences])
     limit = max_positions - 1  # eos takes one source position
     too_long = [i for i, seq in enumerate(ids) if len(seq) > limit]
@@ -80,6 +90,37 @@ def encode_sources(
         for i in too_long:
             ids[i] = ids[i][:limit]
     return ids
+
+
+DEVICE_TYPES = ("cpu", "cuda", "mps")
+"""The device types minitx runs on (torch knows more, such as meta, which holds no values)."""
+
+
+def usable_device(device: str | torch.device) -> torch.device:
+    """`device` as a `torch.device`, checked: a type minitx runs on (`DEVICE_TYPES`) that this
+    machine has (torch's own errors come later and deeper: an AssertionError for CUDA in a
+    CPU build, failures at the first tensor on "meta").
+
+    Raises:
+        ConfigError: saying what is wrong and what to choose.
+    """
+    try:
+        device = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise ConfigError(f"not a device torch knows ({exc}); choose cpu, cuda or mps") from None
+    if device.type not in DEVICE_TYPES:
+        raise ConfigError(
+            f"minitx runs on {', '.join(DEVICE_TYPES)} (e.g. cuda:1), not {device.type}"
+        )
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("CUDA is not available on this machine")
+    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
+        raise ConfigError(
+            f"this machine has {torch.cuda.device_count()} CUDA device(s), numbered from 0"
+        )
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError("MPS is not available on this machine")
+    return device
 
 
 def _without_specials(tokens: Sequence[int]) -> list[int]:
@@ -119,7 +160,10 @@ class Translator:
         attention_scope: str = "cross",
         attention_seed: int = 0,
     ) -> None:
-        self.device = torch.device(device)
+        try:
+            self.device = usable_device(device)
+        except ConfigError as exc:
+            raise ConfigError(f"device {device!r}: {exc}") from None
         self.model = model.to(self.device).eval()
         self.tokenizer = tokenizer
         self.bf16 = bf16
@@ -421,6 +465,12 @@ class Translator:
         """`translation`, or else the pieces of the model's own translation of `sentence`
         exactly as decoded (no eos): what `attention` and `attributions` read. An empty
         `sentence` translates to no pieces; `minitx.teacher_forcing.pair_ids` then refuses it."""
+        for name, value in (("sentence", sentence), ("translation", translation)):
+            if not isinstance(value, str) and not (name == "translation" and value is None):
+                raise TypeError(
+                    f"{name} is {type(value).__name__} {value!r}: attention and attributions "
+                    "read one sentence (and its translation), each a string"
+                )
         if translation is not None:
             return translation
         ids = encode_sources(self.tokenizer, [sentence], self.model.config.max_positions)

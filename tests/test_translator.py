@@ -22,7 +22,7 @@ from helpers import PYTHON, TOY_TEST_SOURCES, TinyRun, subprocess_env
 
 from minitx.checkpoint import CHECKPOINT_KEY, load_checkpoint
 from minitx.decoding import DecodingConfig, greedy_decode
-from minitx.errors import CheckpointError
+from minitx.errors import CheckpointError, ConfigError
 from minitx.maps import AttentionMaps
 from minitx.model import Transformer
 from minitx.teacher_forcing import frame_pairs, target_log_probs, teacher_forced
@@ -520,3 +520,40 @@ def test_sampling_through_the_translator(translator: Translator) -> None:
     assert texts(SENTENCES, seed=5) != batched
     greedy = translator.translate(SENTENCES, beam_size=1)
     assert translator.translate(SENTENCES, strategy="sample", temperature=0.0) == greedy
+
+
+# ------------------------------------------------------------------ wrong arguments, said so
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda t: t.translate([None]), r"sentence 0 is NoneType None, not a string"),
+        (lambda t: t.translate(["ein mann .", 3]), r"sentence 1 is int 3, not a string"),
+        (lambda t: t.attention(["ein mann ."]), r"sentence is list .* each a string"),
+        (lambda t: t.attention("ein mann .", translation=3), r"translation is int 3"),
+        (lambda t: t.attributions(["ein mann ."]), r"sentence is list .* each a string"),
+    ],
+    ids=["none", "int", "attention-list", "attention-translation", "attributions-list"],
+)
+def test_a_sentence_that_is_not_a_string_is_a_type_error_saying_so(
+    translator: Translator, call, message: str
+) -> None:
+    """From a notebook: these failed deep inside (AttributeError: 'NoneType' object has no
+    attribute 'strip')."""
+    with pytest.raises(TypeError, match=message):
+        call(translator)
+
+
+@pytest.mark.parametrize(
+    ("device", "message"),
+    [
+        ("meta", r"device 'meta': minitx runs on cpu, cuda, mps"),  # failed at the first .item()
+        ("gpu", r"device 'gpu': not a device torch knows .* choose cpu, cuda or mps"),
+        ("cuda:0" if not torch.cuda.is_available() else "cuda:99", r"device 'cuda:\d+': "),
+    ],
+    ids=["meta", "unknown", "cuda-absent"],
+)
+def test_a_device_minitx_cannot_use_is_refused_when_loading(
+    tiny_checkpoint: Path, device: str, message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message):
+        Translator.from_pretrained(tiny_checkpoint, device=device)

@@ -51,9 +51,6 @@ EXIT_SIGTERM = 143
 EXIT_SIGPIPE = 141
 """Exit status when the reader of standard output has gone, as shells report a SIGPIPE death;
 nothing is printed (the Unix way: ``yes | head -1`` is quiet too)."""
-DEVICE_TYPES = ("cpu", "cuda", "mps")
-"""The ``--device`` types minitx runs on (torch knows more, such as meta, which holds no
-values)."""
 
 
 def user_error_message(exc: BaseException) -> str | None:
@@ -339,28 +336,21 @@ def add_checkpoint_argument(parser: argparse.ArgumentParser) -> None:
 
 def check_device(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Reject a ``--device`` torch does not know or minitx does not run on (meta), or CUDA (a
-    CUDA device number, MPS) asked for on a machine without: argparse exits with status 2,
-    before anything is loaded (`load_translator` loads onto the device)."""
+    CUDA device number, MPS) asked for on a machine without (`translator.usable_device`):
+    argparse exits with status 2, before anything is loaded."""
     import torch
+
+    from minitx.errors import ConfigError
+    from minitx.translator import usable_device
 
     try:
         device = torch.device(args.device)
     except RuntimeError as exc:
         parser.error(f"--device {args.device!r}: {exc}")
-    if device.type not in DEVICE_TYPES:
-        parser.error(
-            f"--device {args.device}: minitx runs on {', '.join(DEVICE_TYPES)} (e.g. cuda:1), "
-            f"not {device.type}"
-        )
-    if device.type == "cuda" and not torch.cuda.is_available():
-        parser.error(f"--device {args.device}: CUDA is not available on this machine")
-    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
-        parser.error(
-            f"--device {args.device}: this machine has {torch.cuda.device_count()} CUDA "
-            "device(s), numbered from 0"
-        )
-    if device.type == "mps" and not torch.backends.mps.is_available():
-        parser.error(f"--device {args.device}: MPS is not available on this machine")
+    try:
+        usable_device(device)
+    except ConfigError as exc:
+        parser.error(f"--device {args.device}: {exc}")
 
 
 class _StoreGiven(argparse.Action):
