@@ -60,6 +60,7 @@ def load_split(source: str, split: str, src_lang: str, tgt_lang: str, limit: int
         clean_pairs,
         describe_directory,
         load_parallel_corpus,
+        local_stem,
         resolve_data_source,
         side_texts,
         usable_pairs,
@@ -68,17 +69,11 @@ def load_split(source: str, split: str, src_lang: str, tgt_lang: str, limit: int
     resolved = resolve_data_source(source)
     # Read only the wanted split, under the loader's default name for it (local files or hub).
     local = "{split}" in resolved or Path(resolved).expanduser().exists()
-    stem = (MULTI30K_SPLITS if local else HUB_SPLITS).get(split, split)
+    stem = (
+        local_stem(resolved, split, (src_lang, tgt_lang)) if local else HUB_SPLITS.get(split, split)
+    )
     directory = Path(resolved).expanduser()
-    if directory.is_dir() and not any(
-        (directory / f"{stem}.{src_lang}{gz}").is_file() for gz in ("", ".gz")
-    ):
-        stem = split  # test.de(.gz) when there is no test_2016_flickr.de(.gz)
     pattern = resolved if "{split}" in resolved else None
-    if pattern and not any(
-        Path(f"{pattern.format(split=stem)}{gz}").expanduser().is_file() for gz in ("", ".gz")
-    ):
-        stem = split  # data/test.jsonl when there is no data/test_2016_flickr.jsonl
     try:
         corpus = load_parallel_corpus(resolved, src_lang, tgt_lang, splits={split: stem})
     except FileNotFoundError as exc:

@@ -123,6 +123,28 @@ def test_missing_language_lists_languages_found(toy_corpus_dir: Path) -> None:
     assert "languages ['de', 'en']" in message
 
 
+def test_splits_named_by_their_own_names_need_no_data_splits(
+    toy_corpus_dir: Path, tmp_path: Path
+) -> None:
+    """train/validation/test files read as the three splits (they were refused until
+    data.splits named them, while minitx-evaluate read test.de); Multi30k's names win where
+    both are there."""
+    directory = _copy_toy(toy_corpus_dir, tmp_path / "corpus")
+    for lang in ("de", "en"):
+        (directory / f"val.{lang}").rename(directory / f"validation.{lang}")
+        (directory / f"test_2016_flickr.{lang}").rename(directory / f"test.{lang}")
+    corpus = load_parallel_corpus(str(directory), "de", "en")
+    assert {split: len(ds) for split, ds in corpus.items()} == TOY_SIZES
+    first = corpus["validation"][0]["translation"]["de"]
+    assert first == _lines(toy_corpus_dir / "val.de")[0]
+    (directory / "val.de").write_text("x\n" * 10)
+    (directory / "val.en").write_text("y\n" * 10)
+    assert load_parallel_corpus(str(directory), "de", "en")["validation"][0]["translation"] == {
+        "de": "x",
+        "en": "y",
+    }
+
+
 def test_custom_split_names(toy_corpus_dir: Path) -> None:
     corpus = load_parallel_corpus(
         str(toy_corpus_dir), "de", "en", splits={"train": "train", "test": "val"}

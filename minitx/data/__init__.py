@@ -34,6 +34,7 @@ from minitx.data.sources import (
     builtin_corpus_dir,
     describe_directory,
     load_parallel_corpus,
+    local_stem,
     open_parallel_corpus,
     resolve_data_source,
 )
@@ -54,6 +55,7 @@ __all__ = [
     "describe_directory",
     "example_lengths",
     "load_parallel_corpus",
+    "local_stem",
     "open_parallel_corpus",
     "prepare_split",
     "resolve_data_source",

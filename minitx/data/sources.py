@@ -122,7 +122,8 @@ def open_parallel_corpus(
     Args:
         source: a data source, as listed in this module's docstring and docs/guides/data.md.
         splits: split name -> file stem / hub split. ``None`` means :data:`MULTI30K_SPLITS`
-            for local files and :data:`HUB_SPLITS` for hub datasets.
+            for local files (or each split's own name where only its files are there:
+            `local_stem`) and :data:`HUB_SPLITS` for hub datasets.
         hub_options: more ``datasets.load_dataset`` arguments for a hub id (the keys of
             :data:`HUB_OPTIONS`), e.g. ``{"name": "de-en"}``.
 
@@ -142,6 +143,8 @@ def open_parallel_corpus(
     langs = (src_lang, tgt_lang)
     if source.startswith(BUILTIN_PREFIX):
         source = str(builtin_corpus_dir(source.removeprefix(BUILTIN_PREFIX)))
+    if splits is None and ("{split}" in source or Path(source).expanduser().is_dir()):
+        splits = {split: local_stem(source, split, langs) for split in MULTI30K_SPLITS}
     if "{split}" in source:
         return _open_jsonl(source, langs, dict(splits or MULTI30K_SPLITS))
     path = Path(source).expanduser()
@@ -203,6 +206,24 @@ def load_parallel_corpus(
 
 # ------------------------------------------------------------------------------ raw files
 _RAW_NAME = re.compile(r"(?P<stem>.+?)\.(?P<lang>[A-Za-z][A-Za-z_-]*?)(?P<gz>\.gz)?")
+
+
+def local_stem(source: str, split: str, langs: tuple[str, str]) -> str:
+    """The file stem of `split` in a local corpus (a directory, or a ``{split}`` jsonl
+    pattern): Multi30k's (`MULTI30K_SPLITS`: val, test_2016_flickr) where its files are there,
+    else the split's own name (validation.de, test.jsonl) where those are, else Multi30k's,
+    whose missing files the error then lists."""
+    multi30k = MULTI30K_SPLITS.get(split, split)
+
+    def there(stem: str) -> bool:
+        if "{split}" in source:
+            path = Path(source.format(split=stem)).expanduser()
+            return path.is_file() or Path(f"{path}.gz").is_file()
+        directory = Path(source).expanduser()
+        raw = all(_raw_file(directory, stem, lang) for lang in langs)
+        return raw or any((directory / f"{stem}.jsonl{gz}").is_file() for gz in ("", ".gz"))
+
+    return multi30k if there(multi30k) or not there(split) else split
 
 
 def _raw_file(directory: Path, stem: str, lang: str) -> Path | None:
