@@ -56,10 +56,14 @@ def quote_lines(lines: Sequence[int]) -> str:
     return shown + (", ..." if len(lines) > QUOTED_LINES else "")
 
 
-def check_utf8_arguments(arguments: dict[str, str]) -> None:
+def check_utf8_arguments(
+    arguments: dict[str, str],
+    fix: str = "set a UTF-8 locale or pass the text in a UTF-8 file with --input",
+) -> None:
     """Reject command-line arguments (name -> value) that were not valid UTF-8.
 
     Python decodes such bytes to lone surrogates ("surrogateescape"); no tokenizer can read them.
+    `fix` ends the message: what the user can do instead.
 
     Raises:
         UsageError: naming the argument and the offending byte.
@@ -71,7 +75,7 @@ def check_utf8_arguments(arguments: dict[str, str]) -> None:
             byte = text[exc.start].encode("utf-8", "surrogateescape")
             raise UsageError(
                 f"{what} is not valid UTF-8 (byte 0x{byte.hex()} at character {exc.start + 1}); "
-                "set a UTF-8 locale or pass the text in a UTF-8 file with --input"
+                f"{fix}"
             ) from None
 
 

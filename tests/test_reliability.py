@@ -876,6 +876,18 @@ def test_a_non_utf8_argument_is_one_error_line(tiny_checkpoint: Path) -> None:
     assert "SENTENCE argument 1 is not valid UTF-8 (byte 0xff" in one_error_line(proc.stderr)
 
 
+def test_visualize_suggests_only_what_it_has_for_a_non_utf8_sentence(
+    tiny_checkpoint: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """minitx-visualize has no --input, which the message suggested."""
+    from minitx.cli import visualize
+
+    argv = ["--checkpoint", str(tiny_checkpoint), "caf\udce9", "--out-dir", str(tmp_path / "m")]
+    assert visualize.main(argv) == 2
+    error = one_error_line(capsys.readouterr().err)
+    assert "SENTENCE is not valid UTF-8 (byte 0xe9" in error and "--input" not in error, error
+
+
 def test_evaluate_keeps_every_line_of_the_source_file(
     tiny_checkpoint: Path, tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:

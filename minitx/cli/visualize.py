@@ -96,7 +96,7 @@ def _shorten(text: str, limit: int = 100) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Load, translate, draw, write. Raises `UsageError` for input problems."""
-    check_utf8_arguments({"SENTENCE": args.sentence})
+    check_utf8_arguments({"SENTENCE": args.sentence}, fix="set a UTF-8 locale")
     out = args.out_dir
     empty = out.is_dir() and not any(out.iterdir())
     inputs = [args.checkpoint] if args.checkpoint.exists() else []  # else a hub repo id
