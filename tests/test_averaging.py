@@ -248,6 +248,10 @@ def test_average_command_refusals_in_process(
     out.write_bytes(b"keep me")
     assert average_main(["--out", str(out), str(tiny_checkpoint)]) == 2
     assert "--overwrite" in capsys.readouterr().err and out.read_bytes() == b"keep me"
+    # --overwrite replaced any file (a user's script); only a checkpoint now
+    assert average_main(["--out", str(out), "--overwrite", str(tiny_checkpoint)]) == 2
+    assert "is not a checkpoint" in capsys.readouterr().err and out.read_bytes() == b"keep me"
+    shutil.copyfile(tiny_checkpoint, out)
     assert average_main(["--out", str(out), "--overwrite", str(tiny_checkpoint)]) == 0
     assert load_checkpoint(out)[CHECKPOINT_KEY][AVERAGED_KEY][0]["file"] == str(tiny_checkpoint)
     assert average_main(["--out", str(tmp_path), str(tiny_checkpoint)]) == 2

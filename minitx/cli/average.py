@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import zipfile
 from pathlib import Path
 
 from minitx.cli.common import OneLineArgumentParser, UsageError, run_cli
@@ -27,7 +28,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--out", required=True, type=Path, metavar="FILE", help="the averaged .ckpt to write"
     )
     parser.add_argument(
-        "--overwrite", action="store_true", help="replace --out when it exists already"
+        "--overwrite",
+        action="store_true",
+        help="replace --out when it exists already (only a checkpoint is ever replaced)",
     )
     return parser
 
@@ -42,10 +45,24 @@ def run(args: argparse.Namespace) -> int:
     check_output_file(out, inputs=args.checkpoints, flag="--out")  # a directory, no directory
     if out.exists() and not args.overwrite:
         raise UsageError(f"--out {out} exists; choose another name or pass --overwrite")
+    if out.exists() and not _is_torch_file(out):  # a user's script, say: never replaced
+        raise UsageError(
+            f"--out {out} is not a checkpoint (not a file torch.save wrote); --overwrite "
+            "replaces only a checkpoint: choose another name or move the file away"
+        )
     averaged = average_checkpoints(args.checkpoints)  # its errors (MinitxError) are one line
     write_checkpoint(averaged, out)
     print(f"averaged {len(args.checkpoints)} checkpoints into {out} ({out.stat().st_size:,} bytes)")
     return 0
+
+
+def _is_torch_file(path: Path) -> bool:
+    """Whether `path` is a zip archive as torch.save writes it (its pickle, ``*/data.pkl``)."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return any(name.endswith("/data.pkl") for name in archive.namelist())
+    except (zipfile.BadZipFile, OSError):
+        return False
 
 
 def main(argv: list[str] | None = None) -> int:
