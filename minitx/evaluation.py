@@ -68,7 +68,8 @@ def load_split(source: str, split: str, src_lang: str, tgt_lang: str, limit: int
 
     resolved = resolve_data_source(source)
     # Read only the wanted split, under the loader's default name for it (local files or hub).
-    local = "{split}" in resolved or Path(resolved).expanduser().exists()
+    where = Path(resolved).expanduser()
+    local = "{split}" in resolved or where.exists() or where.is_symlink()
     stem = (
         local_stem(resolved, split, (src_lang, tgt_lang)) if local else HUB_SPLITS.get(split, split)
     )

@@ -31,7 +31,7 @@ from minitx.data import (
     resolve_data_source,
     round_up,
 )
-from minitx.errors import DataError
+from minitx.errors import DataError, MissingFileError
 from minitx.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 SPLIT_FILES = {"train": "train", "validation": "val", "test": "test_2016_flickr"}
@@ -143,6 +143,24 @@ def test_splits_named_by_their_own_names_need_no_data_splits(
         "de": "x",
         "en": "y",
     }
+
+
+def test_a_broken_link_is_named_not_read_as_a_hub_id(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``corpora/loop`` looks like a hub id: it waited for the hub's retries, then said no hub
+    dataset was there; with MINITX_DATA_DIR set it was replaced by that corpus without a word."""
+    monkeypatch.chdir(tmp_path)
+    Path("corpora").mkdir()
+    Path("corpora/loop").symlink_to("loop")
+    Path("corpora/gone").symlink_to("/nonexistent/corpus")
+    monkeypatch.setenv(DATA_DIR_ENV, str(tmp_path / "elsewhere"))
+    for link in ("corpora/loop", "corpora/gone"):
+        assert resolve_data_source(link) == link
+        with pytest.raises(
+            MissingFileError, match="is a symbolic link to nothing that can be read"
+        ):
+            load_parallel_corpus(link, "de", "en")
 
 
 def test_custom_split_names(toy_corpus_dir: Path) -> None:

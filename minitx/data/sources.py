@@ -69,7 +69,8 @@ def resolve_data_source(configured: str) -> str:
     override = os.environ.get(DATA_DIR_ENV, "").strip()
     if not override:
         return configured
-    if not is_hub_id(configured) or Path(configured).expanduser().exists():
+    local = Path(configured).expanduser()
+    if not is_hub_id(configured) or local.exists() or local.is_symlink():
         logger.info(
             "%s is set but the configured source %r is local; using it.", DATA_DIR_ENV, configured
         )
@@ -154,6 +155,11 @@ def open_parallel_corpus(
         if any(raw) or not _jsonl_files(path):
             return _open_raw_dir(path, langs, local_splits)
         return _open_jsonl(str(path / "{split}.jsonl"), langs, local_splits)
+    if path.is_symlink() and not path.exists():  # else read as a hub id, after its retries
+        raise MissingFileError(
+            f"Data source {source!r} is a symbolic link to nothing that can be read (a loop, or "
+            f"its target {os.readlink(path)!r} is gone); point it at the corpus directory"
+        )
     if path.is_file():
         raise DataError(
             f"Data source {source!r} is a single file. Use a directory of {{split}}.{{lang}}[.gz] "
