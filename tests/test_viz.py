@@ -19,6 +19,7 @@ from matplotlib.figure import Figure
 from minitx.decoding import DecodingConfig
 from minitx.maps import KINDS, AttentionMaps
 from minitx.outputs import MARKER
+from minitx.translator import usable_device
 from minitx.viz import (
     figures_for_maps,
     plot_attention_heads,
@@ -384,6 +385,7 @@ def test_script_runs_with_a_translator(
     fake = types.ModuleType("minitx.translator")
     fake.Translator = FakeTranslator
     fake.CheckpointError = ValueError
+    fake.usable_device = usable_device  # --device is checked before the model loads
     monkeypatch.setitem(sys.modules, "minitx.translator", fake)
     ckpt = tmp_path / "run.ckpt"
     ckpt.write_bytes(b"not read by the fake")
@@ -569,6 +571,7 @@ def test_script_writes_attributions_when_asked(
     fake = types.ModuleType("minitx.translator")
     fake.Translator = FakeTranslator
     fake.CheckpointError = ValueError
+    fake.usable_device = usable_device  # --device is checked before the model loads
     monkeypatch.setitem(sys.modules, "minitx.translator", fake)
     ckpt = tmp_path / "run.ckpt"
     ckpt.write_bytes(b"not read by the fake")

@@ -82,7 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--ig-steps",
         type=int,
-        default=DEFAULT_IG_STEPS,
+        default=None,
         metavar="N",
         help=f"quadrature nodes of integrated gradients (default: {DEFAULT_IG_STEPS})",
     )
@@ -144,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     check_decoding_args(parser, args)  # builds args.decoding
     if not 0 < args.dpi <= MAX_DPI:
         parser.error(f"--dpi must be between 1 and {MAX_DPI}, got {args.dpi}")
-    if args.ig_steps < 1:
+    if args.ig_steps is not None and args.ig_steps < 1:
         parser.error(f"--ig-steps must be at least 1, got {args.ig_steps}")
     args.methods = ()
     if args.attributions is not None:
@@ -155,6 +155,9 @@ def main(argv: list[str] | None = None) -> int:
             )
         except ConfigError as exc:
             parser.error(f"--attributions: {exc}")
+    if args.ig_steps is not None and "ig" not in args.methods:  # else ignored without a word
+        parser.error("--ig-steps sets integrated gradients: add --attributions ig (or all)")
+    args.ig_steps = DEFAULT_IG_STEPS if args.ig_steps is None else args.ig_steps
     return run_cli(run, args)
 
 
