@@ -647,9 +647,6 @@ def main(args: list[str] | None = None) -> MinitxCLI:
     """
     try:
         return _train_and_test(args)
-    except KeyboardInterrupt:  # while parsing or preparing the data: fit handles its own
-        print("\ninterrupted (Ctrl-C) before training began: nothing was trained", file=sys.stderr)
-        raise SystemExit(EXIT_SIGINT) from None
     except BrokenPipeError:  # `minitx-train | head -1`: last.ckpt is saved, the reader gone
         raise SystemExit(reader_gone()) from None
     except Exception as exc:
@@ -662,9 +659,13 @@ def main(args: list[str] | None = None) -> MinitxCLI:
 
 def _train_and_test(args: list[str] | None) -> MinitxCLI:
     check_stdout()
-    cli = build_cli(args)
-    if cli.resume_path:
-        _check_resume(cli, Path(cli.resume_path))
+    try:
+        cli = build_cli(args)
+        if cli.resume_path:
+            _check_resume(cli, Path(cli.resume_path))
+    except KeyboardInterrupt:  # while parsing or preparing the data (fit handles its own)
+        print("\ninterrupted (Ctrl-C) before training began: nothing was trained", file=sys.stderr)
+        raise SystemExit(EXIT_SIGINT) from None
     trainer = cli.trainer
     for callback in trainer.checkpoint_callbacks:  # set explicitly (checkpoint.dirpath)
         if callback.dirpath:
