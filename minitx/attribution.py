@@ -54,8 +54,11 @@ def check_methods(methods: Sequence[str]) -> tuple[str, ...]:
     """The methods as a tuple, each once, in the order given.
 
     Raises:
+        TypeError: one string (its letters would be the methods).
         ConfigError: an unknown method, or none.
     """
+    if isinstance(methods, str):
+        raise TypeError(f"give a list of methods, e.g. [{methods!r}], not one string")
     chosen = tuple(dict.fromkeys(methods))
     unknown = [m for m in chosen if m not in METHODS]
     if unknown or not chosen:

@@ -388,8 +388,26 @@ class Translator:
         `encode_sources` gives them); the other arguments are `translate_n_best`'s.
         """
         config = (decoding or DecodingConfig()).with_changes(**changes).replace(n_best=1)
+        self._check_source_ids(ids)
         results = self._decode(ids, config, batch_size)
         return [[] if hyps is None else _without_specials(hyps[0].tokens) for hyps in results]
+
+    def _check_source_ids(self, ids: Sequence[Sequence[int]]) -> None:
+        """Refuse ids the model cannot read, naming the first (the embedding's IndexError
+        and the positions' "raise max_positions" said neither which nor what to do)."""
+        vocab, limit = self.model.config.src_vocab_size, self.model.config.max_positions - 1
+        for i, seq in enumerate(ids):
+            bad = next((t for t in seq if not 0 <= t < vocab), None)
+            if bad is not None:
+                raise ValueError(
+                    f"source {i}: id {bad} is not a piece of this model's vocabulary (0 to "
+                    f"{vocab - 1}); encode text with translator.tokenizer, or use translate()"
+                )
+            if len(seq) > limit:
+                raise ValueError(
+                    f"source {i} has {len(seq)} ids; this model reads at most {limit} "
+                    "(max_positions - 1): cut it, or use translate(), which cuts and says so"
+                )
 
     @torch.inference_mode()
     def translate_with_alignment(

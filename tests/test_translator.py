@@ -557,3 +557,25 @@ def test_a_device_minitx_cannot_use_is_refused_when_loading(
 ) -> None:
     with pytest.raises(ConfigError, match=message):
         Translator.from_pretrained(tiny_checkpoint, device=device)
+
+
+@pytest.mark.parametrize(
+    ("ids", "message"),
+    [
+        ([[10**6]], r"source 0: id 1000000 is not a piece of this model's vocabulary"),
+        ([[4], [-5]], r"source 1: id -5 is not a piece"),  # an IndexError inside the embedding
+        ([[5] * 5000], r"source 0 has 5000 ids; this model reads at most \d+"),
+    ],
+    ids=["too-large", "negative", "too-long"],
+)
+def test_source_ids_the_model_cannot_read_are_named(
+    translator: Translator, ids: list[list[int]], message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        translator.translate_ids(ids)
+
+
+def test_attribution_methods_as_one_string_are_a_type_error(translator: Translator) -> None:
+    """``methods="ig"`` was read letter by letter: unknown methods ['i', 'g']."""
+    with pytest.raises(TypeError, match=r"give a list of methods, e.g. \['ig'\]"):
+        translator.attributions("ein mann .", methods="ig")
