@@ -330,19 +330,20 @@ def _check_config_text(flag: str, path: Path) -> None:
         ) from None
 
 
-def check_config_sections(args: list[str], defaults: Any) -> None:
+def check_config_sections(args: list[str], parser: LightningArgumentParser) -> None:
     """Refuse a config file that is not valid YAML, is empty, or gives a section (``model``,
     ``model.transformer``, ``trainer``, ...) a value that is not a mapping of its keys.
 
     jsonargparse ends such a file in a traceback, or, for ``model: {transformer: 3}``, drops
     the section without a word and trains the default model.
 
-    `defaults` is the parser's defaults (a jsonargparse Namespace): a key whose default is a
-    Namespace too is a section.
+    A key whose default in `parser` is a (jsonargparse) Namespace is a section; the defaults
+    are built only when a config file is given (a tenth of a second, not every start).
 
     Raises:
         UsageError: naming the file, the key and what to write instead.
     """
+    defaults = None
     for flag, value, _ in _config_args(args):
         path = Path(value)
         if not path.is_file():  # jsonargparse reports a missing file (or parses inline YAML)
@@ -362,6 +363,7 @@ def check_config_sections(args: list[str], defaults: Any) -> None:
                 f"{flag} {path}: the file holds no settings (it is empty or all comments); "
                 "give keys such as 'trainer: {max_steps: 100}', or leave out this --config"
             )
+        defaults = parser.get_defaults() if defaults is None else defaults
         _check_sections(f"{flag} {path}", settings, defaults, "")
 
 
@@ -458,7 +460,7 @@ class MinitxCLI(LightningCLI):
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
         """Parse, then quiet the libraries unless ``--verbose`` (before the seed is set: its
         message is Lightning's first line)."""
-        check_config_sections(sys.argv[1:] if args is None else list(args), parser.get_defaults())
+        check_config_sections(sys.argv[1:] if args is None else list(args), parser)
         super().parse_arguments(parser, args)
         set_verbosity(bool(self.config.get("verbose")))
         check_budget_and_seed(self.config)
