@@ -68,12 +68,11 @@ def load_split(source: str, split: str, src_lang: str, tgt_lang: str, limit: int
 
     resolved = resolve_data_source(source)
     # Read only the wanted split, under the loader's default name for it (local files or hub).
-    where = Path(resolved).expanduser()
-    local = "{split}" in resolved or where.exists() or where.is_symlink()
+    directory = Path(resolved).expanduser()
+    local = "{split}" in resolved or directory.exists() or directory.is_symlink()
     stem = (
         local_stem(resolved, split, (src_lang, tgt_lang)) if local else HUB_SPLITS.get(split, split)
     )
-    directory = Path(resolved).expanduser()
     pattern = resolved if "{split}" in resolved else None
     try:
         corpus = load_parallel_corpus(resolved, src_lang, tgt_lang, splits={split: stem})

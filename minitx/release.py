@@ -470,7 +470,6 @@ def _write_release(
 ) -> list[str]:
     """Write the release's files into the empty `directory`; returns their names."""
     save_model(release.model, str(directory / WEIGHTS_FILE), metadata={"format": "pt"})
-    written = [WEIGHTS_FILE]
     model = release.model.config.to_dict()
     config = {
         "format": FORMAT,
@@ -491,7 +490,7 @@ def _write_release(
         files[TRAIN_CONFIG_FILE] = release.train_config
     for name, data in files.items():
         (directory / name).write_bytes(data.encode("utf-8") if isinstance(data, str) else data)
-    return written + list(files)
+    return [WEIGHTS_FILE, *files]
 
 
 def push_to_hub(
