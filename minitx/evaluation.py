@@ -222,7 +222,7 @@ def evaluate(
     source); the other arguments are `Translator.translate`'s."""
     if len(sources) != len(references):
         raise ValueError(f"evaluate: {len(sources)} sources but {len(references)} references")
-    config = (decoding or DecodingConfig()).with_changes(**changes)
+    config = DecodingConfig.from_arguments(decoding, **changes)
     start = time.perf_counter()
     hypotheses = translator.translate(sources, config, batch_size=batch_size, progress=progress)
     result = score(hypotheses, references, time.perf_counter() - start)

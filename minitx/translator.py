@@ -347,7 +347,7 @@ class Translator:
 
         An empty (or whitespace-only) sentence gets `[("", 0.0)]`.
         """
-        config = (decoding or DecodingConfig()).with_changes(**changes)
+        config = DecodingConfig.from_arguments(decoding, **changes)
         ids = encode_sources(self.tokenizer, sentences, self.model.config.max_positions, first_line)
         return self._texts(self._decode(ids, config, batch_size, progress))
 
@@ -366,7 +366,7 @@ class Translator:
         are `translate_n_best`'s; e.g. `beam_size=1` for greedy, `strategy="sample",
         temperature=0.7, seed=3` for one sample (the default `DecodingConfig()`: beam search).
         """
-        config = (decoding or DecodingConfig()).with_changes(**changes).replace(n_best=1)
+        config = DecodingConfig.from_arguments(decoding, **changes).replace(n_best=1)
         results = self.translate_n_best(
             sentences, config, batch_size=batch_size, first_line=first_line, progress=progress
         )
@@ -387,7 +387,7 @@ class Translator:
         `ids` are source piece ids without eos, each at most `max_positions - 1` long (as
         `encode_sources` gives them); the other arguments are `translate_n_best`'s.
         """
-        config = (decoding or DecodingConfig()).with_changes(**changes).replace(n_best=1)
+        config = DecodingConfig.from_arguments(decoding, **changes).replace(n_best=1)
         self._check_source_ids(ids)
         results = self._decode(ids, config, batch_size)
         return [[] if hyps is None else _without_specials(hyps[0].tokens) for hyps in results]
@@ -435,7 +435,7 @@ class Translator:
             target word (or piece), over the whitespace words of the (normalised) source and
             of the translation. An empty sentence gets `[("", 0.0, [])]`.
         """
-        config = (decoding or DecodingConfig()).with_changes(**changes)
+        config = DecodingConfig.from_arguments(decoding, **changes)
         ids = encode_sources(self.tokenizer, sentences, self.model.config.max_positions, first_line)
         results = self._decode(ids, config, batch_size, progress)
         pairs = [

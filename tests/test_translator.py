@@ -579,3 +579,24 @@ def test_attribution_methods_as_one_string_are_a_type_error(translator: Translat
     """``methods="ig"`` was read letter by letter: unknown methods ['i', 'g']."""
     with pytest.raises(TypeError, match=r"give a list of methods, e.g. \['ig'\]"):
         translator.attributions("ein mann .", methods="ig")
+
+
+@pytest.mark.parametrize("call", ["translate", "translate_n_best", "translate_ids", "attention"])
+def test_decoding_settings_as_a_dict_are_a_type_error_showing_the_keywords(
+    translator: Translator, call: str
+) -> None:
+    """`translate(s, {"beam_size": 2})` was an AttributeError from inside the config."""
+    source = [[5, 6]] if call == "translate_ids" else ["ein mann ."]
+    if call == "attention":
+        source = source[0]
+    with pytest.raises(TypeError, match=r"not dict; give its fields as keywords.*beam_size=5"):
+        getattr(translator, call)(source, decoding={"beam_size": 2})
+
+
+def test_evaluate_reads_decoding_settings_as_the_translator_does(translator: Translator) -> None:
+    from minitx.evaluation import evaluate
+
+    result = evaluate(translator, ["ein mann ."], ["a man ."], None, beam_size=1)
+    assert result.decoding == "greedy"
+    with pytest.raises(TypeError, match="not dict"):
+        evaluate(translator, ["ein mann ."], ["a man ."], {"beam_size": 1})

@@ -233,6 +233,20 @@ class DecodingConfig:
             changes["strategy"] = "greedy" if changes["beam_size"] == 1 else "beam"
         return self.replace(**changes) if changes else self
 
+    @classmethod
+    def from_arguments(cls, decoding: DecodingConfig | None, **changes: Any) -> DecodingConfig:
+        """What a `decoding` argument (None: `DecodingConfig()`) and keyword `changes` mean
+        together, as every `Translator` method and `evaluate` read them. Anything else as
+        `decoding` (a dict, say) is a TypeError that shows the keyword form."""
+        if decoding is None:
+            decoding = cls()
+        elif not isinstance(decoding, DecodingConfig):
+            raise TypeError(
+                f"decoding must be a DecodingConfig or None, not {type(decoding).__name__}; "
+                "give its fields as keywords instead, e.g. translate(sentences, beam_size=5)"
+            )
+        return decoding.with_changes(**changes)
+
     def replace(self, **changes: Any) -> DecodingConfig:
         """A copy with some fields changed (validated again)."""
         return replace(self, **changes)
