@@ -126,6 +126,23 @@ def test_ct2_translate_keeps_empty_lines_and_order(exported: Path, ct2: Ct2Trans
     assert [out[0], out[3]] == ct2.translate([TOY_TEST_SOURCES[1], TOY_TEST_SOURCES[0]], 1)
 
 
+@pytest.mark.parametrize(
+    ("setting", "named"),
+    [
+        ({"beam_size": -1}, "beam_size"),
+        ({"beam_size": 2.5}, "beam_size"),
+        ({"alpha": float("nan")}, "alpha"),
+        ({"max_len_b": -3}, "max_len_b"),
+        ({"batch_size": 0}, "batch_size"),
+    ],
+)
+def test_ct2_refuses_settings_minitx_refuses(ct2: Ct2Translator, setting: dict, named: str):
+    """As minitx's decoding settings are checked; CTranslate2 aborted the process (a C++
+    dump) on beam_size -1."""
+    with pytest.raises((ValueError, ConfigError), match=named):
+        ct2.translate(["ein mann ."], **setting)
+
+
 def test_ct2_leaves_torchs_thread_count_as_it_was(exported: Path) -> None:
     """CTranslate2 sets the process's OpenMP threads as it starts, and torch shares them:
     torch keeps its own count (it went from 1 to 2, and every torch computation after it

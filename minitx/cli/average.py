@@ -52,7 +52,8 @@ def run(args: argparse.Namespace) -> int:
         )
     averaged = average_checkpoints(args.checkpoints)  # its errors (MinitxError) are one line
     write_checkpoint(averaged, out)
-    print(f"averaged {len(args.checkpoints)} checkpoints into {out} ({out.stat().st_size:,} bytes)")
+    files = f"{len(args.checkpoints)} checkpoint{'s' if len(args.checkpoints) > 1 else ''}"
+    print(f"averaged {files} into {out} ({out.stat().st_size:,} bytes)")
     return 0
 
 
