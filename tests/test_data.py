@@ -208,6 +208,21 @@ def test_corrupt_gzip_is_a_clear_error(toy_corpus_dir: Path, tmp_path: Path) -> 
         load_parallel_corpus(str(directory), "de", "en")
 
 
+def test_a_plain_file_beside_its_gz_twin_is_read_and_named(
+    toy_corpus_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """train.de wins over train.de.gz (a file unpacked, then edited); the log says so."""
+    directory = _copy_toy(toy_corpus_dir, tmp_path / "corpus")
+    (directory / "val.en.gz").write_bytes(gzip.compress(b"other\n" * 3))
+    with caplog.at_level("WARNING", logger="minitx.data.sources"):
+        corpus = load_parallel_corpus(str(directory), "de", "en")
+    assert corpus["validation"]["translation"][0]["en"] == _lines(directory / "val.en")[0]
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warnings == [
+        f"Both val.en and val.en.gz are in {directory}: reading val.en (remove one to choose)."
+    ]
+
+
 def test_directory_without_corpus_files(tmp_path: Path) -> None:
     (tmp_path / "notes.txt").write_text("hello", encoding="utf-8")
     with pytest.raises(FileNotFoundError, match=r"Missing corpus files .*notes\.txt"):

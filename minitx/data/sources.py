@@ -239,6 +239,19 @@ def _raw_file(directory: Path, stem: str, lang: str) -> Path | None:
     return None
 
 
+def _say_which_is_read(path: Path) -> None:
+    """A plain file is read before its ``.gz`` twin; say so, as the two may differ (a file
+    unpacked, then edited)."""
+    if path.suffix != ".gz" and Path(f"{path}.gz").is_file():
+        logger.warning(
+            "Both %s and %s.gz are in %s: reading %s (remove one to choose).",
+            path.name,
+            path.name,
+            path.parent,
+            path.name,
+        )
+
+
 def _jsonl_files(directory: Path) -> list[Path]:
     return sorted(p for p in directory.iterdir() if p.name.endswith((".jsonl", ".jsonl.gz")))
 
@@ -278,6 +291,8 @@ def _open_raw_dir(
     for split, stem in splits.items():
         src_path, tgt_path = (_raw_file(directory, stem, lang) for lang in langs)
         assert src_path is not None and tgt_path is not None
+        for path in (src_path, tgt_path):
+            _say_which_is_read(path)
         streams[split] = RawFilesStream(split, src_path, tgt_path)
     return streams
 
@@ -292,6 +307,7 @@ def _open_jsonl(
         path = Path(pattern.format(split=stem)).expanduser()
         if not path.is_file() and Path(f"{path}.gz").is_file():
             path = Path(f"{path}.gz")
+        _say_which_is_read(path)
         if not path.is_file():
             parent = path.parent
             found = [p.name for p in _jsonl_files(parent)] if parent.is_dir() else []
