@@ -337,6 +337,39 @@ def test_a_resumed_run_with_more_epochs_decays_over_its_new_plan(
     assert second.trainer.optimizers[0].param_groups[0]["lr"] == pytest.approx(0.0)
 
 
+def test_a_resume_past_max_epochs_is_refused_and_writes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """Lightning refused it (a traceback) only after the run's config.yaml, metrics and
+    events had been rewritten for the new setting."""
+    monkeypatch.chdir(tmp_path)
+    main(TINY + QUIET + ["--trainer.max_epochs", "2"])
+    (run_dir,) = run_dirs(tmp_path)
+    before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+        main(TINY + QUIET + ["--trainer.max_epochs", "1", "--ckpt_path", "last"])
+    assert exit_info.value.code == 2
+    last = run_dir.relative_to(tmp_path) / "checkpoints" / "last.ckpt"
+    assert one_error_line(capsys.readouterr().err) == (
+        f"error: --ckpt_path {last}: written in epoch 2 of its run, "
+        "past --trainer.max_epochs 1; resume with --trainer.max_epochs 2 or more (the run's own "
+        "setting, if it was larger), or start a new run"
+    )
+    assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before
+    assert run_dirs(tmp_path) == [run_dir]
+
+
+def test_an_empty_ckpt_path_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_info:
+        main(TINY + QUIET + ["--ckpt_path", ""])
+    assert exit_info.value.code == 2
+    assert one_error_line(capsys.readouterr().err).startswith("error: --ckpt_path is empty;")
+
+
 def test_resume_last_without_a_previous_run_is_a_clear_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

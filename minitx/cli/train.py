@@ -469,6 +469,11 @@ class MinitxCLI(LightningCLI):
         config = self.config
         check_finite(config)
         _check_bleu_schedule(config)
+        if config.ckpt_path is not None and not str(config.ckpt_path).strip():
+            raise UsageError(
+                "--ckpt_path is empty; give a checkpoint file or 'last' (a shell variable such "
+                "as $CKPT may be unset), or leave --ckpt_path out to start a new run"
+            )
         self.resume_path: str | None = config.ckpt_path
         self.run_version: str | None = None
         self.resume_step: int | None = None
@@ -834,7 +839,8 @@ def _check_resume(cli: MinitxCLI, path: Path) -> None:
     run's tokenizer: the data is prepared here, once (the fit then finds it ready).
 
     Raises:
-        UsageError: a weights-only checkpoint.
+        UsageError: a weights-only checkpoint, or one written in a later epoch than
+            ``trainer.max_epochs``.
         ResumeError: another model config, tokenizer or optimizer settings.
     """
     state = read_checkpoint(path, mmap=True)  # a crafted or damaged file: one line, here
@@ -842,6 +848,14 @@ def _check_resume(cli: MinitxCLI, path: Path) -> None:
         raise UsageError(
             f"--ckpt_path {path}: a weights-only checkpoint (no optimizer state, e.g. written by "
             "minitx-average) cannot resume training; resume from a last.ckpt, or start a new run"
+        )
+    # Lightning refuses this only after the run directory has its new config and logs.
+    max_epochs, epoch = cli.trainer.max_epochs, state.get("epoch", 0) + 1
+    if max_epochs not in (None, -1) and epoch > max_epochs:
+        raise UsageError(
+            f"--ckpt_path {path}: written in epoch {epoch} of its run, past "
+            f"--trainer.max_epochs {max_epochs}; resume with --trainer.max_epochs {epoch} or "
+            "more (the run's own setting, if it was larger), or start a new run"
         )
     cli.model.check_resume(state)  # the optimizer settings and the model config: no data yet
     if (state.get(CHECKPOINT_KEY) or {}).get("tokenizer") is not None:
