@@ -9,6 +9,8 @@ A release directory holds what inference needs and nothing else (no optimizer st
 - `README.md`: a model card (languages, data, how to load it, BLEU with its signature when
   an evaluation is given);
 - `train_config.yaml`: the resolved training config, when the checkpoint holds one.
+- `evaluation.json`: the scores the card shows, when an evaluation is given; a re-export of
+  the directory keeps them.
 
 Reading one never executes code: safetensors holds tensors only, `config.json` is plain JSON
 validated through `TransformerConfig.from_dict`, and the tokenizer is sentencepiece data.
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -57,6 +60,8 @@ from minitx.model import Transformer, TransformerConfig
 from minitx.outputs import written_whole
 from minitx.tokenizer import Tokenizer
 
+logger = logging.getLogger(__name__)
+
 FORMAT = "minitx-release"
 """The `format` entry of `config.json`."""
 FORMAT_VERSION = 2
@@ -68,9 +73,15 @@ CONFIG_FILE = "config.json"
 TOKENIZER_FILE = "tokenizer.model"
 CARD_FILE = "README.md"
 TRAIN_CONFIG_FILE = "train_config.yaml"
+EVALUATION_FILE = "evaluation.json"
+"""The scores the card shows, kept so that a re-export (to push, say) shows them again."""
 REQUIRED_FILES = (CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_FILE)
-"""What `load_pretrained` needs; the card and the training config are for people."""
-RELEASE_FILES = (*REQUIRED_FILES, CARD_FILE, TRAIN_CONFIG_FILE)
+"""What `load_pretrained` needs; the card, the training config and the scores are for people."""
+RELEASE_FILES = (*REQUIRED_FILES, CARD_FILE, TRAIN_CONFIG_FILE, EVALUATION_FILE)
+EVALUATION_KEYS = ("weights_sha256", "data", "split", "limit", "sentences", "src_lang", "tgt_lang")
+RESULT_KEYS = ("decoding", "beam", "bleu", "chrf", "signature")
+"""What a release keeps of a `minitx-evaluate --json` report: what its card shows and checks,
+not the report's local paths (the checkpoint's, the data's, the hypotheses')."""
 
 CONFIG_KEYS = (
     "format",
@@ -108,12 +119,14 @@ class Release:
         tokenizer: its joint sentencepiece tokenizer.
         languages: (source, target) language codes, or Nones when unknown.
         train_config: the resolved training config (YAML text), when known.
+        evaluation: the scores of a release directory's card (`EVALUATION_FILE`), if any.
     """
 
     model: Transformer
     tokenizer: Tokenizer
     languages: tuple[str | None, str | None] = (None, None)
     train_config: str | None = None
+    evaluation: dict[str, Any] | None = None
 
 
 # ---------------------------------------------------------------------------------- reading
@@ -298,7 +311,23 @@ def load_pretrained(directory: str | Path) -> Release:
     train_config = (
         train_config_path.read_text(encoding="utf-8") if train_config_path.is_file() else None
     )
-    return Release(model, tokenizer, (config["src_lang"], config["tgt_lang"]), train_config)
+    languages = (config["src_lang"], config["tgt_lang"])
+    return Release(model, tokenizer, languages, train_config, _read_evaluation(directory))
+
+
+def _read_evaluation(directory: Path) -> dict[str, Any] | None:
+    """The release's kept scores; an unreadable file is named and left out (the model
+    translates without it)."""
+    path = directory / EVALUATION_FILE
+    if not path.is_file():
+        return None
+    try:
+        evaluation = json.loads(path.read_text(encoding="utf-8"))
+        check_evaluation(evaluation, where=str(path))
+    except (UnicodeDecodeError, json.JSONDecodeError, ConfigError) as exc:
+        logger.warning("%s left out: %s", path, exc)
+        return None
+    return evaluation
 
 
 def download(repo_id: str, *, revision: str | None = None) -> Path:
@@ -420,11 +449,14 @@ def save_pretrained(
     Args:
         evaluation: a `minitx-evaluate --json` report of these weights (`check_evaluation`,
             before anything is written); its BLEU scores and signatures go into the card.
+            None: the release's own (`Release.evaluation`), if it has one.
         evaluation_name: how an error names the report (its file).
 
     Returns:
         The written files.
     """
+    if evaluation is None and release.evaluation is not None:
+        evaluation, evaluation_name = release.evaluation, EVALUATION_FILE
     if evaluation is not None:
         checksum = weights_checksum(release.model)
         check_evaluation(evaluation, release.languages, evaluation_name, checksum)
@@ -488,6 +520,13 @@ def _write_release(
     }
     if release.train_config is not None:
         files[TRAIN_CONFIG_FILE] = release.train_config
+    if evaluation is not None:
+        kept = {key: evaluation[key] for key in EVALUATION_KEYS if key in evaluation}
+        kept["results"] = [
+            {key: result[key] for key in RESULT_KEYS if key in result}
+            for result in evaluation["results"]
+        ]
+        files[EVALUATION_FILE] = json.dumps(kept, indent=2, ensure_ascii=False) + "\n"
     for name, data in files.items():
         (directory / name).write_bytes(data.encode("utf-8") if isinstance(data, str) else data)
     return [WEIGHTS_FILE, *files]

@@ -549,7 +549,36 @@ def test_export_records_the_evaluation_in_the_card(
         assert f"{line} (`{result['signature']}`)" in card
     assert "- greedy: BLEU" in card and "`nrefs:1|" in card
     assert "sacreBLEU on the first 3 lines of the `test` split of" in card  # --limit 3
+    kept = (out / "evaluation.json").read_text(encoding="utf-8")
+    assert str(tmp_path) not in kept  # the report's local paths stay local
+
+    # exported again without --evaluation (to push it, as the guide does): the scores stay
+    again = tmp_path / "again"
+    for source, target in ((out, out), (out, again)):
+        assert export_cli.main(["--checkpoint", str(source), "--out", str(target)]) == 0
+        assert (target / "README.md").read_text(encoding="utf-8") == card
+    # an export from the checkpoint with no report has no scores: none are carried over
+    assert export_cli.main(["--checkpoint", str(release_dir), "--out", str(again)]) == 0
+    assert "Not measured" in (again / "README.md").read_text(encoding="utf-8")
+    assert not (again / "evaluation.json").exists()
     capsys.readouterr()
+
+
+def test_a_damaged_evaluation_file_is_named_and_left_out(
+    release_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The scores are for people: the model still loads and translates without them."""
+    from minitx.release import load
+
+    copy = tmp_path / "copy"
+    shutil.copytree(release_dir, copy)
+    (copy / "evaluation.json").write_text("{not json", encoding="utf-8")
+    with caplog.at_level("WARNING", logger="minitx.release"):
+        loaded = load(copy)
+    assert loaded.evaluation is None
+    assert [r.getMessage().split(":")[0] for r in caplog.records] == [
+        f"{copy / 'evaluation.json'} left out"
+    ]
 
 
 @pytest.mark.parametrize(
