@@ -53,6 +53,12 @@ class AlignmentConfig:
     unit: str = "word"
 
     def __post_init__(self) -> None:
+        for name in ("layer", "head"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+                raise ConfigError(
+                    f"AlignmentConfig.{name} must be a whole number or None, got {value!r}"
+                )
         if self.unit not in UNITS:
             raise ConfigError(f"AlignmentConfig.unit must be one of {UNITS}, got {self.unit!r}")
 

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from minitx.errors import ConfigError
+from minitx.errors import ConfigError, check_whole_number
 from minitx.teacher_forcing import frame_pairs, pair_ids, target_log_probs, teacher_forced
 
 if TYPE_CHECKING:
@@ -166,8 +166,7 @@ def gradient_attributions(
     from captum.attr import InputXGradient, IntegratedGradients, Saliency
 
     methods = check_methods(methods)
-    if ig_steps < 1:
-        raise ConfigError(f"ig_steps must be at least 1, got {ig_steps}")
+    check_whole_number("ig_steps", ig_steps, 1)
     n_rows = targets.size(0)
     f = _log_prob_function(model, src[None], tgt_in[None], targets[None])
     with torch.no_grad():

@@ -88,6 +88,13 @@ def check_known_keys(where: str, values: Iterable[str], known: Iterable[str]) ->
         raise ConfigError(f"{where}: unknown keys {unknown}; known keys are {sorted(known)}")
 
 
+def check_whole_number(name: str, value: object, minimum: int) -> None:
+    """Raise a `ConfigError` unless `value` is an int (not a bool) of at least `minimum`: a
+    count or a seed given as 1.5 or "3" failed later, deep inside torch or numpy."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(f"{name} must be a whole number >= {minimum}, got {value!r}")
+
+
 def require_extra(module: str, extra: str, feature: str) -> ModuleType:
     """Import the optional library `module`, or raise `MissingExtraError` saying
     ``pip install 'minitx[extra]'`` (for `feature`, e.g. "CTranslate2 export")."""

@@ -17,7 +17,7 @@ import torch
 from torch import Tensor, nn
 
 from minitx.attention import MultiHeadAttention
-from minitx.errors import ConfigError
+from minitx.errors import ConfigError, check_whole_number
 
 ATTENTION_MODES = ("soft", "hard-argmax", "hard-sample")
 """How attention uses its weights: "soft" the softmax itself (training, and the default);
@@ -42,6 +42,12 @@ def check_attention_scope(scope: str) -> None:
     if scope not in HARD_ATTENTION_SCOPES:
         choices = ", ".join(HARD_ATTENTION_SCOPES)
         raise ConfigError(f"unknown attention scope {scope!r}; choose one of {choices}")
+
+
+def check_attention_seed(seed: int) -> None:
+    """Raise `ConfigError` unless `seed` is a whole number >= 0 (torch's generators take no
+    other; a float or string failed at the first translation)."""
+    check_whole_number("attention seed", seed, 0)
 
 
 def hard_weights(weights: Tensor, mode: str, generator: torch.Generator | None = None) -> Tensor:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import operator
 import tempfile
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
@@ -28,7 +29,11 @@ from minitx.attribution import (
 )
 from minitx.decoding import DecodingConfig, Hypothesis, generate
 from minitx.errors import ConfigError
-from minitx.hard_attention import check_attention_mode, check_attention_scope
+from minitx.hard_attention import (
+    check_attention_mode,
+    check_attention_scope,
+    check_attention_seed,
+)
 from minitx.maps import AttentionMaps, teacher_forced_maps
 from minitx.model import Transformer
 from minitx.release import Release
@@ -123,6 +128,28 @@ def usable_device(device: str | torch.device) -> torch.device:
     return device
 
 
+def _alignment_config(alignment: AlignmentConfig | None) -> AlignmentConfig:
+    """An `alignment` argument: None is `AlignmentConfig()`; a dict is a TypeError saying so
+    (it was an AttributeError inside)."""
+    if alignment is None:
+        return AlignmentConfig()
+    if not isinstance(alignment, AlignmentConfig):
+        raise TypeError(
+            f"alignment must be an AlignmentConfig or None, not {type(alignment).__name__}; "
+            "e.g. alignment=AlignmentConfig(layer=0)"
+        )
+    return alignment
+
+
+def _is_index(value: object) -> bool:
+    """An int, a numpy integer or a 0-d integer tensor: what can stand for a piece id."""
+    try:
+        operator.index(value)
+    except TypeError:
+        return False
+    return True
+
+
 def _without_specials(tokens: Sequence[int]) -> list[int]:
     """A hypothesis' ids without eos and padding: the pieces exactly as decoded."""
     return [t for t in tokens if t not in (EOS_ID, PAD_ID)]
@@ -179,6 +206,7 @@ class Translator:
         `ConfigError` for an unknown mode or scope comes here, before any translation."""
         check_attention_mode(mode)
         check_attention_scope(scope)
+        check_attention_seed(seed)
         self.attention_mode, self.attention_scope, self.attention_seed = mode, scope, seed
 
     def _attention_context(self, model: Transformer | None = None) -> AbstractContextManager:
@@ -397,6 +425,11 @@ class Translator:
         and the positions' "raise max_positions" said neither which nor what to do)."""
         vocab, limit = self.model.config.src_vocab_size, self.model.config.max_positions - 1
         for i, seq in enumerate(ids):
+            if isinstance(seq, str) or not all(_is_index(t) for t in seq):
+                raise TypeError(
+                    f"source {i} is {seq!r}: give each source as a list of piece ids (ints); "
+                    "for text, use translate()"
+                )
             bad = next((t for t in seq if not 0 <= t < vocab), None)
             if bad is not None:
                 raise ValueError(
@@ -443,7 +476,7 @@ class Translator:
             for i, hyps in enumerate(results)
             for h in hyps or []
         ]
-        alignments = iter(self._alignments(pairs, alignment or AlignmentConfig(), batch_size))
+        alignments = iter(self._alignments(pairs, _alignment_config(alignment), batch_size))
         return [
             [(text, score, [] if hyps is None else next(alignments)) for text, score in texts]
             for hyps, texts in zip(results, self._texts(results), strict=True)
@@ -471,7 +504,7 @@ class Translator:
         if len(sources) != len(translations):
             raise ValueError(f"align: {len(sources)} sources but {len(translations)} translations")
         pairs = list(zip(src_ids, tgt_ids, strict=True))
-        return self._alignments(pairs, alignment or AlignmentConfig(), batch_size)
+        return self._alignments(pairs, _alignment_config(alignment), batch_size)
 
     def _target(
         self,

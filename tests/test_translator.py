@@ -10,9 +10,11 @@ from __future__ import annotations
 import contextlib
 import json
 import pickle
+import re
 import shutil
 import subprocess
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -20,6 +22,7 @@ import torch
 import yaml
 from helpers import PYTHON, TOY_TEST_SOURCES, TinyRun, subprocess_env
 
+from minitx.alignment import AlignmentConfig
 from minitx.checkpoint import CHECKPOINT_KEY, load_checkpoint
 from minitx.decoding import DecodingConfig, greedy_decode
 from minitx.errors import CheckpointError, ConfigError
@@ -600,3 +603,49 @@ def test_evaluate_reads_decoding_settings_as_the_translator_does(translator: Tra
     assert result.decoding == "greedy"
     with pytest.raises(TypeError, match="not dict"):
         evaluate(translator, ["ein mann ."], ["a man ."], {"beam_size": 1})
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "message"),
+    [
+        (
+            lambda t: t.translate_with_alignment(["ein mann ."], alignment={"layer": 0}),
+            TypeError,
+            "alignment must be an AlignmentConfig or None, not dict",
+        ),
+        (
+            lambda t: t.align(["ein mann ."], ["a man ."], alignment={"layer": 0}),
+            TypeError,
+            "alignment must be an AlignmentConfig or None, not dict",
+        ),
+        (lambda t: t.set_attention("hard-sample", seed="x"), ConfigError, "attention seed"),
+        (lambda t: t.set_attention("hard-sample", seed=-5), ConfigError, "attention seed"),
+        (
+            lambda t: t.attributions("ein mann .", methods=["ig"], ig_steps=1.5),
+            ConfigError,
+            "ig_steps must be a whole number >= 1, got 1.5",
+        ),
+        (lambda t: AlignmentConfig(layer="0"), ConfigError, "AlignmentConfig.layer"),
+        (lambda t: t.translate_ids(["ab"]), TypeError, "source 0 is 'ab': give each source"),
+        (lambda t: t.translate_ids([[5.0, 6]]), TypeError, "list of piece ids"),
+    ],
+    ids=[
+        "alignment-dict",
+        "align-dict",
+        "seed-text",
+        "seed-negative",
+        "ig-steps-float",
+        "layer-text",
+        "ids-text",
+        "ids-float",
+    ],
+)
+def test_library_arguments_of_the_wrong_kind_are_named_at_once(
+    translator: Translator, call: Callable, error: type, message: str
+) -> None:
+    """They failed later and elsewhere: an AttributeError inside alignment, torch's
+    manual_seed at the next translation, numpy's polynomial code, a comparison of str and
+    int."""
+    with pytest.raises(error, match=re.escape(message)):
+        call(translator)
+    translator.set_attention("soft")

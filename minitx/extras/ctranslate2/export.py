@@ -40,7 +40,7 @@ from torch import nn
 
 from minitx import release
 from minitx.decoding import DecodingConfig
-from minitx.errors import ConfigError, require_extra
+from minitx.errors import ConfigError, check_whole_number, require_extra
 from minitx.model import Transformer, TransformerConfig
 from minitx.outputs import check_output_dir, written_whole
 from minitx.tokenizer import Tokenizer
@@ -368,8 +368,7 @@ class Ct2Translator:
         """
         # minitx's own checks of these settings: CTranslate2 aborts the process on some (beam -1)
         DecodingConfig(beam_size=beam_size, alpha=alpha, max_len_a=max_len_a, max_len_b=max_len_b)
-        if not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be a whole number >= 1, got {batch_size!r}")
+        check_whole_number("batch_size", batch_size, 1)
         # pieces (unknown ones as <unk>), cut as minitx cuts them; CTranslate2 appends eos
         ids = encode_sources(self.tokenizer, sentences, self.max_positions)
         sources = [self.tokenizer.id_to_piece(seq) for seq in ids]
