@@ -22,8 +22,9 @@ from typing import Any
 
 import torch
 
-from minitx.errors import CheckpointError, MissingFileError
+from minitx.errors import CheckpointError, MissingFileError, UnregisteredError
 from minitx.model import Transformer, TransformerConfig
+from minitx.registry import UNREGISTERED_WHEN_LOADING
 from minitx.textio import atomic_path
 from minitx.tokenizer import Tokenizer
 
@@ -190,6 +191,8 @@ def model_from_checkpoint(
         config = TransformerConfig.from_dict(payload["model_config"])
         tokenizer = Tokenizer(payload["tokenizer"])
         model = Transformer(config)
+    except UnregisteredError as exc:
+        raise CheckpointError(f"{path}: {exc}; {UNREGISTERED_WHEN_LOADING}") from None
     except (ValueError, TypeError, RuntimeError, AttributeError) as exc:
         raise CheckpointError(
             f"{path}: damaged minitx checkpoint: {type(exc).__name__}: {exc}"

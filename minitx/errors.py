@@ -33,6 +33,11 @@ class ConfigError(MinitxError, ValueError):
     """A setting has a value minitx cannot use; the message names it and what to choose."""
 
 
+class UnregisteredError(ConfigError):
+    """A name no registry holds (`minitx.registry.Registry.check`): a typo in a setting, or a
+    model built with a name the user's own module registers, loaded where it is not imported."""
+
+
 class DataError(MinitxError, ValueError):
     """A corpus or text file minitx cannot use (bad UTF-8, unequal line counts, bad JSON, a
     missing split or language); the message names the file and, where it helps, the line."""

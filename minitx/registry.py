@@ -14,9 +14,17 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Generic, TypeVar
 
-from minitx.errors import ConfigError
+from minitx.errors import UnregisteredError
 
 T = TypeVar("T")
+
+
+UNREGISTERED_WHEN_LOADING = (
+    "a model built with a name that code of its own registers loads where that module is "
+    "imported first (for a command, a script that imports it, then runs the command: "
+    "docs/guides/extending.md)"
+)
+"""What a loader adds to an `UnregisteredError`: the file is not damaged."""
 
 
 class Registry(Generic[T]):
@@ -63,10 +71,13 @@ class Registry(Generic[T]):
         return tuple(self._entries)
 
     def check(self, name: str, *, where: str = "") -> None:
-        """Raise a `ConfigError` (a `ValueError`) naming the choices when `name` is unknown."""
+        """Raise an `UnregisteredError` (a `ConfigError`) naming the choices when `name` is
+        unknown."""
         if name not in self._entries:
             prefix = f"{where}: " if where else ""
-            raise ConfigError(f"{prefix}unknown {self.kind} {name!r}; choose one of {self.names()}")
+            raise UnregisteredError(
+                f"{prefix}unknown {self.kind} {name!r}; choose one of {self.names()}"
+            )
 
     def __getitem__(self, name: str) -> T:
         self.check(name)

@@ -54,10 +54,12 @@ from minitx.errors import (
     MissingFileError,
     OutputError,
     SourceUnreachableError,
+    UnregisteredError,
     check_known_keys,
 )
 from minitx.model import Transformer, TransformerConfig
 from minitx.outputs import written_whole
+from minitx.registry import UNREGISTERED_WHEN_LOADING
 from minitx.tokenizer import Tokenizer
 
 logger = logging.getLogger(__name__)
@@ -193,6 +195,8 @@ def read_config(directory: str | Path) -> dict[str, Any]:
         )
     try:
         values["model"] = TransformerConfig.from_dict(values["model"])
+    except UnregisteredError as exc:
+        raise CheckpointError(f"{path}: {exc}; {UNREGISTERED_WHEN_LOADING}") from None
     except (ValueError, TypeError) as exc:
         raise CheckpointError(f"{path}: {exc}") from None
     for name, maximum in MODEL_MAXIMA.items():

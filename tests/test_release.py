@@ -770,3 +770,30 @@ def test_a_local_path_wins_over_a_repo_id(
     with pytest.raises(FileNotFoundError, match="checkpoint not found: me/missing.ckpt"):
         Translator.from_pretrained("me/missing.ckpt")  # a .ckpt name is never a repo id
     assert not os.path.exists("me/missing.ckpt")
+
+
+def test_a_model_with_a_score_not_registered_here_is_not_called_damaged(
+    tiny_checkpoint: Path, release_dir: Path, tmp_path: Path
+) -> None:
+    """A checkpoint or release of a model trained with the user's own registered score
+    ("cosine", docs/guides/extending.md) read as a "damaged minitx checkpoint"; the fix is
+    to import the module that registers it."""
+    from minitx.checkpoint import CHECKPOINT_KEY, load_checkpoint, model_from_checkpoint
+    from minitx.release import load, model_checksum
+
+    checkpoint = load_checkpoint(tiny_checkpoint)
+    checkpoint[CHECKPOINT_KEY]["model_config"]["score"] = "cosine"
+    with pytest.raises(CheckpointError) as caught:
+        model_from_checkpoint(checkpoint, "cos.ckpt")
+    copy = tmp_path / "release"
+    shutil.copytree(release_dir, copy)
+    config = json.loads((copy / "config.json").read_text(encoding="utf-8"))
+    config["model"]["score"] = "cosine"
+    config["model_sha256"] = model_checksum(config["model"])
+    (copy / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    with pytest.raises(CheckpointError) as caught_release:
+        load(copy)
+    for message in (str(caught.value), str(caught_release.value)):
+        assert "damaged" not in message
+        assert "unknown attention score 'cosine'" in message
+        assert "imported first" in message and "docs/guides/extending.md" in message
