@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import shlex
 import subprocess
 from dataclasses import fields
 from pathlib import Path
@@ -321,6 +322,15 @@ def test_runner_on_the_toy_corpus(
     test = load_split("builtin:toy", "test", "de", "en", None)
     plain = evaluate(translator, test.sources, test.references, beam_size=1)
     assert hard["soft"]["test_bleu_greedy"] == pytest.approx(plain.bleu)
+    # the written command scores that same data (minitx-evaluate's default is Multi30k's)
+    from minitx.cli import evaluate as evaluate_cli
+
+    report, hyp = tmp_path / "soft.json", str(tmp_path / "{beam}.hyp")
+    args = [*shlex.split(hard["soft"]["command"])[1:], "--json", str(report), "--hyp-out", hyp]
+    assert evaluate_cli.main(args) == 0
+    scored = json.loads(report.read_text())["results"][0]["bleu"]
+    assert scored == pytest.approx(hard["soft"]["test_bleu_greedy"])
+    assert "(test split of `builtin:toy`, greedy)" in (out / "hard" / "results.md").read_text()
 
 
 def test_a_variant_that_fails_says_so_and_every_variant_failing_is_an_error(

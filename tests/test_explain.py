@@ -79,6 +79,7 @@ def test_the_command_writes_tables_and_figures(tiny_checkpoint: Path, tmp_path: 
         assert 0 <= entry["changed"] <= 1
     table = (out / "explain" / "results.md").read_text()
     assert "## explain" in table and "| integrated gradients | layer 0 |" in table
+    assert " test sentences of `builtin:toy` translated greedily" in table  # its own data
     assert "### Removing the most important source piece" in table
     for png in ("agreement.png", "removal.png"):
         assert (out / "explain" / png).stat().st_size > 1000, png

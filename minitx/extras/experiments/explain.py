@@ -267,7 +267,8 @@ def markdown(summary: dict[str, Any]) -> str:
         "",
         f"Claim: {summary['claim']}",
         "",
-        f"`{summary['checkpoint']}`: {summary['sentences']} test sentences translated greedily "
+        f"`{summary['checkpoint']}`: {summary['sentences']} test sentences of "
+        f"`{summary.get('data', '?')}` translated greedily "
         f"(of {summary['sentences'] + summary['skipped']} read; a one-piece source or an empty "
         f"translation is skipped), BLEU {summary['bleu']:.2f}. Integrated gradients: "
         f"{summary['ig_steps']} Gauss-Legendre nodes"
@@ -453,6 +454,7 @@ def run_explain(
         "experiment": NAME,
         "claim": experiment.claim,
         "checkpoint": str(checkpoint),
+        "data": source,  # the checkpoint's own training data: its test split is read
         "command": command,
         "languages": list(langs),
         **summary,

@@ -99,7 +99,8 @@ def markdown(summary: dict[str, Any]) -> str:
     columns = HARD if hard else COMMON + EXTRA.get(name, [])
     lines = [f"## {name}", "", f"Claim: {summary['claim']}", ""]
     if hard:
-        lines.append(f"Decoding `{summary['checkpoint']}` (test split, greedy).")
+        data = f" of `{summary['data']}`" if summary.get("data") else ""
+        lines.append(f"Decoding `{summary['checkpoint']}` (test split{data}, greedy).")
     else:
         extra = " ".join(f"`--{o}`" for o in summary["overrides"])
         lines.append(

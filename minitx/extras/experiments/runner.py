@@ -19,6 +19,7 @@ import hashlib
 import json
 import math
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -301,13 +302,15 @@ def probe(settings: Settings, probes: list[str], checkpoint: Path) -> dict[str, 
 
 def decode_variants(
     settings: Settings, name: str, variants: list[Variant], checkpoint: Path
-) -> list[dict]:
-    """The "hard" experiment: each variant decodes the test split of `checkpoint` (greedy)
-    with its attention mode."""
+) -> tuple[list[dict], str]:
+    """The "hard" experiment: each variant decodes the test split of `checkpoint`'s own data
+    (greedy) with its attention mode. Returns the rows and that data source."""
     from minitx.evaluation import evaluate, load_split
 
     translator, source, langs = load_trained(checkpoint)
     test = load_split(source, "test", *langs, None)
+    # the data and languages named: minitx-evaluate's defaults are Multi30k's, not the model's
+    scored = f"--data {shlex.quote(source)} --src-lang {langs[0]} --tgt-lang {langs[1]}"
     results = []
     for variant in variants:
         mode, scope = variant.overrides["attention"], variant.overrides["scope"]
@@ -322,7 +325,8 @@ def decode_variants(
                 "name": variant.name,
                 "overrides": variant.overrides,
                 "command": (
-                    f"minitx-evaluate --checkpoint {checkpoint} --beam 1 --attention {mode}"
+                    f"minitx-evaluate --checkpoint {shlex.quote(str(checkpoint))} {scored} "
+                    f"--beam 1 --attention {mode}"
                     + (f" --hard-attention-scope {scope}" if mode != "soft" else "")
                     + (f" --seed {settings.seed}" if mode == "hard-sample" else "")
                 ),
@@ -333,7 +337,7 @@ def decode_variants(
             }
         )
     translator.set_attention("soft")
-    return results
+    return results, source
 
 
 def load_trained(checkpoint: Path) -> tuple[Translator, str, tuple[str, str]]:
@@ -357,10 +361,10 @@ def run_experiment(name: str, settings: Settings, only: list[str] | None = None)
     variants = [v for v in experiment.variants if not only or v.name in only]
     if experiment.trains:
         results = [train_variant(settings, experiment, v) for v in variants]
-        checkpoint = None
+        checkpoint = data = None
     else:
         checkpoint = settings.checkpoint or default_checkpoint(settings)
-        results = decode_variants(settings, name, variants, checkpoint)
+        results, data = decode_variants(settings, name, variants, checkpoint)
     if only:  # the other rows of an earlier call stay
         results = _merged(settings.out / name / "results.json", results, experiment)
     summary = {
@@ -370,6 +374,7 @@ def run_experiment(name: str, settings: Settings, only: list[str] | None = None)
         "config": " + ".join(base_configs(settings)),
         "overrides": settings.overrides,
         "checkpoint": str(checkpoint) if checkpoint else None,
+        "data": data,
         "settings": {k: str(v) for k, v in asdict(settings).items()},
         "variants": results,
     }
