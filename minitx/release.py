@@ -31,6 +31,7 @@ import hashlib
 import json
 import logging
 import re
+import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -533,6 +534,8 @@ def _write_release(
         files[EVALUATION_FILE] = json.dumps(kept, indent=2, ensure_ascii=False) + "\n"
     for name, data in files.items():
         (directory / name).write_bytes(data.encode("utf-8") if isinstance(data, str) else data)
+    # safetensors writes its file 0600: readable as the other files are (the umask's mode)
+    shutil.copymode(directory / CONFIG_FILE, directory / WEIGHTS_FILE)
     return [WEIGHTS_FILE, *files]
 
 

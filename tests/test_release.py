@@ -797,3 +797,10 @@ def test_a_model_with_a_score_not_registered_here_is_not_called_damaged(
         assert "damaged" not in message
         assert "unknown attention score 'cosine'" in message
         assert "imported first" in message and "docs/guides/extending.md" in message
+
+
+def test_the_weights_are_as_readable_as_the_other_release_files(release_dir: Path) -> None:
+    """safetensors writes its file 0600: a release shared on a server had weights only its
+    writer could read."""
+    modes = {p.name: p.stat().st_mode & 0o777 for p in release_dir.iterdir()}
+    assert modes["model.safetensors"] == modes["config.json"], modes
