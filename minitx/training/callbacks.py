@@ -331,7 +331,7 @@ class CheckpointOnInterrupt(L.Callback):
         self.stop_signal = signum
         what = "Ctrl-C" if signum == signal.SIGINT else "SIGTERM"
         print(
-            f"\n{what}: stopping after this update or validation (Ctrl-C again stops at once)",
+            f"\n{what}: stopping after this update or validation (a second {what} stops at once)",
             file=sys.stderr,
             flush=True,
         )
