@@ -200,6 +200,16 @@ def test_utf16_corpus_file_is_refused_not_read_as_nul_laden_text(
         load_parallel_corpus(str(directory), "de", "en")
 
 
+def test_carriage_return_line_ends_are_named(toy_corpus_dir: Path, tmp_path: Path) -> None:
+    """A file with \\r-only line ends read as one long pair, then "skipped 1 of 1 pairs
+    longer than max_len"."""
+    directory = _copy_toy(toy_corpus_dir, tmp_path / "corpus")
+    text = (directory / "val.en").read_text(encoding="utf-8")
+    (directory / "val.en").write_text(text.replace("\n", "\r"), encoding="utf-8", newline="")
+    with pytest.raises(DataError, match=r"val\.en: one line with carriage returns .*tr '\\r'"):
+        load_parallel_corpus(str(directory), "de", "en")
+
+
 def test_corrupt_gzip_is_a_clear_error(toy_corpus_dir: Path, tmp_path: Path) -> None:
     directory = _copy_toy(toy_corpus_dir, tmp_path / "corpus")
     (directory / "val.en").unlink()

@@ -122,6 +122,12 @@ def iter_lines(path: Path) -> Iterator[str]:
         with gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb") as file:
             # binary readlines splits on b"\n" only; whole lines of about _READ_BYTES at a time
             while block := file.readlines(_READ_BYTES):
+                if line_number == 1 and len(block) == 1 and b"\r" in block[0].rstrip(b"\r\n"):
+                    raise DataError(
+                        f"{path}: one line with carriage returns (\\r) inside: its line ends "
+                        "are \\r only (an old Mac format); convert them to \\n, e.g. "
+                        f"tr '\\r' '\\n' < {path.name} > fixed"
+                    )
                 text = decode_utf8(b"".join(block), str(path), first_line=line_number)
                 yield from (line.removesuffix("\r") for line in text.removesuffix("\n").split("\n"))
                 line_number += len(block)
