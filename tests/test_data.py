@@ -210,6 +210,17 @@ def test_carriage_return_line_ends_are_named(toy_corpus_dir: Path, tmp_path: Pat
         load_parallel_corpus(str(directory), "de", "en")
 
 
+def test_french_from_the_hub_copy_of_multi30k_is_refused_before_any_download(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The hub copy holds de and en only: offline that was 30 s of retries and a message about
+    the hub, online a download, then "no language(s) ['fr']"."""
+    monkeypatch.delenv("MINITX_DATA_DIR", raising=False)
+    monkeypatch.setattr(datasets, "load_dataset", lambda *a, **k: pytest.fail("downloaded"))
+    with pytest.raises(MissingFileError, match=r"German and English only, not fr\. Set MINITX_"):
+        load_parallel_corpus("bentrevett/multi30k", "fr", "en")
+
+
 def test_corrupt_gzip_is_a_clear_error(toy_corpus_dir: Path, tmp_path: Path) -> None:
     directory = _copy_toy(toy_corpus_dir, tmp_path / "corpus")
     (directory / "val.en").unlink()

@@ -35,6 +35,8 @@ DATA_DIR_ENV = "MINITX_DATA_DIR"
 DEFAULT_SOURCE = "bentrevett/multi30k"
 """The default data source: the Multi30k hub copy (``MINITX_DATA_DIR`` replaces it), read by
 `TranslationDataModule`, minitx-evaluate and the experiments when none is given."""
+DEFAULT_SOURCE_LANGUAGES = ("de", "en")
+"""The languages of `DEFAULT_SOURCE` (French and Czech are in the raw files only)."""
 
 MULTI30K_SPLITS: Mapping[str, str] = {
     "train": "train",
@@ -169,6 +171,14 @@ def open_parallel_corpus(
         raise MissingFileError(
             f"Data source directory not found: {path.resolve()} (from {source!r}). Point "
             f"data.source or {DATA_DIR_ENV} at a directory of {{split}}.{{lang}}[.gz] files."
+        )
+    absent = [lang for lang in langs if lang not in DEFAULT_SOURCE_LANGUAGES]
+    if source == DEFAULT_SOURCE and not hub_options and absent:  # no download to find it out
+        raise MissingFileError(
+            f"The hub copy of Multi30k ({DEFAULT_SOURCE}) holds German and English only, not "
+            f"{', '.join(absent)}. Set {DATA_DIR_ENV} (or data.source) to a directory of raw "
+            f"files such as train.{absent[0]}, val.{absent[0]}, test_2016_flickr.{absent[0]} "
+            "(the multi30k/dataset repository's data/task1/raw)."
         )
     return _open_hub(source, langs, dict(splits or HUB_SPLITS), dict(hub_options or {}))
 
