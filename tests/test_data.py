@@ -279,8 +279,11 @@ def test_jsonl_directory_and_pattern(toy_corpus_dir: Path, tmp_path: Path, neste
 def test_jsonl_errors_name_file_and_line(tmp_path: Path) -> None:
     good = json.dumps({"translation": {"de": "ein hund .", "en": "a dog ."}})
     (tmp_path / "train.jsonl").write_text(f"{good}\n{{broken\n", encoding="utf-8")
-    with pytest.raises(ValueError, match=r"train\.jsonl: line 2 is not valid JSON"):
+    with pytest.raises(ValueError, match=r"train\.jsonl: line 2 is not valid JSON \([^)]*\)\.$"):
         load_parallel_corpus(str(tmp_path / "{split}.jsonl"), "de", "en", splits={"train": "train"})
+    (tmp_path / "train.de").write_text("ein hund .\n", encoding="utf-8")  # text, not jsonl
+    with pytest.raises(ValueError, match=r"with \{split\} names jsonl files: for \{split\}\.\{"):
+        load_parallel_corpus(str(tmp_path / "{split}.de"), "de", "en", splits={"train": "train"})
     (tmp_path / "train.jsonl").write_text(
         f'{good}\n{{"de": "ein hund .", "fr": "un chien ."}}\n', encoding="utf-8"
     )

@@ -187,7 +187,15 @@ class JsonlStream(PairStream):
         try:
             record = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise DataError(f"{self.path}: line {number} is not valid JSON ({exc.msg}).") from None
+            hint = (  # a {split} pattern reads jsonl only: say so where the name suggests text
+                ""
+                if self.path.name.endswith((".jsonl", ".jsonl.gz", ".json"))
+                else "; a data.source pattern with {split} names jsonl files: for "
+                "{split}.{lang} text files give their directory instead"
+            )
+            raise DataError(
+                f"{self.path}: line {number} is not valid JSON ({exc.msg}){hint}."
+            ) from None
         pair = record.get("translation", record) if isinstance(record, dict) else None
         if not isinstance(pair, dict) or any(lang not in pair for lang in langs):
             fields = sorted(pair) if isinstance(pair, dict) else type(record).__name__
