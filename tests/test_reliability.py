@@ -343,21 +343,24 @@ def test_a_resume_past_max_epochs_is_refused_and_writes_nothing(
     """Lightning refused it (a traceback) only after the run's config.yaml, metrics and
     events had been rewritten for the new setting."""
     monkeypatch.chdir(tmp_path)
-    main(TINY + QUIET + ["--trainer.max_epochs", "2"])
+    main(TINY + QUIET + ["--trainer.max_epochs", "3"])
     (run_dir,) = run_dirs(tmp_path)
     before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
     capsys.readouterr()
     with pytest.raises(SystemExit) as exit_info:
-        main(TINY + QUIET + ["--trainer.max_epochs", "1", "--ckpt_path", "last"])
+        main(TINY + QUIET + ["--trainer.max_epochs", "2", "--ckpt_path", "last"])
     assert exit_info.value.code == 2
     last = run_dir.relative_to(tmp_path) / "checkpoints" / "last.ckpt"
     assert one_error_line(capsys.readouterr().err) == (
-        f"error: --ckpt_path {last}: written in epoch 2 of its run, "
-        "past --trainer.max_epochs 1; resume with --trainer.max_epochs 2 or more (the run's own "
+        f"error: --ckpt_path {last}: its run had gone through 3 epochs, more than "
+        "--trainer.max_epochs 2; resume with --trainer.max_epochs 3 or more (the run's own "
         "setting, if it was larger), or start a new run"
     )
     assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before
     assert run_dirs(tmp_path) == [run_dir]
+    # the run's own setting resumes the finished run (it trains nothing more), as Lightning does
+    again = main(TINY + QUIET + ["--trainer.max_epochs", "3", "--ckpt_path", "last"])
+    assert again.trainer.current_epoch == 3
 
 
 def test_an_empty_ckpt_path_is_one_line(

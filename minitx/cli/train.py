@@ -849,12 +849,16 @@ def _check_resume(cli: MinitxCLI, path: Path) -> None:
             f"--ckpt_path {path}: a weights-only checkpoint (no optimizer state, e.g. written by "
             "minitx-average) cannot resume training; resume from a last.ckpt, or start a new run"
         )
-    # Lightning refuses this only after the run directory has its new config and logs.
-    max_epochs, epoch = cli.trainer.max_epochs, state.get("epoch", 0) + 1
-    if max_epochs not in (None, -1) and epoch > max_epochs:
+    # Lightning refuses this only after the run directory has its new config and logs. Its
+    # epoch on resume is the epochs the loop had processed (one more than the file's "epoch"
+    # when it was written at an epoch's end); "epoch" alone where the file does not say.
+    progress = state.get("loops", {}).get("fit_loop", {}).get("epoch_progress", {})
+    epochs = progress.get("current", {}).get("processed", state.get("epoch", 0))
+    max_epochs = cli.trainer.max_epochs
+    if max_epochs not in (None, -1) and epochs > max_epochs:
         raise UsageError(
-            f"--ckpt_path {path}: written in epoch {epoch} of its run, past "
-            f"--trainer.max_epochs {max_epochs}; resume with --trainer.max_epochs {epoch} or "
+            f"--ckpt_path {path}: its run had gone through {epochs} epochs, more than "
+            f"--trainer.max_epochs {max_epochs}; resume with --trainer.max_epochs {epochs} or "
             "more (the run's own setting, if it was larger), or start a new run"
         )
     cli.model.check_resume(state)  # the optimizer settings and the model config: no data yet
