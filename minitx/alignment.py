@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from minitx.errors import ConfigError
+from minitx.errors import ConfigError, is_whole_number
 from minitx.vocab import UNK_PIECE
 
 WORD_BOUNDARY = "\u2581"
@@ -55,7 +55,7 @@ class AlignmentConfig:
     def __post_init__(self) -> None:
         for name in ("layer", "head"):
             value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            if value is not None and not is_whole_number(value):
                 raise ConfigError(
                     f"AlignmentConfig.{name} must be a whole number or None, got {value!r}"
                 )

@@ -12,6 +12,7 @@ its traceback.
 from __future__ import annotations
 
 import importlib
+import operator
 import os
 from collections.abc import Iterable
 from types import ModuleType
@@ -93,11 +94,24 @@ def check_known_keys(where: str, values: Iterable[str], known: Iterable[str]) ->
         raise ConfigError(f"{where}: unknown keys {unknown}; known keys are {sorted(known)}")
 
 
-def check_whole_number(name: str, value: object, minimum: int) -> None:
-    """Raise a `ConfigError` unless `value` is an int (not a bool) of at least `minimum`: a
-    count or a seed given as 1.5 or "3" failed later, deep inside torch or numpy."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(f"{name} must be a whole number >= {minimum}, got {value!r}")
+def is_whole_number(value: object) -> bool:
+    """An int, a numpy integer or a 0-d integer tensor (anything with ``__index__``), not a
+    bool: what a count, an index or a seed may be."""
+    if isinstance(value, bool):
+        return False
+    try:
+        operator.index(value)
+    except TypeError:
+        return False
+    return True
+
+
+def check_whole_number(name: str, value: object, minimum: int | None = None) -> None:
+    """Raise a `ConfigError` unless `value` is a whole number (`is_whole_number`) of at least
+    `minimum`: a count or a seed given as 1.5 or "3" failed later, deep inside torch or numpy."""
+    if not is_whole_number(value) or (minimum is not None and operator.index(value) < minimum):
+        at_least = f" >= {minimum}" if minimum is not None else ""
+        raise ConfigError(f"{name} must be a whole number{at_least}, got {value!r}")
 
 
 def require_extra(module: str, extra: str, feature: str) -> ModuleType:

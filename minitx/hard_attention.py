@@ -45,9 +45,9 @@ def check_attention_scope(scope: str) -> None:
 
 
 def check_attention_seed(seed: int) -> None:
-    """Raise `ConfigError` unless `seed` is a whole number >= 0 (torch's generators take no
-    other; a float or string failed at the first translation)."""
-    check_whole_number("attention seed", seed, 0)
+    """Raise `ConfigError` unless `seed` is a whole number (a float or a string failed at the
+    first translation, in torch's manual_seed)."""
+    check_whole_number("attention seed", seed)
 
 
 def hard_weights(weights: Tensor, mode: str, generator: torch.Generator | None = None) -> Tensor:

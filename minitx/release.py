@@ -27,6 +27,7 @@ the checkpoint reader; never Lightning or the inference API.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -317,18 +318,19 @@ def load_pretrained(directory: str | Path) -> Release:
         train_config_path.read_text(encoding="utf-8") if train_config_path.is_file() else None
     )
     languages = (config["src_lang"], config["tgt_lang"])
-    return Release(model, tokenizer, languages, train_config, _read_evaluation(directory))
+    return Release(model, tokenizer, languages, train_config, _read_evaluation(directory, model))
 
 
-def _read_evaluation(directory: Path) -> dict[str, Any] | None:
-    """The release's kept scores; an unreadable file is named and left out (the model
-    translates without it)."""
+def _read_evaluation(directory: Path, model: Transformer) -> dict[str, Any] | None:
+    """The release's kept scores; a file that cannot be read, or that scored other weights (a
+    hub repo keeps an older push's file), is named and left out: the model translates
+    without it."""
     path = directory / EVALUATION_FILE
     if not path.is_file():
         return None
     try:
         evaluation = json.loads(path.read_text(encoding="utf-8"))
-        check_evaluation(evaluation, where=str(path))
+        check_evaluation(evaluation, where=str(path), weights=weights_checksum(model))
     except (UnicodeDecodeError, json.JSONDecodeError, ConfigError) as exc:
         logger.warning("%s left out: %s", path, exc)
         return None
@@ -461,7 +463,11 @@ def save_pretrained(
         The written files.
     """
     if evaluation is None and release.evaluation is not None:
-        evaluation, evaluation_name = release.evaluation, EVALUATION_FILE
+        kept = release.evaluation
+        if kept.get("weights_sha256") == weights_checksum(release.model):
+            evaluation, evaluation_name = kept, EVALUATION_FILE
+        else:  # the weights changed since it was loaded (fine-tuned, averaged)
+            logger.warning("the release's scores are of other weights: left out of the card")
     if evaluation is not None:
         checksum = weights_checksum(release.model)
         check_evaluation(evaluation, release.languages, evaluation_name, checksum)
@@ -535,7 +541,8 @@ def _write_release(
     for name, data in files.items():
         (directory / name).write_bytes(data.encode("utf-8") if isinstance(data, str) else data)
     # safetensors writes its file 0600: readable as the other files are (the umask's mode)
-    shutil.copymode(directory / CONFIG_FILE, directory / WEIGHTS_FILE)
+    with contextlib.suppress(OSError):  # a file system without modes
+        shutil.copymode(directory / CONFIG_FILE, directory / WEIGHTS_FILE)
     return [WEIGHTS_FILE, *files]
 
 
@@ -565,6 +572,8 @@ def push_to_hub(
             repo_id=repo_id,
             repo_type="model",
             allow_patterns=list(RELEASE_FILES),
+            # the release replaces the repo's: an older push's evaluation.json goes too
+            delete_patterns=list(RELEASE_FILES),
             commit_message="Upload minitx model",
         )
     except Exception as exc:

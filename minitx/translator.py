@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import logging
-import operator
 import tempfile
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
@@ -28,7 +27,7 @@ from minitx.attribution import (
     teacher_forced_attributions,
 )
 from minitx.decoding import DecodingConfig, Hypothesis, generate
-from minitx.errors import ConfigError
+from minitx.errors import ConfigError, is_whole_number
 from minitx.hard_attention import (
     check_attention_mode,
     check_attention_scope,
@@ -141,15 +140,6 @@ def _alignment_config(alignment: AlignmentConfig | None) -> AlignmentConfig:
     return alignment
 
 
-def _is_index(value: object) -> bool:
-    """An int, a numpy integer or a 0-d integer tensor: what can stand for a piece id."""
-    try:
-        operator.index(value)
-    except TypeError:
-        return False
-    return True
-
-
 def _without_specials(tokens: Sequence[int]) -> list[int]:
     """A hypothesis' ids without eos and padding: the pieces exactly as decoded."""
     return [t for t in tokens if t not in (EOS_ID, PAD_ID)]
@@ -198,6 +188,7 @@ class Translator:
         self.languages = languages
         """(source, target) language codes the model was trained on, when the checkpoint says."""
         self.train_config = train_config
+        self.evaluation: dict[str, Any] | None = None  # a release's scores (from_pretrained)
         self.set_attention(attention_mode, scope=attention_scope, seed=attention_seed)
 
     def set_attention(self, mode: str = "soft", *, scope: str = "cross", seed: int = 0) -> None:
@@ -251,7 +242,7 @@ class Translator:
                 use a local directory instead).
         """
         loaded = release.load(source, revision=revision)
-        return cls(
+        translator = cls(
             loaded.model,
             loaded.tokenizer,
             device=device,
@@ -259,13 +250,17 @@ class Translator:
             languages=loaded.languages,
             train_config=loaded.train_config,
         )
+        translator.evaluation = loaded.evaluation  # a release's scores: save_pretrained keeps them
+        return translator
 
     def save_pretrained(
         self, directory: str | Path, *, evaluation: dict[str, Any] | None = None
     ) -> list[Path]:
         """Write a release directory (weights, config, tokenizer, model card); see
         `minitx.release.save_pretrained`. Returns the written files."""
-        loaded = Release(self.model, self.tokenizer, self.languages, self.train_config)
+        loaded = Release(
+            self.model, self.tokenizer, self.languages, self.train_config, self.evaluation
+        )
         return release.save_pretrained(loaded, directory, evaluation=evaluation)
 
     def push_to_hub(
@@ -425,7 +420,7 @@ class Translator:
         and the positions' "raise max_positions" said neither which nor what to do)."""
         vocab, limit = self.model.config.src_vocab_size, self.model.config.max_positions - 1
         for i, seq in enumerate(ids):
-            if isinstance(seq, str) or not all(_is_index(t) for t in seq):
+            if isinstance(seq, str) or not all(is_whole_number(t) for t in seq):
                 raise TypeError(
                     f"source {i} is {seq!r}: give each source as a list of piece ids (ints); "
                     "for text, use translate()"

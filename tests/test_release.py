@@ -558,6 +558,10 @@ def test_export_records_the_evaluation_in_the_card(
     for source, target in ((out, out), (out, again)):
         assert export_cli.main(["--checkpoint", str(source), "--out", str(target)]) == 0
         assert (target / "README.md").read_text(encoding="utf-8") == card
+    # from Python too (the export guide's Translator route)
+    from_python = tmp_path / "python"
+    Translator.from_pretrained(out).save_pretrained(from_python)
+    assert (from_python / "README.md").read_text(encoding="utf-8") == card
     # an export from the checkpoint with no report has no scores: none are carried over
     assert export_cli.main(["--checkpoint", str(release_dir), "--out", str(again)]) == 0
     assert "Not measured" in (again / "README.md").read_text(encoding="utf-8")
@@ -565,15 +569,25 @@ def test_export_records_the_evaluation_in_the_card(
     capsys.readouterr()
 
 
-def test_a_damaged_evaluation_file_is_named_and_left_out(
-    release_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+@pytest.mark.parametrize(
+    "content",
+    [
+        "{not json",
+        '{"src_lang": "de", "tgt_lang": "en", "weights_sha256": "00", "results": '
+        '[{"bleu": 1.0, "signature": "x"}]}',
+    ],
+    ids=["damaged", "other-weights"],
+)
+def test_a_damaged_or_stale_evaluation_file_is_named_and_left_out(
+    release_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture, content: str
 ) -> None:
-    """The scores are for people: the model still loads and translates without them."""
+    """The scores are for people: the model still loads and translates without them. A hub
+    repo can hold an older push's scores beside newer weights."""
     from minitx.release import load
 
     copy = tmp_path / "copy"
     shutil.copytree(release_dir, copy)
-    (copy / "evaluation.json").write_text("{not json", encoding="utf-8")
+    (copy / "evaluation.json").write_text(content, encoding="utf-8")
     with caplog.at_level("WARNING", logger="minitx.release"):
         loaded = load(copy)
     assert loaded.evaluation is None
@@ -672,7 +686,10 @@ class FakeHfApi:
     def create_repo(self, repo_id, *, repo_type, private, exist_ok):
         self.calls.append(("create_repo", repo_id, repo_type, private, exist_ok))
 
-    def upload_folder(self, *, folder_path, repo_id, repo_type, allow_patterns, commit_message):
+    def upload_folder(
+        self, *, folder_path, repo_id, repo_type, allow_patterns, delete_patterns, commit_message
+    ):
+        assert delete_patterns == allow_patterns  # the repo's earlier release files go
         files = sorted(p.name for p in Path(folder_path).iterdir())
         self.calls.append(("upload_folder", repo_id, repo_type, files, sorted(allow_patterns)))
         return type("CommitInfo", (), {"commit_url": f"https://hf.co/{repo_id}/commit/1"})()

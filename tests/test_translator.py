@@ -619,7 +619,7 @@ def test_evaluate_reads_decoding_settings_as_the_translator_does(translator: Tra
             "alignment must be an AlignmentConfig or None, not dict",
         ),
         (lambda t: t.set_attention("hard-sample", seed="x"), ConfigError, "attention seed"),
-        (lambda t: t.set_attention("hard-sample", seed=-5), ConfigError, "attention seed"),
+        (lambda t: t.set_attention("hard-sample", seed=1.5), ConfigError, "attention seed"),
         (
             lambda t: t.attributions("ein mann .", methods=["ig"], ig_steps=1.5),
             ConfigError,
@@ -633,7 +633,7 @@ def test_evaluate_reads_decoding_settings_as_the_translator_does(translator: Tra
         "alignment-dict",
         "align-dict",
         "seed-text",
-        "seed-negative",
+        "seed-float",
         "ig-steps-float",
         "layer-text",
         "ids-text",

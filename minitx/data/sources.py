@@ -174,7 +174,7 @@ def open_parallel_corpus(
         )
     absent = [lang for lang in langs if lang not in DEFAULT_SOURCE_LANGUAGES]
     if source == DEFAULT_SOURCE and not hub_options and absent:  # no download to find it out
-        raise MissingFileError(
+        raise DataError(
             f"The hub copy of Multi30k ({DEFAULT_SOURCE}) holds German and English only, not "
             f"{', '.join(absent)}. Set {DATA_DIR_ENV} (or data.source) to a directory of raw "
             f"files such as train.{absent[0]}, val.{absent[0]}, test_2016_flickr.{absent[0]} "

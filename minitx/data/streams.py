@@ -122,11 +122,16 @@ def iter_lines(path: Path) -> Iterator[str]:
         with gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb") as file:
             # binary readlines splits on b"\n" only; whole lines of about _READ_BYTES at a time
             while block := file.readlines(_READ_BYTES):
-                if line_number == 1 and len(block) == 1 and b"\r" in block[0].rstrip(b"\r\n"):
+                first = block[0]  # a whole file in one "line", \r inside: \r-only line ends
+                if line_number == 1 and not first.endswith(b"\n") and b"\r" in first.rstrip(b"\r"):
+                    fix = (
+                        f"gzip -dc {path} | tr '\\r' '\\n' | gzip > fixed.gz"
+                        if path.suffix == ".gz"
+                        else f"tr '\\r' '\\n' < {path} > fixed"
+                    )
                     raise DataError(
-                        f"{path}: one line with carriage returns (\\r) inside: its line ends "
-                        "are \\r only (an old Mac format); convert them to \\n, e.g. "
-                        f"tr '\\r' '\\n' < {path.name} > fixed"
+                        f"{path}: no \\n in the file, but carriage returns (\\r): its line ends "
+                        f"are \\r only (an old Mac format); convert them to \\n, e.g. {fix}"
                     )
                 text = decode_utf8(b"".join(block), str(path), first_line=line_number)
                 yield from (line.removesuffix("\r") for line in text.removesuffix("\n").split("\n"))
@@ -189,9 +194,9 @@ class JsonlStream(PairStream):
         except json.JSONDecodeError as exc:
             hint = (  # a {split} pattern reads jsonl only: say so where the name suggests text
                 ""
-                if self.path.name.endswith((".jsonl", ".jsonl.gz", ".json"))
-                else "; a data.source pattern with {split} names jsonl files: for "
-                "{split}.{lang} text files give their directory instead"
+                if self.path.name.endswith((".jsonl", ".jsonl.gz", ".json", ".json.gz"))
+                else "; a data.source pattern with {split} names jsonl files: if these are "
+                "{split}.{lang} text files, give their directory instead"
             )
             raise DataError(
                 f"{self.path}: line {number} is not valid JSON ({exc.msg}){hint}."
