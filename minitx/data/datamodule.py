@@ -316,12 +316,10 @@ def _empty_split(
     split: str, stream: PairStream, skipped: dict[str, int], max_len: int
 ) -> DataError:
     """The error for a split with no pair left to use: where it was read, what was skipped."""
-    files = [getattr(stream, name, None) for name in ("src_path", "tgt_path", "path", "where")]
-    where = " and ".join(str(f) for f in files if f is not None) or "the corpus"
     reasons = ", ".join(f"{n} {reason}" for reason, n in skipped.items() if n)
     reasons = reasons or "none, the files are empty"
     limit = f" and at most data.max_len ({max_len}) pieces a side" if split == "train" else ""
     return DataError(
-        f"the {split!r} split ({where}) has no pair to use (skipped: {reasons}); it needs "
-        f"line pairs with both sides non-empty{limit}"
+        f"the {split!r} split ({stream.location}) has no pair to use (skipped: {reasons}); it "
+        f"needs line pairs with both sides non-empty{limit}"
     )

@@ -67,6 +67,11 @@ class PairStream(ABC):
         computed once per stream (for files: one read of their bytes)."""
         return self._content_digest()
 
+    @property
+    @abstractmethod
+    def location(self) -> str:
+        """Where the split is read from, for messages: its files, or the hub dataset."""
+
     @abstractmethod
     def _content_digest(self) -> str:
         """The digest behind `fingerprint`."""
@@ -149,6 +154,10 @@ class RawFilesStream(PairStream):
         self.src_path = src_path
         self.tgt_path = tgt_path
 
+    @property
+    def location(self) -> str:
+        return f"{self.src_path} and {self.tgt_path}"
+
     def _content_digest(self) -> str:
         return _sha256_files([self.src_path, self.tgt_path], "raw")
 
@@ -178,6 +187,10 @@ class JsonlStream(PairStream):
         self.split = split
         self.path = path
         self.langs = langs
+
+    @property
+    def location(self) -> str:
+        return str(self.path)
 
     def _content_digest(self) -> str:
         return _sha256_files([self.path], f"jsonl {self.langs}")
@@ -229,6 +242,10 @@ class HubStream(PairStream):
         self.src_column, self.tgt_column = columns
         self.table = table.select_columns([self.src_column, self.tgt_column])
         self.where = where
+
+    @property
+    def location(self) -> str:
+        return self.where
 
     def _content_digest(self) -> str:
         # datasets' own fingerprint of the split: a hash of the downloaded data's identity
