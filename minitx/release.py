@@ -462,15 +462,15 @@ def save_pretrained(
     Returns:
         The written files.
     """
-    if evaluation is None and release.evaluation is not None:
-        kept = release.evaluation
-        if kept.get("weights_sha256") == weights_checksum(release.model):
+    kept = release.evaluation if evaluation is None else None
+    if evaluation is not None or kept is not None:
+        checksum = weights_checksum(release.model)  # once: it reads every weight
+        if kept is not None and kept.get("weights_sha256") == checksum:
             evaluation, evaluation_name = kept, EVALUATION_FILE
-        else:  # the weights changed since it was loaded (fine-tuned, averaged)
+        elif kept is not None:  # the weights changed since it was loaded (fine-tuned, averaged)
             logger.warning("the release's scores are of other weights: left out of the card")
-    if evaluation is not None:
-        checksum = weights_checksum(release.model)
-        check_evaluation(evaluation, release.languages, evaluation_name, checksum)
+        if evaluation is not None:
+            check_evaluation(evaluation, release.languages, evaluation_name, checksum)
     directory = Path(directory)
     check_release_dir(directory)
     # written whole beside it, then swapped in: an interrupted export leaves the earlier
