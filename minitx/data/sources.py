@@ -233,20 +233,21 @@ def local_stem(source: str, split: str, langs: tuple[str, str]) -> str:
 
     def there(stem: str) -> bool:
         if "{split}" in source:
-            path = Path(source.format(split=stem)).expanduser()
-            return path.is_file() or Path(f"{path}.gz").is_file()
+            return _plain_or_gz(Path(source.format(split=stem)).expanduser()) is not None
         directory = Path(source).expanduser()
         raw = all(_raw_file(directory, stem, lang) for lang in langs)
-        return raw or any((directory / f"{stem}.jsonl{gz}").is_file() for gz in ("", ".gz"))
+        return raw or _plain_or_gz(directory / f"{stem}.jsonl") is not None
 
     return multi30k if there(multi30k) or not there(split) else split
 
 
+def _plain_or_gz(path: Path) -> Path | None:
+    """`path`, else its ``.gz`` twin, whichever is a file first; None when neither is."""
+    return next((p for p in (path, Path(f"{path}.gz")) if p.is_file()), None)
+
+
 def _raw_file(directory: Path, stem: str, lang: str) -> Path | None:
-    for name in (f"{stem}.{lang}", f"{stem}.{lang}.gz"):
-        if (directory / name).is_file():
-            return directory / name
-    return None
+    return _plain_or_gz(directory / f"{stem}.{lang}")
 
 
 def _say_which_is_read(path: Path) -> None:
@@ -315,8 +316,7 @@ def _open_jsonl(
     streams: dict[str, PairStream] = {}
     for split, stem in splits.items():
         path = Path(pattern.format(split=stem)).expanduser()
-        if not path.is_file() and Path(f"{path}.gz").is_file():
-            path = Path(f"{path}.gz")
+        path = _plain_or_gz(path) or path  # when neither is there: named below
         _say_which_is_read(path)
         if not path.is_file():
             parent = path.parent
