@@ -688,3 +688,44 @@ sys.exit(launch.{command}())
     )
     assert proc.returncode == 130, proc.stderr[-2000:]
     assert proc.stderr.strip() == message
+
+
+@pytest.mark.filterwarnings("ignore:LightningCLI's args parameter")
+@pytest.mark.parametrize(
+    ("setting", "value", "named"),
+    [
+        # Lightning accepts these at zero and divides by them inside the loop
+        ("accumulate_grad_batches", "0", "trainer.accumulate_grad_batches=0"),
+        ("check_val_every_n_epoch", "0", "trainer.check_val_every_n_epoch=0"),
+        ("log_every_n_steps", "0", "trainer.log_every_n_steps=0"),
+        ("val_check_interval", "0", "trainer.val_check_interval=0"),
+        # Lightning's Trainer refuses these itself, with an exception of its own
+        ("max_epochs", "-5", "`max_epochs` must be"),
+        ("num_nodes", "0", "`num_nodes` must be"),
+        ("strategy", "bogus", "invalid strategy name"),
+        ("limit_train_batches", "-1", "limit_train_batches"),
+    ],
+)
+def test_a_trainer_setting_lightning_cannot_use_is_one_error_line(
+    setting: str,
+    value: str,
+    named: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+) -> None:
+    """Lightning's trainer.* settings end in one ``error:`` line and status 2 when its Trainer
+    refuses them or would fail on them inside the loop; never its traceback, and no run is
+    written."""
+    import minitx.cli.train as train
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MINITX_DEBUG", raising=False)
+    monkeypatch.setattr(train, "_train_and_test", train.build_cli)  # build the run, no fit
+    with pytest.raises(SystemExit) as exit_info:
+        train_main(["--config", str(TINY_CONFIG), f"--trainer.{setting}", value])
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert exit_info.value.code == 2 and len(errors) == 1, err
+    assert named in errors[0] and "Traceback" not in err, err
+    assert not [p for p in tmp_path.rglob("*") if p.is_file()]

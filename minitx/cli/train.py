@@ -30,7 +30,7 @@ from lightning.fabric.utilities.seed import max_seed_value, min_seed_value
 from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.loggers import TensorBoardLogger
-from lightning.pytorch.utilities.exceptions import SIGTERMException
+from lightning.pytorch.utilities.exceptions import MisconfigurationException, SIGTERMException
 
 from minitx.checkpoint import CHECKPOINT_KEY, read_checkpoint
 from minitx.cli.common import (
@@ -48,7 +48,7 @@ from minitx.cli.common import (
 )
 from minitx.data import TranslationDataModule
 from minitx.decoding import DecodingConfig
-from minitx.errors import ConfigError, debug_requested
+from minitx.errors import ConfigError, debug_requested, is_whole_number
 from minitx.outputs import RUN_STAMP, claim_run_dir
 from minitx.textio import write_text_atomic
 from minitx.training import (
@@ -160,6 +160,27 @@ def check_budget_and_seed(config: Any) -> None:
                 f"seed_everything={seed}: a seed lies in {low}..{high}; give one there, or "
                 "true for a random one"
             )
+
+
+def check_trainer_counts(config: Any) -> None:
+    """Refuse the trainer settings Lightning's Trainer accepts at zero but divides by inside
+    the loop: a ZeroDivisionError after the run directory is written, and a "resume with
+    --ckpt_path last" that fails the same way.
+
+    Raises:
+        ConfigError: naming the setting and the values it takes.
+    """
+    trainer = config.trainer
+    for key in ("accumulate_grad_batches", "check_val_every_n_epoch", "log_every_n_steps"):
+        value = trainer.get(key)
+        if is_whole_number(value) and value < 1:
+            raise ConfigError(f"trainer.{key}={value}: give a whole number of at least 1")
+    interval = trainer.get("val_check_interval")
+    if isinstance(interval, (int, float)) and not isinstance(interval, bool) and interval <= 0:
+        raise ConfigError(
+            f"trainer.val_check_interval={interval}: give a fraction of an epoch in (0, 1], a "
+            "number of batches (at least 1) or a time 'DD:HH:MM:SS'"
+        )
 
 
 class ConfigInCheckpoint(SaveConfigCallback):
@@ -468,6 +489,7 @@ class MinitxCLI(LightningCLI):
     def before_instantiate_classes(self) -> None:
         config = self.config
         check_finite(config)
+        check_trainer_counts(config)
         _check_bleu_schedule(config)
         if config.ckpt_path is not None and not str(config.ckpt_path).strip():
             raise UsageError(
@@ -560,7 +582,16 @@ class MinitxCLI(LightningCLI):
                 ),
             ]
         kwargs.update(self._validation_cadence(trainer_config))
-        trainer = super().instantiate_trainer(**kwargs)
+        try:
+            trainer = super().instantiate_trainer(**kwargs)
+        except ConfigError:
+            raise
+        except (MisconfigurationException, ValueError) as exc:  # Lightning's own checks
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ConfigError(
+                f"a trainer setting Lightning refuses: {reason} (the trainer.* settings: "
+                "minitx-train --help)"
+            ) from None
         trainer.callbacks.append(NotesAtFitStart(notes))
         if plain:  # last, so that TokenThroughput has measured the epoch already
             trainer.callbacks.append(PlainProgress())
