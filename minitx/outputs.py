@@ -5,7 +5,8 @@ command:
 
 - An output **directory** is replaced (``--force``) only when minitx wrote it: it holds the
   marker file `MARKER`, which minitx puts into every directory it writes whole, or it is
-  empty. A directory of the user's own is refused, whatever the flags.
+  empty. A directory of the user's own is refused, whatever the flags, and so is one minitx
+  wrote that now holds files it did not write (the marker lists the files it wrote).
 - Never the current directory or one of its ancestors (``.``, ``..``, ``/``), never a
   directory that holds an input, never an input itself.
 - An output **file** is never one of the command's inputs.
@@ -53,7 +54,8 @@ def check_output_dir(
     Raises:
         OutputError: `out` is the current directory or one of its ancestors; it is, holds or
             lies inside an input; it is a file; it exists and `force` is False; or it exists,
-            is not empty and holds no `MARKER` (minitx did not write it).
+            is not empty and holds no `MARKER` (minitx did not write it) or files the
+            marker does not list (the user's, added since).
     """
     out = Path(out)
     where = out.resolve()
@@ -75,11 +77,37 @@ def check_output_dir(
         raise OutputError(f"{flag} {out} is a file; give a directory")
     if not force:
         raise OutputError(f"{flag} {out} exists already; pass --force to replace it")
-    if not (out / MARKER).is_file() and any(out.iterdir()):
+    if not (out / MARKER).is_file():
+        if any(out.iterdir()):
+            raise OutputError(
+                f"{flag} {out} was not written by minitx (it has no {MARKER} file), so --force "
+                f"does not replace it; move it away yourself or choose another {flag}"
+            )
+        return
+    added = sorted(set(_files_below(out)) - set(_files_written(out)))
+    if added:
+        shown = ", ".join(added[:3]) + (", ..." if len(added) > 3 else "")
         raise OutputError(
-            f"{flag} {out} was not written by minitx (it has no {MARKER} file), so --force does "
-            f"not replace it; move it away yourself or choose another {flag}"
+            f"{flag} {out} holds files minitx did not write ({shown}), so --force does not "
+            f"replace it; move them away first or choose another {flag}"
         )
+
+
+def _files_below(directory: Path) -> list[str]:
+    """Every file (or link) below `directory`, as POSIX paths relative to it, but `MARKER`."""
+    found = (p for p in directory.rglob("*") if not p.is_dir() or p.is_symlink())
+    return sorted(p.relative_to(directory).as_posix() for p in found if p.name != MARKER)
+
+
+def _files_written(directory: Path) -> list[str]:
+    """The files `MARKER` says minitx wrote into `directory` (none when it cannot be read: then
+    every file counts as the user's)."""
+    try:
+        record = json.loads((directory / MARKER).read_text(encoding="utf-8"))
+        files = record["files"]
+    except (OSError, ValueError, TypeError, KeyError):
+        return []
+    return [name for name in files if isinstance(name, str)] if isinstance(files, list) else []
 
 
 def check_output_file(
@@ -145,9 +173,9 @@ def replace_dir(new: str | os.PathLike[str], out: str | os.PathLike[str]) -> Non
 @contextlib.contextmanager
 def written_whole(out: str | os.PathLike[str], kind: str | None) -> Iterator[Path]:
     """Yield an empty directory beside `out` to write into; when the block ends without an
-    exception it gets `MARKER` (saying what it holds, `kind`, e.g. ``"ctranslate2"``; none
-    when `kind` is None, for a release directory, whose files are told by name) and takes the
-    place of `out` (`replace_dir`). Either way it is gone afterwards, so a failure leaves `out`
+    exception it gets `MARKER` (saying what it holds, `kind`, e.g. ``"ctranslate2"``, and the
+    files written; none when `kind` is None, for a release directory, whose files are told by
+    name) and takes the place of `out` (`replace_dir`). Either way it is gone afterwards, so a failure leaves `out`
     as it was. Call `check_output_dir` (or the release's own check) first."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -157,7 +185,7 @@ def written_whole(out: str | os.PathLike[str], kind: str | None) -> Iterator[Pat
     try:
         yield tmp
         if kind is not None:
-            record = {"written_by": "minitx", "kind": kind}
+            record = {"written_by": "minitx", "kind": kind, "files": _files_below(tmp)}
             (tmp / MARKER).write_text(json.dumps(record) + "\n", encoding="utf-8")
         replace_dir(tmp, out)
     finally:

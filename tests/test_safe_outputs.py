@@ -28,7 +28,7 @@ from preloaded import PreloadedProcess, run_python
 
 from minitx.checkpoint import write_checkpoint
 from minitx.errors import OutputError
-from minitx.outputs import MARKER, check_output_dir, check_output_file, replace_dir
+from minitx.outputs import MARKER, check_output_dir, check_output_file, replace_dir, written_whole
 from minitx.textio import atomic_path, write_text_atomic
 
 
@@ -527,3 +527,27 @@ def test_sigterm_while_writing_leaves_no_temporary_file(
     assert done.returncode == 143, done.stderr[-2000:]
     assert done.stderr.strip().splitlines()[-1] == "terminated (SIGTERM): stopped before the end"
     assert list((tmp_path / "out").iterdir()) == []
+
+
+def test_force_keeps_a_minitx_directory_that_now_holds_the_users_files(tmp_path: Path) -> None:
+    """A directory minitx wrote, with a file of the user's added since (a note, a subfolder),
+    is refused by --force: replacing it would delete them. Its own files, or fewer of them,
+    are replaced as before."""
+    out = tmp_path / "maps"
+    with written_whole(out, "attention-maps") as tmp:
+        (tmp / "attention.html").write_text("<html></html>")
+        (tmp / "sub").mkdir()
+        (tmp / "sub" / "a.png").write_bytes(b"png")
+    check_output_dir(out, force=True)  # only what minitx wrote
+    (out / "sub" / "a.png").unlink()
+    check_output_dir(out, force=True)  # fewer of its files: still minitx's
+    (out / "mine.txt").write_text("precious")
+    (out / "notes").mkdir()
+    (out / "notes" / "b.txt").write_text("precious")
+    with pytest.raises(
+        OutputError, match=r"holds files minitx did not write \(mine\.txt, notes/b\.txt\)"
+    ):
+        check_output_dir(out, force=True, flag="--out-dir")
+    (out / "mine.txt").unlink()
+    (out / "notes" / "b.txt").unlink()
+    check_output_dir(out, force=True)  # an empty folder of the user's is no file
