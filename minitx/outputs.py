@@ -175,8 +175,9 @@ def written_whole(out: str | os.PathLike[str], kind: str | None) -> Iterator[Pat
     """Yield an empty directory beside `out` to write into; when the block ends without an
     exception it gets `MARKER` (saying what it holds, `kind`, e.g. ``"ctranslate2"``, and the
     files written; none when `kind` is None, for a release directory, whose files are told by
-    name) and takes the place of `out` (`replace_dir`). Either way it is gone afterwards, so a failure leaves `out`
-    as it was. Call `check_output_dir` (or the release's own check) first."""
+    name) and takes the place of `out` (`replace_dir`). Either way it is gone afterwards, so a
+    failure leaves `out` as it was. Call `check_output_dir` (or the release's own check) first.
+    """
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
