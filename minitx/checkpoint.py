@@ -31,6 +31,21 @@ from minitx.tokenizer import Tokenizer
 CHECKPOINT_KEY = "minitx"
 """Key of the minitx payload in a checkpoint."""
 
+MODEL_MAXIMA = {
+    "src_vocab_size": 1 << 20,
+    "tgt_vocab_size": 1 << 20,
+    "d_model": 8192,
+    "n_heads": 256,
+    "n_encoder_layers": 128,
+    "n_decoder_layers": 128,
+    "d_ff": 32768,
+    "max_positions": 32768,
+}
+"""Largest `TransformerConfig` sizes minitx builds from a file (a checkpoint or a release): far
+above any model minitx trains (the paper's big model: d_model 1024, d_ff 4096, 6 + 6 layers),
+low enough that an absurd config (`d_model: 1000000000`) is refused in one line before anything
+is allocated."""
+
 MODEL_PREFIX = "model."
 """Prefix of the Transformer's parameters in the LightningModule's state dict."""
 
@@ -147,10 +162,38 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     return checkpoint
 
 
-def languages_of(checkpoint: Mapping[str, Any]) -> tuple[str | None, str | None]:
-    """(source, target) language codes stored in a checkpoint, or Nones."""
+def languages_of(
+    checkpoint: Mapping[str, Any], path: str | Path = "<checkpoint>"
+) -> tuple[str | None, str | None]:
+    """(source, target) language codes stored in a checkpoint, or Nones.
+
+    Raises:
+        CheckpointError: its `data` entry is not a mapping of language codes.
+    """
     data = checkpoint[CHECKPOINT_KEY].get("data") or {}
-    return data.get("src_lang"), data.get("tgt_lang")
+    languages = (data.get("src_lang"), data.get("tgt_lang")) if isinstance(data, dict) else None
+    if languages is None or not all(isinstance(x, (str, type(None))) for x in languages):
+        raise CheckpointError(
+            f"{path}: damaged minitx checkpoint: its 'data' entry {data!r:.80} is not a mapping "
+            "of the language codes src_lang and tgt_lang"
+        )
+    return languages
+
+
+def check_model_sizes(config: TransformerConfig, where: str | Path) -> None:
+    """Refuse a model config from a file whose sizes pass `MODEL_MAXIMA`, before the model is
+    built: a damaged or crafted file would otherwise allocate for minutes, or until memory
+    runs out.
+
+    Raises:
+        CheckpointError: naming `where`, the size and its bound.
+    """
+    for name, maximum in MODEL_MAXIMA.items():
+        if getattr(config, name) > maximum:
+            raise CheckpointError(
+                f"{where}: model {name} is {getattr(config, name)}, above the largest minitx "
+                f"builds from a file ({maximum}); the file is damaged or not written by minitx"
+            )
 
 
 def model_config_differences(
@@ -189,6 +232,7 @@ def model_from_checkpoint(
     payload = checkpoint[CHECKPOINT_KEY]
     try:
         config = TransformerConfig.from_dict(payload["model_config"])
+        check_model_sizes(config, path)
         tokenizer = Tokenizer(payload["tokenizer"])
         model = Transformer(config)
     except UnregisteredError as exc:

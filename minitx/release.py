@@ -16,8 +16,9 @@ Reading one never executes code: safetensors holds tensors only, `config.json` i
 validated through `TransformerConfig.from_dict`, and the tokenizer is sentencepiece data.
 Nothing is allocated before the files agree: `config.json` must match its checksum
 (`model_sha256`, written by `save_pretrained`: an edited `n_heads` changes no weight's shape),
-its sizes must lie within `MODEL_MAXIMA`, and every tensor named in the safetensors header must
-have the shape the config implies (`check_weight_shapes`, on a model built on the meta device).
+its sizes must lie within `minitx.checkpoint.MODEL_MAXIMA`, and every tensor named in the
+safetensors header must have the shape the config implies (`check_weight_shapes`, on a model
+built on the meta device).
 
 `load` is minitx's one loading path (a `.ckpt` file, a release directory or a hub repo id):
 `Translator.from_pretrained`, every command's ``--checkpoint``, the demo and the experiments
@@ -47,6 +48,7 @@ from minitx.checkpoint import (
     CHECKPOINT_KEY,
     CheckpointError,
     check_finite,
+    check_model_sizes,
     languages_of,
     load_checkpoint,
     model_from_checkpoint,
@@ -96,20 +98,6 @@ CONFIG_KEYS = (
     "src_lang",
     "tgt_lang",
 )
-
-MODEL_MAXIMA = {
-    "src_vocab_size": 1 << 20,
-    "tgt_vocab_size": 1 << 20,
-    "d_model": 8192,
-    "n_heads": 256,
-    "n_encoder_layers": 128,
-    "n_decoder_layers": 128,
-    "d_ff": 32768,
-    "max_positions": 32768,
-}
-"""Largest `TransformerConfig` sizes a release may declare: far above any model minitx trains
-(the paper's big model: d_model 1024, d_ff 4096, 6 + 6 layers), low enough that an absurd
-`config.json` (`d_model: 1000000000`) is refused in one line before anything is allocated."""
 
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
@@ -201,15 +189,14 @@ def read_config(directory: str | Path) -> dict[str, Any]:
         raise CheckpointError(f"{path}: {exc}; {UNREGISTERED_WHEN_LOADING}") from None
     except (ValueError, TypeError) as exc:
         raise CheckpointError(f"{path}: {exc}") from None
-    for name, maximum in MODEL_MAXIMA.items():
-        if getattr(values["model"], name) > maximum:
-            raise CheckpointError(
-                f"{path}: model {name} is {getattr(values['model'], name)}, above the "
-                f"largest a release may declare ({maximum}); the file is damaged or not "
-                "written by minitx-export"
-            )
+    check_model_sizes(values["model"], path)
     for key in ("src_lang", "tgt_lang"):
-        if not isinstance(values.get(key), (str, type(None))):
+        if key not in values:
+            raise CheckpointError(
+                f"{path}: {key} is missing (a language code, or null); the file is damaged or "
+                "was edited: re-export the release from its checkpoint"
+            )
+        if not isinstance(values[key], (str, type(None))):
             raise CheckpointError(f"{path}: {key} must be a language code or null")
     return values
 
@@ -390,7 +377,7 @@ def load(source: str | Path, *, revision: str | None = None) -> Release:
         return Release(
             model,
             tokenizer,
-            languages_of(checkpoint),
+            languages_of(checkpoint, path),
             train_config if isinstance(train_config, str) else None,
         )
     if _REPO_ID.match(str(source)) and not str(source).endswith(".ckpt"):

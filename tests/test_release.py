@@ -335,7 +335,11 @@ DAMAGE = {
     "wrong-d_model": (_wrong_d_model, r"model\.safetensors: the weights do not fit"),
     "huge-d_model": (
         lambda d: _edit_config(d, lambda c: c["model"].update(d_model=10**9)),
-        r"config\.json: model d_model is 1000000000, above the largest a release may declare",
+        r"config\.json: model d_model is 1000000000, above the largest minitx builds from a file",
+    ),
+    "no-src_lang": (
+        lambda d: _edit_config(d, lambda c: c.pop("src_lang")),
+        r"config\.json: src_lang is missing",
     ),
     "huge-layers": (
         lambda d: _edit_config(d, lambda c: c["model"].update(n_decoder_layers=10**6)),
