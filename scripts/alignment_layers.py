@@ -16,6 +16,7 @@ import argparse
 import re
 
 from minitx.alignment import AlignmentConfig
+from minitx.cli.common import OneLineArgumentParser, run_cli
 from minitx.evaluation import load_split
 from minitx.translator import Translator
 
@@ -62,12 +63,20 @@ def expected_pairs(sources: list[str], references: list[str]) -> list[tuple[int,
     return items
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main() -> int:
+    """Parse the command line and report; a user error is one ``error:`` line (status 2)."""
+    parser = OneLineArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("checkpoint", help="a .ckpt or release directory of a de->en model")
     parser.add_argument("data", help="corpus whose test split is read, as minitx-evaluate --data")
     parser.add_argument("sentences", type=int, nargs="?", default=500)
     args = parser.parse_args()
+    if args.sentences < 1:
+        parser.error(f"sentences must be >= 1, got {args.sentences}")
+    return run_cli(report, args)
+
+
+def report(args: argparse.Namespace) -> int:
+    """Score every layer, head and their mean on the lexicon pairs of the test split."""
     split = load_split(args.data, "test", "de", "en", args.sentences)
     sources, references = split.sources, split.references
     items = expected_pairs(sources, references)
@@ -87,7 +96,8 @@ def main() -> None:
         alignments = translator.align(sources, references, alignment=config)
         right = sum(dict((t, s) for s, t in alignments[i]).get(ti) == si for i, si, ti in items)
         print(f"  {name:28s} {right / len(items):.3f}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -20,9 +20,10 @@ import tempfile
 import time
 from pathlib import Path
 
+import datasets
 import numpy as np
 
-from minitx.cli.common import run_cli
+from minitx.cli.common import OneLineArgumentParser, run_cli
 from minitx.data import (
     TokenBucketBatchSampler,
     clean_pairs,
@@ -66,7 +67,7 @@ def batch_stats(
 
 def main() -> int:
     """Parse the command line and report; a bad corpus is one ``error:`` line (status 2)."""
-    parser = argparse.ArgumentParser(
+    parser = OneLineArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
@@ -80,6 +81,17 @@ def main() -> int:
     parser.add_argument("--pad-multiple", type=int, default=8)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
+    sizes = {
+        "--vocab-size": [args.vocab_size],
+        "--max-tokens": args.max_tokens,
+        "--max-len": [args.max_len],
+        "--pad-multiple": [args.pad_multiple],
+    }
+    for flag, values in sizes.items():
+        if min(values) < 1:
+            parser.error(f"{flag} must be >= 1, got {min(values)}")
+    if not sys.stderr.isatty():  # a log file: the figures, not the bar's frames
+        datasets.disable_progress_bars()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     return run_cli(report, args)
 

@@ -729,3 +729,36 @@ def test_a_trainer_setting_lightning_cannot_use_is_one_error_line(
     assert exit_info.value.code == 2 and len(errors) == 1, err
     assert named in errors[0] and "Traceback" not in err, err
     assert not [p for p in tmp_path.rglob("*") if p.is_file()]
+
+
+@pytest.mark.parametrize(
+    ("script", "arguments", "message"),
+    [
+        ("alignment_layers.py", ["missing.ckpt", "builtin:toy"], "checkpoint not found"),
+        ("alignment_layers.py", ["CKPT", "no-such-corpus-dir/"], "not found"),
+        ("alignment_layers.py", ["CKPT", "builtin:toy", "0"], "sentences must be >= 1"),
+        ("data_stats.py", ["--source", "builtin:toy", "--max-tokens", "0"], "--max-tokens"),
+        ("data_stats.py", ["--source", "no-such-corpus-dir/"], "not found"),
+    ],
+    ids=[
+        "align-no-checkpoint",
+        "align-no-corpus",
+        "align-no-sentences",
+        "stats-no-tokens",
+        "stats-no-corpus",
+    ],
+)
+def test_the_scripts_report_a_user_error_in_one_line(
+    script: str, arguments: list[str], message: str, tiny_checkpoint: Path, tmp_path: Path
+) -> None:
+    """The measuring scripts the guides name (scripts/alignment_layers.py,
+    scripts/data_stats.py) end a user's mistake with one ``error:`` line and status 2, as the
+    commands do: no traceback."""
+    from helpers import SCRIPTS_DIR
+
+    arguments = [str(tiny_checkpoint) if a == "CKPT" else a for a in arguments]
+    cmd = [sys.executable, str(SCRIPTS_DIR / script), *arguments]
+    proc = run_python(cmd, cwd=tmp_path, env=subprocess_env(), timeout=120)
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert proc.returncode == 2 and len(errors) == 1, proc.stderr
+    assert message in errors[0] and "Traceback" not in proc.stderr, proc.stderr
