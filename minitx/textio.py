@@ -167,7 +167,14 @@ def atomic_path(path: str | Path, *, size_hint: int | None = None) -> Iterator[P
     except OSError:
         in_place = False  # not there yet: created below
     if in_place:  # a device or a FIFO: nothing to rename onto, written as a shell's > would
-        yield path
+        try:
+            yield path
+        except OSError as exc:
+            if exc.errno not in NO_ROOM:
+                raise
+            raise OutputError(
+                f"cannot write {path}: {exc.strerror or exc}; write somewhere else"
+            ) from None
         return
     target = Path(os.path.realpath(path))  # a link to a file: the file is replaced, the link stays
     _remove_orphans(target)
@@ -186,7 +193,13 @@ def atomic_path(path: str | Path, *, size_hint: int | None = None) -> Iterator[P
         with open(tmp, "rb") as written:  # on disk before the rename makes it the file
             os.fsync(written.fileno())
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600; give the usual mode
-        os.replace(tmp, target)
+        try:
+            os.replace(tmp, target)
+        except OSError as exc:  # the error would name the temporary file, not the user's
+            raise OutputError(
+                f"cannot replace {path}: {exc.strerror or exc}; it is unchanged (an immutable "
+                "file, or a directory's permissions, can forbid it): write to another file"
+            ) from None
     except BaseException as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)

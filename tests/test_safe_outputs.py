@@ -551,3 +551,29 @@ def test_force_keeps_a_minitx_directory_that_now_holds_the_users_files(tmp_path:
     (out / "mine.txt").unlink()
     (out / "notes" / "b.txt").unlink()
     check_output_dir(out, force=True)  # an empty folder of the user's is no file
+
+
+def test_an_output_that_cannot_be_replaced_is_named_not_its_temporary_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rename refused onto the user's file (an immutable file, say) names that file, says it
+    is unchanged, and leaves no temporary file; a device with no room is named too."""
+    import errno
+    import os
+
+    target = tmp_path / "out.txt"
+    target.write_text("old\n")
+
+    def refuse(src: object, dst: object) -> None:
+        raise PermissionError(errno.EPERM, "Operation not permitted", str(src))
+
+    monkeypatch.setattr(os, "replace", refuse)
+    with pytest.raises(OutputError, match=r"cannot replace .*out\.txt: Operation not permitted"):
+        write_text_atomic(target, "new\n")
+    monkeypatch.undo()
+    assert target.read_text() == "old\n" and sorted(tmp_path.iterdir()) == [target]
+
+    if Path("/dev/full").exists():
+        with pytest.raises(OutputError, match=r"cannot write /dev/full: No space left"):
+            with atomic_path("/dev/full") as path, open(path, "w") as file:
+                file.write("x" * 10_000)
