@@ -722,6 +722,20 @@ def test_push_to_hub_creates_the_repo_and_uploads_the_release(
     assert "pushed to me/x: https://hf.co/me/x/commit/1" in capsys.readouterr().out
 
 
+def test_a_repo_id_the_hub_refuses_is_one_error_line_before_anything_is_written(
+    release_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys, tmp_path
+) -> None:
+    """`--push-to-hub "not a repo"` is refused by the hub's own rule before the release is
+    written (it was written, then the push failed and the suggested command failed too)."""
+    monkeypatch.delenv("MINITX_DEBUG", raising=False)
+    out = tmp_path / "release"
+    argv = ["--checkpoint", str(release_dir), "--out", str(out), "--push-to-hub", "not a repo"]
+    assert export_cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--push-to-hub 'not a repo' is not a hub repo id" in err
+    assert not out.exists()
+
+
 def test_a_failed_push_is_one_error_line(
     release_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys, tmp_path
 ) -> None:

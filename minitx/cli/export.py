@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from pathlib import Path
 
@@ -59,6 +60,17 @@ def run(args: argparse.Namespace) -> int:
     from minitx.errors import SourceUnreachableError
 
     release.check_release_dir(args.out, flag="--out")
+    if args.push_to_hub:  # before anything is written: the hub's own rule for repo ids
+        from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+        try:
+            validate_repo_id(args.push_to_hub)
+        except HFValidationError as exc:
+            reason = " ".join(str(exc).split())[:200]
+            raise UsageError(
+                f"--push-to-hub {args.push_to_hub!r} is not a hub repo id ({reason}); give "
+                "owner/name, e.g. --push-to-hub me/minitx-de-en"
+            ) from None
     evaluation = read_evaluation(args.evaluation) if args.evaluation is not None else None
     loaded = release.load(args.checkpoint)  # its errors are one error line
     try:  # a report of other weights is refused before anything is written
@@ -85,8 +97,8 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(
                 f"pushing {args.out} to the hub repo {args.push_to_hub} failed "
                 f"({type(exc).__name__}: {' '.join(str(exc).split())[:300]}); the directory is "
-                f"written; {fix} run minitx-export --checkpoint {args.out} --out {args.out} "
-                f"--push-to-hub {args.push_to_hub}"
+                f"written; {fix} run minitx-export --checkpoint {shlex.quote(str(args.out))} "
+                f"--out {shlex.quote(str(args.out))} --push-to-hub {shlex.quote(args.push_to_hub)}"
             ) from None
         print(f"pushed to {args.push_to_hub}: {url}")
     return 0
