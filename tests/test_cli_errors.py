@@ -762,3 +762,34 @@ def test_the_scripts_report_a_user_error_in_one_line(
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
     assert proc.returncode == 2 and len(errors) == 1, proc.stderr
     assert message in errors[0] and "Traceback" not in proc.stderr, proc.stderr
+
+
+@pytest.mark.filterwarnings("ignore:LightningCLI's args parameter")
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--config", "nope"], r"--config nope: no such file, nor a packaged config .*tiny"),
+        (["--data.cache_dir", "notes.txt"], r"data\.cache_dir notes\.txt is a file; give a dir"),
+    ],
+    ids=["unknown-config-name", "cache-dir-a-file"],
+)
+def test_a_config_name_or_cache_dir_that_cannot_be_used_says_what_would_do(
+    extra: list[str],
+    message: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+) -> None:
+    """An unknown ``--config`` name lists the packaged ones (it was jsonargparse's "File does
+    not exist"); a file as ``data.cache_dir`` asks for a directory (it was "File exists")."""
+    import minitx.cli.train as train
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MINITX_DEBUG", raising=False)
+    monkeypatch.setattr(train, "_train_and_test", train.build_cli)  # build the run, no fit
+    (tmp_path / "notes.txt").write_text("mine\n")
+    with pytest.raises(SystemExit) as exit_info:
+        train_main(["--config", str(TINY_CONFIG), *extra])
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error: ")]
+    assert exit_info.value.code == 2 and len(errors) == 1
+    assert re.search(message, errors[0]), errors[0]

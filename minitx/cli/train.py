@@ -316,7 +316,8 @@ def resolve_config_names(args: list[str]) -> list[str]:
 
     Raises:
         UsageError: a config file that is not UTF-8 text, such as a checkpoint given as
-            ``--config`` (jsonargparse would end in a UnicodeDecodeError's traceback).
+            ``--config`` (jsonargparse would end in a UnicodeDecodeError's traceback), or
+            neither a file nor a packaged name (listing the names).
     """
     # jsonargparse prints the config parsed up to --print_config: last, it shows all of it
     printing = [a for a in args if a == "--print_config" or a.startswith("--print_config=")]
@@ -327,7 +328,17 @@ def resolve_config_names(args: list[str]) -> list[str]:
             out[index] = str(packaged) if out[index] == value else f"--config={packaged}"
         elif Path(value).is_file():
             _check_config_text(flag, Path(value))
+        elif not Path(value).exists() and not any(c in value for c in "{}:\n"):  # not YAML
+            raise UsageError(
+                f"{flag} {value}: no such file, nor a packaged config of that name; give a "
+                f"config file or a packaged name ({_packaged_names()})"
+            )
     return out
+
+
+def _packaged_names() -> str:
+    """The packaged configs' names, for messages: "long, multi30k_cs_en, ..., tiny"."""
+    return ", ".join(sorted(p.stem for p in CONFIG_DIR.glob("*.yaml")))
 
 
 def _config_args(args: list[str]) -> Iterator[tuple[str, str, int]]:
@@ -343,10 +354,9 @@ def _check_config_text(flag: str, path: Path) -> None:
     try:
         path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
-        names = ", ".join(sorted(p.stem for p in CONFIG_DIR.glob("*.yaml")))
         raise UsageError(
             f"{flag} {path}: not a YAML config (byte {exc.start} is not UTF-8 text); give a "
-            f"config file or a packaged name ({names}); "
+            f"config file or a packaged name ({_packaged_names()}); "
             "to resume from a checkpoint, pass it as --ckpt_path"
         ) from None
 
