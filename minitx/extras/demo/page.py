@@ -306,8 +306,8 @@ def launch(
         server_port=port,
         share=False,
         inbrowser=False,
-        prevent_thread_lock=not block,
-        quiet=not block,
+        prevent_thread_lock=True,  # returns at once; `block_thread` below waits
+        quiet=True,  # Gradio's own lines suggest launch(share=True), no advice for a command
         show_error=True,
         ssr_mode=False,
         theme=import_gradio().themes.Default(  # the system's fonts: no font is fetched
@@ -319,4 +319,7 @@ def launch(
         state_session_capacity=MAX_SESSIONS,
         max_file_size=MAX_UPLOAD_BYTES,
     )
+    if block:
+        print(f"serving the demo on {url} (Ctrl-C stops it)", flush=True)
+        demo.block_thread()
     return url
