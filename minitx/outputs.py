@@ -33,7 +33,8 @@ from pathlib import Path
 from minitx.errors import OutputError
 
 MARKER = ".minitx-output"
-"""The file that marks a directory as written by minitx (JSON: which command, what kind)."""
+"""The file that marks a directory as written by minitx (JSON: what kind, and the files written:
+`--force` replaces the directory only while it holds no others)."""
 
 
 def check_output_dir(
@@ -84,7 +85,14 @@ def check_output_dir(
                 f"does not replace it; move it away yourself or choose another {flag}"
             )
         return
-    added = sorted(set(_files_below(out)) - set(_files_written(out)))
+    written = _files_written(out)
+    if written is None:
+        raise OutputError(
+            f"{flag} {out} was written by an older minitx, whose {MARKER} file lists no files, "
+            f"so --force cannot tell yours from its own; delete it yourself or choose another "
+            f"{flag}"
+        )
+    added = sorted(set(_files_below(out)) - set(written))
     if added:
         shown = ", ".join(added[:3]) + (", ..." if len(added) > 3 else "")
         raise OutputError(
@@ -99,15 +107,14 @@ def _files_below(directory: Path) -> list[str]:
     return sorted(p.relative_to(directory).as_posix() for p in found if p.name != MARKER)
 
 
-def _files_written(directory: Path) -> list[str]:
-    """The files `MARKER` says minitx wrote into `directory` (none when it cannot be read: then
-    every file counts as the user's)."""
+def _files_written(directory: Path) -> list[str] | None:
+    """The files `MARKER` says minitx wrote into `directory`; None when it lists none (an older
+    minitx wrote it, or it was damaged): then no file can be told to be minitx's."""
     try:
-        record = json.loads((directory / MARKER).read_text(encoding="utf-8"))
-        files = record["files"]
+        files = json.loads((directory / MARKER).read_text(encoding="utf-8"))["files"]
     except (OSError, ValueError, TypeError, KeyError):
-        return []
-    return [name for name in files if isinstance(name, str)] if isinstance(files, list) else []
+        return None
+    return [name for name in files if isinstance(name, str)] if isinstance(files, list) else None
 
 
 def check_output_file(

@@ -920,13 +920,14 @@ def test_visualize_writes_its_directory_whole_and_keeps_the_users_own(
     tiny_checkpoint, tmp_path, capsys, monkeypatch
 ) -> None:
     """--out-dir: a directory of the user's own is refused, whatever the flags; an earlier
-    output is replaced only with --force, and then whole (no PNG of the earlier run stays)."""
+    output is replaced only with --force, and then whole (no PNG of the earlier run stays),
+    unless files of the user's were added to it."""
     monkeypatch.delenv("MINITX_DEBUG", raising=False)
     script = command_module("visualize")
 
-    def visualize(out_dir: Path, *flags: str) -> int:
+    def visualize(out_dir: Path, *flags: str, kinds: tuple[str, ...] = ("cross",)) -> int:
         args = ["--checkpoint", str(tiny_checkpoint), TOY_TEST_SOURCES[0], "--out-dir"]
-        return script.main([*args, str(out_dir), "--dpi", "40", "--kinds", "cross", *flags])
+        return script.main([*args, str(out_dir), "--dpi", "40", "--kinds", *kinds, *flags])
 
     mine = tmp_path / "mine"
     mine.mkdir()
@@ -938,8 +939,8 @@ def test_visualize_writes_its_directory_whole_and_keeps_the_users_own(
     assert (mine / "attention.html").read_text(encoding="utf-8") == "mine\n"
 
     out_dir = tmp_path / "attn"
-    assert visualize(out_dir) == 0
-    (out_dir / "cross_layer9.png").write_bytes(b"an earlier model's layer")
+    assert visualize(out_dir, kinds=("cross", "encoder")) == 0  # an earlier, larger output
+    assert (out_dir / "encoder_layer0.png").is_file()
     assert visualize(out_dir) == 2
     assert "exists already; pass --force to replace it" in capsys.readouterr().err
     assert visualize(out_dir, "--force") == 0
@@ -947,6 +948,11 @@ def test_visualize_writes_its_directory_whole_and_keeps_the_users_own(
     assert written == [".minitx-output", "attention.html", "cross_layer0.png"]
     assert f"wrote {out_dir / 'attention.html'}" in capsys.readouterr().out
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary left
+
+    (out_dir / "notes.txt").write_text("mine\n", encoding="utf-8")  # the user's, added since
+    assert visualize(out_dir, "--force") == 2
+    assert "holds files minitx did not write (notes.txt)" in capsys.readouterr().err
+    assert (out_dir / "notes.txt").read_text(encoding="utf-8") == "mine\n"
 
 
 # ---------------------------------------------------------------------- entry points

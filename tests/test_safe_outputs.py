@@ -577,3 +577,14 @@ def test_an_output_that_cannot_be_replaced_is_named_not_its_temporary_file(
         with pytest.raises(OutputError, match=r"cannot write /dev/full: No space left"):
             with atomic_path("/dev/full") as path, open(path, "w") as file:
                 file.write("x" * 10_000)
+
+
+def test_force_cannot_tell_the_files_of_an_output_whose_marker_lists_none(tmp_path: Path) -> None:
+    """A marker without the file list (an older minitx wrote it, or it was damaged) cannot
+    tell the user's files from minitx's: --force says so, and replaces nothing."""
+    out = tmp_path / "maps"
+    out.mkdir()
+    (out / MARKER).write_text('{"written_by": "minitx", "kind": "attention-maps"}\n')
+    (out / "attention.html").write_text("<html></html>")
+    with pytest.raises(OutputError, match=r"older minitx, whose \.minitx-output file lists no"):
+        check_output_dir(out, force=True, flag="--out-dir")

@@ -53,7 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--force",
         action="store_true",
-        help="replace --out-dir when an earlier minitx-visualize wrote it",
+        help="replace --out-dir when an earlier minitx-visualize wrote it (and you added no "
+        "file to it)",
     )
     parser.add_argument(
         "--kinds",

@@ -44,7 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--force",
         action="store_true",
         help="replace --out if it exists and minitx wrote it (never a directory of your own, "
-        "the current one or its parents, or one that holds --checkpoint)",
+        "one you added files to, the current one or its parents, or one that holds "
+        "--checkpoint)",
     )
     return parser
 

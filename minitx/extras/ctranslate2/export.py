@@ -227,8 +227,8 @@ def export_model(
         quantization: weight type, one CTranslate2 accepts
             (`ctranslate2.specs.model_spec.ACCEPTED_MODEL_TYPES`; None: float32).
         force: replace `out_dir` when it exists; only a directory minitx wrote (holding
-            `minitx.outputs.MARKER`, written into every export) or an empty one is replaced
-            (`minitx.outputs.check_output_dir`).
+            `minitx.outputs.MARKER`, written into every export, and no file added since) or an
+            empty one is replaced (`minitx.outputs.check_output_dir`).
         languages: (source, target) codes, recorded in `minitx.json`.
 
     Returns:
