@@ -31,21 +31,6 @@ from minitx.tokenizer import Tokenizer
 CHECKPOINT_KEY = "minitx"
 """Key of the minitx payload in a checkpoint."""
 
-MODEL_MAXIMA = {
-    "src_vocab_size": 1 << 20,
-    "tgt_vocab_size": 1 << 20,
-    "d_model": 8192,
-    "n_heads": 256,
-    "n_encoder_layers": 128,
-    "n_decoder_layers": 128,
-    "d_ff": 32768,
-    "max_positions": 32768,
-}
-"""Largest `TransformerConfig` sizes minitx builds from a file (a checkpoint or a release): far
-above any model minitx trains (the paper's big model: d_model 1024, d_ff 4096, 6 + 6 layers),
-low enough that an absurd config (`d_model: 1000000000`) is refused in one line before anything
-is allocated."""
-
 MODEL_PREFIX = "model."
 """Prefix of the Transformer's parameters in the LightningModule's state dict."""
 
@@ -180,22 +165,6 @@ def languages_of(
     return languages
 
 
-def check_model_sizes(config: TransformerConfig, where: str | Path) -> None:
-    """Refuse a model config from a file whose sizes pass `MODEL_MAXIMA`, before the model is
-    built: a damaged or crafted file would otherwise allocate for minutes, or until memory
-    runs out.
-
-    Raises:
-        CheckpointError: naming `where`, the size and its bound.
-    """
-    for name, maximum in MODEL_MAXIMA.items():
-        if getattr(config, name) > maximum:
-            raise CheckpointError(
-                f"{where}: model {name} is {getattr(config, name)}, above the largest minitx "
-                f"builds from a file ({maximum}); the file is damaged or not written by minitx"
-            )
-
-
 def model_config_differences(
     a: TransformerConfig, b: TransformerConfig, *, between: str = "->"
 ) -> str:
@@ -232,7 +201,6 @@ def model_from_checkpoint(
     payload = checkpoint[CHECKPOINT_KEY]
     try:
         config = TransformerConfig.from_dict(payload["model_config"])
-        check_model_sizes(config, path)
         tokenizer = Tokenizer(payload["tokenizer"])
         model = Transformer(config)
     except UnregisteredError as exc:

@@ -22,6 +22,21 @@ from minitx.vocab import BOS_ID, EOS_ID, PAD_ID
 LEGACY_ID_KEYS = {"pad_id": PAD_ID, "bos_id": BOS_ID, "eos_id": EOS_ID}
 """Special ids that checkpoints written before minitx.vocab carried in the model config."""
 
+MODEL_MAXIMA = {
+    "src_vocab_size": 1 << 20,
+    "tgt_vocab_size": 1 << 20,
+    "d_model": 8192,
+    "n_heads": 256,
+    "n_encoder_layers": 128,
+    "n_decoder_layers": 128,
+    "d_ff": 32768,
+    "max_positions": 32768,
+}
+"""Largest `TransformerConfig` sizes minitx builds, for training or from a file: far
+above any model minitx trains (the paper's big model: d_model 1024, d_ff 4096, 6 + 6 layers),
+low enough that an absurd config (`d_model: 1000000000`) is refused in one line before anything
+is allocated."""
+
 
 def _heads_hint(d_model: int, n_heads: int) -> str:
     """Valid nearby choices: head counts dividing d_model, and d_model values for n_heads
@@ -42,6 +57,11 @@ def check_transformer_config(c: Any) -> None:
     for name in (*sizes, "n_encoder_layers", "n_decoder_layers"):
         if getattr(c, name) <= 0:
             raise ConfigError(f"TransformerConfig.{name} must be positive, got {getattr(c, name)}")
+        if getattr(c, name) > MODEL_MAXIMA[name]:  # a damaged file would allocate for minutes
+            raise ConfigError(
+                f"TransformerConfig.{name} must be at most {MODEL_MAXIMA[name]} (the largest "
+                f"minitx builds), got {getattr(c, name)}"
+            )
     if c.d_model % c.n_heads:
         raise ConfigError(
             f"TransformerConfig: d_model ({c.d_model}) must be divisible by n_heads "

@@ -16,9 +16,9 @@ Reading one never executes code: safetensors holds tensors only, `config.json` i
 validated through `TransformerConfig.from_dict`, and the tokenizer is sentencepiece data.
 Nothing is allocated before the files agree: `config.json` must match its checksum
 (`model_sha256`, written by `save_pretrained`: an edited `n_heads` changes no weight's shape),
-its sizes must lie within `minitx.checkpoint.MODEL_MAXIMA`, and every tensor named in the
-safetensors header must have the shape the config implies (`check_weight_shapes`, on a model
-built on the meta device).
+its sizes must lie within `minitx.model_config.MODEL_MAXIMA` (as every model config's must),
+and every tensor named in the safetensors header must have the shape the config implies
+(`check_weight_shapes`, on a model built on the meta device).
 
 `load` is minitx's one loading path (a `.ckpt` file, a release directory or a hub repo id):
 `Translator.from_pretrained`, every command's ``--checkpoint``, the demo and the experiments
@@ -48,7 +48,6 @@ from minitx.checkpoint import (
     CHECKPOINT_KEY,
     CheckpointError,
     check_finite,
-    check_model_sizes,
     languages_of,
     load_checkpoint,
     model_from_checkpoint,
@@ -189,7 +188,6 @@ def read_config(directory: str | Path) -> dict[str, Any]:
         raise CheckpointError(f"{path}: {exc}; {UNREGISTERED_WHEN_LOADING}") from None
     except (ValueError, TypeError) as exc:
         raise CheckpointError(f"{path}: {exc}") from None
-    check_model_sizes(values["model"], path)
     for key in ("src_lang", "tgt_lang"):
         if key not in values:
             raise CheckpointError(
@@ -533,6 +531,24 @@ def _write_release(
     return [WEIGHTS_FILE, *files]
 
 
+def check_repo_id(repo_id: str, *, flag: str = "repo_id") -> None:
+    """Refuse a hub repo id by the hub's own rule (huggingface_hub's `validate_repo_id`), before
+    anything is written or uploaded.
+
+    Raises:
+        ConfigError: naming `flag`, the id and the rule it breaks.
+    """
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError as exc:
+        reason = " ".join(str(exc).split())[:200]
+        raise ConfigError(
+            f"{flag} {repo_id!r} is not a hub repo id ({reason}); give one such as me/minitx-de-en"
+        ) from None
+
+
 def push_to_hub(
     directory: str | Path,
     repo_id: str,
@@ -551,6 +567,7 @@ def push_to_hub(
     """
     from huggingface_hub import HfApi
 
+    check_repo_id(repo_id)
     api = HfApi(token=token)
     try:
         api.create_repo(repo_id, repo_type="model", private=private, exist_ok=True)

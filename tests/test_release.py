@@ -335,7 +335,8 @@ DAMAGE = {
     "wrong-d_model": (_wrong_d_model, r"model\.safetensors: the weights do not fit"),
     "huge-d_model": (
         lambda d: _edit_config(d, lambda c: c["model"].update(d_model=10**9)),
-        r"config\.json: model d_model is 1000000000, above the largest minitx builds from a file",
+        r"config\.json: TransformerConfig\.d_model must be at most 8192 \(the largest minitx "
+        r"builds\), got 1000000000",
     ),
     "no-src_lang": (
         lambda d: _edit_config(d, lambda c: c.pop("src_lang")),
@@ -343,7 +344,7 @@ DAMAGE = {
     ),
     "huge-layers": (
         lambda d: _edit_config(d, lambda c: c["model"].update(n_decoder_layers=10**6)),
-        r"config\.json: model n_decoder_layers is 1000000, above",
+        r"config\.json: TransformerConfig\.n_decoder_layers must be at most 128",
     ),
     "edited-n_heads": (
         _edited_n_heads,
