@@ -158,8 +158,9 @@ def atomic_path(path: str | Path, *, size_hint: int | None = None) -> Iterator[P
         size_hint: about how many bytes will be written, for the disk-full message.
 
     Raises:
-        OutputError: the disk (or quota, or file-size limit) has no room; it names `path`, the
-            space needed and the space free.
+        OutputError: the disk (or quota, or file-size limit, or a device written in place) has
+            no room, naming `path`, the space needed and the space free; or the finished file
+            cannot take `path`'s place (an immutable file), naming `path`, which is unchanged.
     """
     path = Path(path)
     try:  # os.stat follows links: /dev/stdout is the terminal or pipe it points to
@@ -169,11 +170,12 @@ def atomic_path(path: str | Path, *, size_hint: int | None = None) -> Iterator[P
     if in_place:  # a device or a FIFO: nothing to rename onto, written as a shell's > would
         try:
             yield path
-        except OSError as exc:
-            if exc.errno not in NO_ROOM:
+        except Exception as exc:
+            no_room = _no_room(exc)
+            if no_room is None:
                 raise
             raise OutputError(
-                f"cannot write {path}: {exc.strerror or exc}; write somewhere else"
+                f"cannot write {path}: {no_room.strerror or no_room}; write somewhere else"
             ) from None
         return
     target = Path(os.path.realpath(path))  # a link to a file: the file is replaced, the link stays

@@ -17,6 +17,7 @@ import re
 
 from minitx.alignment import AlignmentConfig
 from minitx.cli.common import OneLineArgumentParser, run_cli
+from minitx.errors import DataError
 from minitx.evaluation import load_split
 from minitx.translator import Translator
 
@@ -80,6 +81,11 @@ def report(args: argparse.Namespace) -> int:
     split = load_split(args.data, "test", "de", "en", args.sentences)
     sources, references = split.sources, split.references
     items = expected_pairs(sources, references)
+    if not items:
+        raise DataError(
+            f"no lexicon pair found in the first {len(sources)} test sentences; give more "
+            "sentences, or a German-English corpus (the lexicon is German-English)"
+        )
     translator = Translator.from_pretrained(args.checkpoint)
     layers, heads = translator.model.config.n_decoder_layers, translator.model.config.n_heads
     print(

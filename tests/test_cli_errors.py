@@ -697,7 +697,6 @@ sys.exit(launch.{command}())
         # Lightning accepts these at zero and divides by them inside the loop
         ("accumulate_grad_batches", "0", "trainer.accumulate_grad_batches=0"),
         ("check_val_every_n_epoch", "0", "trainer.check_val_every_n_epoch=0"),
-        ("log_every_n_steps", "0", "trainer.log_every_n_steps=0"),
         ("val_check_interval", "0", "trainer.val_check_interval=0"),
         # Lightning's Trainer refuses these itself, with an exception of its own
         ("max_epochs", "-5", "`max_epochs` must be"),
@@ -737,6 +736,7 @@ def test_a_trainer_setting_lightning_cannot_use_is_one_error_line(
         ("alignment_layers.py", ["missing.ckpt", "builtin:toy"], "checkpoint not found"),
         ("alignment_layers.py", ["CKPT", "no-such-corpus-dir/"], "not found"),
         ("alignment_layers.py", ["CKPT", "builtin:toy", "0"], "sentences must be >= 1"),
+        ("alignment_layers.py", ["CKPT", "CORPUS"], "no lexicon pair found"),
         ("data_stats.py", ["--source", "builtin:toy", "--max-tokens", "0"], "--max-tokens"),
         ("data_stats.py", ["--source", "no-such-corpus-dir/"], "not found"),
     ],
@@ -744,6 +744,7 @@ def test_a_trainer_setting_lightning_cannot_use_is_one_error_line(
         "align-no-checkpoint",
         "align-no-corpus",
         "align-no-sentences",
+        "align-no-lexicon-pair",
         "stats-no-tokens",
         "stats-no-corpus",
     ],
@@ -756,7 +757,12 @@ def test_the_scripts_report_a_user_error_in_one_line(
     commands do: no traceback."""
     from helpers import SCRIPTS_DIR
 
-    arguments = [str(tiny_checkpoint) if a == "CKPT" else a for a in arguments]
+    corpus = tmp_path / "corpus"  # a test split without one word of the lexicon
+    corpus.mkdir()
+    for lang in ("de", "en"):
+        (corpus / f"test.{lang}").write_text("qqq zzz .\n", encoding="utf-8")
+    given = {"CKPT": str(tiny_checkpoint), "CORPUS": str(corpus)}
+    arguments = [given.get(a, a) for a in arguments]
     cmd = [sys.executable, str(SCRIPTS_DIR / script), *arguments]
     proc = run_python(cmd, cwd=tmp_path, env=subprocess_env(), timeout=120)
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
@@ -769,9 +775,10 @@ def test_the_scripts_report_a_user_error_in_one_line(
     ("extra", "message"),
     [
         (["--config", "nope"], r"--config nope: no such file, nor a packaged config .*tiny"),
+        (["--config=~/nope.yaml"], r"--config ~/nope\.yaml: no such file"),
         (["--data.cache_dir", "notes.txt"], r"data\.cache_dir notes\.txt is a file; give a dir"),
     ],
-    ids=["unknown-config-name", "cache-dir-a-file"],
+    ids=["unknown-config-name", "unknown-config-path", "cache-dir-a-file"],
 )
 def test_a_config_name_or_cache_dir_that_cannot_be_used_says_what_would_do(
     extra: list[str],
@@ -790,6 +797,17 @@ def test_a_config_name_or_cache_dir_that_cannot_be_used_says_what_would_do(
     (tmp_path / "notes.txt").write_text("mine\n")
     with pytest.raises(SystemExit) as exit_info:
         train_main(["--config", str(TINY_CONFIG), *extra])
-    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error: ")]
-    assert exit_info.value.code == 2 and len(errors) == 1
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert exit_info.value.code == 2 and len(errors) == 1 and "Traceback" not in err, err
     assert re.search(message, errors[0]), errors[0]
+    assert [p.name for p in tmp_path.rglob("*") if p.is_file()] == ["notes.txt"]
+
+
+def test_config_values_jsonargparse_reads_itself_are_passed_on() -> None:
+    """Standard input (``--config -``), YAML text and URLs are jsonargparse's to read: not
+    refused as unknown config names."""
+    from minitx.cli.train import resolve_config_names
+
+    for value in ("-", "{trainer: {max_epochs: 1}}", "trainer: {max_epochs: 1}", "file:///x.yaml"):
+        assert resolve_config_names(["--config", value]) == ["--config", value]

@@ -449,15 +449,11 @@ def test_a_one_megabyte_sentence_is_refused_quickly_and_memory_stays_flat(client
     assert grown < 16, f"RSS grew {grown:.0f} MiB over {len(readings) - 2} refused requests"
 
 
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(pytest.main([__file__, "-q"]))
-
-
 def test_the_served_demo_says_where_in_one_line_of_its_own(
     translator: Translator, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
-    """`minitx-demo` prints its address and how to stop it, and none of Gradio's lines (which
-    suggest ``launch(share=True)``: no advice for a command-line user)."""
+    """`minitx-demo` prints its address and how to stop it, and none of Gradio's start-up lines
+    (which suggest ``launch(share=True)``: no advice for a command-line user)."""
     pytest.importorskip("gradio", reason="the demo needs Gradio: pip install -e '.[dev]'")
     from minitx.extras.demo.page import build_demo, launch
 
@@ -471,3 +467,7 @@ def test_the_served_demo_says_where_in_one_line_of_its_own(
         demo.close()  # it says "Closing server ...": Gradio's, and after the test's lines
     assert waited == [True]
     assert out == f"serving the demo on {url} (Ctrl-C stops it)\n", out
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(pytest.main([__file__, "-q"]))

@@ -352,3 +352,20 @@ def test_validation_scores_the_translations_of_every_ddp_process() -> None:
     )
     everything = (["hyp 0 0", "hyp 1 0", "hyp 1 1"], ["ref 0 0", "ref 1 0", "ref 1 1"])
     assert out[0] == out[1] == everything
+
+
+@pytest.mark.parametrize("every", [0, 2])
+def test_the_token_rate_is_logged_as_often_as_lightning_logs_steps(every: int) -> None:
+    """`train/tokens_per_sec_step` every `trainer.log_every_n_steps` batches; 0, which Lightning
+    reads as "no per-step logging", logs none (it was a ZeroDivisionError)."""
+    from minitx.training.callbacks import TokenThroughput
+    from minitx.vocab import PAD_ID
+
+    callback, logged = TokenThroughput(), []
+    trainer = SimpleNamespace(log_every_n_steps=every)
+    module = SimpleNamespace(log=lambda name, value, **kwargs: logged.append(name))
+    batch = {"tgt_out": torch.tensor([[5, 6, PAD_ID]])}
+    callback.on_train_epoch_start(trainer, module)
+    for index in range(4):
+        callback.on_train_batch_end(trainer, module, None, batch, index)
+    assert logged == ["train/tokens_per_sec_step"] * (4 // every if every else 0)

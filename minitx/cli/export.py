@@ -60,17 +60,8 @@ def run(args: argparse.Namespace) -> int:
     from minitx.errors import SourceUnreachableError
 
     release.check_release_dir(args.out, flag="--out")
-    if args.push_to_hub:  # before anything is written: the hub's own rule for repo ids
-        from huggingface_hub.utils import HFValidationError, validate_repo_id
-
-        try:
-            validate_repo_id(args.push_to_hub)
-        except HFValidationError as exc:
-            reason = " ".join(str(exc).split())[:200]
-            raise UsageError(
-                f"--push-to-hub {args.push_to_hub!r} is not a hub repo id ({reason}); give "
-                "owner/name, e.g. --push-to-hub me/minitx-de-en"
-            ) from None
+    if args.push_to_hub:  # before anything is written
+        release.check_repo_id(args.push_to_hub, flag="--push-to-hub")
     evaluation = read_evaluation(args.evaluation) if args.evaluation is not None else None
     loaded = release.load(args.checkpoint)  # its errors are one error line
     try:  # a report of other weights is refused before anything is written

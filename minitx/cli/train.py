@@ -48,7 +48,7 @@ from minitx.cli.common import (
 )
 from minitx.data import TranslationDataModule
 from minitx.decoding import DecodingConfig
-from minitx.errors import ConfigError, debug_requested, is_whole_number
+from minitx.errors import ConfigError, MinitxError, debug_requested, is_whole_number
 from minitx.outputs import RUN_STAMP, claim_run_dir
 from minitx.textio import write_text_atomic
 from minitx.training import (
@@ -171,15 +171,15 @@ def check_trainer_counts(config: Any) -> None:
         ConfigError: naming the setting and the values it takes.
     """
     trainer = config.trainer
-    for key in ("accumulate_grad_batches", "check_val_every_n_epoch", "log_every_n_steps"):
+    for key in ("accumulate_grad_batches", "check_val_every_n_epoch"):
         value = trainer.get(key)
         if is_whole_number(value) and value < 1:
             raise ConfigError(f"trainer.{key}={value}: give a whole number of at least 1")
     interval = trainer.get("val_check_interval")
-    if isinstance(interval, (int, float)) and not isinstance(interval, bool) and interval <= 0:
+    if is_whole_number(interval) and interval < 1:  # 0.0, a fraction, validates every batch
         raise ConfigError(
-            f"trainer.val_check_interval={interval}: give a fraction of an epoch in (0, 1], a "
-            "number of batches (at least 1) or a time 'DD:HH:MM:SS'"
+            f"trainer.val_check_interval={interval}: give a number of batches (at least 1), a "
+            "fraction of an epoch in [0.0, 1.0] or a time 'DD:HH:MM:SS'"
         )
 
 
@@ -324,11 +324,13 @@ def resolve_config_names(args: list[str]) -> list[str]:
     out = [a for a in args if a not in printing] + printing
     for flag, value, index in _config_args(out):
         packaged = CONFIG_DIR / (value if value.endswith(".yaml") else f"{value}.yaml")
-        if not Path(value).exists() and "/" not in value and packaged.is_file():
+        path = Path(value).expanduser()  # as jsonargparse reads it: --config=~/my.yaml
+        if not path.exists() and "/" not in value and packaged.is_file():
             out[index] = str(packaged) if out[index] == value else f"--config={packaged}"
-        elif Path(value).is_file():
-            _check_config_text(flag, Path(value))
-        elif not Path(value).exists() and not any(c in value for c in "{}:\n"):  # not YAML
+        elif path.is_file():
+            _check_config_text(flag, path)
+        elif not path.exists() and value != "-" and not any(c in value for c in "{}:\n"):
+            # neither a file, standard input (-), nor a YAML text or URL: a mistyped name
             raise UsageError(
                 f"{flag} {value}: no such file, nor a packaged config of that name; give a "
                 f"config file or a packaged name ({_packaged_names()})"
@@ -594,14 +596,14 @@ class MinitxCLI(LightningCLI):
         kwargs.update(self._validation_cadence(trainer_config))
         try:
             trainer = super().instantiate_trainer(**kwargs)
-        except ConfigError:
+        except MinitxError:
             raise
         except (MisconfigurationException, ValueError) as exc:  # Lightning's own checks
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise ConfigError(
                 f"a trainer setting Lightning refuses: {reason} (the trainer.* settings: "
                 "minitx-train --help)"
-            ) from None
+            ) from exc
         trainer.callbacks.append(NotesAtFitStart(notes))
         if plain:  # last, so that TokenThroughput has measured the epoch already
             trainer.callbacks.append(PlainProgress())

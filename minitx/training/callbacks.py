@@ -216,7 +216,8 @@ class TokenThroughput(L.Callback):
         tokens = int((batch["tgt_out"] != PAD_ID).sum())
         self._epoch_tokens += tokens
         self._window_tokens += tokens
-        if (batch_idx + 1) % trainer.log_every_n_steps == 0:
+        every = trainer.log_every_n_steps  # 0: no per-step logging, as Lightning reads it
+        if every and (batch_idx + 1) % every == 0:
             now = time.perf_counter()
             pl_module.log(
                 "train/tokens_per_sec_step",
