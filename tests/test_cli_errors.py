@@ -776,9 +776,10 @@ def test_the_scripts_report_a_user_error_in_one_line(
     [
         (["--config", "nope"], r"--config nope: no such file, nor a packaged config .*tiny"),
         (["--config=~/nope.yaml"], r"--config ~/nope\.yaml: no such file"),
-        (["--data.cache_dir", "notes.txt"], r"data\.cache_dir notes\.txt is a file; give a dir"),
+        (["--data.cache_dir", "notes.txt"], r"data\.cache_dir notes\.txt: notes\.txt is a file"),
+        (["--data.cache_dir", "notes.txt/c"], r"cache_dir notes\.txt/c: notes\.txt is a file"),
     ],
-    ids=["unknown-config-name", "unknown-config-path", "cache-dir-a-file"],
+    ids=["unknown-config-name", "unknown-config-path", "cache-dir-a-file", "cache-dir-in-a-file"],
 )
 def test_a_config_name_or_cache_dir_that_cannot_be_used_says_what_would_do(
     extra: list[str],

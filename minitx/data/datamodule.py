@@ -130,11 +130,14 @@ class TranslationDataModule(L.LightningDataModule):
                 f"data.tokenizer_sample must be >= 1 or null (every sentence), got "
                 f"{tokenizer_sample}."
             )
-        if cache_dir is not None and Path(cache_dir).exists() and not Path(cache_dir).is_dir():
-            raise ConfigError(
-                f"data.cache_dir {cache_dir} is a file; give a directory (it is created when "
-                "missing), or null for no cache"
-            )
+        if cache_dir is not None:  # a file where a directory must go fails only at the first write
+            cache = Path(cache_dir)
+            blocking = next((p for p in (cache, *cache.parents) if p.is_file()), None)
+            if blocking is not None:
+                raise ConfigError(
+                    f"data.cache_dir {cache_dir}: {blocking} is a file; give a directory (it is "
+                    "created when missing), or null for no cache"
+                )
         if max_positions is not None and max_len > max_positions:
             raise ConfigError(
                 f"data.max_len ({max_len}) exceeds the model's max_positions ({max_positions}); "
