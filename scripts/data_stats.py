@@ -20,10 +20,9 @@ import tempfile
 import time
 from pathlib import Path
 
-import datasets
 import numpy as np
 
-from minitx.cli.common import OneLineArgumentParser, run_cli
+from minitx.cli.common import OneLineArgumentParser, datasets_progress_bars, run_cli
 from minitx.data import (
     TokenBucketBatchSampler,
     clean_pairs,
@@ -90,8 +89,7 @@ def main() -> int:
     for flag, values in sizes.items():
         if min(values) < 1:
             parser.error(f"{flag} must be >= 1, got {min(values)}")
-    if not sys.stderr.isatty():  # a log file: the figures, not the bar's frames
-        datasets.disable_progress_bars()
+    datasets_progress_bars()  # a log file gets the figures, not the bars' frames
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     return run_cli(report, args)
 

@@ -172,6 +172,17 @@ class FirstRetryNotice(logging.Filter):
         return False
 
 
+def datasets_progress_bars(verbose: bool = False) -> None:
+    """The datasets progress bars where someone watches them: on a terminal, or when asked
+    (`verbose`); in a log file they are carriage-return frames."""
+    import datasets
+
+    if verbose or sys.stderr.isatty():
+        datasets.enable_progress_bars()
+    else:
+        datasets.disable_progress_bars()
+
+
 def hub_verbosity(verbose: bool) -> None:
     """Keep huggingface_hub's warnings off standard error, or (`verbose`) let them through;
     ``HF_HUB_VERBOSITY``, when set, decides instead.

@@ -39,6 +39,7 @@ from minitx.cli.common import (
     EXIT_USER_ERROR,
     UsageError,
     check_stdout,
+    datasets_progress_bars,
     hub_verbosity,
     no_room_for_output,
     reader_gone,
@@ -95,15 +96,10 @@ def set_verbosity(verbose: bool) -> None:
     warnings, the datasets progress bars, and minitx's own INFO lines (data preparation,
     tokens/s per epoch) on standard error.
     """
-    import datasets
-
     for name in LIBRARY_LOGGERS:
         logging.getLogger(name).setLevel(logging.INFO if verbose else logging.WARNING)
     hub_verbosity(verbose)
-    if verbose or sys.stderr.isatty():
-        datasets.enable_progress_bars()
-    else:
-        datasets.disable_progress_bars()
+    datasets_progress_bars(verbose)
     log = logging.getLogger("minitx")
     if verbose:
         show_library_warnings()
