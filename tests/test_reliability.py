@@ -501,13 +501,17 @@ def test_a_kill_during_a_checkpoint_save_leaves_the_previous_file_loadable(
         (["--model.transformer.d_ff", "256"], r"model config differs .*d_ff: 128 -> 256"),
         (["--data.vocab_size", "100"], r"model config differs"),
         (["--data.source", "{other_corpus}"], r"tokenizer .* differs"),
+        (
+            ["--data.src_lang", "en", "--data.tgt_lang", "de"],  # the same joint tokenizer
+            r"the checkpoint translates de->en, this run en->de",
+        ),
         (["--model.optim.lr", "0.002"], r"optimizer settings \(model.optim.lr 0.005 -> 0.002\)"),
         (
             ["--model.optim.warmup_steps", "5"],
             r"optimizer settings \(model.optim.warmup_steps 20 -> 5\)",
         ),
     ],
-    ids=["model", "vocabulary", "corpus", "rate", "warm-up"],
+    ids=["model", "vocabulary", "corpus", "languages", "rate", "warm-up"],
 )
 def test_resuming_with_other_settings_is_refused(
     change: list[str],

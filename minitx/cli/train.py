@@ -900,7 +900,9 @@ def _check_resume(cli: MinitxCLI, path: Path) -> None:
             f"--trainer.max_epochs {max_epochs}; resume with --trainer.max_epochs {epochs} or "
             "more (the run's own setting, if it was larger), or start a new run"
         )
-    cli.model.check_resume(state)  # the optimizer settings and the model config: no data yet
+    data = cli.datamodule.hparams
+    # the optimizer settings, the model config and the languages: no data yet
+    cli.model.check_resume(state, (data.get("src_lang"), data.get("tgt_lang")))
     if (state.get(CHECKPOINT_KEY) or {}).get("tokenizer") is not None:
         cli.datamodule.setup("fit")
         cli.model.tokenizer = cli.datamodule.tokenizer

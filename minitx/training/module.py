@@ -20,7 +20,12 @@ from torch import Tensor
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torchmetrics import MeanMetric
 
-from minitx.checkpoint import CHECKPOINT_KEY, model_config_differences, write_payload
+from minitx.checkpoint import (
+    CHECKPOINT_KEY,
+    languages_of,
+    model_config_differences,
+    write_payload,
+)
 from minitx.decoding import generate
 from minitx.errors import ConfigError, ResumeError, TrainingError
 from minitx.metrics import corpus_scores
@@ -153,12 +158,17 @@ class TranslationModule(L.LightningModule):
             for schedule_state in scheduler_state.get("lr_lambdas", []):
                 if isinstance(schedule_state, dict):
                     schedule_state.pop("total_steps", None)
-        self.check_resume(checkpoint)
+        self.check_resume(checkpoint, self._languages())
 
-    def check_resume(self, checkpoint: dict[str, Any]) -> None:
+    def check_resume(
+        self,
+        checkpoint: dict[str, Any],
+        languages: tuple[str | None, str | None] | None = None,
+    ) -> None:
         """Refuse to resume from `checkpoint` (a Lightning checkpoint's dict) when its model
-        config, its `RESUME_KEEPS` optimizer settings or (once this module has one) its
-        tokenizer differ from this run's.
+        config, its `RESUME_KEEPS` optimizer settings, its languages (this run's `languages`,
+        (source, target), when given) or (once this module has one) its tokenizer differ from
+        this run's.
 
         Raises:
             ResumeMismatchError: naming what differs.
@@ -188,6 +198,15 @@ class TranslationModule(L.LightningModule):
                     f"({differ}); resume with the checkpoint's settings or start a new run "
                     "(--run_name)"
                 )
+        # One joint tokenizer serves both directions, so its check below passes a swap.
+        saved_languages = languages_of(checkpoint) if payload else (None, None)
+        if None not in saved_languages and languages is not None and saved_languages != languages:
+            raise ResumeMismatchError(
+                f"cannot resume: the checkpoint translates {'->'.join(saved_languages)}, this "
+                f"run {'->'.join(map(str, languages))}; resume with --data.src_lang "
+                f"{saved_languages[0]} --data.tgt_lang {saved_languages[1]}, or start a new run "
+                "(--run_name)"
+            )
         tokenizer = payload.get("tokenizer")
         if tokenizer is not None and self.tokenizer is not None:
             if tokenizer != self.tokenizer.model_bytes:
@@ -232,16 +251,20 @@ class TranslationModule(L.LightningModule):
                 f"refusing to write a checkpoint at step {self.global_step}: {len(bad)} weight "
                 f"tensors hold NaN or inf (e.g. {bad[0]}); the earlier checkpoints are kept"
             )
-        datamodule = getattr(self._attached_trainer(), "datamodule", None)
-        languages = None
-        if datamodule is not None:
-            languages = (datamodule.hparams.get("src_lang"), datamodule.hparams.get("tgt_lang"))
         write_payload(
             checkpoint,
             model_config=self.model_config,
             tokenizer=self.tokenizer,
-            languages=languages,
+            languages=self._languages(),
         )
+
+    def _languages(self) -> tuple[str | None, str | None] | None:
+        """(source, target) language codes of the data this module trains on; None outside
+        a fit with a data module."""
+        datamodule = getattr(self._attached_trainer(), "datamodule", None)
+        if datamodule is None:
+            return None
+        return datamodule.hparams.get("src_lang"), datamodule.hparams.get("tgt_lang")
 
     # ---------------------------------------------------------------- loss
 
