@@ -265,6 +265,45 @@ def test_print_config_shows_the_whole_config_wherever_it_is_given(
     assert not list(tmp_path.rglob("*.ckpt"))
 
 
+def test_a_ctrl_c_inside_an_epoch_resumes_with_the_batches_it_had_not_served(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C at step 30, inside the second epoch (23 updates each): the resume trains that
+    epoch's other batches, not its first ones again, so its losses are step for step those of
+    a run never stopped (the tiny config has no dropout)."""
+    args = TINY + [*NO_MAPS, "--trainer.enable_progress_bar", "false", "--test", "false"]
+    args += ["--trainer.max_epochs", "2"]
+    losses = {}
+    for name in ("whole", "resumed"):
+        (tmp_path / name).mkdir()
+        monkeypatch.chdir(tmp_path / name)
+        if name == "resumed":
+            with_callback(monkeypatch, InterruptTraining(30))
+            with pytest.raises(SystemExit) as exit_info:
+                main(args)
+            assert exit_info.value.code == 130
+        run = main(args + (["--ckpt_path", "last"] if name == "resumed" else []))
+        assert run.trainer.global_step == 46
+        (run_dir,) = run_dirs(tmp_path / name)
+        rows = metrics(run_dir)
+        losses[name] = {int(r["step"]): r["train/loss"] for r in rows if r.get("train/loss")}
+    assert len(losses["whole"]) == 46
+    resumed = losses["resumed"]
+    assert list(range(31, 46)) == [step for step in resumed if step >= 31]  # after the resume
+    assert {step: losses["whole"][step] for step in resumed} == resumed
+
+
+class InterruptTraining(Callback):
+    """Ctrl-C (a SIGINT to this process) after update `step`."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_end(self, trainer, *args) -> None:
+        if trainer.global_step == self.step:
+            os.kill(os.getpid(), signal.SIGINT)
+
+
 @pytest.mark.parametrize("by_path", [False, True], ids=["last", "path"])
 def test_resume_last_continues_at_the_saved_step_epoch_and_lr(
     by_path: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch

@@ -1,6 +1,8 @@
 """Length-bucketed batching: `TokenBucketBatchSampler` groups examples of equal padded
 length into batches of at most ``max_tokens`` padded tokens (sharded per rank under DDP);
-`collate` pads them into tensors, framed by `minitx.vocab.frame_source` / `frame_target`."""
+`ResumableDataLoader` serves them so that a run resumed inside an epoch goes on with that
+epoch's other batches; `collate` pads them into tensors, framed by
+`minitx.vocab.frame_source` / `frame_target`."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from typing import Any
 import datasets
 import numpy as np
 import torch
-from torch.utils.data import Sampler
+from torch.utils.data import DataLoader, Sampler
 
 from minitx.vocab import frame_source, frame_target, pad
 
@@ -94,6 +96,7 @@ class TokenBucketBatchSampler(Sampler[list[int]]):
         self.num_replicas = num_replicas
         self.rank = rank
         self.epoch = 0
+        self.skip = 0  # batches of the next iteration to leave out (`ResumableDataLoader`)
         # Lightning's fit loop calls set_epoch on dataloader.batch_sampler.sampler, never on the
         # batch sampler itself (lightning.fabric.utilities.data._set_sampler_epoch), so the
         # batch sampler is its own sampler.
@@ -120,7 +123,8 @@ class TokenBucketBatchSampler(Sampler[list[int]]):
     def __iter__(self) -> Iterator[list[int]]:
         rng = np.random.default_rng([self.seed, self.epoch]) if self.shuffle else None
         batches = self._all_batches(rng)
-        for batch in batches[self.rank :: self.num_replicas]:
+        skip, self.skip = self.skip, 0
+        for batch in batches[self.rank :: self.num_replicas][skip:]:
             yield batch.tolist()
 
     def _all_batches(self, rng: np.random.Generator | None) -> list[np.ndarray]:
@@ -162,6 +166,42 @@ def _even_out(batches: list[np.ndarray], num_replicas: int) -> list[np.ndarray]:
         batch = batches[largest]
         batches[largest : largest + 1] = [batch[:half], batch[half:]]
     return batches
+
+
+class ResumableDataLoader(DataLoader):
+    """A `DataLoader` of a `TokenBucketBatchSampler` that a run stopped inside an epoch
+    resumes where it stopped: the epoch's batches it had not served yet, in the same order.
+
+    Lightning saves `state_dict` in each checkpoint and hands it back to `load_state_dict`
+    before the resumed epoch's iteration (its protocol for resumable loaders). Without it a
+    resumed epoch would start from its first batch again, training those twice and the rest
+    never. Batches are counted as this loader hands them to the loop (worker processes fetch
+    ahead of that), so a checkpoint written after an update counts the update's batch.
+    """
+
+    batch_sampler: TokenBucketBatchSampler
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.served = 0  # batches of the current epoch handed out so far
+        self.resume: dict[str, int] | None = None  # from a checkpoint, for the next iteration
+
+    def __iter__(self) -> Iterator[Any]:
+        # A generator: this runs at the first batch, after Lightning has set the epoch.
+        resume, self.resume = self.resume, None
+        same_epoch = resume is not None and resume["epoch"] == self.batch_sampler.epoch
+        self.served = self.batch_sampler.skip = resume["served"] if same_epoch else 0
+        for batch in super().__iter__():
+            self.served += 1
+            yield batch
+
+    def state_dict(self) -> dict[str, int]:
+        """Where the training stands in its epoch: the epoch and the batches served."""
+        return {"epoch": self.batch_sampler.epoch, "served": self.served}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        """Resume from `state_dict`'s position at the next iteration, if it is that epoch's."""
+        self.resume = {"epoch": int(state["epoch"]), "served": int(state["served"])}
 
 
 def collate(examples: Sequence[Mapping[str, Any]], pad_multiple: int = 8) -> dict[str, Any]:

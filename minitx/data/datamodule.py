@@ -16,7 +16,12 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader
 
-from minitx.data.batching import TokenBucketBatchSampler, collate, example_lengths
+from minitx.data.batching import (
+    ResumableDataLoader,
+    TokenBucketBatchSampler,
+    collate,
+    example_lengths,
+)
 from minitx.data.cleaning import Counts
 from minitx.data.prepare import prepare_split
 from minitx.data.sample import sample_sentences
@@ -271,7 +276,7 @@ class TranslationDataModule(L.LightningDataModule):
             shuffle=train,
             seed=config.seed,
         )
-        return DataLoader(
+        return (ResumableDataLoader if train else DataLoader)(
             dataset,
             batch_sampler=sampler,
             collate_fn=functools.partial(collate, pad_multiple=config.pad_multiple),
