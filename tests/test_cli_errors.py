@@ -213,6 +213,10 @@ def test_training_refuses_a_nan_or_infinite_setting_before_anything_runs(
         (["--trainer.max_time", "00:00:00:00"], "the budget must be longer than zero"),
         (["--seed_everything", "-1"], "seed_everything=-1: a seed lies in 0..4294967295"),
         (["--seed_everything", str(2**32)], f"seed_everything={2**32}: a seed lies in"),
+        (  # it trained the whole run, then failed before the test
+            ["--data.splits", "{train: train, validation: val}"],
+            "has no 'test', which --test true (the default) scores after fitting",
+        ),
     ],
     ids=[
         "max-time-word",
@@ -222,6 +226,7 @@ def test_training_refuses_a_nan_or_infinite_setting_before_anything_runs(
         "max-time-zero",
         "seed-negative",
         "seed-big",
+        "no-test-split",
     ],
 )
 def test_training_refuses_a_malformed_budget_or_seed_in_one_line(

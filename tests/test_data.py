@@ -113,6 +113,12 @@ def test_missing_split_lists_what_was_found(toy_corpus_dir: Path, tmp_path: Path
     assert "found splits ['train', 'val']" in message
     assert "languages ['de', 'en']" in message
     assert "train.de" in message  # the files that are there
+    # only the test split missing: how to train without one (what the message says works)
+    assert "a corpus without a test split: data.splits '{train: STEM, validation: STEM}'" in message
+    corpus = load_parallel_corpus(
+        str(directory), "de", "en", splits={"train": "train", "validation": "val"}
+    )
+    assert sorted(corpus) == ["train", "validation"]
 
 
 def test_missing_language_lists_languages_found(toy_corpus_dir: Path) -> None:
@@ -121,6 +127,7 @@ def test_missing_language_lists_languages_found(toy_corpus_dir: Path) -> None:
     message = str(info.value)
     assert "train.fr[.gz]" in message and "val.fr[.gz]" in message
     assert "languages ['de', 'en']" in message
+    assert "without a test split" not in message  # more than the test split is missing
 
 
 def test_splits_named_by_their_own_names_need_no_data_splits(

@@ -220,6 +220,21 @@ def _check_bleu_schedule(config: Any) -> None:
         )
 
 
+def _check_test_split(config: Any) -> None:
+    """`--test true` (the default) scores a test split after fitting: one that ``data.splits``
+    leaves out is refused now, not after the whole training.
+
+    Raises:
+        ConfigError: naming both settings.
+    """
+    splits = config.data.splits
+    if config.test and splits is not None and "test" not in splits:
+        raise ConfigError(
+            f"data.splits {dict(splits)} has no 'test', which --test true (the default) scores "
+            "after fitting; add test: FILE_STEM to data.splits, or pass --test false"
+        )
+
+
 def _last_run_checkpoint(run_root: Path) -> Path | None:
     """Newest `{run_root}/*/checkpoints/last.ckpt`."""
     found = sorted(run_root.glob("*/checkpoints/last.ckpt"), key=lambda p: p.stat().st_mtime)
@@ -499,6 +514,7 @@ class MinitxCLI(LightningCLI):
         check_finite(config)
         check_trainer_counts(config)
         _check_bleu_schedule(config)
+        _check_test_split(config)
         if config.ckpt_path is not None and not str(config.ckpt_path).strip():
             raise UsageError(
                 "--ckpt_path is empty; give a checkpoint file or 'last' (a shell variable such "

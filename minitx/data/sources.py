@@ -293,10 +293,22 @@ def _open_raw_dir(
         if _raw_file(directory, stem, lang) is None
     ]
     if missing:
+        only_test = "test" in splits and all(
+            _raw_file(directory, stem, lang) is not None
+            for split, stem in splits.items()
+            if split != "test"
+            for lang in langs
+        )
+        without_test = (  # training reads every split of data.splits, --test false or not
+            " (a corpus without a test split: data.splits '{train: STEM, validation: STEM}' and "
+            "--test false)"
+            if only_test
+            else ""
+        )
         raise MissingFileError(
             f"Missing corpus files in {directory}: {', '.join(missing)} (wanted splits "
             f"{dict(splits)} for languages {list(langs)}); {describe_directory(directory)}. Set "
-            "data.splits / data.src_lang / data.tgt_lang to match the files."
+            f"data.splits / data.src_lang / data.tgt_lang to match the files{without_test}."
         )
     streams: dict[str, PairStream] = {}
     for split, stem in splits.items():
