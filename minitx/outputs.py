@@ -13,7 +13,8 @@ command:
 - A directory is replaced by writing the new one under a temporary name beside it and then
   swapping the two by renames (`written_whole`, `replace_dir`): a failure at any point leaves
   the old one whole.
-- A training run gets a directory of its own, never one another run has (`claim_run_dir`).
+- A training run gets a directory of its own, never one another run has (`claim_run_dir`),
+  and no second process trains in it while it runs (`hold_run_dir`).
 
 Standard library only (plus `minitx.errors`), so any layer can use it.
 """
@@ -31,6 +32,11 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from minitx.errors import OutputError
+
+try:
+    import fcntl
+except ImportError:  # Windows: no advisory locks, so a run directory is not guarded there
+    fcntl = None  # type: ignore[assignment]
 
 MARKER = ".minitx-output"
 """The file that marks a directory as written by minitx (JSON: what kind, and the files written:
@@ -227,3 +233,38 @@ def claim_run_dir(run_root: Path) -> Path:
 def _remove_if_empty(directory: Path) -> None:
     with contextlib.suppress(OSError):
         directory.rmdir()  # fails, harmlessly, once the run has written anything
+
+
+_HELD: dict[Path, int] = {}
+"""The run directories this process holds (`hold_run_dir`) and their descriptors, open until it
+ends."""
+
+
+def hold_run_dir(run_dir: Path) -> None:
+    """Hold `run_dir` until `release_run_dirs` or the end of this process: an advisory lock on
+    the directory itself, so that a second process (the same resume started twice) cannot
+    train into it too. The operating system releases it however the process ends; nothing
+    is written. A directory this process holds already is held on.
+
+    Raises:
+        OutputError: another process holds it.
+    """
+    run_dir = run_dir.resolve()
+    if fcntl is None or run_dir in _HELD:
+        return
+    fd = os.open(run_dir, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise OutputError(
+            f"{run_dir} is in use by another training process (both would write its "
+            "checkpoints and metrics); wait until that one ends, then resume"
+        ) from None
+    _HELD[run_dir] = fd
+
+
+def release_run_dirs() -> None:
+    """Release the run directories this process holds (its training is over)."""
+    while _HELD:
+        os.close(_HELD.popitem()[1])  # closing the descriptor releases its lock

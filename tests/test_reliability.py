@@ -271,8 +271,7 @@ def test_a_ctrl_c_inside_an_epoch_resumes_with_the_batches_it_had_not_served(
     """Ctrl-C at step 30, inside the second epoch (23 updates each): the resume trains that
     epoch's other batches, not its first ones again, so its losses are step for step those of
     a run never stopped (the tiny config has no dropout)."""
-    args = TINY + [*NO_MAPS, "--trainer.enable_progress_bar", "false", "--test", "false"]
-    args += ["--trainer.max_epochs", "2"]
+    args = TINY + QUIET + ["--trainer.max_epochs", "2"]
     losses = {}
     for name in ("whole", "resumed"):
         (tmp_path / name).mkdir()
@@ -291,6 +290,36 @@ def test_a_ctrl_c_inside_an_epoch_resumes_with_the_batches_it_had_not_served(
     resumed = losses["resumed"]
     assert list(range(31, 46)) == [step for step in resumed if step >= 31]  # after the resume
     assert {step: losses["whole"][step] for step in resumed} == resumed
+
+
+def test_a_run_directory_in_use_by_another_process_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """The same resume started twice: the second one is refused (both went ahead, writing the
+    same checkpoints and metrics), and writes nothing; once the first has ended, it resumes."""
+    monkeypatch.chdir(tmp_path)
+    main(TINY + QUIET + ["--trainer.max_epochs", "1"])
+    (run_dir,) = run_dirs(tmp_path)
+    before = file_digests(run_dir)
+    holder = "import sys, time; from minitx.outputs import hold_run_dir; from pathlib import Path; "
+    holder += "hold_run_dir(Path(sys.argv[1])); print('held', flush=True); time.sleep(60)"
+    env = subprocess_env()
+    with subprocess.Popen(
+        [sys.executable, "-c", holder, str(run_dir)], stdout=subprocess.PIPE, text=True, env=env
+    ) as other:  # another minitx-train training in it
+        try:
+            assert other.stdout.readline() == "held\n"
+            capsys.readouterr()
+            with pytest.raises(SystemExit) as exit_info:
+                main(TINY + QUIET + ["--trainer.max_epochs", "2", "--ckpt_path", "last"])
+        finally:
+            other.kill()
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert f"error: {run_dir.resolve()} is in use by another training process" in err, err
+    assert file_digests(run_dir) == before
+    resumed = main(TINY + QUIET + ["--trainer.max_epochs", "2", "--ckpt_path", "last"])
+    assert resumed.trainer.current_epoch == 2
 
 
 class InterruptTraining(Callback):

@@ -50,7 +50,7 @@ from minitx.cli.common import (
 from minitx.data import TranslationDataModule
 from minitx.decoding import DecodingConfig
 from minitx.errors import ConfigError, MinitxError, debug_requested, is_whole_number
-from minitx.outputs import RUN_STAMP, claim_run_dir
+from minitx.outputs import RUN_STAMP, claim_run_dir, hold_run_dir, release_run_dirs
 from minitx.textio import write_text_atomic
 from minitx.training import (
     AttentionMapLogger,
@@ -561,6 +561,9 @@ class MinitxCLI(LightningCLI):
         _check_writable(run_root, "the run directory", "runs_dir (or the logger's save_dir)")
         self.run_root, self.run_version = run_root, version or _shared_version(run_root)
         self.default_loggers = not explicit
+        run_dir = run_root / self.run_version
+        if _rank() == 0 and run_dir.is_dir():  # DDP: rank 0 holds it for every process
+            hold_run_dir(run_dir)
 
     def instantiate_trainer(self, **kwargs: Any) -> L.Trainer:
         """The trainer, with the default loggers (TensorBoard + CSV in one run directory) and
@@ -717,6 +720,8 @@ def main(args: list[str] | None = None) -> MinitxCLI:
         if status is None:
             raise
         raise SystemExit(status) from None
+    finally:
+        release_run_dirs()  # the training is over: another process may resume it
 
 
 def _train_and_test(args: list[str] | None) -> MinitxCLI:
