@@ -287,9 +287,7 @@ def test_a_ctrl_c_inside_an_epoch_resumes_with_the_batches_it_had_not_served(
         rows = metrics(run_dir)
         losses[name] = {int(r["step"]): r["train/loss"] for r in rows if r.get("train/loss")}
     assert len(losses["whole"]) == 46
-    resumed = losses["resumed"]
-    assert list(range(31, 46)) == [step for step in resumed if step >= 31]  # after the resume
-    assert {step: losses["whole"][step] for step in resumed} == resumed
+    assert losses["resumed"] == losses["whole"]  # the update before the stop logged too
 
 
 def test_a_run_directory_in_use_by_another_process_is_refused(

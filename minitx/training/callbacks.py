@@ -327,6 +327,8 @@ class CheckpointOnInterrupt(L.Callback):
                 self._previous[signum] = signal.signal(signum, self._note_signal)
 
     def _note_signal(self, signum: int, frame: Any) -> None:
+        if self._handed_over and signum == signal.SIGTERM:  # `_hand_over`, via Lightning's
+            return
         if self.stop_signal is not None:  # the second one: stop now
             raise KeyboardInterrupt if signum == signal.SIGINT else SIGTERMException
         self.stop_signal = signum
@@ -337,17 +339,22 @@ class CheckpointOnInterrupt(L.Callback):
             flush=True,
         )
 
-    def _hand_over(self) -> None:
-        """Pass a noted signal to Lightning's SIGTERM handler, which stops the fit at its next
-        check (after the current update's logging, or at the end of the epoch loop)."""
+    def _hand_over(self, *, after_logging: bool) -> None:
+        """Stop the fit for a noted signal, the checkpoint then saved by `on_exception`.
+
+        `after_logging`: at the end of an update, whose metrics Lightning logs after this
+        hook: Lightning's SIGTERM handler (installed after on_fit_start, around ours) is
+        called, and Lightning stops the fit once that row is logged. Otherwise (at a
+        validation's end, its scores logged) it stops now, with Lightning's exception for it.
+        """
         if self.stop_signal is None or self._handed_over:
             return
         self._handed_over = True
-        lightning_handler = self._previous.get(signal.SIGTERM)
+        current = signal.getsignal(signal.SIGTERM)
         self._restore_handlers()  # a further signal: Python's and Lightning's own handling
-        if not callable(lightning_handler):  # Lightning installed none: stop here
+        if not (after_logging and callable(current) and current != self._note_signal):
             raise SIGTERMException
-        lightning_handler(signal.SIGTERM, None)
+        current(signal.SIGTERM, None)  # Lightning notes the stop; ours, inside it, passes
 
     def _restore_handlers(self) -> None:
         for signum, handler in self._previous.items():
@@ -359,12 +366,12 @@ class CheckpointOnInterrupt(L.Callback):
         # the next epoch's first update), nor at the run's end (on_train_end stops then).
         epoch_end = trainer.fit_loop.epoch_loop.batch_progress.is_last_batch
         if not epoch_end and not _run_ends_here(trainer):
-            self._hand_over()
+            self._hand_over(after_logging=True)
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         fitting = trainer.state.fn == TrainerFn.FITTING and not trainer.sanity_checking
         if fitting and not _run_ends_here(trainer):
-            self._hand_over()
+            self._hand_over(after_logging=False)
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self.stop_signal is not None and not self._handed_over:
