@@ -673,7 +673,7 @@ def sentence_progress(total: int | None, decoding: str = "") -> Iterator[Callabl
     yield count
     seconds = time.perf_counter() - start
     print(
-        f"{prefix}translated {done} sentences in {seconds:.1f} s "
+        f"{prefix}translated {done} sentence{'' if done == 1 else 's'} in {seconds:.1f} s "
         f"({done / max(seconds, 1e-9):.1f} sentences/s)",
         file=sys.stderr,
         flush=True,
