@@ -583,7 +583,19 @@ def test_sampling_config_rejects_bad_values(changes, message):
 
 def test_sampling_config_accepts_many_samples_and_describes_itself():
     config = DecodingConfig(strategy="sample", n_best=20, temperature=0.7, top_p=0.9, seed=4)
-    assert config.width == 20 and config.file_tag == "sample"
+    assert config.width == 20 and config.file_tag == "sample-t0.7-p0.9-seed4"
+    # another seed or setting, another file name: no sampling replaces another's file
+    tags = {
+        DecodingConfig(strategy="sample", **changes).file_tag
+        for changes in ({}, {"seed": 5}, {"seed": None}, {"top_k": 40}, {"temperature": 0.5})
+    }
+    assert tags == {
+        "sample-t1-seed0",
+        "sample-t1-seed5",
+        "sample-t1-seed-none",
+        "sample-t1-k40-seed0",
+        "sample-t0.5-seed0",
+    }
     assert config.describe() == "sampling (temperature 0.7, top-p 0.9, seed 4)"
     assert DecodingConfig.from_dict(dataclasses.asdict(config)) == config
 

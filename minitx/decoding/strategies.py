@@ -104,8 +104,14 @@ class Sampling(DecodingStrategy):
         return f"sampling ({', '.join(parts)})"
 
     def file_tag(self, config: DecodingConfig) -> str:
-        """Always "sample" (the seed and settings are in the JSON and the summary)."""
-        return "sample"
+        """E.g. "sample-t0.7-p0.9-seed4": the settings that change the samples (those left at
+        their defaults, no limit, are left out), so that no sampling replaces another's file.
+        """
+        parts = [f"t{config.temperature:g}"]
+        parts += [f"k{config.top_k}"] if config.top_k else []
+        parts += [f"p{config.top_p:g}"] if config.top_p < 1.0 else []
+        parts += ["seed-none" if config.seed is None else f"seed{config.seed}"]
+        return "-".join(["sample", *parts])
 
 
 @torch.no_grad()
