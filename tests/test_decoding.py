@@ -583,7 +583,7 @@ def test_sampling_config_rejects_bad_values(changes, message):
 
 def test_sampling_config_accepts_many_samples_and_describes_itself():
     config = DecodingConfig(strategy="sample", n_best=20, temperature=0.7, top_p=0.9, seed=4)
-    assert config.width == 20 and config.file_tag == "sample-t0.7-p0.9-seed4"
+    assert config.width == 20 and config.file_tag == "sample-t0.7-p0.9-n20-seed4"
     # another seed or setting, another file name: no sampling replaces another's file
     tags = {
         DecodingConfig(strategy="sample", **changes).file_tag

@@ -104,12 +104,14 @@ class Sampling(DecodingStrategy):
         return f"sampling ({', '.join(parts)})"
 
     def file_tag(self, config: DecodingConfig) -> str:
-        """E.g. "sample-t0.7-p0.9-seed4": the settings that change the samples (those left at
-        their defaults, no limit, are left out), so that no sampling replaces another's file.
+        """E.g. "sample-t0.7-p0.9-seed4": the settings that change the file (limits left at
+        "none" and a single sample are left out), so that no seeded sampling replaces another's
+        file; unseeded ones ("seed-none") differ at every run anyway.
         """
         parts = [f"t{config.temperature:g}"]
         parts += [f"k{config.top_k}"] if config.top_k else []
         parts += [f"p{config.top_p:g}"] if config.top_p < 1.0 else []
+        parts += [f"n{config.n_best}"] if config.n_best > 1 else []  # the best of n is written
         parts += ["seed-none" if config.seed is None else f"seed{config.seed}"]
         return "-".join(["sample", *parts])
 
