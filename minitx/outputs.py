@@ -25,6 +25,7 @@ import atexit
 import contextlib
 import itertools
 import json
+import logging
 import os
 import shutil
 import time
@@ -37,6 +38,8 @@ try:
     import fcntl
 except ImportError:  # Windows: no advisory locks, so a run directory is not guarded there
     fcntl = None  # type: ignore[assignment]
+
+logger = logging.getLogger(__name__)
 
 MARKER = ".minitx-output"
 """The file that marks a directory as written by minitx (JSON: what kind, and the files written:
@@ -255,12 +258,18 @@ def hold_run_dir(run_dir: Path) -> None:
     fd = os.open(run_dir, os.O_RDONLY)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
+    except OSError as exc:
         os.close(fd)
-        raise OutputError(
-            f"{run_dir} is in use by another training process (both would write its "
-            "checkpoints and metrics); wait until that one ends, then resume"
-        ) from None
+        if isinstance(exc, BlockingIOError):
+            raise OutputError(
+                f"{run_dir} is in use by another training process (both would write its "
+                "checkpoints and metrics); wait until that one ends, then resume"
+            ) from None
+        # Some network filesystems lock no directory (NFS: EBADF): train unguarded.
+        logger.warning(
+            "%s cannot be locked (%s): another process could train in it too", run_dir, exc.strerror
+        )
+        return
     _HELD[run_dir] = fd
 
 

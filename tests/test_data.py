@@ -23,6 +23,7 @@ from minitx import data as data_module
 from minitx import tokenizer as tokenizer_module
 from minitx.data import (
     DATA_DIR_ENV,
+    ResumableDataLoader,
     TokenBucketBatchSampler,
     TranslationDataModule,
     clean_pairs,
@@ -450,6 +451,43 @@ def test_lightning_reaches_set_epoch_through_sampler_attribute() -> None:
     sampler = TokenBucketBatchSampler([3, 4, 5], max_tokens=64, shuffle=True)
     sampler.sampler.set_epoch(7)  # what Lightning's fit loop calls
     assert sampler.epoch == 7
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_resumed_loader_serves_the_rest_of_its_epoch(
+    num_workers: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    """What Lightning does on a resume inside an epoch: state_dict() from the stopped loader,
+    load_state_dict() on a new one, set_epoch, iterate: the epoch's other batches, in order.
+    A state of another epoch, or of other batches (max_tokens changed), starts the epoch."""
+    lengths = np.random.default_rng(4).integers(1, 40, size=120)
+
+    def loader() -> ResumableDataLoader:
+        sampler = TokenBucketBatchSampler(lengths, max_tokens=128, shuffle=True, seed=1)
+        sampler.set_epoch(3)
+        return ResumableDataLoader(
+            list(range(120)), batch_sampler=sampler, collate_fn=list, num_workers=num_workers,
+            persistent_workers=num_workers > 0,
+        )  # fmt: skip
+
+    whole = list(loader())
+    stopped = loader()
+    batches = iter(stopped)
+    served = [next(batches) for _ in range(5)]
+    state = stopped.state_dict()
+    assert state == {"epoch": 3, "served": 5, "batches": len(whole), "replicas": 1}
+    resumed = loader()
+    resumed.load_state_dict(state)
+    assert served + list(resumed) == whole and resumed.served == len(whole)
+    assert list(resumed) == whole  # the next iteration: a whole epoch again
+
+    for other, layout in (({"epoch": 2}, False), ({"batches": len(whole) + 1}, True)):
+        caplog.clear()
+        again = loader()
+        again.load_state_dict({**state, **other})
+        with caplog.at_level(logging.WARNING, logger="minitx.data"):
+            assert list(again) == whole
+        assert ("is resumed from its first batch" in caplog.text) == layout
 
 
 @pytest.mark.parametrize("num_replicas", [2, 3, 4])

@@ -268,9 +268,10 @@ def test_print_config_shows_the_whole_config_wherever_it_is_given(
 def test_a_ctrl_c_inside_an_epoch_resumes_with_the_batches_it_had_not_served(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Ctrl-C at step 30, inside the second epoch (23 updates each): the resume trains that
-    epoch's other batches, not its first ones again, so its losses are step for step those of
-    a run never stopped (the tiny config has no dropout)."""
+    """Ctrl-C at update 30, inside the second epoch (23 updates each; the stop comes after
+    update 31, the hook that notes it running after minitx's): the resume trains that epoch's
+    other batches, not its first ones again, so its losses are step for step those of a run
+    never stopped (the tiny config has no dropout), the last row before the stop included."""
     args = TINY + QUIET + ["--trainer.max_epochs", "2"]
     losses = {}
     for name in ("whole", "resumed"):
@@ -290,6 +291,7 @@ def test_a_ctrl_c_inside_an_epoch_resumes_with_the_batches_it_had_not_served(
     assert losses["resumed"] == losses["whole"]  # the update before the stop logged too
 
 
+@pytest.mark.skipif(sys.platform == "win32", reason="no advisory locks (fcntl) on Windows")
 def test_a_run_directory_in_use_by_another_process_is_refused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
@@ -318,6 +320,43 @@ def test_a_run_directory_in_use_by_another_process_is_refused(
     assert file_digests(run_dir) == before
     resumed = main(TINY + QUIET + ["--trainer.max_epochs", "2", "--ckpt_path", "last"])
     assert resumed.trainer.current_epoch == 2
+
+
+def test_a_stop_inside_a_gradient_accumulation_waits_for_its_update() -> None:
+    """With accumulate_grad_batches 3 a Ctrl-C is acted on after the third batch, whose update
+    takes the three: stopped after the first or second, the saved state would hold neither
+    their gradients nor (the loader having served them) a way to train them again."""
+    from types import SimpleNamespace
+
+    from minitx.training.callbacks import CheckpointOnInterrupt
+
+    callback = CheckpointOnInterrupt()
+    handed = []
+    callback._hand_over = lambda after_logging: handed.append(after_logging)
+    progress = SimpleNamespace(is_last_batch=False)
+    trainer = SimpleNamespace(
+        accumulate_grad_batches=3,
+        fit_loop=SimpleNamespace(epoch_loop=SimpleNamespace(batch_progress=progress)),
+        max_epochs=5, current_epoch=0, max_steps=-1, global_step=1, should_stop=False,
+    )  # fmt: skip
+    for batch_idx in range(6):
+        handed.append(batch_idx)
+        callback.on_train_batch_end(trainer, None, None, None, batch_idx)
+    assert handed == [0, 1, 2, True, 3, 4, 5, True]
+
+
+def test_a_signal_after_the_hand_over_is_not_swallowed() -> None:
+    """Only the hand-over's own call through Lightning's handler passes `_note_signal` by: a
+    SIGTERM that reaches it later (Lightning puts it back as the handler when an interrupted
+    fit ends) stops at once, as a second signal does."""
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+    from minitx.training.callbacks import CheckpointOnInterrupt
+
+    callback = CheckpointOnInterrupt()
+    callback.stop_signal, callback._handed_over = signal.SIGINT, True
+    with pytest.raises(SIGTERMException):
+        callback._note_signal(signal.SIGTERM, None)
 
 
 class InterruptTraining(Callback):

@@ -16,6 +16,7 @@ import os
 import random
 import signal
 import subprocess
+import sys
 import textwrap
 import time
 from collections.abc import Iterator
@@ -588,3 +589,24 @@ def test_force_cannot_tell_the_files_of_an_output_whose_marker_lists_none(tmp_pa
     (out / "attention.html").write_text("<html></html>")
     with pytest.raises(OutputError, match=r"older minitx, whose \.minitx-output file lists no"):
         check_output_dir(out, force=True, flag="--out-dir")
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="no advisory locks (fcntl) on Windows")
+def test_a_run_directory_that_cannot_be_locked_trains_unguarded_and_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Only "held by another process" refuses a run directory; a filesystem that locks no
+    directory (NFS answers EBADF) trains as before, with a warning."""
+    import errno
+    import fcntl
+
+    from minitx import outputs
+
+    def no_locks(fd: int, operation: int) -> None:
+        raise OSError(errno.EBADF, os.strerror(errno.EBADF))
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    with caplog.at_level("WARNING", logger="minitx.outputs"):
+        outputs.hold_run_dir(tmp_path)
+    assert f"{tmp_path.resolve()} cannot be locked (Bad file descriptor)" in caplog.text
+    assert tmp_path.resolve() not in outputs._HELD

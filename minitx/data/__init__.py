@@ -20,7 +20,13 @@ with one ``translation`` column) and `clean_pairs` (cleaning.py).
 imports the model. The toy corpus (``builtin:toy``) lives in minitx/data/toy.
 """
 
-from minitx.data.batching import TokenBucketBatchSampler, collate, example_lengths, round_up
+from minitx.data.batching import (
+    ResumableDataLoader,
+    TokenBucketBatchSampler,
+    collate,
+    example_lengths,
+    round_up,
+)
 from minitx.data.cleaning import clean_pairs, side_texts, usable_pairs
 from minitx.data.datamodule import TranslationDataModule
 from minitx.data.prepare import prepare_split
@@ -47,6 +53,7 @@ __all__ = [
     "HUB_SPLITS",
     "MULTI30K_SPLITS",
     "PairStream",
+    "ResumableDataLoader",
     "TokenBucketBatchSampler",
     "TranslationDataModule",
     "builtin_corpus_dir",

@@ -189,19 +189,36 @@ class ResumableDataLoader(DataLoader):
     def __iter__(self) -> Iterator[Any]:
         # A generator: this runs at the first batch, after Lightning has set the epoch.
         resume, self.resume = self.resume, None
-        same_epoch = resume is not None and resume["epoch"] == self.batch_sampler.epoch
-        self.served = self.batch_sampler.skip = resume["served"] if same_epoch else 0
+        sampler = self.batch_sampler
+        same_epoch = resume is not None and resume["epoch"] == sampler.epoch
+        if same_epoch and resume != {**resume, **self._layout()}:
+            logger.warning(
+                "the epoch is resumed from its first batch: its batches are not the "
+                "checkpoint's (%s then, %s now)",
+                resume,
+                self._layout(),
+            )
+            same_epoch = False
+        self.served = sampler.skip = resume["served"] if same_epoch else 0
         for batch in super().__iter__():
             self.served += 1
             yield batch
 
+    def _layout(self) -> dict[str, int]:
+        """What makes the epoch's batches (a resume with other data.max_tokens or devices
+        cuts them otherwise)."""
+        sampler = self.batch_sampler
+        return {"batches": len(sampler), "replicas": sampler.num_replicas}
+
     def state_dict(self) -> dict[str, int]:
-        """Where the training stands in its epoch: the epoch and the batches served."""
-        return {"epoch": self.batch_sampler.epoch, "served": self.served}
+        """Where the training stands in its epoch: the epoch, the batches served, and the
+        epoch's batches (their number and the processes they are shared among)."""
+        return {"epoch": self.batch_sampler.epoch, "served": self.served, **self._layout()}
 
     def load_state_dict(self, state: dict[str, int]) -> None:
-        """Resume from `state_dict`'s position at the next iteration, if it is that epoch's."""
-        self.resume = {"epoch": int(state["epoch"]), "served": int(state["served"])}
+        """Resume from `state_dict`'s position at the next iteration, if it is that epoch's
+        and its batches are the same."""
+        self.resume = {key: int(value) for key, value in state.items()}
 
 
 def collate(examples: Sequence[Mapping[str, Any]], pad_multiple: int = 8) -> dict[str, Any]:

@@ -317,6 +317,7 @@ class CheckpointOnInterrupt(L.Callback):
     def __init__(self) -> None:
         self.stop_signal: int | None = None  # the first Ctrl-C (SIGINT) or SIGTERM of the fit
         self._handed_over = False
+        self._passing = False  # `_hand_over` is calling Lightning's handler, which calls ours
         self._previous: dict[int, Any] = {}  # the handlers to put back after the fit
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -327,7 +328,7 @@ class CheckpointOnInterrupt(L.Callback):
                 self._previous[signum] = signal.signal(signum, self._note_signal)
 
     def _note_signal(self, signum: int, frame: Any) -> None:
-        if self._handed_over and signum == signal.SIGTERM:  # `_hand_over`, via Lightning's
+        if self._passing:
             return
         if self.stop_signal is not None:  # the second one: stop now
             raise KeyboardInterrupt if signum == signal.SIGINT else SIGTERMException
@@ -354,18 +355,31 @@ class CheckpointOnInterrupt(L.Callback):
         self._restore_handlers()  # a further signal: Python's and Lightning's own handling
         if not (after_logging and callable(current) and current != self._note_signal):
             raise SIGTERMException
-        current(signal.SIGTERM, None)  # Lightning notes the stop; ours, inside it, passes
+        self._passing = True
+        try:
+            current(signal.SIGTERM, None)  # Lightning notes the stop; ours, inside it, passes
+        finally:
+            self._passing = False
 
     def _restore_handlers(self) -> None:
         for signum, handler in self._previous.items():
             signal.signal(signum, handler)
         self._previous = {}
 
-    def on_train_batch_end(self, trainer: L.Trainer, *args: Any, **kwargs: Any) -> None:
+    def on_train_batch_end(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+    ) -> None:
         # Not at an epoch's end, where a validation may follow (handed over after it, or after
-        # the next epoch's first update), nor at the run's end (on_train_end stops then).
+        # the next epoch's first update), nor at the run's end (on_train_end stops then), nor
+        # inside an accumulation of gradients (they are not saved: the update would be lost).
         epoch_end = trainer.fit_loop.epoch_loop.batch_progress.is_last_batch
-        if not epoch_end and not _run_ends_here(trainer):
+        updated = (batch_idx + 1) % trainer.accumulate_grad_batches == 0
+        if updated and not epoch_end and not _run_ends_here(trainer):
             self._hand_over(after_logging=True)
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
