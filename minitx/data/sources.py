@@ -287,26 +287,21 @@ def _open_raw_dir(
 ) -> dict[str, PairStream]:
     """Streams of the line-aligned ``{stem}.{lang}[.gz]`` files of every split."""
     missing = [
-        f"{stem}.{lang}[.gz]"
-        for stem in splits.values()
+        (split, f"{stem}.{lang}[.gz]")
+        for split, stem in splits.items()
         for lang in langs
         if _raw_file(directory, stem, lang) is None
     ]
     if missing:
-        only_test = "test" in splits and all(
-            _raw_file(directory, stem, lang) is not None
-            for split, stem in splits.items()
-            if split != "test"
-            for lang in langs
-        )
+        names = [name for _, name in missing]
         without_test = (  # training reads every split of data.splits, --test false or not
             " (a corpus without a test split: data.splits '{train: STEM, validation: STEM}' and "
             "--test false)"
-            if only_test
+            if {split for split, _ in missing} == {"test"}
             else ""
         )
         raise MissingFileError(
-            f"Missing corpus files in {directory}: {', '.join(missing)} (wanted splits "
+            f"Missing corpus files in {directory}: {', '.join(names)} (wanted splits "
             f"{dict(splits)} for languages {list(langs)}); {describe_directory(directory)}. Set "
             f"data.splits / data.src_lang / data.tgt_lang to match the files{without_test}."
         )
