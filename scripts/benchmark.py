@@ -65,6 +65,7 @@ import logging
 import logging.handlers
 import os
 import random
+import re
 import resource
 import shutil
 import statistics
@@ -980,11 +981,13 @@ def mkl_code_path() -> str | None:
 
 def parse_mkl_code_path(verbose: str) -> str | None:
     """The processor branch of MKL's verbose header ("... for Intel(R) 64 architecture BRANCH
-    processors, ..."), or None when `verbose` has none."""
+    processors, Lnx ..."; on AMX CPUs "... architecture BRANCH, Lnx ...", without the word),
+    or None when `verbose` has none."""
     for line in verbose.splitlines():
         head, found, tail = line.partition(" architecture ")
-        if found and head.startswith("MKL_VERBOSE") and " processors" in tail:
-            return tail.split(" processors")[0]
+        branch = re.match(r"(.+?)(?: processors)?, (?:Lnx|Win|Mac)\b", tail)
+        if found and head.startswith("MKL_VERBOSE") and branch:
+            return branch[1]
     return None
 
 

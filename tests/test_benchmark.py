@@ -64,18 +64,26 @@ def test_budget_section_trains_and_prints_every_share(tmp_path) -> None:
 @pytest.mark.parametrize(
     ("branch", "expected"),
     [
-        ("Intel(R) Architecture", "Intel(R) Architecture"),
+        ("Intel(R) Architecture processors", "Intel(R) Architecture"),
         (
-            "Intel(R) Advanced Vector Extensions 2 (Intel(R) AVX2) enabled",
+            "Intel(R) Advanced Vector Extensions 2 (Intel(R) AVX2) enabled processors",
             "Intel(R) Advanced Vector Extensions 2 (Intel(R) AVX2) enabled",
         ),
+        (  # a Xeon with AMX (lscpu: family 6, model 207): no "processors" after the branch
+            "Intel(R) Advanced Vector Extensions 512 (Intel(R) AVX-512) with support for INT8, "
+            "BF16, FP16 (limited) instructions, and Intel(R) Advanced Matrix Extensions (Intel(R) "
+            "AMX) with INT8 and BF16",
+            "Intel(R) Advanced Vector Extensions 512 (Intel(R) AVX-512) with support for INT8, "
+            "BF16, FP16 (limited) instructions, and Intel(R) Advanced Matrix Extensions (Intel(R) "
+            "AMX) with INT8 and BF16",
+        ),
     ],
-    ids=["generic", "avx2"],
+    ids=["generic", "avx2", "amx"],
 )
 def test_mkls_code_path_is_read_from_its_verbose_header(branch: str, expected: str) -> None:
     verbose = (
         "MKL_VERBOSE oneMKL 2024.0 Update 2 Product build 20240605 for Intel(R) 64 architecture "
-        f"{branch} processors, Lnx 2.45GHz lp64 gnu_thread\n"
+        f"{branch}, Lnx 2.45GHz lp64 gnu_thread\n"
         "MKL_VERBOSE SGEMM(N,N,64,64,64,...) 322.00us CNR:OFF Dyn:1 FastMM:1 TID:0  NThr:2\n"
     )
     assert benchmark.parse_mkl_code_path(verbose) == expected
