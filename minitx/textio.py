@@ -51,9 +51,11 @@ QUOTED_LINES = 5
 
 
 def quote_lines(lines: Sequence[int]) -> str:
-    """The first `QUOTED_LINES` line numbers for a message: ``"3, 8, 12, 20, 31, ..."``."""
+    """The first `QUOTED_LINES` line numbers for a message: ``"line 3"`` or
+    ``"lines 3, 8, 12, 20, 31, ..."``."""
     shown = ", ".join(str(int(n)) for n in lines[:QUOTED_LINES])
-    return shown + (", ..." if len(lines) > QUOTED_LINES else "")
+    word = "line" if len(lines) == 1 else "lines"
+    return f"{word} {shown}" + (", ..." if len(lines) > QUOTED_LINES else "")
 
 
 def check_utf8_arguments(

@@ -139,7 +139,7 @@ class Tokenizer:
         """
         path = Path(path)
         if not path.is_file():
-            raise MissingFileError(f"Tokenizer model not found: {path}")
+            raise MissingFileError(f"tokenizer model not found: {path}")
         try:
             return cls(path.read_bytes())
         except ValueError as exc:
@@ -267,13 +267,13 @@ def _load_processor(model_bytes: bytes) -> spm.SentencePieceProcessor:
         sp = spm.SentencePieceProcessor(model_proto=model_bytes)
     except (RuntimeError, TypeError) as exc:
         raise DataError(
-            f"Not a sentencepiece model ({len(model_bytes)} bytes could not be parsed)."
+            f"not a sentencepiece model ({len(model_bytes)} bytes could not be parsed)."
         ) from exc
     expected = {"pad": PAD_ID, "unk": UNK_ID, "bos": BOS_ID, "eos": EOS_ID}
     found = {"pad": sp.pad_id(), "unk": sp.unk_id(), "bos": sp.bos_id(), "eos": sp.eos_id()}
     if found != expected:
         raise DataError(
-            f"The sentencepiece model has special ids {found}; minitx needs {expected}. "
+            f"the sentencepiece model has special ids {found}; minitx needs {expected}. "
             "Train it with Tokenizer.train (or spm_train --pad_id=0 --unk_id=1 --bos_id=2 "
             "--eos_id=3)."
         )

@@ -83,7 +83,7 @@ def encode_sources(
     if too_long:
         logger.warning(
             "%d of %d sentences have more than %d pieces, the model's limit "
-            "(max_positions - 1): %s their first %d pieces only (lines %s)",
+            "(max_positions - 1): %s their first %d pieces only (%s)",
             len(too_long),
             len(ids),
             limit,

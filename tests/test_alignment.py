@@ -213,4 +213,4 @@ def test_align_cuts_an_over_long_pair_and_says_so(
         alignments = translator.align([TOY_TEST_SOURCES[0], huge], [TOY_TEST_REFERENCES[0], "a"])
     assert len(alignments) == 2 and all(0 <= s < limit for s, _ in alignments[1])
     assert "1 of 2 sentences have more than" in caplog.text
-    assert "aligned their first" in caplog.text and "(lines 2)" in caplog.text
+    assert "aligned their first" in caplog.text and "(line 2)" in caplog.text

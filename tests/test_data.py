@@ -256,7 +256,7 @@ def test_a_plain_file_beside_its_gz_twin_is_read_and_named(
 
 def test_directory_without_corpus_files(tmp_path: Path) -> None:
     (tmp_path / "notes.txt").write_text("hello", encoding="utf-8")
-    with pytest.raises(FileNotFoundError, match=r"Missing corpus files .*notes\.txt"):
+    with pytest.raises(FileNotFoundError, match=r"missing corpus files .*notes\.txt"):
         load_parallel_corpus(str(tmp_path), "de", "en")
 
 
@@ -387,7 +387,7 @@ def test_clean_pairs_counts_every_skip(tmp_path: Path, caplog: pytest.LogCapture
     assert cleaned["train"]["line"][:] == [1, 3, 5, 6]
     assert cleaned["validation"]["line"][:] == [1, 3]
     assert "train: skipped 2 of 6 pairs with an empty side (lines 2, 4)" in caplog.text
-    assert "validation: skipped 1 of 3 pairs with an empty side (lines 2)" in caplog.text
+    assert "validation: skipped 1 of 3 pairs with an empty side (line 2)" in caplog.text
 
 
 # ============================================================================== batching

@@ -219,7 +219,7 @@ def test_the_streamed_pass_equals_the_in_memory_steps(
             lines = quote_lines([row["line"] for row in too_long])
             expected_log.append(
                 f"train: skipped {len(too_long)} of {len(cleaned[split])} pairs longer than "
-                f"max_len=16 tokens (lines {lines})."
+                f"max_len=16 tokens ({lines})."
             )
         elif max_positions is not None:
             cut = [
@@ -236,7 +236,7 @@ def test_the_streamed_pass_equals_the_in_memory_steps(
                 expected_log.append(
                     f"{split}: {len(cut)} of {len(rows)} pairs are longer than the model's "
                     f"max_positions={max_positions}; their ids are cut to fit for the loss, "
-                    f"their texts stay whole for BLEU (lines {quote_lines(cut)})."
+                    f"their texts stay whole for BLEU ({quote_lines(cut)})."
                 )
         assert dm.dataset[split].select_columns(columns).to_list() == rows
     assert dm.skipped == skipped

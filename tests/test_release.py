@@ -392,7 +392,7 @@ DAMAGE = {
     ),
     "garbage-tokenizer": (
         lambda d: (d / "tokenizer.model").write_bytes(b"\x00" * 100),
-        r"tokenizer\.model: Not a sentencepiece model",
+        r"tokenizer\.model: not a sentencepiece model",
     ),
     "other-tokenizer": (_other_tokenizer, r"pieces, but .*config\.json says the model has"),
     "garbage-weights": (

@@ -985,7 +985,7 @@ def test_long_and_odd_lines_each_get_their_own_output_line(
     assert lines[2] == lines[3] == ""  # empty in, empty out
     assert lines[0] and lines[1] and lines[4] and lines[6]
     err = capsys.readouterr().err
-    assert re.search(r"1 of 7 sentences have more than 1023 pieces.* \(lines 2\)", err), err
+    assert re.search(r"1 of 7 sentences have more than 1023 pieces.* \(line 2\)", err), err
 
 
 def test_the_output_file_is_replaced_only_when_every_line_is_translated(

@@ -194,10 +194,10 @@ def test_only_over_long_sentences_say_so(sentences: list[str]) -> None:
 
 
 def test_garbage_bytes_and_missing_file(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="Not a sentencepiece model"):
+    with pytest.raises(ValueError, match="not a sentencepiece model"):
         Tokenizer(b"certainly not a model")
     (tmp_path / "bad.model").write_bytes(gzip.compress(b"junk"))
-    with pytest.raises(ValueError, match="bad.model.*Not a sentencepiece model"):
+    with pytest.raises(ValueError, match="bad.model.*not a sentencepiece model"):
         Tokenizer.load(tmp_path / "bad.model")
     with pytest.raises(FileNotFoundError, match="missing.model"):
         Tokenizer.load(tmp_path / "missing.model")

@@ -514,7 +514,7 @@ def test_a_sentence_longer_than_the_model_is_cut_and_counted_not_fatal(
         out = translator.translate([normal, huge, ""], beam_size=1)
     assert out[0] == translator.translate([normal], beam_size=1)[0]  # the others unchanged
     assert isinstance(out[1], str) and out[2] == ""
-    assert "1 of 3 sentences have more than" in caplog.text and "(lines 2)" in caplog.text
+    assert "1 of 3 sentences have more than" in caplog.text and "(line 2)" in caplog.text
 
 
 def test_one_string_or_no_batch_is_a_clear_error(translator: Translator) -> None:

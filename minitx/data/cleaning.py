@@ -38,7 +38,7 @@ def log_skips(
     if count == 0:
         return
     logger.warning(
-        "%s: skipped %d of %d pairs %s (lines %s).",
+        "%s: skipped %d of %d pairs %s (%s).",
         split,
         count,
         total,

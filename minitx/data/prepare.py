@@ -212,7 +212,7 @@ def _log_record(
     if max_positions is not None and cut["count"]:
         logger.warning(
             "%s: %d of %d pairs are longer than the model's max_positions=%d; their ids are cut "
-            "to fit for the loss, their texts stay whole for BLEU (lines %s).",
+            "to fit for the loss, their texts stay whole for BLEU (%s).",
             split,
             cut["count"],
             record["rows"],

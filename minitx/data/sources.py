@@ -301,7 +301,7 @@ def _open_raw_dir(
             else ""
         )
         raise MissingFileError(
-            f"Missing corpus files in {directory}: {', '.join(names)} (wanted splits "
+            f"missing corpus files in {directory}: {', '.join(names)} (wanted splits "
             f"{dict(splits)} for languages {list(langs)}); {describe_directory(directory)}. Set "
             f"data.splits / data.src_lang / data.tgt_lang to match the files{without_test}."
         )
@@ -329,7 +329,7 @@ def _open_jsonl(
             parent = path.parent
             found = [p.name for p in _jsonl_files(parent)] if parent.is_dir() else []
             raise MissingFileError(
-                f"Missing jsonl file for split {split!r}: {path}; found in {parent}: {found}. "
+                f"missing jsonl file for split {split!r}: {path}; found in {parent}: {found}. "
                 "Set data.splits to map train/validation/test to the file stems."
             )
         streams[split] = JsonlStream(split, path, langs)
