@@ -921,9 +921,8 @@ def _check_resume(cli: MinitxCLI, path: Path) -> None:
             f"--trainer.max_epochs {max_epochs}; resume with --trainer.max_epochs {epochs} or "
             "more (the run's own setting, if it was larger), or start a new run"
         )
-    data = cli.datamodule.hparams
     # the optimizer settings, the model config and the languages: no data yet
-    cli.model.check_resume(state, (data.get("src_lang"), data.get("tgt_lang")))
+    cli.model.check_resume(state, TranslationModule.languages_of(cli.datamodule))
     if (state.get(CHECKPOINT_KEY) or {}).get("tokenizer") is not None:
         cli.datamodule.setup("fit")
         cli.model.tokenizer = cli.datamodule.tokenizer

@@ -261,7 +261,14 @@ class TranslationModule(L.LightningModule):
     def _languages(self) -> tuple[str | None, str | None] | None:
         """(source, target) language codes of the data this module trains on; None outside
         a fit with a data module."""
-        datamodule = getattr(self._attached_trainer(), "datamodule", None)
+        return self.languages_of(getattr(self._attached_trainer(), "datamodule", None))
+
+    @staticmethod
+    def languages_of(
+        datamodule: L.LightningDataModule | None,
+    ) -> tuple[str | None, str | None] | None:
+        """(source, target) language codes a data module reads (its `src_lang` and `tgt_lang`
+        hyperparameters, None each where it has none); None without a data module."""
         if datamodule is None:
             return None
         return datamodule.hparams.get("src_lang"), datamodule.hparams.get("tgt_lang")
