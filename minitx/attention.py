@@ -109,22 +109,24 @@ def scaled_dot_product_attention(
         k: (..., Tk, Dk) keys.
         v: (..., Tk, Dv) values; Dv may differ from Dk.
         mask: bool (True = may attend) or additive float mask broadcastable to (..., Tq, Tk).
-        dropout_p: dropout on the attention weights (pass 0.0 in eval mode).
+        dropout_p: dropout on the weights, at every call (`MultiHeadAttention` gives 0 in eval).
         score: a score module (an entry of `SCORES`, built); default `ScaledDotScore`.
         reweight: a map of the weights (..., Tq, Tk) applied after the softmax and the mask,
             e.g. hard attention at inference (`minitx.hard_attention.HardAttention`).
 
     Returns:
-        output (..., Tq, Dv) and the weights (..., Tq, Tk) applied to `v`, *before* dropout:
-        the softmax over the key axis (or its `reweight`); all zeros where every key is masked.
+        output (..., Tq, Dv) and the weights (..., Tq, Tk): the softmax over the key axis (or
+        its `reweight`), all zeros where every key is masked; `v` gets them after dropout.
     """
     scores = ScaledDotScore()(q, k) if score is None else score(q, k)  # (..., Tq, Tk)
     scores = scores.float()  # softmax in fp32, also under autocast
     if mask is not None:
         if mask.dtype == torch.bool:
             scores = scores.masked_fill(~mask, float("-inf"))
-        else:
+        elif mask.is_floating_point():
             scores = scores + mask
+        else:  # 0/1 integers added to the scores would mask nothing
+            raise TypeError(f"mask is {mask.dtype}: give a bool mask or an additive float one")
     # A row with no visible key would give softmax(-inf, ..., -inf) = NaN: give it zeros instead.
     dead = torch.isneginf(scores).all(dim=-1, keepdim=True)  # (..., Tq, 1)
     weights = torch.softmax(scores.masked_fill(dead, 0.0), dim=-1).masked_fill(dead, 0.0)
@@ -219,7 +221,8 @@ class MultiHeadAttention(nn.Module):
             x: (B, Tq, D) queries (and keys/values for self-attention).
             memory: (B, Tk, D) keys/values source for cross-attention, None for self-attention;
                 or (B/g, Tk, D): each row serves g consecutive rows of `x` (a sentence's beams).
-            mask: bool/additive mask broadcastable to (B, H, Tq, Tk), e.g. `padding_mask(src)`.
+            mask: bool/additive 4-D mask broadcastable to (B, H, Tq, Tk): `padding_mask(src)`
+                is (B, 1, 1, Tk), a (Tq, Tk) mask goes in as mask[None, None].
             is_causal: add a right-aligned causal mask (self-attention in the decoder).
             need_weights: also return the (B, H, Tq, Tk) weights (uses the explicit path);
                 under a `reweight` these are the reweighted rows that were applied.
@@ -229,6 +232,8 @@ class MultiHeadAttention(nn.Module):
         Returns:
             output (B, Tq, D) and weights (B, H, Tq, Tk) or None.
         """
+        if mask is not None and mask.dim() != 4:  # a (B, Tk) mask would pass as (Tq, Tk)
+            raise ValueError(f"mask {tuple(mask.shape)}: give a 4-D mask, e.g. padding_mask(ids)")
         if memory is None:  # self-attention: one fused projection for q, k, v
             q, k, v = self._project(x, self.q_proj, self.k_proj, self.v_proj)
             q, k, v = (split_heads(t, self.n_heads) for t in (q, k, v))  # (B, H, T, Dh)

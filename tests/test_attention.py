@@ -455,7 +455,7 @@ def test_mha_head_output_at_t_depends_only_on_token_t(need_weights):
     torch.manual_seed(19)
     mha = MultiHeadAttention(12, 3)
     x = torch.randn(2, 5, 12)
-    diag = torch.eye(5, dtype=torch.bool)
+    diag = torch.eye(5, dtype=torch.bool)[None, None]  # (1, 1, Tq, Tk)
     out, _ = mha(x, mask=diag, need_weights=need_weights)
     torch.testing.assert_close(out, mha.out_proj(mha.v_proj(x)), **FP32)
     x2 = x.clone()
@@ -465,8 +465,8 @@ def test_mha_head_output_at_t_depends_only_on_token_t(need_weights):
     # Every query sees only key 0: the output is token 0's value everywhere, and perturbing
     # token 3 changes nothing. The same check catches the buggy head split, whose "position 0"
     # is a different token in each head.
-    first = torch.zeros(5, 5, dtype=torch.bool)
-    first[:, 0] = True
+    first = torch.zeros(1, 1, 5, 5, dtype=torch.bool)
+    first[..., 0] = True
     out, _ = mha(x, mask=first, need_weights=need_weights)
     torch.testing.assert_close(out, mha.out_proj(mha.v_proj(x[:, :1])).expand(2, 5, 12), **FP32)
     x3 = x.clone()
@@ -596,7 +596,7 @@ def test_fused_and_explicit_paths_agree(case):
     if "padding" in case:
         mask = padding_mask(torch.tensor([[1] * tk, [1] * (tk - 3) + [0] * 3]))
     if "float" in case:
-        mask = torch.randn(5, tk, generator=gen(24))
+        mask = torch.randn(1, 1, 5, tk, generator=gen(24))
     fused, explicit = _paths(mha, x, memory, mask=mask, is_causal="causal" in case)
     torch.testing.assert_close(fused, explicit, **FP32)
 
@@ -731,3 +731,30 @@ def test_kv_cache_reorder_then_continue_equals_reordered_full_pass():
     out, _ = mha(x[index, 2:3], is_causal=True, cache=cache)
     full, _ = mha(x[index], is_causal=True)
     torch.testing.assert_close(out, full[:, 2:3], **FP32)
+
+
+@pytest.mark.parametrize("need_weights", [False, True], ids=["fused", "explicit"])
+def test_a_key_mask_without_head_and_query_axes_is_refused(need_weights):
+    """(B, Tk) = (3, 4) with B == Tq would broadcast as a (Tq, Tk) mask: each query would get
+    another sentence's padding. MultiHeadAttention takes 4-D masks only."""
+    mha = MultiHeadAttention(8, 2)
+    x, memory = torch.randn(3, 3, 8), torch.randn(3, 4, 8)
+    ids = torch.tensor([[5, 6, 7, 8], [5, 6, 0, 0], [5, 0, 0, 0]])
+    with pytest.raises(ValueError, match=r"mask \(3, 4\): give a 4-D mask, e.g. padding_mask"):
+        mha(x, memory, mask=ids != 0, need_weights=need_weights)
+    out, weights = mha(x, memory, mask=padding_mask(ids), need_weights=True)
+    assert (weights[1, :, :, 2:] == 0).all() and (weights[0] > 0).all()
+
+
+def test_an_integer_mask_is_refused_not_added_to_the_scores():
+    """0/1 integers added to the scores would mask nothing; bool and float masks work."""
+    q = k = v = torch.randn(1, 3, 4)
+    keep = torch.tensor([[1, 1, 0]] * 3)  # (Tq, Tk): the last key is padding
+    with pytest.raises(TypeError, match="mask is torch.int64: give a bool mask or an additive"):
+        scaled_dot_product_attention(q, k, v, keep)
+    _, weights = scaled_dot_product_attention(q, k, v, keep.bool())
+    assert (weights[..., 2] == 0).all()
+    mha = MultiHeadAttention(8, 2)
+    ids = torch.tensor([[5, 6, 0]])
+    with pytest.raises(TypeError, match="mask is torch.int64"):
+        mha(torch.randn(1, 3, 8), mask=padding_mask(ids).long(), need_weights=True)
