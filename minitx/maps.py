@@ -45,9 +45,10 @@ class AttentionMaps:
 
     src_tokens: list[str]
     tgt_tokens: list[str]
-    encoder_attentions: tuple[torch.Tensor, ...]
-    decoder_attentions: tuple[torch.Tensor, ...]
-    cross_attentions: tuple[torch.Tensor, ...]
+    # repr=False: printing a translation's maps shows its pieces, not every weight
+    encoder_attentions: tuple[torch.Tensor, ...] = field(repr=False)
+    decoder_attentions: tuple[torch.Tensor, ...] = field(repr=False)
+    cross_attentions: tuple[torch.Tensor, ...] = field(repr=False)
     predicted_tokens: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:

@@ -172,7 +172,7 @@ def test_decoder_rows_are_labelled_by_the_piece_they_predict(tmp_path: Path) -> 
     assert maps.axes("encoder")[0] == SRC and maps.query_inputs("encoder") is None
     fig = figures_for_maps(maps, kinds=("cross",))["cross/layer_0"]
     assert tick_texts(image_axes(fig)[0].get_yticklabels()) == queries
-    assert any("predicts" in t.get_text() for t in fig.texts)  # the axis says what rows mean
+    assert any("next target piece" in t.get_text() for t in fig.texts)  # what the rows mean
     data = embedded_data(write_html_viewer(maps, tmp_path / "v.html").read_text("utf-8"))
     assert data["kinds"]["cross"]["query_tokens"] == queries
     assert data["kinds"]["cross"]["query_inputs"] == maps.tgt_tokens
@@ -597,3 +597,11 @@ def test_script_writes_attributions_when_asked(
         script.main([*argv, "--attributions", "saliency,lime"])
     assert exit_info.value.code == 2
     assert "--attributions: unknown attribution method(s) ['lime']" in capsys.readouterr().err
+
+
+def test_printing_maps_shows_the_pieces_not_every_weight() -> None:
+    layers = (torch.rand(2, 3, 3),)
+    maps = AttentionMaps(["▁A", "▁b", "</s>"], ["<s>", "▁X", "▁y"], layers, layers, layers)
+    text = repr(maps)
+    assert "tensor(" not in text and len(text) < 200, text
+    assert "'▁A'" in text and "predicted_tokens=['▁X', '▁y', '</s>']" in text

@@ -214,15 +214,16 @@ def update_attention_heads(fig: Figure, weights: torch.Tensor, *, average: bool 
 _AXIS_NAMES = {
     "encoder": {"query_axis": "queries (source pieces)", "key_axis": "keys (source pieces)"},
     "decoder": {
-        "query_axis": "queries (the piece each position predicts)",
+        "query_axis": "queries (the next target piece)",
         "key_axis": "keys (decoder inputs)",
     },
     "cross": {
-        "query_axis": "queries (the piece each position predicts)",
+        "query_axis": "queries (the next target piece)",
         "key_axis": "keys (source pieces)",
     },
 }
-"""Axis names per kind: decoder rows are labelled by the piece they predict (maps.axes)."""
+"""Axis names per kind: decoder rows are labelled by the piece they predict (maps.axes): the
+reference's next piece in teacher-forced maps (training), the model's own in decoded ones."""
 
 
 def figures_for_maps(
