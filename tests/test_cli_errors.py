@@ -695,6 +695,38 @@ sys.exit(launch.{command}())
     assert proc.stderr.strip() == message
 
 
+def test_sigterm_while_the_run_is_prepared_is_one_line_and_leaves_no_run_directory(
+    tmp_path: Path,
+) -> None:
+    """A SIGTERM (a scheduler's) after the run directory is claimed and before the fit: one
+    line, status 143, and the empty run directory removed (the signal's default ended the
+    process silently and left it). Sent from inside the step, as in the Ctrl-C test above."""
+    code = """
+import os, signal, sys, time
+from minitx.cli import launch, train as cmd
+step = cmd.build_cli
+def terminated(*args, **kwargs):
+    cli = step(*args, **kwargs)  # the run directory is claimed here
+    print(cli.run_version, flush=True)
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(5)  # the handler runs here
+    return cli
+cmd.build_cli = terminated
+sys.exit(launch.train())
+"""
+    runs = tmp_path / "runs"
+    args = ["--config", "tiny", "--runs_dir", str(runs), "--data.cache_dir", str(tmp_path / "c")]
+    proc = run_python(
+        [sys.executable, "-c", code, *args], cwd=tmp_path, env=subprocess_env(), timeout=120
+    )
+    assert proc.returncode == 143, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "terminated (SIGTERM) before training began: nothing was trained"
+    )
+    version = proc.stdout.strip().splitlines()[-1]
+    assert version and not (runs / "tiny" / version).exists()
+
+
 @pytest.mark.filterwarnings("ignore:LightningCLI's args parameter")
 @pytest.mark.parametrize(
     ("setting", "value", "named"),

@@ -263,6 +263,21 @@ def _terminate(signum: int, frame: object) -> NoReturn:
     raise Terminated
 
 
+@contextlib.contextmanager
+def sigterm_raises() -> Iterator[None]:
+    """Inside the block a SIGTERM raises `Terminated` (in the main thread; elsewhere no signal
+    handler can be set), so that the command can say what it stopped and exit clean; after
+    it, the handler from before is back."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def run_cli(
     run: Callable[[argparse.Namespace], int],
     args: argparse.Namespace,

@@ -37,6 +37,7 @@ from minitx.cli.common import (
     EXIT_SIGINT,
     EXIT_SIGTERM,
     EXIT_USER_ERROR,
+    Terminated,
     UsageError,
     check_stdout,
     datasets_progress_bars,
@@ -45,6 +46,7 @@ from minitx.cli.common import (
     reader_gone,
     report_user_error,
     show_library_warnings,
+    sigterm_raises,
     work_begins,
 )
 from minitx.data import TranslationDataModule
@@ -727,9 +729,13 @@ def main(args: list[str] | None = None) -> MinitxCLI:
 def _train_and_test(args: list[str] | None) -> MinitxCLI:
     check_stdout()
     try:
-        cli = build_cli(args)
-        if cli.resume_path:
-            _check_resume(cli, Path(cli.resume_path))
+        with sigterm_raises():  # the fit installs its own handlers (CheckpointOnInterrupt)
+            cli = build_cli(args)
+            if cli.resume_path:
+                _check_resume(cli, Path(cli.resume_path))
+    except Terminated:  # e.g. a scheduler's SIGTERM while the data is prepared
+        print("\nterminated (SIGTERM) before training began: nothing was trained", file=sys.stderr)
+        raise SystemExit(EXIT_SIGTERM) from None
     except KeyboardInterrupt:  # while parsing or preparing the data (fit handles its own)
         print("\ninterrupted (Ctrl-C) before training began: nothing was trained", file=sys.stderr)
         raise SystemExit(EXIT_SIGINT) from None
