@@ -27,6 +27,9 @@ below; "dot", "additive" and "bilinear" are in `minitx.scores`."""
 
 # ------------------------------------------------------------------------------------------- Masks
 
+MASK_DTYPES = (torch.bool, torch.float16, torch.bfloat16, torch.float32, torch.float64)
+"""Mask dtypes: bool (True = may attend) or additive float (0 = attend, -inf = blocked)."""
+
 
 def causal_mask(tq: int, tk: int | None = None, *, device: torch.device | None = None) -> Tensor:
     """Boolean causal mask, right-aligned: query i may attend key j iff j <= i + (Tk - Tq).
@@ -121,12 +124,12 @@ def scaled_dot_product_attention(
     scores = ScaledDotScore()(q, k) if score is None else score(q, k)  # (..., Tq, Tk)
     scores = scores.float()  # softmax in fp32, also under autocast
     if mask is not None:
+        if mask.dtype not in MASK_DTYPES:  # 0/1 integers added to the scores would mask nothing
+            raise TypeError(f"mask is {mask.dtype}: give a bool mask or an additive float one")
         if mask.dtype == torch.bool:
             scores = scores.masked_fill(~mask, float("-inf"))
-        elif mask.is_floating_point():
+        else:
             scores = scores + mask
-        else:  # 0/1 integers added to the scores would mask nothing
-            raise TypeError(f"mask is {mask.dtype}: give a bool mask or an additive float one")
     # A row with no visible key would give softmax(-inf, ..., -inf) = NaN: give it zeros instead.
     dead = torch.isneginf(scores).all(dim=-1, keepdim=True)  # (..., Tq, 1)
     weights = torch.softmax(scores.masked_fill(dead, 0.0), dim=-1).masked_fill(dead, 0.0)
@@ -232,8 +235,11 @@ class MultiHeadAttention(nn.Module):
         Returns:
             output (B, Tq, D) and weights (B, H, Tq, Tk) or None.
         """
-        if mask is not None and mask.dim() != 4:  # a (B, Tk) mask would pass as (Tq, Tk)
-            raise ValueError(f"mask {tuple(mask.shape)}: give a 4-D mask, e.g. padding_mask(ids)")
+        if mask is not None and (mask.dim() != 4 or mask.dtype not in MASK_DTYPES):
+            # (B, Tk) would pass as (Tq, Tk) where B == Tq; 0/1 integers would mask nothing
+            raise ValueError(
+                f"mask {mask.dtype} {tuple(mask.shape)}: give a 4-D bool or float mask"
+            )
         if memory is None:  # self-attention: one fused projection for q, k, v
             q, k, v = self._project(x, self.q_proj, self.k_proj, self.v_proj)
             q, k, v = (split_heads(t, self.n_heads) for t in (q, k, v))  # (B, H, T, Dh)

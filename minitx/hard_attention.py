@@ -1,10 +1,10 @@
 """Hard attention, an inference mode: each row of attention weights becomes one-hot
 (`ATTENTION_MODES`, `hard_weights`), after the softmax and the mask.
 
-The switch is `Transformer.attention_mode` (a context manager) or
-`Transformer.set_attention_mode`: they hand a `HardAttention` to the chosen
-`MultiHeadAttention` modules as their `reweight`, which `scaled_dot_product_attention`
-applies to its weights. It changes no parameter, so no checkpoint holds it.
+The switch is `Transformer.attention_mode` (a context manager; `set_attention_mode` below
+without the restore): it hands a `HardAttention` to the chosen `MultiHeadAttention` modules
+as their `reweight`, which `scaled_dot_product_attention` applies to its weights. It changes
+no parameter, so no checkpoint holds it.
 """
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ def attention_modules(model: nn.Module, scope: str = "all") -> list[MultiHeadAtt
 
 
 def set_attention_mode(model: nn.Module, mode: str, *, scope: str, seed: int) -> None:
-    """`Transformer.set_attention_mode`: `mode` (`ATTENTION_MODES`) in the attentions of
+    """Set `mode` (`ATTENTION_MODES`) in the attentions of
     `scope` (`HARD_ATTENTION_SCOPES`) of `model`, "soft" in all others.
 
     "hard-sample" draws from one `torch.Generator` seeded with `seed`, on the model's device

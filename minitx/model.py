@@ -401,20 +401,13 @@ class Transformer(nn.Module):
             dec.logits, enc.attentions, dec.self_attentions, dec.cross_attentions
         )
 
-    def set_attention_mode(
-        self, mode: str = "soft", *, scope: str = "cross", seed: int = 0
-    ) -> None:
-        """Hard attention at inference, an inference mode kept beside the model: see
-        `minitx.hard_attention.set_attention_mode`. Prefer the context manager `attention_mode`.
-        """
-        hard_attention.set_attention_mode(self, mode, scope=scope, seed=seed)
-
     @contextmanager
     def attention_mode(
         self, mode: str = "soft", *, scope: str = "cross", seed: int = 0
     ) -> Iterator[Transformer]:
-        """`set_attention_mode` for a `with` block, e.g. `with model.attention_mode("hard-argmax",
-        scope="cross"): ids = greedy_decode(model, src)`; see `minitx.hard_attention`."""
+        """Hard attention at inference, an inference mode kept beside the model
+        (`minitx.hard_attention`), for a `with` block: `with model.attention_mode("hard-argmax",
+        scope="cross"): ids = greedy_decode(model, src)`; soft attention again after it."""
         with hard_attention.attention_mode(self, mode, scope=scope, seed=seed):
             yield self
 

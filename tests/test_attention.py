@@ -740,7 +740,7 @@ def test_a_key_mask_without_head_and_query_axes_is_refused(need_weights):
     mha = MultiHeadAttention(8, 2)
     x, memory = torch.randn(3, 3, 8), torch.randn(3, 4, 8)
     ids = torch.tensor([[5, 6, 7, 8], [5, 6, 0, 0], [5, 0, 0, 0]])
-    with pytest.raises(ValueError, match=r"mask \(3, 4\): give a 4-D mask, e.g. padding_mask"):
+    with pytest.raises(ValueError, match=r"mask torch.bool \(3, 4\): give a 4-D bool or float"):
         mha(x, memory, mask=ids != 0, need_weights=need_weights)
     out, weights = mha(x, memory, mask=padding_mask(ids), need_weights=True)
     assert (weights[1, :, :, 2:] == 0).all() and (weights[0] > 0).all()
@@ -756,5 +756,8 @@ def test_an_integer_mask_is_refused_not_added_to_the_scores():
     assert (weights[..., 2] == 0).all()
     mha = MultiHeadAttention(8, 2)
     ids = torch.tensor([[5, 6, 0]])
-    with pytest.raises(TypeError, match="mask is torch.int64"):
-        mha(torch.randn(1, 3, 8), mask=padding_mask(ids).long(), need_weights=True)
+    for is_causal in (False, True):  # causal: combined with the causal mask before it is used
+        for need_weights in (False, True):
+            with pytest.raises(ValueError, match=r"mask torch.int64 \(1, 1, 1, 3\): give a 4-D"):
+                mha(torch.randn(1, 3, 8), mask=padding_mask(ids).long(), is_causal=is_causal,
+                    need_weights=need_weights)  # fmt: skip

@@ -168,15 +168,18 @@ def test_model_attention_mode_switches_its_scope_and_restores(scope) -> None:
 def test_attention_mode_is_not_in_the_checkpoint() -> None:
     model = _model()
     before = model.state_dict()
-    model.set_attention_mode("hard-sample", scope="all", seed=3)
-    after = model.state_dict()
+    with model.attention_mode("hard-sample", scope="all", seed=3):
+        after = model.state_dict()
     assert list(before) == list(after)
     assert all(torch.equal(before[key], after[key]) for key in before)
     assert "attention_mode" not in TransformerConfig.__dataclass_fields__
-    with pytest.raises(ConfigError, match="cross, all"):
-        model.set_attention_mode("hard-argmax", scope="decoder")
-    with pytest.raises(ConfigError, match="soft"):
-        model.set_attention_mode("hardest")
+    with (
+        pytest.raises(ConfigError, match="cross, all"),
+        model.attention_mode("hard-argmax", scope="decoder"),
+    ):
+        pass
+    with pytest.raises(ConfigError, match="soft"), model.attention_mode("hardest"):
+        pass
 
 
 @pytest.mark.parametrize("scope", ["cross", "all"])

@@ -928,7 +928,7 @@ def _check_resume(cli: MinitxCLI, path: Path) -> None:
             "more (the run's own setting, if it was larger), or start a new run"
         )
     # the optimizer settings, the model config and the languages: no data yet
-    cli.model.check_resume(state, TranslationModule.languages_of(cli.datamodule))
+    cli.model.check_resume(state, TranslationModule.datamodule_languages(cli.datamodule))
     if (state.get(CHECKPOINT_KEY) or {}).get("tokenizer") is not None:
         cli.datamodule.setup("fit")
         cli.model.tokenizer = cli.datamodule.tokenizer

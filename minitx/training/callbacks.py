@@ -39,7 +39,8 @@ class AttentionMapLogger(L.Callback):
     Before training and then every `every_n_epochs` epochs, the sentences are teacher-forced
     with their reference, so that the axes stay the same from epoch to epoch; each layer and
     kind gets a figure (one panel per head plus their average) in TensorBoard (tag
-    `attention/s{i}/{kind}/layer_{l}`) and as a PNG under `{log_dir}/attention/epoch_{e:03d}/`,
+    `attention/s{i}/{kind}/layer_{l}`) and as a PNG under `{log_dir}/attention/start/` (before
+    the first update) or `{log_dir}/attention/epoch_{e:03d}/`,
     and per-head mean entropies as `attention_entropy/{kind}/layer_{l}/head_{h}`. A
     `fast_dev_run` logs none: Lightning turns the loggers off in that smoke run, and drawing
     the maps would take most of its time.

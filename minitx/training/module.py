@@ -261,10 +261,10 @@ class TranslationModule(L.LightningModule):
     def _languages(self) -> tuple[str | None, str | None] | None:
         """(source, target) language codes of the data this module trains on; None outside
         a fit with a data module."""
-        return self.languages_of(getattr(self._attached_trainer(), "datamodule", None))
+        return self.datamodule_languages(getattr(self._attached_trainer(), "datamodule", None))
 
     @staticmethod
-    def languages_of(
+    def datamodule_languages(
         datamodule: L.LightningDataModule | None,
     ) -> tuple[str | None, str | None] | None:
         """(source, target) language codes a data module reads (its `src_lang` and `tgt_lang`

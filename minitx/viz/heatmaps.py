@@ -223,7 +223,7 @@ _AXIS_NAMES = {
     },
 }
 """Axis names per kind: decoder rows are labelled by the piece they predict (maps.axes): the
-reference's next piece in teacher-forced maps (training), the model's own in decoded ones."""
+reference's next piece in the training maps, the model's own in the maps of its translation."""
 
 
 def figures_for_maps(
