@@ -83,7 +83,16 @@ EVALUATION_FILE = "evaluation.json"
 REQUIRED_FILES = (CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_FILE)
 """What `load_pretrained` needs; the card, the training config and the scores are for people."""
 RELEASE_FILES = (*REQUIRED_FILES, CARD_FILE, TRAIN_CONFIG_FILE, EVALUATION_FILE)
-EVALUATION_KEYS = ("weights_sha256", "data", "split", "limit", "sentences", "src_lang", "tgt_lang")
+EVALUATION_KEYS = (
+    "weights_sha256",
+    "data",
+    "data_dir_env",
+    "split",
+    "limit",
+    "sentences",
+    "src_lang",
+    "tgt_lang",
+)
 RESULT_KEYS = ("decoding", "beam", "bleu", "chrf", "signature")
 """What a release keeps of a `minitx-evaluate --json` report: what its card shows and checks,
 not the report's local paths (the checkpoint's, the data's, the hypotheses')."""
@@ -619,8 +628,9 @@ def _evaluation_lines(evaluation: Mapping[str, Any] | None) -> list[str]:
     split = evaluation.get("split", "?")
     limit = evaluation.get("limit")  # a partial score must not read as the split's
     part = f"the first {limit} lines of the `{split}` split" if limit else f"the `{split}` split"
+    read = " as read from `MINITX_DATA_DIR`" if evaluation.get("data_dir_env") else ""
     lines = [
-        f"sacreBLEU on {part} of `{evaluation.get('data', '?')}` "
+        f"sacreBLEU on {part} of `{evaluation.get('data', '?')}`{read} "
         f"({evaluation.get('sentences', '?')} sentences), scored by `minitx-evaluate`:",
         "",
     ]

@@ -574,6 +574,34 @@ def test_export_records_the_evaluation_in_the_card(
     capsys.readouterr()
 
 
+def test_the_card_says_when_the_hub_corpus_was_read_from_minitx_data_dir(
+    release_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+) -> None:
+    """Scored with the default hub id while MINITX_DATA_DIR pointed at local files: the card
+    names the hub corpus and says where it was read from (not the local path); scored with
+    --data, a path, it says nothing of the kind."""
+    from minitx.cli import evaluate as evaluate_cli
+
+    monkeypatch.setenv("MINITX_DATA_DIR", str(TOY_CORPUS_DIR))
+    cards = {}
+    for name, data in (("env", []), ("path", ["--data", str(TOY_CORPUS_DIR)])):
+        report = tmp_path / f"{name}.json"
+        args = ["--checkpoint", str(release_dir), *data, "--limit", "3", "--beam", "1"]
+        hyp = ["--hyp-out", str(tmp_path / f"{name}{{beam}}.hyp"), "--json", str(report)]
+        assert evaluate_cli.main([*args, *hyp]) == 0
+        out = tmp_path / name
+        args = ["--checkpoint", str(release_dir), "--out", str(out), "--evaluation", str(report)]
+        assert export_cli.main(args) == 0
+        cards[name] = (out / "README.md").read_text(encoding="utf-8")
+    assert "`bentrevett/multi30k` as read from `MINITX_DATA_DIR` (3 sentences)" in cards["env"]
+    assert str(TOY_CORPUS_DIR) not in cards["env"]
+    assert "MINITX_DATA_DIR" not in cards["path"]
+    capsys.readouterr()
+
+
 @pytest.mark.parametrize(
     "content",
     [

@@ -204,6 +204,7 @@ def run(args: argparse.Namespace) -> int:
     src_lang = args.src_lang or ckpt_src or DEFAULT_LANGS[0]
     tgt_lang = args.tgt_lang or ckpt_tgt or DEFAULT_LANGS[1]
     from minitx.data import DEFAULT_SOURCE  # with the data layer: --help stays fast
+    from minitx.data.sources import is_hub_id
     from minitx.evaluation import evaluate, load_split  # its CorpusError is one error line
     from minitx.release import weights_checksum
 
@@ -288,6 +289,8 @@ def run(args: argparse.Namespace) -> int:
             "weights_sha256": weights_checksum(translator.model),  # minitx-export checks it
             "data": source,
             "resolved_data": data.resolved,
+            # a hub id read from MINITX_DATA_DIR's files: the card says so, without the path
+            "data_dir_env": is_hub_id(source) and data.resolved != source,
             "split": args.split,
             "src_lang": src_lang,
             "tgt_lang": tgt_lang,
