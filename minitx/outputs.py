@@ -220,7 +220,7 @@ def claim_run_dir(run_root: Path) -> Path:
     that start in the same second, on any machine sharing the directory, each gets its own
     (``..._2`` for the second), never the same one.
     """
-    run_root.mkdir(parents=True, exist_ok=True)
+    make_dirs(run_root)
     stamp = time.strftime(RUN_STAMP)
     for n in itertools.count(1):
         candidate = run_root / (stamp if n == 1 else f"{stamp}_{n}")
@@ -231,6 +231,15 @@ def claim_run_dir(run_root: Path) -> Path:
         atexit.register(_remove_if_empty, candidate)  # a run that wrote nothing leaves nothing
         return candidate
     raise AssertionError("unreachable")
+
+
+def make_dirs(directory: Path) -> None:
+    """``directory.mkdir(parents=True, exist_ok=True)``, and the directories it creates are
+    removed at exit while still empty: a run refused before it wrote anything leaves none."""
+    created = [path for path in (directory, *directory.parents) if not path.exists()]
+    directory.mkdir(parents=True, exist_ok=True)
+    for path in reversed(created):  # outermost first: the exit handlers run innermost first
+        atexit.register(_remove_if_empty, path)
 
 
 def _remove_if_empty(directory: Path) -> None:

@@ -695,6 +695,25 @@ sys.exit(launch.{command}())
     assert proc.stderr.strip() == message
 
 
+def test_a_run_refused_before_it_wrote_anything_leaves_no_directories(tmp_path: Path) -> None:
+    """A corpus that is not there: one error line, and the runs directories the command made
+    for it (runs_dir, run_name, the run) are gone again; a runs_dir that was there stays."""
+    fresh, kept = tmp_path / "fresh" / "runs", tmp_path / "kept"
+    kept.mkdir()
+    for runs in (fresh, kept):
+        args = ["--config", "tiny", "--data.source", str(tmp_path / "nothing"), "--runs_dir"]
+        proc = run_python(
+            [sys.executable, "-m", "minitx.cli.train", *args, str(runs)],
+            cwd=tmp_path,
+            env=subprocess_env(),
+            timeout=120,
+        )
+        assert proc.returncode == 2, proc.stderr[-2000:]
+        assert proc.stderr.strip().splitlines()[-1].startswith("error: "), proc.stderr
+    assert not (tmp_path / "fresh").exists()
+    assert kept.is_dir() and not any(kept.iterdir())
+
+
 def test_sigterm_while_the_run_is_prepared_is_one_line_and_leaves_no_run_directory(
     tmp_path: Path,
 ) -> None:

@@ -261,7 +261,7 @@ def test_directory_without_corpus_files(tmp_path: Path) -> None:
 
 
 def test_missing_local_path(tmp_path: Path) -> None:
-    with pytest.raises(FileNotFoundError, match="Data source directory not found"):
+    with pytest.raises(FileNotFoundError, match="data source directory not found"):
         load_parallel_corpus(str(tmp_path / "nope"), "de", "en")
 
 

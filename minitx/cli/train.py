@@ -52,7 +52,7 @@ from minitx.cli.common import (
 from minitx.data import TranslationDataModule
 from minitx.decoding import DecodingConfig
 from minitx.errors import ConfigError, MinitxError, debug_requested, is_whole_number
-from minitx.outputs import RUN_STAMP, claim_run_dir, hold_run_dir, release_run_dirs
+from minitx.outputs import RUN_STAMP, claim_run_dir, hold_run_dir, make_dirs, release_run_dirs
 from minitx.textio import write_text_atomic
 from minitx.training import (
     AttentionMapLogger,
@@ -304,7 +304,7 @@ def _check_writable(directory: Path, what: str, setting: str) -> None:
         UsageError: naming the directory, the reason and the setting to change.
     """
     try:
-        directory.mkdir(parents=True, exist_ok=True)
+        make_dirs(directory)  # removed again at exit if nothing is written in it
         with tempfile.TemporaryFile(dir=directory):
             pass
     except OSError as exc:

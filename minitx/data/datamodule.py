@@ -213,7 +213,7 @@ class TranslationDataModule(L.LightningDataModule):
         )
         if "train" not in streams:
             raise DataError(
-                f"The corpus has no 'train' split (found {sorted(streams)}); "
+                f"the corpus has no 'train' split (found {sorted(streams)}); "
                 "it trains the tokenizer."
             )
         train = streams["train"]

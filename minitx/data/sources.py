@@ -159,23 +159,23 @@ def open_parallel_corpus(
         return _open_jsonl(str(path / "{split}.jsonl"), langs, local_splits)
     if path.is_symlink() and not path.exists():  # else read as a hub id, after its retries
         raise MissingFileError(
-            f"Data source {source!r} is a symbolic link to nothing that can be read (a loop, or "
+            f"data source {source!r} is a symbolic link to nothing that can be read (a loop, or "
             f"its target {os.readlink(path)!r} is gone); point it at the corpus directory"
         )
     if path.is_file():
         raise DataError(
-            f"Data source {source!r} is a single file. Use a directory of {{split}}.{{lang}}[.gz] "
+            f"data source {source!r} is a single file. Use a directory of {{split}}.{{lang}}[.gz] "
             f"files, or a pattern such as '{path.parent / '{split}.jsonl'}' for jsonl splits."
         )
     if not is_hub_id(source):
         raise MissingFileError(
-            f"Data source directory not found: {path.resolve()} (from {source!r}). Point "
+            f"data source directory not found: {path.resolve()} (from {source!r}). Point "
             f"data.source or {DATA_DIR_ENV} at a directory of {{split}}.{{lang}}[.gz] files."
         )
     absent = [lang for lang in langs if lang not in DEFAULT_SOURCE_LANGUAGES]
     if source == DEFAULT_SOURCE and not hub_options and absent:  # no download to find it out
         raise DataError(
-            f"The hub copy of Multi30k ({DEFAULT_SOURCE}) holds German and English only, not "
+            f"the hub copy of Multi30k ({DEFAULT_SOURCE}) holds German and English only, not "
             f"{', '.join(absent)}. Set {DATA_DIR_ENV} (or data.source) to a directory of raw "
             f"files such as train.{absent[0]}, val.{absent[0]}, test_2016_flickr.{absent[0]} "
             "(the multi30k/dataset repository's data/task1/raw)."
@@ -365,7 +365,7 @@ def _open_hub(
     for split, name in splits.items():
         if name not in loaded:
             raise DataError(
-                f"Hub dataset {described!r} has no split {name!r} (found {sorted(loaded)}); set "
+                f"hub dataset {described!r} has no split {name!r} (found {sorted(loaded)}); set "
                 "data.splits to map train/validation/test to its split names."
             )
         table, prefix = loaded[name], ""
@@ -374,7 +374,7 @@ def _open_hub(
         absent = [lang for lang in langs if prefix + lang not in table.column_names]
         if absent:
             raise DataError(
-                f"Hub dataset {described!r} split {name!r} has no language(s) {absent}; "
+                f"hub dataset {described!r} split {name!r} has no language(s) {absent}; "
                 f"its columns are {table.column_names}. Pick languages it has, or set "
                 f"{DATA_DIR_ENV} or data.source to a directory of {{split}}.{{lang}}[.gz] files "
                 "(Multi30k's French and Czech: the multi30k/dataset repository's data/task1/raw)."
