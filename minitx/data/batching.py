@@ -191,12 +191,13 @@ class ResumableDataLoader(DataLoader):
         resume, self.resume = self.resume, None
         sampler = self.batch_sampler
         same_epoch = resume is not None and resume["epoch"] == sampler.epoch
-        if same_epoch and resume != {**resume, **self._layout()}:
+        layout = self._layout()
+        if same_epoch and any(resume.get(key) != value for key, value in layout.items()):
             logger.warning(
                 "the epoch is resumed from its first batch: its batches are not the "
                 "checkpoint's (%s then, %s now)",
                 resume,
-                self._layout(),
+                layout,
             )
             same_epoch = False
         self.served = sampler.skip = resume["served"] if same_epoch else 0
