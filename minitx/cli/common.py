@@ -294,26 +294,25 @@ def run_cli(
     """
     work_begins()
     show_library_warnings()
-    if handle_sigterm and threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _terminate)
-    try:
-        check_stdout()
-        status = run(args)
-        sys.stdout.flush()  # a gone reader or a full disk shows here, not at exit
-        return status
-    except Terminated:
-        print("\nterminated (SIGTERM): stopped before the end", file=sys.stderr)
-        return EXIT_SIGTERM
-    except KeyboardInterrupt:  # what was written stays: say that the rest was not done
-        print("\ninterrupted (Ctrl-C): stopped before the end", file=sys.stderr)
-        return EXIT_SIGINT
-    except BrokenPipeError:  # e.g. `... | head -1`: the reader has gone, nothing left to do
-        return reader_gone()
-    except Exception as exc:
-        status = report_user_error(no_room_for_output(exc))
-        if status is None:
-            raise
-        return status
+    with sigterm_raises() if handle_sigterm else contextlib.nullcontext():
+        try:
+            check_stdout()
+            status = run(args)
+            sys.stdout.flush()  # a gone reader or a full disk shows here, not at exit
+            return status
+        except Terminated:
+            print("\nterminated (SIGTERM): stopped before the end", file=sys.stderr)
+            return EXIT_SIGTERM
+        except KeyboardInterrupt:  # what was written stays: say that the rest was not done
+            print("\ninterrupted (Ctrl-C): stopped before the end", file=sys.stderr)
+            return EXIT_SIGINT
+        except BrokenPipeError:  # e.g. `... | head -1`: the reader has gone, nothing left to do
+            return reader_gone()
+        except Exception as exc:
+            status = report_user_error(no_room_for_output(exc))
+            if status is None:
+                raise
+            return status
 
 
 def reader_gone() -> int:
