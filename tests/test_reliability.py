@@ -265,20 +265,29 @@ def test_print_config_shows_the_whole_config_wherever_it_is_given(
     assert not list(tmp_path.rglob("*.ckpt"))
 
 
-def test_a_ctrl_c_inside_an_epoch_resumes_with_the_batches_it_had_not_served(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("stop", ["ctrl-c", "error-inside-a-step", "error-after-a-step"])
+def test_a_run_stopped_inside_an_epoch_resumes_with_the_batches_it_had_not_trained(
+    stop: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Ctrl-C at update 30, inside the second epoch (23 updates each; the stop comes after
-    update 31, the hook that notes it running after minitx's): the resume trains that epoch's
-    other batches, not its first ones again, so its losses are step for step those of a run
-    never stopped (the tiny config has no dropout), the last row before the stop included."""
+    update 31, the hook that notes it running after minitx's), an error raised inside the
+    step after update 30 (a second Ctrl-C, say, which stops at once), or one raised in a hook
+    after update 31: the resume trains that epoch's other batches, not its first ones again,
+    neither skipping the batch whose step failed nor repeating the one whose step was done,
+    so its losses are step for step those of a run never stopped (the tiny config has no
+    dropout), the last row before the stop included."""
     args = TINY + QUIET + ["--trainer.max_epochs", "2"]
     losses = {}
     for name in ("whole", "resumed"):
         (tmp_path / name).mkdir()
         monkeypatch.chdir(tmp_path / name)
         if name == "resumed":
-            with_callback(monkeypatch, InterruptTraining(30))
+            interrupt = {
+                "ctrl-c": InterruptTraining(30),
+                "error-inside-a-step": FailInsideStep(30),
+                "error-after-a-step": FailAfterStep(31),
+            }[stop]
+            with_callback(monkeypatch, interrupt)
             with pytest.raises(SystemExit) as exit_info:
                 main(args)
             assert exit_info.value.code == 130
@@ -288,7 +297,14 @@ def test_a_ctrl_c_inside_an_epoch_resumes_with_the_batches_it_had_not_served(
         rows = metrics(run_dir)
         losses[name] = {int(r["step"]): r["train/loss"] for r in rows if r.get("train/loss")}
     assert len(losses["whole"]) == 46
-    assert losses["resumed"] == losses["whole"]  # the update before the stop logged too
+    if stop == "error-after-a-step":  # the update is kept, not its row: the hook failed first
+        del losses["whole"][30]
+    if stop != "error-inside-a-step":
+        assert losses["resumed"] == losses["whole"]  # the update before the stop logged too
+    else:  # Lightning counts the failed step in its logging step: the rows' `step` skips one
+        assert [losses["resumed"][s] for s in sorted(losses["resumed"])] == [
+            losses["whole"][s] for s in sorted(losses["whole"])
+        ]
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="no advisory locks (fcntl) on Windows")
@@ -368,6 +384,29 @@ class InterruptTraining(Callback):
     def on_train_batch_end(self, trainer, *args) -> None:
         if trainer.global_step == self.step:
             os.kill(os.getpid(), signal.SIGINT)
+
+
+class FailInsideStep(Callback):
+    """A KeyboardInterrupt raised inside the step after update `step`, the batch handed over
+    (a second Ctrl-C, which stops at once)."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_start(self, trainer, *args) -> None:
+        if trainer.global_step == self.step:
+            raise KeyboardInterrupt
+
+
+class FailAfterStep(Callback):
+    """A KeyboardInterrupt raised after update `step`, in a hook of the loop's batch end."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_end(self, trainer, *args) -> None:
+        if trainer.global_step == self.step:
+            raise KeyboardInterrupt
 
 
 @pytest.mark.parametrize("by_path", [False, True], ids=["last", "path"])
@@ -931,6 +970,7 @@ def test_an_error_saves_last_ckpt_unless_the_weights_are_not_finite(
     trainer = SimpleNamespace(
         checkpoint_callback=SimpleNamespace(dirpath=str(tmp_path)),
         global_step=5,
+        train_dataloader=None,
         save_checkpoint=lambda path, weights_only: saved.append((Path(path), weights_only)),
     )
     module = torch.nn.Linear(2, 2)

@@ -216,6 +216,11 @@ class ResumableDataLoader(DataLoader):
         epoch's batches (their number and the processes they are shared among)."""
         return {"epoch": self.batch_sampler.epoch, "served": self.served, **self._layout()}
 
+    def keep_untrained(self, trained: int) -> None:
+        """Count only the epoch's first `trained` batches as served, so that a checkpoint
+        saved after a step failed serves that step's batch again when the run resumes."""
+        self.served = min(self.served, trained)
+
     def load_state_dict(self, state: dict[str, int]) -> None:
         """Resume from `state_dict`'s position at the next iteration, if it is that epoch's
         and its batches are the same."""

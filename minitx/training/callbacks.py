@@ -24,6 +24,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from minitx.data.batching import ResumableDataLoader
 from minitx.errors import ConfigError, MinitxError
 from minitx.maps import KINDS, AttentionMaps, attention_entropy, teacher_forced_maps
 from minitx.training.schedules import BudgetSchedule
@@ -409,6 +410,12 @@ class CheckpointOnInterrupt(L.Callback):
                 "weights are not finite: last.ckpt left as it was (%s)", type(exception).__name__
             )
             return
+        # A step that raised (an error, a second Ctrl-C) had its batch handed over but not
+        # trained: counted as served, the resume would skip it. Lightning resumes after the
+        # epoch's processed batches (their steps done); the loader is set to the same count.
+        loader = trainer.train_dataloader
+        if isinstance(loader, ResumableDataLoader):
+            loader.keep_untrained(trainer.fit_loop.epoch_loop.batch_progress.current.processed)
         path = Path(callback.dirpath) / "last.ckpt"
         trainer.save_checkpoint(path, weights_only=False)  # the full state, to resume from
         if isinstance(exception, MinitxError):  # e.g. divergence: resuming would repeat it
