@@ -456,6 +456,32 @@ def test_only_a_runs_last_checkpoint_resumes_in_its_directory(tmp_path: Path) ->
     assert _own_run_version(tmp_path / "last.ckpt", runs / "tiny") is None
 
 
+def test_a_runs_last_checkpoint_from_another_directory_says_how_to_continue_in_place(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """A job started in another working directory, given a run's last.ckpt by path, goes on in
+    a new run directory there and says so at the start, with the settings that continue the
+    run in its own directory instead; those settings do."""
+    args = TINY + QUIET + ["--trainer.max_epochs", "1"]
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    monkeypatch.chdir(tmp_path / "a")
+    main(args)
+    (first,) = run_dirs(tmp_path / "a")
+    last = Path("..") / "a" / first.relative_to(tmp_path / "a") / "checkpoints" / "last.ckpt"
+    monkeypatch.chdir(tmp_path / "b")
+    capsys.readouterr()
+    resumed = ["--trainer.max_epochs", "2", "--ckpt_path", str(last)]
+    main(args + resumed)
+    (elsewhere,) = run_dirs(tmp_path / "b")
+    notes = [line for line in capsys.readouterr().err.splitlines() if line.startswith("note:")]
+    hint = f"add --runs_dir {Path('..', 'a', 'runs')} --run_name tiny"
+    assert len(notes) == 1 and notes[0].endswith(hint), notes
+    assert str(elsewhere.relative_to(tmp_path / "b")) in notes[0]
+    run = main(args + resumed + hint.removeprefix("add ").split())
+    assert run.trainer.global_step == 46 and run_dirs(tmp_path / "a") == [first]
+    assert len(metrics(first)) > len(metrics(elsewhere)) > 0  # its history went on in place
+
+
 def test_a_resumed_run_with_more_epochs_decays_over_its_new_plan(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

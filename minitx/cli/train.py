@@ -247,6 +247,11 @@ _VERSION_ENV = "MINITX_RUN_VERSION"
 """Hands rank 0's run directory name to the DDP worker processes it launches."""
 
 
+def _is_last_of_a_run(checkpoint: Path) -> bool:
+    """Whether `checkpoint` is a run's ``RUN_ROOT/VERSION/checkpoints/last.ckpt``."""
+    return checkpoint.name == "last.ckpt" and checkpoint.parent.name == "checkpoints"
+
+
 def _own_run_version(checkpoint: Path, run_root: Path) -> str | None:
     """The run directory name (version) of `checkpoint` when it is the last.ckpt of one of
     `run_root`'s runs (``run_root/VERSION/checkpoints/last.ckpt``): resuming from it by path
@@ -254,11 +259,24 @@ def _own_run_version(checkpoint: Path, run_root: Path) -> str | None:
     earlier best one, say) starts a new run directory: going on in its own would cut that
     run's later history."""
     run_dir = checkpoint.parent.parent
-    if checkpoint.name != "last.ckpt" or checkpoint.parent.name != "checkpoints":
-        return None
-    if run_dir.parent.resolve() != run_root.resolve():
+    if not _is_last_of_a_run(checkpoint) or run_dir.parent.resolve() != run_root.resolve():
         return None  # another run family's checkpoint: this run gets a directory of its own
     return run_dir.name
+
+
+def elsewhere_note(checkpoint: Path, run_dir: Path) -> str | None:
+    """The note for a resume from another runs directory's last.ckpt (a job started in
+    another working directory, say), which goes on in the new `run_dir`: how to continue in
+    the checkpoint's own run directory instead."""
+    if not _is_last_of_a_run(checkpoint):
+        return None
+    family = checkpoint.parent.parent.parent
+    return (
+        f"{checkpoint} is the last checkpoint of a run in {family}, not of this run's "
+        f"runs_dir/run_name: this run goes on from it in a new directory, {run_dir}; "
+        f"to continue that run in its own directory, add --runs_dir {family.parent} "
+        f"--run_name {family.name}"
+    )
 
 
 def _shared_version(run_root: Path) -> str:
@@ -523,6 +541,7 @@ class MinitxCLI(LightningCLI):
                 "as $CKPT may be unset), or leave --ckpt_path out to start a new run"
             )
         self.resume_path: str | None = config.ckpt_path
+        self.resume_note: str | None = None  # printed at fit start
         self.run_version: str | None = None
         self.resume_step: int | None = None
         if config.trainer.logger in (False, []):
@@ -551,6 +570,7 @@ class MinitxCLI(LightningCLI):
             version = _own_run_version(Path(config.ckpt_path), run_root)
             if version is not None:  # its metrics and events are cut back to its step
                 self.resume_step = _global_step(Path(config.ckpt_path))
+        elsewhere = config.ckpt_path not in (None, "last") and version is None
         if explicit:
             version = version or first.version or _shared_version(run_root)
             first.version = version
@@ -564,6 +584,8 @@ class MinitxCLI(LightningCLI):
         self.run_root, self.run_version = run_root, version or _shared_version(run_root)
         self.default_loggers = not explicit
         run_dir = run_root / self.run_version
+        if elsewhere:
+            self.resume_note = elsewhere_note(Path(config.ckpt_path), run_dir)
         if _rank() == 0 and run_dir.is_dir():  # DDP: rank 0 holds it for every process
             hold_run_dir(run_dir)
 
@@ -579,6 +601,8 @@ class MinitxCLI(LightningCLI):
         if note is not None:
             notes.append(note)
             kwargs["precision"] = precision
+        if self.resume_note is not None:
+            notes.append(self.resume_note)
         summary = trainer_config.get("enable_model_summary")
         if summary is None:  # Lightning's layer table (FLOPs 0 without an example input)
             kwargs["enable_model_summary"] = bool(self.config.get("verbose"))
@@ -753,6 +777,8 @@ def _train_and_test(args: list[str] | None) -> MinitxCLI:
             warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)`")
             # resuming writes into its run's checkpoint directory, not empty by design
             warnings.filterwarnings("ignore", message=r"Checkpoint directory .* is not empty")
+            # a resume from another run's checkpoint goes on in a new directory by design
+            warnings.filterwarnings("ignore", message=r"The dirpath has changed from")
             # a bad batch skipped on purpose (model.optim.skip_bad_batches), logged in our words
             warnings.filterwarnings("ignore", message=r"`training_step` returned `None`")
             trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=cli.resume_path)
