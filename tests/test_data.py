@@ -360,6 +360,18 @@ def test_resolve_data_source(
     with caplog.at_level(logging.INFO, logger="minitx.data"):
         assert resolve_data_source("bentrevett/multi30k") == "/data/multi30k"
     assert "overrides" in caplog.text and "bentrevett/multi30k" in caplog.text
+    assert all(record.levelno == logging.INFO for record in caplog.records)  # the expected use
+    caplog.clear()
+    # any other hub id it replaces is said at the default verbosity: a mistyped local path
+    # reads as one ("corpora/europarl": owner and name)
+    with caplog.at_level(logging.WARNING, logger="minitx.data"):
+        assert resolve_data_source("corpora/europarl") == "/data/multi30k"
+    (record,) = caplog.records
+    assert record.getMessage() == (
+        "MINITX_DATA_DIR=/data/multi30k replaces data.source 'corpora/europarl', read as a hub "
+        "dataset id (no such local path); unset MINITX_DATA_DIR to use the hub dataset, or "
+        "give a local path that exists"
+    )
     # an explicit local source wins over the variable
     assert resolve_data_source(str(toy_corpus_dir)) == str(toy_corpus_dir)
     assert resolve_data_source("corpus/{split}.jsonl") == "corpus/{split}.jsonl"

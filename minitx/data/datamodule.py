@@ -26,7 +26,6 @@ from minitx.data.cleaning import Counts
 from minitx.data.prepare import prepare_split
 from minitx.data.sample import sample_sentences
 from minitx.data.sources import (
-    DATA_DIR_ENV,
     DEFAULT_SOURCE,
     open_parallel_corpus,
     resolve_data_source,
@@ -194,16 +193,7 @@ class TranslationDataModule(L.LightningDataModule):
     def _build(self) -> tuple[Tokenizer, datasets.DatasetDict, Counts]:
         start = time.perf_counter()
         config = self.hparams  # the constructor's arguments
-        source = resolve_data_source(config.source)
-        if source != config.source and config.hub_options:
-            logger.warning(
-                "%s=%s replaces the configured hub dataset %r (hub_options %s); unset it to "
-                "train on the hub dataset.",
-                DATA_DIR_ENV,
-                source,
-                config.source,
-                config.hub_options,
-            )
+        source = resolve_data_source(config.source)  # warns when it replaces a hub dataset
         streams = open_parallel_corpus(
             source,
             config.src_lang,

@@ -64,7 +64,8 @@ def resolve_data_source(configured: str) -> str:
     such as the default ``bentrevett/multi30k``, so offline machines and CI train on local
     files without editing configs. A configured local path (an existing file or directory,
     a ``{split}`` pattern, or anything that cannot be a hub id such as ``/data/x`` or
-    ``./x``) is explicit and wins over the variable.
+    ``./x``) is explicit and wins over the variable. Replacing any source but the default is
+    a warning: ``corpora/europarl`` with a typo reads as a hub id too.
     """
     if configured.startswith(BUILTIN_PREFIX):  # shipped with minitx: never overridden
         return str(builtin_corpus_dir(configured.removeprefix(BUILTIN_PREFIX)))
@@ -77,9 +78,19 @@ def resolve_data_source(configured: str) -> str:
             "%s is set but the configured source %r is local; using it.", DATA_DIR_ENV, configured
         )
         return configured
-    logger.info(
-        "%s=%s overrides the configured data source %r.", DATA_DIR_ENV, override, configured
-    )
+    if configured == DEFAULT_SOURCE:
+        logger.info(
+            "%s=%s overrides the default data source %r.", DATA_DIR_ENV, override, configured
+        )
+    else:
+        logger.warning(
+            "%s=%s replaces data.source %r, read as a hub dataset id (no such local path); "
+            "unset %s to use the hub dataset, or give a local path that exists",
+            DATA_DIR_ENV,
+            override,
+            configured,
+            DATA_DIR_ENV,
+        )
     return override
 
 
