@@ -82,6 +82,8 @@ def check_output_dir(
                 f"{flag} {out} holds (or is) the input {item}; write to a directory of its own"
             )
     if not out.exists():
+        if file_in_the_way(out.parent) is not None:
+            raise OutputError(f"{flag} {out}: {why_no_directory(out.parent)}")
         return
     if not out.is_dir():
         raise OutputError(f"{flag} {out} is a file; give a directory")
@@ -143,13 +145,26 @@ def check_output_file(
     if out.is_dir():
         raise OutputError(f"{flag} {out} is a directory; give a file name inside it")
     if not out.parent.is_dir():
-        raise OutputError(f"{flag} {out}: directory {out.parent} does not exist; create it first")
+        raise OutputError(f"{flag} {out}: {why_no_directory(out.parent)}")
     for item in inputs:
         source = Path(item)
         if out.resolve() == source.resolve() or (
             out.exists() and source.exists() and os.path.samefile(out, source)
         ):
             raise OutputError(f"{flag} {out} is also an input; write to another file")
+
+
+def file_in_the_way(directory: Path) -> Path | None:
+    """The file that stands where `directory` or one above it would be (``mkdir -p`` fails
+    there), if any."""
+    return next((p for p in (directory, *directory.parents) if p.exists() and not p.is_dir()), None)
+
+
+def why_no_directory(directory: Path) -> str:
+    """Why `directory` cannot be written into, for an error message."""
+    if (blocking := file_in_the_way(directory)) is not None:
+        return f"{blocking} is a file, not a directory; give another path"
+    return f"directory {directory} does not exist; create it first"
 
 
 def files_read_from(source: str | os.PathLike[str]) -> list[Path]:

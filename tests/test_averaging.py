@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
+from unittest import mock
 
 import pytest
 import torch
@@ -258,6 +259,12 @@ def test_average_command_refusals_in_process(
     assert "is a directory; give a file name inside it" in capsys.readouterr().err
     assert average_main(["--out", str(tmp_path / "no" / "avg.ckpt"), str(tiny_checkpoint)]) == 2
     assert "does not exist; create it first" in capsys.readouterr().err
+    # a write that fails names --out, not the temporary file written beside it first
+    denied = PermissionError(13, "Permission denied", str(tmp_path / ".avg.ckpt.tmp-1.tmp"))
+    with mock.patch("minitx.checkpoint.write_checkpoint", side_effect=denied):
+        assert average_main(["--out", str(tmp_path / "new.ckpt"), str(tiny_checkpoint)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: cannot write --out {tmp_path / 'new.ckpt'}: Permission denied\n"
 
 
 # ------------------------------------------------------------------ the training callback

@@ -30,6 +30,7 @@ from preloaded import PreloadedProcess, run_python
 from minitx.checkpoint import write_checkpoint
 from minitx.errors import OutputError
 from minitx.outputs import MARKER, check_output_dir, check_output_file, replace_dir, written_whole
+from minitx.release import check_release_dir
 from minitx.textio import atomic_path, write_text_atomic
 
 
@@ -299,6 +300,20 @@ def test_output_rules_in_python(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     with pytest.raises(OutputError, match=r"--out-dir .*notes\.txt is a file; give a directory"):
         (tmp_path / "notes.txt").write_text("mine")
         check_output_dir(tmp_path / "notes.txt", force=True, flag="--out-dir")
+    # a file where a directory above the output would be: not "does not exist" (mkdir -p
+    # cannot help), nor the operating system's "File exists" once the work is done
+    for inside in (Path("notes.txt", "maps"), Path("notes.txt", "a", "maps")):
+        with pytest.raises(OutputError) as refused:
+            check_output_dir(inside, flag="--out-dir")
+        assert str(refused.value) == (
+            f"--out-dir {inside}: notes.txt is a file, not a directory; give another path"
+        )
+        with pytest.raises(OutputError, match=r"notes\.txt is a file, not a directory"):
+            check_output_file(inside / "x.txt")
+        with pytest.raises(OutputError, match=r"notes\.txt is a file, not a directory"):
+            check_release_dir(inside, flag="--out")
+    with pytest.raises(OutputError, match=r"directory nothing does not exist; create it first"):
+        check_output_file(Path("nothing", "x.txt"))
 
 
 def test_a_replaced_directory_is_swapped_whole(tmp_path: Path) -> None:

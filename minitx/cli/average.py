@@ -51,7 +51,10 @@ def run(args: argparse.Namespace) -> int:
             "replaces only a checkpoint: choose another name or move the file away"
         )
     averaged = average_checkpoints(args.checkpoints)  # its errors (MinitxError) are one line
-    write_checkpoint(averaged, out)
+    try:
+        write_checkpoint(averaged, out)
+    except OSError as exc:  # else the message would name the temporary file beside `out`
+        raise UsageError(f"cannot write --out {out}: {exc.strerror or exc}") from None
     files = f"{len(args.checkpoints)} checkpoint{'s' if len(args.checkpoints) > 1 else ''}"
     print(f"averaged {files} into {out} ({out.stat().st_size:,} bytes)")
     return 0
