@@ -868,3 +868,23 @@ def test_config_values_jsonargparse_reads_itself_are_passed_on() -> None:
 
     for value in ("-", "{trainer: {max_epochs: 1}}", "trainer: {max_epochs: 1}", "file:///x.yaml"):
         assert resolve_config_names(["--config", value]) == ["--config", value]
+
+
+@pytest.mark.parametrize(
+    ("argv0", "hint"),
+    [
+        ("scripts/train.py", "python scripts/train.py --help"),
+        ("/venv/bin/minitx-train", "minitx-train --help"),
+        ("/src/minitx/cli/train.py", "minitx-train --help"),  # python -m minitx.cli.train
+    ],
+)
+def test_a_training_parse_error_names_the_command_that_lists_the_keys(
+    argv0: str, hint: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """The hint is a command the user can run: `python -m minitx.cli.train` (how
+    minitx-experiment starts its variants) is also called train.py."""
+    monkeypatch.setattr(sys, "argv", [argv0])
+    with pytest.raises(SystemExit) as exit_info:
+        train_main(["--config", str(TINY_CONFIG), "--model.transformer.d_model", "abc"])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.rstrip().endswith(f"({hint} lists every key)")

@@ -460,8 +460,15 @@ class OneLineErrorParser(LightningArgumentParser):
         if not self.exit_on_error or debug_requested():
             super().error(message, ex)
         one_line = " ".join(str(message).split())
-        print(f"error: {one_line}  ({self.prog} --help lists every key)", file=sys.stderr)
+        print(f"error: {one_line}  ({_command()} --help lists every key)", file=sys.stderr)
         raise SystemExit(EXIT_USER_ERROR)
+
+
+def _command() -> str:
+    """How the user started training, for hints: ``python scripts/train.py`` or
+    ``minitx-train`` (also for ``python -m minitx.cli.train``, whose name is train.py too)."""
+    started = Path(sys.argv[0])
+    return f"python {started}" if started.parent.name == "scripts" else "minitx-train"
 
 
 class NotesAtFitStart(L.Callback):
