@@ -98,6 +98,8 @@ def test_budget_in_minutes_or_steps_and_the_run_key() -> None:
     start = on_top.index("--config")
     assert on_top[start : start + 4] == ["--config", "long", "--config", "multi30k_en_de"]
     assert command[command.index("--trainer.max_time") + 1] == "00:00:05:00"
+    # the minutes bound the run, not the config's epochs (tiny's 2)
+    assert command[command.index("--trainer.max_epochs") + 1] == "-1"
     assert command[-1] == "--model.transformer.score=dot" and "--trainer.max_steps" not in command
     stepped = Settings(max_steps=300)
     command = train_command(stepped, variant, "run")

@@ -115,10 +115,13 @@ def train_command(settings: Settings, variant: Variant, run_name: str) -> list[s
 
 
 def _budget(settings: Settings) -> list[str]:
+    """The trainer settings that bound a run by the budget: a config's max_epochs (tiny's 2,
+    long's 16) would end it before its steps or minutes (--set can put it back)."""
     if settings.max_steps is not None:
         steps = ["--trainer.max_steps", str(settings.max_steps), "--trainer.max_epochs", "-1"]
         return [*steps, "--trainer.max_time", "null"]
-    return ["--trainer.max_time", max_time(settings.budget_minutes)]
+    minutes = ["--trainer.max_time", max_time(settings.budget_minutes)]
+    return [*minutes, "--trainer.max_epochs", "-1"]
 
 
 def describe_budget(settings: Settings) -> str:
