@@ -195,6 +195,13 @@ def refused_before_training(
         ("# nothing but a comment", r"the file holds no settings"),
         ("- trainer", r"the file holds list \['trainer'\], not a mapping of settings"),
         ("trainer:\n\tmax_steps: 5", r"not valid YAML \(found character .* line 2, column 1\)"),
+        # the first section was dropped without a word: the second alone was read
+        (
+            "model: {transformer: {d_model: 64}}\ntrainer: {max_steps: 3}\nmodel: {optim: {}}",
+            r"key 'model' is given twice \(lines 1 and 3\), and YAML would keep only the "
+            r"second: write it once$",
+        ),
+        ("trainer:\n  max_steps: 3\n  max_steps: 5", r"key 'max_steps' is given twice"),
     ],
     ids=[
         "model",
@@ -206,9 +213,11 @@ def refused_before_training(
         "empty",
         "list",
         "tab",  # jsonargparse's message named no file
+        "section-twice",
+        "key-twice",
     ],
 )
-def test_a_config_file_section_that_is_not_a_mapping_is_refused(
+def test_a_config_file_that_cannot_be_read_as_written_is_refused(
     text: str,
     message: str,
     tmp_path: Path,

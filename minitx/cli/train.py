@@ -413,7 +413,11 @@ def check_config_sections(args: list[str], parser: LightningArgumentParser) -> N
         if not path.is_file():  # jsonargparse reports a missing file (or parses inline YAML)
             continue
         try:
-            settings = yaml.safe_load(path.read_text(encoding="utf-8"))
+            settings = yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeys)
+        except _KeyTwice as twice:
+            raise UsageError(
+                f"{flag} {path}: {twice}, and YAML would keep only the second: write it once"
+            ) from None
         except yaml.YAMLError as exc:  # jsonargparse's message names no file
             mark = getattr(exc, "problem_mark", None)
             where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -429,6 +433,25 @@ def check_config_sections(args: list[str], parser: LightningArgumentParser) -> N
             )
         defaults = parser.get_defaults() if defaults is None else defaults
         _check_sections(f"{flag} {path}", settings, defaults, "")
+
+
+class _KeyTwice(Exception):
+    """A mapping of a config file gives one key twice."""
+
+
+class _UniqueKeys(yaml.SafeLoader):
+    """`yaml.SafeLoader` that refuses a key given twice in one mapping, which PyYAML (and so
+    jsonargparse) resolves to the last one without a word."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        lines: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            if isinstance(key, str) and key in lines:
+                raise _KeyTwice(f"key {key!r} is given twice (lines {lines[key]} and {line})")
+            lines[key] = line
+        return super().construct_mapping(node, deep=deep)
 
 
 def _check_sections(where: str, settings: Any, defaults: Any, prefix: str) -> None:
