@@ -202,6 +202,12 @@ def refused_before_training(
             r"second: write it once$",
         ),
         ("trainer:\n  max_steps: 3\n  max_steps: 5", r"key 'max_steps' is given twice"),
+        # jsonargparse's message named no file
+        (
+            "model: {transformer: {d_modle: 64}}",
+            r"model.transformer.d_modle is not a setting; did you mean model.transformer.d_model\?",
+        ),
+        ("trainr: {max_steps: 3}", r"trainr is not a setting; did you mean trainer\? \(minitx-"),
     ],
     ids=[
         "model",
@@ -215,6 +221,8 @@ def refused_before_training(
         "tab",  # jsonargparse's message named no file
         "section-twice",
         "key-twice",
+        "typo",
+        "typo-in-a-section-name",
     ],
 )
 def test_a_config_file_that_cannot_be_read_as_written_is_refused(

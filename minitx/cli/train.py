@@ -10,6 +10,7 @@ the test-split scores of the best checkpoint after fitting (`_test`); quiet libr
 
 from __future__ import annotations
 
+import difflib
 import logging
 import math
 import os
@@ -470,6 +471,14 @@ def _check_sections(where: str, settings: Any, defaults: Any, prefix: str) -> No
             f"value; write its keys below it, as in '{example}'"
         )
     for key, value in settings.items():
+        if isinstance(key, str) and key not in defaults:  # else jsonargparse names no file
+            known = {k.split(".")[0] for k in defaults.keys() if not k.startswith("_")}
+            close = difflib.get_close_matches(key, sorted(known), n=1)
+            hint = f"; did you mean {prefix}{close[0]}?" if close else ""
+            raise UsageError(
+                f"{where}: {prefix}{key} is not a setting{hint}  "
+                f"({_command()} --help lists every key)"
+            )
         default = defaults.get(key) if isinstance(key, str) else None
         if isinstance(default, type(defaults)):  # a section: a (jsonargparse) Namespace
             _check_sections(where, value, default, f"{prefix}{key}.")
