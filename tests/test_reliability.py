@@ -237,6 +237,15 @@ def test_a_config_file_that_cannot_be_read_as_written_is_refused(
     assert error.startswith("error: --config c.yaml: ") and re.search(message, error), error
 
 
+def test_yaml_merge_keys_may_be_redone_and_are_read_as_yaml_reads_them() -> None:
+    """A key given after `<<:` replaces the merged one (YAML's rule), not a key given twice."""
+    from minitx.cli.train import _UniqueKeys
+
+    text = "base: &b {max_steps: 2, max_epochs: 3}\ntrainer:\n  <<: *b\n  max_steps: 4\n"
+    read = yaml.load(text, Loader=_UniqueKeys)
+    assert read == yaml.safe_load(text) and read["trainer"] == {"max_steps": 4, "max_epochs": 3}
+
+
 def test_an_over_long_validation_pair_is_cut_when_loaded_not_fatal_after_an_epoch(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
