@@ -71,10 +71,8 @@ def combine_masks(*masks: Tensor | None) -> Tensor | None:
         return out
     out = None
     for m in present:
-        if m.dtype == torch.bool:  # True -> 0, False -> -inf
-            m = torch.zeros(m.shape, dtype=torch.float32, device=m.device).masked_fill(
-                ~m, float("-inf")
-            )
+        if m.dtype == torch.bool:  # True -> 0, False -> -inf (float32)
+            m = torch.where(m, 0.0, float("-inf"))
         out = m if out is None else out + m
     return out
 
@@ -235,6 +233,8 @@ class MultiHeadAttention(nn.Module):
         Returns:
             output (B, Tq, D) and weights (B, H, Tq, Tk) or None.
         """
+        if x.dim() != 3 or x.size(-1) != self.d_model:  # else a shape error deep in a matmul
+            raise ValueError(f"x {tuple(x.shape)}: give (B, T, {self.d_model}) inputs")
         if mask is not None and (mask.dim() != 4 or mask.dtype not in MASK_DTYPES):
             # (B, Tk) would pass as (Tq, Tk) where B == Tq; 0/1 integers would mask nothing
             raise ValueError(

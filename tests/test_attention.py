@@ -761,3 +761,16 @@ def test_an_integer_mask_is_refused_not_added_to_the_scores():
             with pytest.raises(ValueError, match=r"mask torch.int64 \(1, 1, 1, 3\): give a 4-D"):
                 mha(torch.randn(1, 3, 8), mask=padding_mask(ids).long(), is_causal=is_causal,
                     need_weights=need_weights)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "shape", [(3, 8), (2, 3, 4), (1, 2, 3, 8)], ids=["unbatched", "width", "4-D"]
+)
+def test_inputs_of_another_shape_are_named_not_a_matmul_error(shape):
+    """A learner's (T, D) sentence, or inputs of another width, fail where the shape is read,
+    naming what MultiHeadAttention takes (it said "not enough values to unpack" or "mat1 and
+    mat2 shapes cannot be multiplied")."""
+    mha = MultiHeadAttention(8, 2)
+    with pytest.raises(ValueError, match=rf"x \({', '.join(map(str, shape))}\): give \(B, T, 8\)"):
+        mha(torch.randn(shape))
+    assert mha(torch.randn(2, 3, 8))[0].shape == (2, 3, 8)
