@@ -251,6 +251,20 @@ def test_dotted_override(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     assert cli.model.model.config.dropout == 0.25
 
 
+def test_a_section_in_jsonargparse_class_form_is_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`class_path` and `init_args`, as jsonargparse writes a class's settings, are settings
+    (the check of a config file's keys reads init_args as the section's keys)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "c.yaml").write_text(
+        "model:\n  transformer:\n    class_path: minitx.model.TransformerConfig\n"
+        "    init_args: {d_model: 64, n_heads: 2}\n"
+    )
+    cli = build_cli(["--config", str(TINY_CONFIG), "--config", "c.yaml"])
+    assert (cli.model.model.config.d_model, cli.model.model.config.n_heads) == (64, 2)
+
+
 @pytest.mark.parametrize(
     "text,key",
     [

@@ -368,8 +368,8 @@ def test_resolve_data_source(
         assert resolve_data_source("corpora/europarl") == "/data/multi30k"
     (record,) = caplog.records
     assert record.getMessage() == (
-        "MINITX_DATA_DIR=/data/multi30k replaces data.source 'corpora/europarl', read as a hub "
-        "dataset id (no such local path); unset MINITX_DATA_DIR to use the hub dataset, or "
+        "MINITX_DATA_DIR=/data/multi30k replaces the data source 'corpora/europarl', read as a "
+        "hub dataset id (no such local path); unset MINITX_DATA_DIR to use the hub dataset, or "
         "give a local path that exists"
     )
     # an explicit local source wins over the variable

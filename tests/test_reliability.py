@@ -41,7 +41,7 @@ from minitx.cli import train as train_cli
 from minitx.cli import translate as translate_cli
 from minitx.cli import visualize as visualize_cli
 from minitx.cli.common import UsageError
-from minitx.cli.train import _own_run_version, build_cli, main
+from minitx.cli.train import _own_run_version, build_cli, elsewhere_note, main
 from minitx.errors import ConfigError
 from minitx.model import TransformerConfig
 from minitx.training import DivergenceError, OptimConfig, TranslationModule
@@ -208,6 +208,16 @@ def refused_before_training(
             r"model.transformer.d_modle is not a setting; did you mean model.transformer.d_model\?",
         ),
         ("trainr: {max_steps: 3}", r"trainr is not a setting; did you mean trainer\? \(minitx-"),
+        (
+            "model: {transformer: {class_path: minitx.model.TransformerConfig, "
+            "init_args: {d_modle: 64}}}",
+            r"model.transformer.d_modle is not a setting; did you mean model.transformer.d_model",
+        ),
+        (
+            "data: {max_positions: 64}",
+            r"data.max_positions is set from model.transformer.max_positions; set that instead$",
+        ),
+        ("? [a, b]\n: 1", r"not valid YAML \(found unhashable key"),  # was a TypeError
     ],
     ids=[
         "model",
@@ -223,6 +233,9 @@ def refused_before_training(
         "key-twice",
         "typo",
         "typo-in-a-section-name",
+        "typo-in-init-args",
+        "linked",
+        "list-key",
     ],
 )
 def test_a_config_file_that_cannot_be_read_as_written_is_refused(
@@ -500,12 +513,22 @@ def test_a_runs_last_checkpoint_from_another_directory_says_how_to_continue_in_p
     main(args + resumed)
     (elsewhere,) = run_dirs(tmp_path / "b")
     notes = [line for line in capsys.readouterr().err.splitlines() if line.startswith("note:")]
-    hint = f"add --runs_dir {Path('..', 'a', 'runs')} --run_name tiny"
-    assert len(notes) == 1 and notes[0].endswith(hint), notes
+    hint = f"add --runs_dir {tmp_path / 'a' / 'runs'} --run_name tiny"
+    assert len(notes) == 1 and notes[0].endswith(hint), notes  # absolute: it works anywhere
     assert str(elsewhere.relative_to(tmp_path / "b")) in notes[0]
     run = main(args + resumed + hint.removeprefix("add ").split())
     assert run.trainer.global_step == 46 and run_dirs(tmp_path / "a") == [first]
     assert len(metrics(first)) > len(metrics(elsewhere)) > 0  # its history went on in place
+    # from inside the runs directory the path is short, the settings still whole; a last.ckpt
+    # with no run family above it (checkpoint.dirpath /scratch/checkpoints) gets no note
+    inside = Path(first.name) / "checkpoints" / "last.ckpt"
+    monkeypatch.chdir(first.parent)
+    assert elsewhere_note(inside, Path("new")).endswith(hint)
+    assert elsewhere_note(Path("/scratch/checkpoints/last.ckpt"), Path("new")) is None
+    logged = elsewhere_note(inside, Path("new"), own_loggers=True)
+    assert logged.endswith(
+        f"set the first logger's save_dir to {tmp_path / 'a' / 'runs'} and its name to tiny"
+    )
 
 
 def test_a_resumed_run_with_more_epochs_decays_over_its_new_plan(

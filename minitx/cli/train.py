@@ -14,6 +14,7 @@ import difflib
 import logging
 import math
 import os
+import shlex
 import signal
 import sys
 import tempfile
@@ -265,18 +266,24 @@ def _own_run_version(checkpoint: Path, run_root: Path) -> str | None:
     return run_dir.name
 
 
-def elsewhere_note(checkpoint: Path, run_dir: Path) -> str | None:
+def elsewhere_note(checkpoint: Path, run_dir: Path, *, own_loggers: bool = False) -> str | None:
     """The note for a resume from another runs directory's last.ckpt (a job started in
-    another working directory, say), which goes on in the new `run_dir`: how to continue in
-    the checkpoint's own run directory instead."""
-    if not _is_last_of_a_run(checkpoint):
+    another working directory, say), which goes on in the new `run_dir`: the settings that
+    continue the checkpoint's own run in its directory instead (`own_loggers`: the first
+    logger's, which name the run directory then)."""
+    family = Path(os.path.abspath(checkpoint)).parent.parent.parent  # RUNS_DIR/RUN_NAME
+    if not _is_last_of_a_run(checkpoint) or not family.name:
         return None
-    family = checkpoint.parent.parent.parent
+    runs_dir, run_name = shlex.quote(str(family.parent)), shlex.quote(family.name)
+    settings = (
+        f"set the first logger's save_dir to {runs_dir} and its name to {run_name}"
+        if own_loggers
+        else f"add --runs_dir {runs_dir} --run_name {run_name}"
+    )
     return (
         f"{checkpoint} is the last checkpoint of a run in {family}, not of this run's "
         f"runs_dir/run_name: this run goes on from it in a new directory, {run_dir}; "
-        f"to continue that run in its own directory, add --runs_dir {family.parent} "
-        f"--run_name {family.name}"
+        f"to continue that run in its own directory, {settings}"
     )
 
 
@@ -453,7 +460,8 @@ class _UniqueKeys(yaml.SafeLoader):
             line = key_node.start_mark.line + 1
             if isinstance(key, str) and key in lines:
                 raise _KeyTwice(f"key {key!r} is given twice (lines {lines[key]} and {line})")
-            lines[key] = line
+            if isinstance(key, str):  # a `? [a, b]` key is no setting: jsonargparse says so
+                lines[key] = line
         return super().construct_mapping(node, deep=deep)
 
 
@@ -472,7 +480,15 @@ def _check_sections(where: str, settings: Any, defaults: Any, prefix: str) -> No
             f"{where}: {prefix.rstrip('.')} is {shown}, but it is a section of settings, not a "
             f"value; write its keys below it, as in '{example}'"
         )
+    if prefix and ("class_path" in settings or "init_args" in settings):
+        # jsonargparse's form of a class's settings: its init_args are the section's keys
+        settings = settings.get("init_args") if isinstance(settings.get("init_args"), dict) else {}
     for key, value in settings.items():
+        if f"{prefix}{key}" in LINKED_SETTINGS:
+            raise UsageError(
+                f"{where}: {prefix}{key} is set from {LINKED_SETTINGS[f'{prefix}{key}']}; set "
+                "that instead"
+            )
         if isinstance(key, str) and key not in defaults:  # else jsonargparse names no file
             known = {k.split(".")[0] for k in defaults.keys() if not k.startswith("_")}
             close = difflib.get_close_matches(key, sorted(known), n=1)
@@ -520,10 +536,20 @@ class NotesAtFitStart(L.Callback):
         self.notes = []
 
 
+LINKED_SETTINGS = {
+    "model.transformer.src_vocab_size": "data.vocab_size",
+    "model.transformer.tgt_vocab_size": "data.vocab_size",
+    "data.max_positions": "model.transformer.max_positions",
+}
+"""The settings `MinitxCLI.add_arguments_to_parser` links to another, by the one they come
+from: a config file that sets them is refused (jsonargparse would replace the value)."""
+
+
 class MinitxCLI(LightningCLI):
     """LightningCLI with minitx's links, run directories, callbacks and resume logic."""
 
     def add_arguments_to_parser(self, parser: Any) -> None:
+        # The targets of these links are LINKED_SETTINGS.
         parser.link_arguments("data.vocab_size", "model.transformer.src_vocab_size")
         parser.link_arguments("data.vocab_size", "model.transformer.tgt_vocab_size")
         parser.link_arguments(  # the data module cuts evaluation pairs to the model's length
@@ -626,7 +652,7 @@ class MinitxCLI(LightningCLI):
         self.default_loggers = not explicit
         run_dir = run_root / self.run_version
         if elsewhere:
-            self.resume_note = elsewhere_note(Path(config.ckpt_path), run_dir)
+            self.resume_note = elsewhere_note(Path(config.ckpt_path), run_dir, own_loggers=explicit)
         if _rank() == 0 and run_dir.is_dir():  # DDP: rank 0 holds it for every process
             hold_run_dir(run_dir)
 
@@ -818,8 +844,9 @@ def _train_and_test(args: list[str] | None) -> MinitxCLI:
             warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)`")
             # resuming writes into its run's checkpoint directory, not empty by design
             warnings.filterwarnings("ignore", message=r"Checkpoint directory .* is not empty")
-            # a resume from another run's checkpoint goes on in a new directory by design
-            warnings.filterwarnings("ignore", message=r"The dirpath has changed from")
+            if cli.resume_path is not None and cli.resume_step is None:
+                # a resume from another run's checkpoint goes on in a new directory by design
+                warnings.filterwarnings("ignore", message=r"The dirpath has changed from")
             # a bad batch skipped on purpose (model.optim.skip_bad_batches), logged in our words
             warnings.filterwarnings("ignore", message=r"`training_step` returned `None`")
             trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=cli.resume_path)

@@ -84,7 +84,7 @@ def resolve_data_source(configured: str) -> str:
         )
     else:
         logger.warning(
-            "%s=%s replaces data.source %r, read as a hub dataset id (no such local path); "
+            "%s=%s replaces the data source %r, read as a hub dataset id (no such local path); "
             "unset %s to use the hub dataset, or give a local path that exists",
             DATA_DIR_ENV,
             override,
