@@ -193,7 +193,7 @@ class TranslationDataModule(L.LightningDataModule):
     def _build(self) -> tuple[Tokenizer, datasets.DatasetDict, Counts]:
         start = time.perf_counter()
         config = self.hparams  # the constructor's arguments
-        source = resolve_data_source(config.source)  # warns when it replaces a hub dataset
+        source = resolve_data_source(config.source)  # says when MINITX_DATA_DIR replaces it
         streams = open_parallel_corpus(
             source,
             config.src_lang,
