@@ -452,16 +452,17 @@ class _UniqueKeys(yaml.SafeLoader):
     jsonargparse) resolves to the last one without a word."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        lines: dict[Any, int] = {}
+        lines: dict[str, int] = {}
         for key_node, _ in node.value:
             if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *base`: its keys may be redone
                 continue
             key = self.construct_object(key_node, deep=True)
+            if not isinstance(key, str):  # a `? [a, b]` key is no setting: jsonargparse says so
+                continue
             line = key_node.start_mark.line + 1
-            if isinstance(key, str) and key in lines:
+            if key in lines:
                 raise _KeyTwice(f"key {key!r} is given twice (lines {lines[key]} and {line})")
-            if isinstance(key, str):  # a `? [a, b]` key is no setting: jsonargparse says so
-                lines[key] = line
+            lines[key] = line
         return super().construct_mapping(node, deep=deep)
 
 
