@@ -323,8 +323,8 @@ def test_a_run_stopped_inside_an_epoch_resumes_with_the_batches_it_had_not_train
         if name == "resumed":
             interrupt = {
                 "ctrl-c": InterruptTraining(30),
-                "error-inside-a-step": FailInsideStep(30),
-                "error-after-a-step": FailAfterStep(31),
+                "error-inside-a-step": RaiseAt(30, "on_train_batch_start"),
+                "error-after-a-step": RaiseAt(31, "on_train_batch_end"),
             }[stop]
             with_callback(monkeypatch, interrupt)
             with pytest.raises(SystemExit) as exit_info:
@@ -425,25 +425,16 @@ class InterruptTraining(Callback):
             os.kill(os.getpid(), signal.SIGINT)
 
 
-class FailInsideStep(Callback):
-    """A KeyboardInterrupt raised inside the step after update `step`, the batch handed over
-    (a second Ctrl-C, which stops at once)."""
+class RaiseAt(Callback):
+    """A KeyboardInterrupt raised when update `step` is done: from `on_train_batch_start`,
+    inside the next step with its batch handed over (a second Ctrl-C, which stops at once),
+    or from `on_train_batch_end`, in a hook of the loop's batch end."""
 
-    def __init__(self, step: int) -> None:
+    def __init__(self, step: int, hook: str) -> None:
         self.step = step
+        setattr(self, hook, self._raise)
 
-    def on_train_batch_start(self, trainer, *args) -> None:
-        if trainer.global_step == self.step:
-            raise KeyboardInterrupt
-
-
-class FailAfterStep(Callback):
-    """A KeyboardInterrupt raised after update `step`, in a hook of the loop's batch end."""
-
-    def __init__(self, step: int) -> None:
-        self.step = step
-
-    def on_train_batch_end(self, trainer, *args) -> None:
+    def _raise(self, trainer, *args) -> None:
         if trainer.global_step == self.step:
             raise KeyboardInterrupt
 
