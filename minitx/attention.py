@@ -258,7 +258,7 @@ class MultiHeadAttention(nn.Module):
                 if cache is not None:
                     cache.k, cache.v = k, v
 
-        group = memory_group(q.size(0), k.size(0))  # beam search: g beams share a memory row
+        group = memory_group(q.size(0), k.size(0), mask)  # beam search: g beams, 1 memory row
         q = fold_rows(q, group)  # (B, H, Tq, Dh) -> (B/g, H, g*Tq, Dh); g = 1: unchanged
         tq, tk = q.size(-2), k.size(-2)
         dropout_p = self.dropout if self.training else 0.0

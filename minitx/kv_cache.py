@@ -116,13 +116,19 @@ class DecoderCache:
                 cross_cache.reorder(memory_index)
 
 
-def memory_group(queries: int, memory: int) -> int:
+def memory_group(queries: int, memory: int, mask: Tensor | None = None) -> int:
     """How many consecutive query rows share one memory row: g where beam search keeps one
     memory row for a sentence's g beams, else 1 (as many rows, or an empty batch).
 
     Raises:
-        ValueError: when `queries` is not a multiple of `memory`.
+        ValueError: when `queries` is not a multiple of `memory`, or when `mask` has neither
+            one row nor one per memory row (it would broadcast the rows into a wrong batch).
     """
+    if mask is not None and mask.size(0) not in (1, memory):
+        raise ValueError(
+            f"mask batch {mask.size(0)} does not match the batch of the keys, {memory}: give "
+            "a mask with one row per key row (padding_mask of the ids the keys come from)"
+        )
     if queries == memory or not queries or not memory:
         return 1
     if queries % memory:

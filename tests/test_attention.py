@@ -717,6 +717,23 @@ def test_cross_attention_rows_shared_by_a_group_of_queries(need_weights):
     assert empty.shape == (0, 2, 16)
 
 
+@pytest.mark.parametrize("need_weights", [False, True], ids=["fused", "explicit"])
+def test_a_mask_of_another_batch_than_the_keys_is_refused(need_weights):
+    """A padding mask of 2 sentences with the memory of 1 broadcast the rows into a batch of 4
+    on the explicit path (and failed deep in PyTorch on the fused one): both now say which
+    batches differ. A mask of one row still broadcasts over every row."""
+    torch.manual_seed(34)
+    mha = MultiHeadAttention(16, 4).eval()
+    x, memory = torch.randn(2, 4, 16), torch.randn(1, 5, 16)
+    two = padding_mask(torch.tensor([[5, 6, 7, 0, 0], [5, 6, 7, 8, 9]]))
+    with pytest.raises(ValueError, match="mask batch 2 does not match the batch of the keys, 1"):
+        mha(x, memory, mask=two, need_weights=need_weights)
+    with pytest.raises(ValueError, match="mask batch 2 does not match the batch of the keys, 3"):
+        mha(torch.randn(3, 4, 16), mask=two[:, :, :, :4], need_weights=need_weights)
+    out, _ = mha(x, memory, mask=two[:1], need_weights=need_weights)
+    assert out.shape == (2, 4, 16)
+
+
 def test_kv_cache_reorder_then_continue_equals_reordered_full_pass():
     """Beam-search style: decode 2 steps, reorder rows, decode a third: equal to a full pass
     over the reordered rows."""
