@@ -10,6 +10,8 @@ accepts their names.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import fields
+from numbers import Integral, Real
 from typing import Any
 
 import minitx.scores  # noqa: F401  (registers "dot", "additive" and "bilinear" in SCORES)
@@ -50,10 +52,25 @@ def _heads_hint(d_model: int, n_heads: int) -> str:
     return f"choose n_heads from {sorted(nearest)} or d_model from {widths}"
 
 
+KINDS = {
+    "int": (Integral, "a whole number"),
+    "float": (Real, "a number"),
+    "str": (str, "a name"),
+    "bool": (bool, "true or false"),
+}
+"""What each annotation of a `TransformerConfig` field asks of its value, and the message's
+words for it."""
+
+
 def check_transformer_config(c: Any) -> None:
     """Raise `ConfigError` for the first setting of the `TransformerConfig` `c` that minitx
     cannot use."""
     sizes = ("src_vocab_size", "tgt_vocab_size", "d_model", "n_heads", "d_ff", "max_positions")
+    for field in fields(c):  # from Python any value reaches here: d_model 32.0 built no model
+        kind, what = KINDS[field.type]
+        value = getattr(c, field.name)
+        if isinstance(value, bool) != (kind is bool) or not isinstance(value, kind):
+            raise ConfigError(f"TransformerConfig.{field.name} must be {what}, got {value!r}")
     for name in (*sizes, "n_encoder_layers", "n_decoder_layers"):
         if getattr(c, name) <= 0:
             raise ConfigError(f"TransformerConfig.{name} must be positive, got {getattr(c, name)}")
@@ -97,9 +114,9 @@ def transformer_config_values(values: dict, names: Iterable[str]) -> dict:
     are an error."""
     values = dict(values)
     for key, expected in LEGACY_ID_KEYS.items():
-        if key in values and values.pop(key) != expected:
+        if key in values and (given := values.pop(key)) != expected:
             raise ConfigError(
-                f"TransformerConfig: {key} must be {expected} (minitx.vocab), got {values}"
+                f"TransformerConfig: {key} must be {expected} (minitx.vocab), got {given!r}"
             )
     check_known_keys("TransformerConfig", values, names)
     return values

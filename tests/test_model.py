@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import fields
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -77,6 +78,14 @@ BAD_CONFIGS = [
         r"share_embeddings needs equal vocabularies.*20.*30",
     ),
     (dict(src_vocab_size=3, tgt_vocab_size=3), r"vocabularies must be larger than the special ids"),
+    # From Python any value arrives: each is refused by its kind before it builds a broken model.
+    (dict(d_model=32.0), r"d_model must be a whole number, got 32.0"),
+    (dict(n_encoder_layers=1.5), r"n_encoder_layers must be a whole number, got 1.5"),
+    (dict(n_heads="4"), r"n_heads must be a whole number, got '4'"),
+    (dict(d_ff=True), r"d_ff must be a whole number, got True"),
+    (dict(dropout="0.1"), r"dropout must be a number, got '0.1'"),
+    (dict(activation=3), r"activation must be a name, got 3"),
+    (dict(norm_first="no"), r"norm_first must be true or false, got 'no'"),
     (
         dict(src_vocab_size=3, tgt_vocab_size=30, share_embeddings=False),
         r"larger than the special ids.*got 3",
@@ -102,6 +111,7 @@ def test_config_valid_corner_cases():
         **{**TINY, "src_vocab_size": 10, "tgt_vocab_size": 30, "share_embeddings": False}
     )
     TransformerConfig(**{**TINY, "dropout": 0.0, "attention_dropout": 0.999})
+    TransformerConfig(**{**TINY, "dropout": 0, "d_model": np.int64(32)})  # an int, numpy's int
     TransformerConfig()  # the defaults are valid
 
 
@@ -125,7 +135,7 @@ def test_special_ids_come_from_minitx_vocab_and_old_checkpoints_still_load():
     assert "pad_id" not in config.to_dict()  # not a setting
     legacy = {**config.to_dict(), "pad_id": 0, "bos_id": 2, "eos_id": 3}  # before minitx.vocab
     assert TransformerConfig.from_dict(legacy) == config
-    with pytest.raises(ValueError, match="pad_id must be 0"):
+    with pytest.raises(ValueError, match=r"pad_id must be 0 \(minitx.vocab\), got 1$"):
         TransformerConfig.from_dict({**legacy, "pad_id": 1})
 
 
