@@ -420,10 +420,11 @@ class Translator:
         and the positions' "raise max_positions" said neither which nor what to do)."""
         vocab, limit = self.model.config.src_vocab_size, self.model.config.max_positions - 1
         for i, seq in enumerate(ids):
-            if isinstance(seq, str) or not all(is_whole_number(t) for t in seq):
+            # A tensor's or an array's rows would fail later as ambiguous truth values.
+            if not isinstance(seq, (list, tuple)) or not all(is_whole_number(t) for t in seq):
                 raise TypeError(
-                    f"source {i} is {seq!r}: give each source as a list of piece ids (ints); "
-                    "for text, use translate()"
+                    f"source {i} is {seq!r}: give each source as a list of piece ids (ints), "
+                    "ids.tolist() for a tensor or an array; for text, use translate()"
                 )
             bad = next((t for t in seq if not 0 <= t < vocab), None)
             if bad is not None:

@@ -655,6 +655,8 @@ def test_evaluate_reads_decoding_settings_as_the_translator_does(translator: Tra
         (lambda t: AlignmentConfig(layer="0"), ConfigError, "AlignmentConfig.layer"),
         (lambda t: t.translate_ids(["ab"]), TypeError, "source 0 is 'ab': give each source"),
         (lambda t: t.translate_ids([[5.0, 6]]), TypeError, "list of piece ids"),
+        (lambda t: t.translate_ids(torch.tensor([[5, 6]])), TypeError, "ids.tolist() for a tensor"),
+        (lambda t: t.translate_ids([5, 6]), TypeError, "source 0 is 5: give each source as a list"),
     ],
     ids=[
         "alignment-dict",
@@ -665,6 +667,8 @@ def test_evaluate_reads_decoding_settings_as_the_translator_does(translator: Tra
         "layer-text",
         "ids-text",
         "ids-float",
+        "ids-tensor",
+        "ids-flat",
     ],
 )
 def test_library_arguments_of_the_wrong_kind_are_named_at_once(
