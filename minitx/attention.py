@@ -172,7 +172,7 @@ class MultiHeadAttention(nn.Module):
 
     Attributes:
         reweight: None, or the `reweight` of `scaled_dot_product_attention`: hard attention
-            at inference (`Transformer.attention_mode`). Not in any checkpoint.
+            at inference (`minitx.hard_attention.attention_mode`). Not in any checkpoint.
     """
 
     def __init__(

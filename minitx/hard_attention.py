@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 from torch import Tensor, nn
@@ -25,7 +26,7 @@ ATTENTION_MODES = ("soft", "hard-argmax", "hard-sample")
 key drawn from the query's weights. Hard modes are for inference: no gradient reaches the choice."""
 
 HARD_ATTENTION_SCOPES = ("cross", "all")
-"""Which attentions `Transformer.attention_mode` switches: the decoder's cross-attention only,
+"""Which attentions `attention_mode` switches: the decoder's cross-attention only,
 or every attention (encoder self, decoder self and cross)."""
 
 
@@ -130,16 +131,20 @@ def set_attention_mode(model: nn.Module, mode: str, *, scope: str, seed: int) ->
         module.reweight = hard if id(module) in chosen else None
 
 
+M = TypeVar("M", bound=nn.Module)
+
+
 @contextmanager
-def attention_mode(model: nn.Module, mode: str, *, scope: str, seed: int) -> Iterator[None]:
-    """`Transformer.attention_mode`: `set_attention_mode` for a `with` block; each module's
-    `reweight` from before comes back afterwards (also after an error). Each entry re-seeds
-    "hard-sample"."""
+def attention_mode(model: M, mode: str, *, scope: str = "cross", seed: int = 0) -> Iterator[M]:
+    """`set_attention_mode` for a `with` block, which gets `model`: `with
+    attention_mode(model, "hard-argmax", scope="cross"): ids = greedy_decode(model, src)`.
+    Each module's `reweight` from before comes back afterwards (also after an error). Each
+    entry re-seeds "hard-sample"."""
     modules = attention_modules(model, "all")
     saved = [m.reweight for m in modules]
     set_attention_mode(model, mode, scope=scope, seed=seed)
     try:
-        yield
+        yield model
     finally:
         for module, old in zip(modules, saved, strict=True):
             module.reweight = old

@@ -16,15 +16,12 @@ Beside this file: the other positional encodings (`minitx.positional`), the sett
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields
 from typing import ClassVar
 
 import torch
 from torch import Tensor, nn
 
-from minitx import hard_attention
 from minitx.activations import ACTIVATIONS
 from minitx.attention import MultiHeadAttention, padding_mask
 from minitx.dropout import Dropout
@@ -261,7 +258,7 @@ class Transformer(nn.Module):
 
     Usage: `logits = model(src, tgt_in)` for training; `encode` + `decode(..., cache=...)` for
     incremental decoding; `model(src, tgt_in, need_weights=True)` for attention maps;
-    `with model.attention_mode("hard-argmax", scope="cross"):` for hard attention at inference.
+    hard attention at inference sits beside it (`minitx.hard_attention.attention_mode`).
 
     Attributes:
         pack_rows: row packing, a speed switch (`minitx.packing`): the feed-forward
@@ -311,6 +308,8 @@ class Transformer(nn.Module):
                 embedding.weight[PAD_ID].zero_()
 
     def _embed(self, embedding: nn.Embedding, ids: Tensor, offset: int = 0) -> Tensor:
+        if ids.dim() != 2:  # else an IndexError in the padding mask or a broadcast error
+            raise ValueError(f"ids {tuple(ids.shape)}: give (B, T) token ids, ids[None] for one")
         x = embedding(ids)  # (B, T) -> (B, T, D)
         if self.config.scale_embeddings:
             x = x * self.config.d_model**0.5
@@ -318,9 +317,9 @@ class Transformer(nn.Module):
 
     def encode(self, src: Tensor, *, need_weights: bool = False) -> EncoderOutput:
         """Encode source ids (B, S) into memory (B, S, D)."""
+        x = self._embed(self.src_embed, src)
         src_mask = padding_mask(src, PAD_ID)  # (B, 1, 1, S)
         rows = real_rows(src, PAD_ID, self.pack_rows) if self.pack_rows else None
-        x = self._embed(self.src_embed, src)
         maps = []
         for layer in self.encoder_layers:
             x, weights = layer(x, src_mask, need_weights, rows=rows)
@@ -394,22 +393,15 @@ class Transformer(nn.Module):
             with one (B, H, Tq, Tk) tensor per layer.
         """
         enc = self.encode(src, need_weights=need_weights)
+        if tgt_in.dim() == 2 and tgt_in.size(0) != src.size(0):  # `decode` lets beams share rows
+            shapes = f"src {tuple(src.shape)}, tgt_in {tuple(tgt_in.shape)}"
+            raise ValueError(f"{shapes}: give one row of tgt_in per row of src")
         dec = self.decode(tgt_in, enc.memory, enc.src_mask, need_weights=need_weights)
         if not need_weights:
             return dec.logits
         return TransformerOutput(
             dec.logits, enc.attentions, dec.self_attentions, dec.cross_attentions
         )
-
-    @contextmanager
-    def attention_mode(
-        self, mode: str = "soft", *, scope: str = "cross", seed: int = 0
-    ) -> Iterator[Transformer]:
-        """Hard attention at inference, an inference mode kept beside the model
-        (`minitx.hard_attention`), for a `with` block: `with model.attention_mode("hard-argmax",
-        scope="cross"): ids = greedy_decode(model, src)`; soft attention again after it."""
-        with hard_attention.attention_mode(self, mode, scope=scope, seed=seed):
-            yield self
 
     def num_parameters(self) -> int:
         """Number of distinct trainable parameters (tied matrices counted once)."""

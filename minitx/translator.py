@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from minitx import release
+from minitx import hard_attention, release
 from minitx.alignment import Alignment, AlignmentConfig, align, combine_cross_attention
 from minitx.attribution import (
     DEFAULT_IG_STEPS,
@@ -204,8 +204,8 @@ class Translator:
         """`model` (default `self.model`) with this Translator's attention mode, for one
         translating call."""
         model = self.model if model is None else model
-        return model.attention_mode(
-            self.attention_mode, scope=self.attention_scope, seed=self.attention_seed
+        return hard_attention.attention_mode(
+            model, self.attention_mode, scope=self.attention_scope, seed=self.attention_seed
         )
 
     def _decoder(self) -> Transformer:

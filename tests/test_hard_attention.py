@@ -20,7 +20,13 @@ from minitx.attention import (
 )
 from minitx.decoding import DecodingConfig, greedy_decode
 from minitx.errors import ConfigError
-from minitx.hard_attention import ATTENTION_MODES, HardAttention, attention_modules, hard_weights
+from minitx.hard_attention import (
+    ATTENTION_MODES,
+    HardAttention,
+    attention_mode,
+    attention_modules,
+    hard_weights,
+)
 from minitx.model import Transformer, TransformerConfig
 from minitx.translator import Translator
 
@@ -150,7 +156,7 @@ def test_model_attention_mode_switches_its_scope_and_restores(scope) -> None:
     model = _model()
     with torch.no_grad():
         soft = model(SRC, TGT_IN, need_weights=True)
-        with model.attention_mode("hard-argmax", scope=scope) as switched:
+        with attention_mode(model, "hard-argmax", scope=scope) as switched:
             assert switched is model
             hard = model(SRC, TGT_IN, need_weights=True)
         after = model(SRC, TGT_IN, need_weights=True)
@@ -168,24 +174,24 @@ def test_model_attention_mode_switches_its_scope_and_restores(scope) -> None:
 def test_attention_mode_is_not_in_the_checkpoint() -> None:
     model = _model()
     before = model.state_dict()
-    with model.attention_mode("hard-sample", scope="all", seed=3):
+    with attention_mode(model, "hard-sample", scope="all", seed=3):
         after = model.state_dict()
     assert list(before) == list(after)
     assert all(torch.equal(before[key], after[key]) for key in before)
     assert "attention_mode" not in TransformerConfig.__dataclass_fields__
     with (
         pytest.raises(ConfigError, match="cross, all"),
-        model.attention_mode("hard-argmax", scope="decoder"),
+        attention_mode(model, "hard-argmax", scope="decoder"),
     ):
         pass
-    with pytest.raises(ConfigError, match="soft"), model.attention_mode("hardest"):
+    with pytest.raises(ConfigError, match="soft"), attention_mode(model, "hardest"):
         pass
 
 
 @pytest.mark.parametrize("scope", ["cross", "all"])
 def test_greedy_with_hard_attention_cached_equals_uncached(scope) -> None:
     model = _model()
-    with model.attention_mode("hard-argmax", scope=scope):
+    with attention_mode(model, "hard-argmax", scope=scope):
         cached = greedy_decode(model, SRC, DecodingConfig(use_cache=True))
         uncached = greedy_decode(model, SRC, DecodingConfig(use_cache=False))
     assert torch.equal(cached, uncached)
@@ -195,7 +201,7 @@ def test_hard_sample_decoding_repeats_with_its_seed() -> None:
     model = _model()
     runs = []
     for seed in (5, 5, 6):
-        with model.attention_mode("hard-sample", scope="all", seed=seed):
+        with attention_mode(model, "hard-sample", scope="all", seed=seed):
             runs.append(model(SRC, TGT_IN))
     assert torch.equal(runs[0], runs[1])
     assert not torch.equal(runs[0], runs[2])

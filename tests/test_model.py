@@ -4,6 +4,7 @@ equivalence with PyTorch's encoder/decoder stacks, causality and padding invaria
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import fields
 
 import numpy as np
@@ -232,6 +233,23 @@ def test_bilinear_score_is_not_reinitialised_by_the_model():
 # --------------------------------------------------------------------------------------------
 # Forward and attention maps
 # --------------------------------------------------------------------------------------------
+
+
+def test_ids_of_another_rank_or_batch_are_named_before_any_work():
+    """A learner's slips: one sentence as (T,), a batch as (1, B, T), or targets for another
+    batch than the sources, which `decode`'s row sharing (for beams) paired silently."""
+    model = tiny()
+    src, tgt = rand_ids((2, 6), seed=1), rand_ids((2, 5), seed=2)
+    for ids in (src[0], src[None]):
+        with pytest.raises(ValueError, match=re.escape(f"ids {tuple(ids.shape)}: give (B, T)")):
+            model.encode(ids)
+    with pytest.raises(ValueError, match=re.escape("ids (5,): give (B, T) token ids")):
+        model(src, tgt[0])
+    for src_rows, tgt_rows in ((src, tgt.repeat(2, 1)), (src[:1], tgt)):
+        shapes = f"src {tuple(src_rows.shape)}, tgt_in {tuple(tgt_rows.shape)}"
+        with pytest.raises(ValueError, match=re.escape(f"{shapes}: give one row of tgt_in per")):
+            model(src_rows, tgt_rows)
+    assert model(src[:1], tgt[:1]).shape == (1, 5, 20)
 
 
 @pytest.mark.parametrize("score", ["scaled_dot", "additive"])
