@@ -271,6 +271,8 @@ class MultiHeadAttention(nn.Module):
             else:
                 if is_causal and tq > 1:
                     mask = combine_masks(mask, causal_mask(tq, tk, device=q.device))
+                if mask is not None and mask.is_floating_point():  # the kernel takes q's dtype
+                    mask = mask.to(q.dtype)
                 out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
             return self.out_proj(merge_heads(unfold_rows(out, group))), None
 
