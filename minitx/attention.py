@@ -233,8 +233,9 @@ class MultiHeadAttention(nn.Module):
         Returns:
             output (B, Tq, D) and weights (B, H, Tq, Tk) or None.
         """
-        if x.dim() != 3 or x.size(-1) != self.d_model:  # else a shape error deep in a matmul
-            raise ValueError(f"x {tuple(x.shape)}: give (B, T, {self.d_model}) inputs")
+        for name, t in (("x", x), ("memory", memory)):  # else a shape error deep in a matmul
+            if t is not None and (t.dim() != 3 or t.size(-1) != self.d_model):
+                raise ValueError(f"{name} {tuple(t.shape)}: give (B, T, {self.d_model}) inputs")
         if mask is not None and (mask.dim() != 4 or mask.dtype not in MASK_DTYPES):
             # (B, Tk) would pass as (Tq, Tk) where B == Tq; 0/1 integers would mask nothing
             raise ValueError(

@@ -803,3 +803,7 @@ def test_inputs_of_another_shape_are_named_not_a_matmul_error(shape):
     with pytest.raises(ValueError, match=rf"x \({', '.join(map(str, shape))}\): give \(B, T, 8\)"):
         mha(torch.randn(shape))
     assert mha(torch.randn(2, 3, 8))[0].shape == (2, 3, 8)
+    # The memory of cross-attention too ("mat1 and mat2 shapes", "not enough values to unpack")
+    with pytest.raises(ValueError, match=rf"memory \({', '.join(map(str, shape))}\): give"):
+        mha(torch.randn(2, 3, 8), torch.randn(shape))
+    assert mha(torch.randn(2, 3, 8), torch.randn(2, 5, 8))[0].shape == (2, 3, 8)
