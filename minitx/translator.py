@@ -140,6 +140,18 @@ def _alignment_config(alignment: AlignmentConfig | None) -> AlignmentConfig:
     return alignment
 
 
+def _best_only(method: str, decoding: DecodingConfig | None, changes: dict) -> DecodingConfig:
+    """The decoding of a method that returns each sentence's best translation only: an
+    `n_best` above 1 asks for what it cannot give (it was set to 1 without a word)."""
+    config = DecodingConfig.from_arguments(decoding, **changes)
+    if config.n_best != 1:
+        raise ConfigError(
+            f"{method}() returns the best translation of each sentence, not n_best "
+            f"{config.n_best}: use translate_n_best() for several"
+        )
+    return config
+
+
 def _without_specials(tokens: Sequence[int]) -> list[int]:
     """A hypothesis' ids without eos and padding: the pieces exactly as decoded."""
     return [t for t in tokens if t not in (EOS_ID, PAD_ID)]
@@ -389,7 +401,7 @@ class Translator:
         are `translate_n_best`'s; e.g. `beam_size=1` for greedy, `strategy="sample",
         temperature=0.7, seed=3` for one sample (the default `DecodingConfig()`: beam search).
         """
-        config = DecodingConfig.from_arguments(decoding, **changes).replace(n_best=1)
+        config = _best_only("translate", decoding, changes)
         results = self.translate_n_best(
             sentences, config, batch_size=batch_size, first_line=first_line, progress=progress
         )
@@ -410,7 +422,7 @@ class Translator:
         `ids` are source piece ids without eos, each at most `max_positions - 1` long (as
         `encode_sources` gives them); the other arguments are `translate_n_best`'s.
         """
-        config = DecodingConfig.from_arguments(decoding, **changes).replace(n_best=1)
+        config = _best_only("translate_ids", decoding, changes)
         self._check_source_ids(ids)
         results = self._decode(ids, config, batch_size)
         return [[] if hyps is None else _without_specials(hyps[0].tokens) for hyps in results]

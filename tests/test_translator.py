@@ -657,6 +657,8 @@ def test_evaluate_reads_decoding_settings_as_the_translator_does(translator: Tra
         (lambda t: t.translate_ids([[5.0, 6]]), TypeError, "list of piece ids"),
         (lambda t: t.translate_ids(torch.tensor([[5, 6]])), TypeError, "ids.tolist() for a tensor"),
         (lambda t: t.translate_ids([5, 6]), TypeError, "source 0 is 5: give each source as a list"),
+        (lambda t: t.translate(["ein mann ."], n_best=3), ConfigError, "not n_best 3: use"),
+        (lambda t: t.translate_ids([[5, 6]], n_best=2), ConfigError, "translate_ids() returns"),
     ],
     ids=[
         "alignment-dict",
@@ -669,6 +671,8 @@ def test_evaluate_reads_decoding_settings_as_the_translator_does(translator: Tra
         "ids-float",
         "ids-tensor",
         "ids-flat",
+        "translate-n-best",
+        "ids-n-best",
     ],
 )
 def test_library_arguments_of_the_wrong_kind_are_named_at_once(
@@ -676,7 +680,7 @@ def test_library_arguments_of_the_wrong_kind_are_named_at_once(
 ) -> None:
     """They failed later and elsewhere: an AttributeError inside alignment, torch's
     manual_seed at the next translation, numpy's polynomial code, a comparison of str and
-    int."""
+    int; an n_best that translate() cannot return was set to 1 without a word."""
     with pytest.raises(error, match=re.escape(message)):
         call(translator)
     translator.set_attention("soft")
