@@ -140,18 +140,6 @@ def _alignment_config(alignment: AlignmentConfig | None) -> AlignmentConfig:
     return alignment
 
 
-def _best_only(method: str, decoding: DecodingConfig | None, changes: dict) -> DecodingConfig:
-    """The decoding of a method that returns each sentence's best translation only: an
-    `n_best` above 1 asks for what it cannot give (it was set to 1 without a word)."""
-    config = DecodingConfig.from_arguments(decoding, **changes)
-    if config.n_best != 1:
-        raise ConfigError(
-            f"{method}() returns the best translation of each sentence, not n_best "
-            f"{config.n_best}: use translate_n_best() for several"
-        )
-    return config
-
-
 def _without_specials(tokens: Sequence[int]) -> list[int]:
     """A hypothesis' ids without eos and padding: the pieces exactly as decoded."""
     return [t for t in tokens if t not in (EOS_ID, PAD_ID)]
@@ -400,8 +388,10 @@ class Translator:
         """Translate sentences; results in input order, "" for an empty sentence. The arguments
         are `translate_n_best`'s; e.g. `beam_size=1` for greedy, `strategy="sample",
         temperature=0.7, seed=3` for one sample (the default `DecodingConfig()`: beam search).
+        Each result is the best of the sentence's `n_best` hypotheses: with sampling and
+        `n_best=4`, the best-scoring of 4 samples; with beam search, the best beam at any n_best.
         """
-        config = _best_only("translate", decoding, changes)
+        config = DecodingConfig.from_arguments(decoding, **changes)
         results = self.translate_n_best(
             sentences, config, batch_size=batch_size, first_line=first_line, progress=progress
         )
@@ -416,13 +406,14 @@ class Translator:
         batch_size: int = 64,
         **changes: Any,
     ) -> list[list[int]]:
-        """Translate sources given as ids: the best translation of each, as the target piece
+        """Translate sources given as ids: the best translation of each (of `n_best`, as in
+        `translate`), as the target piece
         ids exactly as decoded (not re-tokenised; no bos, eos or padding), in input order;
         [] for an empty source. What `translate` decodes, before the tokenizer makes text.
         `ids` are source piece ids without eos, each at most `max_positions - 1` long (as
         `encode_sources` gives them); the other arguments are `translate_n_best`'s.
         """
-        config = _best_only("translate_ids", decoding, changes)
+        config = DecodingConfig.from_arguments(decoding, **changes)
         self._check_source_ids(ids)
         results = self._decode(ids, config, batch_size)
         return [[] if hyps is None else _without_specials(hyps[0].tokens) for hyps in results]
