@@ -222,8 +222,9 @@ class MultiHeadAttention(nn.Module):
             x: (B, Tq, D) queries (and keys/values for self-attention).
             memory: (B, Tk, D) keys/values source for cross-attention, None for self-attention;
                 or (B/g, Tk, D): each row serves g consecutive rows of `x` (a sentence's beams).
-            mask: bool/additive 4-D mask broadcastable to (B, H, Tq, Tk): `padding_mask(src)`
-                is (B, 1, 1, Tk), a (Tq, Tk) mask goes in as mask[None, None].
+            mask: bool/additive 4-D mask broadcastable to (B, H, Tq, Tk), with a batch of 1 or
+                the keys' rows: `padding_mask(src)` is (B, 1, 1, Tk), a (Tq, Tk) mask goes in
+                as mask[None, None].
             is_causal: add a right-aligned causal mask (self-attention in the decoder).
             need_weights: also return the (B, H, Tq, Tk) weights (uses the explicit path);
                 under a `reweight` these are the reweighted rows that were applied.
@@ -235,7 +236,7 @@ class MultiHeadAttention(nn.Module):
         """
         for name, t in (("x", x), ("memory", memory)):  # else a shape error deep in a matmul
             if t is not None and (t.dim() != 3 or t.size(-1) != self.d_model):
-                raise ValueError(f"{name} {tuple(t.shape)}: give (B, T, {self.d_model}) inputs")
+                raise ValueError(f"{name} {tuple(t.shape)}: give (B, T, {self.d_model}) rows")
         if mask is not None and (mask.dim() != 4 or mask.dtype not in MASK_DTYPES):
             # (B, Tk) would pass as (Tq, Tk) where B == Tq; 0/1 integers would mask nothing
             raise ValueError(
@@ -259,7 +260,7 @@ class MultiHeadAttention(nn.Module):
                 if cache is not None:
                     cache.k, cache.v = k, v
 
-        group = memory_group(q.size(0), k.size(0), mask)  # beam search: g beams, 1 memory row
+        group = memory_group(q.size(0), k.size(0), mask)  # g beams, 1 memory row; checks mask
         q = fold_rows(q, group)  # (B, H, Tq, Dh) -> (B/g, H, g*Tq, Dh); g = 1: unchanged
         tq, tk = q.size(-2), k.size(-2)
         dropout_p = self.dropout if self.training else 0.0

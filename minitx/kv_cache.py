@@ -116,6 +116,14 @@ class DecoderCache:
                 cross_cache.reorder(memory_index)
 
 
+def check_one_row_each(src: Tensor, tgt_in: Tensor) -> None:
+    """Refuse a teacher-forced pass whose `tgt_in` (B, T) has not one row per row of `src`
+    (B, S): `memory_group` would let its rows share source rows, as beams do, silently."""
+    if src.dim() == tgt_in.dim() == 2 and src.size(0) != tgt_in.size(0):
+        shapes = f"src {tuple(src.shape)}, tgt_in {tuple(tgt_in.shape)}"
+        raise ValueError(f"{shapes}: give one row of tgt_in per row of src")
+
+
 def memory_group(queries: int, memory: int, mask: Tensor | None = None) -> int:
     """How many consecutive query rows share one memory row: g where beam search keeps one
     memory row for a sentence's g beams, else 1 (as many rows, or an empty batch).

@@ -25,7 +25,7 @@ from torch import Tensor, nn
 from minitx.activations import ACTIVATIONS
 from minitx.attention import MultiHeadAttention, padding_mask
 from minitx.dropout import Dropout
-from minitx.kv_cache import DecoderCache, KVCache
+from minitx.kv_cache import DecoderCache, KVCache, check_one_row_each
 from minitx.model_config import check_transformer_config, transformer_config_values
 from minitx.model_outputs import DecoderOutput, EncoderOutput, TransformerOutput
 from minitx.packing import PACK_ROWS, on_rows, real_rows
@@ -309,7 +309,8 @@ class Transformer(nn.Module):
 
     def _embed(self, embedding: nn.Embedding, ids: Tensor, offset: int = 0) -> Tensor:
         if ids.dim() != 2:  # else an IndexError in the padding mask or a broadcast error
-            raise ValueError(f"ids {tuple(ids.shape)}: give (B, T) token ids, ids[None] for one")
+            one = ", ids[None] for one sentence" if ids.dim() == 1 else ""
+            raise ValueError(f"ids {tuple(ids.shape)}: give (B, T) token ids{one}")
         x = embedding(ids)  # (B, T) -> (B, T, D)
         if self.config.scale_embeddings:
             x = x * self.config.d_model**0.5
@@ -340,7 +341,8 @@ class Transformer(nn.Module):
 
         With a `cache` (`new_cache`, updated in place) `tgt_in` holds only the new ids, usually
         (B, 1), and positions continue from `cache.length`. `memory` may have B/g rows, one per
-        g rows of `tgt_in` (beams). `need_weights`: also return the per-layer attention maps."""
+        g rows of `tgt_in` (beams), and `src_mask` then has them too. `need_weights`: also
+        return the per-layer attention maps."""
         out = self.decoder_states(tgt_in, memory, src_mask, cache=cache, need_weights=need_weights)
         out.logits = self.output(out.states)  # (B, T, D) -> (B, T, V)
         return out
@@ -392,10 +394,8 @@ class Transformer(nn.Module):
             logits (B, T, V); with `need_weights` a `TransformerOutput` whose maps are tuples
             with one (B, H, Tq, Tk) tensor per layer.
         """
+        check_one_row_each(src, tgt_in)
         enc = self.encode(src, need_weights=need_weights)
-        if tgt_in.dim() == 2 and tgt_in.size(0) != src.size(0):  # `decode` lets beams share rows
-            shapes = f"src {tuple(src.shape)}, tgt_in {tuple(tgt_in.shape)}"
-            raise ValueError(f"{shapes}: give one row of tgt_in per row of src")
         dec = self.decode(tgt_in, enc.memory, enc.src_mask, need_weights=need_weights)
         if not need_weights:
             return dec.logits

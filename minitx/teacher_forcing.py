@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
+from minitx.kv_cache import check_one_row_each
 from minitx.model import Transformer
 from minitx.model_outputs import TransformerOutput
 from minitx.tokenizer import Tokenizer
@@ -96,6 +97,7 @@ def teacher_forced(
     """
     if weights not in WEIGHTS:
         raise ValueError(f"weights must be one of {WEIGHTS}, got {weights!r}")
+    check_one_row_each(src, tgt_in)
     enc = model.encode(src, need_weights=weights == "all")
     dec = model.decode(tgt_in, enc.memory, enc.src_mask, need_weights=weights != "none")
     return TransformerOutput(dec.logits, enc.attentions, dec.self_attentions, dec.cross_attentions)

@@ -426,8 +426,9 @@ class Translator:
             # A tensor's or an array's rows would fail later as ambiguous truth values.
             if not isinstance(seq, (list, tuple)) or not all(is_whole_number(t) for t in seq):
                 raise TypeError(
-                    f"source {i} is {seq!r}: give each source as a list of piece ids (ints), "
-                    "ids.tolist() for a tensor or an array; for text, use translate()"
+                    f"source {i} is {seq!r}: give a list of sources, each a list of piece ids "
+                    "(ints): ids.tolist() for a 2-D tensor or array, [ids] for one source; for "
+                    "text, use translate()"
                 )
             bad = next((t for t in seq if not 0 <= t < vocab), None)
             if bad is not None:

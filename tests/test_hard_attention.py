@@ -1,4 +1,4 @@
-"""Hard attention at inference (minitx.hard_attention, Transformer.attention_mode,
+"""Hard attention at inference (minitx.hard_attention and its attention_mode,
 Translator's attention_mode, the commands' --attention): one-hot rows over allowed keys only,
 soft mode unchanged, seeded sampling that follows the weights, cached decoding unchanged."""
 

@@ -15,6 +15,7 @@ from torch import nn
 from minitx.attention import MultiHeadAttention, causal_mask
 from minitx.model import Transformer, TransformerConfig
 from minitx.packing import on_rows, real_rows
+from minitx.teacher_forcing import teacher_forced
 from minitx.vocab import BOS_ID, EOS_ID, PAD_ID
 
 FP32 = {"atol": 1e-5, "rtol": 1e-5}
@@ -235,20 +236,28 @@ def test_bilinear_score_is_not_reinitialised_by_the_model():
 # --------------------------------------------------------------------------------------------
 
 
-def test_ids_of_another_rank_or_batch_are_named_before_any_work():
+def test_ids_of_another_rank_or_batch_are_named_before_any_work(monkeypatch):
     """A learner's slips: one sentence as (T,), a batch as (1, B, T), or targets for another
-    batch than the sources, which `decode`'s row sharing (for beams) paired silently."""
+    batch than the sources, which `decode`'s row sharing (for beams) paired silently; the
+    teacher-forced pass of `minitx.teacher_forcing` refuses them as `forward` does, and both
+    before the encoder runs."""
     model = tiny()
     src, tgt = rand_ids((2, 6), seed=1), rand_ids((2, 5), seed=2)
-    for ids in (src[0], src[None]):
-        with pytest.raises(ValueError, match=re.escape(f"ids {tuple(ids.shape)}: give (B, T)")):
-            model.encode(ids)
+    with pytest.raises(ValueError, match=re.escape("ids (6,): give (B, T) token ids, ids[None]")):
+        model.encode(src[0])
+    with pytest.raises(ValueError, match=re.escape("ids (1, 2, 6): give (B, T) token ids") + "$"):
+        model.encode(src[None])
     with pytest.raises(ValueError, match=re.escape("ids (5,): give (B, T) token ids")):
         model(src, tgt[0])
+    encoded = []
+    monkeypatch.setattr(model, "encode", lambda *a, **k: encoded.append(1))
     for src_rows, tgt_rows in ((src, tgt.repeat(2, 1)), (src[:1], tgt)):
         shapes = f"src {tuple(src_rows.shape)}, tgt_in {tuple(tgt_rows.shape)}"
-        with pytest.raises(ValueError, match=re.escape(f"{shapes}: give one row of tgt_in per")):
-            model(src_rows, tgt_rows)
+        for run in (model, teacher_forced):
+            with pytest.raises(ValueError, match=re.escape(f"{shapes}: give one row of tgt_in")):
+                run(model, src_rows, tgt_rows) if run is teacher_forced else run(src_rows, tgt_rows)
+    assert not encoded
+    monkeypatch.undo()
     assert model(src[:1], tgt[:1]).shape == (1, 5, 20)
 
 

@@ -431,6 +431,7 @@ class RaiseAt(Callback):
     or from `on_train_batch_end`, in a hook of the loop's batch end."""
 
     def __init__(self, step: int, hook: str) -> None:
+        assert hook in ("on_train_batch_start", "on_train_batch_end"), hook  # else never raises
         self.step = step
         setattr(self, hook, self._raise)
 

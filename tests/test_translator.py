@@ -643,8 +643,6 @@ def test_translate_returns_the_best_of_n_best(translator: Translator) -> None:
         assert all(len(hyps) == kwargs["n_best"] for hyps in n_best)
         assert all(hyps[0][1] == max(score for _, score in hyps) for hyps in n_best)
         assert translator.translate(sentences, **kwargs) == [hyps[0][0] for hyps in n_best]
-    one_sample = translator.translate(sentences, **sampled)
-    assert translator.translate(sentences, **sampled, n_best=4) != one_sample  # not n_best 1
     assert translator.translate(sentences, beam_size=3, n_best=3) == translator.translate(
         sentences, beam_size=3
     )
@@ -671,10 +669,10 @@ def test_translate_returns_the_best_of_n_best(translator: Translator) -> None:
             "ig_steps must be a whole number >= 1, got 1.5",
         ),
         (lambda t: AlignmentConfig(layer="0"), ConfigError, "AlignmentConfig.layer"),
-        (lambda t: t.translate_ids(["ab"]), TypeError, "source 0 is 'ab': give each source"),
+        (lambda t: t.translate_ids(["ab"]), TypeError, "source 0 is 'ab': give a list of sources"),
         (lambda t: t.translate_ids([[5.0, 6]]), TypeError, "list of piece ids"),
-        (lambda t: t.translate_ids(torch.tensor([[5, 6]])), TypeError, "ids.tolist() for a tensor"),
-        (lambda t: t.translate_ids([5, 6]), TypeError, "source 0 is 5: give each source as a list"),
+        (lambda t: t.translate_ids(torch.tensor([[5, 6]])), TypeError, "ids.tolist() for a 2-D"),
+        (lambda t: t.translate_ids([5, 6]), TypeError, "source 0 is 5: give a list of sources"),
     ],
     ids=[
         "alignment-dict",
