@@ -14,6 +14,7 @@ from torch import nn
 
 from minitx.attention import MultiHeadAttention, causal_mask
 from minitx.model import Transformer, TransformerConfig
+from minitx.model_config import KINDS
 from minitx.packing import on_rows, real_rows
 from minitx.teacher_forcing import teacher_forced
 from minitx.vocab import BOS_ID, EOS_ID, PAD_ID
@@ -103,6 +104,12 @@ BAD_CONFIGS = [
 def test_config_validation(overrides, message):
     with pytest.raises(ValueError, match=message):
         TransformerConfig(**{**TINY, **overrides})
+
+
+def test_every_config_field_has_a_kind_to_check():
+    """`check_transformer_config` reads each field's annotation in `KINDS`: a new field of
+    another type (`int | None`, say) must get its entry, or the check fails with a KeyError."""
+    assert {f.type for f in fields(TransformerConfig)} <= set(KINDS)
 
 
 def test_config_valid_corner_cases():
