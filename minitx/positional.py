@@ -20,9 +20,6 @@ from torch import Tensor, nn
 
 from minitx.registry import Registry
 
-POSITIONAL_ENCODINGS: Registry[type[PositionalEncoding]] = Registry("positional encoding")
-"""Positional encodings by name; built as `cls(d_model=..., n_heads=..., max_len=...)`."""
-
 
 class PositionalEncoding(nn.Module):
     """Base class: no position information at all (the `none` encoding).
@@ -60,6 +57,11 @@ class PositionalEncoding(nn.Module):
         """Queries or keys x (B, H, T, Dh) of positions offset .. offset+T-1 (identity here)."""
         return x
 
+
+POSITIONAL_ENCODINGS: Registry[type[PositionalEncoding]] = Registry(
+    "positional encoding", base=PositionalEncoding, functions=False
+)
+"""Positional encodings by name; built as `cls(d_model=..., n_heads=..., max_len=...)`."""
 
 POSITIONAL_ENCODINGS.register("none")(PositionalEncoding)
 

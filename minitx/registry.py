@@ -32,10 +32,14 @@ class Registry(Generic[T]):
 
     Args:
         kind: what the entries are, used in error messages (e.g. "attention score").
+        base: the class every entry that is a class must subclass, checked at `register`:
+            a wrong entry would otherwise fail far from its cause, or break the lookups of
+            the others (decoding configs check every strategy).
+        functions: whether an entry may be a plain function instead of a class.
     """
 
-    def __init__(self, kind: str) -> None:
-        self.kind = kind
+    def __init__(self, kind: str, *, base: type | None = None, functions: bool = True) -> None:
+        self.kind, self.base, self.functions = kind, base, functions
         self._entries: dict[str, T] = {}
 
     def register(self, name: str) -> Callable[[T], T]:
@@ -43,15 +47,33 @@ class Registry(Generic[T]):
 
         Raises:
             ValueError: `name` is taken already (unregister the old entry first).
+            TypeError: the entry is not what this registry holds (see `base`, `functions`).
         """
 
         def add(entry: T) -> T:
             if name in self._entries:
-                raise ValueError(f"{self.kind} {name!r} is registered already")
+                raise ValueError(
+                    f"{self.kind} {name!r} is registered already, as {self._entries[name]!r}: "
+                    f"unregister({name!r}) first, or use temporarily() (a module imported "
+                    "again, or reloaded, registers its names again)"
+                )
+            self._check_entry(name, entry)
             self._entries[name] = entry
             return entry
 
         return add
+
+    def _check_entry(self, name: str, entry: object) -> None:
+        is_class = isinstance(entry, type)
+        if is_class and (self.base is None or issubclass(entry, self.base)):
+            return
+        if not is_class and self.functions and callable(entry):
+            return
+        wanted = (
+            f"a subclass of {self.base.__module__}.{self.base.__name__}" if self.base else "a class"
+        )
+        wanted += " or a plain function" if self.functions else ""
+        raise TypeError(f"{self.kind} {name!r} is {entry!r}: register {wanted}")
 
     def unregister(self, name: str) -> None:
         """Remove an entry (tests and interactive sessions)."""

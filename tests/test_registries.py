@@ -140,11 +140,47 @@ def test_a_decoding_strategy_registered_in_this_file_is_reachable_from_the_confi
 
 
 def test_registry_rejects_a_second_entry_under_a_taken_name() -> None:
+    """The message names what holds the name and the ways out (a notebook that reloads its
+    module registers again)."""
     registry: Registry[type] = Registry("thing")
     registry.register("a")(int)
-    with pytest.raises(ValueError, match="thing 'a' is registered already"):
+    with pytest.raises(
+        ValueError,
+        match=r"thing 'a' is registered already, as <class 'int'>: unregister\('a'\) first, or "
+        r"use temporarily\(\)",
+    ):
         registry.register("a")(float)
     assert list(registry) == ["a"] and registry["a"] is int
+
+
+class NotAStrategy:
+    """A class with a `decode`, but no `DecodingStrategy`."""
+
+    def decode(self, model, src, config):
+        return []
+
+
+@pytest.mark.parametrize(
+    ("registry", "entry", "wanted"),
+    [
+        (STRATEGIES, NotAStrategy, "a subclass of minitx.decoding.config.DecodingStrategy or"),
+        (STRATEGIES, "greedy", "a subclass of minitx.decoding.config.DecodingStrategy or"),
+        (POSITIONAL_ENCODINGS, nn.Identity, "a subclass of minitx.positional.PositionalEncoding"),
+        (POSITIONAL_ENCODINGS, lambda **kw: None, "a subclass of .*PositionalEncoding$"),
+        (SCHEDULES, int, "a subclass of minitx.training.schedules.Schedule$"),
+    ],
+    ids=["strategy-class", "strategy-text", "positional-class", "positional-function", "schedule"],
+)
+def test_an_entry_of_the_wrong_kind_is_refused_when_registered(registry, entry, wanted) -> None:
+    """A plain class registered as a strategy was refused at every DecodingConfig, beam search
+    and greedy included (every strategy's options are checked), and a positional encoding
+    that was no PositionalEncoding failed at the model's build: both now fail at `register`,
+    naming the entry and what to register, and leave the registry as it was."""
+    before = registry.names()
+    with pytest.raises(TypeError, match=rf"'mine' is .*: register {wanted}"):
+        registry.register("mine")(entry)
+    assert registry.names() == before
+    DecodingConfig(strategy="beam")  # the others still work
 
 
 def test_greedy_strategy_equals_greedy_decode() -> None:

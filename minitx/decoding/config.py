@@ -78,7 +78,9 @@ Strategy = Callable[["Transformer", "Tensor", "DecodingConfig"], "list[list[Hypo
 """A plain function accepted as a registry entry: a strategy with no options of its own and
 one hypothesis per sentence (`FunctionStrategy`)."""
 
-STRATEGIES: Registry[type[DecodingStrategy] | Strategy] = Registry("decoding strategy")
+STRATEGIES: Registry[type[DecodingStrategy] | Strategy] = Registry(
+    "decoding strategy", base=DecodingStrategy
+)
 """Decoding strategies by name: `DecodingStrategy` subclasses (or plain functions)."""
 
 
@@ -101,17 +103,9 @@ def strategy_for(name: str) -> DecodingStrategy:
 
     Raises:
         ConfigError: no strategy of that name is registered (the message lists them).
-        TypeError: the entry is a class but not a `DecodingStrategy`.
     """
-    entry = STRATEGIES[name]
-    if not isinstance(entry, type):
-        return FunctionStrategy(entry)
-    if not issubclass(entry, DecodingStrategy):
-        raise TypeError(
-            f"decoding strategy {name!r} is {entry!r}: register a subclass of "
-            "minitx.decoding.DecodingStrategy (or a plain function)"
-        )
-    return entry()
+    entry = STRATEGIES[name]  # a DecodingStrategy subclass or a function: `register` checks
+    return entry() if isinstance(entry, type) else FunctionStrategy(entry)
 
 
 @dataclass(frozen=True)

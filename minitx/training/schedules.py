@@ -36,7 +36,9 @@ class Schedule:
         raise NotImplementedError(f"{type(self).__name__} must implement __call__")
 
 
-SCHEDULES: Registry[type[Schedule]] = Registry("learning-rate schedule")
+SCHEDULES: Registry[type[Schedule]] = Registry(
+    "learning-rate schedule", base=Schedule, functions=False
+)
 """Learning-rate schedules by name: the choices of `OptimConfig.schedule`."""
 
 
