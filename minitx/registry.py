@@ -1,9 +1,9 @@
 """Name -> class registries: the one-file extension points of minitx.
 
-Score functions, positional encodings, activations and decoding strategies are each looked
-up by name in a `Registry`. Adding one is a decorated class in any file that is imported
-before the model is built; config validation reads the registry, so the new name is
-accepted everywhere at once (docs/guides/extending.md shows one of each kind).
+Score functions, positional encodings, activations, learning-rate schedules and decoding
+strategies are each looked up by name in a `Registry`. Adding one is a decorated class in any
+file that is imported before the model is built; config validation reads the registry, so the
+new name is accepted everywhere at once (docs/guides/extending.md shows one of each kind).
 
 This module imports only the standard library.
 """
