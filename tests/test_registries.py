@@ -139,6 +139,28 @@ def test_a_decoding_strategy_registered_in_this_file_is_reachable_from_the_confi
         DecodingConfig(strategy="eos_only")
 
 
+@pytest.mark.parametrize(
+    "returned",
+    [
+        ["a", "b", "c"],
+        torch.zeros(3, 2),
+        [[1, 2], [3], [4]],
+        [[Hypothesis([EOS_ID], 0.0, 0.0)]] * 2,
+        [[Hypothesis([EOS_ID], 0.0, 0.0)], [], [Hypothesis([EOS_ID], 0.0, 0.0)]],
+    ],
+    ids=["texts", "tensor", "ids", "a-sentence-short", "an-empty-list"],
+)
+def test_a_strategy_returning_something_else_is_named_by_generate(returned) -> None:
+    """It failed later where the hypotheses are read (`'str' object has no attribute
+    'tokens'`, a `zip()` length error), naming neither the strategy nor what it must return."""
+    with STRATEGIES.temporarily("odd", lambda model, src, config: returned):
+        torch.manual_seed(0)
+        model = Transformer(TransformerConfig(**SMALL)).eval()
+        wanted = r"give one non-empty list of minitx.decoding.Hypothesis per sentence \(3 here\)"
+        with pytest.raises(TypeError, match=rf"decoding strategy 'odd' returned .*: {wanted}"):
+            generate(model, batch()["src"], DecodingConfig(strategy="odd"))
+
+
 def test_registry_rejects_a_second_entry_under_a_taken_name() -> None:
     """The message names what holds the name and the ways out (a notebook that reloads its
     module registers again)."""

@@ -5,6 +5,7 @@ registered in `STRATEGIES` (see `minitx.decoding.config`), and the one entry poi
 from __future__ import annotations
 
 import math
+import reprlib
 from typing import ClassVar
 
 import torch
@@ -120,5 +121,22 @@ class Sampling(DecodingStrategy):
 def generate(model: Transformer, src: Tensor, config: DecodingConfig) -> list[list[Hypothesis]]:
     """Translate a batch `src` (B, S) of right-padded source ids, each ending in eos, with
     the strategy `config` names (`model` in eval mode). For each sentence its `config.n_best`
-    hypotheses, best first; their tokens end with eos when one came before the length cap."""
-    return strategy_for(config.strategy).decode(model, src, config)
+    hypotheses, best first; their tokens end with eos when one came before the length cap.
+
+    Raises:
+        TypeError: the strategy returned something else (one of your own, say), which would
+            fail later where the hypotheses are read, naming neither it nor the contract.
+    """
+    hypotheses = strategy_for(config.strategy).decode(model, src, config)
+    if not (
+        isinstance(hypotheses, list)
+        and len(hypotheses) == src.size(0)
+        and all(isinstance(h, list) and h for h in hypotheses)
+        and all(isinstance(hyp, Hypothesis) for h in hypotheses for hyp in h)
+    ):
+        raise TypeError(
+            f"decoding strategy {config.strategy!r} returned {reprlib.repr(hypotheses)}: give "
+            f"one non-empty list of minitx.decoding.Hypothesis per sentence ({src.size(0)} "
+            "here), best first"
+        )
+    return hypotheses
