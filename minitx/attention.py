@@ -120,6 +120,9 @@ def scaled_dot_product_attention(
         its `reweight`), all zeros where every key is masked; `v` gets them after dropout.
     """
     scores = ScaledDotScore()(q, k) if score is None else score(q, k)  # (..., Tq, Tk)
+    want = (*torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]), q.size(-2), k.size(-2))
+    if scores.shape != want:  # a new score's slip would broadcast, or fail far from its cause
+        raise ValueError(f"score {type(score).__name__} gave {tuple(scores.shape)}, not {want}")
     scores = scores.float()  # softmax in fp32, also under autocast
     if mask is not None:
         if mask.dtype not in MASK_DTYPES:  # 0/1 integers added to the scores would mask nothing

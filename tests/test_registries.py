@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -18,7 +19,7 @@ from helpers import TOY_CORPUS_DIR, TOY_TEST_SOURCES
 from torch import Tensor, nn
 
 from minitx.activations import ACTIVATIONS
-from minitx.attention import SCORES
+from minitx.attention import SCORES, MultiHeadAttention
 from minitx.decoding import (
     STRATEGIES,
     DecodingConfig,
@@ -159,6 +160,38 @@ def test_a_strategy_returning_something_else_is_named_by_generate(returned) -> N
         wanted = r"give one non-empty list of minitx.decoding.Hypothesis per sentence \(3 here\)"
         with pytest.raises(TypeError, match=rf"decoding strategy 'odd' returned .*: {wanted}"):
             generate(model, batch()["src"], DecodingConfig(strategy="odd"))
+
+
+class HeadsAveraged(nn.Module):
+    """A score that drops the head axis: it broadcast into the weights and trained."""
+
+    def __init__(self, *, d_head: int) -> None:
+        super().__init__()
+
+    def forward(self, q: Tensor, k: Tensor) -> Tensor:
+        return (q @ k.transpose(-2, -1)).mean(1)
+
+
+class KeysFirst(nn.Module):
+    """A score with its axes swapped: a broadcast error 14 frames deep, or, where Tq equals Tk,
+    nothing at all."""
+
+    def __init__(self, *, d_head: int) -> None:
+        super().__init__()
+
+    def forward(self, q: Tensor, k: Tensor) -> Tensor:
+        return k @ q.transpose(-2, -1)
+
+
+@pytest.mark.parametrize(
+    ("score", "shape"), [(HeadsAveraged, "(2, 5, 7)"), (KeysFirst, "(2, 4, 7, 5)")]
+)
+def test_a_score_of_the_wrong_shape_is_named_at_once(score, shape) -> None:
+    with SCORES.temporarily("odd", score):
+        mha = MultiHeadAttention(16, 4, score="odd")
+        wanted = rf"score {score.__name__} gave {re.escape(shape)}, not \(2, 4, 5, 7\)"
+        with pytest.raises(ValueError, match=wanted):
+            mha(torch.randn(2, 5, 16), torch.randn(2, 7, 16))
 
 
 def test_registry_rejects_a_second_entry_under_a_taken_name() -> None:
