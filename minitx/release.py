@@ -44,6 +44,8 @@ from safetensors import safe_open
 from safetensors.torch import load_model, save_model
 
 import minitx
+from minitx.activations import ACTIVATIONS
+from minitx.attention import SCORES
 from minitx.checkpoint import (
     CHECKPOINT_KEY,
     CheckpointError,
@@ -62,6 +64,7 @@ from minitx.errors import (
 )
 from minitx.model import Transformer, TransformerConfig
 from minitx.outputs import file_in_the_way, why_no_directory, written_whole
+from minitx.positional import POSITIONAL_ENCODINGS
 from minitx.registry import UNREGISTERED_WHEN_LOADING
 from minitx.tokenizer import Tokenizer
 
@@ -646,6 +649,21 @@ def _evaluation_lines(evaluation: Mapping[str, Any] | None) -> list[str]:
     return lines
 
 
+def components_of_its_own(config: TransformerConfig) -> list[str]:
+    """The settings of `config` that name a component defined outside minitx and torch, e.g.
+    "score `cosine` (module `my_scores`)": whoever loads the model imports that module first.
+    Told by the module of the registered class (minitx's activations are torch's classes), so a
+    torch class registered under a name of one's own is not found."""
+    registries = {"score": SCORES, "positional": POSITIONAL_ENCODINGS, "activation": ACTIVATIONS}
+    own = []
+    for setting, registry in registries.items():
+        name = getattr(config, setting)
+        module = getattr(registry[name], "__module__", None) or "?"
+        if module.split(".")[0] not in ("minitx", "torch"):
+            own.append(f"{setting} `{name}` (module `{module}`)")
+    return own
+
+
 def model_card(release: Release, evaluation: Mapping[str, Any] | None = None) -> str:
     """The `README.md` of a release: hub metadata, languages, data, scores, how to load."""
     src, tgt = release.languages
@@ -698,6 +716,15 @@ def model_card(release: Release, evaluation: Mapping[str, Any] | None = None) ->
         "Loading runs no code from the files: `model.safetensors` (weights), `config.json` "
         "(model config, languages, format version), `tokenizer.model` (sentencepiece).",
         "",
+    ]
+    if own := components_of_its_own(config):
+        body += [
+            f"This model uses {', '.join(own)}, which minitx does not ship: import the module "
+            "that registers it before loading, or loading stops with an unknown-name error "
+            "(minitx's docs/guides/extending.md).",
+            "",
+        ]
+    body += [
         "## Training",
         "",
     ]

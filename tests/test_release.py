@@ -15,13 +15,15 @@ import torch
 from helpers import PYTHON, TOY_CORPUS_DIR, TOY_TEST_SOURCES, subprocess_env
 from safetensors import safe_open
 from safetensors.torch import save_file
+from torch import nn
 
 from minitx import release
+from minitx.attention import SCORES
 from minitx.cli import export as export_cli
 from minitx.cli import translate as translate_cli
 from minitx.decoding import DecodingConfig
 from minitx.errors import CheckpointError, MissingFileError, OutputError, SourceUnreachableError
-from minitx.model import Transformer
+from minitx.model import Transformer, TransformerConfig
 from minitx.translator import Translator
 from minitx.vocab import frame_source, frame_target
 
@@ -72,6 +74,28 @@ def test_files_of_a_release(release_dir: Path, original: Translator) -> None:
     assert card.startswith("---\n") and "- de\n- en\n" in card  # hub metadata: languages
     assert "builtin:toy" in card and "Translator.from_pretrained" in card
     assert "minitx-train --config train_config.yaml" in card
+
+
+class OwnScore(nn.Module):
+    """A score registered by the test itself, as a user's module would."""
+
+    def __init__(self, *, d_head: int) -> None:
+        super().__init__()
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        return q @ k.transpose(-2, -1)
+
+
+def test_a_card_names_the_components_minitx_does_not_ship(original: Translator) -> None:
+    """Whoever downloads a release of a model with a score of one's own could not tell which
+    module to import: the loading error names the score, not where it comes from."""
+    assert "does not ship" not in release.model_card(
+        release.Release(original.model, original.tokenizer)
+    )
+    with SCORES.temporarily("own", OwnScore):
+        config = TransformerConfig(**{**original.model.config.to_dict(), "score": "own"})
+        card = release.model_card(release.Release(Transformer(config), original.tokenizer))
+    assert f"This model uses score `own` (module `{__name__}`), which minitx does not ship" in card
 
 
 def test_round_trip_gives_identical_logits_and_translations(
