@@ -331,7 +331,7 @@ def test_a_strategy_class_declares_and_checks_its_settings(reversed_strategy) ->
         "reversed",
     )
     with pytest.raises(
-        ConfigError, match=r"between 1 and the beam size \(2\) for strategy 'reversed'"
+        ConfigError, match=r"between 1 and the hypotheses it searches \(2\) for strategy 'reversed'"
     ):
         DecodingConfig(strategy="reversed", n_best=3)
     with pytest.raises(ConfigError, match="top_p only apply to strategy 'sample', not 'reversed'"):
@@ -374,7 +374,7 @@ def test_a_registered_strategy_reaches_the_translate_command(
     assert capsys.readouterr().out.splitlines() == translator.translate(SENTENCES, beam_size=1)
     for bad, message in (
         (["--beam", "3"], "--beam does not apply to --strategy reversed"),
-        (["--n-best", "3"], "between 1 and the beam size (2)"),
+        (["--n-best", "3"], "between 1 and the hypotheses it searches (2)"),
         (["--top-p", "0.9"], "--top-p applies only with --sample, not with --strategy reversed"),
         (["--sample"], "--sample and --strategy reversed exclude each other"),
     ):

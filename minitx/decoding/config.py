@@ -50,6 +50,9 @@ class DecodingStrategy:
         each sentence its hypotheses, best first (`config.n_best` for the built-in ones)."""
         raise NotImplementedError(f"{type(self).__name__} must implement decode")
 
+    width_name: ClassVar[str] = "the hypotheses it searches"
+    """What `width` is called in messages (beam search: "the beam size")."""
+
     def width(self, config: DecodingConfig) -> int:
         """Hypotheses searched per sentence (`n_best` may not exceed it unless `check` says
         otherwise): 1 here."""
@@ -61,8 +64,8 @@ class DecodingStrategy:
         width = self.width(config)
         if not 1 <= config.n_best <= width:
             raise ConfigError(
-                f"DecodingConfig.n_best must be between 1 and the beam size ({width}) "
-                f"for strategy {config.strategy!r}, got {config.n_best}"
+                f"DecodingConfig.n_best must be between 1 and {self.width_name} ({width}) for "
+                f"strategy {config.strategy!r}, got {config.n_best}"
             )
 
     def describe(self, config: DecodingConfig) -> str:

@@ -45,6 +45,8 @@ class BeamSearch(DecodingStrategy):
         """`config.n_best` hypotheses per sentence of `src` (B, S), best first."""
         return beam_search(model, src, config)
 
+    width_name = "the beam size"
+
     def width(self, config: DecodingConfig) -> int:
         """The beam size."""
         return config.beam_size
