@@ -82,8 +82,8 @@ def check_output_dir(
                 f"{flag} {out} holds (or is) the input {item}; write to a directory of its own"
             )
     if not out.exists():
-        if file_in_the_way(out.parent) is not None:
-            raise OutputError(f"{flag} {out}: {why_no_directory(out.parent)}")
+        if blocked := file_in_the_way(out.parent):
+            raise OutputError(f"{flag} {out}: {blocked}")
         return
     if not out.is_dir():
         raise OutputError(f"{flag} {out} is a file; give a directory")
@@ -154,17 +154,17 @@ def check_output_file(
             raise OutputError(f"{flag} {out} is also an input; write to another file")
 
 
-def file_in_the_way(directory: Path) -> Path | None:
-    """The file that stands where `directory` or one above it would be (``mkdir -p`` fails
-    there), if any."""
-    return next((p for p in (directory, *directory.parents) if p.exists() and not p.is_dir()), None)
+def file_in_the_way(directory: Path) -> str | None:
+    """For an error message: the file that stands where `directory` or one above it would be
+    (``mkdir -p`` fails there), and what to do; None when there is none."""
+    parents = (directory, *directory.parents)
+    blocking = next((p for p in parents if p.exists() and not p.is_dir()), None)
+    return None if blocking is None else f"{blocking} is a file, not a directory; give another path"
 
 
 def why_no_directory(directory: Path) -> str:
     """Why `directory` cannot be written into, for an error message."""
-    if (blocking := file_in_the_way(directory)) is not None:
-        return f"{blocking} is a file, not a directory; give another path"
-    return f"directory {directory} does not exist; create it first"
+    return file_in_the_way(directory) or f"directory {directory} does not exist; create it first"
 
 
 def files_read_from(source: str | os.PathLike[str]) -> list[Path]:

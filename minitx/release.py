@@ -63,7 +63,7 @@ from minitx.errors import (
     check_known_keys,
 )
 from minitx.model import Transformer, TransformerConfig
-from minitx.outputs import file_in_the_way, why_no_directory, written_whole
+from minitx.outputs import file_in_the_way, written_whole
 from minitx.positional import POSITIONAL_ENCODINGS
 from minitx.registry import UNREGISTERED_WHEN_LOADING
 from minitx.tokenizer import Tokenizer
@@ -488,8 +488,8 @@ def check_release_dir(directory: Path, flag: str = "the release directory") -> N
     """
     if directory.exists() and not directory.is_dir():
         raise OutputError(f"{flag} {directory} is a file; give a directory")
-    if not directory.exists() and file_in_the_way(directory.parent) is not None:
-        raise OutputError(f"{flag} {directory}: {why_no_directory(directory.parent)}")
+    if not directory.exists() and (blocked := file_in_the_way(directory.parent)):
+        raise OutputError(f"{flag} {directory}: {blocked}")
     if not directory.is_dir() or not any(directory.iterdir()):
         return
     foreign = sorted(p.name for p in directory.iterdir() if p.name not in RELEASE_FILES)
