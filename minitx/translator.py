@@ -407,11 +407,11 @@ class Translator:
         **changes: Any,
     ) -> list[list[int]]:
         """Translate sources given as ids: the best translation of each (of `n_best`, as in
-        `translate`), as the target piece
-        ids exactly as decoded (not re-tokenised; no bos, eos or padding), in input order;
-        [] for an empty source. What `translate` decodes, before the tokenizer makes text.
-        `ids` are source piece ids without eos, each at most `max_positions - 1` long (as
-        `encode_sources` gives them); the other arguments are `translate_n_best`'s.
+        `translate`), as the target piece ids exactly as decoded (not re-tokenised; no bos,
+        eos or padding), in input order; [] for an empty source. What `translate` decodes,
+        before the tokenizer makes text. `ids` are source piece ids without eos, each at most
+        `max_positions - 1` long (as `encode_sources` gives them); the other arguments are
+        `translate_n_best`'s.
         """
         config = DecodingConfig.from_arguments(decoding, **changes)
         self._check_source_ids(ids)
