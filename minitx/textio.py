@@ -58,6 +58,17 @@ def quote_lines(lines: Sequence[int]) -> str:
     return f"{word} {shown}" + (", ..." if len(lines) > QUOTED_LINES else "")
 
 
+QUOTED_CHARACTERS = 10
+"""How many characters a warning quotes before "..."."""
+
+
+def quote_characters(characters: Sequence[str]) -> str:
+    """The first `QUOTED_CHARACTERS` characters for a message, each quoted, or as its code point
+    where it would not show (``'ж' '中' U+200B ...``)."""
+    shown = [repr(ch) if ch.isprintable() else f"U+{ord(ch):04X}" for ch in characters]
+    return " ".join(shown[:QUOTED_CHARACTERS]) + (" ..." if len(shown) > QUOTED_CHARACTERS else "")
+
+
 def check_utf8_arguments(
     arguments: dict[str, str],
     fix: str = "set a UTF-8 locale or pass the text in a UTF-8 file with --input",

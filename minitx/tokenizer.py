@@ -168,6 +168,14 @@ class Tokenizer:
             raise TypeError("Tokenizer.encode takes a list of sentences; wrap one sentence in [].")
         return self._sp.encode(list(texts), out_type=int)
 
+    def unknown_characters(self, text: str) -> list[str]:
+        """The characters of `text` the vocabulary lacks (encoded as ``<unk>``), each once, in
+        order of first appearance: what a translation of `text` cannot see."""
+        # One character at a time: a run of unknown characters is one <unk> piece, and
+        # encoding applies the model's normalisation (a full-width letter may be known).
+        seen = dict.fromkeys(ch for ch in text if not ch.isspace())
+        return [ch for ch in seen if UNK_ID in self._sp.encode(ch, out_type=int)]
+
     def decode(self, ids: list[list[int]]) -> list[str]:
         """One sentence per id sequence (lists of ints, or the rows of a 2-D tensor of
         generated ids), each cut at its first eos; pad and bos ids are dropped."""

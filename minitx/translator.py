@@ -37,9 +37,9 @@ from minitx.maps import AttentionMaps, teacher_forced_maps
 from minitx.model import Transformer
 from minitx.release import Release
 from minitx.teacher_forcing import frame_pairs, length_batches, teacher_forced
-from minitx.textio import quote_lines
+from minitx.textio import quote_characters, quote_lines
 from minitx.tokenizer import Tokenizer
-from minitx.vocab import EOS_ID, PAD_ID, frame_source, pad
+from minitx.vocab import EOS_ID, PAD_ID, UNK_ID, UNK_PIECE, frame_source, pad
 
 logger = logging.getLogger(__name__)
 
@@ -60,8 +60,9 @@ def encode_sources(
 
     A sentence longer than the model's positions is cut to fit (the rest is not `use`d, e.g.
     translated), counted and logged with its line number (`first_line` is the number of the
-    first sentence). The `Translator` and the CTranslate2 export read their sources this way,
-    and `Translator.align` both sides of its pairs.
+    first sentence); so is a sentence with characters the vocabulary lacks (read as
+    ``<unk>``). The `Translator` and the CTranslate2 export read their sources this way, and
+    `Translator.align` both sides of its pairs.
 
     Raises:
         TypeError: when `sentences` is one string (its characters would be the sentences), or
@@ -93,6 +94,17 @@ def encode_sources(
         )
         for i in too_long:
             ids[i] = ids[i][:limit]
+    unknown = [i for i, seq in enumerate(ids) if UNK_ID in seq]
+    if unknown:
+        lacking = (ch for i in unknown for ch in tokenizer.unknown_characters(sentences[i]))
+        logger.warning(
+            "%d of %d sentences hold characters the model's vocabulary lacks, read as %s: %s (%s)",
+            len(unknown),
+            len(ids),
+            UNK_PIECE,
+            quote_characters(list(dict.fromkeys(lacking))),
+            quote_lines([i + first_line for i in unknown]),
+        )
     return ids
 
 

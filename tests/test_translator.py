@@ -517,6 +517,25 @@ def test_a_sentence_longer_than_the_model_is_cut_and_counted_not_fatal(
     assert "1 of 3 sentences have more than" in caplog.text and "(line 2)" in caplog.text
 
 
+def test_characters_outside_the_vocabulary_are_named_not_silently_unk(
+    translator: Translator, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Text the tokenizer cannot spell becomes <unk>: the warning names the characters (each
+    once, an invisible one by its code point) and the lines, and known text stays silent."""
+    unknown = "жж☃\u2060"  # a word joiner: unknown to the toy vocabulary and not printable
+    assert all(translator.tokenizer.unknown_characters(ch) == [ch] for ch in set(unknown))
+    sentences = [TOY_TEST_SOURCES[0], f"{TOY_TEST_SOURCES[1]} {unknown}", "", unknown]
+    with caplog.at_level("WARNING", logger="minitx.translator"):
+        translator.translate(TOY_TEST_SOURCES[:2], beam_size=1)
+        assert "vocabulary lacks" not in caplog.text
+        out = translator.translate(sentences, beam_size=1)
+    assert len(out) == 4
+    assert (
+        "2 of 4 sentences hold characters the model's vocabulary lacks, read as <unk>: "
+        "'ж' '☃' U+2060 (lines 2, 4)" in caplog.text
+    )
+
+
 def test_one_string_or_no_batch_is_a_clear_error(translator: Translator) -> None:
     """A string is not a list of sentences (each character would be translated), and a batch
     of no sentences cannot be."""
