@@ -9,7 +9,7 @@ accepts their names.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import fields
 from numbers import Integral, Real
 from typing import Any
@@ -52,25 +52,33 @@ def _heads_hint(d_model: int, n_heads: int) -> str:
     return f"choose n_heads from {sorted(nearest)} or d_model from {widths}"
 
 
-KINDS = {
-    "int": (Integral, "a whole number"),
-    "float": (Real, "a number"),
-    "str": (str, "a name"),
-    "bool": (bool, "true or false"),
+VALUE_KINDS: dict[str, tuple[type, Callable[[Any], Any], str]] = {
+    "int": (Integral, int, "a whole number"),
+    "float": (Real, float, "a number"),
+    "str": (str, str, "a name"),
+    "bool": (bool, bool, "true or false"),
 }
-"""What each annotation of a `TransformerConfig` field asks of its value, and the message's
-words for it."""
+"""What a config field annotated with each type name asks of its value (numpy's numbers
+included), the Python type it is stored as, and the message's words for it."""
+
+
+def plain_value(owner: str, name: str, value: Any, kind: str) -> Any:
+    """`value` as the plain Python type of `kind` (a `VALUE_KINDS` key), or a `ConfigError`
+    naming `owner.name`. A numpy number is accepted but not kept: configs go into checkpoints,
+    and torch's ``weights_only`` load refuses numpy scalars."""
+    types, plain, what = VALUE_KINDS[kind]
+    if isinstance(value, bool) != (types is bool) or not isinstance(value, types):
+        raise ConfigError(f"{owner}.{name} must be {what}, got {value!r}")
+    return plain(value)
 
 
 def check_transformer_config(c: Any) -> None:
     """Raise `ConfigError` for the first setting of the `TransformerConfig` `c` that minitx
-    cannot use."""
+    cannot use; a setting given as a numpy number is stored as Python's (`plain_value`)."""
     sizes = ("src_vocab_size", "tgt_vocab_size", "d_model", "n_heads", "d_ff", "max_positions")
     for field in fields(c):  # from Python any value reaches here: d_model 32.0 built no model
-        kind, what = KINDS[field.type]
-        value = getattr(c, field.name)
-        if isinstance(value, bool) != (kind is bool) or not isinstance(value, kind):
-            raise ConfigError(f"TransformerConfig.{field.name} must be {what}, got {value!r}")
+        value = plain_value("TransformerConfig", field.name, getattr(c, field.name), field.type)
+        setattr(c, field.name, value)
     for name in (*sizes, "n_encoder_layers", "n_decoder_layers"):
         if getattr(c, name) <= 0:
             raise ConfigError(f"TransformerConfig.{name} must be positive, got {getattr(c, name)}")

@@ -3,6 +3,7 @@ equivalence with PyTorch's encoder/decoder stacks, causality and padding invaria
 
 from __future__ import annotations
 
+import io
 import math
 import re
 from dataclasses import fields
@@ -14,7 +15,7 @@ from torch import nn
 
 from minitx.attention import MultiHeadAttention, causal_mask
 from minitx.model import Transformer, TransformerConfig
-from minitx.model_config import KINDS
+from minitx.model_config import VALUE_KINDS
 from minitx.packing import on_rows, real_rows
 from minitx.teacher_forcing import teacher_forced
 from minitx.vocab import BOS_ID, EOS_ID, PAD_ID
@@ -107,9 +108,21 @@ def test_config_validation(overrides, message):
 
 
 def test_every_config_field_has_a_kind_to_check():
-    """`check_transformer_config` reads each field's annotation in `KINDS`: a new field of
+    """`check_transformer_config` reads each field's annotation in `VALUE_KINDS`: a new field of
     another type (`int | None`, say) must get its entry, or the check fails with a KeyError."""
-    assert {f.type for f in fields(TransformerConfig)} <= set(KINDS)
+    assert {f.type for f in fields(TransformerConfig)} <= set(VALUE_KINDS)
+
+
+def test_numpy_numbers_are_kept_as_python_numbers_so_checkpoints_load_safely():
+    """A config set from numpy (a sweep's `np.arange`) was stored as given: the checkpoint that
+    held it could not be read back with torch's ``weights_only`` load."""
+    config = TransformerConfig(**{**TINY, "d_model": np.int64(32), "dropout": np.float32(0.5)})
+    assert type(config.d_model) is int and type(config.dropout) is float
+    assert config == TransformerConfig(**{**TINY, "d_model": 32, "dropout": 0.5})
+    buffer = io.BytesIO()
+    torch.save({"config": config.to_dict()}, buffer)
+    buffer.seek(0)
+    assert torch.load(buffer, weights_only=True)["config"] == config.to_dict()
 
 
 def test_config_valid_corner_cases():

@@ -14,6 +14,7 @@ from dataclasses import MISSING, dataclass, fields, replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from minitx.errors import ConfigError, check_known_keys
+from minitx.model_config import plain_value
 from minitx.registry import Registry
 
 if TYPE_CHECKING:
@@ -163,20 +164,19 @@ class DecodingConfig:
             )
 
     def _check_types(self) -> None:
-        """Whole numbers where counts are meant, finite numbers elsewhere: `alpha` nan ranked
-        the beams in an arbitrary order and `max_len_a` nan cut every output to one token,
-        without a word."""
-        kinds = {name: (int,) for name in ("beam_size", "n_best", "max_len_b", "top_k", "seed")}
-        kinds |= {name: (int, float) for name in ("alpha", "max_len_a", "temperature", "top_p")}
-        for name, types in kinds.items():
+        """Whole numbers where counts are meant, finite numbers elsewhere (as for a
+        `TransformerConfig`, `plain_value`): `alpha` nan ranked the beams in an arbitrary
+        order and `max_len_a` nan cut every output to one token, without a word."""
+        kinds = dict.fromkeys(("beam_size", "n_best", "max_len_b", "top_k", "seed"), "int")
+        kinds |= dict.fromkeys(("alpha", "max_len_a", "temperature", "top_p"), "float")
+        for name, kind in kinds.items():
             value = getattr(self, name)
             if name == "seed" and value is None:
                 continue
-            if isinstance(value, bool) or not isinstance(value, types) or not math.isfinite(value):
-                what = "a whole number" if types == (int,) else "a finite number"
-                raise ConfigError(
-                    f"DecodingConfig.{name} must be {what}, got {value!r} ({type(value).__name__})"
-                )
+            value = plain_value("DecodingConfig", name, value, kind)
+            if not math.isfinite(value):
+                raise ConfigError(f"DecodingConfig.{name} must be a finite number, got {value!r}")
+            object.__setattr__(self, name, value)  # frozen: set once, here, as for any dataclass
 
     def _check_other_strategies_options(self) -> None:
         """Refuse a setting that only another strategy reads (its exclusive options), changed
