@@ -9,7 +9,8 @@ command:
   wrote that now holds files it did not write (the marker lists the files it wrote).
 - Never the current directory or one of its ancestors (``.``, ``..``, ``/``), never a
   directory that holds an input, never an input itself.
-- An output **file** is never one of the command's inputs.
+- An output **file** is never one of the command's inputs, and a text output (translations,
+  hypotheses, a report) never replaces a file of binary data: a checkpoint, model weights.
 - A directory is replaced by writing the new one under a temporary name beside it and then
   swapping the two by renames (`written_whole`, `replace_dir`): a failure at any point leaves
   the old one whole.
@@ -133,13 +134,16 @@ def check_output_file(
     *,
     inputs: Sequence[str | os.PathLike[str]] = (),
     flag: str = "--output",
+    text: bool = True,
 ) -> None:
-    """Refuse, before any work, an output file that cannot be created, or that is one of the
-    inputs (it would be replaced before it is read whole).
+    """Refuse, before any work, an output file that cannot be created, that is one of the
+    inputs (it would be replaced before it is read whole), or, when the command writes `text`,
+    that holds binary data (a mistyped ``--output model.ckpt`` replaced the checkpoint).
 
     Raises:
-        OutputError: `out` is a directory, its directory does not exist, or it is the same
-            file as an input.
+        OutputError: `out` is a directory, its directory does not exist, it is the same file
+            as an input, or `text` and it exists with a NUL byte in its first 4 KiB (text
+            never has one; checkpoints, safetensors and sentencepiece models do).
     """
     out = Path(out)
     if out.is_dir():
@@ -152,6 +156,21 @@ def check_output_file(
             out.exists() and source.exists() and os.path.samefile(out, source)
         ):
             raise OutputError(f"{flag} {out} is also an input; write to another file")
+    if text and out.is_file() and _holds_binary(out):
+        raise OutputError(
+            f"{flag} {out} holds binary data (a checkpoint or model weights?), which a text "
+            "output never replaces; choose another name or move the file away"
+        )
+
+
+def _holds_binary(path: Path) -> bool:
+    """Whether the file's first 4 KiB hold a NUL byte; False when it cannot be read (writing
+    it then fails with its own message)."""
+    try:
+        with path.open("rb") as f:
+            return b"\0" in f.read(4096)
+    except OSError:
+        return False
 
 
 def file_in_the_way(directory: Path) -> str | None:

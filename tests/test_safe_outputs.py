@@ -26,6 +26,7 @@ import pytest
 import torch
 from helpers import PYTHON, TINY_CONFIG, TOY_CORPUS_DIR, command_module, subprocess_env
 from preloaded import PreloadedProcess, run_python
+from safetensors.torch import save_file
 
 from minitx.checkpoint import write_checkpoint
 from minitx.errors import OutputError
@@ -394,6 +395,9 @@ def test_average_and_translate_refuse_an_output_that_is_an_input(
             None,
             "--json .*out.txt is also the file of --hyp-out",
         ),
+        ("translate", ["--output", "{other}", "ein mann ."], "{other}", "holds binary data"),
+        ("evaluate", ["--hyp-out", "{weights}"], "{weights}", "holds binary data"),
+        ("evaluate", ["--json", "{other}"], "{other}", "holds binary data"),
     ],
     ids=[
         "translate-over-checkpoint",
@@ -401,6 +405,9 @@ def test_average_and_translate_refuse_an_output_that_is_an_input(
         "hyp-over-source",
         "json-over-references",
         "json-over-hyp",
+        "translate-over-another-checkpoint",
+        "hyp-over-release-weights",
+        "json-over-another-checkpoint",
     ],  # fmt: skip
 )
 def test_no_output_replaces_the_checkpoint_the_corpus_or_another_output(
@@ -412,7 +419,8 @@ def test_no_output_replaces_the_checkpoint_the_corpus_or_another_output(
     tiny_checkpoint: Path,
     capsys: pytest.CaptureFixture,
 ) -> None:
-    """Was: exit 0, with the checkpoint or the references replaced by hypotheses."""
+    """Was: exit 0, with the checkpoint or the references replaced by hypotheses; and with
+    another checkpoint or a release's weights (not inputs of the command) replaced by text."""
     import re
 
     from minitx.cli import evaluate, translate
@@ -422,19 +430,22 @@ def test_no_output_replaces_the_checkpoint_the_corpus_or_another_output(
     for lang in ("de", "en"):
         source = TOY_CORPUS_DIR / f"test_2016_flickr.{lang}"
         (data / f"test.{lang}").write_bytes(source.read_bytes())
-    ckpt = tmp_path / "a.ckpt"
-    ckpt.write_bytes(tiny_checkpoint.read_bytes())
-    names = {"ckpt": str(ckpt), "data": str(data)}
+    ckpt, other, weights = tmp_path / "a.ckpt", tmp_path / "b.ckpt", tmp_path / "w.safetensors"
+    for copy in (ckpt, other):
+        copy.write_bytes(tiny_checkpoint.read_bytes())
+    save_file({"w": torch.zeros(2)}, weights)
+    names = {"ckpt": str(ckpt), "data": str(data), "other": str(other), "weights": str(weights)}
     argv = ["--checkpoint", str(ckpt), *(a.format(**names) for a in args)]
     if command == "evaluate":
         argv += ["--data", str(data), "--split", "test", "--beam", "1"]
-    before = {p: p.read_bytes() for p in [ckpt, *data.iterdir()]}
+    kept = [ckpt, other, weights, *data.iterdir()]
+    before = {p: p.read_bytes() for p in kept}
     status = {"translate": translate.main, "evaluate": evaluate.main}[command](argv)
     err = capsys.readouterr().err
     assert status == 2, err
     errors = [line for line in err.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1 and re.search(message, errors[0]), err
-    assert {p: p.read_bytes() for p in [ckpt, *data.iterdir()]} == before
+    assert {p: p.read_bytes() for p in kept} == before
     if replaced is not None:
         assert replaced.format(**names) in errors[0]
 

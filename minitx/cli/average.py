@@ -42,7 +42,8 @@ def run(args: argparse.Namespace) -> int:
     from minitx.outputs import check_output_file
 
     out: Path = args.out
-    check_output_file(out, inputs=args.checkpoints, flag="--out")  # a directory, no directory
+    # a directory, no directory; the checkpoint check is below
+    check_output_file(out, inputs=args.checkpoints, flag="--out", text=False)
     if out.exists() and not args.overwrite:
         raise UsageError(f"--out {out} exists; choose another name or pass --overwrite")
     if out.exists() and not _is_torch_file(out):  # a user's script, say: never replaced
