@@ -16,6 +16,7 @@ Lightning.
 from __future__ import annotations
 
 import pickle
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -110,10 +111,12 @@ def read_checkpoint(path: str | Path, *, mmap: bool = False) -> dict[str, Any]:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except pickle.UnpicklingError as exc:
         if "Weights only load failed" in str(exc):
+            # torch's text goes on to advise weights_only=False: not advice to pass on
+            found = re.search(r"GLOBAL ([\w.]+)", str(exc))
+            named = f" ({found.group(1)})" if found else ""
             raise CheckpointError(
                 f"{path}: refused to load: the file holds objects other than tensors and plain "
-                "data, and loading them could execute code; a minitx checkpoint never does. "
-                f"Details: {str(exc).splitlines()[0]}"
+                f"data{named}, and loading them could execute code; a minitx checkpoint never does"
             ) from exc
         raise CheckpointError(f"{unreadable}: {exc}") from exc
     except Exception as exc:  # torch raises KeyError, RuntimeError, EOFError, ... for damaged files

@@ -7,6 +7,7 @@ code inside it must never run, whichever torch is installed.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -66,9 +67,12 @@ def test_training_reads_checkpoints_weights_only_under_an_old_torch_default(
     evil = crafted_checkpoint(tiny_checkpoint, tmp_path / "evil.ckpt", marker)
     with pytest.raises(CheckpointError, match="refused to load"):
         AtomicCheckpointIO().load_checkpoint(evil)
-    with pytest.raises(CheckpointError, match="refused to load"):
+    with pytest.raises(CheckpointError, match="refused to load") as caught:
         load_checkpoint(evil)  # the inference commands' reader
     assert not marker.exists()
+    # the message names what the file would import, and not torch's advice to turn the check off
+    assert re.search(r"plain data \([\w.]+\), and loading them", str(caught.value))
+    assert "weights_only" not in str(caught.value)
 
 
 def test_training_plugin_reads_a_real_checkpoint(tiny_checkpoint: Path) -> None:
