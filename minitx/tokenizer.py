@@ -173,8 +173,8 @@ class Tokenizer:
         order of first appearance: what a translation of `text` cannot see."""
         # One character at a time: a run of unknown characters is one <unk> piece, and
         # encoding applies the model's normalisation (a full-width letter may be known).
-        seen = dict.fromkeys(ch for ch in text if not ch.isspace())
-        return [ch for ch in seen if UNK_ID in self._sp.encode(ch, out_type=int)]
+        # Spaces are asked too: the normalisation knows most, not all (U+0085 is unknown).
+        return [ch for ch in dict.fromkeys(text) if UNK_ID in self._sp.encode(ch, out_type=int)]
 
     def decode(self, ids: list[list[int]]) -> list[str]:
         """One sentence per id sequence (lists of ints, or the rows of a 2-D tensor of

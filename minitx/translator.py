@@ -78,7 +78,8 @@ def encode_sources(
             f"sentence {wrong} is {type(item).__name__} {item!r}, not a string; give a list of "
             "strings (str(...) each, or '' for a line without text)"
         )
-    ids = tokenizer.encode([s.strip() for s in sentences])
+    texts = [s.strip() for s in sentences]
+    ids = tokenizer.encode(texts)
     limit = max_positions - 1  # eos takes one source position
     too_long = [i for i, seq in enumerate(ids) if len(seq) > limit]
     if too_long:
@@ -96,7 +97,7 @@ def encode_sources(
             ids[i] = ids[i][:limit]
     unknown = [i for i, seq in enumerate(ids) if UNK_ID in seq]
     if unknown:
-        lacking = (ch for i in unknown for ch in tokenizer.unknown_characters(sentences[i]))
+        lacking = (ch for i in unknown for ch in tokenizer.unknown_characters(texts[i]))
         logger.warning(
             "%d of %d sentences hold characters the model's vocabulary lacks, read as %s: %s (%s)",
             len(unknown),

@@ -522,7 +522,7 @@ def test_characters_outside_the_vocabulary_are_named_not_silently_unk(
 ) -> None:
     """Text the tokenizer cannot spell becomes <unk>: the warning names the characters (each
     once, an invisible one by its code point) and the lines, and known text stays silent."""
-    unknown = "жж☃\u2060"  # a word joiner: unknown to the toy vocabulary and not printable
+    unknown = "жж☃\u2060\x85ж"  # a word joiner and NEL (a space): unknown, not printable
     assert all(translator.tokenizer.unknown_characters(ch) == [ch] for ch in set(unknown))
     sentences = [TOY_TEST_SOURCES[0], f"{TOY_TEST_SOURCES[1]} {unknown}", "", unknown]
     with caplog.at_level("WARNING", logger="minitx.translator"):
@@ -532,7 +532,7 @@ def test_characters_outside_the_vocabulary_are_named_not_silently_unk(
     assert len(out) == 4
     assert (
         "2 of 4 sentences hold characters the model's vocabulary lacks, read as <unk>: "
-        "'ж' '☃' U+2060 (lines 2, 4)" in caplog.text
+        "'ж' '☃' U+2060 U+0085 (lines 2, 4)" in caplog.text
     )
 
 
