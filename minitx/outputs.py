@@ -53,6 +53,7 @@ def check_output_dir(
     inputs: Sequence[str | os.PathLike[str]] = (),
     force: bool = False,
     flag: str = "--out",
+    kind: str | None = None,
 ) -> None:
     """Refuse an output directory that writing (or replacing) would make unsafe.
 
@@ -61,12 +62,14 @@ def check_output_dir(
         inputs: the files and directories the command reads (a checkpoint, say).
         force: whether the user asked to replace an existing `out`.
         flag: the option that named `out`, for messages.
+        kind: what the command writes (`written_whole`'s `kind`); `--force` replaces only a
+            directory of the same kind.
 
     Raises:
         OutputError: `out` is the current directory or one of its ancestors; it is, holds or
             lies inside an input; it is a file; it exists and `force` is False; or it exists,
-            is not empty and holds no `MARKER` (minitx did not write it) or files the
-            marker does not list (the user's, added since).
+            is not empty and holds no `MARKER` (minitx did not write it), another `kind` of
+            output, or files the marker does not list (the user's, added since).
     """
     out = Path(out)
     where = out.resolve()
@@ -88,29 +91,43 @@ def check_output_dir(
         return
     if not out.is_dir():
         raise OutputError(f"{flag} {out} is a file; give a directory")
+    # asked before --force is suggested: it would lead nowhere for such a directory
+    if refused := _why_force_refuses(out, flag, kind):
+        raise OutputError(f"{flag} {out} {refused}")
     if not force:
         raise OutputError(f"{flag} {out} exists already; pass --force to replace it")
+
+
+def _why_force_refuses(out: Path, flag: str, kind: str | None) -> str | None:
+    """Why `--force` would not replace the existing directory `out`, for the message after
+    its name; None when it would (minitx wrote it, or it is empty)."""
     if not (out / MARKER).is_file():
-        if any(out.iterdir()):
-            raise OutputError(
-                f"{flag} {out} was not written by minitx (it has no {MARKER} file), so --force "
-                f"does not replace it; move it away yourself or choose another {flag}"
+        if any(out.iterdir()):  # a minitx-export release has none either: it is not this kind
+            return (
+                f"has no {MARKER} file, which marks what this command wrote, so --force does "
+                f"not replace it; move it away yourself or choose another {flag}"
             )
-        return
+        return None
+    found = _marker(out).get("kind")
+    if kind is not None and found is not None and found != kind:
+        return (
+            f"holds minitx output of another kind ({found}, not {kind}), so --force does not "
+            f"replace it; choose another {flag}"
+        )
     written = _files_written(out)
     if written is None:
-        raise OutputError(
-            f"{flag} {out} was written by an older minitx, whose {MARKER} file lists no files, "
-            f"so --force cannot tell yours from its own; delete it yourself or choose another "
-            f"{flag}"
+        return (
+            f"was written by an older minitx, whose {MARKER} file lists no files, so --force "
+            f"cannot tell yours from its own; delete it yourself or choose another {flag}"
         )
     added = sorted(set(_files_below(out)) - set(written))
     if added:
         shown = ", ".join(added[:3]) + (", ..." if len(added) > 3 else "")
-        raise OutputError(
-            f"{flag} {out} holds files minitx did not write ({shown}), so --force does not "
-            f"replace it; move them away first or choose another {flag}"
+        return (
+            f"holds files minitx did not write ({shown}), so --force does not replace it; "
+            f"move them away first or choose another {flag}"
         )
+    return None
 
 
 def _files_below(directory: Path) -> list[str]:
@@ -122,11 +139,17 @@ def _files_below(directory: Path) -> list[str]:
 def _files_written(directory: Path) -> list[str] | None:
     """The files `MARKER` says minitx wrote into `directory`; None when it lists none (an older
     minitx wrote it, or it was damaged): then no file can be told to be minitx's."""
-    try:
-        files = json.loads((directory / MARKER).read_text(encoding="utf-8"))["files"]
-    except (OSError, ValueError, TypeError, KeyError):
-        return None
+    files = _marker(directory).get("files")
     return [name for name in files if isinstance(name, str)] if isinstance(files, list) else None
+
+
+def _marker(directory: Path) -> dict:
+    """The JSON record of `directory`'s `MARKER`; empty when it is missing or damaged."""
+    try:
+        record = json.loads((directory / MARKER).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
 
 
 def check_output_file(

@@ -273,7 +273,7 @@ def test_force_replaces_only_what_minitx_wrote(tmp_path: Path, tiny_checkpoint: 
     mine.mkdir()
     (mine / "thesis.tex").write_text("years of work\n")
     done = ct2("--checkpoint", str(tiny_checkpoint), "--out", str(mine), "--force")
-    assert done.returncode == 2 and "not written by minitx" in done.stderr
+    assert done.returncode == 2 and "has no .minitx-output file" in done.stderr
     assert (mine / "thesis.tex").read_text() == "years of work\n"
 
     exported = tmp_path / "exported"
@@ -578,6 +578,22 @@ def test_force_keeps_a_minitx_directory_that_now_holds_the_users_files(tmp_path:
     (out / "mine.txt").unlink()
     (out / "notes" / "b.txt").unlink()
     check_output_dir(out, force=True)  # an empty folder of the user's is no file
+
+
+def test_force_replaces_only_output_of_its_own_kind(tmp_path: Path) -> None:
+    """Was: minitx-visualize --force deleted a CTranslate2 export, and minitx-ct2 --force a
+    folder of attention maps; each marker says what it holds."""
+    out = tmp_path / "maps"
+    with written_whole(out, "attention-maps") as tmp:
+        (tmp / "attention.html").write_text("<html></html>")
+    check_output_dir(out, force=True, kind="attention-maps")
+    with pytest.raises(
+        OutputError,
+        match=r"--out .*maps holds minitx output of another kind \(attention-maps, "
+        r"not ctranslate2\), so --force does not replace it",
+    ):
+        check_output_dir(out, force=True, kind="ctranslate2")
+    assert (out / "attention.html").is_file()
 
 
 def test_an_output_that_cannot_be_replaced_is_named_not_its_temporary_file(

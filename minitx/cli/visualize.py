@@ -29,6 +29,8 @@ from minitx.outputs import check_output_dir, written_whole
 from minitx.textio import check_utf8_arguments
 from minitx.viz import DEFAULT_DPI, visualize
 
+OUTPUT_KIND = "attention-maps"
+"""What an output directory's `minitx.outputs.MARKER` says it holds."""
 MAX_DPI = 600
 """Twice print quality: at 20,000 a long sentence's figure is an image of billions of pixels,
 which ends in a MemoryError after minutes."""
@@ -101,7 +103,8 @@ def run(args: argparse.Namespace) -> int:
     out = args.out_dir
     empty = out.is_dir() and not any(out.iterdir())
     inputs = [args.checkpoint] if args.checkpoint.exists() else []  # else a hub repo id
-    check_output_dir(out, inputs=inputs, force=args.force or empty, flag="--out-dir")
+    force = args.force or empty
+    check_output_dir(out, inputs=inputs, force=force, flag="--out-dir", kind=OUTPUT_KIND)
     translator = load_translator(args)  # a hard --attention: one-hot maps
     decoding = args.decoding
     maps = translator.attention(args.sentence, decoding=decoding)  # maps of the generated pieces
@@ -117,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
         "".join(maps.tgt_tokens[1:]).replace("\u2581", " ").strip()
     )  # sentencepiece detokenisation
     try:
-        with written_whole(out, "attention-maps") as tmp:
+        with written_whole(out, OUTPUT_KIND) as tmp:
             paths = visualize(
                 maps,
                 tmp,

@@ -55,6 +55,8 @@ SENTENCEPIECE_FILE = "sentencepiece.model"
 """The tokenizer in an exported directory (a plain sentencepiece model)."""
 INFO_FILE = "minitx.json"
 """The minitx model config and language pair in an exported directory."""
+OUTPUT_KIND = "ctranslate2"
+"""What an exported directory's `minitx.outputs.MARKER` says it holds."""
 _ACTIVATIONS = {"relu": "RELU", "gelu": "GELU", "silu": "SWISH"}
 """minitx activation -> `ctranslate2.specs.common_spec.Activation` member (GELU is erf-exact)."""
 _POSITIONS = ("sinusoidal", "learned", "none", "rotary")
@@ -247,11 +249,11 @@ def export_model(
         raise ConfigError(
             f"unknown CTranslate2 quantization {quantization!r}; choose from {', '.join(accepted)}"
         )
-    check_output_dir(out, force=force)
+    check_output_dir(out, force=force, kind=OUTPUT_KIND)
     spec = transformer_spec(model, tokenizer)
     spec.validate()
     spec.optimize(quantization=quantization)
-    with written_whole(out, "ctranslate2") as tmp:
+    with written_whole(out, OUTPUT_KIND) as tmp:
         spec.save(str(tmp))
         tokenizer.save(tmp / SENTENCEPIECE_FILE)
         info = {
@@ -286,7 +288,8 @@ def export_ctranslate2(
         ConfigError, MissingExtraError: as `export_model`.
     """
     require_extra("ctranslate2", "export", _FEATURE)  # fail before loading anything
-    check_output_dir(out_dir, inputs=[checkpoint], force=force)  # the inputs, before loading
+    # the inputs, before loading
+    check_output_dir(out_dir, inputs=[checkpoint], force=force, kind=OUTPUT_KIND)
     loaded = release.load(checkpoint)
     return export_model(
         loaded.model.eval(),
