@@ -224,6 +224,28 @@ def test_translate_stdin_in_process(
     )
 
 
+def test_carriage_return_line_ends_are_refused_not_read_as_one_sentence(
+    translate_command, translator, tiny_checkpoint, tmp_path, monkeypatch, capsys
+) -> None:
+    """Was: text with \\r-only line ends translated as one sentence, exit 0 (evaluate and the
+    corpus readers refused it); a stray \\r inside a line is still text."""
+    text = f"{TOY_TEST_SOURCES[0]}\r{TOY_TEST_SOURCES[1]}\r".encode()
+    source = tmp_path / "mac.de"
+    source.write_bytes(text)
+    args = ["--checkpoint", str(tiny_checkpoint), "--beam", "1"]
+    assert translate_command.main([*args, "--input", str(source)]) == 2
+    assert "mac.de: no \\n in the text, but carriage returns" in capsys.readouterr().err
+    monkeypatch.setattr("sys.stdin", FakeStdin(text))
+    assert translate_command.main(args) == 2
+    assert "<stdin>: no \\n in the text" in capsys.readouterr().err
+    proc = run_command("translate", args, stdin=text)  # a pipe: the select-driven reader
+    assert proc.returncode == 2 and b"<stdin>: no \\n in the text" in proc.stderr
+    stray = f"{TOY_TEST_SOURCES[0]} \r {TOY_TEST_SOURCES[1]}"
+    monkeypatch.setattr("sys.stdin", FakeStdin(stray.encode() + b"\n"))
+    assert translate_command.main(args) == 0
+    assert capsys.readouterr().out == translator.translate([stray], beam_size=1)[0] + "\n"
+
+
 def test_translate_empty_stdin(translate_command, tiny_checkpoint, monkeypatch, capsys) -> None:
     monkeypatch.setattr("sys.stdin", FakeStdin(b""))
     assert translate_command.main(["--checkpoint", str(tiny_checkpoint)]) == 0

@@ -214,7 +214,7 @@ def test_carriage_return_line_ends_are_named(toy_corpus_dir: Path, tmp_path: Pat
     directory = _copy_toy(toy_corpus_dir, tmp_path / "corpus")
     text = (directory / "val.en").read_text(encoding="utf-8")
     (directory / "val.en").write_text(text.replace("\n", "\r"), encoding="utf-8", newline="")
-    with pytest.raises(DataError, match=r"val\.en: no \\n in the file, .*tr '\\r' '\\n' <"):
+    with pytest.raises(DataError, match=r"val\.en: no \\n in the text, .*tr '\\r' '\\n' <"):
         load_parallel_corpus(str(directory), "de", "en")
     (directory / "val.en").write_text(text.replace(" ", " \r ", 1), encoding="utf-8")
     load_parallel_corpus(str(directory), "de", "en")  # a stray \r inside a line is text

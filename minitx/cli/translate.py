@@ -34,7 +34,7 @@ from minitx.cli.common import (
     sentence_progress,
 )
 from minitx.outputs import check_output_file, files_read_from
-from minitx.textio import atomic_output, check_utf8_arguments, decode_utf8
+from minitx.textio import atomic_output, check_line_ends, check_utf8_arguments, decode_utf8
 
 if TYPE_CHECKING:  # the inference stack loads lazily (in `run`), so --help stays fast
     from minitx.translator import Progress, Translator
@@ -225,6 +225,8 @@ def read_input_file(path: Path) -> list[str]:
         raise UsageError(f"input file not found: {path}") from None
     except OSError as exc:
         raise UsageError(f"cannot read input file {path}: {exc.strerror or exc}") from None
+    if b"\n" not in data:
+        check_line_ends(data, str(path), f"tr '\\r' '\\n' < {path} > fixed")
     lines = decode_utf8(data, str(path)).split("\n")
     if lines[-1] == "":
         lines.pop()
@@ -232,8 +234,9 @@ def read_input_file(path: Path) -> list[str]:
 
 
 def _line_chunks(stream: BinaryIO, size: int) -> Iterator[list[bytes]]:
-    """Raw lines (without ``\\n``) of `stream` in chunks of at most `size`: a chunk is handed
-    on when it is full, when no further line is waiting (the writer pauses), or at the end.
+    """Raw lines of `stream` (each with its ``\\n``, but a last one without) in chunks of at
+    most `size`: a chunk is handed on when it is full, when no further line is waiting (the
+    writer pauses), or at the end.
 
     Waiting lines are found with ``select`` on the file descriptor; where that does not work
     (no descriptor, Windows pipes) chunks are simply `size` lines (or the rest).
@@ -246,7 +249,7 @@ def _line_chunks(stream: BinaryIO, size: int) -> Iterator[list[bytes]]:
     if fd is None:
         chunk: list[bytes] = []
         for line in iter(stream.readline, b""):
-            chunk.append(line.removesuffix(b"\n"))
+            chunk.append(line)
             if len(chunk) == size:
                 yield chunk
                 chunk = []
@@ -267,7 +270,7 @@ def _line_chunks(stream: BinaryIO, size: int) -> Iterator[list[bytes]]:
                 partial = b""
             return
         *complete, partial = (partial + data).split(b"\n")
-        lines.extend(complete)
+        lines.extend(line + b"\n" for line in complete)
 
     while lines or not eof:
         while not lines and not eof:  # block for at least one line
@@ -296,6 +299,9 @@ def stdin_chunks(size: int) -> Iterator[list[str]]:
         binary = io.BytesIO(stream.read().encode("utf-8", "surrogateescape"))
     first_line = 1
     for chunk in _line_chunks(binary, size):
+        if first_line == 1 and not chunk[0].endswith(b"\n"):  # the whole text is one line
+            check_line_ends(chunk[0], "<stdin>", "pipe the text through tr '\\r' '\\n'")
+        chunk = [line.removesuffix(b"\n") for line in chunk]
         text = decode_utf8(b"\n".join(chunk), "<stdin>", first_line=first_line)
         yield [line.removesuffix("\r") for line in text.split("\n")]
         first_line += len(chunk)

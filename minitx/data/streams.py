@@ -27,7 +27,7 @@ from typing import Any
 import datasets
 
 from minitx.errors import DataError
-from minitx.textio import decode_utf8
+from minitx.textio import check_line_ends, decode_utf8
 
 CHUNK_PAIRS = 20_000
 """Pairs per chunk: large enough for fast batch tokenization, small enough to stay a few MB."""
@@ -128,16 +128,13 @@ def iter_lines(path: Path) -> Iterator[str]:
             # binary readlines splits on b"\n" only; whole lines of about _READ_BYTES at a time
             while block := file.readlines(_READ_BYTES):
                 first = block[0]  # a whole file in one "line", \r inside: \r-only line ends
-                if line_number == 1 and not first.endswith(b"\n") and b"\r" in first.rstrip(b"\r"):
+                if line_number == 1 and not first.endswith(b"\n"):
                     fix = (
                         f"gzip -dc {path} | tr '\\r' '\\n' | gzip > fixed.gz"
                         if path.suffix == ".gz"
                         else f"tr '\\r' '\\n' < {path} > fixed"
                     )
-                    raise DataError(
-                        f"{path}: no \\n in the file, but carriage returns (\\r): its line ends "
-                        f"are \\r only (an old Mac format); convert them to \\n, e.g. {fix}"
-                    )
+                    check_line_ends(first, str(path), fix)
                 text = decode_utf8(b"".join(block), str(path), first_line=line_number)
                 yield from (line.removesuffix("\r") for line in text.removesuffix("\n").split("\n"))
                 line_number += len(block)
