@@ -9,7 +9,9 @@ than any one of them (Vaswani et al. 2017 average the last 5 or 20 checkpoints):
 
 from __future__ import annotations
 
+import logging
 import os
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -27,6 +29,8 @@ from minitx.checkpoint import (
 )
 from minitx.errors import ConfigError
 from minitx.model import TransformerConfig
+
+logger = logging.getLogger(__name__)
 
 AVERAGED_KEY = "averaged_from"
 """Key, in the minitx payload, of the list of what an averaged checkpoint was averaged from:
@@ -172,7 +176,7 @@ def _compatible(first: Mapping[str, Any], other: Mapping[str, Any], names: tuple
     ours, theirs = first[CHECKPOINT_KEY], other[CHECKPOINT_KEY]
     a, b = _model_config(first, names[0]), _model_config(other, names[1])
     differ = model_config_differences(a, b, between="vs")
-    hint = "average checkpoints of one training run (or of runs with the same settings)"
+    hint = "average checkpoints of one training run"
     if differ:
         raise CheckpointError(
             f"{names[1]}: cannot be averaged with {names[0]}: the model configs differ "
@@ -188,6 +192,15 @@ def _compatible(first: Mapping[str, Any], other: Mapping[str, Any], names: tuple
             f"{names[1]}: cannot be averaged with {names[0]}: the language pairs differ "
             f"({ours.get('data')} vs {theirs.get('data')}); {hint}"
         )
+
+
+def _seed(checkpoint: Mapping[str, Any]) -> str | None:
+    """The `seed_everything` of the run that wrote `checkpoint`, as its training config (YAML
+    text) spells it, or None when it carries none."""
+    text = checkpoint[CHECKPOINT_KEY].get("train_config")
+    # a top-level key is a line of its own: no YAML parser needed (none is a dependency here)
+    found = re.search(r"^seed_everything: *(\S+)", text, re.M) if isinstance(text, str) else None
+    return found.group(1) if found else None
 
 
 def _check_distinct(paths: Sequence[str | Path]) -> None:
@@ -216,6 +229,7 @@ def average_checkpoints(paths: Sequence[str | Path]) -> dict[str, Any]:
     (minitx payload, state-dict entries outside the model, epoch, step, hyper-parameters)
     but not its training state (optimizer, schedulers, loops, callbacks), which belongs to
     other weights; the payload gets `averaged_from`: per file its path, epoch and step.
+    Checkpoints of runs with other seeds (other initial weights) are averaged with a warning.
 
     Args:
         paths: minitx `.ckpt` files of one model (same model config, tokenizer, languages).
@@ -238,12 +252,15 @@ def average_checkpoints(paths: Sequence[str | Path]) -> dict[str, Any]:
     first_name = str(paths[0])
     mean = _Mean()
     record = []
+    seeds: dict[str, str] = {}  # seed -> the first file trained with it
     for path in paths:
         checkpoint = load_checkpoint(path)
         if first is None:  # kept without its training state (memory: the weights)
             first = {k: v for k, v in checkpoint.items() if k not in TRAINING_STATE_KEYS}
         else:
             _compatible(first, checkpoint, (first_name, str(path)))
+        if (seed := _seed(checkpoint)) is not None:
+            seeds.setdefault(seed, str(path))
         weights = checkpoint["state_dict"]
         mean.add({k: v for k, v in weights.items() if k.startswith(MODEL_PREFIX)}, str(path))
         record.append(
@@ -254,6 +271,12 @@ def average_checkpoints(paths: Sequence[str | Path]) -> dict[str, Any]:
             }
         )
     assert first is not None
+    if len(seeds) > 1:  # each run began from its own random weights: their mean is neither's
+        logger.warning(
+            "the checkpoints come from runs with other seeds (%s): runs that began from other "
+            "weights do not average into a working model; average checkpoints of one run",
+            ", ".join(f"{seed} in {name}" for seed, name in seeds.items()),
+        )
     averaged = dict(first)
     averaged["state_dict"] = {**first["state_dict"], **mean.result()}
     averaged[CHECKPOINT_KEY] = {**first[CHECKPOINT_KEY], AVERAGED_KEY: record}

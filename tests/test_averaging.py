@@ -143,6 +143,28 @@ def test_averaging_refuses_checkpoints_of_other_models(
     assert str(other) in str(info.value) and "\n" not in str(info.value)
 
 
+def test_averaging_runs_of_other_seeds_is_named_in_a_warning(
+    tiny_checkpoint: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Was: two independently initialised runs averaged without a word into a broken model.
+    Checkpoints of one seed (one run) average silently."""
+
+    def reseeded(checkpoint: dict) -> None:
+        payload = checkpoint[CHECKPOINT_KEY]
+        assert "seed_everything: 0\n" in payload["train_config"]
+        payload["train_config"] = payload["train_config"].replace(
+            "seed_everything: 0\n", "seed_everything: 7\n"
+        )
+
+    same = modified_copy(tiny_checkpoint, tmp_path / "same.ckpt", perturbed)
+    other = modified_copy(tiny_checkpoint, tmp_path / "other.ckpt", reseeded)
+    with caplog.at_level("WARNING", logger="minitx.averaging"):
+        average_checkpoints([tiny_checkpoint, same])
+        assert caplog.text == ""
+        average_checkpoints([tiny_checkpoint, same, other])
+    assert f"other seeds (0 in {tiny_checkpoint}, 7 in {other})" in caplog.text
+
+
 def test_averaging_refuses_nothing_unreadable_and_diverged(
     tiny_checkpoint: Path, tmp_path: Path
 ) -> None:
