@@ -459,6 +459,31 @@ def test_full_disk_and_closed_pipe_as_a_shell_runs_them(tiny_checkpoint: Path) -
     assert "Traceback" not in proc.stderr and "error" not in proc.stderr.lower(), proc.stderr
 
 
+@pytest.mark.parametrize(
+    ("name", "flags", "message"),
+    [
+        ("evaluate", ["--beam", "5", "1", "5"], "--beam 5 1 5: 5 given more than once"),
+        ("export", ["--private"], "--private applies only with --push-to-hub"),
+    ],
+    ids=["a-beam-twice", "private-without-a-repo"],
+)
+def test_a_flag_that_would_be_dropped_without_a_word_is_refused(
+    name: str,
+    flags: list[str],
+    message: str,
+    tiny_checkpoint: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture,
+) -> None:
+    """Was: evaluate decoded beam 5 once and wrote two results for three beams; export made a
+    release and no repo, private or not. Both exited 0."""
+    with pytest.raises(SystemExit) as exit_info:
+        command(name).main([*base_argv(name, tiny_checkpoint, tmp_path), *flags])
+    assert exit_info.value.code == 2
+    assert the_error_line(capsys.readouterr().err).startswith(f"error: {message}")
+    assert not (tmp_path / "release").exists()
+
+
 # ------------------------------------------------------------------ every flag, bad values
 RUNS_FOR_REAL = ("translate", "evaluate", "average")
 """Commands run to the end on the tiny checkpoint with each bad value; the others (a server, a

@@ -534,6 +534,12 @@ def check_decoding_args(
             ``--beam`` and the sampling options: their errors name the options.
     """
     beams = args.beam if isinstance(args.beam, list) else [args.beam]
+    if twice := sorted({beam for beam in beams if beams.count(beam) > 1}):
+        again = ", ".join(map(str, twice))
+        parser.error(
+            f"--beam {' '.join(map(str, beams))}: {again} given more than once; give "
+            "each beam size once"
+        )
     if getattr(args, "batch_size", 1) < 1:
         parser.error(f"--batch-size must be >= 1, got {args.batch_size}")
     named = args.strategy
@@ -564,7 +570,7 @@ def check_decoding_args(
     check_device(parser, args)
     changes = {} if n_best is None else {"n_best": n_best}
     try:
-        configs = {beam: decoding_from_args(args, beam, **changes) for beam in dict.fromkeys(beams)}
+        configs = {beam: decoding_from_args(args, beam, **changes) for beam in beams}
     except ConfigError as exc:  # "DecodingConfig.top_p must be ...": "--top-p must be ..."
         parser.error(re.sub(r"DecodingConfig\.(\w+)", lambda m: option_for(m[1]), str(exc)))
     if isinstance(args.beam, list):

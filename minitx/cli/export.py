@@ -99,6 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the process exit status (0 ok, 2 user error, 130 Ctrl-C)."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.private and not args.push_to_hub:  # else it would be dropped without a word
+        parser.error("--private applies only with --push-to-hub (a hub repo to create)")
     return run_cli(run, args)
 
 
