@@ -121,14 +121,13 @@ def usable_device(device: str | torch.device) -> torch.device:
     Raises:
         ConfigError: saying what is wrong and what to choose.
     """
+    runs_on = f"minitx runs on {', '.join(DEVICE_TYPES)} (e.g. cuda:1)"
     try:
         device = torch.device(device)
-    except (RuntimeError, TypeError) as exc:
-        raise ConfigError(f"not a device torch knows ({exc}); choose cpu, cuda or mps") from None
+    except (RuntimeError, TypeError):  # torch's message lists its internal types too
+        raise ConfigError(f"not a device torch knows; {runs_on}") from None
     if device.type not in DEVICE_TYPES:
-        raise ConfigError(
-            f"minitx runs on {', '.join(DEVICE_TYPES)} (e.g. cuda:1), not {device.type}"
-        )
+        raise ConfigError(f"{runs_on}, not {device.type}")
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ConfigError("CUDA is not available on this machine")
     if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
