@@ -70,10 +70,10 @@ class AlignmentConfig:
         """
         for name, value, size in (("layer", self.layer, n_layers), ("head", self.head, n_heads)):
             if value is not None and not -size <= value < size:
+                noun = ("decoder layer" if name == "layer" else "head") + "s" * (size != 1)
                 raise ConfigError(
-                    f"alignment {name} {value} does not exist: the model has {size} "
-                    f"{'decoder layers' if name == 'layer' else 'heads'} "
-                    f"(use {-size}..{size - 1}, or the average)"
+                    f"alignment {name} {value} does not exist: the model has {size} {noun} (use "
+                    f"{-size}..{size - 1}, or their mean: None, or 'mean' in the commands)"
                 )
 
 

@@ -136,6 +136,13 @@ def test_alignment_config_errors() -> None:
         with pytest.raises(ConfigError, match="does not exist"):
             config.check(n_layers=2, n_heads=4)
     AlignmentConfig(layer=-2, head=-4).check(n_layers=2, n_heads=4)
+    # the mean by the name each caller gives it, and one layer as one
+    with pytest.raises(ConfigError) as caught:
+        AlignmentConfig(layer=5).check(n_layers=1, n_heads=4)
+    assert str(caught.value) == (
+        "alignment layer 5 does not exist: the model has 1 decoder layer (use -1..0, or their "
+        "mean: None, or 'mean' in the commands)"
+    )
 
 
 # ------------------------------------------------------------------ on the tiny checkpoint
