@@ -646,6 +646,26 @@ def test_smoke_fit_writes_attention_figures_to_tensorboard_and_png(tiny_run: Tin
     assert tensorboard.shape == png[..., :3].shape and (tensorboard == png[..., :3]).all()
 
 
+def test_more_map_sentences_than_the_split_has_is_said(
+    tiny_checkpoint: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Was: ``--attention_maps.num_sentences 500`` drew the 10 there are, without a word."""
+    from types import SimpleNamespace
+
+    from minitx.training.callbacks import AttentionMapLogger
+
+    tokenizer = Translator.from_pretrained(tiny_checkpoint).tokenizer
+    sentences = ["ein mann .", "zwei hunde .", "ein " * 40]  # the last has too many pieces
+    split = SimpleNamespace(texts=lambda name: (sentences, sentences))
+    trainer = SimpleNamespace(datamodule=split)
+    with caplog.at_level("WARNING", logger="minitx.training.callbacks"):
+        pairs = AttentionMapLogger(num_sentences=2, max_pieces=24)._select_pairs(trainer, tokenizer)
+        assert len(pairs) == 2 and caplog.text == ""
+        pairs = AttentionMapLogger(num_sentences=5, max_pieces=24)._select_pairs(trainer, tokenizer)
+    assert len(pairs) == 2
+    assert "num_sentences asks for 5 sentences, but only 2 validation sentences" in caplog.text
+
+
 def test_no_sentences_means_no_maps(tmp_path: Path) -> None:
     """``--attention_maps.num_sentences 0`` turns the maps off: no figures, no entropies."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator

@@ -102,6 +102,15 @@ class AttentionMapLogger(L.Callback):
                 "AttentionMapLogger: no validation sentence has <= %d pieces; nothing to log",
                 self.max_pieces,
             )
+        elif len(pairs) < self.num_sentences:
+            logger.warning(
+                "AttentionMapLogger: attention_maps.num_sentences asks for %d sentences, but "
+                "only %d validation sentences have <= %d pieces (attention_maps.max_pieces): "
+                "logging those",
+                self.num_sentences,
+                len(pairs),
+                self.max_pieces,
+            )
         return pairs
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
