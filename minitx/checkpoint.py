@@ -180,7 +180,7 @@ def model_config_differences(
 
 
 def check_finite(state: Mapping[str, torch.Tensor], where: str | Path) -> None:
-    """Refuse weights holding NaN or inf (written after training had diverged).
+    """Refuse weights holding NaN or inf (written after training had diverged, or damaged).
 
     Raises:
         CheckpointError: naming `where`, how many tensors and the first one.
@@ -189,7 +189,8 @@ def check_finite(state: Mapping[str, torch.Tensor], where: str | Path) -> None:
     if bad:
         raise CheckpointError(
             f"{where}: the weights hold NaN or inf ({len(bad)} tensors, e.g. {bad[0]}): training "
-            "had diverged when this file was written; use an earlier checkpoint"
+            "had diverged when this file was written, or the file is damaged; use an earlier "
+            "checkpoint"
         )
 
 

@@ -397,7 +397,10 @@ DAMAGE = {
         r"missing tokenizer\.model",
     ),
     "wrong-shape-weights": (_wrong_shape_weights, r"size mismatch for .*q_proj\.weight"),
-    "nan-weights": (_nan_weights, r"model\.safetensors: the weights hold NaN or inf .*diverged"),
+    "nan-weights": (
+        _nan_weights,
+        r"model\.safetensors: the weights hold NaN or inf .*diverged .*, or the file is damaged",
+    ),
     "format-version-text": (
         lambda d: _edit_config(d, lambda c: c.update(format_version="2")),
         r"config\.json: format_version must be a positive integer, got '2'",
