@@ -261,8 +261,10 @@ def test_directory_without_corpus_files(tmp_path: Path) -> None:
 
 
 def test_missing_local_path(tmp_path: Path) -> None:
-    with pytest.raises(FileNotFoundError, match="data source directory not found"):
+    """The fix names the setting of each command (evaluate's is --data, not data.source)."""
+    with pytest.raises(FileNotFoundError, match="data source directory not found") as caught:
         load_parallel_corpus(str(tmp_path / "nope"), "de", "en")
+    assert "Point data.source (minitx-evaluate: --data) or MINITX_DATA_DIR at" in str(caught.value)
 
 
 def _toy_records(toy_corpus_dir: Path, stem: str, nested: bool) -> list[dict]:

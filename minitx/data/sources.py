@@ -32,6 +32,9 @@ logger = logging.getLogger(__name__)
 DATA_DIR_ENV = "MINITX_DATA_DIR"
 """Environment variable naming a local corpus directory that replaces hub sources."""
 
+SOURCE_SETTING = "data.source (minitx-evaluate: --data)"
+"""How the messages name the setting that chooses the data source, in each command."""
+
 DEFAULT_SOURCE = "bentrevett/multi30k"
 """The default data source: the Multi30k hub copy (``MINITX_DATA_DIR`` replaces it), read by
 `TranslationDataModule`, minitx-evaluate and the experiments when none is given."""
@@ -181,13 +184,13 @@ def open_parallel_corpus(
     if not is_hub_id(source):
         raise MissingFileError(
             f"data source directory not found: {path.resolve()} (from {source!r}). Point "
-            f"data.source or {DATA_DIR_ENV} at a directory of {{split}}.{{lang}}[.gz] files."
+            f"{SOURCE_SETTING} or {DATA_DIR_ENV} at a directory of {{split}}.{{lang}}[.gz] files."
         )
     absent = [lang for lang in langs if lang not in DEFAULT_SOURCE_LANGUAGES]
     if source == DEFAULT_SOURCE and not hub_options and absent:  # no download to find it out
         raise DataError(
             f"the hub copy of Multi30k ({DEFAULT_SOURCE}) holds German and English only, not "
-            f"{', '.join(absent)}. Set {DATA_DIR_ENV} (or data.source) to a directory of raw "
+            f"{', '.join(absent)}. Set {DATA_DIR_ENV} (or {SOURCE_SETTING}) to a directory of raw "
             f"files such as train.{absent[0]}, val.{absent[0]}, test_2016_flickr.{absent[0]} "
             "(the multi30k/dataset repository's data/task1/raw)."
         )
@@ -367,7 +370,7 @@ def _open_hub(
         raise error(
             f"Could not load the Hugging Face hub dataset {described!r} "
             f"({type(exc).__name__}: {exc}); no local directory {source!r} exists either. "
-            f"To use local files, set {DATA_DIR_ENV} or data.source to a directory of "
+            f"To use local files, set {DATA_DIR_ENV} or {SOURCE_SETTING} to a directory of "
             "{split}.{lang}[.gz] files (e.g. train.de, train.en, val.de, val.en, "
             "test_2016_flickr.de, test_2016_flickr.en, as in the multi30k/dataset repository's "
             "data/task1/raw)."
@@ -387,8 +390,9 @@ def _open_hub(
             raise DataError(
                 f"hub dataset {described!r} split {name!r} has no language(s) {absent}; "
                 f"its columns are {table.column_names}. Pick languages it has, or set "
-                f"{DATA_DIR_ENV} or data.source to a directory of {{split}}.{{lang}}[.gz] files "
-                "(Multi30k's French and Czech: the multi30k/dataset repository's data/task1/raw)."
+                f"{DATA_DIR_ENV} or {SOURCE_SETTING} to a directory of {{split}}.{{lang}}[.gz] "
+                "files (Multi30k's French and Czech: the multi30k/dataset repository's "
+                "data/task1/raw)."
             )
         columns = [prefix + lang for lang in langs]
         streams[split] = HubStream(split, table, columns, f"{described} [{name}]")
