@@ -586,6 +586,22 @@ def test_evaluate_two_beams_and_json(evaluate_command, tiny_checkpoint, tmp_path
         assert len(Path(result["hypotheses_file"]).read_text(encoding="utf-8").splitlines()) == 10
 
 
+def test_evaluate_says_each_warning_once_for_all_its_beam_sizes(
+    evaluate_command, tiny_checkpoint, tmp_path, capsys
+) -> None:
+    """Was: the sources were read once per beam size, and so was their warning."""
+    data = tmp_path / "data"
+    data.mkdir()
+    for lang in ("de", "en"):
+        (data / f"test.{lang}").write_text(f"{TOY_TEST_SOURCES[0]} ж\n{TOY_TEST_SOURCES[1]}\n")
+    args = ["--checkpoint", str(tiny_checkpoint), "--data", str(data), "--split", "test"]
+    for _ in range(2):  # and again in a second command of the same process
+        hyp = str(tmp_path / "b{beam}.hyp")
+        assert evaluate_command.main([*args, "--beam", "1", "2", "--hyp-out", hyp]) == 0
+        err = capsys.readouterr().err
+        assert err.count("vocabulary lacks, read as <unk>: 'ж' (line 1)") == 1, err
+
+
 def test_evaluate_sampling(evaluate_command, tiny_checkpoint, tmp_path, capsys) -> None:
     report = tmp_path / "scores.json"
     args = ["--checkpoint", str(tiny_checkpoint), "--data", str(TOY_CORPUS_DIR), "--limit", "3"]

@@ -139,13 +139,34 @@ def path_or_stream(text: str) -> Path | None:
     return None if text == "-" else Path(text)
 
 
+class _EachOnce(logging.Filter):
+    """Let a message through once: ``minitx-evaluate --beam 1 5`` reads its sources once per
+    beam size, and said the same cut or unknown characters each time."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: set[tuple[str, str]] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        key = (record.name, record.getMessage())
+        new = key not in self.seen
+        self.seen.add(key)
+        return new
+
+
+_EACH_ONCE = _EachOnce()
+
+
 def show_library_warnings() -> None:
-    """Print minitx's warnings (e.g. skipped lines) on standard error, once per process."""
+    """Print minitx's warnings (e.g. skipped lines) on standard error (the handler is added
+    once per process), each message once from this call on: once per command."""
     log = logging.getLogger("minitx")
     if not log.handlers:
         handler = _CurrentStderr()
         handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        handler.addFilter(_EACH_ONCE)
         log.addHandler(handler)
+    _EACH_ONCE.seen.clear()
     if log.level == logging.NOTSET:
         log.setLevel(logging.WARNING)
 
