@@ -214,6 +214,42 @@ def test_translate_output_through_a_link_to_standard_output(
     assert link.is_symlink()
 
 
+def test_output_to_dev_stdout_appended_to_a_log_keeps_the_log(
+    translator, tiny_checkpoint, tmp_path
+) -> None:
+    """``... --output /dev/stdout >> log``: /dev/stdout is then the log file itself, which the
+    rename of a finished output replaced whole, losing the log. It is written through the
+    stream, as ``-``; so is evaluate's ``--json /dev/stdout``."""
+    log = tmp_path / "log.txt"
+    log.write_text("earlier line\n")
+    sentence = TOY_TEST_SOURCES[0]
+    args = ["--checkpoint", str(tiny_checkpoint), "--beam", "1", "--output", "/dev/stdout"]
+    with log.open("ab") as appended:
+        proc = subprocess.run(
+            [PYTHON, "-m", "minitx.cli.translate", *args, sentence],
+            stdout=appended,
+            stderr=subprocess.PIPE,
+            env=subprocess_env(),
+            timeout=180,
+        )
+    assert proc.returncode == 0, proc.stderr.decode()
+    expected = translator.translate([sentence], beam_size=1)[0]
+    assert log.read_text() == f"earlier line\n{expected}\n"
+    evaluate = ["--checkpoint", str(tiny_checkpoint), "--data", str(TOY_CORPUS_DIR), "--beam", "1"]
+    evaluate += ["--hyp-out", str(tmp_path / "h.hyp"), "--json", "/dev/stdout"]
+    with log.open("ab") as appended:
+        proc = subprocess.run(
+            [PYTHON, "-m", "minitx.cli.evaluate", *evaluate],
+            stdout=appended,
+            stderr=subprocess.PIPE,
+            env=subprocess_env(),
+            timeout=180,
+        )
+    assert proc.returncode == 0, proc.stderr.decode()
+    earlier, report = log.read_text().split("\n", 2)[:2], log.read_text().split("\n", 2)[2]
+    assert earlier == ["earlier line", expected] and json.loads(report)["results"]
+
+
 def test_translate_stdin_in_process(
     translate_command, translator, tiny_checkpoint, monkeypatch, capsys
 ) -> None:

@@ -33,7 +33,7 @@ from minitx.cli.common import (
     sentence_progress,
 )
 from minitx.outputs import check_output_file, files_read_from
-from minitx.textio import write_text_atomic
+from minitx.textio import is_standard_output, write_text_atomic
 
 if TYPE_CHECKING:  # the inference stack (torch, sacreBLEU) loads lazily: --help stays fast
     from minitx.evaluation import Split
@@ -231,6 +231,8 @@ def run(args: argparse.Namespace) -> int:
     hyp_flag = "the hypotheses file" if args.hyp_out is None else "--hyp-out"
     outputs = [(hyp_flag, hypothesis_path(args, beam, pair)) for beam in args.decodings]
     json_path = None if args.json is None else path_or_stream(args.json)  # None: stdout
+    if json_path is not None and is_standard_output(json_path):  # /dev/stdout: as `-`
+        json_path = None
     json_to_stdout = args.json is not None and json_path is None
     # checked now, not after the decoding; no output may replace the checkpoint, the corpus
     # or another output

@@ -34,7 +34,13 @@ from minitx.cli.common import (
     sentence_progress,
 )
 from minitx.outputs import check_output_file, files_read_from
-from minitx.textio import atomic_output, check_line_ends, check_utf8_arguments, decode_utf8
+from minitx.textio import (
+    atomic_output,
+    check_line_ends,
+    check_utf8_arguments,
+    decode_utf8,
+    is_standard_output,
+)
 
 if TYPE_CHECKING:  # the inference stack loads lazily (in `run`), so --help stays fast
     from minitx.translator import Progress, Translator
@@ -357,6 +363,8 @@ def interactive(translator: Translator, args: argparse.Namespace, out: TextIO) -
 
 def run(args: argparse.Namespace) -> int:
     """Read, translate, write. Raises `UsageError` for input problems."""
+    if args.output is not None and is_standard_output(args.output):
+        args.output = None  # /dev/stdout: through the stream, as `-`
     if args.output is not None:
         inputs = files_read_from(args.checkpoint) + ([args.input] if args.input else [])
         check_output_file(args.output, inputs=inputs)
