@@ -29,6 +29,7 @@ import json
 import logging
 import os
 import shutil
+import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -165,8 +166,9 @@ def check_output_file(
 
     Raises:
         OutputError: `out` is a directory, its directory does not exist, it is the same file
-            as an input, or `text` and it exists with a NUL byte in its first 4 KiB (text
-            never has one; checkpoints, safetensors and sentencepiece models do).
+            as an input, `text` and it exists with a NUL byte in its first 4 KiB (text
+            never has one; checkpoints, safetensors and sentencepiece models do), or no file
+            can be created in its directory.
     """
     out = Path(out)
     if out.is_dir():
@@ -184,6 +186,18 @@ def check_output_file(
             f"{flag} {out} holds binary data (a checkpoint or model weights?), which a text "
             "output never replaces; choose another name or move the file away"
         )
+    if out.is_file() or not out.exists():  # a device or a pipe is written in place
+        # the file is written beside its target and renamed: try that directory now, not
+        # after an evaluation of hours (a read-only directory, /proc)
+        where = out.resolve().parent
+        try:
+            with tempfile.TemporaryFile(dir=where):
+                pass
+        except OSError as exc:
+            raise OutputError(
+                f"{flag} {out}: cannot write in {where} ({exc.strerror or exc}); choose a "
+                "directory you can write in"
+            ) from None
 
 
 def _holds_binary(path: Path) -> bool:

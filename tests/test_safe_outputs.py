@@ -580,6 +580,22 @@ def test_force_keeps_a_minitx_directory_that_now_holds_the_users_files(tmp_path:
     check_output_dir(out, force=True)  # an empty folder of the user's is no file
 
 
+def test_an_output_file_whose_directory_takes_no_files_is_refused_before_any_work(
+    tmp_path: Path,
+) -> None:
+    """Was: evaluate translated the whole split, then failed to write ``--hyp-out``."""
+    if os.geteuid() == 0:  # root writes in a read-only directory; /proc takes no new files
+        place = Path("/proc")
+    else:
+        place = tmp_path / "read-only"
+        place.mkdir()
+        place.chmod(0o555)
+    with pytest.raises(OutputError, match=r"--hyp-out .*x\.hyp: cannot write in "):
+        check_output_file(place / "x.hyp", flag="--hyp-out")
+    check_output_file(tmp_path / "x.hyp", flag="--hyp-out")  # a directory that takes files
+    assert not list(tmp_path.glob("tmp*"))  # the trial file is gone
+
+
 def test_force_replaces_only_output_of_its_own_kind(tmp_path: Path) -> None:
     """Was: minitx-visualize --force deleted a CTranslate2 export, and minitx-ct2 --force a
     folder of attention maps; each marker says what it holds."""
