@@ -3,10 +3,11 @@
 A command that replaces an existing output must never take anything else with it. For every
 command:
 
-- An output **directory** is replaced (``--force``) only when minitx wrote it: it holds the
-  marker file `MARKER`, which minitx puts into every directory it writes whole, or it is
-  empty. A directory of the user's own is refused, whatever the flags, and so is one minitx
-  wrote that now holds files it did not write (the marker lists the files it wrote).
+- An output **directory** is replaced (``--force``) only when the same command wrote it: it
+  holds the marker file `MARKER`, which minitx puts into every directory it writes whole,
+  naming what it holds, or it is empty. A directory of the user's own is refused, whatever
+  the flags, and so is one minitx wrote that now holds files it did not write (the marker
+  lists the files it wrote) or another command's output.
 - Never the current directory or one of its ancestors (``.``, ``..``, ``/``), never a
   directory that holds an input, never an input itself.
 - An output **file** is never one of the command's inputs, and a text output (translations,
