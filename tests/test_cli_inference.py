@@ -418,6 +418,7 @@ def test_translate_missing_input_file(translate_command, tiny_checkpoint, tmp_pa
         (["--alignment-unit", "piece", "x"], "only with --print-alignment"),
         (["--print-alignment", "--alignment-layer", "last", "x"], "integer or 'mean'"),
         (["--buffer-size", "0", "x"], "--buffer-size"),
+        (["--beam", "1", "--alpha", "2", "x"], "--alpha applies only to beam search"),
     ],
 )
 def test_translate_bad_arguments(translate_command, tiny_checkpoint, capsys, args, message) -> None:

@@ -456,6 +456,7 @@ def add_decoding_arguments(
         "--alpha",
         type=finite_float,
         default=defaults.alpha,
+        action=_StoreGiven,
         help="length-penalty exponent ranking beam hypotheses (and samples); 0 disables it "
         f"(default: {defaults.alpha})",
     )
@@ -587,6 +588,13 @@ def check_decoding_args(
         configs = {beam: decoding_from_args(args, beam, **changes) for beam in beams}
     except ConfigError as exc:  # "DecodingConfig.top_p must be ...": "--top-p must be ..."
         parser.error(re.sub(r"DecodingConfig\.(\w+)", lambda m: option_for(m[1]), str(exc)))
+    if getattr(args, "alpha_given", False) and all(
+        c.strategy == "greedy" for c in configs.values()
+    ):
+        parser.error(
+            "--alpha applies only to beam search (--beam 2 or more) and sampling: greedy "
+            "decoding ranks no hypotheses"
+        )
     if isinstance(args.beam, list):
         args.decodings = configs
     else:
