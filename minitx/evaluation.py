@@ -5,7 +5,7 @@ experiments' probes)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 from minitx.decoding import DecodingConfig
 from minitx.errors import DataError
 from minitx.metrics import bleu_metric, corpus_scores
+from minitx.textio import sentence_list
 from minitx.translator import Progress, Translator
 
 
@@ -210,8 +211,8 @@ def score(
 
 def evaluate(
     translator: Translator,
-    sources: Sequence[str],
-    references: Sequence[str],
+    sources: Iterable[str],
+    references: Iterable[str],
     decoding: DecodingConfig | None = None,
     *,
     batch_size: int = 64,
@@ -219,9 +220,19 @@ def evaluate(
     **changes: Any,
 ) -> EvaluationResult:
     """Translate `sources` with `translator` and score them against `references` (one per
-    source); the other arguments are `Translator.translate`'s."""
+    source); the other arguments are `Translator.translate`'s.
+
+    Raises:
+        TypeError: `sources` or `references` is one string or holds something else than
+            strings (`minitx.textio.sentence_list`).
+        ValueError: their numbers differ, or there are none (BLEU of nothing is no score).
+    """
+    # checked before any decoding: a string of references scored each character
+    sources, references = sentence_list(sources), sentence_list(references, "reference")
     if len(sources) != len(references):
         raise ValueError(f"evaluate: {len(sources)} sources but {len(references)} references")
+    if not sources:
+        raise ValueError("evaluate: no sentences to score; give at least one source and reference")
     config = DecodingConfig.from_arguments(decoding, **changes)
     start = time.perf_counter()
     hypotheses = translator.translate(sources, config, batch_size=batch_size, progress=progress)

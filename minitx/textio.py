@@ -12,7 +12,7 @@ import socket
 import stat
 import sys
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TextIO
 
@@ -62,6 +62,26 @@ def check_line_ends(first_line: bytes, name: str, fix: str) -> None:
             f"{name}: no \\n in the text, but carriage returns (\\r): its line ends are \\r "
             f"only (an old Mac format); convert them to \\n, e.g. {fix}"
         )
+
+
+def sentence_list(sentences: Iterable[str], what: str = "sentence") -> list[str]:
+    """`sentences` (any iterable: a generator is read whole) as a list of strings.
+
+    Raises:
+        TypeError: when `sentences` is one string (its characters would be the sentences), or
+            holds something other than strings; `what` names them in the message.
+    """
+    if isinstance(sentences, str):  # iterating it would read each character as a sentence
+        raise TypeError(f"give a list of {what}s, e.g. [{what}], not one string")
+    items = list(sentences)
+    wrong = next((i for i, s in enumerate(items) if not isinstance(s, str)), None)
+    if wrong is not None:
+        item = items[wrong]
+        raise TypeError(
+            f"{what} {wrong} is {type(item).__name__} {item!r}, not a string; give a list of "
+            "strings (str(...) each, or '' for a line without text)"
+        )
+    return items
 
 
 QUOTED_LINES = 5

@@ -37,7 +37,7 @@ from minitx.maps import AttentionMaps, teacher_forced_maps
 from minitx.model import Transformer
 from minitx.release import Release
 from minitx.teacher_forcing import frame_pairs, length_batches, teacher_forced
-from minitx.textio import quote_characters, quote_lines
+from minitx.textio import quote_characters, quote_lines, sentence_list
 from minitx.tokenizer import Tokenizer
 from minitx.vocab import EOS_ID, PAD_ID, UNK_ID, UNK_PIECE, frame_source, pad
 
@@ -68,17 +68,7 @@ def encode_sources(
         TypeError: when `sentences` is one string (its characters would be the sentences), or
             holds something other than strings.
     """
-    if isinstance(sentences, str):  # iterating it would translate each character
-        raise TypeError("give a list of sentences, e.g. translate([sentence]), not one string")
-    sentences = list(sentences)
-    wrong = next((i for i, s in enumerate(sentences) if not isinstance(s, str)), None)
-    if wrong is not None:
-        item = sentences[wrong]
-        raise TypeError(
-            f"sentence {wrong} is {type(item).__name__} {item!r}, not a string; give a list of "
-            "strings (str(...) each, or '' for a line without text)"
-        )
-    texts = [s.strip() for s in sentences]
+    texts = [s.strip() for s in sentence_list(sentences)]
     ids = tokenizer.encode(texts)
     limit = max_positions - 1  # eos takes one source position
     too_long = [i for i, seq in enumerate(ids) if len(seq) > limit]

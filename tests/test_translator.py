@@ -651,6 +651,29 @@ def test_evaluate_reads_decoding_settings_as_the_translator_does(translator: Tra
         evaluate(translator, ["ein mann ."], ["a man ."], {"beam_size": 1})
 
 
+@pytest.mark.parametrize(
+    ("sources", "references", "error", "message"),
+    [
+        (["x y", "z w", "q r"], "abc", TypeError, "give a list of references, e.g. \\[refer"),
+        (["x", "y"], ["a", None], TypeError, "reference 1 is NoneType None, not a string"),
+        ([], [], ValueError, "no sentences to score"),
+        (["x"], ["a", "b"], ValueError, "1 sources but 2 references"),
+    ],
+    ids=["references-one-string", "a-reference-none", "nothing", "counts"],
+)
+def test_evaluate_refuses_references_it_cannot_score_before_decoding(
+    translator: Translator, sources, references, error: type, message: str
+) -> None:
+    """Was: a string of three characters scored as three references, BLEU 1.84; None and no
+    sentences failed inside sacreBLEU, after the decoding."""
+    from minitx.evaluation import evaluate
+
+    with pytest.raises(error, match=message):
+        evaluate(translator, sources, references, beam_size=1)
+    generated = evaluate(translator, (s for s in ["ein mann ."]), iter(["a man ."]), beam_size=1)
+    assert generated.hypotheses == translator.translate(["ein mann ."], beam_size=1)
+
+
 def test_translate_returns_the_best_of_n_best(translator: Translator) -> None:
     """`translate` with `n_best` returns the first of `translate_n_best`'s hypotheses, best
     first: the best-scoring of n samples (it set n_best to 1 without a word, so asking for 4
