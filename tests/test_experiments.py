@@ -365,21 +365,27 @@ def test_a_variant_that_fails_says_so_and_every_variant_failing_is_an_error(
         (["scores", "--variants", "rotary"], "'rotary' is no variant of scores"),
         (["scores", "--set", "trainer.max_epochs"], "KEY=VALUE"),
         (["scores", "--budget", "0"], "must be above 0"),
-        (["scores", "--steps", "0"], "must be positive"),
+        (["scores", "--steps", "0"], "--steps must be at least 1, got 0"),
+        (["scores", "--val-every", "-2"], "--val-every must be at least 1, got -2"),
+        (["scores", "--out", "{mine}"], "holds a README.md that minitx-experiment did not write"),
         (["hard", "--checkpoint", "missing.ckpt"], "no such file"),
         (["scores", "--out", __file__], f"--out {__file__} is a file; give a directory"),
     ],
 )
-def test_command_errors_are_one_line(args, message, capsys) -> None:
+def test_command_errors_are_one_line(args, message, capsys, tmp_path: Path) -> None:
     from minitx.extras.experiments.command import main
 
+    mine = tmp_path / "notes"  # a directory with a README of the user's: it was replaced
+    mine.mkdir()
+    (mine / "README.md").write_text("my own notes\n")
     try:
-        status = main(args)
+        status = main([arg.format(mine=mine) for arg in args])
     except SystemExit as exit_info:  # a flag the parser refuses ends there, as argparse does
         status = exit_info.code
     assert status == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and message in err and err.count("\n") == 1
+    assert (mine / "README.md").read_text() == "my own notes\n"
 
 
 def test_the_report_figures_leave_the_callers_matplotlib_backend(tmp_path: Path) -> None:

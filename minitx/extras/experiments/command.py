@@ -101,7 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     """Check the arguments, run the experiments in order, print where the results are."""
     from minitx.extras.experiments import EXPERIMENTS, Settings, run_experiment
-    from minitx.extras.experiments.report import write_index
+    from minitx.extras.experiments.report import INDEX_HEADING, write_index
     from minitx.extras.experiments.runner import REUSABLE
 
     names = list(EXPERIMENTS) if "all" in args.experiments else args.experiments
@@ -113,22 +113,33 @@ def run(args: argparse.Namespace) -> int:
                 f"--variants: {missing[0]!r} is no variant of {', '.join(names)}; "
                 f"choose from {', '.join(sorted(known))}"
             )
-    steps_ok = args.max_steps is None or args.max_steps >= 1
-    if args.val_every < 1 or args.probe_pairs < 1 or not steps_ok:  # --budget: positive_float
-        raise UsageError("--budget, --steps, --val-every and --probe-pairs must be positive")
-    if args.sentences is not None and args.sentences < 1:
-        raise UsageError("--sentences must be positive")
+    counts = {  # --budget: positive_float already
+        "--steps": args.max_steps,
+        "--val-every": args.val_every,
+        "--probe-pairs": args.probe_pairs,
+        "--sentences": args.sentences,
+    }
+    for flag, value in counts.items():
+        if value is not None and value < 1:
+            raise UsageError(f"{flag} must be at least 1, got {value}")
     bad = [o for o in args.overrides if "=" not in o]
     if bad:
         raise UsageError(f"--set {bad[0]!r}: write KEY=VALUE, e.g. trainer.max_epochs=2")
     if args.out.exists() and not args.out.is_dir():  # results and runs go inside it
         raise UsageError(f"--out {args.out} is a file; give a directory (new or earlier results)")
+    readme = args.out / "README.md"
+    if readme.is_file() and not readme.read_text(errors="replace").startswith(INDEX_HEADING):
+        raise UsageError(  # the index is rewritten at the end: it would replace the user's file
+            f"--out {args.out} holds a README.md that minitx-experiment did not write; give "
+            "another directory (new, or one with earlier results)"
+        )
     if args.checkpoint is not None and not args.checkpoint.exists():
         raise UsageError(f"--checkpoint {args.checkpoint}: no such file or release directory")
     settings = Settings(**{field.name: getattr(args, field.name) for field in fields(Settings)})
     for name in names:
         if args.variants and not {v.name for v in EXPERIMENTS[name].variants} & set(args.variants):
-            continue  # none of its variants asked for
+            print(f"{name}: skipped, none of --variants is one of its variants", flush=True)
+            continue
         if name == "explain":  # a checkpoint against its gradients: its own runner
             from minitx.extras.experiments.explain import run_explain
 

@@ -249,9 +249,13 @@ def write_report(
     return written + draw(directory, summary)
 
 
+INDEX_HEADING = "# What attention does, measured\n"
+"""The first line of the index `write_index` writes: how the command tells its own README.md."""
+
+
 def write_index(out: Path) -> Path:
     """`<out>/README.md`: every experiment's results table written so far, in suite order."""
-    parts = ["# What attention does, measured\n", "Written by `minitx-experiment`.\n"]
+    parts = [INDEX_HEADING, "Written by `minitx-experiment`.\n"]
     for name in EXPERIMENTS:
         table = out / name / "results.md"
         if table.is_file():
@@ -265,4 +269,4 @@ def write_index(out: Path) -> Path:
     return index
 
 
-__all__ = ["figures", "fmt", "markdown", "write_index", "write_report"]
+__all__ = ["INDEX_HEADING", "figures", "fmt", "markdown", "write_index", "write_report"]
