@@ -73,6 +73,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from collections.abc import Callable
 from contextlib import nullcontext
 from pathlib import Path
@@ -85,7 +86,7 @@ from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from minitx.attention import padding_mask, scaled_dot_product_attention
-from minitx.cli.common import check_device, report_user_error
+from minitx.cli.common import check_device, positive_float, positive_int, report_user_error
 from minitx.data import TokenBucketBatchSampler, collate
 from minitx.decoding import DecodingConfig, beam_search, greedy_decode
 from minitx.flops import training_flops
@@ -163,16 +164,18 @@ class TorchTransformerBaseline(nn.Module):
         self.embed = nn.Embedding(SIZES["vocab_size"], d, padding_idx=0)
         self.positional = SinusoidalPositionalEncoding(d_model=d)
         self.dropout = nn.Dropout(dropout)
-        self.transformer = nn.Transformer(
-            d,
-            SIZES["n_heads"],
-            SIZES["n_encoder_layers"],
-            SIZES["n_decoder_layers"],
-            SIZES["d_ff"],
-            dropout,
-            batch_first=True,
-            norm_first=True,
-        )
+        with warnings.catch_warnings():  # pre-LN turns torch's nested-tensor path off: said
+            warnings.filterwarnings("ignore", message="enable_nested_tensor is True")  # each run
+            self.transformer = nn.Transformer(
+                d,
+                SIZES["n_heads"],
+                SIZES["n_encoder_layers"],
+                SIZES["n_decoder_layers"],
+                SIZES["d_ff"],
+                dropout,
+                batch_first=True,
+                norm_first=True,
+            )
         self.output = nn.Linear(d, SIZES["vocab_size"], bias=False)
         self.output.weight = self.embed.weight
 
@@ -991,6 +994,14 @@ def parse_mkl_code_path(verbose: str) -> str | None:
     return None
 
 
+def clock_time(text: str) -> str:
+    """argparse ``type=`` of --budget-time: Lightning's DD:HH:MM:SS (checked here, before the
+    sections run, rather than by the training it starts)."""
+    if not re.fullmatch(r"\d+:\d{2}:\d{2}:\d{2}", text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not DD:HH:MM:SS, e.g. 00:00:20:00")
+    return text
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -1016,30 +1027,36 @@ def main() -> None:
     )
     parser.add_argument(
         "--peak-tflops",
-        type=float,
+        type=positive_float,
         help="train section: the FLOP/s (in TFLOP/s) that MFU is measured against (default: "
         "the card's bf16 peak on a known GPU, else a matmul peak measured here)",
     )
     parser.add_argument(
         "--max-tokens",
-        type=int,
+        type=positive_int,
         default=2048,
         help="token budget per training batch (--config long: 2048; the default config: 1024)",
     )
     parser.add_argument(
-        "--train-examples", type=int, default=3000, help="synthetic sentence pairs to batch"
+        "--train-examples",
+        type=positive_int,
+        default=3000,
+        help="synthetic sentence pairs to batch",
     )
     parser.add_argument(
-        "--train-steps", type=int, default=20, help="timed steps per contender and precision"
+        "--train-steps",
+        type=positive_int,
+        default=20,
+        help="timed steps per contender and precision",
     )
     parser.add_argument(
         "--score-batches",
-        type=int,
+        type=positive_int,
         default=8,
         help="scores section: distinct batches, each run once per contender before timing",
     )
     parser.add_argument(
-        "--repeats", type=int, default=5, help="timed calls per attention measurement"
+        "--repeats", type=positive_int, default=5, help="timed calls per attention measurement"
     )
     parser.add_argument(
         "--checkpoint",
@@ -1052,18 +1069,18 @@ def main() -> None:
     )
     parser.add_argument("--src-lang", default="de")
     parser.add_argument("--tgt-lang", default="en")
-    parser.add_argument("--decode-sentences", type=int, default=128)
-    parser.add_argument("--decode-batch", type=int, default=64)
-    parser.add_argument("--beam", type=int, default=5)
+    parser.add_argument("--decode-sentences", type=positive_int, default=128)
+    parser.add_argument("--decode-batch", type=positive_int, default=64)
+    parser.add_argument("--beam", type=positive_int, default=5)
     parser.add_argument(
         "--ct2-threads",
-        type=int,
+        type=positive_int,
         default=2,
         help="ct2 section: threads of both runtimes (torch, CTranslate2 intra_threads)",
     )
     parser.add_argument(
         "--data-pairs",
-        type=int,
+        type=positive_int,
         nargs="+",
         default=[30_000, 300_000, 1_000_000],
         help="data section: training pairs of each synthetic corpus",
@@ -1079,6 +1096,7 @@ def main() -> None:
     )
     parser.add_argument(
         "--budget-time",
+        type=clock_time,
         default="00:00:20:00",
         help="budget section: its --trainer.max_time, DD:HH:MM:SS (default: the default's 20 min)",
     )

@@ -17,6 +17,29 @@ benchmark = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(benchmark)
 
 
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--max-tokens", "-5"], "argument --max-tokens: must be at least 1, got -5"),
+        (["--train-steps", "0"], "argument --train-steps: must be at least 1, got 0"),
+        (["--decode-batch", "0"], "argument --decode-batch: must be at least 1, got 0"),
+        (["--peak-tflops", "-1"], "argument --peak-tflops: must be above 0, got -1"),
+        (["--budget-time", "banana"], "argument --budget-time: 'banana' is not DD:HH:MM:SS"),
+    ],
+)
+def test_numbers_no_section_can_use_are_refused_before_any_runs(
+    args: list[str], message: str, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """Was: a traceback (a ZeroDivisionError, a ValueError from the batcher) after the
+    section's header, or a negative MFU printed as a result."""
+    monkeypatch.setattr("sys.argv", ["benchmark.py", "--smoke", *args])
+    with pytest.raises(SystemExit) as exit_info:
+        benchmark.main()
+    assert exit_info.value.code == 2
+    out, err = capsys.readouterr()
+    assert out == "" and message in err
+
+
 def test_budget_split_counts_each_second_once() -> None:
     actions = {
         "Total": 100.0,

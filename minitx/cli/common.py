@@ -112,6 +112,17 @@ def finite_float(text: str) -> float:
     return value
 
 
+def positive_int(text: str) -> int:
+    """argparse ``type=``: a whole number of at least 1 (a count, a size)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {text}")
+    return value
+
+
 def positive_float(text: str) -> float:
     """argparse ``type=``: a finite float (`finite_float`) above 0."""
     value = finite_float(text)
