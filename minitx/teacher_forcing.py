@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
+from minitx.errors import check_whole_number
 from minitx.kv_cache import check_one_row_each
 from minitx.model import Transformer
 from minitx.model_outputs import TransformerOutput
@@ -30,8 +31,7 @@ encoder keeps its fused path, so its output is the one decoding sees) or every m
 def length_batches(ids: Sequence[Sequence[int]], batch_size: int) -> list[list[int]]:
     """Indices of the non-empty sequences, sorted by length (shortest first), cut into batches
     of `batch_size`: little padding per batch. Empty sequences are left out."""
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    check_whole_number("batch_size", batch_size, 1)  # 2.5 or None failed inside range()
     order = sorted((i for i, seq in enumerate(ids) if seq), key=lambda i: len(ids[i]))
     return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
 

@@ -368,7 +368,9 @@ class Translator:
             first_line: the line number of the first sentence, for warnings.
             progress: called with the number of sentences finished, after each batch.
             **changes: `DecodingConfig` fields to override, e.g. `beam_size=5, n_best=3`,
-                or `strategy="sample", n_best=4, top_p=0.9, seed=1` for four samples.
+                or `strategy="sample", n_best=4, top_p=0.9, seed=1` for four samples. A
+                `beam_size` without a `strategy` also picks the strategy, greedy for 1 and
+                beam search above, whatever `decoding`'s (`DecodingConfig.with_changes`).
 
         An empty (or whitespace-only) sentence gets `[("", 0.0)]`.
         """

@@ -537,8 +537,8 @@ def test_characters_outside_the_vocabulary_are_named_not_silently_unk(
 
 
 def test_one_string_or_no_batch_is_a_clear_error(translator: Translator) -> None:
-    """A string is not a list of sentences (each character would be translated), and a batch
-    of no sentences cannot be."""
+    """A string is not a list of sentences (each character would be translated), a batch of
+    no sentences (or 2.5) cannot be, and a misspelt setting is named with the fields."""
     for call in (
         lambda: translator.translate("Ein Hund rennt."),
         lambda: translator.translate_n_best("Ein Hund rennt."),
@@ -546,8 +546,11 @@ def test_one_string_or_no_batch_is_a_clear_error(translator: Translator) -> None
     ):
         with pytest.raises(TypeError, match="give a list of sentences"):
             call()
-    with pytest.raises(ValueError, match="batch_size must be >= 1, got 0"):
-        translator.translate(SENTENCES[:1], batch_size=0)
+    for size in (0, 2.5, None):  # the last two failed inside range() or a comparison
+        with pytest.raises(ValueError, match=f"batch_size must be a whole number >= 1, got {size}"):
+            translator.translate(SENTENCES[:1], batch_size=size)
+    with pytest.raises(ValueError, match=r"DecodingConfig: unknown keys \['beamsize'\]; known"):
+        translator.translate(SENTENCES[:1], beamsize=3)  # was Python's "unexpected keyword"
 
 
 # ----------------------------------------------------------------------------- sampling

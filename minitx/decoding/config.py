@@ -245,7 +245,9 @@ class DecodingConfig:
         return decoding.with_changes(**changes)
 
     def replace(self, **changes: Any) -> DecodingConfig:
-        """A copy with some fields changed (validated again)."""
+        """A copy with some fields changed (validated again); a name that is no field is a
+        `ConfigError` listing the fields (``beamsize=3``)."""
+        check_known_keys("DecodingConfig", changes, (f.name for f in fields(self)))
         return replace(self, **changes)
 
     def describe(self) -> str:
