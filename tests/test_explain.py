@@ -90,4 +90,4 @@ def test_command_checks_sentences(capsys: pytest.CaptureFixture) -> None:
     from minitx.extras.experiments.command import main
 
     assert main(["explain", "--sentences", "0"]) == 2
-    assert "--sentences must be positive" in capsys.readouterr().err
+    assert "--sentences must be at least 1, got 0" in capsys.readouterr().err
