@@ -14,8 +14,10 @@ from __future__ import annotations
 import importlib
 import operator
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from numbers import Real
 from types import ModuleType
+from typing import Any
 
 DEBUG_ENV = "MINITX_DEBUG"
 """Set it (to anything but "" or "0") to see tracebacks behind one-line errors."""
@@ -112,6 +114,27 @@ def check_whole_number(name: str, value: object, minimum: int | None = None) -> 
     if not is_whole_number(value) or (minimum is not None and operator.index(value) < minimum):
         at_least = f" >= {minimum}" if minimum is not None else ""
         raise ConfigError(f"{name} must be a whole number{at_least}, got {value!r}")
+
+
+VALUE_KINDS: dict[str, tuple[Callable[[Any], bool], Callable[[Any], Any], str]] = {
+    "int": (is_whole_number, operator.index, "a whole number"),
+    "float": (lambda v: isinstance(v, Real) and not isinstance(v, bool), float, "a number"),
+    "str": (lambda v: isinstance(v, str), str, "a name"),
+    "bool": (lambda v: isinstance(v, bool), bool, "true or false"),
+}
+"""What a config field annotated with each type name asks of its value (numpy's numbers, and
+for whole numbers anything with ``__index__``, included), how it is stored as Python's type,
+and the message's words for it."""
+
+
+def plain_value(owner: str, name: str, value: Any, kind: str) -> Any:
+    """`value` as the plain Python type of `kind` (a `VALUE_KINDS` key), or a `ConfigError`
+    naming `owner.name`. A numpy number is accepted but not kept: configs go into checkpoints,
+    and torch's ``weights_only`` load refuses numpy scalars."""
+    accepts, plain, what = VALUE_KINDS[kind]
+    if not accepts(value):
+        raise ConfigError(f"{owner}.{name} must be {what}, got {value!r}")
+    return plain(value)
 
 
 def require_extra(module: str, extra: str, feature: str) -> ModuleType:

@@ -9,15 +9,14 @@ accepts their names.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import fields
-from numbers import Integral, Real
 from typing import Any
 
 import minitx.scores  # noqa: F401  (registers "dot", "additive" and "bilinear" in SCORES)
 from minitx.activations import ACTIVATIONS
 from minitx.attention import SCORES
-from minitx.errors import ConfigError, check_known_keys
+from minitx.errors import ConfigError, check_known_keys, plain_value
 from minitx.positional import POSITIONAL_ENCODINGS
 from minitx.vocab import BOS_ID, EOS_ID, PAD_ID
 
@@ -50,26 +49,6 @@ def _heads_hint(d_model: int, n_heads: int) -> str:
     below, above = (d_model // step) * step, (d_model // step + 1) * step
     widths = [w for w in (below, above) if w > 0]
     return f"choose n_heads from {sorted(nearest)} or d_model from {widths}"
-
-
-VALUE_KINDS: dict[str, tuple[type, Callable[[Any], Any], str]] = {
-    "int": (Integral, int, "a whole number"),
-    "float": (Real, float, "a number"),
-    "str": (str, str, "a name"),
-    "bool": (bool, bool, "true or false"),
-}
-"""What a config field annotated with each type name asks of its value (numpy's numbers
-included), the Python type it is stored as, and the message's words for it."""
-
-
-def plain_value(owner: str, name: str, value: Any, kind: str) -> Any:
-    """`value` as the plain Python type of `kind` (a `VALUE_KINDS` key), or a `ConfigError`
-    naming `owner.name`. A numpy number is accepted but not kept: configs go into checkpoints,
-    and torch's ``weights_only`` load refuses numpy scalars."""
-    types, plain, what = VALUE_KINDS[kind]
-    if isinstance(value, bool) != (types is bool) or not isinstance(value, types):
-        raise ConfigError(f"{owner}.{name} must be {what}, got {value!r}")
-    return plain(value)
 
 
 def check_transformer_config(c: Any) -> None:

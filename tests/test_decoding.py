@@ -402,11 +402,13 @@ def test_decoding_settings_of_the_wrong_type_or_not_finite_are_refused(setting, 
 
 
 def test_decoding_settings_take_numpy_numbers_as_a_transformer_config_does():
-    """One notion of a whole number for both configs (`plain_value`): numpy's were refused here
-    and taken by `TransformerConfig`; they are stored as Python's."""
+    """One notion of a whole number for both configs and every count (`errors.plain_value`):
+    numpy's were refused here and taken by `TransformerConfig`; they are stored as Python's."""
     config = DecodingConfig(beam_size=np.int64(4), alpha=np.float32(0.5), n_best=np.int32(3))
     assert config == DecodingConfig(beam_size=4, alpha=0.5, n_best=3)
     assert [type(v) for v in (config.beam_size, config.alpha, config.n_best)] == [int, float, int]
+    # and what every count of minitx takes (errors.is_whole_number): a 0-d integer tensor
+    assert DecodingConfig(beam_size=torch.tensor(4)) == DecodingConfig(beam_size=4)
 
 
 def test_a_beam_size_alone_means_greedy_for_one_and_beam_search_above():

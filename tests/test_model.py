@@ -14,8 +14,8 @@ import torch
 from torch import nn
 
 from minitx.attention import MultiHeadAttention, causal_mask
+from minitx.errors import VALUE_KINDS
 from minitx.model import Transformer, TransformerConfig
-from minitx.model_config import VALUE_KINDS
 from minitx.packing import on_rows, real_rows
 from minitx.teacher_forcing import teacher_forced
 from minitx.vocab import BOS_ID, EOS_ID, PAD_ID

@@ -13,8 +13,7 @@ from collections.abc import Callable
 from dataclasses import MISSING, dataclass, fields, replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from minitx.errors import ConfigError, check_known_keys
-from minitx.model_config import plain_value
+from minitx.errors import ConfigError, check_known_keys, plain_value
 from minitx.registry import Registry
 
 if TYPE_CHECKING:
