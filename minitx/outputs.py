@@ -25,15 +25,19 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import io
 import itertools
 import json
 import logging
 import os
 import shutil
+import stat
+import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import TextIO
 
 from minitx.errors import OutputError
 
@@ -154,6 +158,21 @@ def _marker(directory: Path) -> dict:
     return record if isinstance(record, dict) else {}
 
 
+def is_standard_output(path: str | Path, stream: TextIO | None = None) -> bool:
+    """Whether `path` is the regular file this process's standard output (or `stream`)
+    already writes to (``/dev/stdout``, where the shell redirected it to a file): a command
+    writes there through the stream, as for ``-``; replaced by a rename, a ``>> log`` would
+    lose the log. A terminal or a pipe is no such file (it is written in place anyway)."""
+    try:
+        ours = os.fstat((stream or sys.stdout).fileno())
+        theirs = os.stat(path)
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        return False  # no such file, or a stream without a file (captured)
+    # st_ino 0: no inode numbers (Windows' consoles and NUL), so nothing to compare
+    regular = stat.S_ISREG(ours.st_mode) and ours.st_ino != 0
+    return regular and (ours.st_dev, ours.st_ino) == (theirs.st_dev, theirs.st_ino)
+
+
 def check_output_file(
     out: str | os.PathLike[str],
     *,
@@ -182,10 +201,16 @@ def check_output_file(
             out.exists() and source.exists() and os.path.samefile(out, source)
         ):
             raise OutputError(f"{flag} {out} is also an input; write to another file")
+    for name, stream in (("standard output", sys.stdout), ("standard error", sys.stderr)):
+        if is_standard_output(out, stream):  # the rename would replace the shell's file whole
+            raise OutputError(
+                f"{flag} {out} is the file this command's {name} goes to; write to a file of "
+                "its own"
+            )
     if text and out.is_file() and _holds_binary(out):
         raise OutputError(
-            f"{flag} {out} holds binary data (a checkpoint or model weights?), which a text "
-            "output never replaces; choose another name or move the file away"
+            f"{flag} {out} holds binary (or UTF-16) data, a checkpoint or model weights, say, "
+            "which a text output never replaces; choose another name or move the file away"
         )
     if out.is_file() or not out.exists():  # a device or a pipe is written in place
         # the file is written beside its target and renamed: try that directory now, not

@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import io
 import os
 import shutil
 import socket
 import stat
-import sys
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -189,17 +187,6 @@ def no_room_error(path: Path, exc: OSError, size_hint: int | None = None) -> Out
         f"cannot write {path}: {exc.strerror or exc} ({need}{room}); the previous file, if any, "
         "is unchanged: free some space there or write somewhere else"
     )
-
-
-def is_standard_output(path: str | Path) -> bool:
-    """Whether `path` is the file this process's standard output already writes to
-    (``/dev/stdout``, say, where the shell redirected it to a file): a command writes there
-    through the stream, as for ``-``. Replaced by a rename, a ``>> log`` would lose the log."""
-    try:
-        ours, theirs = os.fstat(sys.stdout.fileno()), os.stat(path)
-    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
-        return False  # no such file, or a standard output without a file (captured)
-    return (ours.st_dev, ours.st_ino) == (theirs.st_dev, theirs.st_ino)
 
 
 @contextlib.contextmanager

@@ -219,7 +219,8 @@ def test_output_to_dev_stdout_appended_to_a_log_keeps_the_log(
 ) -> None:
     """``... --output /dev/stdout >> log``: /dev/stdout is then the log file itself, which the
     rename of a finished output replaced whole, losing the log. It is written through the
-    stream, as ``-``; so is evaluate's ``--json /dev/stdout``."""
+    stream, as ``-``; so is evaluate's ``--json /dev/stdout``; its ``--hyp-out /dev/stdout``
+    is refused."""
     log = tmp_path / "log.txt"
     log.write_text("earlier line\n")
     sentence = TOY_TEST_SOURCES[0]
@@ -248,6 +249,19 @@ def test_output_to_dev_stdout_appended_to_a_log_keeps_the_log(
     assert proc.returncode == 0, proc.stderr.decode()
     earlier, report = log.read_text().split("\n", 2)[:2], log.read_text().split("\n", 2)[2]
     assert earlier == ["earlier line", expected] and json.loads(report)["results"]
+    # a file that has no stream form (hypotheses) is refused there, not renamed over the log
+    before = log.read_text()
+    evaluate[-4:] = ["--hyp-out", "/dev/stdout"]
+    with log.open("ab") as appended:
+        proc = subprocess.run(
+            [PYTHON, "-m", "minitx.cli.evaluate", *evaluate],
+            stdout=appended,
+            stderr=subprocess.PIPE,
+            env=subprocess_env(),
+            timeout=180,
+        )
+    assert proc.returncode == 2 and b"is the file this command's standard output" in proc.stderr
+    assert log.read_text() == before
 
 
 def test_translate_stdin_in_process(

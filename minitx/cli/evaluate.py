@@ -32,8 +32,8 @@ from minitx.cli.common import (
     run_cli,
     sentence_progress,
 )
-from minitx.outputs import check_output_file, files_read_from
-from minitx.textio import is_standard_output, write_text_atomic
+from minitx.outputs import check_output_file, files_read_from, is_standard_output
+from minitx.textio import write_text_atomic
 
 if TYPE_CHECKING:  # the inference stack (torch, sacreBLEU) loads lazily: --help stays fast
     from minitx.evaluation import Split

@@ -33,13 +33,12 @@ from minitx.cli.common import (
     run_cli,
     sentence_progress,
 )
-from minitx.outputs import check_output_file, files_read_from
+from minitx.outputs import check_output_file, files_read_from, is_standard_output
 from minitx.textio import (
     atomic_output,
     check_line_ends,
     check_utf8_arguments,
     decode_utf8,
-    is_standard_output,
 )
 
 if TYPE_CHECKING:  # the inference stack loads lazily (in `run`), so --help stays fast
