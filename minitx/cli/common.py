@@ -151,8 +151,7 @@ def path_or_stream(text: str) -> Path | None:
 
 
 class _EachOnce(logging.Filter):
-    """Let a message through once: ``minitx-evaluate --beam 1 5`` reads its sources once per
-    beam size, and said the same cut or unknown characters each time."""
+    """Let a message through once (`each_warning_once`)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -165,19 +164,30 @@ class _EachOnce(logging.Filter):
         return new
 
 
-_EACH_ONCE = _EachOnce()
+@contextlib.contextmanager
+def each_warning_once() -> Iterator[None]:
+    """Within the block, minitx's warnings on standard error say each message once:
+    ``minitx-evaluate --beam 1 5`` reads its sources once per beam size, and said the same cut
+    or unknown characters each time. (Not for a whole command: a server's or a training's
+    warning that comes again is news.)"""
+    once = _EachOnce()
+    handlers = logging.getLogger("minitx").handlers
+    for handler in handlers:
+        handler.addFilter(once)
+    try:
+        yield
+    finally:
+        for handler in handlers:
+            handler.removeFilter(once)
 
 
 def show_library_warnings() -> None:
-    """Print minitx's warnings (e.g. skipped lines) on standard error (the handler is added
-    once per process), each message once from this call on: once per command."""
+    """Print minitx's warnings (e.g. skipped lines) on standard error, once per process."""
     log = logging.getLogger("minitx")
     if not log.handlers:
         handler = _CurrentStderr()
         handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
-        handler.addFilter(_EACH_ONCE)
         log.addHandler(handler)
-    _EACH_ONCE.seen.clear()
     if log.level == logging.NOTSET:
         log.setLevel(logging.WARNING)
 

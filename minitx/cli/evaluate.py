@@ -26,6 +26,7 @@ from minitx.cli.common import (
     beam_of,
     check_decoding_args,
     describe_attention,
+    each_warning_once,
     hub_verbosity,
     load_translator,
     path_or_stream,
@@ -253,37 +254,38 @@ def run(args: argparse.Namespace) -> int:
 
     summary_out = sys.stderr if json_to_stdout else sys.stdout
     results = []
-    for beam, decoding in args.decodings.items():  # each beam size once, in the order given
-        label = ", ".join(filter(None, [decoding.describe(), describe_attention(args)]))
-        with sentence_progress(len(data.sources), label) as progress:
-            result = evaluate(
-                translator,
-                data.sources,
-                data.references,
-                decoding,
-                batch_size=args.batch_size,
-                progress=progress,
+    with each_warning_once():  # the sources are read once per beam size
+        for beam, decoding in args.decodings.items():  # in the order given
+            label = ", ".join(filter(None, [decoding.describe(), describe_attention(args)]))
+            with sentence_progress(len(data.sources), label) as progress:
+                result = evaluate(
+                    translator,
+                    data.sources,
+                    data.references,
+                    decoding,
+                    batch_size=args.batch_size,
+                    progress=progress,
+                )
+            result.decoding = label  # e.g. "greedy, hard-argmax cross-attention"
+            path = hypothesis_path(args, beam, pair)
+            try:
+                write_text_atomic(path, aligned_lines(data, result.hypotheses))
+            except OSError as exc:
+                raise UsageError(
+                    f"cannot write the hypotheses to {path}: {exc.strerror or exc}"
+                ) from None
+            # starts with the decoding, e.g. "greedy: BLEU"; on stderr when stdout carries the JSON
+            print(result.summary(), file=summary_out, flush=True)
+            print(f"  {result.details()}", file=summary_out, flush=True)
+            print(f"hypotheses written to {path}", file=sys.stderr)
+            results.append(
+                {
+                    "beam": beam_of(args, beam),
+                    "alpha": args.alpha,
+                    **result.as_dict(),
+                    "hypotheses_file": str(path),
+                }
             )
-        result.decoding = label  # e.g. "greedy, hard-argmax cross-attention"
-        path = hypothesis_path(args, beam, pair)
-        try:
-            write_text_atomic(path, aligned_lines(data, result.hypotheses))
-        except OSError as exc:
-            raise UsageError(
-                f"cannot write the hypotheses to {path}: {exc.strerror or exc}"
-            ) from None
-        # starts with the decoding, e.g. "greedy: BLEU"; on stderr when stdout carries the JSON
-        print(result.summary(), file=summary_out, flush=True)
-        print(f"  {result.details()}", file=summary_out, flush=True)
-        print(f"hypotheses written to {path}", file=sys.stderr)
-        results.append(
-            {
-                "beam": beam_of(args, beam),
-                "alpha": args.alpha,
-                **result.as_dict(),
-                "hypotheses_file": str(path),
-            }
-        )
 
     if args.json is not None:
         report = {
