@@ -198,8 +198,11 @@ def _seed(checkpoint: Mapping[str, Any]) -> str | None:
     """The `seed_everything` of the run that wrote `checkpoint`, as its training config (YAML
     text) spells it, or None when it carries none."""
     text = checkpoint[CHECKPOINT_KEY].get("train_config")
-    # a top-level key is a line of its own: no YAML parser needed (none is a dependency here)
-    found = re.search(r"^seed_everything: *(\S+)", text, re.M) if isinstance(text, str) else None
+    # a top-level key is a line of its own (the import contracts keep YAML out of here); a
+    # seed of null or false (none set) is no seed to compare
+    found = (
+        re.search(r"^seed_everything: *(-?\d+) *$", text, re.M) if isinstance(text, str) else None
+    )
     return found.group(1) if found else None
 
 

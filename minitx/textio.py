@@ -47,15 +47,15 @@ def decode_utf8(raw: bytes, name: str, *, first_line: int = 1) -> str:
 
 
 def check_line_ends(first_line: bytes, name: str, fix: str) -> None:
-    """Refuse text whose first line (its bytes up to the first ``\n``, or all of them when
-    there is none) holds a carriage return before its end: line ends that are ``\r`` only (an
-    old Mac format), which would make the whole text one sentence. `fix` is the command that
-    converts it (``tr '\r' '\n' < FILE``).
+    """Refuse text whose start `first_line` (its bytes up to and with the first newline, or
+    all of them) holds no newline but a carriage return before its end: line ends that are
+    carriage returns only (an old Mac format) would make the whole text one sentence. `fix`
+    is the command that converts it (``tr '\\r' '\\n' < FILE``).
 
     Raises:
         DataError: naming `name` and the fix.
     """
-    if b"\r" in first_line.rstrip(b"\r"):
+    if b"\n" not in first_line and b"\r" in first_line.rstrip(b"\r"):
         raise DataError(
             f"{name}: no \\n in the text, but carriage returns (\\r): its line ends are \\r "
             f"only (an old Mac format); convert them to \\n, e.g. {fix}"

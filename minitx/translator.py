@@ -87,13 +87,13 @@ def encode_sources(
             ids[i] = ids[i][:limit]
     unknown = [i for i, seq in enumerate(ids) if UNK_ID in seq]
     if unknown:
-        lacking = (ch for i in unknown for ch in tokenizer.unknown_characters(texts[i]))
+        lacking = tokenizer.unknown_characters("".join(texts[i] for i in unknown))  # each once
         logger.warning(
             "%d of %d sentences hold characters the model's vocabulary lacks, read as %s: %s (%s)",
             len(unknown),
             len(ids),
             UNK_PIECE,
-            quote_characters(list(dict.fromkeys(lacking))),
+            quote_characters(lacking),
             quote_lines([i + first_line for i in unknown]),
         )
     return ids

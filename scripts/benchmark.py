@@ -1121,7 +1121,7 @@ def main() -> None:
     check_device(parser, args)  # a device torch does not know, or CUDA on a machine without
     on_gpu = torch.device(args.device).type == "cuda"
     if on_gpu and set(args.sections) - {"train", "decode"}:
-        parser.error(f"--device {args.device} runs the train and decode sections only")
+        parser.error(f"--device {args.device!r} runs the train and decode sections only")
     if args.smoke:
         SIZES.update(SMOKE_SIZES)
         args.data_pairs = sorted({min(n, SMOKE_DATA_PAIRS) for n in args.data_pairs})

@@ -156,10 +156,17 @@ def test_averaging_runs_of_other_seeds_is_named_in_a_warning(
             "seed_everything: 0\n", "seed_everything: 7\n"
         )
 
+    def unseeded(checkpoint: dict) -> None:  # seed_everything: null, no seed set
+        payload = checkpoint[CHECKPOINT_KEY]
+        payload["train_config"] = payload["train_config"].replace(
+            "seed_everything: 0\n", "seed_everything: null\n"
+        )
+
     same = modified_copy(tiny_checkpoint, tmp_path / "same.ckpt", perturbed)
     other = modified_copy(tiny_checkpoint, tmp_path / "other.ckpt", reseeded)
+    none = modified_copy(tiny_checkpoint, tmp_path / "none.ckpt", unseeded)
     with caplog.at_level("WARNING", logger="minitx.averaging"):
-        average_checkpoints([tiny_checkpoint, same])
+        average_checkpoints([tiny_checkpoint, same, none])  # null is no seed to compare
         assert caplog.text == ""
         average_checkpoints([tiny_checkpoint, same, other])
     assert f"other seeds (0 in {tiny_checkpoint}, 7 in {other})" in caplog.text

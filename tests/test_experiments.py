@@ -302,7 +302,7 @@ def test_runner_on_the_toy_corpus(
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert sorted(p.name for p in (out / "runs").iterdir()) == runs
     assert log.stat().st_mtime == mtime and "training" not in proc.stdout
-    assert "[heads] 4-heads: the finished run " in proc.stdout  # said, not silent
+    assert "[heads] 4-heads: reuses the finished run " in proc.stdout  # said, not silent
     heads = json.loads((out / "heads" / "results.json").read_text())["variants"][0]
     assert heads["name"] == "4-heads" and heads["command"] == variants["sinusoidal"]["command"]
 

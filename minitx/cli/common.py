@@ -559,8 +559,8 @@ def check_decoding_args(
 ) -> None:
     """Reject impossible decoding and device options (argparse exits with status 2), then
     build the `DecodingConfig` the options ask for, once: ``args.decoding`` (a single
-    ``--beam``) or ``args.decodings`` (``--beam`` value -> its config, each value once, in the
-    order given, when several are allowed). The commands decode with these.
+    ``--beam``) or ``args.decodings`` (``--beam`` value -> its config, in the order given,
+    when several are allowed; a value given twice is refused). The commands decode with these.
 
     Args:
         parser: the command's parser (its `error` reports).

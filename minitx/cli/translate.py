@@ -230,8 +230,7 @@ def read_input_file(path: Path) -> list[str]:
         raise UsageError(f"input file not found: {path}") from None
     except OSError as exc:
         raise UsageError(f"cannot read input file {path}: {exc.strerror or exc}") from None
-    if b"\n" not in data:
-        check_line_ends(data, str(path), f"tr '\\r' '\\n' < {path} > fixed")
+    check_line_ends(data, str(path), f"tr '\\r' '\\n' < {path} > fixed")
     lines = decode_utf8(data, str(path)).split("\n")
     if lines[-1] == "":
         lines.pop()
@@ -304,7 +303,7 @@ def stdin_chunks(size: int) -> Iterator[list[str]]:
         binary = io.BytesIO(stream.read().encode("utf-8", "surrogateescape"))
     first_line = 1
     for chunk in _line_chunks(binary, size):
-        if first_line == 1 and not chunk[0].endswith(b"\n"):  # the whole text is one line
+        if first_line == 1:
             check_line_ends(chunk[0], "<stdin>", "pipe the text through tr '\\r' '\\n'")
         chunk = [line.removesuffix(b"\n") for line in chunk]
         text = decode_utf8(b"\n".join(chunk), "<stdin>", first_line=first_line)

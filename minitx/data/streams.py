@@ -128,7 +128,7 @@ def iter_lines(path: Path) -> Iterator[str]:
             # binary readlines splits on b"\n" only; whole lines of about _READ_BYTES at a time
             while block := file.readlines(_READ_BYTES):
                 first = block[0]  # a whole file in one "line", \r inside: \r-only line ends
-                if line_number == 1 and not first.endswith(b"\n"):
+                if line_number == 1:
                     fix = (
                         f"gzip -dc {path} | tr '\\r' '\\n' | gzip > fixed.gz"
                         if path.suffix == ".gz"

@@ -228,7 +228,7 @@ def train_variant(settings: Settings, experiment: Experiment, variant: Variant) 
         if result["status"] != "ok":  # a result, in the table; said here too, not only there
             print(f"[{experiment.name}] {variant.name}: {result['status']}", flush=True)
     else:  # an earlier call's (an interrupted `all` goes on here), or another variant's
-        print(f"[{experiment.name}] {variant.name}: the finished run {family} again", flush=True)
+        print(f"[{experiment.name}] {variant.name}: reuses the finished run {family}", flush=True)
     # the figures are always read from the run's own CSV (a reused run gets the current form)
     result.update(summarise_metrics(read_metrics(family / result["run_dir"])))
     if trained:
