@@ -89,9 +89,11 @@ from minitx.attention import padding_mask, scaled_dot_product_attention
 from minitx.cli.common import check_device, positive_float, positive_int, report_user_error
 from minitx.data import TokenBucketBatchSampler, collate
 from minitx.decoding import DecodingConfig, beam_search, greedy_decode
+from minitx.errors import ConfigError
 from minitx.flops import training_flops
 from minitx.model import SinusoidalPositionalEncoding, Transformer, TransformerConfig
 from minitx.training import TranslationModule
+from minitx.training.cadence import duration
 from minitx.training.precision import cpu_has_fast_bf16
 
 GPU_BF16_PEAK_TFLOPS = {  # dense bf16 tensor-core peaks from NVIDIA's data sheets
@@ -995,10 +997,14 @@ def parse_mkl_code_path(verbose: str) -> str | None:
 
 
 def clock_time(text: str) -> str:
-    """argparse ``type=`` of --budget-time: Lightning's DD:HH:MM:SS (checked here, before the
-    sections run, rather than by the training it starts)."""
-    if not re.fullmatch(r"\d+:\d{2}:\d{2}:\d{2}", text):
-        raise argparse.ArgumentTypeError(f"{text!r} is not DD:HH:MM:SS, e.g. 00:00:20:00")
+    """argparse ``type=`` of --budget-time: a ``trainer.max_time`` above zero, read as the
+    training reads it (`duration`), here before any section runs."""
+    try:
+        seconds = duration(text).total_seconds()
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"must be above 0, got {text}")
     return text
 
 

@@ -24,7 +24,8 @@ spec.loader.exec_module(benchmark)
         (["--train-steps", "0"], "argument --train-steps: must be at least 1, got 0"),
         (["--decode-batch", "0"], "argument --decode-batch: must be at least 1, got 0"),
         (["--peak-tflops", "-1"], "argument --peak-tflops: must be above 0, got -1"),
-        (["--budget-time", "banana"], "argument --budget-time: 'banana' is not DD:HH:MM:SS"),
+        (["--budget-time", "banana"], "argument --budget-time: trainer.max_time='banana': not"),
+        (["--budget-time", "00:00:00:00"], "argument --budget-time: must be above 0"),
     ],
 )
 def test_numbers_no_section_can_use_are_refused_before_any_runs(

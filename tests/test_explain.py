@@ -89,5 +89,7 @@ def test_the_command_writes_tables_and_figures(tiny_checkpoint: Path, tmp_path: 
 def test_command_checks_sentences(capsys: pytest.CaptureFixture) -> None:
     from minitx.extras.experiments.command import main
 
-    assert main(["explain", "--sentences", "0"]) == 2
-    assert "--sentences must be at least 1, got 0" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:  # refused by the parser, as argparse does
+        main(["explain", "--sentences", "0"])
+    assert exit_info.value.code == 2
+    assert "argument --sentences: must be at least 1, got 0" in capsys.readouterr().err

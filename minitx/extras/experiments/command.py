@@ -30,6 +30,7 @@ from minitx.cli.common import (
     UsageError,
     checkpoint_path,
     positive_float,
+    positive_int,
     run_cli,
 )
 
@@ -56,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
         f"(default: {defaults.budget_minutes:g})",
     )  # fmt: skip
     parser.add_argument(
-        "--steps", dest="max_steps", type=int, metavar="N",
+        "--steps", dest="max_steps", type=positive_int, metavar="N",
         help="train each variant for N optimizer steps instead of --budget minutes (the same "
         "work on any machine)",
     )  # fmt: skip
@@ -75,11 +76,11 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     parser.add_argument("--variants", nargs="+", metavar="VARIANT", help="run only these variants")
     parser.add_argument(
-        "--val-every", type=int, default=defaults.val_every, metavar="STEPS",
+        "--val-every", type=positive_int, default=defaults.val_every, metavar="STEPS",
         help=f"validate every this many training steps (default: {defaults.val_every})",
     )  # fmt: skip
     parser.add_argument(
-        "--probe-pairs", type=int, default=defaults.probe_pairs, metavar="N",
+        "--probe-pairs", type=positive_int, default=defaults.probe_pairs, metavar="N",
         help=f"validation pairs read by the attention probes (default: {defaults.probe_pairs})",
     )  # fmt: skip
     parser.add_argument(
@@ -88,7 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
         "settings trained within --budget)",
     )  # fmt: skip
     parser.add_argument(
-        "--sentences", type=int, metavar="N",
+        "--sentences", type=positive_int, metavar="N",
         help="explain: read only the first N test sentences (default: all)",
     )  # fmt: skip
     parser.add_argument(
@@ -113,15 +114,6 @@ def run(args: argparse.Namespace) -> int:
                 f"--variants: {missing[0]!r} is no variant of {', '.join(names)}; "
                 f"choose from {', '.join(sorted(known))}"
             )
-    counts = {  # --budget: positive_float already
-        "--steps": args.max_steps,
-        "--val-every": args.val_every,
-        "--probe-pairs": args.probe_pairs,
-        "--sentences": args.sentences,
-    }
-    for flag, value in counts.items():
-        if value is not None and value < 1:
-            raise UsageError(f"{flag} must be at least 1, got {value}")
     bad = [o for o in args.overrides if "=" not in o]
     if bad:
         raise UsageError(f"--set {bad[0]!r}: write KEY=VALUE, e.g. trainer.max_epochs=2")
