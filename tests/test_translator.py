@@ -671,8 +671,11 @@ def test_evaluate_refuses_references_it_cannot_score_before_decoding(
     sentences failed inside sacreBLEU, after the decoding."""
     from minitx.evaluation import evaluate
 
+    def decoded(done: int) -> None:
+        raise AssertionError("decoded before the references were checked")
+
     with pytest.raises(error, match=message):
-        evaluate(translator, sources, references, beam_size=1)
+        evaluate(translator, sources, references, beam_size=1, progress=decoded)
     generated = evaluate(translator, (s for s in ["ein mann ."]), iter(["a man ."]), beam_size=1)
     assert generated.hypotheses == translator.translate(["ein mann ."], beam_size=1)
 
