@@ -66,12 +66,16 @@ def sentence_list(sentences: Iterable[str], what: str = "sentence") -> list[str]
     """`sentences` (any iterable: a generator is read whole) as a list of strings.
 
     Raises:
-        TypeError: when `sentences` is one string (its characters would be the sentences), or
-            holds something other than strings; `what` names them in the message.
+        TypeError: when `sentences` is one string (its characters would be the sentences), is
+            no iterable (None), or holds something other than strings; `what` names them in
+            the message.
     """
     if isinstance(sentences, str):  # iterating it would read each character as a sentence
         raise TypeError(f"give a list of {what}s, e.g. [{what}], not one string")
-    items = list(sentences)
+    try:
+        items = list(sentences)
+    except TypeError:  # None, a number: "'NoneType' object is not iterable" named nothing
+        raise TypeError(f"give a list of {what}s, not {type(sentences).__name__}") from None
     wrong = next((i for i, s in enumerate(items) if not isinstance(s, str)), None)
     if wrong is not None:
         item = items[wrong]

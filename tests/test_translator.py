@@ -543,6 +543,7 @@ def test_one_string_or_no_batch_is_a_clear_error(translator: Translator) -> None
         lambda: translator.translate("Ein Hund rennt."),
         lambda: translator.translate_n_best("Ein Hund rennt."),
         lambda: translator.align("Ein Hund rennt.", "A dog runs."),
+        lambda: translator.translate(None),  # was "'NoneType' object is not iterable"
     ):
         with pytest.raises(TypeError, match="give a list of sentences"):
             call()
