@@ -32,6 +32,7 @@ import contextlib
 import hashlib
 import json
 import logging
+import os
 import re
 import shutil
 from collections.abc import Mapping, Sequence
@@ -376,7 +377,12 @@ def load(source: str | Path, *, revision: str | None = None) -> Release:
         MissingFileError: no such file or directory, and not a repo id (a
             `FileNotFoundError`).
         CheckpointError: a damaged checkpoint or release, or a failed download.
+        TypeError: `source` is no path or name (None, say).
     """
+    if not isinstance(source, (str, os.PathLike)):  # else pathlib's "argument should be a str"
+        raise TypeError(
+            f"give a .ckpt path, a release directory or a hub repo id, not {type(source).__name__}"
+        )
     path = Path(source)
     if path.is_dir():
         return load_pretrained(path)
