@@ -64,6 +64,11 @@ def test_the_training_command_reports_them_the_same_way(
 def test_ctrl_c_is_status_130_and_says_so(capsys: pytest.CaptureFixture[str]) -> None:
     assert run_cli(_raise(KeyboardInterrupt()), object()) == 130
     assert capsys.readouterr().err == "\ninterrupted (Ctrl-C): stopped before the end\n"
+    # a command that goes on where it stopped says so (minitx-experiment)
+    assert run_cli(_raise(KeyboardInterrupt()), object(), resumes="; run it again") == 130
+    assert (
+        capsys.readouterr().err == "\ninterrupted (Ctrl-C): stopped before the end; run it again\n"
+    )
 
 
 @pytest.mark.parametrize("error", [ValueError("x"), KeyError("y"), RuntimeError("z")])

@@ -325,6 +325,7 @@ def run_cli(
     args: argparse.Namespace,
     *,
     handle_sigterm: bool = True,
+    resumes: str = "",
 ) -> int:
     """Call `run(args)`; a user error becomes ``error: ...`` and exit status 2 (see
     `user_error_message`; a full disk under standard output too), Ctrl-C exit status 130,
@@ -333,6 +334,8 @@ def run_cli(
 
     `handle_sigterm` False leaves SIGTERM to its default or to a library (the demo's server;
     the experiment runner, whose training children get the signal too and save first).
+    `resumes` ends the Ctrl-C line of a command that goes on from there when run again
+    (``"; run it again to go on"``).
     """
     work_begins()
     show_library_warnings()
@@ -346,7 +349,7 @@ def run_cli(
             print("\nterminated (SIGTERM): stopped before the end", file=sys.stderr)
             return EXIT_SIGTERM
         except KeyboardInterrupt:  # what was written stays: say that the rest was not done
-            print("\ninterrupted (Ctrl-C): stopped before the end", file=sys.stderr)
+            print(f"\ninterrupted (Ctrl-C): stopped before the end{resumes}", file=sys.stderr)
             return EXIT_SIGINT
         except BrokenPipeError:  # e.g. `... | head -1`: the reader has gone, nothing left to do
             return reader_gone()

@@ -154,7 +154,8 @@ def run(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the process exit status (0 ok, 2 usage error, 130 Ctrl-C)."""
     args = build_parser().parse_args(argv)
-    return run_cli(run, args, handle_sigterm=False)
+    again = "; the same command goes on from there (finished runs are reused)"
+    return run_cli(run, args, handle_sigterm=False, resumes=again)
 
 
 if __name__ == "__main__":
