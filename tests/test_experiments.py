@@ -368,6 +368,7 @@ def test_a_variant_that_fails_says_so_and_every_variant_failing_is_an_error(
         (["scores", "--budget", "0"], "must be above 0"),
         (["scores", "--steps", "0"], "argument --steps: must be at least 1, got 0"),
         (["scores", "--val-every", "-2"], "argument --val-every: must be at least 1, got -2"),
+        (["scores", "--budget", "1", "--steps", "9"], "--steps: not allowed with argument --bud"),
         (["scores", "--out", "{mine}"], "holds a README.md that minitx-experiment did not write"),
         (["hard", "--checkpoint", "missing.ckpt"], "no such file"),
         (["scores", "--out", __file__], f"--out {__file__} is a file; give a directory"),

@@ -50,13 +50,14 @@ def build_parser() -> argparse.ArgumentParser:
         "experiments", nargs="+", choices=[*EXPERIMENTS, "all"], metavar="NAME",
         help=f"{names} or all",
     )  # fmt: skip
-    parser.add_argument(
+    bound = parser.add_mutually_exclusive_group()  # one bound: --steps won without a word
+    bound.add_argument(
         "--budget", dest="budget_minutes", type=positive_float, metavar="MIN",
         default=defaults.budget_minutes,
         help="training minutes per variant, validation included "
         f"(default: {defaults.budget_minutes:g})",
     )  # fmt: skip
-    parser.add_argument(
+    bound.add_argument(
         "--steps", dest="max_steps", type=positive_int, metavar="N",
         help="train each variant for N optimizer steps instead of --budget minutes (the same "
         "work on any machine)",
