@@ -32,6 +32,7 @@ from minitx.cli.common import (
     finite_float,
     path_or_stream,
     positive_float,
+    positive_int,
 )
 from minitx.cli.train import build_cli, set_verbosity
 from minitx.cli.train import main as train_main
@@ -94,7 +95,7 @@ def test_a_number_option_refuses_nan_and_infinity_on_one_line(
     ("name", "argv", "message"),
     [
         ("translate", ["--checkpoint", "x.ckpt", "--beam", "0"], "--beam must be >= 1, got 0"),
-        ("evaluate", ["--checkpoint", "x.ckpt", "--limit", "0"], "--limit must be >= 1"),
+        ("evaluate", ["--checkpoint", "x.ckpt", "--limit", "0"], "--limit: must be at least 1"),
         ("visualize", ["Ein Hund.", "--checkpoint", "x.ckpt", "--dpi", "0"], "--dpi must be"),
         (
             "visualize",
@@ -500,7 +501,7 @@ def bad_values(action: argparse.Action, real: bool) -> list[str]:
     if action.choices is not None:
         return ["no-such-choice", ""]
     kind = action.type
-    if kind is int:
+    if kind in (int, positive_int):
         return ["two", "1.5", "-1", "0", *([] if real else ["1000000000000"])]
     if kind in (finite_float, positive_float):
         return ["x", "nan", "-1e30", "0", *([] if real else ["1e30"])]

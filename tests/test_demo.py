@@ -240,7 +240,7 @@ def test_the_command_passes_its_limits_to_the_page(
     ]
     with pytest.raises(SystemExit) as exited:
         command.main([*ckpt, "--max-chars", "0"])
-    assert exited.value.code == 2 and "--max-chars must be at least 1" in capsys.readouterr().err
+    assert exited.value.code == 2 and "--max-chars: must be at least 1" in capsys.readouterr().err
     monkeypatch.undo()  # the real page: a limit the model cannot honour is a one-line error
     assert command.main([*ckpt, "--max-pieces", "100000"]) == 2
     [line] = capsys.readouterr().err.strip().splitlines()

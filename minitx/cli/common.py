@@ -541,7 +541,7 @@ def add_decoding_arguments(
     if batch_size:
         parser.add_argument(
             "--batch-size",
-            type=int,
+            type=positive_int,
             default=64,
             metavar="N",
             help="sentences per batch (default: 64)",
@@ -579,8 +579,6 @@ def check_decoding_args(
             f"--beam {' '.join(map(str, beams))}: {again} given more than once; give "
             "each beam size once"
         )
-    if getattr(args, "batch_size", 1) < 1:
-        parser.error(f"--batch-size must be >= 1, got {args.batch_size}")
     named = args.strategy
     if args.sample and named not in (None, SAMPLE):
         parser.error(

@@ -30,6 +30,7 @@ from minitx.cli.common import (
     hub_verbosity,
     load_translator,
     path_or_stream,
+    positive_int,
     run_cli,
     sentence_progress,
 )
@@ -121,7 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_decoding_arguments(parser, several_beams=True)
     parser.add_argument(
         "--limit",
-        type=int,
+        type=positive_int,
         metavar="N",
         help="use only the first N lines of the split (quick checks)",
     )
@@ -155,8 +156,6 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
             "--hyp-out -: the hypotheses go to a file (standard output carries the scores); "
             "give a file name, or --json - for the scores as JSON"
         )
-    if args.limit is not None and args.limit < 1:
-        parser.error(f"--limit must be >= 1, got {args.limit}")
     if args.hyp_out is not None and len(set(args.beam)) > 1 and "{beam}" not in str(args.hyp_out):
         parser.error("--hyp-out must contain {beam} when several --beam values are given")
     unknown = re.findall(r"\{[^{}]*\}", str(args.hyp_out or "").replace("{beam}", ""))

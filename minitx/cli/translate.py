@@ -30,6 +30,7 @@ from minitx.cli.common import (
     check_decoding_args,
     load_translator,
     path_or_stream,
+    positive_int,
     run_cli,
     sentence_progress,
 )
@@ -139,7 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--buffer-size",
-        type=int,
+        type=positive_int,
         metavar="N",
         help="piped standard input: translate at most N lines at a time, writing each chunk "
         "before reading on (default: --batch-size)",
@@ -204,8 +205,6 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
     check_decoding_args(parser, args, n_best=args.n_best)  # builds args.decoding
     if args.sentences and args.input is not None:
         parser.error("give SENTENCE arguments or --input FILE, not both")
-    if args.buffer_size is not None and args.buffer_size < 1:
-        parser.error(f"--buffer-size must be >= 1, got {args.buffer_size}")
     chosen = [
         f"--alignment-{name}"
         for name in ("layer", "head", "unit")

@@ -21,6 +21,7 @@ from minitx.cli.common import (
     add_decoding_arguments,
     check_decoding_args,
     load_translator,
+    positive_int,
     run_cli,
 )
 from minitx.errors import ConfigError
@@ -84,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--ig-steps",
-        type=int,
+        type=positive_int,
         default=None,
         metavar="N",
         help=f"quadrature nodes of integrated gradients (default: {DEFAULT_IG_STEPS})",
@@ -148,8 +149,6 @@ def main(argv: list[str] | None = None) -> int:
     check_decoding_args(parser, args)  # builds args.decoding
     if not 0 < args.dpi <= MAX_DPI:
         parser.error(f"--dpi must be between 1 and {MAX_DPI}, got {args.dpi}")
-    if args.ig_steps is not None and args.ig_steps < 1:
-        parser.error(f"--ig-steps must be at least 1, got {args.ig_steps}")
     args.methods = ()
     if args.attributions is not None:
         try:

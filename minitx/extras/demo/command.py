@@ -24,6 +24,7 @@ from minitx.cli.common import (
     UsageError,
     add_checkpoint_argument,
     check_device,
+    positive_int,
     run_cli,
 )
 from minitx.extras.demo.page import DEFAULT_HOST, DEFAULT_MAX_CHARS, DEFAULT_PORT
@@ -51,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--max-chars",
-        type=int,
+        type=positive_int,
         default=DEFAULT_MAX_CHARS,
         metavar="N",
         help=(
@@ -61,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--max-pieces",
-        type=int,
+        type=positive_int,
         default=None,
         metavar="N",
         help=(
@@ -120,9 +121,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not 0 < args.port < 65536:
         parser.error(f"--port must be between 1 and 65535, got {args.port}")
-    for flag, value in (("--max-chars", args.max_chars), ("--max-pieces", args.max_pieces)):
-        if value is not None and value < 1:
-            parser.error(f"{flag} must be at least 1, got {value}")
     check_device(parser, args)
     return run_cli(run, args, handle_sigterm=False)
 
