@@ -4,6 +4,7 @@ training run per test session."""
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,19 @@ DEFAULT_MULTI30K_DIR = TESTS_DIR.parent.parent / "shared" / "data" / "multi30k"
 MULTI30K_FILES = [
     f"{stem}.{lang}" for stem in ("train", "val", "test_2016_flickr") for lang in ("de", "en")
 ]
+
+
+@pytest.fixture(autouse=True)
+def signal_handlers_put_back():
+    """Each test starts with the worker's Ctrl-C and SIGTERM handlers: a Lightning fit that a
+    test interrupts and drives itself (not through minitx-train) leaves its own in place, and a
+    command started later from this worker (a subprocess, the preloaded fork server) would
+    inherit an ignored Ctrl-C."""
+    before = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    for signum, handler in before.items():
+        if handler is not None:
+            signal.signal(signum, handler)
 
 
 @pytest.fixture

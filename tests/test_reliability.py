@@ -346,6 +346,26 @@ def test_a_run_stopped_inside_an_epoch_resumes_with_the_batches_it_had_not_train
         ]
 
 
+@pytest.mark.parametrize("stop", ["ctrl-c", "error-inside-a-step"])
+def test_an_interrupted_fit_leaves_the_signal_handlers_as_it_found_them(
+    stop: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Lightning ends an interrupted fit ignoring Ctrl-C, or with the handlers it found at its
+    start (the interrupt callback's): a process that goes on (a notebook, the suite) would
+    lose its next Ctrl-C. The command puts back the handlers from before the fit."""
+    monkeypatch.chdir(tmp_path)
+    interrupt = {
+        "ctrl-c": InterruptTraining(3),
+        "error-inside-a-step": RaiseAt(3, "on_train_batch_start"),
+    }
+    with_callback(monkeypatch, interrupt[stop])
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    with pytest.raises(SystemExit) as exit_info:
+        main(TINY + QUIET + ["--trainer.max_epochs", "1"])
+    assert exit_info.value.code == 130
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+
+
 @pytest.mark.skipif(sys.platform == "win32", reason="no advisory locks (fcntl) on Windows")
 def test_a_run_directory_in_use_by_another_process_is_refused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture

@@ -320,6 +320,25 @@ def sigterm_raises() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+@contextlib.contextmanager
+def signal_handlers_kept() -> Iterator[None]:
+    """After the block, the Ctrl-C and SIGTERM handlers are those from before it, however the
+    block ended. Why: a Lightning fit ended by an interrupt leaves its own choice in place (it
+    ignores Ctrl-C from then on, or puts back the handlers it found when it started, which
+    are `CheckpointOnInterrupt`'s): in a notebook, or any process that goes on, the next
+    Ctrl-C would be lost."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            if handler is not None:  # None: set outside Python, nothing to put back
+                signal.signal(signum, handler)
+
+
 def run_cli(
     run: Callable[[argparse.Namespace], int],
     args: argparse.Namespace,

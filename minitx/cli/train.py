@@ -48,6 +48,7 @@ from minitx.cli.common import (
     reader_gone,
     report_user_error,
     show_library_warnings,
+    signal_handlers_kept,
     sigterm_raises,
     work_begins,
 )
@@ -839,7 +840,7 @@ def _train_and_test(args: list[str] | None) -> MinitxCLI:
             )
     start = time.perf_counter()
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), signal_handlers_kept():
             # Lightning 2.6 builds pytree leaves in a way torch 2.13 deprecates: harmless, and
             # it would open every training log.
             warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)`")
