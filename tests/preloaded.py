@@ -176,7 +176,8 @@ def _kill_the_forgotten() -> None:
 class PreloadedProcess:
     """A started ``python ...`` command line in a forked child (a `subprocess.Popen` subset:
     `args`, `pid`, `poll`, `wait`, `communicate`, `send_signal`, `kill`, `returncode`; negative
-    when a signal ended it). A context manager: on leaving, `close`."""
+    when a signal ended it). A context manager: on leaving, `close`. Standard output goes to a
+    captured file, or is appended to the file `stdout` names."""
 
     def __init__(
         self,
@@ -186,6 +187,7 @@ class PreloadedProcess:
         env: dict[str, str] | None = None,
         input: str | None = None,
         merge_stderr: bool = False,
+        stdout: Path | None = None,
     ) -> None:
         if cmd[0] != sys.executable or cmd[1] not in ("-m", "-c") and cmd[1].startswith("-"):
             raise ValueError(f"not `{sys.executable} [-m MODULE | -c CODE | SCRIPT] ...`: {cmd}")
@@ -196,7 +198,8 @@ class PreloadedProcess:
         self._dir = Path(tempfile.mkdtemp(prefix="minitx-preloaded-"))
         try:
             (self._dir / "stdin").write_text(input or "", encoding="utf-8")
-            self._stdout = self._dir / "stdout"
+            # `stdout`: appended to, as the shell's `>> FILE` (the child's /dev/stdout is it)
+            self._stdout = self._dir / "stdout" if stdout is None else Path(stdout)
             self._stderr = None if merge_stderr else self._dir / "stderr"
             for path in (self._stdout, self._stderr):
                 if path is not None:
@@ -269,9 +272,10 @@ def run_python(
     env: dict[str, str] | None = None,
     input: str | None = None,
     timeout: float = 300,
+    stdout: Path | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """Like ``subprocess.run(cmd, capture_output=True, text=True)`` for ``cmd = [sys.executable,
-    ...]``, in a preloaded fork."""
-    with PreloadedProcess(cmd, cwd=cwd, env=env, input=input) as process:
+    ...]``, in a preloaded fork; `stdout`: a file to append standard output to instead."""
+    with PreloadedProcess(cmd, cwd=cwd, env=env, input=input, stdout=stdout) as process:
         out, err = process.communicate(timeout)
     return subprocess.CompletedProcess(cmd, process.returncode, out, err)

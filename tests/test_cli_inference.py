@@ -31,6 +31,7 @@ from helpers import (
     subprocess_env,
 )
 from helpers import command_module as script_module
+from preloaded import run_python
 from sacrebleu.metrics import BLEU
 
 from minitx.decoding import DEFAULT_BEAM_SIZE, DecodingConfig
@@ -225,32 +226,26 @@ def test_output_to_dev_stdout_appended_to_a_log_keeps_the_log(
     log.write_text("earlier line\n")
 
     def appended_to_the_log(name: str, args: list[str]) -> subprocess.CompletedProcess:
-        with log.open("ab") as appended:  # as the shell's `>> log`
-            return subprocess.run(
-                [PYTHON, "-m", f"minitx.cli.{name}", *args],
-                stdout=appended,
-                stderr=subprocess.PIPE,
-                env=subprocess_env(),
-                timeout=180,
-            )
+        command = [PYTHON, "-m", f"minitx.cli.{name}", *args]
+        return run_python(command, env=subprocess_env(), stdout=log)  # as the shell's `>> log`
 
     sentence = TOY_TEST_SOURCES[0]
     args = ["--checkpoint", str(tiny_checkpoint), "--beam", "1", "--output", "/dev/stdout"]
     proc = appended_to_the_log("translate", [*args, sentence])
-    assert proc.returncode == 0, proc.stderr.decode()
+    assert proc.returncode == 0, proc.stderr
     expected = translator.translate([sentence], beam_size=1)[0]
     assert log.read_text() == f"earlier line\n{expected}\n"
     evaluate = ["--checkpoint", str(tiny_checkpoint), "--data", str(TOY_CORPUS_DIR), "--beam", "1"]
     proc = appended_to_the_log(
         "evaluate", [*evaluate, "--hyp-out", str(tmp_path / "h.hyp"), "--json", "/dev/stdout"]
     )
-    assert proc.returncode == 0, proc.stderr.decode()
+    assert proc.returncode == 0, proc.stderr
     earlier, report = log.read_text().split("\n", 2)[:2], log.read_text().split("\n", 2)[2]
     assert earlier == ["earlier line", expected] and json.loads(report)["results"]
     # a file that has no stream form (hypotheses) is refused there, not renamed over the log
     before = log.read_text()
     proc = appended_to_the_log("evaluate", [*evaluate, "--hyp-out", "/dev/stdout"])
-    assert proc.returncode == 2 and b"is the file this command's standard output" in proc.stderr
+    assert proc.returncode == 2 and "is the file this command's standard output" in proc.stderr
     assert log.read_text() == before
 
 

@@ -100,7 +100,7 @@ def test_a_step_bound_run_validates_every_nth_of_its_plan_across_epochs(tmp_path
 
 
 def test_a_clock_led_run_spreads_its_validations_over_the_budget(tmp_path: Path) -> None:
-    """A plan far beyond a 16-second budget: the clock leads, a validation about every 4
+    """A plan far beyond a 10-second budget: the clock leads, a validation about every 2.5
     seconds of training (counted from the end of the previous one); they fall at
     increasing steps, the last one where the clock stops the run. (Where they fall in steps
     depends on the machine's pace, so only their number and order are checked.)"""
@@ -109,7 +109,7 @@ def test_a_clock_led_run_spreads_its_validations_over_the_budget(tmp_path: Path)
         max_epochs=-1,
         test=False,
         extra=(
-            "--trainer.max_steps", "100000", "--trainer.max_time", "00:00:00:16",
+            "--trainer.max_steps", "100000", "--trainer.max_time", "00:00:00:10",
             "--model.optim.schedule", "budget", "--model.optim.warmup_steps", "5",
             "--model.validation.validations_per_run", "4",
         ),
