@@ -27,7 +27,7 @@ from minitx.attribution import (
     teacher_forced_attributions,
 )
 from minitx.decoding import DecodingConfig, Hypothesis, generate
-from minitx.errors import ConfigError, is_whole_number
+from minitx.errors import ConfigError, check_whole_number, is_whole_number
 from minitx.hard_attention import (
     check_attention_mode,
     check_attention_scope,
@@ -46,6 +46,21 @@ logger = logging.getLogger(__name__)
 Progress = Callable[[int], None]
 """Called with the number of sentences just finished (empty ones count too, first); over one
 call of `Translator.translate` the numbers add up to the number of sentences."""
+
+
+def _check_batching(batch_size: object, progress: object) -> None:
+    """Refuse a bad `batch_size` or `progress` before any sentence is read: they failed only
+    after the encoding's warnings, or (`progress`) once the first batch was decoded.
+
+    Raises:
+        ConfigError: `batch_size` is not a whole number >= 1.
+        TypeError: `progress` is neither None nor callable.
+    """
+    check_whole_number("batch_size", batch_size, 1)
+    if progress is not None and not callable(progress):
+        raise TypeError(
+            f"progress must be a function called with the sentences done, or None; got {progress!r}"
+        )
 
 
 def encode_sources(
@@ -375,6 +390,7 @@ class Translator:
         An empty (or whitespace-only) sentence gets `[("", 0.0)]`.
         """
         config = DecodingConfig.from_arguments(decoding, **changes)
+        _check_batching(batch_size, progress)
         ids = encode_sources(self.tokenizer, sentences, self.model.config.max_positions, first_line)
         return self._texts(self._decode(ids, config, batch_size, progress))
 
@@ -473,6 +489,7 @@ class Translator:
             of the translation. An empty sentence gets `[("", 0.0, [])]`.
         """
         config = DecodingConfig.from_arguments(decoding, **changes)
+        _check_batching(batch_size, progress)
         ids = encode_sources(self.tokenizer, sentences, self.model.config.max_positions, first_line)
         results = self._decode(ids, config, batch_size, progress)
         pairs = [
@@ -501,6 +518,7 @@ class Translator:
         Both sides are cut to the model's positions (counted and logged, as in `translate`);
         an empty side gives no pairs.
         """
+        _check_batching(batch_size, None)
         # Encoded before the length check: one string as `sources` is encode_sources' TypeError.
         positions = self.model.config.max_positions
         src_ids = encode_sources(self.tokenizer, sources, positions, use="aligned")

@@ -747,3 +747,26 @@ def test_library_arguments_of_the_wrong_kind_are_named_at_once(
     with pytest.raises(error, match=re.escape(message)):
         call(translator)
     translator.set_attention("soft")
+
+
+@pytest.mark.parametrize(
+    ("arguments", "error", "message"),
+    [
+        ({"progress": 5}, TypeError, "progress must be a function"),
+        ({"batch_size": 0}, ConfigError, "batch_size must be a whole number >= 1"),
+        ({"batch_size": 2.5}, ConfigError, "batch_size must be a whole number >= 1"),
+    ],
+)
+def test_bad_batching_arguments_are_refused_before_any_sentence_is_read(
+    translator: Translator, arguments: dict, error: type, message: str, caplog
+) -> None:
+    """A `progress` that is no function failed once the first batch was decoded, a bad
+    `batch_size` after the sources' warnings (here: characters the vocabulary lacks)."""
+    sentences = ["ein mann ж", *TOY_TEST_SOURCES[:3]]
+    for method in (translator.translate, translator.translate_with_alignment):
+        with caplog.at_level("WARNING"), pytest.raises(error, match=message):
+            method(sentences, beam_size=1, **arguments)
+        assert caplog.records == []  # nothing read, so nothing said of the sources
+    if "batch_size" in arguments:
+        with pytest.raises(error, match=message):
+            translator.align(sentences, sentences, **arguments)
