@@ -519,12 +519,13 @@ class Translator:
         an empty side gives no pairs.
         """
         _check_batching(batch_size, None)
-        # Encoded before the length check: one string as `sources` is encode_sources' TypeError.
+        # Both lists checked and counted before encoding, whose warnings would come first.
+        sources, translations = sentence_list(sources), sentence_list(translations, "translation")
+        if len(sources) != len(translations):
+            raise ValueError(f"align: {len(sources)} sources but {len(translations)} translations")
         positions = self.model.config.max_positions
         src_ids = encode_sources(self.tokenizer, sources, positions, use="aligned")
         tgt_ids = encode_sources(self.tokenizer, translations, positions, use="aligned")
-        if len(sources) != len(translations):
-            raise ValueError(f"align: {len(sources)} sources but {len(translations)} translations")
         pairs = list(zip(src_ids, tgt_ids, strict=True))
         return self._alignments(pairs, _alignment_config(alignment), batch_size)
 

@@ -221,3 +221,17 @@ def test_align_cuts_an_over_long_pair_and_says_so(
     assert len(alignments) == 2 and all(0 <= s < limit for s, _ in alignments[1])
     assert "1 of 2 sentences have more than" in caplog.text
     assert "aligned their first" in caplog.text and "(line 2)" in caplog.text
+
+
+def test_align_refuses_lists_of_other_lengths_or_one_string_before_reading_them(
+    translator: Translator, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The lengths and types are checked first: the sources' warnings (here, characters the
+    vocabulary lacks) no longer come before the error, which is the same either way round."""
+    sources = ["ein mann ж", TOY_TEST_SOURCES[1]]
+    with caplog.at_level("WARNING"):
+        with pytest.raises(ValueError, match="align: 2 sources but 1 translations"):
+            translator.align(sources, ["a man"])
+        with pytest.raises(TypeError, match="give a list of translations"):
+            translator.align(sources, "a man")
+    assert caplog.records == []
