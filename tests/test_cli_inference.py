@@ -1028,6 +1028,19 @@ def test_visualize_writes_its_directory_whole_and_keeps_the_users_own(
     assert (out_dir / "notes.txt").read_text(encoding="utf-8") == "mine\n"
 
 
+def test_visualize_with_attributions_says_a_sources_warning_once(
+    tiny_checkpoint, tmp_path, capsys, monkeypatch
+) -> None:
+    """The maps and the attributions each read the sentence: a character the vocabulary lacks
+    was named twice."""
+    monkeypatch.delenv("MINITX_DEBUG", raising=False)
+    args = ["--checkpoint", str(tiny_checkpoint), "ein mann \u0436", "--out-dir"]
+    flags = ["--dpi", "40", "--kinds", "cross", "--no-html", "--attributions", "saliency"]
+    assert command_module("visualize").main([*args, str(tmp_path / "out"), *flags]) == 0
+    err = capsys.readouterr().err
+    assert err.count("the model's vocabulary lacks") == 1, err
+
+
 # ---------------------------------------------------------------------- entry points
 @pytest.mark.parametrize("name", ["translate", "evaluate", "visualize"])
 def test_every_inference_command_defaults_to_the_same_beam(name: str) -> None:

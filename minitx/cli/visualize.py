@@ -20,6 +20,7 @@ from minitx.cli.common import (
     add_checkpoint_argument,
     add_decoding_arguments,
     check_decoding_args,
+    each_warning_once,
     load_translator,
     positive_int,
     run_cli,
@@ -108,15 +109,16 @@ def run(args: argparse.Namespace) -> int:
     check_output_dir(out, inputs=inputs, force=force, flag="--out-dir", kind=OUTPUT_KIND)
     translator = load_translator(args)  # a hard --attention: one-hot maps
     decoding = args.decoding
-    maps = translator.attention(args.sentence, decoding=decoding)  # maps of the generated pieces
     scores = None
-    if args.methods:
-        found = translator.attributions(
-            args.sentence, methods=args.methods, ig_steps=args.ig_steps, decoding=decoding
-        )  # decodes the same translation again (decoding is deterministic)
-        if found.predicted_tokens != maps.predicted_tokens:
-            raise RuntimeError("the attributions and the maps read different translations")
-        scores = found.scores
+    with each_warning_once():  # the maps and the attributions read the sentence each
+        maps = translator.attention(args.sentence, decoding=decoding)  # of the generated pieces
+        if args.methods:
+            found = translator.attributions(
+                args.sentence, methods=args.methods, ig_steps=args.ig_steps, decoding=decoding
+            )  # decodes the same translation again (decoding is deterministic)
+            if found.predicted_tokens != maps.predicted_tokens:
+                raise RuntimeError("the attributions and the maps read different translations")
+            scores = found.scores
     translation = (
         "".join(maps.tgt_tokens[1:]).replace("\u2581", " ").strip()
     )  # sentencepiece detokenisation
