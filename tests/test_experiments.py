@@ -372,6 +372,10 @@ def test_a_variant_that_fails_says_so_and_every_variant_failing_is_an_error(
         (["scores", "--out", "{mine}"], "holds a README.md that minitx-experiment did not write"),
         (["hard", "--checkpoint", "missing.ckpt"], "no such file"),
         (["scores", "--out", __file__], f"--out {__file__} is a file; give a directory"),
+        (  # /proc takes no new directory, even for root (the message was its errno's alone)
+            ["scores", "--out", "/proc/minitx-experiment"],
+            "cannot write the output directory /proc/minitx-experiment: ",
+        ),
     ],
 )
 def test_command_errors_are_one_line(args, message, capsys, tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ import os
 import re
 import signal
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -36,6 +37,7 @@ from minitx.errors import (  # UsageError: re-exported, the commands import it f
     UsageError,  # noqa: F401
     debug_requested,
 )
+from minitx.outputs import make_dirs
 from minitx.textio import NO_ROOM
 
 if TYPE_CHECKING:
@@ -285,6 +287,24 @@ def check_stdout() -> None:
         raise OutputError(
             "standard output is closed (>&-); redirect it to a file or to /dev/null instead"
         )
+
+
+def check_writable_dir(directory: Path, what: str, setting: str) -> None:
+    """Fail before any work (not after an epoch, or a training) when `directory` cannot be
+    created or written.
+
+    Raises:
+        UsageError: naming the directory, the reason and the setting to change.
+    """
+    try:
+        make_dirs(directory)  # removed again at exit if nothing is written in it
+        with tempfile.TemporaryFile(dir=directory):
+            pass
+    except OSError as exc:
+        raise UsageError(
+            f"cannot write {what} {directory}: {exc.strerror or exc}; "
+            f"point {setting} at a writable directory"
+        ) from None
 
 
 def work_begins() -> None:

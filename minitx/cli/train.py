@@ -17,7 +17,6 @@ import os
 import shlex
 import signal
 import sys
-import tempfile
 import time
 import warnings
 from collections.abc import Iterator
@@ -42,6 +41,7 @@ from minitx.cli.common import (
     Terminated,
     UsageError,
     check_stdout,
+    check_writable_dir,
     datasets_progress_bars,
     hub_verbosity,
     no_room_for_output,
@@ -55,7 +55,7 @@ from minitx.cli.common import (
 from minitx.data import TranslationDataModule
 from minitx.decoding import DecodingConfig
 from minitx.errors import ConfigError, MinitxError, debug_requested, is_whole_number
-from minitx.outputs import RUN_STAMP, claim_run_dir, hold_run_dir, make_dirs, release_run_dirs
+from minitx.outputs import RUN_STAMP, claim_run_dir, hold_run_dir, release_run_dirs
 from minitx.textio import write_text_atomic
 from minitx.training import (
     AttentionMapLogger,
@@ -322,23 +322,6 @@ def _rank() -> int:
     if not (node.isdigit() and local.isdigit() and per_node.isdigit()):
         return 0
     return int(node) * max(1, int(per_node)) + int(local)
-
-
-def _check_writable(directory: Path, what: str, setting: str) -> None:
-    """Fail now, not after an epoch, when `directory` cannot be created or written.
-
-    Raises:
-        UsageError: naming the directory, the reason and the setting to change.
-    """
-    try:
-        make_dirs(directory)  # removed again at exit if nothing is written in it
-        with tempfile.TemporaryFile(dir=directory):
-            pass
-    except OSError as exc:
-        raise UsageError(
-            f"cannot write {what} {directory}: {exc.strerror or exc}; "
-            f"point {setting} at a writable directory"
-        ) from None
 
 
 def _global_step(checkpoint: Path) -> int | None:
@@ -649,7 +632,7 @@ class MinitxCLI(LightningCLI):
                 lg.init_args.version = (
                     lg.class_path.rsplit(".", 1)[-1].lower().removesuffix("logger")
                 )
-        _check_writable(run_root, "the run directory", "runs_dir (or the logger's save_dir)")
+        check_writable_dir(run_root, "the run directory", "runs_dir (or the logger's save_dir)")
         self.run_root, self.run_version = run_root, version or _shared_version(run_root)
         self.default_loggers = not explicit
         run_dir = run_root / self.run_version
@@ -835,7 +818,7 @@ def _train_and_test(args: list[str] | None) -> MinitxCLI:
     trainer = cli.trainer
     for callback in trainer.checkpoint_callbacks:  # set explicitly (checkpoint.dirpath)
         if callback.dirpath:
-            _check_writable(
+            check_writable_dir(
                 Path(callback.dirpath), "the checkpoint directory", "checkpoint.dirpath"
             )
     start = time.perf_counter()

@@ -28,6 +28,7 @@ from pathlib import Path
 from minitx.cli.common import (
     OneLineArgumentParser,
     UsageError,
+    check_writable_dir,
     checkpoint_path,
     positive_float,
     positive_int,
@@ -120,6 +121,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--set {bad[0]!r}: write KEY=VALUE, e.g. trainer.max_epochs=2")
     if args.out.exists() and not args.out.is_dir():  # results and runs go inside it
         raise UsageError(f"--out {args.out} is a file; give a directory (new or earlier results)")
+    check_writable_dir(args.out, "the output directory", "--out")
     readme = args.out / "README.md"
     if readme.is_file() and not readme.read_text(errors="replace").startswith(INDEX_HEADING):
         raise UsageError(  # the index is rewritten at the end: it would replace the user's file
