@@ -4,12 +4,13 @@ training run per test session."""
 from __future__ import annotations
 
 import os
-import signal
 from pathlib import Path
 
 import pytest
 import torch
 from helpers import TOY_CORPUS_DIR, TinyRun, train_tiny
+
+from minitx.cli.common import signal_handlers_kept
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # `pytest -n 2`: one thread per worker process, so that two workers share the two cores
@@ -31,11 +32,8 @@ def signal_handlers_put_back():
     test interrupts and drives itself (not through minitx-train) leaves its own in place, and a
     command started later from this worker (a subprocess, the preloaded fork server) would
     inherit an ignored Ctrl-C."""
-    before = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
-    yield
-    for signum, handler in before.items():
-        if handler is not None:
-            signal.signal(signum, handler)
+    with signal_handlers_kept():
+        yield
 
 
 @pytest.fixture
