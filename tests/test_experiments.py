@@ -371,6 +371,11 @@ def test_a_variant_that_fails_says_so_and_every_variant_failing_is_an_error(
         (["scores", "--budget", "1", "--steps", "9"], "--steps: not allowed with argument --bud"),
         (["scores", "--out", "{mine}"], "holds a README.md that minitx-experiment did not write"),
         (["hard", "--checkpoint", "missing.ckpt"], "no such file"),
+        (  # only hard and explain read a checkpoint: scores would have trained without it
+            ["scores", "--checkpoint", "run.ckpt"],
+            "--checkpoint is read by hard and explain only, not by scores; leave it out",
+        ),
+        (["hard", "--sentences", "5"], "--sentences is read by explain only, not by hard"),
         (["scores", "--out", __file__], f"--out {__file__} is a file; give a directory"),
         (  # /proc takes no new directory, even for root (the message was its errno's alone)
             ["scores", "--out", "/proc/minitx-experiment"],

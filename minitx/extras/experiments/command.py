@@ -128,6 +128,16 @@ def run(args: argparse.Namespace) -> int:
             f"--out {args.out} holds a README.md that minitx-experiment did not write; give "
             "another directory (new, or one with earlier results)"
         )
+    readers = [n for n in EXPERIMENTS if not EXPERIMENTS[n].trains]  # hard, explain
+    for flag, given, by in (
+        ("--checkpoint", args.checkpoint, readers),
+        ("--sentences", args.sentences, ["explain"]),
+    ):
+        if given is not None and not set(by) & set(names):  # else it would be ignored
+            raise UsageError(
+                f"{flag} is read by {' and '.join(by)} only, not by {', '.join(names)}; "
+                f"leave it out, or add {' or '.join(by)} to the experiments"
+            )
     if args.checkpoint is not None and not args.checkpoint.exists():
         raise UsageError(f"--checkpoint {args.checkpoint}: no such file or release directory")
     settings = Settings(**{field.name: getattr(args, field.name) for field in fields(Settings)})
