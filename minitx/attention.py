@@ -42,9 +42,9 @@ def causal_mask(tq: int, tk: int | None = None, *, device: torch.device | None =
         (Tq, Tk) bool tensor, True = may attend.
     """
     tk = tq if tk is None else tk
-    if tk < tq:
+    if not 0 <= tq <= tk:
         raise ValueError(
-            f"causal_mask: Tk ({tk}) must be >= Tq ({tq}); queries are a suffix of keys"
+            f"causal_mask: Tk ({tk}) must be >= Tq ({tq}) >= 0; queries are a suffix of keys"
         )
     return torch.ones(tq, tk, dtype=torch.bool, device=device).tril(diagonal=tk - tq)
 
@@ -149,8 +149,8 @@ def split_heads(x: Tensor, n_heads: int) -> Tensor:
     Viewing straight to (B, H, T, D/H) would mix positions across heads.
     """
     b, t, d = x.shape
-    if d % n_heads:
-        raise ValueError(f"split_heads: width {d} is not divisible by n_heads={n_heads}")
+    if n_heads < 1 or d % n_heads:  # n_heads=0 failed as a ZeroDivisionError
+        raise ValueError(f"split_heads: n_heads={n_heads} must be >= 1 and divide the width {d}")
     return x.view(b, t, n_heads, d // n_heads).transpose(1, 2)
 
 

@@ -239,8 +239,9 @@ def test_causal_mask_is_right_aligned(tq, tk):
 
 def test_causal_mask_square_default_and_errors():
     assert torch.equal(causal_mask(4), torch.ones(4, 4, dtype=torch.bool).tril())
-    with pytest.raises(ValueError, match="Tk .* must be >= Tq"):
-        causal_mask(5, 3)
+    for tq, tk in ((5, 3), (-1, None), (-2, -1)):  # negative lengths: torch's shape errors
+        with pytest.raises(ValueError, match="Tk .* must be >= Tq .* >= 0"):
+            causal_mask(tq, tk)
 
 
 def test_padding_mask_shape_and_values():
@@ -421,8 +422,9 @@ def test_split_heads_layout_and_the_buggy_view():
 
 
 def test_split_heads_rejects_indivisible_width():
-    with pytest.raises(ValueError, match="divisible"):
-        split_heads(torch.zeros(1, 2, 10), 3)
+    for h in (3, 0, -2):  # 0 and -2 failed in torch (a modulo by zero, a negative shape)
+        with pytest.raises(ValueError, match=f"n_heads={h} must be >= 1 and divide the width 10"):
+            split_heads(torch.zeros(1, 2, 10), h)
 
 
 @pytest.mark.parametrize("t", [0, 2, 4])
