@@ -329,15 +329,11 @@ def _terminate(signum: int, frame: object) -> NoReturn:
 def sigterm_raises() -> Iterator[None]:
     """Inside the block a SIGTERM raises `Terminated` (in the main thread; elsewhere no signal
     handler can be set), so that the command can say what it stopped and exit clean; after
-    it, the handler from before is back."""
-    if threading.current_thread() is not threading.main_thread():
+    it, the handlers from before are back (`signal_handlers_kept`)."""
+    with signal_handlers_kept():
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, _terminate)
         yield
-        return
-    previous = signal.signal(signal.SIGTERM, _terminate)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 @contextlib.contextmanager
