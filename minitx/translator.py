@@ -411,9 +411,13 @@ class Translator:
         Each result is the best of the sentence's `n_best` hypotheses: with sampling and
         `n_best=4`, the best-scoring of 4 samples; with beam search, the best beam at any n_best.
         """
-        config = DecodingConfig.from_arguments(decoding, **changes)
         results = self.translate_n_best(
-            sentences, config, batch_size=batch_size, first_line=first_line, progress=progress
+            sentences,
+            decoding,
+            batch_size=batch_size,
+            first_line=first_line,
+            progress=progress,
+            **changes,
         )
         return [hyps[0][0] for hyps in results]
 
