@@ -608,7 +608,6 @@ class MinitxCLI(LightningCLI):
             run_root = Path(first.save_dir) / (first.name or "")
         else:
             run_root = Path(config.runs_dir) / config.run_name
-        version = None
         if config.ckpt_path == "last":
             last = _last_run_checkpoint(run_root)
             if last is None:
@@ -616,13 +615,13 @@ class MinitxCLI(LightningCLI):
                     f"--ckpt_path last: no {run_root}/*/checkpoints/last.ckpt to resume from; "
                     "check run_name and runs_dir, or start a new run without --ckpt_path"
                 )
-            version, self.resume_path = last.parent.parent.name, str(last)
-            self.resume_step = _global_step(last)
-        elif config.ckpt_path is not None:
-            version = _own_run_version(Path(config.ckpt_path), run_root)
+            self.resume_path = str(last)
+        version = None
+        if self.resume_path is not None:
+            version = _own_run_version(Path(self.resume_path), run_root)
             if version is not None:  # its metrics and events are cut back to its step
-                self.resume_step = _global_step(Path(config.ckpt_path))
-        elsewhere = config.ckpt_path not in (None, "last") and version is None
+                self.resume_step = _global_step(Path(self.resume_path))
+        elsewhere = self.resume_path is not None and version is None
         if explicit:
             version = version or first.version or _shared_version(run_root)
             first.version = version
