@@ -194,7 +194,8 @@ def check_output_file(
     if out.is_dir():
         raise OutputError(f"{flag} {out} is a directory; give a file name inside it")
     if not out.parent.is_dir():
-        raise OutputError(f"{flag} {out}: {why_no_directory(out.parent)}")
+        missing = f"directory {out.parent} does not exist; create it first"
+        raise OutputError(f"{flag} {out}: {file_in_the_way(out.parent) or missing}")
     for item in inputs:
         source = Path(item)
         if out.resolve() == source.resolve() or (
@@ -242,11 +243,6 @@ def file_in_the_way(directory: Path) -> str | None:
     parents = (directory, *directory.parents)
     blocking = next((p for p in parents if p.exists() and not p.is_dir()), None)
     return None if blocking is None else f"{blocking} is a file, not a directory; give another path"
-
-
-def why_no_directory(directory: Path) -> str:
-    """Why `directory` cannot be written into, for an error message."""
-    return file_in_the_way(directory) or f"directory {directory} does not exist; create it first"
 
 
 def files_read_from(source: str | os.PathLike[str]) -> list[Path]:
