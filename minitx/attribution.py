@@ -49,6 +49,10 @@ shrinks fast with more nodes along a smooth path; ReLU's kinks slow that down: o
 model after 300 updates, 16 nodes left 0.02 nats per row on average (0.16 at most, against
 log-probability changes of several nats)."""
 
+MAX_IG_STEPS = 1000
+"""The most Gauss-Legendre nodes: the nodes' own computation (numpy's `leggauss`) takes memory
+growing with their square, 75 GiB for 100,000 (Captum's default is 50)."""
+
 
 def check_methods(methods: Sequence[str]) -> tuple[str, ...]:
     """The methods as a tuple, each once, in the order given.
@@ -159,7 +163,7 @@ def gradient_attributions(
         "ig", the (T,) completeness gap (sum of its attributions - (f(e) - f(0))), else None.
 
     Raises:
-        ConfigError: an unknown method, or `ig_steps` < 1.
+        ConfigError: an unknown method, or `ig_steps` < 1 or > `MAX_IG_STEPS`.
     """
     # Imported here, not with the module: every translate and evaluate imports this module
     # through the translator, and Captum's import alone takes about 0.6 s.
@@ -167,6 +171,8 @@ def gradient_attributions(
 
     methods = check_methods(methods)
     check_whole_number("ig_steps", ig_steps, 1)
+    if ig_steps > MAX_IG_STEPS:
+        raise ConfigError(f"ig_steps must be at most {MAX_IG_STEPS}, got {ig_steps}")
     n_rows = targets.size(0)
     f = _log_prob_function(model, src[None], tgt_in[None], targets[None])
     with torch.no_grad():

@@ -189,6 +189,8 @@ def test_attribute_gives_row_distributions_on_the_cross_attention_axes() -> None
         attribute(model, SRC, TGT, ["attention"])
     with pytest.raises(ConfigError, match="ig_steps"):
         attribute(model, SRC, TGT, ["ig"], ig_steps=0)
+    with pytest.raises(ConfigError, match="ig_steps must be at most 1000, got 100000"):
+        attribute(model, SRC, TGT, ["ig"], ig_steps=100_000)  # numpy asked for 75 GiB
 
 
 def test_aggregate_takes_the_norm_per_piece_and_normalises_rows() -> None:

@@ -95,12 +95,22 @@ def test_a_number_option_refuses_nan_and_infinity_on_one_line(
     ("name", "argv", "message"),
     [
         ("translate", ["--checkpoint", "x.ckpt", "--beam", "0"], "--beam must be >= 1, got 0"),
+        (  # the length penalty's OverflowError, after the model had loaded
+            "translate",
+            ["--checkpoint", "x.ckpt", "--alpha", "1000"],
+            "--alpha must lie in [-10.0, 10.0], got 1000.0",
+        ),
         ("evaluate", ["--checkpoint", "x.ckpt", "--limit", "0"], "--limit: must be at least 1"),
         ("visualize", ["Ein Hund.", "--checkpoint", "x.ckpt", "--dpi", "0"], "--dpi must be"),
         (
             "visualize",
             ["Ein Hund.", "--checkpoint", "x.ckpt", "--dpi", "20000"],
             "--dpi must be between 1 and 600, got 20000",
+        ),
+        (  # numpy's MemoryError (75 GiB for the nodes), after the translation
+            "visualize",
+            ["Ein Hund.", "--checkpoint", "x.ckpt", "--attributions", "ig", "--ig-steps", "100000"],
+            "--ig-steps must be at most 1000, got 100000",
         ),
         (  # it was ignored without a word
             "visualize",
@@ -129,9 +139,11 @@ def test_a_number_option_refuses_nan_and_infinity_on_one_line(
     ],
     ids=[
         "beam",
+        "alpha",
         "limit",
         "dpi",
         "huge-dpi",
+        "ig-steps-huge",
         "ig-steps-alone",
         "ig-steps-without-ig",
         "port",

@@ -391,8 +391,21 @@ def test_beam_search_config_rejects_bad_arguments(beam_size, n_best):
         ({"beam_size": 2.5}, r"beam_size must be a whole number, got 2.5"),
         ({"n_best": 2.0}, "n_best must be a whole number"),
         ({"beam_size": True}, "beam_size must be a whole number, got True"),
+        # the penalty of a long output overflowed (OverflowError) or became 0 (ZeroDivisionError)
+        ({"alpha": 1000.0}, r"alpha must lie in \[-10.0, 10.0\], got 1000.0"),
+        ({"alpha": -1000.0}, r"alpha must lie in \[-10.0, 10.0\], got -1000.0"),
     ],
-    ids=["alpha-nan", "alpha-inf", "len-nan", "alpha-str", "beam-float", "nbest-float", "bool"],
+    ids=[
+        "alpha-nan",
+        "alpha-inf",
+        "len-nan",
+        "alpha-str",
+        "beam-float",
+        "nbest-float",
+        "bool",
+        "alpha-large",
+        "alpha-negative",
+    ],
 )
 def test_decoding_settings_of_the_wrong_type_or_not_finite_are_refused(setting, message):
     """The commands refused these already (`--alpha nan`); the library took them and decoded

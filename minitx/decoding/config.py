@@ -24,6 +24,9 @@ if TYPE_CHECKING:
 
 DEFAULT_BEAM_SIZE = 5
 """The beam size minitx uses wherever none is given (translate, evaluate, Translator, test)."""
+MAX_ALPHA = 10.0
+"""The largest length-penalty exponent either way: far beyond any useful one, far from where
+the penalty of a 1,023-piece output overflows (about 138)."""
 
 
 class DecodingStrategy:
@@ -154,6 +157,11 @@ class DecodingConfig:
         STRATEGIES.check(self.strategy, where="DecodingConfig.strategy")
         if self.beam_size < 1:
             raise ConfigError(f"DecodingConfig.beam_size must be >= 1, got {self.beam_size}")
+        if abs(self.alpha) > MAX_ALPHA:  # ((5 + length) / 6) ** 1000 overflowed, ** -1000 was 0
+            raise ConfigError(
+                f"DecodingConfig.alpha must lie in [-{MAX_ALPHA}, {MAX_ALPHA}], got {self.alpha} "
+                "(GNMT's length penalty uses 0.6 to 1)"
+            )
         self._check_other_strategies_options()
         self.implementation.check(self)
         if self.max_len_a < 0 or self.max_len_b < 0 or (self.max_len_a == 0 and self.max_len_b < 1):
