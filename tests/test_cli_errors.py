@@ -793,6 +793,9 @@ sys.exit(launch.train())
         ("accumulate_grad_batches", "0", "trainer.accumulate_grad_batches=0"),
         ("check_val_every_n_epoch", "0", "trainer.check_val_every_n_epoch=0"),
         ("val_check_interval", "0", "trainer.val_check_interval=0"),
+        # a plan of nothing: the fit ended at once, exit status 0, an empty run directory
+        ("max_steps", "0", "trainer.max_steps=0 trains nothing; give at least 1, or -1"),
+        ("max_epochs", "0", "trainer.max_epochs=0 trains nothing"),
         # Lightning's Trainer refuses these itself, with an exception of its own
         ("max_epochs", "-5", "`max_epochs` must be"),
         ("num_nodes", "0", "`num_nodes` must be"),

@@ -166,12 +166,17 @@ def check_budget_and_seed(config: Any) -> None:
 def check_trainer_counts(config: Any) -> None:
     """Refuse the trainer settings Lightning's Trainer accepts at zero but divides by inside
     the loop: a ZeroDivisionError after the run directory is written, and a "resume with
-    --ckpt_path last" that fails the same way.
+    --ckpt_path last" that fails the same way; and a zero plan, a run that trains nothing.
 
     Raises:
         ConfigError: naming the setting and the values it takes.
     """
     trainer = config.trainer
+    for key in ("max_steps", "max_epochs"):  # Lightning's fit ended at once, with status 0
+        if trainer.get(key) == 0:
+            raise ConfigError(
+                f"trainer.{key}=0 trains nothing; give at least 1, or -1 for no bound"
+            )
     for key in ("accumulate_grad_batches", "check_val_every_n_epoch"):
         value = trainer.get(key)
         if is_whole_number(value) and value < 1:
