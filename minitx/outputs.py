@@ -158,18 +158,21 @@ def _marker(directory: Path) -> dict:
     return record if isinstance(record, dict) else {}
 
 
-def is_standard_output(path: str | Path, stream: TextIO | None = None) -> bool:
+def is_standard_output(
+    path: str | Path, stream: TextIO | None = None, *, any_kind: bool = False
+) -> bool:
     """Whether `path` is the regular file this process's standard output (or `stream`)
     already writes to (``/dev/stdout``, where the shell redirected it to a file): a command
     writes there through the stream, as for ``-``; replaced by a rename, a ``>> log`` would
-    lose the log. A terminal or a pipe is no such file (it is written in place anyway)."""
+    lose the log. A terminal or a pipe is no such file (it is written in place anyway), unless
+    `any_kind`: then any file the stream is, for an output that would mix with the stream's."""
     try:
         ours = os.fstat((stream or sys.stdout).fileno())
         theirs = os.stat(path)
     except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
         return False  # no such file, or a stream without a file (captured)
     # st_ino 0: no inode numbers (Windows' consoles and NUL), so nothing to compare
-    regular = stat.S_ISREG(ours.st_mode) and ours.st_ino != 0
+    regular = (any_kind or stat.S_ISREG(ours.st_mode)) and ours.st_ino != 0
     return regular and (ours.st_dev, ours.st_ino) == (theirs.st_dev, theirs.st_ino)
 
 

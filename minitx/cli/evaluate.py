@@ -151,10 +151,13 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
             f"--split {args.split!r}: give {', '.join(SPLITS)} or a file stem (letters, digits, "
             "'_', '-', '.')"
         )
-    if args.hyp_out is not None and str(args.hyp_out) == "-":  # else a file named "-"
+    hyp_out = str(args.hyp_out)
+    if args.hyp_out is not None and (  # "-" is else a file named so; /dev/stdout into a pipe
+        hyp_out == "-" or is_standard_output(hyp_out, any_kind=True)  # mixed with the scores
+    ):
         parser.error(
-            "--hyp-out -: the hypotheses go to a file (standard output carries the scores); "
-            "give a file name, or --json - for the scores as JSON"
+            f"--hyp-out {hyp_out}: the hypotheses go to a file (standard output carries the "
+            "scores); give a file name, or --json - for the scores as JSON"
         )
     if args.hyp_out is not None and len(set(args.beam)) > 1 and "{beam}" not in str(args.hyp_out):
         parser.error("--hyp-out must contain {beam} when several --beam values are given")
