@@ -622,6 +622,13 @@ def test_sampling_config_accepts_many_samples_and_describes_itself():
     }
     assert config.describe() == "sampling (temperature 0.7, top-p 0.9, seed 4)"
     assert DecodingConfig.from_dict(dataclasses.asdict(config)) == config
+    # the length penalty ranks several samples, and beams: it names their files too (an
+    # evaluation with --alpha 0.6 replaced the default's beam5 file)
+    ranked = config.replace(alpha=0.6)
+    assert ranked.file_tag == "sample-t0.7-p0.9-n20-a0.6-seed4"
+    assert ranked.replace(n_best=1).file_tag == "sample-t0.7-p0.9-seed4"  # one: not ranked
+    assert DecodingConfig(beam_size=5, alpha=0.6).file_tag == "beam5-a0.6"
+    assert DecodingConfig(beam_size=5).file_tag == "beam5"
 
 
 # --------------------------------------------------------------------------------------------

@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 
 DEFAULT_BEAM_SIZE = 5
 """The beam size minitx uses wherever none is given (translate, evaluate, Translator, test)."""
+DEFAULT_ALPHA = 1.0
+"""GNMT's length-penalty exponent where none is given (`DecodingConfig.alpha`)."""
 MAX_ALPHA = 10.0
 """The largest length-penalty exponent either way: far beyond any useful one, far from where
 the penalty of a 1,023-piece output overflows (about 138)."""
@@ -143,7 +145,7 @@ class DecodingConfig:
     strategy: str = "beam"
     beam_size: int = DEFAULT_BEAM_SIZE
     n_best: int = 1
-    alpha: float = 1.0
+    alpha: float = DEFAULT_ALPHA
     max_len_a: float = 1.5
     max_len_b: int = 10
     use_cache: bool = True

@@ -13,7 +13,13 @@ from torch import Tensor
 
 from minitx.decoding.beam import beam_search
 from minitx.decoding.common import Hypothesis, until_eos
-from minitx.decoding.config import STRATEGIES, DecodingConfig, DecodingStrategy, strategy_for
+from minitx.decoding.config import (
+    DEFAULT_ALPHA,
+    STRATEGIES,
+    DecodingConfig,
+    DecodingStrategy,
+    strategy_for,
+)
 from minitx.decoding.greedy import greedy_decode
 from minitx.decoding.sampling import sample_decode
 from minitx.errors import ConfigError
@@ -56,8 +62,10 @@ class BeamSearch(DecodingStrategy):
         return f"beam {config.beam_size} (alpha {config.alpha:g})"
 
     def file_tag(self, config: DecodingConfig) -> str:
-        """E.g. "beam5"."""
-        return f"beam{config.beam_size}"
+        """E.g. "beam5", or "beam5-a0.6" with another length penalty than the default: no
+        evaluation replaces another's file."""
+        alpha = f"-a{config.alpha:g}" if config.alpha != DEFAULT_ALPHA else ""
+        return f"beam{config.beam_size}{alpha}"
 
 
 @STRATEGIES.register("sample")
@@ -115,6 +123,8 @@ class Sampling(DecodingStrategy):
         parts += [f"k{config.top_k}"] if config.top_k else []
         parts += [f"p{config.top_p:g}"] if config.top_p < 1.0 else []
         parts += [f"n{config.n_best}"] if config.n_best > 1 else []  # the best of n is written
+        ranked = config.n_best > 1 and config.alpha != DEFAULT_ALPHA  # alpha ranks the samples
+        parts += [f"a{config.alpha:g}"] if ranked else []
         parts += ["seed-none" if config.seed is None else f"seed{config.seed}"]
         return "-".join(["sample", *parts])
 
