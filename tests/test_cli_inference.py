@@ -423,6 +423,9 @@ def test_translate_missing_input_file(translate_command, tiny_checkpoint, tmp_pa
         (["--alignment-unit", "piece", "x"], "only with --print-alignment"),
         (["--print-alignment", "--alignment-layer", "last", "x"], "integer or 'mean'"),
         (["--buffer-size", "0", "x"], "--buffer-size"),
+        # it was accepted and ignored
+        (["--buffer-size", "5", "x"], "--buffer-size applies only to piped standard input, not"),
+        (["--buffer-size", "5", "--input", "f.txt"], "not to --input FILE"),
         (["--beam", "1", "--alpha", "2", "x"], "--alpha applies only to beam search"),
     ],
 )

@@ -205,6 +205,9 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
     check_decoding_args(parser, args, n_best=args.n_best)  # builds args.decoding
     if args.sentences and args.input is not None:
         parser.error("give SENTENCE arguments or --input FILE, not both")
+    if args.buffer_size is not None and (args.sentences or args.input is not None):
+        given = "SENTENCE arguments" if args.sentences else "--input FILE"  # else ignored
+        parser.error(f"--buffer-size applies only to piped standard input, not to {given}")
     chosen = [
         f"--alignment-{name}"
         for name in ("layer", "head", "unit")
