@@ -89,6 +89,8 @@ def main() -> int:
     for flag, values in sizes.items():
         if min(values) < 1:
             parser.error(f"{flag} must be >= 1, got {min(values)}")
+    if args.seed < 0:  # numpy's default_rng refused it with a traceback
+        parser.error(f"--seed must be >= 0, got {args.seed}")
     datasets_progress_bars()  # a log file gets the figures, not the bars' frames
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     return run_cli(report, args)

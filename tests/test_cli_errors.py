@@ -837,6 +837,7 @@ def test_a_trainer_setting_lightning_cannot_use_is_one_error_line(
         ("alignment_layers.py", ["CKPT", "CORPUS"], "no lexicon pair found"),
         ("data_stats.py", ["--source", "builtin:toy", "--max-tokens", "0"], "--max-tokens"),
         ("data_stats.py", ["--source", "no-such-corpus-dir/"], "not found"),
+        ("data_stats.py", ["--source", "builtin:toy", "--seed", "-1"], "--seed must be >= 0"),
     ],
     ids=[
         "align-no-checkpoint",
@@ -845,6 +846,7 @@ def test_a_trainer_setting_lightning_cannot_use_is_one_error_line(
         "align-no-lexicon-pair",
         "stats-no-tokens",
         "stats-no-corpus",
+        "stats-negative-seed",
     ],
 )
 def test_the_scripts_report_a_user_error_in_one_line(
