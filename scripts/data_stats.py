@@ -22,7 +22,12 @@ from pathlib import Path
 
 import numpy as np
 
-from minitx.cli.common import OneLineArgumentParser, datasets_progress_bars, run_cli
+from minitx.cli.common import (
+    OneLineArgumentParser,
+    datasets_progress_bars,
+    hub_verbosity,
+    run_cli,
+)
 from minitx.data import (
     TokenBucketBatchSampler,
     clean_pairs,
@@ -92,7 +97,13 @@ def main() -> int:
     if args.seed < 0:  # numpy's default_rng refused it with a traceback
         parser.error(f"--seed must be >= 0, got {args.seed}")
     datasets_progress_bars()  # a log file gets the figures, not the bars' frames
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    # The figures on standard error; not the root logger's INFO, which let every library's
+    # lines by (each of the hub's retries offline) and printed minitx's warnings twice.
+    figures = logging.StreamHandler()
+    figures.setFormatter(logging.Formatter("%(message)s"))
+    logger.addHandler(figures)
+    logger.setLevel(logging.INFO)
+    hub_verbosity(False)
     return run_cli(report, args)
 
 
