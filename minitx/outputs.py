@@ -159,21 +159,28 @@ def _marker(directory: Path) -> dict:
 
 
 def is_standard_output(
-    path: str | Path, stream: TextIO | None = None, *, any_kind: bool = False
+    path: str | Path, stream: TextIO | None = None, *, pipe: bool = False
 ) -> bool:
     """Whether `path` is the regular file this process's standard output (or `stream`)
     already writes to (``/dev/stdout``, where the shell redirected it to a file): a command
     writes there through the stream, as for ``-``; replaced by a rename, a ``>> log`` would
-    lose the log. A terminal or a pipe is no such file (it is written in place anyway), unless
-    `any_kind`: then any file the stream is, for an output that would mix with the stream's."""
+    lose the log. A terminal or a pipe is no such file (it is written in place anyway).
+    With `pipe`, the other way round: whether `path` is the pipe, socket or terminal the
+    stream is, where a file written in place mixes its lines with the stream's."""
+    stream = stream or sys.stdout
     try:
-        ours = os.fstat((stream or sys.stdout).fileno())
+        ours = os.fstat(stream.fileno())
         theirs = os.stat(path)
+        if pipe:
+            kind = stat.S_ISFIFO(ours.st_mode) or stat.S_ISSOCK(ours.st_mode) or stream.isatty()
+        else:
+            kind = stat.S_ISREG(ours.st_mode)
     except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
         return False  # no such file, or a stream without a file (captured)
     # st_ino 0: no inode numbers (Windows' consoles and NUL), so nothing to compare
-    regular = (any_kind or stat.S_ISREG(ours.st_mode)) and ours.st_ino != 0
-    return regular and (ours.st_dev, ours.st_ino) == (theirs.st_dev, theirs.st_ino)
+    return (
+        kind and ours.st_ino != 0 and (ours.st_dev, ours.st_ino) == (theirs.st_dev, theirs.st_ino)
+    )
 
 
 def check_output_file(

@@ -245,14 +245,23 @@ def test_output_to_dev_stdout_appended_to_a_log_keeps_the_log(
     # a file that has no stream form (hypotheses) is refused there, not renamed over the log
     before = log.read_text()
     proc = appended_to_the_log("evaluate", [*evaluate, "--hyp-out", "/dev/stdout"])
-    assert proc.returncode == 2 and "--hyp-out /dev/stdout: the hypotheses go to a file" in (
-        proc.stderr
-    )
+    assert proc.returncode == 2 and "is the file this command's standard output" in proc.stderr
     assert log.read_text() == before
     # into a pipe it was written through, and the hypotheses broke the JSON after them (exit 0)
     proc = run_command("evaluate", [*evaluate, "--hyp-out", "/dev/stdout", "--json", "-"])
     assert proc.returncode == 2 and not proc.stdout, proc.stdout[-300:]
-    assert b"--hyp-out /dev/stdout: the hypotheses go to a file" in proc.stderr
+    assert b"--hyp-out /dev/stdout is the pipe or terminal this command's standard" in proc.stderr
+    # /dev/null is neither: written in place, as before
+    hyp_to_null = [*evaluate, "--hyp-out", "/dev/null", "--json", str(tmp_path / "s.json")]
+    with open(os.devnull, "wb") as null:
+        proc = subprocess.run(
+            [PYTHON, "-m", "minitx.cli.evaluate", *hyp_to_null],
+            stdout=null,
+            stderr=subprocess.PIPE,
+            env=subprocess_env(),
+            timeout=180,
+        )
+    assert proc.returncode == 0, proc.stderr[-500:]
 
 
 def test_translate_stdin_in_process(

@@ -151,13 +151,16 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
             f"--split {args.split!r}: give {', '.join(SPLITS)} or a file stem (letters, digits, "
             "'_', '-', '.')"
         )
-    hyp_out = str(args.hyp_out)
-    if args.hyp_out is not None and (  # "-" is else a file named so; /dev/stdout into a pipe
-        hyp_out == "-" or is_standard_output(hyp_out, any_kind=True)  # mixed with the scores
-    ):
+    if args.hyp_out is not None and str(args.hyp_out) == "-":  # else a file named "-"
         parser.error(
-            f"--hyp-out {hyp_out}: the hypotheses go to a file (standard output carries the "
-            "scores); give a file name, or --json - for the scores as JSON"
+            "--hyp-out -: the hypotheses go to a file (standard output carries the scores); "
+            "give a file name, or --json - for the scores as JSON"
+        )
+    if args.hyp_out is not None and is_standard_output(args.hyp_out, pipe=True):
+        parser.error(  # written through, the hypotheses came before the JSON of --json -
+            f"--hyp-out {args.hyp_out} is the pipe or terminal this command's standard output "
+            "goes to, which carries the scores; give a file name, or --json - for the scores "
+            "as JSON"
         )
     if args.hyp_out is not None and len(set(args.beam)) > 1 and "{beam}" not in str(args.hyp_out):
         parser.error("--hyp-out must contain {beam} when several --beam values are given")
