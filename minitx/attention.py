@@ -189,7 +189,7 @@ class MultiHeadAttention(nn.Module):
         positions: nn.Module | None = None,
     ) -> None:
         super().__init__()
-        if d_model % n_heads:
+        if n_heads < 1 or d_model % n_heads:  # 0: a ZeroDivisionError; -2: a d_head of -4
             raise ValueError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads})")
         self.d_model, self.n_heads, self.d_head = d_model, n_heads, d_model // n_heads
         self.dropout = dropout

@@ -549,8 +549,11 @@ def test_mha_projections_match_manual_computation(bias):
 
 
 def test_mha_constructor_errors():
-    with pytest.raises(ValueError, match=r"d_model \(10\) must be divisible by n_heads \(3\)"):
-        MultiHeadAttention(10, 3)
+    for n_heads in (3, 0, -2):
+        with pytest.raises(
+            ValueError, match=rf"d_model \(10\) must be divisible by n_heads \({n_heads}\)"
+        ):
+            MultiHeadAttention(10, n_heads)
     with pytest.raises(ValueError, match="unknown attention score"):
         MultiHeadAttention(8, 2, score="nope")
 

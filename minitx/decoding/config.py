@@ -267,7 +267,8 @@ class DecodingConfig:
     @property
     def file_tag(self) -> str:
         """How output file names name this decoding, as the strategy says: "greedy", "beam5"
-        (beam size) or "sample-t0.7-seed3" (the sampling settings)."""
+        (beam size; "beam5-a0.6" with another alpha than the default) or "sample-t0.7-seed3"
+        (the sampling settings)."""
         return self.implementation.file_tag(self)
 
     @classmethod
