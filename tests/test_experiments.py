@@ -376,6 +376,10 @@ def test_a_variant_that_fails_says_so_and_every_variant_failing_is_an_error(
             "--checkpoint is read by hard and explain only, not by scores; leave it out",
         ),
         (["hard", "--sentences", "5"], "--sentences is read by explain only, not by hard"),
+        (  # hard is named, but none of its variants is chosen: it is skipped
+            ["hard", "scores", "--variants", "dot", "--checkpoint", "run.ckpt"],
+            "not by scores; leave it out, or add hard or explain to the experiments and a vari",
+        ),
         (["scores", "--out", __file__], f"--out {__file__} is a file; give a directory"),
         (  # /proc takes no new directory, even for root (the message was its errno's alone)
             ["scores", "--out", "/proc/minitx-experiment"],

@@ -128,21 +128,27 @@ def run(args: argparse.Namespace) -> int:
             f"--out {args.out} holds a README.md that minitx-experiment did not write; give "
             "another directory (new, or one with earlier results)"
         )
+    running = [  # those with a variant of --variants
+        n
+        for n in names
+        if not args.variants or set(args.variants) & {v.name for v in EXPERIMENTS[n].variants}
+    ]
     readers = [n for n in EXPERIMENTS if not EXPERIMENTS[n].trains]  # hard, explain
     for flag, given, by in (
         ("--checkpoint", args.checkpoint, readers),
         ("--sentences", args.sentences, ["explain"]),
     ):
-        if given is not None and not set(by) & set(names):  # else it would be ignored
+        if given is not None and not set(by) & set(running):  # else it would be ignored
             raise UsageError(
-                f"{flag} is read by {' and '.join(by)} only, not by {', '.join(names)}; "
+                f"{flag} is read by {' and '.join(by)} only, not by {', '.join(running)}; "
                 f"leave it out, or add {' or '.join(by)} to the experiments"
+                + (" and a variant of it to --variants" if args.variants else "")
             )
     if args.checkpoint is not None and not args.checkpoint.exists():
         raise UsageError(f"--checkpoint {args.checkpoint}: no such file or release directory")
     settings = Settings(**{field.name: getattr(args, field.name) for field in fields(Settings)})
     for name in names:
-        if args.variants and not {v.name for v in EXPERIMENTS[name].variants} & set(args.variants):
+        if name not in running:
             print(f"{name}: skipped, none of --variants is one of its variants", flush=True)
             continue
         if name == "explain":  # a checkpoint against its gradients: its own runner
