@@ -445,6 +445,19 @@ def test_translate_bad_arguments(translate_command, tiny_checkpoint, capsys, arg
     assert message in capsys.readouterr().err
 
 
+def test_translate_buffer_size_is_refused_at_a_terminal(
+    translate_command, tiny_checkpoint, monkeypatch, capsys
+) -> None:
+    """The prompt reads a line at a time: --buffer-size was accepted and ignored there."""
+    monkeypatch.setattr("sys.stdin", FakeStdin(b"eine frau\n", tty=True))
+    with pytest.raises(SystemExit) as exc:
+        translate_command.main(["--checkpoint", str(tiny_checkpoint), "--buffer-size", "4"])
+    assert exc.value.code == 2
+    assert "--buffer-size applies only to piped standard input, not to a terminal" in (
+        capsys.readouterr().err
+    )
+
+
 def test_translate_sampling(translate_command, translator, tiny_checkpoint, capsys) -> None:
     sentences = [TOY_TEST_SOURCES[0], "", TOY_TEST_SOURCES[2]]
     args = ["--checkpoint", str(tiny_checkpoint), "--sample", "--top-p", "0.9", "--seed", "3"]

@@ -205,9 +205,15 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
     check_decoding_args(parser, args, n_best=args.n_best)  # builds args.decoding
     if args.sentences and args.input is not None:
         parser.error("give SENTENCE arguments or --input FILE, not both")
-    if args.buffer_size is not None and (args.sentences or args.input is not None):
-        given = "SENTENCE arguments" if args.sentences else "--input FILE"  # else ignored
-        parser.error(f"--buffer-size applies only to piped standard input, not to {given}")
+    reads = None  # what is read instead of piped standard input, which --buffer-size is for
+    if args.sentences:
+        reads = "SENTENCE arguments"
+    elif args.input is not None:
+        reads = "--input FILE"
+    elif sys.stdin is not None and sys.stdin.isatty():
+        reads = "a terminal (read line by line)"
+    if args.buffer_size is not None and reads is not None:  # else ignored without a word
+        parser.error(f"--buffer-size applies only to piped standard input, not to {reads}")
     chosen = [
         f"--alignment-{name}"
         for name in ("layer", "head", "unit")
