@@ -101,6 +101,11 @@ def test_a_number_option_refuses_nan_and_infinity_on_one_line(
             "--alpha must lie in [-10.0, 10.0], got 1000.0",
         ),
         ("evaluate", ["--checkpoint", "x.ckpt", "--limit", "0"], "--limit: must be at least 1"),
+        (  # it fell back to the checkpoint's language without a word
+            "evaluate",
+            ["--checkpoint", "x.ckpt", "--src-lang", ""],
+            "--src-lang is empty; give a language code such as de, or leave it out",
+        ),
         ("visualize", ["Ein Hund.", "--checkpoint", "x.ckpt", "--dpi", "0"], "--dpi must be"),
         (
             "visualize",
@@ -141,6 +146,7 @@ def test_a_number_option_refuses_nan_and_infinity_on_one_line(
         "beam",
         "alpha",
         "limit",
+        "empty-language",
         "dpi",
         "huge-dpi",
         "ig-steps-huge",

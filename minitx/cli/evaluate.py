@@ -146,6 +146,9 @@ def build_parser() -> argparse.ArgumentParser:
 def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Reject impossible values (argparse exits with status 2)."""
     check_decoding_args(parser, args)  # builds args.decodings
+    for flag, lang in (("--src-lang", args.src_lang), ("--tgt-lang", args.tgt_lang)):
+        if lang is not None and not lang.strip():  # it fell back to the default without a word
+            parser.error(f"{flag} is empty; give a language code such as de, or leave it out")
     if not SPLIT_NAME.fullmatch(args.split):
         parser.error(
             f"--split {args.split!r}: give {', '.join(SPLITS)} or a file stem (letters, digits, "
