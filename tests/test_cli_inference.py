@@ -621,6 +621,17 @@ def test_evaluate_toy_corpus(
     assert len(re.findall(summary, err)) == 1, err  # one progress line, at the end
 
 
+def test_evaluate_hyp_out_beam_placeholder_is_the_search_width(
+    evaluate_command, tiny_checkpoint, tmp_path
+) -> None:
+    """``{beam}`` of --hyp-out is 1 for --strategy greedy: it was the default --beam, 5, which
+    greedy decoding does not read."""
+    args = ["--checkpoint", str(tiny_checkpoint), "--data", str(TOY_CORPUS_DIR), "--limit", "2"]
+    hyp = ["--hyp-out", str(tmp_path / "h{beam}.txt")]
+    assert evaluate_command.main([*args, *hyp, "--strategy", "greedy"]) == 0
+    assert [p.name for p in tmp_path.glob("h*.txt")] == ["h1.txt"]
+
+
 def test_evaluate_two_beams_and_json(evaluate_command, tiny_checkpoint, tmp_path, capsys) -> None:
     report = tmp_path / "scores.json"
     args = ["--checkpoint", str(tiny_checkpoint), "--data", str(TOY_CORPUS_DIR), "--beam", "1", "2"]

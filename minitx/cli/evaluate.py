@@ -175,8 +175,9 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
 def hypothesis_path(args: argparse.Namespace, beam: int, pair: str = "") -> Path:
     """Where the hypotheses of one beam size go; `pair` (e.g. "fr-en") names a language pair
     other than the checkpoint's, so that its file does not replace the checkpoint's own."""
-    if args.hyp_out is not None:
-        return Path(str(args.hyp_out).replace("{beam}", str(beam)))
+    if args.hyp_out is not None:  # {beam}: the search's width, 1 for --strategy greedy
+        width = args.decodings[beam].width  # (the key is the unused default --beam there)
+        return Path(str(args.hyp_out).replace("{beam}", str(width)))
     infix = f".{data_tag(args.data)}" if args.data is not None else ""
     infix += f".first{args.limit}" if args.limit is not None else ""
     infix += f".{pair}" if pair else ""
