@@ -54,6 +54,18 @@ MAX_IG_STEPS = 1000
 growing with their square, 75 GiB for 100,000 (Captum's default is 50)."""
 
 
+def check_ig_steps(ig_steps: int) -> None:
+    """Refuse a node count for integrated gradients that is not a whole number in
+    1..`MAX_IG_STEPS`.
+
+    Raises:
+        ConfigError: naming ``ig_steps`` and the value.
+    """
+    check_whole_number("ig_steps", ig_steps, 1)
+    if ig_steps > MAX_IG_STEPS:
+        raise ConfigError(f"ig_steps must be at most {MAX_IG_STEPS}, got {ig_steps}")
+
+
 def check_methods(methods: Sequence[str]) -> tuple[str, ...]:
     """The methods as a tuple, each once, in the order given.
 
@@ -170,9 +182,7 @@ def gradient_attributions(
     from captum.attr import InputXGradient, IntegratedGradients, Saliency
 
     methods = check_methods(methods)
-    check_whole_number("ig_steps", ig_steps, 1)
-    if ig_steps > MAX_IG_STEPS:
-        raise ConfigError(f"ig_steps must be at most {MAX_IG_STEPS}, got {ig_steps}")
+    check_ig_steps(ig_steps)
     n_rows = targets.size(0)
     f = _log_prob_function(model, src[None], tgt_in[None], targets[None])
     with torch.no_grad():

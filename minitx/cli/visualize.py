@@ -13,7 +13,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from minitx.attribution import DEFAULT_IG_STEPS, MAX_IG_STEPS, METHODS, check_methods
+from minitx.attribution import DEFAULT_IG_STEPS, METHODS, check_ig_steps, check_methods
 from minitx.cli.common import (
     OneLineArgumentParser,
     UsageError,
@@ -163,8 +163,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.ig_steps is not None and "ig" not in args.methods:  # else ignored without a word
         parser.error("--ig-steps sets integrated gradients: add --attributions ig (or all)")
     args.ig_steps = DEFAULT_IG_STEPS if args.ig_steps is None else args.ig_steps
-    if args.ig_steps > MAX_IG_STEPS:  # numpy's MemoryError traceback after the translation
-        parser.error(f"--ig-steps must be at most {MAX_IG_STEPS}, got {args.ig_steps}")
+    try:  # now, not after the translation
+        check_ig_steps(args.ig_steps)
+    except ConfigError as exc:  # "ig_steps must be ...": "--ig-steps must be ..."
+        parser.error(str(exc).replace("ig_steps", "--ig-steps", 1))
     return run_cli(run, args)
 
 
