@@ -89,6 +89,43 @@ def test_signals_end_the_child_as_they_end_python(sig: int, tmp_path: Path) -> N
     assert ("KeyboardInterrupt" in err) == (sig == signal.SIGINT)
 
 
+SERVER_STARTED_IGNORING_CTRL_C = """
+import signal, sys, time
+from pathlib import Path
+import preloaded
+
+def main():
+    preloaded.PRELOAD = ()  # nothing to import: the server starts in a blink
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the worker ignores Ctrl-C as the server starts
+    with preloaded.PreloadedProcess([sys.executable, "-c", "print('first')"], env={}) as first:
+        first.wait(60)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    code = "import time; open('started', 'w').close(); time.sleep(30)"
+    with preloaded.PreloadedProcess([sys.executable, "-c", code], env={}) as child:
+        while child.poll() is None and not Path("started").exists():
+            time.sleep(0.05)
+        child.send_signal(signal.SIGINT)
+        child.wait(60)
+    print(child.returncode)
+
+if __name__ == "__main__":  # the fork server imports this file as the main module
+    main()
+"""
+
+
+def test_ctrl_c_ends_the_child_even_if_the_server_started_ignoring_it(tmp_path: Path) -> None:
+    """The fork server starts with the Ctrl-C handling of the moment (an interrupted
+    Lightning fit leaves it ignored for a while): its children still stop on Ctrl-C, as a
+    python started from a shell does (the child slept on, and the test waited its 60 s)."""
+    script = tmp_path / "server.py"
+    script.write_text(SERVER_STARTED_IGNORING_CTRL_C, encoding="utf-8")
+    env = {**subprocess_env(), "PYTHONPATH": str(Path(__file__).resolve().parent)}
+    done = subprocess.run(
+        [PY, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.stdout.split() == [str(-signal.SIGINT)], done.stdout + done.stderr
+
+
 def test_anything_but_this_python_is_refused() -> None:
     with pytest.raises(ValueError, match="not `"):
         run_python(["python3", "-c", "pass"])
