@@ -604,6 +604,20 @@ def test_an_empty_ckpt_path_is_one_line(
     assert one_error_line(capsys.readouterr().err).startswith("error: --ckpt_path is empty;")
 
 
+@pytest.mark.parametrize("key", ["runs_dir", "run_name"])
+def test_an_empty_runs_dir_or_run_name_is_one_line(
+    key: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """`--runs_dir "$RUNS"` with RUNS unset trained into ./tiny; an empty run name, into the
+    runs directory itself, beside the run families."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_info:
+        main(TINY + QUIET + [f"--{key}", " "])
+    assert exit_info.value.code == 2
+    assert one_error_line(capsys.readouterr().err).startswith(f"error: --{key} is empty;")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_resume_last_without_a_previous_run_is_a_clear_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

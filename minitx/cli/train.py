@@ -597,6 +597,12 @@ class MinitxCLI(LightningCLI):
                 "--ckpt_path is empty; give a checkpoint file or 'last' (a shell variable such "
                 "as $CKPT may be unset), or leave --ckpt_path out to start a new run"
             )
+        for key, default in (("runs_dir", "runs"), ("run_name", "run")):
+            if not str(config[key]).strip():  # else the run lands in ./RUN_NAME or runs/
+                raise UsageError(
+                    f"--{key} is empty; give a directory name (a shell variable may be unset), "
+                    f"or leave --{key} out for the default ({default!r}, or the config's)"
+                )
         self.resume_path: str | None = config.ckpt_path
         self.resume_note: str | None = None  # printed at fit start
         self.run_version: str | None = None
