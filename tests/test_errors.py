@@ -4,7 +4,9 @@ boundary; anything else keeps its traceback. The errors page lists exactly these
 
 from __future__ import annotations
 
+import io
 import re
+import sys
 
 import pytest
 from helpers import REPO_DIR
@@ -62,13 +64,23 @@ def test_the_training_command_reports_them_the_same_way(
 
 
 def test_ctrl_c_is_status_130_and_says_so(capsys: pytest.CaptureFixture[str]) -> None:
+    """One line in a log; on a terminal after a line break, as the terminal echoed ^C."""
     assert run_cli(_raise(KeyboardInterrupt()), object()) == 130
-    assert capsys.readouterr().err == "\ninterrupted (Ctrl-C): stopped before the end\n"
+    assert capsys.readouterr().err == "interrupted (Ctrl-C): stopped before the end\n"
     # a command that goes on where it stopped says so (minitx-experiment)
     assert run_cli(_raise(KeyboardInterrupt()), object(), resumes="; run it again") == 130
-    assert (
-        capsys.readouterr().err == "\ninterrupted (Ctrl-C): stopped before the end; run it again\n"
-    )
+    assert capsys.readouterr().err == "interrupted (Ctrl-C): stopped before the end; run it again\n"
+
+
+def test_a_stop_line_on_a_terminal_starts_on_a_fresh_line(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with capsys.disabled():
+        terminal = io.StringIO()
+        terminal.isatty = lambda: True
+        monkeypatch.setattr(sys, "stderr", terminal)
+        assert run_cli(_raise(KeyboardInterrupt()), object()) == 130
+        assert terminal.getvalue() == "\ninterrupted (Ctrl-C): stopped before the end\n"
 
 
 @pytest.mark.parametrize("error", [ValueError("x"), KeyError("y"), RuntimeError("z")])

@@ -264,6 +264,17 @@ def _detach_stdout() -> None:
         pass  # not a real file (a test's capture): nothing is flushed at exit
 
 
+def print_stop(message: str) -> None:
+    """The line that says why a command stopped (Ctrl-C, SIGTERM), on standard error: on a
+    terminal after a line break, since the terminal echoed ``^C`` (or a progress bar was
+    drawn) on the current line; in a log file, the line alone."""
+    try:
+        fresh_line = "\n" if sys.stderr.isatty() else ""
+    except (AttributeError, ValueError):  # replaced or closed: as a log file
+        fresh_line = ""
+    print(f"{fresh_line}{message}", file=sys.stderr, flush=True)
+
+
 def stop_while_starting(signum: int, frame: object) -> NoReturn:
     """The SIGINT handler while a command starts (`minitx.cli.launch`): one line and status
     130, at once.
@@ -272,7 +283,7 @@ def stop_while_starting(signum: int, frame: object) -> NoReturn:
     library broken, and what surfaces is another error (numpy's, as a RecursionError). Only
     imports and argument parsing have run, so there is nothing to save or remove.
     """
-    print("\ninterrupted (Ctrl-C) while starting: nothing was done", file=sys.stderr, flush=True)
+    print_stop("interrupted (Ctrl-C) while starting: nothing was done")
     os._exit(EXIT_SIGINT)
 
 
@@ -381,10 +392,10 @@ def run_cli(
             sys.stdout.flush()  # a gone reader or a full disk shows here, not at exit
             return status
         except Terminated:
-            print("\nterminated (SIGTERM): stopped before the end", file=sys.stderr)
+            print_stop("terminated (SIGTERM): stopped before the end")
             return EXIT_SIGTERM
         except KeyboardInterrupt:  # what was written stays: say that the rest was not done
-            print(f"\ninterrupted (Ctrl-C): stopped before the end{resumes}", file=sys.stderr)
+            print_stop(f"interrupted (Ctrl-C): stopped before the end{resumes}")
             return EXIT_SIGINT
         except BrokenPipeError:  # e.g. `... | head -1`: the reader has gone, nothing left to do
             return reader_gone()

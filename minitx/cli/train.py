@@ -45,6 +45,7 @@ from minitx.cli.common import (
     datasets_progress_bars,
     hub_verbosity,
     no_room_for_output,
+    print_stop,
     reader_gone,
     report_user_error,
     show_library_warnings,
@@ -820,10 +821,10 @@ def _train_and_test(args: list[str] | None) -> MinitxCLI:
             if cli.resume_path:
                 _check_resume(cli, Path(cli.resume_path))
     except Terminated:  # e.g. a scheduler's SIGTERM while the data is prepared
-        print("\nterminated (SIGTERM) before training began: nothing was trained", file=sys.stderr)
+        print_stop("terminated (SIGTERM) before training began: nothing was trained")
         raise SystemExit(EXIT_SIGTERM) from None
     except KeyboardInterrupt:  # while parsing or preparing the data (fit handles its own)
-        print("\ninterrupted (Ctrl-C) before training began: nothing was trained", file=sys.stderr)
+        print_stop("interrupted (Ctrl-C) before training began: nothing was trained")
         raise SystemExit(EXIT_SIGINT) from None
     trainer = cli.trainer
     for callback in trainer.checkpoint_callbacks:  # set explicitly (checkpoint.dirpath)
@@ -870,10 +871,9 @@ def _train_and_test(args: list[str] | None) -> MinitxCLI:
         try:
             _test(cli, Path(tested), which, Path(run_dir))
         except KeyboardInterrupt:
-            print(
-                "\ntest interrupted: the training is finished and saved; the same command with "
-                "--ckpt_path last runs the test again",
-                file=sys.stderr,
+            print_stop(
+                "test interrupted: the training is finished and saved; the same command with "
+                "--ckpt_path last runs the test again"
             )
             raise SystemExit(EXIT_SIGINT) from None
     return cli
