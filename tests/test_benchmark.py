@@ -73,7 +73,7 @@ def test_budget_section_trains_and_prints_every_share(tmp_path) -> None:
     env.pop("MINITX_DATA_DIR", None)  # the tiny config trains on the toy corpus
     command = [
         PYTHON, str(SCRIPTS_DIR / "benchmark.py"), "--sections", "budget",
-        "--budget-config", "tiny", "--budget-time", "00:00:00:10",
+        "--budget-config", "tiny", "--budget-time", "00:00:00:03",
     ]  # fmt: skip
     done = run_python(command, env=env, cwd=tmp_path)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
