@@ -587,6 +587,27 @@ def test_sampling_distribution_truncates_and_normalises():
 
 
 @pytest.mark.parametrize(
+    ("options", "expected"),
+    [
+        ({"temperature": 1e-40}, [1.0, 0, 0, 0, 0, 0]),  # float32: a subnormal
+        ({"temperature": 1e-300}, [1.0, 0, 0, 0, 0, 0]),  # float32: 0
+        ({"temperature": 1e39}, [0.2, 0.2, 0.2, 0.2, 0.2, 0]),  # float32: inf
+        ({"top_p": 1e-46}, [1.0, 0, 0, 0, 0, 0]),  # float32: 0
+        ({"top_p": 1e-300, "temperature": 1e-300}, [1.0, 0, 0, 0, 0, 0]),
+    ],
+)
+def test_sampling_at_the_edges_of_float32_gives_the_limit_not_nan(
+    options: dict, expected: list[float]
+) -> None:
+    """Finite settings that float32 rounds to 0 or inf: the argmax (temperature towards 0, a
+    nucleus of nothing) or every allowed token alike (temperature towards inf), never NaN,
+    which sampled piece 0 after piece 0 (`--temperature 1e-40` printed "èèèè...")."""
+    logits = torch.tensor([[-0.3, -2.0, -2.5, -3.0, -9.0, float("-inf")]])  # the last: pad
+    probs = sampling_distribution(torch.log_softmax(logits, dim=-1), **options)
+    torch.testing.assert_close(probs[0], torch.tensor(expected))
+
+
+@pytest.mark.parametrize(
     ("changes", "message"),
     [
         ({"strategy": "sample", "temperature": -0.5}, "temperature"),

@@ -44,7 +44,13 @@ def sampling_distribution(
     Returns:
         (N, V) probabilities, zero outside the kept tokens, each row summing to 1.
     """
-    scores = logp / temperature  # (N, V)
+    # The most probable token at 0, divided in float64, where every positive Python float is
+    # a number (float32 rounds 1e-300 to 0 and 1e39 to inf): a tiny temperature then leaves
+    # the argmax (the others overflow to -inf), a huge one every allowed token alike; neither
+    # gives NaN. Tokens already at -inf stay there (-inf / inf is NaN).
+    shifted = (logp - logp.amax(-1, keepdim=True)).double()  # (N, V)
+    scores = (shifted / temperature).masked_fill(logp == float("-inf"), float("-inf"))
+    scores = scores.to(logp.dtype)
     vocab = scores.size(-1)
     if 0 < top_k < vocab:
         kth = scores.topk(top_k, dim=-1).values[:, -1:]  # (N, 1)
@@ -53,7 +59,8 @@ def sampling_distribution(
     if top_p < 1.0:
         sorted_probs, order = probs.sort(dim=-1, descending=True)
         before = sorted_probs.cumsum(-1) - sorted_probs  # mass of the more probable tokens
-        drop_sorted = before >= top_p  # the first token has before = 0 < top_p: always kept
+        drop_sorted = before >= top_p
+        drop_sorted[:, 0] = False  # the most probable token stays (float32 rounds 1e-46 to 0)
         drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
         probs = probs.masked_fill(drop, 0.0)
         probs = probs / probs.sum(-1, keepdim=True)
