@@ -807,6 +807,8 @@ sys.exit(launch.train())
         ("num_nodes", "0", "`num_nodes` must be"),
         ("strategy", "bogus", "invalid strategy name"),
         ("limit_train_batches", "-1", "limit_train_batches"),
+        # Lightning takes it, and torch scales the gradients by it: the run diverged, status 0
+        ("gradient_clip_val", "-1", "trainer.gradient_clip_val=-1: give 0 or more"),
     ],
 )
 def test_a_trainer_setting_lightning_cannot_use_is_one_error_line(
@@ -832,6 +834,23 @@ def test_a_trainer_setting_lightning_cannot_use_is_one_error_line(
     assert exit_info.value.code == 2 and len(errors) == 1, err
     assert named in errors[0] and "Traceback" not in err, err
     assert not [p for p in tmp_path.rglob("*") if p.is_file()]
+
+
+def test_a_validation_interval_longer_than_an_epoch_is_one_error_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """Lightning checks an interval in batches against the epoch's batches only when the fit
+    starts: its ValueError was a traceback and status 1."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MINITX_DEBUG", raising=False)
+    args = ["--config", str(TINY_CONFIG), "--trainer.enable_progress_bar", "false"]
+    with pytest.raises(SystemExit) as exit_info:
+        train_main([*args, "--trainer.val_check_interval", "1000"])
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert exit_info.value.code == 2 and len(errors) == 1 and "Traceback" not in err, err
+    assert errors[0].startswith("error: trainer.val_check_interval: `val_check_interval` (1000)")
+    assert errors[0].endswith("--trainer.check_val_every_n_epoch null)")
 
 
 @pytest.mark.parametrize(

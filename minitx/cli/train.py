@@ -178,6 +178,11 @@ def check_trainer_counts(config: Any) -> None:
             raise ConfigError(
                 f"trainer.{key}=0 trains nothing; give at least 1, or -1 for no bound"
             )
+    clip = trainer.get("gradient_clip_val")
+    if clip is not None and clip < 0:  # torch would scale the gradients by a negative factor
+        raise ConfigError(
+            f"trainer.gradient_clip_val={clip}: give 0 or more (0 or null: no clipping)"
+        )
     for key in ("accumulate_grad_batches", "check_val_every_n_epoch"):
         value = trainer.get(key)
         if is_whole_number(value) and value < 1:
@@ -845,7 +850,15 @@ def _train_and_test(args: list[str] | None) -> MinitxCLI:
                 warnings.filterwarnings("ignore", message=r"The dirpath has changed from")
             # a bad batch skipped on purpose (model.optim.skip_bad_batches), logged in our words
             warnings.filterwarnings("ignore", message=r"`training_step` returned `None`")
-            trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=cli.resume_path)
+            try:
+                trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=cli.resume_path)
+            except ValueError as exc:  # checked by Lightning once it has counted the batches
+                if "val_check_interval" not in str(exc):
+                    raise
+                raise ConfigError(
+                    f"trainer.val_check_interval: {' '.join(str(exc).split())} (on the command "
+                    "line: --trainer.check_val_every_n_epoch null)"
+                ) from None
     except SIGTERMException:  # a bare SystemExit: it would end the process with status 0
         stops = [c.stop_signal for c in trainer.callbacks if isinstance(c, CheckpointOnInterrupt)]
         ctrl_c = signal.SIGINT in stops  # a Ctrl-C that Lightning handled as a SIGTERM
