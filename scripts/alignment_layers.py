@@ -78,6 +78,13 @@ def main() -> int:
 
 def report(args: argparse.Namespace) -> int:
     """Score every layer, head and their mean on the lexicon pairs of the test split."""
+    translator = Translator.from_pretrained(args.checkpoint)
+    if all(translator.languages) and translator.languages != ("de", "en"):
+        source, target = translator.languages  # it would align pairs it never learned
+        raise DataError(
+            f"{args.checkpoint} translates {source} -> {target}; the lexicon is German-English: "
+            "give a de -> en model"
+        )
     split = load_split(args.data, "test", "de", "en", args.sentences)
     sources, references = split.sources, split.references
     items = expected_pairs(sources, references)
@@ -86,7 +93,6 @@ def report(args: argparse.Namespace) -> int:
             f"no lexicon pair found in the first {len(sources)} test sentences; give more "
             "sentences, or a German-English corpus (the lexicon is German-English)"
         )
-    translator = Translator.from_pretrained(args.checkpoint)
     layers, heads = translator.model.config.n_decoder_layers, translator.model.config.n_heads
     print(
         f"{len(items)} lexicon pairs in {len(sources)} sentences; {layers} layers x {heads} heads"

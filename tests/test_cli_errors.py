@@ -13,6 +13,7 @@ import argparse
 import errno
 import importlib
 import io
+import json
 import os
 import re
 import signal
@@ -860,6 +861,7 @@ def test_a_validation_interval_longer_than_an_epoch_is_one_error_line(
         ("alignment_layers.py", ["CKPT", "no-such-corpus-dir/"], "not found"),
         ("alignment_layers.py", ["CKPT", "builtin:toy", "0"], "sentences must be >= 1"),
         ("alignment_layers.py", ["CKPT", "CORPUS"], "no lexicon pair found"),
+        ("alignment_layers.py", ["EN_DE", "builtin:toy"], "translates en -> de; the lexicon"),
         ("data_stats.py", ["--source", "builtin:toy", "--max-tokens", "0"], "--max-tokens"),
         ("data_stats.py", ["--source", "no-such-corpus-dir/"], "not found"),
         ("data_stats.py", ["--source", "builtin:toy", "--seed", "-1"], "--seed must be >= 0"),
@@ -869,6 +871,7 @@ def test_a_validation_interval_longer_than_an_epoch_is_one_error_line(
         "align-no-corpus",
         "align-no-sentences",
         "align-no-lexicon-pair",
+        "align-another-language-pair",
         "stats-no-tokens",
         "stats-no-corpus",
         "stats-negative-seed",
@@ -887,6 +890,14 @@ def test_the_scripts_report_a_user_error_in_one_line(
     for lang in ("de", "en"):
         (corpus / f"test.{lang}").write_text("qqq zzz .\n", encoding="utf-8")
     given = {"CKPT": str(tiny_checkpoint), "CORPUS": str(corpus)}
+    if "EN_DE" in arguments:  # the tiny model's release, said to translate en -> de
+        from minitx import release
+
+        given["EN_DE"] = str(tmp_path / "en-de")
+        release.save_pretrained(release.load(tiny_checkpoint), tmp_path / "en-de")
+        config = json.loads((tmp_path / "en-de" / "config.json").read_text(encoding="utf-8"))
+        config |= {"src_lang": "en", "tgt_lang": "de"}
+        (tmp_path / "en-de" / "config.json").write_text(json.dumps(config), encoding="utf-8")
     arguments = [given.get(a, a) for a in arguments]
     cmd = [sys.executable, str(SCRIPTS_DIR / script), *arguments]
     proc = run_python(cmd, cwd=tmp_path, env=subprocess_env(), timeout=120)
