@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import pickle
 import re
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -108,7 +109,13 @@ def read_checkpoint(path: str | Path, *, mmap: bool = False) -> dict[str, Any]:
     if not head.startswith(TORCH_FILE_MAGIC):  # torch would call a text file "unsafe" below
         raise CheckpointError(f"{unreadable}: it is not a file written by torch.save")
     try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
+        with warnings.catch_warnings():  # a plain pickle: torch asks to "file an issue" first
+            warnings.filterwarnings("ignore", message="Detected pickle protocol")
+            # torch maps only the zip format: a legacy file would fail on that, not be refused
+            zipped = head == b"PK"
+            checkpoint = torch.load(
+                path, map_location="cpu", weights_only=True, mmap=mmap and zipped
+            )
     except pickle.UnpicklingError as exc:
         if "Weights only load failed" in str(exc):
             # torch's text goes on to advise weights_only=False: not advice to pass on

@@ -14,6 +14,7 @@ import re
 import shutil
 import subprocess
 import textwrap
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -23,7 +24,7 @@ import yaml
 from helpers import PYTHON, TOY_TEST_SOURCES, TinyRun, subprocess_env
 
 from minitx.alignment import AlignmentConfig
-from minitx.checkpoint import CHECKPOINT_KEY, load_checkpoint
+from minitx.checkpoint import CHECKPOINT_KEY, load_checkpoint, read_checkpoint
 from minitx.decoding import DecodingConfig, greedy_decode
 from minitx.errors import CheckpointError, ConfigError
 from minitx.maps import AttentionMaps
@@ -445,10 +446,10 @@ def test_refuses_a_custom_class(tiny_checkpoint: Path, tmp_path: Path) -> None:
         Translator.from_pretrained(path)
 
 
-@pytest.mark.filterwarnings("ignore:Detected pickle protocol")
 @pytest.mark.parametrize("writer", ["torch.save", "pickle.dump"])
 def test_refuses_code_execution(tiny_checkpoint: Path, tmp_path: Path, writer: str) -> None:
-    """A payload whose unpickling would create a file is refused, and the file is never created."""
+    """A payload whose unpickling would create a file is refused, and the file is never created;
+    read for a resume (memory-mapped) too, and without torch's warnings before the refusal."""
 
     def write(path: Path, marker: Path) -> None:
         content = {
@@ -473,8 +474,12 @@ def test_refuses_code_execution(tiny_checkpoint: Path, tmp_path: Path, writer: s
 
     path, marker = tmp_path / "evil.ckpt", tmp_path / "marker"
     write(path, marker)
-    with pytest.raises(CheckpointError, match="refused"):
-        Translator.from_pretrained(path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # "Detected pickle protocol 4 ... file an issue"
+        with pytest.raises(CheckpointError, match="refused"):
+            Translator.from_pretrained(path)
+        with pytest.raises(CheckpointError, match="refused"):  # mmap failed on a legacy file
+            read_checkpoint(path, mmap=True)
     assert not marker.exists()
 
 
