@@ -837,6 +837,23 @@ def test_a_trainer_setting_lightning_cannot_use_is_one_error_line(
     assert not [p for p in tmp_path.rglob("*") if p.is_file()]
 
 
+@pytest.mark.filterwarnings("ignore:LightningCLI's args parameter")
+def test_an_error_in_a_linked_setting_names_the_setting_the_user_gave(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """`--data.vocab_size 0` said "model.transformer.src_vocab_size must be positive": a key
+    the user never typed (it is set from data.vocab_size)."""
+    import minitx.cli.train as train
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(train, "_train_and_test", train.build_cli)  # build the run, no fit
+    with pytest.raises(SystemExit) as exit_info:
+        train_main(["--config", str(TINY_CONFIG), "--data.vocab_size", "0"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2
+    assert err.strip() == "error: data.vocab_size must be positive, got 0", err
+
+
 def test_a_validation_interval_longer_than_an_epoch_is_one_error_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:

@@ -780,6 +780,8 @@ def _config_message(exc: ConfigError) -> ConfigError:
     text = str(exc)
     for cls, key in _CONFIG_KEYS.items():
         text = text.replace(f"{cls}.", f"{key}.").replace(f"{cls}:", f"{key}:")
+    for linked, given in LINKED_SETTINGS.items():  # the setting the user gave, not its copy
+        text = text.replace(linked, given)
     return ConfigError(text)
 
 
