@@ -173,6 +173,33 @@ def test_a_command_line_mistake_is_one_error_line_without_the_usage_block(
     assert "usage:" not in err
 
 
+@pytest.mark.parametrize(
+    ("name", "argv", "flag"),
+    [
+        ("translate", ["--checkpoint", "x.ckpt", "--output", ""], "--output"),
+        ("translate", ["--checkpoint", "x.ckpt", "--input", " "], "--input"),
+        ("evaluate", ["--checkpoint", "x.ckpt", "--hyp-out", ""], "--hyp-out"),
+        ("evaluate", ["--checkpoint", "x.ckpt", "--json", ""], "--json"),
+        ("visualize", ["Ein Hund.", "--checkpoint", "x.ckpt", "--out-dir", ""], "--out-dir"),
+        ("export", ["--checkpoint", "x.ckpt", "--out", ""], "--out"),
+        ("ct2", ["--checkpoint", "x.ckpt", "--out", ""], "--out"),
+        ("average", ["a.ckpt", "b.ckpt", "--out", ""], "--out"),
+        ("experiment", ["scores", "--out", ""], "--out"),
+    ],
+    ids=lambda value: value if isinstance(value, str) else None,
+)
+def test_an_empty_file_or_directory_option_is_refused_not_read_as_here(
+    name: str, argv: list[str], flag: str, capsys: pytest.CaptureFixture
+) -> None:
+    """An empty value (a shell variable unset) was `Path("")`, the current directory: the
+    errors then said "--out . is the current directory", or evaluate wrote into it."""
+    with pytest.raises(SystemExit) as exit_info:
+        command(name).main(argv)
+    assert exit_info.value.code == 2
+    line = the_error_line(capsys.readouterr().err)
+    assert flag in line and "is empty; give a file" in line and " . " not in line, line
+
+
 def test_debug_mode_keeps_argparse_usage_block(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:

@@ -10,7 +10,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-from minitx.cli.common import OneLineArgumentParser, UsageError, run_cli
+from minitx.cli.common import OneLineArgumentParser, UsageError, nonempty_path, run_cli
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -25,7 +25,11 @@ def build_parser() -> argparse.ArgumentParser:
         "checkpoints", nargs="+", type=Path, metavar="CKPT", help="the .ckpt files to average"
     )
     parser.add_argument(
-        "--out", required=True, type=Path, metavar="FILE", help="the averaged .ckpt to write"
+        "--out",
+        required=True,
+        type=nonempty_path,
+        metavar="FILE",
+        help="the averaged .ckpt to write",
     )
     parser.add_argument(
         "--overwrite",

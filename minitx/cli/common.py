@@ -145,11 +145,29 @@ class _CurrentStderr(logging.StreamHandler):
         pass
 
 
+def nonempty_path(text: str) -> Path:
+    """argparse ``type=`` of a file or directory argument: never an empty value, which
+    ``Path("")`` reads as the current directory (a shell variable such as $OUT unset).
+
+    Raises:
+        argparse.ArgumentTypeError: for an empty or blank value.
+    """
+    if not text.strip():
+        raise argparse.ArgumentTypeError(
+            "is empty; give a file or directory name (a shell variable may be unset)"
+        )
+    return Path(text)
+
+
 def path_or_stream(text: str) -> Path | None:
     """A file argument: a path, or None (standard input or output) for ``-``, as Unix
     commands read it; ``./-`` names a file called so. The ``type=`` of minitx-translate's
-    ``--input`` and ``--output``; minitx-evaluate reads its ``--json`` with it."""
-    return None if text == "-" else Path(text)
+    ``--input`` and ``--output``; minitx-evaluate checks its ``--json`` with it.
+
+    Raises:
+        argparse.ArgumentTypeError: for an empty or blank value.
+    """
+    return None if text == "-" else nonempty_path(text)
 
 
 class _EachOnce(logging.Filter):

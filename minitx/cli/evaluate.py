@@ -29,6 +29,7 @@ from minitx.cli.common import (
     each_warning_once,
     hub_verbosity,
     load_translator,
+    nonempty_path,
     path_or_stream,
     positive_int,
     run_cli,
@@ -128,7 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--hyp-out",
-        type=Path,
+        type=nonempty_path,
         metavar="PATH",
         help="hypotheses file; must contain {beam} when several beam sizes are given "
         "(default: <checkpoint dir>/<checkpoint stem>.<split>.<greedy|beamN>[.bf16].hyp, beside a "
@@ -154,6 +155,8 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
             f"--split {args.split!r}: give {', '.join(SPLITS)} or a file stem (letters, digits, "
             "'_', '-', '.')"
         )
+    if args.json is not None and not args.json.strip():  # else the current directory
+        parser.error("--json is empty; give a file name, or - for standard output")
     if args.hyp_out is not None and str(args.hyp_out) == "-":  # else a file named "-"
         parser.error(
             "--hyp-out -: the hypotheses go to a file (standard output carries the scores); "

@@ -13,7 +13,13 @@ import shlex
 import sys
 from pathlib import Path
 
-from minitx.cli.common import OneLineArgumentParser, UsageError, add_checkpoint_argument, run_cli
+from minitx.cli.common import (
+    OneLineArgumentParser,
+    UsageError,
+    add_checkpoint_argument,
+    nonempty_path,
+    run_cli,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -25,7 +31,9 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     add_checkpoint_argument(parser)
-    parser.add_argument("--out", required=True, type=Path, metavar="DIR", help="release directory")
+    parser.add_argument(
+        "--out", required=True, type=nonempty_path, metavar="DIR", help="release directory"
+    )
     parser.add_argument(
         "--evaluation",
         type=Path,

@@ -22,6 +22,7 @@ from minitx.cli.common import (
     check_decoding_args,
     each_warning_once,
     load_translator,
+    nonempty_path,
     positive_int,
     run_cli,
 )
@@ -50,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_checkpoint_argument(parser)
     parser.add_argument(
         "--out-dir",
-        type=Path,
+        type=nonempty_path,
         default=Path("attn"),
         help="output directory, new or empty (default: attn/)",
     )

@@ -17,9 +17,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
-from minitx.cli.common import OneLineArgumentParser, add_checkpoint_argument, run_cli
+from minitx.cli.common import OneLineArgumentParser, add_checkpoint_argument, nonempty_path, run_cli
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -32,7 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     add_checkpoint_argument(parser)
-    parser.add_argument("--out", required=True, type=Path, help="model directory to write")
+    parser.add_argument("--out", required=True, type=nonempty_path, help="model directory to write")
     parser.add_argument(
         "--quantization",
         default="float32",

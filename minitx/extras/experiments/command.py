@@ -23,13 +23,13 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import fields
-from pathlib import Path
 
 from minitx.cli.common import (
     OneLineArgumentParser,
     UsageError,
     check_writable_dir,
     checkpoint_path,
+    nonempty_path,
     positive_float,
     positive_int,
     run_cli,
@@ -64,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
         "work on any machine)",
     )  # fmt: skip
     parser.add_argument(
-        "--out", type=Path, default=defaults.out, metavar="DIR",
+        "--out", type=nonempty_path, default=defaults.out, metavar="DIR",
         help=f"output directory (default: {defaults.out})",
     )  # fmt: skip
     parser.add_argument(
