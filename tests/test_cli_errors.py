@@ -835,6 +835,10 @@ sys.exit(launch.train())
         ("num_nodes", "0", "`num_nodes` must be"),
         ("strategy", "bogus", "invalid strategy name"),
         ("limit_train_batches", "-1", "limit_train_batches"),
+        # Lightning's TypeError: a traceback
+        ("devices", "0,1", "`devices` selected with `CPUAccelerator` should be an int > 0"),
+        # jsonargparse listed each of the union's types with its error
+        ("precision", "8", "trainer.precision=8: give one of 64, 32, 16, 'transformer-engine'"),
         # Lightning takes it, and torch scales the gradients by it: the run diverged, status 0
         ("gradient_clip_val", "-1", "trainer.gradient_clip_val=-1: give 0 or more"),
     ],

@@ -14,6 +14,7 @@ import difflib
 import logging
 import math
 import os
+import re
 import shlex
 import signal
 import sys
@@ -505,9 +506,25 @@ class OneLineErrorParser(LightningArgumentParser):
     def error(self, message: str, ex: Exception | None = None) -> NoReturn:
         if not self.exit_on_error or debug_requested():
             super().error(message, ex)
-        one_line = " ".join(str(message).split())
+        one_line = _choices_message(" ".join(str(message).split()))
         print(f"error: {one_line}  ({_command()} --help lists every key)", file=sys.stderr)
         raise SystemExit(EXIT_USER_ERROR)
+
+
+def _choices_message(message: str) -> str:
+    """jsonargparse's refusal of a value outside a union of literals (``trainer.precision``)
+    lists each subtype's type and error, then the value: said as the value and its choices."""
+    key = re.match(r'Parser key "([\w.]+)": Does not validate against any of the Union', message)
+    given = re.search(r"Given value: (.*)$", message)
+    literals = re.findall(r"Subtypes: \[(.*?)\] Errors:", message)
+    if not (key and given and literals):
+        return message
+    choices = re.findall(r"typing\.Literal\[(.*?)\]", literals[0])
+    others = re.sub(r"typing\.Literal\[.*?\]|<class 'NoneType'>|[, ]", "", literals[0])
+    if not choices or others:  # a type beside the literals (an int, a class): not a choice
+        return message
+    values = ", ".join(choices) + (", null" if "NoneType" in literals[0] else "")
+    return f"{key.group(1)}={given.group(1)}: give one of {values}"
 
 
 def _command() -> str:
@@ -707,7 +724,8 @@ class MinitxCLI(LightningCLI):
             trainer = super().instantiate_trainer(**kwargs)
         except MinitxError:
             raise
-        except (MisconfigurationException, ValueError) as exc:  # Lightning's own checks
+        except (MisconfigurationException, ValueError, TypeError) as exc:  # Lightning's checks
+            # (a TypeError for devices it cannot use on the accelerator: --trainer.devices 0,1)
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise ConfigError(
                 f"a trainer setting Lightning refuses: {reason} (the trainer.* settings: "
