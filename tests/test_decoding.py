@@ -594,14 +594,18 @@ def test_sampling_distribution_truncates_and_normalises():
         ({"temperature": 1e39}, [0.2, 0.2, 0.2, 0.2, 0.2, 0]),  # float32: inf
         ({"top_p": 1e-46}, [1.0, 0, 0, 0, 0, 0]),  # float32: 0
         ({"top_p": 1e-300, "temperature": 1e-300}, [1.0, 0, 0, 0, 0, 0]),
+        # the ranking is the model's even where float32 makes every score alike
+        ({"temperature": 1e300, "top_k": 2}, [0.5, 0.5, 0, 0, 0, 0]),
+        ({"temperature": 1e300, "top_p": 0.5}, [1 / 3, 1 / 3, 1 / 3, 0, 0, 0]),
     ],
 )
 def test_sampling_at_the_edges_of_float32_gives_the_limit_not_nan(
     options: dict, expected: list[float]
 ) -> None:
     """Finite settings that float32 rounds to 0 or inf: the argmax (temperature towards 0, a
-    nucleus of nothing) or every allowed token alike (temperature towards inf), never NaN,
-    which sampled piece 0 after piece 0 (`--temperature 1e-40` printed "èèèè...")."""
+    nucleus of nothing) or every allowed token alike (temperature towards inf; top-k and top-p
+    still keep the most probable ones), never NaN, which sampled piece 0 after piece 0
+    (`--temperature 1e-40` printed "èèèè...")."""
     logits = torch.tensor([[-0.3, -2.0, -2.5, -3.0, -9.0, float("-inf")]])  # the last: pad
     probs = sampling_distribution(torch.log_softmax(logits, dim=-1), **options)
     torch.testing.assert_close(probs[0], torch.tensor(expected))

@@ -44,20 +44,21 @@ def sampling_distribution(
     Returns:
         (N, V) probabilities, zero outside the kept tokens, each row summing to 1.
     """
-    # The most probable token at 0, divided in float64, where every positive Python float is
-    # a number (float32 rounds 1e-300 to 0 and 1e39 to inf): a tiny temperature then leaves
-    # the argmax (the others overflow to -inf), a huge one every allowed token alike; neither
-    # gives NaN. Tokens already at -inf stay there (-inf / inf is NaN).
-    shifted = (logp - logp.amax(-1, keepdim=True)).double()  # (N, V)
-    scores = (shifted / temperature).masked_fill(logp == float("-inf"), float("-inf"))
-    scores = scores.to(logp.dtype)
+    # The most probable token at 0, then times 1/T held inside float32 (MPS has no float64):
+    # a tiny temperature leaves the argmax at 0 and sends the others to -inf; a huge one sets
+    # every allowed token to 0 (and -inf * 0, NaN, back to -inf). Neither gives NaN.
+    shifted = logp - logp.amax(-1, keepdim=True)  # (N, V)
+    inverse = min(1.0 / temperature, torch.finfo(logp.dtype).max)
+    scores = (shifted * inverse).masked_fill(logp == float("-inf"), float("-inf"))
+    # The ranking comes from logp: a temperature keeps it, but float32 can flatten it to ties.
     vocab = scores.size(-1)
     if 0 < top_k < vocab:
-        kth = scores.topk(top_k, dim=-1).values[:, -1:]  # (N, 1)
-        scores = scores.masked_fill(scores < kth, float("-inf"))
+        kth = logp.topk(top_k, dim=-1).values[:, -1:]  # (N, 1)
+        scores = scores.masked_fill(logp < kth, float("-inf"))
     probs = torch.softmax(scores, dim=-1)
     if top_p < 1.0:
-        sorted_probs, order = probs.sort(dim=-1, descending=True)
+        order = logp.argsort(dim=-1, descending=True)  # (N, V)
+        sorted_probs = probs.gather(-1, order)
         before = sorted_probs.cumsum(-1) - sorted_probs  # mass of the more probable tokens
         drop_sorted = before >= top_p
         drop_sorted[:, 0] = False  # the most probable token stays (float32 rounds 1e-46 to 0)
