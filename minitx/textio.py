@@ -9,6 +9,7 @@ import os
 import shutil
 import socket
 import stat
+import sys
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -297,3 +298,14 @@ def write_text_atomic(path: str | Path, text: str) -> None:
     """Write `text` to `path` as UTF-8 through `atomic_output` (whole file or no change)."""
     with atomic_output(path) as out:
         out.write(text)
+
+
+def print_stop(message: str) -> None:
+    """The line that says why a command stops (Ctrl-C, SIGTERM), on standard error: on a
+    terminal after a line break, since the terminal echoed ``^C`` (or a progress bar was
+    drawn) on the current line; in a log file, the line alone."""
+    try:
+        fresh_line = "\n" if sys.stderr.isatty() else ""
+    except (AttributeError, ValueError):  # replaced or closed: as a log file
+        fresh_line = ""
+    print(f"{fresh_line}{message}", file=sys.stderr, flush=True)

@@ -22,7 +22,11 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     parser.add_argument(
-        "checkpoints", nargs="+", type=Path, metavar="CKPT", help="the .ckpt files to average"
+        "checkpoints",
+        nargs="+",
+        type=nonempty_path,
+        metavar="CKPT",
+        help="the .ckpt files to average",
     )
     parser.add_argument(
         "--out",

@@ -38,7 +38,7 @@ from minitx.errors import (  # UsageError: re-exported, the commands import it f
     debug_requested,
 )
 from minitx.outputs import make_dirs
-from minitx.textio import NO_ROOM
+from minitx.textio import NO_ROOM, print_stop
 
 if TYPE_CHECKING:
     from minitx.decoding import DecodingConfig
@@ -145,16 +145,18 @@ class _CurrentStderr(logging.StreamHandler):
         pass
 
 
-def nonempty_path(text: str) -> Path:
+def nonempty_path(text: str, *, expected: str = "a file or directory name") -> Path:
     """argparse ``type=`` of a file or directory argument: never an empty value, which
     ``Path("")`` reads as the current directory (a shell variable such as $OUT unset).
+    `expected` says what to give instead (`checkpoint_path` passes its own).
 
     Raises:
         argparse.ArgumentTypeError: for an empty or blank value.
     """
     if not text.strip():
         raise argparse.ArgumentTypeError(
-            "is empty; give a file or directory name (a shell variable may be unset)"
+            f"is empty; give {expected} (a shell variable such as $OUT may be unset: nothing "
+            "matched its pattern)"
         )
     return Path(text)
 
@@ -162,7 +164,7 @@ def nonempty_path(text: str) -> Path:
 def path_or_stream(text: str) -> Path | None:
     """A file argument: a path, or None (standard input or output) for ``-``, as Unix
     commands read it; ``./-`` names a file called so. The ``type=`` of minitx-translate's
-    ``--input`` and ``--output``; minitx-evaluate checks its ``--json`` with it.
+    ``--input`` and ``--output``; minitx-evaluate reads its ``--json`` with it.
 
     Raises:
         argparse.ArgumentTypeError: for an empty or blank value.
@@ -280,17 +282,6 @@ def _detach_stdout() -> None:
         os.dup2(devnull, sys.stdout.fileno())
     except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
         pass  # not a real file (a test's capture): nothing is flushed at exit
-
-
-def print_stop(message: str) -> None:
-    """The line that says why a command stopped (Ctrl-C, SIGTERM), on standard error: on a
-    terminal after a line break, since the terminal echoed ``^C`` (or a progress bar was
-    drawn) on the current line; in a log file, the line alone."""
-    try:
-        fresh_line = "\n" if sys.stderr.isatty() else ""
-    except (AttributeError, ValueError):  # replaced or closed: as a log file
-        fresh_line = ""
-    print(f"{fresh_line}{message}", file=sys.stderr, flush=True)
 
 
 def stop_while_starting(signum: int, frame: object) -> NoReturn:
@@ -448,12 +439,7 @@ def no_room_for_output(exc: BaseException) -> BaseException:
 def checkpoint_path(text: str) -> Path:
     """argparse ``type=`` of ``--checkpoint``: a path, never an empty one (``Path("")`` is the
     current directory, which the commands then read as a damaged release)."""
-    if not text.strip():
-        raise argparse.ArgumentTypeError(
-            "is empty; give a .ckpt file, a release directory or a hub repo id (a shell "
-            "variable such as $RUN may be unset: nothing matched its pattern)"
-        )
-    return Path(text)
+    return nonempty_path(text, expected="a .ckpt file, a release directory or a hub repo id")
 
 
 def add_checkpoint_argument(parser: argparse.ArgumentParser) -> None:

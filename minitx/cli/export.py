@@ -36,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--evaluation",
-        type=Path,
+        type=nonempty_path,
         metavar="FILE",
         help="a minitx-evaluate --json report; its BLEU scores and signatures go into the card",
     )

@@ -7,7 +7,6 @@ from __future__ import annotations
 import logging
 import math
 import signal
-import sys
 import threading
 import time
 from pathlib import Path
@@ -27,6 +26,7 @@ from matplotlib.figure import Figure
 from minitx.data.batching import ResumableDataLoader
 from minitx.errors import ConfigError, MinitxError
 from minitx.maps import KINDS, AttentionMaps, attention_entropy, teacher_forced_maps
+from minitx.textio import print_stop
 from minitx.training.schedules import BudgetSchedule
 from minitx.viz import figures_for_maps, update_figures_for_maps
 from minitx.vocab import PAD_ID
@@ -345,10 +345,8 @@ class CheckpointOnInterrupt(L.Callback):
             raise KeyboardInterrupt if signum == signal.SIGINT else SIGTERMException
         self.stop_signal = signum
         what = "Ctrl-C" if signum == signal.SIGINT else "SIGTERM"
-        print(
-            f"\n{what}: stopping after this update or validation (a second {what} stops at once)",
-            file=sys.stderr,
-            flush=True,
+        print_stop(
+            f"{what}: stopping after this update or validation (a second {what} stops at once)"
         )
 
     def _hand_over(self, *, after_logging: bool) -> None:
