@@ -604,17 +604,32 @@ def test_an_empty_ckpt_path_is_one_line(
     assert one_error_line(capsys.readouterr().err).startswith("error: --ckpt_path is empty;")
 
 
-@pytest.mark.parametrize("key", ["runs_dir", "run_name"])
-def test_an_empty_runs_dir_or_run_name_is_one_line(
-    key: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("runs_dir", "", "--runs_dir is empty;"),
+        ("runs_dir", " ", "--runs_dir is empty;"),
+        ("run_name", "", "--run_name is empty;"),
+        ("run_name", ".", "--run_name .: give a name inside runs_dir"),
+        ("run_name", "a/..", "--run_name a/..: give a name inside runs_dir"),
+        ("run_name", "../elsewhere", "--run_name ../elsewhere: give a name inside runs_dir"),
+    ],
+)
+def test_a_run_directory_outside_its_family_is_refused_in_one_line(
+    key: str,
+    value: str,
+    message: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
 ) -> None:
-    """`--runs_dir "$RUNS"` with RUNS unset trained into ./tiny; an empty run name, into the
-    runs directory itself, beside the run families."""
+    """`--runs_dir "$RUNS"` with RUNS unset trained into ./tiny; an empty run name (or `.`), into
+    the runs directory itself, beside the run families; `..`, outside it."""
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as exit_info:
-        main(TINY + QUIET + [f"--{key}", " "])
+        main(TINY + QUIET + [f"--{key}", value])
     assert exit_info.value.code == 2
-    assert one_error_line(capsys.readouterr().err).startswith(f"error: --{key} is empty;")
+    assert one_error_line(capsys.readouterr().err).startswith(f"error: {message}")
     assert list(tmp_path.iterdir()) == []
 
 

@@ -16,6 +16,7 @@ import math
 import os
 import re
 import shlex
+import shutil
 import signal
 import sys
 import time
@@ -46,7 +47,6 @@ from minitx.cli.common import (
     datasets_progress_bars,
     hub_verbosity,
     no_room_for_output,
-    print_stop,
     reader_gone,
     report_user_error,
     show_library_warnings,
@@ -58,7 +58,7 @@ from minitx.data import TranslationDataModule
 from minitx.decoding import DecodingConfig
 from minitx.errors import ConfigError, MinitxError, debug_requested, is_whole_number
 from minitx.outputs import RUN_STAMP, claim_run_dir, hold_run_dir, release_run_dirs
-from minitx.textio import write_text_atomic
+from minitx.textio import print_stop, write_text_atomic
 from minitx.training import (
     AttentionMapLogger,
     CheckpointAveraging,
@@ -168,7 +168,8 @@ def check_budget_and_seed(config: Any) -> None:
 def check_trainer_counts(config: Any) -> None:
     """Refuse the trainer settings Lightning's Trainer accepts at zero but divides by inside
     the loop: a ZeroDivisionError after the run directory is written, and a "resume with
-    --ckpt_path last" that fails the same way; and a zero plan, a run that trains nothing.
+    --ckpt_path last" that fails the same way; a zero plan, a run that trains nothing; and a
+    negative gradient clip, by which torch scales the gradients (the run diverged).
 
     Raises:
         ConfigError: naming the setting and the values it takes.
@@ -182,7 +183,7 @@ def check_trainer_counts(config: Any) -> None:
     clip = trainer.get("gradient_clip_val")
     if clip is not None and clip < 0:  # torch would scale the gradients by a negative factor
         raise ConfigError(
-            f"trainer.gradient_clip_val={clip}: give 0 or more (0 or null: no clipping)"
+            f"trainer.gradient_clip_val={clip:g}: give 0 or more (0 or null: no clipping)"
         )
     for key in ("accumulate_grad_batches", "check_val_every_n_epoch"):
         value = trainer.get(key)
@@ -523,8 +524,18 @@ def _choices_message(message: str) -> str:
     others = re.sub(r"typing\.Literal\[.*?\]|<class 'NoneType'>|[, ]", "", literals[0])
     if not choices or others:  # a type beside the literals (an int, a class): not a choice
         return message
-    values = ", ".join(choices) + (", null" if "NoneType" in literals[0] else "")
-    return f"{key.group(1)}={given.group(1)}: give one of {values}"
+    # one of each as typed on the command line: 64 and '64' are both 64
+    values = [v.strip().strip("'") for group in choices for v in group.split(",")]
+    values = list(dict.fromkeys(values)) + (["null"] if "NoneType" in literals[0] else [])
+    return f"{key.group(1)}={given.group(1)}: give one of {', '.join(values)}"
+
+
+def _raised_in_lightning(exc: BaseException) -> bool:
+    """Whether the innermost frame of `exc`'s traceback is Lightning's code."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and tb.tb_frame.f_globals.get("__name__", "").startswith("lightning.")
 
 
 def _command() -> str:
@@ -626,6 +637,11 @@ class MinitxCLI(LightningCLI):
                     f"--{key} is empty; give a directory name (a shell variable may be unset), "
                     f"or leave --{key} out for the default ({default!r}, or the config's)"
                 )
+        name = os.path.normpath(config.run_name)
+        if os.path.isabs(name) or name.split(os.sep)[0] in (".", ".."):
+            raise UsageError(  # the run would land beside the run families, or outside runs_dir
+                f"--run_name {config.run_name}: give a name inside runs_dir, such as my_run"
+            )
         self.resume_path: str | None = config.ckpt_path
         self.resume_note: str | None = None  # printed at fit start
         self.run_version: str | None = None
@@ -725,7 +741,8 @@ class MinitxCLI(LightningCLI):
         except MinitxError:
             raise
         except (MisconfigurationException, ValueError, TypeError) as exc:  # Lightning's checks
-            # (a TypeError for devices it cannot use on the accelerator: --trainer.devices 0,1)
+            if isinstance(exc, TypeError) and not _raised_in_lightning(exc):
+                raise  # a TypeError of ours is a bug: its traceback (Lightning's: devices 0,1)
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise ConfigError(
                 f"a trainer setting Lightning refuses: {reason} (the trainer.* settings: "
@@ -875,9 +892,13 @@ def _train_and_test(args: list[str] | None) -> MinitxCLI:
             except ValueError as exc:  # checked by Lightning once it has counted the batches
                 if "val_check_interval" not in str(exc):
                     raise
+                log_dir = trainer.log_dir  # a collective under DDP: every rank asks
+                if trainer.is_global_zero and cli.resume_path is None and log_dir:
+                    shutil.rmtree(log_dir, ignore_errors=True)  # a new run, not one update
+                reason = " ".join(str(exc).split()).replace("`val_check_interval` ", "", 1)
                 raise ConfigError(
-                    f"trainer.val_check_interval: {' '.join(str(exc).split())} (on the command "
-                    "line: --trainer.check_val_every_n_epoch null)"
+                    f"trainer.val_check_interval {reason} (on the command line: "
+                    "--trainer.check_val_every_n_epoch null)"
                 ) from None
     except SIGTERMException:  # a bare SystemExit: it would end the process with status 0
         stops = [c.stop_signal for c in trainer.callbacks if isinstance(c, CheckpointOnInterrupt)]
