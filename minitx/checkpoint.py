@@ -88,7 +88,8 @@ protocol header (the legacy format; a plain pickle too, which the safe loader th
 def read_checkpoint(path: str | Path, *, mmap: bool = False) -> dict[str, Any]:
     """Read a `torch.save` file with `weights_only=True`, whatever torch's own default is
     (before 2.6 it unpickles anything): the one reader of `.ckpt` files, for inference and
-    for training's resume, so a crafted file is refused, never run.
+    for training's resume, so a crafted file is refused, never run. `mmap` maps a zip-format
+    file (torch's since 1.6) instead of reading it; a legacy-format file is read whole.
 
     Raises:
         MissingFileError: no file at `path` (a `FileNotFoundError`).
@@ -109,7 +110,7 @@ def read_checkpoint(path: str | Path, *, mmap: bool = False) -> dict[str, Any]:
     if not head.startswith(TORCH_FILE_MAGIC):  # torch would call a text file "unsafe" below
         raise CheckpointError(f"{unreadable}: it is not a file written by torch.save")
     try:
-        with warnings.catch_warnings():  # a plain pickle: torch asks to "file an issue" first
+        with warnings.catch_warnings():  # a legacy file's protocol is not 2: "file an issue"
             warnings.filterwarnings("ignore", message="Detected pickle protocol")
             # torch maps only the zip format: a legacy file would fail on that, not be refused
             zipped = head == b"PK"

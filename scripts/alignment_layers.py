@@ -78,13 +78,6 @@ def main() -> int:
 
 def report(args: argparse.Namespace) -> int:
     """Score every layer, head and their mean on the lexicon pairs of the test split."""
-    translator = Translator.from_pretrained(args.checkpoint)
-    if all(translator.languages) and translator.languages != ("de", "en"):
-        source, target = translator.languages  # it would align pairs it never learned
-        raise DataError(
-            f"{args.checkpoint} translates {source} -> {target}; the lexicon is German-English: "
-            "give a de -> en model"
-        )
     split = load_split(args.data, "test", "de", "en", args.sentences)
     sources, references = split.sources, split.references
     items = expected_pairs(sources, references)
@@ -92,6 +85,13 @@ def report(args: argparse.Namespace) -> int:
         raise DataError(
             f"no lexicon pair found in the first {len(sources)} test sentences; give more "
             "sentences, or a German-English corpus (the lexicon is German-English)"
+        )
+    translator = Translator.from_pretrained(args.checkpoint)
+    source, target = translator.languages  # None where the checkpoint does not say
+    if source not in (None, "de") or target not in (None, "en"):  # pairs it never learned
+        raise DataError(
+            f"{args.checkpoint} translates {source or '?'} -> {target or '?'}; the lexicon is "
+            "German-English: give a de -> en model"
         )
     layers, heads = translator.model.config.n_decoder_layers, translator.model.config.n_heads
     print(

@@ -55,16 +55,16 @@ def _child_main(
 ) -> None:
     """In the forked child: `python *argv` with the given working directory, environment and
     standard streams (file paths; `stderr` None: into stdout, like `stderr=STDOUT`)."""
-    os.chdir(cwd)
-    os.environ.clear()
-    os.environ.update(env)
-    _redirect_streams(env, stdin, stdout, stderr)
-    multiprocessing.current_process().name = "MainProcess"
     # Ctrl-C raises KeyboardInterrupt, as in a python started from a shell. The fork server
     # hands its children the Ctrl-C handling it inherited when it started: one started while
     # the worker ignored Ctrl-C (Lightning ignores it while it winds an interrupted fit down)
     # made every later child ignore it, and a suite run waited out a child's 60 s sleep.
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    os.chdir(cwd)
+    os.environ.clear()
+    os.environ.update(env)
+    _redirect_streams(env, stdin, stdout, stderr)
+    multiprocessing.current_process().name = "MainProcess"
     with contextlib.suppress(RuntimeError):  # the default start method, as in a new process
         multiprocessing.set_start_method(None, force=True)
     threads = env.get("OMP_NUM_THREADS", "")
