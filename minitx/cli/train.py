@@ -893,8 +893,10 @@ def _train_and_test(args: list[str] | None) -> MinitxCLI:
                 if "val_check_interval" not in str(exc):
                     raise
                 log_dir = trainer.log_dir  # a collective under DDP: every rank asks
-                if trainer.is_global_zero and cli.resume_path is None and log_dir:
-                    shutil.rmtree(log_dir, ignore_errors=True)  # a new run, not one update
+                # a new run directory minitx claimed, without one update: not a user's logger's
+                ours = getattr(cli, "default_loggers", False) and cli.resume_path is None
+                if trainer.is_global_zero and ours and log_dir:
+                    shutil.rmtree(log_dir, ignore_errors=True)
                 reason = " ".join(str(exc).split()).replace("`val_check_interval` ", "", 1)
                 raise ConfigError(
                     f"trainer.val_check_interval {reason} (on the command line: "
