@@ -155,8 +155,8 @@ def nonempty_path(text: str, *, expected: str = "a file or directory name") -> P
     """
     if not text.strip():
         raise argparse.ArgumentTypeError(
-            f"is empty; give {expected} (a shell variable such as $OUT may be unset: nothing "
-            "matched its pattern)"
+            f"is empty; give {expected} (a shell variable may be unset, or a pattern matched "
+            "nothing)"
         )
     return Path(text)
 
