@@ -200,19 +200,29 @@ def alignment_from_args(args: argparse.Namespace) -> AlignmentConfig:
     )
 
 
+def input_source(args: argparse.Namespace) -> str:
+    """Where the sentences come from: "arguments" (SENTENCE arguments), "file" (--input), a
+    "terminal" (interactive) or a "pipe" (piped standard input). The one place that decides
+    it, for the checks and for `run`."""
+    if args.sentences:
+        return "arguments"
+    if args.input is not None:
+        return "file"
+    if sys.stdin is not None and sys.stdin.isatty():
+        return "terminal"
+    return "pipe"
+
+
 def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Reject impossible option combinations (argparse exits with status 2)."""
     check_decoding_args(parser, args, n_best=args.n_best)  # builds args.decoding
     if args.sentences and args.input is not None:
         parser.error("give SENTENCE arguments or --input FILE, not both")
-    reads = None  # what is read instead of piped standard input, which --buffer-size is for
-    if args.sentences:
-        reads = "SENTENCE arguments"
-    elif args.input is not None:
-        reads = "--input FILE"
-    elif sys.stdin is not None and sys.stdin.isatty():
-        reads = "a terminal (read line by line)"
-    if args.buffer_size is not None and reads is not None:  # else ignored without a word
+    source = input_source(args)
+    if args.buffer_size is not None and source != "pipe":  # else ignored without a word
+        reads = {"arguments": "SENTENCE arguments", "file": "--input FILE"}.get(
+            source, "a terminal (read line by line)"
+        )
         parser.error(f"--buffer-size applies only to piped standard input, not to {reads}")
     chosen = [
         f"--alignment-{name}"
@@ -375,12 +385,13 @@ def run(args: argparse.Namespace) -> int:
         inputs = files_read_from(args.checkpoint) + ([args.input] if args.input else [])
         check_output_file(args.output, inputs=inputs)
     chunks: Iterable[list[str]] | None  # None: interactive
-    if args.sentences:
+    source = input_source(args)
+    if source == "arguments":
         check_utf8_arguments({f"SENTENCE argument {i}": s for i, s in enumerate(args.sentences, 1)})
         chunks = [list(args.sentences)]
-    elif args.input is not None:
+    elif source == "file":
         chunks = [read_input_file(args.input)]
-    elif sys.stdin is not None and sys.stdin.isatty():
+    elif source == "terminal":
         chunks = None
     else:
         chunks = stdin_chunks(args.buffer_size or args.batch_size)
