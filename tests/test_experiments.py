@@ -16,7 +16,9 @@ import yaml
 from helpers import PYTHON, REPO_DIR, subprocess_env
 from preloaded import run_python
 
-from minitx.extras.experiments import EXPERIMENTS
+from minitx.errors import ConfigError
+from minitx.extras.experiments import EXPERIMENTS, runner
+from minitx.extras.experiments.definitions import Experiment, Variant
 from minitx.extras.experiments.probes import attention_statistics, head_divergence, shuffled_sources
 from minitx.extras.experiments.report import bleu_curve, budget_in_steps
 from minitx.extras.experiments.runner import (
@@ -357,6 +359,70 @@ def test_a_variant_that_fails_says_so_and_every_variant_failing_is_an_error(
         "error: model.transformer: d_model (64) must be"
     ), proc.stderr[-2000:]
     assert "Warning" not in proc.stderr, proc.stderr[-2000:]
+
+
+REFUSED_KEY = "error: unrecognized arguments: --model.transformer.bogus=1"
+DOT = Variant("dot", {"model.transformer.score": "dot"})
+
+
+@pytest.mark.parametrize(
+    ("overrides", "variant", "refused"),
+    [
+        (["model.transformer.bogus=1"], Variant("dot", {"model.transformer.score": "dot"}), True),
+        (
+            ["model.transformer.n_heads=3"],
+            Variant("dot", {"model.transformer.score": "dot"}),
+            False,
+        ),
+        (["model.transformer.bogus=1"], Variant("scaled_dot"), True),
+    ],
+    ids=["shared-refused", "variant-refused", "no-overrides-of-its-own"],
+)
+def test_a_refusal_of_the_shared_settings_is_an_error_before_the_next_variant(
+    overrides: list[str],
+    variant: Variant,
+    refused: bool,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A variant refused before it trained (status 2, no run) is a result when its own
+    overrides were refused; when what all share (--config, --set) was refused, every variant
+    would be, so the command ends at once, saying so, instead of starting each in turn. A
+    variant without overrides of its own is the shared settings alone: no second minitx-train
+    to find out. (minitx-train stands in here: a refusal of each kind, and --print_config
+    refusing an unknown key only.)"""
+    commands = []
+
+    def fake_run(command: list[str], **kwargs) -> subprocess.CompletedProcess:
+        commands.append(command)
+        if "--print_config" in command:  # parsing the shared settings alone
+            bad = any("bogus" in arg for arg in command)
+            return subprocess.CompletedProcess(command, 2 if bad else 0, "", REFUSED_KEY + "\n")
+        kwargs["stdout"].write(REFUSED_KEY if refused else "error: d_model (64) must be ...")
+        return subprocess.CompletedProcess(command, 2)
+
+    monkeypatch.setattr(runner.subprocess, "run", fake_run)
+    settings = Settings(out=tmp_path / "exp", config="tiny", overrides=overrides)
+    family = settings.out / "runs" / "key"
+    family.mkdir(parents=True)
+    experiment = Experiment("scores", "", (variant,), (), True)
+    if refused:
+        with pytest.raises(ConfigError) as error:
+            runner._train(settings, experiment, variant, family, "key")
+        assert str(error.value) == (
+            "minitx-train refused the settings every variant shares: unrecognized arguments: "
+            "--model.transformer.bogus=1; fix --config or --set (nothing was trained)"
+        )
+        assert not family.exists()  # only the log of an attempt that trained nothing
+    else:
+        result = runner._train(settings, experiment, variant, family, "key")
+        assert result["status"] == "failed (exit 2): error: d_model (64) must be ..."
+        assert (family / "train.log").is_file()
+    shared = [c for c in commands if "--print_config" in c]
+    assert len(shared) == (1 if variant.overrides else 0), commands
+    for command in shared:  # the shared settings alone, as each variant starts from them
+        assert not set(variant.arguments()) & set(command)
+        assert command[:-1] == train_command(settings, Variant("shared"), "key")
 
 
 @pytest.mark.parametrize(

@@ -13,9 +13,11 @@ Where the results and the training runs go, and when a run is reused: the guide
 (docs/guides/experiments.md, "Running them") and `minitx.extras.experiments.runner`.
 
 Exit status: 0 ok; 2 a usage error (one ``error: ...`` line); 130 Ctrl-C. A variant whose
-training fails or diverges is a result (its status is in the table), not an error; when the
-training of every variant of an experiment fails (not diverges), the input is to blame: its
-table is written, then the first failure is the error line.
+training fails or diverges is a result (its status is in the table), not an error. Settings
+that minitx-train refuses for every variant (the configs, ``--set``) end the command at the
+first variant (`minitx.extras.experiments.runner`); when the training of every variant of an
+experiment fails (not diverges), the input is to blame too: its table is written, then the
+first failure is the error line.
 """
 
 from __future__ import annotations

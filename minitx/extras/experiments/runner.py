@@ -264,6 +264,8 @@ def _train(
         raise KeyboardInterrupt
     log_text = (family / "train.log").read_text(errors="replace")
     runs = sorted(p for p in family.iterdir() if p.is_dir())
+    if proc.returncode == 2 and not runs:  # refused before it trained: the variant, or the input?
+        _check_shared_settings(settings, family, log_text if not variant.overrides else None)
     run_dir = runs[-1] if runs else family
     checkpoint = best_checkpoint(run_dir)
     return {
@@ -274,6 +276,27 @@ def _train(
         "checkpoint": str(checkpoint.relative_to(family)) if checkpoint else None,
         "probes": [],
     }
+
+
+def _check_shared_settings(settings: Settings, family: Path, refusal: str | None) -> None:
+    """Raise `ConfigError` when what every variant shares (the configs, `--set`) is what
+    minitx-train refused: each other variant would be refused the same way, so the refusal is
+    the user's error, not a result. `refusal` is the log of a variant without overrides of its
+    own (the shared settings alone); None: parse them alone now (`--print_config` checks the
+    keys, their types and the config files, and writes nothing)."""
+    if refusal is None:
+        shared = train_command(settings, Variant("shared"), family.name) + ["--print_config"]
+        proc = subprocess.run(shared, capture_output=True, text=True, check=False)
+        if proc.returncode == 0:
+            return  # the variant's own overrides were refused: a result, in its table row
+        refusal = proc.stderr
+    shutil.rmtree(family, ignore_errors=True)  # nothing trained; the error line says why
+    errors = [line for line in refusal.splitlines() if line.startswith("error: ")]
+    line = errors[-1].removeprefix("error: ") if errors else refusal.strip()[-300:]
+    raise ConfigError(
+        f"minitx-train refused the settings every variant shares: {line}; fix --config or "
+        "--set (nothing was trained)"
+    )
 
 
 def probe(settings: Settings, probes: list[str], checkpoint: Path) -> dict[str, Any]:
