@@ -60,6 +60,7 @@ def check_output_dir(
     force: bool = False,
     flag: str = "--out",
     kind: str | None = None,
+    replacer: str = "--force",
 ) -> None:
     """Refuse an output directory that writing (or replacing) would make unsafe.
 
@@ -70,6 +71,8 @@ def check_output_dir(
         flag: the option that named `out`, for messages.
         kind: what the command writes (`written_whole`'s `kind`); `--force` replaces only a
             directory of the same kind.
+        replacer: what would replace `out`, for messages: the flag, or a command that always
+            rewrites its own output directory (and passes `force=True`).
 
     Raises:
         OutputError: `out` is the current directory or one of its ancestors; it is, holds or
@@ -98,39 +101,39 @@ def check_output_dir(
     if not out.is_dir():
         raise OutputError(f"{flag} {out} is a file; give a directory")
     # asked before --force is suggested: it would lead nowhere for such a directory
-    if refused := _why_force_refuses(out, flag, kind):
+    if refused := _why_force_refuses(out, flag, kind, replacer):
         raise OutputError(f"{flag} {out} {refused}")
     if not force:
         raise OutputError(f"{flag} {out} exists already; pass --force to replace it")
 
 
-def _why_force_refuses(out: Path, flag: str, kind: str | None) -> str | None:
-    """Why `--force` would not replace the existing directory `out`, for the message after
-    its name; None when it would (minitx wrote it, or it is empty)."""
+def _why_force_refuses(out: Path, flag: str, kind: str | None, replacer: str) -> str | None:
+    """Why `replacer` (``--force``) would not replace the existing directory `out`, for the
+    message after its name; None when it would (minitx wrote it, or it is empty)."""
     if not (out / MARKER).is_file():
         if any(out.iterdir()):  # a minitx-export release has none either: it is not this kind
             return (
-                f"has no {MARKER} file, which marks what this command wrote, so --force does "
-                f"not replace it; move it away yourself or choose another {flag}"
+                f"has no {MARKER} file, which marks what this command wrote, so {replacer} "
+                f"does not replace it; move it away yourself or choose another {flag}"
             )
         return None
     found = _marker(out).get("kind")
     if kind is not None and found is not None and found != kind:
         return (
-            f"holds minitx output of another kind ({found}, not {kind}), so --force does not "
-            f"replace it; choose another {flag}"
+            f"holds minitx output of another kind ({found}, not {kind}), so {replacer} does "
+            f"not replace it; choose another {flag}"
         )
     written = _files_written(out)
     if written is None:
         return (
-            f"was written by an older minitx, whose {MARKER} file lists no files, so --force "
+            f"was written by an older minitx, whose {MARKER} file lists no files, so {replacer} "
             f"cannot tell yours from its own; delete it yourself or choose another {flag}"
         )
     added = sorted(set(_files_below(out)) - set(written))
     if added:
         shown = ", ".join(added[:3]) + (", ..." if len(added) > 3 else "")
         return (
-            f"holds files minitx did not write ({shown}), so --force does not replace it; "
+            f"holds files minitx did not write ({shown}), so {replacer} does not replace it; "
             f"move them away first or choose another {flag}"
         )
     return None

@@ -7,6 +7,7 @@ import json
 import math
 import shlex
 import subprocess
+from collections.abc import Callable
 from dataclasses import fields
 from pathlib import Path
 
@@ -16,7 +17,7 @@ import yaml
 from helpers import PYTHON, REPO_DIR, subprocess_env
 from preloaded import run_python
 
-from minitx.errors import ConfigError
+from minitx.errors import ConfigError, OutputError
 from minitx.extras.experiments import EXPERIMENTS, runner
 from minitx.extras.experiments.definitions import Experiment, Variant
 from minitx.extras.experiments.probes import attention_statistics, head_divergence, shuffled_sources
@@ -467,6 +468,48 @@ def test_command_errors_are_one_line(args, message, capsys, tmp_path: Path) -> N
     err = capsys.readouterr().err
     assert err.startswith("error: ") and message in err and err.count("\n") == 1
     assert (mine / "README.md").read_text() == "my own notes\n"
+
+
+def test_a_results_directory_is_rewritten_whole_and_never_takes_the_users_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """An experiment's directory is replaced whole at the end of each call (the figures of
+    another set of variants go with it); one holding a file minitx did not write is refused
+    before any work, as every other command's output directory is, and nothing in it changes."""
+    from minitx.extras.experiments.command import main
+    from minitx.extras.experiments.report import check_results_dir, write_report
+
+    directory = tmp_path / "exp" / "hard"
+
+    def draw(names: list[str]) -> Callable[[Path, dict], list[Path]]:
+        def figures(where: Path, summary: dict) -> list[Path]:
+            for name in names:
+                (where / name).write_bytes(b"png")
+            return [where / name for name in names]
+
+        return figures
+
+    written = write_report(directory, {"run": 1}, render=str, draw=draw(["a.png", "b.png"]))
+    assert [p.name for p in written] == ["results.json", "results.md", "a.png", "b.png"]
+    assert all(p.parent == directory and p.is_file() for p in written)
+    check_results_dir(directory)  # its own: rewritten without a word
+    write_report(directory, {"run": 2}, render=str, draw=draw(["a.png"]))
+    assert sorted(p.name for p in directory.iterdir()) == [
+        ".minitx-output", "a.png", "results.json", "results.md"
+    ]  # fmt: skip
+    (directory / "mine.png").write_text("the user's")
+    with pytest.raises(OutputError, match=r"holds files minitx did not write \(mine.png\)"):
+        check_results_dir(directory)
+    (tmp_path / "exp" / "scores").mkdir()  # not written by minitx-experiment at all
+    (tmp_path / "exp" / "scores" / "results.md").write_text("my notes")
+    for name, why in (("hard", "holds files minitx did not write"), ("scores", "has no .minitx")):
+        before = {p: p.read_bytes() for p in (tmp_path / "exp").rglob("*") if p.is_file()}
+        status = main([name, "--out", str(tmp_path / "exp"), "--checkpoint", str(written[0])])
+        err = capsys.readouterr().err
+        assert status == 2 and err.startswith(f"error: --out {tmp_path / 'exp' / name} {why}")
+        assert "so minitx-experiment does not replace it" in err and err.count("\n") == 1
+        after = {p: p.read_bytes() for p in (tmp_path / "exp").rglob("*") if p.is_file()}
+        assert after == before
 
 
 def test_the_report_figures_leave_the_callers_matplotlib_backend(tmp_path: Path) -> None:

@@ -106,7 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     """Check the arguments, run the experiments in order, print where the results are."""
     from minitx.extras.experiments import EXPERIMENTS, Settings, run_experiment
-    from minitx.extras.experiments.report import INDEX_HEADING, write_index
+    from minitx.extras.experiments.report import INDEX_HEADING, check_results_dir, write_index
     from minitx.extras.experiments.runner import REUSABLE
 
     names = list(EXPERIMENTS) if "all" in args.experiments else args.experiments
@@ -135,6 +135,8 @@ def run(args: argparse.Namespace) -> int:
         for n in names
         if not args.variants or set(args.variants) & {v.name for v in EXPERIMENTS[n].variants}
     ]
+    for name in running:  # each is rewritten whole at its end: none may hold the user's files
+        check_results_dir(args.out / name)
     readers = [n for n in EXPERIMENTS if not EXPERIMENTS[n].trains]  # hard, explain
     for flag, given, by in (
         ("--checkpoint", args.checkpoint, readers),

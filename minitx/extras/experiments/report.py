@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from minitx.extras.experiments.definitions import EXPERIMENTS
+from minitx.outputs import check_output_dir, written_whole
 
 
 def fmt(value: Any, digits: int = 2, *, percent: bool = False) -> str:
@@ -238,15 +239,26 @@ def write_report(
     render: Callable[[dict[str, Any]], str] = markdown,
     draw: Callable[[Path, dict[str, Any]], list[Path]] = figures,
 ) -> list[Path]:
-    """Write results.json, results.md (`render`) and the figures (`draw`) into `directory`,
-    replacing the figures of an earlier call; the paths written."""
-    directory.mkdir(parents=True, exist_ok=True)
-    for stale in directory.glob("*.png"):
-        stale.unlink()
-    written = [directory / "results.json", directory / "results.md"]
-    written[0].write_text(json.dumps(summary, indent=1))
-    written[1].write_text(render(summary))
-    return written + draw(directory, summary)
+    """Write results.json, results.md (`render`) and the figures (`draw`) as the directory
+    `directory`, whole, replacing an earlier call's (`check_results_dir` first); the paths
+    written."""
+    with written_whole(directory, RESULTS_KIND) as tmp:
+        (tmp / "results.json").write_text(json.dumps(summary, indent=1))
+        (tmp / "results.md").write_text(render(summary))
+        written = [tmp / "results.json", tmp / "results.md", *draw(tmp, summary)]
+    return [directory / path.relative_to(tmp) for path in written]
+
+
+RESULTS_KIND = "minitx-experiment results"
+"""What an experiment's results directory holds, in its `minitx.outputs.MARKER`."""
+
+
+def check_results_dir(directory: Path, flag: str = "--out") -> None:
+    """Refuse an experiment's results directory that holds files it did not write (the
+    user's, or an older minitx's): `write_report` replaces the directory whole."""
+    check_output_dir(
+        directory, force=True, flag=flag, kind=RESULTS_KIND, replacer="minitx-experiment"
+    )
 
 
 INDEX_HEADING = "# What attention does, measured\n"
@@ -269,4 +281,13 @@ def write_index(out: Path) -> Path:
     return index
 
 
-__all__ = ["INDEX_HEADING", "figures", "fmt", "markdown", "write_index", "write_report"]
+__all__ = [
+    "INDEX_HEADING",
+    "RESULTS_KIND",
+    "check_results_dir",
+    "figures",
+    "fmt",
+    "markdown",
+    "write_index",
+    "write_report",
+]
