@@ -226,6 +226,12 @@ def model_from_checkpoint(
         for k, v in checkpoint["state_dict"].items()
         if k.startswith(MODEL_PREFIX)
     }
+    typed = [k for k, v in state.items() if not v.is_floating_point()]
+    if typed:  # load_state_dict would cast them to floats without a word: nonsense translations
+        raise CheckpointError(
+            f"{path}: damaged minitx checkpoint: {len(typed)} weight tensors are not floating "
+            f"point (e.g. {typed[0]}, {state[typed[0]].dtype}); use a checkpoint minitx-train wrote"
+        )
     check_finite(state, path)
     try:
         model.load_state_dict(state)

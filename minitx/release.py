@@ -84,6 +84,8 @@ CARD_FILE = "README.md"
 TRAIN_CONFIG_FILE = "train_config.yaml"
 EVALUATION_FILE = "evaluation.json"
 """The scores the card shows, kept so that a re-export (to push, say) shows them again."""
+FLOAT_DTYPES = ("F32", "BF16", "F16", "F64")
+"""The safetensors types a release's weights may have: floating point (read as float32)."""
 REQUIRED_FILES = (CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_FILE)
 """What `load_pretrained` needs; the card, the training config and the scores are for people."""
 RELEASE_FILES = (*REQUIRED_FILES, CARD_FILE, TRAIN_CONFIG_FILE, EVALUATION_FILE)
@@ -238,12 +240,14 @@ def check_weight_shapes(weights: Path, config: TransformerConfig) -> None:
     device (shapes only) and the file's header is read, not its tensors.
 
     Raises:
-        CheckpointError: not a safetensors file, a tensor the model does not have, or a shape
-            that differs (naming the tensor and both shapes).
+        CheckpointError: not a safetensors file, a tensor the model does not have, a shape
+            that differs (naming the tensor and both shapes), or a tensor of integers (loading
+            would cast it to floats without a word).
     """
     try:
         with safe_open(weights, framework="pt") as file:
             shapes = {name: tuple(file.get_slice(name).get_shape()) for name in file.keys()}
+            dtypes = {name: file.get_slice(name).get_dtype() for name in file.keys()}
     except Exception as exc:  # safetensors' own error type for a damaged or foreign file
         raise CheckpointError(
             f"{weights}: not a readable safetensors file ({type(exc).__name__}: {exc})"
@@ -260,6 +264,11 @@ def check_weight_shapes(weights: Path, config: TransformerConfig) -> None:
             raise CheckpointError(
                 f"{fit}: size mismatch for {name}: the file holds {list(shape)}, "
                 f"{CONFIG_FILE} implies {list(expected[name])}"
+            )
+        if dtypes[name] not in FLOAT_DTYPES:
+            raise CheckpointError(
+                f"{fit}: {name} holds {dtypes[name]} values, not floating-point weights (one of "
+                f"{', '.join(FLOAT_DTYPES)}); write the release again with minitx-export"
             )
 
 

@@ -349,6 +349,14 @@ def _nan_weights(directory: Path) -> None:
     _edit_weights(directory, poison)
 
 
+def _integer_weights(directory: Path) -> None:
+    def cast(tensors: dict) -> None:  # whole numbers: loading would make them floats silently
+        name = _q_proj(tensors)
+        tensors[name] = (tensors[name] * 100).to(torch.int64)
+
+    _edit_weights(directory, cast)
+
+
 DAMAGE = {
     "bad-json": (_bad_json, r"config\.json: not valid JSON"),
     "unknown-key": (lambda d: _edit_config(d, lambda c: c.update(extra=1)), r"unknown keys"),
@@ -397,6 +405,10 @@ DAMAGE = {
         r"missing tokenizer\.model",
     ),
     "wrong-shape-weights": (_wrong_shape_weights, r"size mismatch for .*q_proj\.weight"),
+    "integer-weights": (
+        _integer_weights,
+        r"model\.safetensors: .*q_proj\.weight holds I64 values, not floating-point weights",
+    ),
     "nan-weights": (
         _nan_weights,
         r"model\.safetensors: the weights hold NaN or inf .*diverged .*, or the file is damaged",

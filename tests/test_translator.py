@@ -510,6 +510,22 @@ def test_checkpoint_with_non_finite_weights_is_refused(
         Translator.from_pretrained(broken)
 
 
+@pytest.mark.parametrize("dtype", [torch.int64, torch.complex64])
+def test_checkpoint_with_weights_that_are_not_real_floats_is_refused(
+    dtype: torch.dtype, tiny_checkpoint: Path, tmp_path: Path
+) -> None:
+    """Loading would cast them to float32 without a word (integers: nonsense translations;
+    complex numbers: torch's warning about dropping the imaginary part)."""
+    checkpoint = torch.load(tiny_checkpoint, weights_only=True)
+    state = checkpoint["state_dict"]
+    for name in state:
+        state[name] = (state[name] * 100).to(dtype)
+    broken = tmp_path / "typed.ckpt"
+    torch.save(checkpoint, broken)
+    with pytest.raises(CheckpointError, match=rf"not floating point \(e.g. .*, {dtype}\)"):
+        Translator.from_pretrained(broken)
+
+
 def test_a_sentence_longer_than_the_model_is_cut_and_counted_not_fatal(
     translator: Translator, caplog: pytest.LogCaptureFixture
 ) -> None:
