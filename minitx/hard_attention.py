@@ -125,7 +125,9 @@ def set_attention_mode(model: nn.Module, mode: str, *, scope: str, seed: int) ->
         generator = None
         if mode == "hard-sample":
             device = next(model.parameters()).device
-            generator = torch.Generator(device=device).manual_seed(seed)
+            # torch takes seeds in [-2**63, 2**64); modulo 2**64 is the seed it makes of those
+            # (-1 is 2**64 - 1), so any whole number seeds it, as --seed does for sampling
+            generator = torch.Generator(device=device).manual_seed(seed % 2**64)
         hard = HardAttention(mode, generator)  # one generator, shared in call order
     for module in attention_modules(model, "all"):
         module.reweight = hard if id(module) in chosen else None

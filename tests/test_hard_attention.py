@@ -207,6 +207,21 @@ def test_hard_sample_decoding_repeats_with_its_seed() -> None:
     assert not torch.equal(runs[0], runs[2])
 
 
+def test_hard_sample_takes_any_whole_seed_as_sampling_does() -> None:
+    """A seed beyond torch's range (2**64 and up, below -2**63) was a traceback at the first
+    translation (manual_seed's overflow), where --sample took it: it seeds as its value modulo
+    2**64, which is what torch makes of a seed in its range (-1 is 2**64 - 1)."""
+    model = _model()
+    runs = {}
+    for seed in (3, 3 + 2**64, 3 - 2**70, 2**64 - 1, -1, -(2**63) - 1, 2**63 - 1):
+        with attention_mode(model, "hard-sample", scope="all", seed=seed):
+            runs[seed] = model(SRC, TGT_IN)
+    assert torch.equal(runs[3], runs[3 + 2**64]) and torch.equal(runs[3], runs[3 - 2**70])
+    assert torch.equal(runs[2**64 - 1], runs[-1])
+    assert torch.equal(runs[-(2**63) - 1], runs[2**63 - 1])
+    assert not torch.equal(runs[3], runs[-1])
+
+
 # ------------------------------------------------------------------ Translator, commands
 @pytest.fixture(scope="module")
 def hard_translator(tiny_checkpoint: Path) -> Translator:
