@@ -321,9 +321,12 @@ def load_pretrained(directory: str | Path) -> Release:
         ) from None
     check_finite(model.state_dict(), weights)
     train_config_path = directory / TRAIN_CONFIG_FILE
-    train_config = (
-        train_config_path.read_text(encoding="utf-8") if train_config_path.is_file() else None
-    )
+    try:
+        train_config = (
+            train_config_path.read_text(encoding="utf-8") if train_config_path.is_file() else None
+        )
+    except UnicodeDecodeError as exc:  # the others' damage is one error line too
+        raise CheckpointError(f"{train_config_path}: not UTF-8 text ({exc.reason})") from None
     languages = (config["src_lang"], config["tgt_lang"])
     return Release(model, tokenizer, languages, train_config, _read_evaluation(directory, model))
 
@@ -437,6 +440,8 @@ def check_evaluation(
     for result in results:
         if not isinstance(result, Mapping) or not {"bleu", "signature"} <= set(result):
             raise ConfigError(f"{where}: each result needs 'bleu' and 'signature'")
+        _check_report_values(result, where, scores=("bleu", "chrf"), counts=("beam",))
+    _check_report_values(evaluation, where, scores=(), counts=("sentences", "limit"))
     scored = (evaluation.get("src_lang"), evaluation.get("tgt_lang"))
     if all(languages) and all(scored) and tuple(scored) != tuple(languages):
         raise ConfigError(
@@ -452,6 +457,35 @@ def check_evaluation(
             else f"{where}: does not say which weights it scored (no weights_sha256); write it "
             "with minitx-evaluate --checkpoint ... --json"
         )
+
+
+def _check_report_values(
+    values: Mapping[str, Any], where: str, *, scores: Sequence[str], counts: Sequence[str]
+) -> None:
+    """The values of a report (or one of its results) that a model card prints: scores from 0
+    to 100, whole counts, and text on one line without a backtick (the card quotes it as code).
+    Else a card showed a score of "nan" or a 300-digit one, or took a heading from a report.
+
+    Raises:
+        ConfigError: naming the key and its value.
+    """
+    for key in (*scores, *counts):
+        value = values.get(key)
+        if value is None and key != "bleu":
+            continue
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if key in scores and not (number and 0 <= value <= 100):
+            raise ConfigError(f"{where}: {key} must be a score from 0 to 100, got {value!r:.40}")
+        if key in counts and not (isinstance(value, int) and not isinstance(value, bool)):
+            raise ConfigError(f"{where}: {key} must be a whole number, got {value!r:.40}")
+    for key in ("signature", "decoding", "data", "split"):
+        text = values.get(key)
+        if text is not None and (
+            not isinstance(text, str) or not text.isprintable() or "`" in text
+        ):
+            raise ConfigError(
+                f"{where}: {key} must be text on one line without a backtick, got {text!r:.60}"
+            )
 
 
 def save_pretrained(

@@ -409,6 +409,10 @@ DAMAGE = {
         _integer_weights,
         r"model\.safetensors: .*q_proj\.weight holds I64 values, not floating-point weights",
     ),
+    "train-config-not-utf8": (
+        lambda d: (d / "train_config.yaml").write_bytes(b"\xff\xfe bad"),
+        r"train_config\.yaml: not UTF-8 text \(invalid start byte\)",
+    ),
     "nan-weights": (
         _nan_weights,
         r"model\.safetensors: the weights hold NaN or inf .*diverged .*, or the file is damaged",
@@ -717,14 +721,30 @@ def test_export_refuses_with_one_line(
     assert sorted(p.name for p in out.iterdir()) == sorted(in_out_dir)  # nothing written
 
 
+RESULT = {"bleu": 30.0, "chrf": 55.5, "beam": 5, "signature": "nrefs:1|case:mixed"}
+
+
 @pytest.mark.parametrize(
     ("evaluation", "message"),
     [
         ({}, r"^eval\.json: not a minitx-evaluate --json report"),
         ({"results": [{"bleu": 30.0}]}, r"^eval\.json: each result needs 'bleu' and 'signature'"),
+        # what a card prints: a number that fits "BLEU 12.34" (a string was a traceback), whole
+        # counts, text that cannot start a heading or leave its code quotes
+        ({"results": [{"bleu": "99", "signature": "s"}]}, r"bleu must be a score from 0 to 100"),
+        ({"results": [{"bleu": float("nan"), "signature": "s"}]}, r"bleu must be a score .* nan"),
+        ({"results": [{"bleu": 1e308, "signature": "s"}]}, r"bleu must be a score from 0 to 100"),
+        ({"results": [{"bleu": 1, "chrf": "x", "signature": "s"}]}, r"chrf must be a score fr"),
+        ({"results": [{"bleu": 1, "beam": "x", "signature": "s"}]}, r"beam must be a whole num"),
+        ({"sentences": "many", "results": [RESULT]}, r"sentences must be a whole number"),
+        ({"data": "x\n## Fake", "results": [RESULT]}, r"data must be text on one line without"),
+        ({"results": [{"bleu": 1, "signature": "a`<b>`"}]}, r"signature must be text on one li"),
     ],
-    ids=["no-results", "no-signature"],
-)
+    ids=[
+        "no-results", "no-signature", "bleu-text", "bleu-nan", "bleu-huge", "chrf-text",
+        "beam-text", "sentences-text", "data-two-lines", "signature-backtick",
+    ],
+)  # fmt: skip
 def test_save_pretrained_checks_the_evaluation_before_writing(
     evaluation: dict, message: str, tiny_checkpoint: Path, tmp_path: Path
 ) -> None:
