@@ -32,6 +32,7 @@ from minitx.data import (
     TokenBucketBatchSampler,
     clean_pairs,
     collate,
+    empty_split_error,
     example_lengths,
     load_parallel_corpus,
     open_parallel_corpus,
@@ -135,10 +136,12 @@ def report(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory() as cache:
         for what in ("tokenization (train split, into an Arrow cache)", "again (cache hit)"):
             start = time.perf_counter()
-            data, _ = prepare_split(
+            data, skipped = prepare_split(
                 stream, tokenizer, Path(cache), max_len=args.max_len, filter_long=True
             )
             logger.info("%s: %.2f s", what, time.perf_counter() - start)
+        if len(data) == 0:  # no lengths to describe: said as minitx-train says it
+            raise empty_split_error("train", stream, skipped, args.max_len)
         src_len = np.asarray(data["src_len"][:])
         tgt_len = np.asarray(data["tgt_len"][:])
         logger.info(

@@ -914,6 +914,11 @@ def test_a_validation_interval_longer_than_an_epoch_is_one_error_line(
         ("data_stats.py", ["--source", "builtin:toy", "--max-tokens", "0"], "--max-tokens"),
         ("data_stats.py", ["--source", "no-such-corpus-dir/"], "not found"),
         ("data_stats.py", ["--source", "builtin:toy", "--seed", "-1"], "--seed must be >= 0"),
+        (  # every pair skipped: the statistics of nothing were a traceback
+            "data_stats.py",
+            ["--source", "builtin:toy", "--vocab-size", "100", "--max-len", "2"],
+            "has no pair to use (skipped: 60 too_long); it needs line pairs with both sides",
+        ),
     ],
     ids=[
         "align-no-checkpoint",
@@ -924,6 +929,7 @@ def test_a_validation_interval_longer_than_an_epoch_is_one_error_line(
         "stats-no-tokens",
         "stats-no-corpus",
         "stats-negative-seed",
+        "stats-every-pair-too-long",
     ],
 )
 def test_the_scripts_report_a_user_error_in_one_line(

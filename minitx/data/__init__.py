@@ -28,7 +28,7 @@ from minitx.data.batching import (
     round_up,
 )
 from minitx.data.cleaning import clean_pairs, side_texts, usable_pairs
-from minitx.data.datamodule import TranslationDataModule
+from minitx.data.datamodule import TranslationDataModule, empty_split_error
 from minitx.data.prepare import prepare_split
 from minitx.data.sample import sample_sentences
 from minitx.data.sources import (
@@ -60,6 +60,7 @@ __all__ = [
     "clean_pairs",
     "collate",
     "describe_directory",
+    "empty_split_error",
     "example_lengths",
     "load_parallel_corpus",
     "local_stem",

@@ -229,7 +229,7 @@ class TranslationDataModule(L.LightningDataModule):
             )
         for split, dataset in tokenized.items():  # before any loader (and its notices)
             if len(dataset) == 0:
-                raise _empty_split(split, streams[split], skipped[split], config.max_len)
+                raise empty_split_error(split, streams[split], skipped[split], config.max_len)
         logger.info(
             "Data ready in %.1f s: %s pairs (skipped: %s).",
             time.perf_counter() - start,
@@ -315,10 +315,11 @@ def _check_same_tokenizer(tokenizer: Tokenizer, cache_dir: str | None) -> None:
         )
 
 
-def _empty_split(
+def empty_split_error(
     split: str, stream: PairStream, skipped: dict[str, int], max_len: int
 ) -> DataError:
-    """The error for a split with no pair left to use: where it was read, what was skipped."""
+    """The error for a split with no pair left to use: where it was read, what was skipped
+    (`prepare_split`'s counts)."""
     reasons = ", ".join(f"{n} {reason}" for reason, n in skipped.items() if n)
     reasons = reasons or "none, the files are empty"
     limit = f" and at most data.max_len ({max_len}) pieces a side" if split == "train" else ""
