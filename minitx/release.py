@@ -113,6 +113,8 @@ CONFIG_KEYS = (
     "tgt_lang",
 )
 
+LANGUAGE_CODE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,34}")
+"""What a release's card takes as a language: a code such as de, pt-BR or zh_Hant."""
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
@@ -508,6 +510,13 @@ def save_pretrained(
     Returns:
         The written files.
     """
+    for side, language in zip(("source", "target"), release.languages, strict=True):
+        if language is not None and not LANGUAGE_CODE.fullmatch(language):
+            raise ConfigError(  # it goes into the card's metadata, title and code quotes
+                f"the {side} language {language!r:.60} is no language code (letters, digits, "
+                "- and _, such as de or pt-BR); a release's card names it: fix src_lang and "
+                "tgt_lang in the checkpoint or config.json"
+            )
     kept = release.evaluation if evaluation is None else None
     if evaluation is not None or kept is not None:
         checksum = weights_checksum(release.model)  # once: it reads every weight

@@ -759,6 +759,25 @@ def test_save_pretrained_checks_the_evaluation_before_writing(
     assert not (tmp_path / "new").exists()
 
 
+@pytest.mark.parametrize("language", ["de\n## injected", "de`", "<script>", "", "d e"])
+def test_export_refuses_a_language_that_is_no_code(
+    language: str, tiny_checkpoint: Path, tmp_path: Path
+) -> None:
+    """The languages lie outside model_sha256 (config.json can be edited) and go into the
+    card's metadata, title and code quotes: a newline made a heading of the rest."""
+    from dataclasses import replace
+
+    from minitx import release
+    from minitx.errors import ConfigError
+
+    loaded = release.load(tiny_checkpoint)
+    for good in ("de", "pt-BR", "zh_Hant"):  # codes as datasets name them
+        release.save_pretrained(replace(loaded, languages=(good, "en")), tmp_path / good)
+    with pytest.raises(ConfigError, match=r"^the source language .* is no language code"):
+        release.save_pretrained(replace(loaded, languages=(language, "en")), tmp_path / "new")
+    assert not (tmp_path / "new").exists()
+
+
 def test_the_card_names_the_corpus_only_from_a_readable_training_config() -> None:
     assert release.data_source("data:\n  source: bentrevett/multi30k\n") == "bentrevett/multi30k"
     assert release.data_source("data: [unclosed") is None  # not YAML: no corpus, no error
