@@ -340,6 +340,11 @@ def test_html_viewer_rejects_bad_maps(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="encoder layer 0"):
         write_html_viewer(bad, tmp_path / "v.html")
     assert not (tmp_path / "v.html").exists()
+    # text UTF-8 cannot hold (a lone surrogate, from a str built in Python) fails before the
+    # file is opened: no empty page left behind
+    with pytest.raises(UnicodeEncodeError):
+        write_html_viewer(make_maps(src=[*SRC[:-1], "\ud800"]), tmp_path / "v.html")
+    assert not (tmp_path / "v.html").exists()
 
 
 # ----------------------------------------------------------------------------- visualize + CLI

@@ -181,8 +181,9 @@ def write_html_viewer(
     """
     path = Path(path)
     page = viewer_html(maps, title=title, attributions=attributions)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(page, encoding="utf-8")
+    data = page.encode("utf-8")  # first: text UTF-8 cannot hold (a lone surrogate) fails
+    path.parent.mkdir(parents=True, exist_ok=True)  # before the file is opened, not empty
+    path.write_bytes(data)
     logger.debug("wrote %s (%d bytes)", path, len(page))
     return path
 
