@@ -389,13 +389,18 @@ def load(source: str | Path, *, revision: str | None = None) -> Release:
 
     Raises:
         MissingFileError: no such file or directory, and not a repo id (a
-            `FileNotFoundError`).
+            `FileNotFoundError`); or `source` is empty.
         CheckpointError: a damaged checkpoint or release, or a failed download.
         TypeError: `source` is no path or name (None, say).
     """
     if not isinstance(source, (str, os.PathLike)):  # else pathlib's "argument should be a str"
         raise TypeError(
             f"give a .ckpt path, a release directory or a hub repo id, not {type(source).__name__}"
+        )
+    if not str(source).strip():  # Path("") is the current directory
+        raise MissingFileError(
+            "the checkpoint is empty: give a .ckpt path, a release directory or a hub repo id "
+            "(a variable holding it may be unset)"
         )
     path = Path(source)
     if path.is_dir():
@@ -509,6 +514,10 @@ def save_pretrained(
 
     Returns:
         The written files.
+
+    Raises:
+        ConfigError: the report does not fit these weights, or a language is no code.
+        OutputError: `directory` is empty, or holds what is not an earlier release.
     """
     for side, language in zip(("source", "target"), release.languages, strict=True):
         if language is not None and not LANGUAGE_CODE.fullmatch(language):
@@ -526,6 +535,8 @@ def save_pretrained(
             logger.warning("the release's scores are of other weights: left out of the card")
         if evaluation is not None:
             check_evaluation(evaluation, release.languages, evaluation_name, checksum)
+    if not str(directory).strip():  # Path("") is the current directory
+        raise OutputError("the release directory is empty: give a directory to write it into")
     directory = Path(directory)
     check_release_dir(directory)
     # written whole beside it, then swapped in: an interrupted export leaves the earlier

@@ -778,6 +778,23 @@ def test_export_refuses_a_language_that_is_no_code(
     assert not (tmp_path / "new").exists()
 
 
+def test_an_empty_path_is_refused_not_read_as_the_current_directory(
+    tiny_checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Path("") is "."; an unset variable gives "": loading read the current directory (a
+    message about "a directory of checkpoints" when it held some), saving wrote into it."""
+    from minitx import release
+    from minitx.errors import MissingFileError, OutputError
+
+    monkeypatch.chdir(tmp_path)  # empty: save_pretrained("") wrote a release here
+    for empty in ("", " "):
+        with pytest.raises(MissingFileError, match=r"^the checkpoint is empty: give a \.ckpt"):
+            Translator.from_pretrained(empty)
+        with pytest.raises(OutputError, match=r"^the release directory is empty"):
+            release.save_pretrained(release.load(tiny_checkpoint), empty)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_the_card_names_the_corpus_only_from_a_readable_training_config() -> None:
     assert release.data_source("data:\n  source: bentrevett/multi30k\n") == "bentrevett/multi30k"
     assert release.data_source("data: [unclosed") is None  # not YAML: no corpus, no error
