@@ -303,6 +303,14 @@ def test_jsonl_errors_name_file_and_line(tmp_path: Path) -> None:
         ValueError, match=r"line 2 has no \['de', 'en'\] fields \(found \['de', 'fr'\]\)"
     ):
         load_parallel_corpus(str(tmp_path / "{split}.jsonl"), "de", "en", splits={"train": "train"})
+    for record, found in (('{"translation": "x"}', "str"), ("[1, 2]", "list")):  # said "dict"
+        (tmp_path / "train.jsonl").write_text(f"{good}\n{record}\n", encoding="utf-8")
+        with pytest.raises(
+            ValueError, match=rf"line 2 has no \['de', 'en'\] fields \(found {found}\)"
+        ):
+            load_parallel_corpus(
+                str(tmp_path / "{split}.jsonl"), "de", "en", splits={"train": "train"}
+            )
     with pytest.raises(
         FileNotFoundError, match=r"split 'validation'.*found in .*\['train\.jsonl'\]"
     ):

@@ -213,7 +213,8 @@ class JsonlStream(PairStream):
             ) from None
         pair = record.get("translation", record) if isinstance(record, dict) else None
         if not isinstance(pair, dict) or any(lang not in pair for lang in langs):
-            fields = sorted(pair) if isinstance(pair, dict) else type(record).__name__
+            shown = pair if isinstance(record, dict) else record  # {"translation": "x"}: str
+            fields = sorted(shown) if isinstance(shown, dict) else type(shown).__name__
             raise DataError(
                 f"{self.path}: line {number} has no {list(langs)} fields (found {fields}). "
                 f'Expected {{"translation": {{"{langs[0]}": ..., "{langs[1]}": ...}}}} or flat '
