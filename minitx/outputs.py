@@ -3,7 +3,8 @@
 A command that replaces an existing output must never take anything else with it. For every
 command:
 
-- An output **directory** is replaced (``--force``) only when the same command wrote it: it
+- An output **directory** is replaced (``--force``; minitx-experiment's results folders at
+  each call) only when the same command wrote it: it
   holds the marker file `MARKER`, which minitx puts into every directory it writes whole,
   naming what it holds, or it is empty. A directory of the user's own is refused, whatever
   the flags, and so is one minitx wrote that now holds files it did not write (the marker

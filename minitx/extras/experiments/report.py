@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from minitx.extras.experiments.definitions import EXPERIMENTS
-from minitx.outputs import check_output_dir, written_whole
+from minitx.outputs import MARKER, check_output_dir, written_whole
 
 
 def fmt(value: Any, digits: int = 2, *, percent: bool = False) -> str:
@@ -240,8 +240,13 @@ def write_report(
     draw: Callable[[Path, dict[str, Any]], list[Path]] = figures,
 ) -> list[Path]:
     """Write results.json, results.md (`render`) and the figures (`draw`) as the directory
-    `directory`, whole, replacing an earlier call's (`check_results_dir` first); the paths
-    written."""
+    `directory`, whole, replacing an earlier call's; the paths written.
+
+    Raises:
+        OutputError: `directory` holds files it did not write (`check_results_dir`, checked
+            here too: an experiment can run for hours after the command's first check).
+    """
+    check_results_dir(directory)
     with written_whole(directory, RESULTS_KIND) as tmp:
         (tmp / "results.json").write_text(json.dumps(summary, indent=1))
         (tmp / "results.md").write_text(render(summary))
@@ -255,7 +260,22 @@ RESULTS_KIND = "minitx-experiment results"
 
 def check_results_dir(directory: Path, flag: str = "--out") -> None:
     """Refuse an experiment's results directory that holds files it did not write (the
-    user's, or an older minitx's): `write_report` replaces the directory whole."""
+    user's): `write_report` replaces the directory whole. One written before the directories
+    were marked (no `MARKER`) is taken when it holds only what `write_report` writes, with
+    its own experiment's results.json."""
+    files = list(directory.iterdir()) if directory.is_dir() else []
+    if files and not (directory / MARKER).exists():
+        try:  # an older minitx-experiment's: results.json, results.md and figures only
+            summary = json.loads((directory / "results.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            summary = None
+        ours = {"results.json", "results.md"}
+        if (
+            isinstance(summary, dict)
+            and summary.get("experiment") == directory.name
+            and all(p.is_file() and (p.name in ours or p.suffix == ".png") for p in files)
+        ):
+            return
     check_output_dir(
         directory, force=True, flag=flag, kind=RESULTS_KIND, replacer="minitx-experiment"
     )
