@@ -17,8 +17,8 @@ validated through `TransformerConfig.from_dict`, and the tokenizer is sentencepi
 Nothing is allocated before the files agree: `config.json` must match its checksum
 (`model_sha256`, written by `save_pretrained`: an edited `n_heads` changes no weight's shape),
 its sizes must lie within `minitx.model_config.MODEL_MAXIMA` (as every model config's must),
-and every tensor named in the safetensors header must have the shape the config implies
-(`check_weight_shapes`, on a model built on the meta device).
+and every tensor named in the safetensors header must have the shape the config implies and
+a floating-point type (`check_weight_shapes`, on a model built on the meta device).
 
 `load` is minitx's one loading path (a `.ckpt` file, a release directory or a hub repo id):
 `Translator.from_pretrained`, every command's ``--checkpoint``, the demo and the experiments
@@ -327,8 +327,9 @@ def load_pretrained(directory: str | Path) -> Release:
         train_config = (
             train_config_path.read_text(encoding="utf-8") if train_config_path.is_file() else None
         )
-    except UnicodeDecodeError as exc:  # the others' damage is one error line too
-        raise CheckpointError(f"{train_config_path}: not UTF-8 text ({exc.reason})") from None
+    except UnicodeDecodeError as exc:  # for people, as the scores are: named and left out
+        logger.warning("%s left out: not UTF-8 text (%s)", train_config_path, exc.reason)
+        train_config = None
     languages = (config["src_lang"], config["tgt_lang"])
     return Release(model, tokenizer, languages, train_config, _read_evaluation(directory, model))
 
@@ -399,8 +400,8 @@ def load(source: str | Path, *, revision: str | None = None) -> Release:
         )
     if not str(source).strip():  # Path("") is the current directory
         raise MissingFileError(
-            "the checkpoint is empty: give a .ckpt path, a release directory or a hub repo id "
-            "(a variable holding it may be unset)"
+            "the checkpoint path is empty (''): give a .ckpt path, a release directory or a hub "
+            "repo id (a variable holding it may be unset)"
         )
     path = Path(source)
     if path.is_dir():
@@ -466,6 +467,13 @@ def check_evaluation(
         )
 
 
+def _card_text(text: Any) -> bool:
+    """Whether `text` can stand in a model card as written: a string on one line without a
+    backtick (the card quotes it as code), so that it can neither start a heading nor leave
+    its quotes."""
+    return isinstance(text, str) and text.isprintable() and "`" not in text
+
+
 def _check_report_values(
     values: Mapping[str, Any], where: str, *, scores: Sequence[str], counts: Sequence[str]
 ) -> None:
@@ -487,9 +495,7 @@ def _check_report_values(
             raise ConfigError(f"{where}: {key} must be a whole number, got {value!r:.40}")
     for key in ("signature", "decoding", "data", "split"):
         text = values.get(key)
-        if text is not None and (
-            not isinstance(text, str) or not text.isprintable() or "`" in text
-        ):
+        if text is not None and not _card_text(text):
             raise ConfigError(
                 f"{where}: {key} must be text on one line without a backtick, got {text!r:.60}"
             )
@@ -523,8 +529,8 @@ def save_pretrained(
         if language is not None and not LANGUAGE_CODE.fullmatch(language):
             raise ConfigError(  # it goes into the card's metadata, title and code quotes
                 f"the {side} language {language!r:.60} is no language code (letters, digits, "
-                "- and _, such as de or pt-BR); a release's card names it: fix src_lang and "
-                "tgt_lang in the checkpoint or config.json"
+                "- and _, such as de or pt-BR), and a release's card names it: train with "
+                "data.src_lang and data.tgt_lang set to codes, or fix them in config.json"
             )
     kept = release.evaluation if evaluation is None else None
     if evaluation is not None or kept is not None:
@@ -536,7 +542,7 @@ def save_pretrained(
         if evaluation is not None:
             check_evaluation(evaluation, release.languages, evaluation_name, checksum)
     if not str(directory).strip():  # Path("") is the current directory
-        raise OutputError("the release directory is empty: give a directory to write it into")
+        raise OutputError("the release directory path is empty (''): give a directory to write")
     directory = Path(directory)
     check_release_dir(directory)
     # written whole beside it, then swapped in: an interrupted export leaves the earlier
@@ -739,6 +745,7 @@ def model_card(release: Release, evaluation: Mapping[str, Any] | None = None) ->
     languages: Sequence[str] = [lang for lang in (src, tgt) if lang]
     pair = f"{src or '?'} → {tgt or '?'}"
     source = data_source(release.train_config)
+    source = source if _card_text(source) else None  # the training config is the user's text
     params = sum(p.numel() for p in release.model.parameters())
     config = release.model.config
     sizes = (

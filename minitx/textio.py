@@ -91,8 +91,9 @@ def sentence_list(sentences: Iterable[str], what: str = "sentence") -> list[str]
         except UnicodeEncodeError as exc:  # sentencepiece said "elements must be str or bytes"
             raise ValueError(
                 f"{what} {i} holds {item[exc.start]!r} at character {exc.start}, a lone "
-                "surrogate, which is no character (text decoded with errors='surrogateescape', "
-                "or half of a UTF-16 pair); decode the text as UTF-8 first"
+                "surrogate, which is no character (bytes decoded with errors='surrogateescape', "
+                "or half of a UTF-16 pair); decode the bytes with their real encoding, or with "
+                "errors='replace'"
             ) from None
     return items
 

@@ -254,7 +254,8 @@ class Translator:
         offline). `device` and `bf16` are the constructor's.
 
         Raises:
-            MissingFileError: no such local path, and not a repo id (a `FileNotFoundError`).
+            MissingFileError: no such local path, and not a repo id (a `FileNotFoundError`);
+                or `source` is empty.
             CheckpointError: damaged files, or the download failed (the message says how to
                 use a local directory instead).
         """

@@ -409,10 +409,6 @@ DAMAGE = {
         _integer_weights,
         r"model\.safetensors: .*q_proj\.weight holds I64 values, not floating-point weights",
     ),
-    "train-config-not-utf8": (
-        lambda d: (d / "train_config.yaml").write_bytes(b"\xff\xfe bad"),
-        r"train_config\.yaml: not UTF-8 text \(invalid start byte\)",
-    ),
     "nan-weights": (
         _nan_weights,
         r"model\.safetensors: the weights hold NaN or inf .*diverged .*, or the file is damaged",
@@ -672,6 +668,31 @@ def test_a_damaged_or_stale_evaluation_file_is_named_and_left_out(
     ]
 
 
+def test_a_training_config_for_people_only_is_left_out_or_kept_out_of_the_card(
+    release_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The training config is for people, as the scores are: one that is not UTF-8 (a
+    traceback before) is named and left out, the model loads; a data.source that would start a
+    heading or leave its code quotes stays out of the card."""
+    from dataclasses import replace
+
+    from minitx.release import load, model_card
+
+    copy = tmp_path / "copy"
+    shutil.copytree(release_dir, copy)
+    (copy / "train_config.yaml").write_bytes(b"\xff\xfe bad")
+    with caplog.at_level("WARNING", logger="minitx.release"):
+        loaded = load(copy)
+    assert loaded.train_config is None
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{copy / 'train_config.yaml'} left out: not UTF-8 text (invalid start byte)"
+    ]
+    for source, shown in (("corpus/dir", True), ("a\\n## Injected", False), ("a`b", False)):
+        card = model_card(replace(loaded, train_config=f'data:\n  source: "{source}"\n'))
+        assert ("training data (`data.source`)" in card) == shown, card
+        assert "## Injected" not in card
+
+
 @pytest.mark.parametrize(
     ("in_out_dir", "evaluation", "message"),
     [
@@ -788,9 +809,9 @@ def test_an_empty_path_is_refused_not_read_as_the_current_directory(
 
     monkeypatch.chdir(tmp_path)  # empty: save_pretrained("") wrote a release here
     for empty in ("", " "):
-        with pytest.raises(MissingFileError, match=r"^the checkpoint is empty: give a \.ckpt"):
+        with pytest.raises(MissingFileError, match=r"^the checkpoint path is empty \(''\)"):
             Translator.from_pretrained(empty)
-        with pytest.raises(OutputError, match=r"^the release directory is empty"):
+        with pytest.raises(OutputError, match=r"^the release directory path is empty"):
             release.save_pretrained(release.load(tiny_checkpoint), empty)
     assert list(tmp_path.iterdir()) == []
 

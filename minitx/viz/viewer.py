@@ -184,7 +184,7 @@ def write_html_viewer(
     data = page.encode("utf-8")  # first: text UTF-8 cannot hold (a lone surrogate) fails
     path.parent.mkdir(parents=True, exist_ok=True)  # before the file is opened, not empty
     path.write_bytes(data)
-    logger.debug("wrote %s (%d bytes)", path, len(page))
+    logger.debug("wrote %s (%d bytes)", path, len(data))
     return path
 
 
