@@ -20,6 +20,7 @@ from helpers import (
     subprocess_env,
     train_tiny,
 )
+from preloaded import run_python
 
 from minitx import release
 from minitx.averaging import AVERAGED_KEY, average_checkpoints, average_state_dicts
@@ -224,10 +225,8 @@ def test_state_dict_mean_is_float64_keeps_ties_and_checks_integer_buffers() -> N
 def test_average_command_end_to_end(tiny_checkpoint: Path, tmp_path: Path) -> None:
     out = tmp_path / "avg.ckpt"
     copy = shutil.copyfile(tiny_checkpoint, tmp_path / "copy.ckpt")
-    proc = subprocess.run(
+    proc = run_python(  # a preloaded fork; the refusal below is a fresh process (no chatter)
         [PYTHON, "-m", "minitx.cli.average", "--out", str(out), str(tiny_checkpoint), str(copy)],
-        capture_output=True,
-        text=True,
         cwd=REPO_DIR,
         env=subprocess_env(),
         timeout=180,

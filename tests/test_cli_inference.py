@@ -253,14 +253,11 @@ def test_output_to_dev_stdout_appended_to_a_log_keeps_the_log(
     assert b"--hyp-out /dev/stdout is the pipe or terminal this command's standard" in proc.stderr
     # /dev/null is neither: written in place, as before
     hyp_to_null = [*evaluate, "--hyp-out", "/dev/null", "--json", str(tmp_path / "s.json")]
-    with open(os.devnull, "wb") as null:
-        proc = subprocess.run(
-            [PYTHON, "-m", "minitx.cli.evaluate", *hyp_to_null],
-            stdout=null,
-            stderr=subprocess.PIPE,
-            env=subprocess_env(),
-            timeout=180,
-        )
+    proc = run_python(  # standard output is /dev/null too
+        [PYTHON, "-m", "minitx.cli.evaluate", *hyp_to_null],
+        env=subprocess_env(),
+        stdout=Path(os.devnull),
+    )
     assert proc.returncode == 0, proc.stderr[-500:]
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 from helpers import PYTHON, TOY_CORPUS_DIR, TOY_TEST_REFERENCES, TOY_TEST_SOURCES, subprocess_env
+from preloaded import run_python
 
 from minitx.activations import ACTIVATIONS
 from minitx.errors import ConfigError, MissingExtraError
@@ -248,10 +249,9 @@ def test_missing_ctranslate2_names_the_extra(
 
 # ----------------------------------------------------------------------- the command
 def run_ct2(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
+    """minitx-ct2 as a process (a preloaded fork: ctranslate2 is still imported by it)."""
+    return run_python(
         [PYTHON, "-m", "minitx.extras.ctranslate2.command", *args],
-        capture_output=True,
-        text=True,
         env=subprocess_env(),
         timeout=180,
     )

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 from helpers import PYTHON, TOY_CORPUS_DIR, TOY_TEST_SOURCES, subprocess_env
+from preloaded import run_python
 from safetensors import safe_open
 from safetensors.torch import save_file
 from torch import nn
@@ -540,11 +541,9 @@ def test_damaged_release_and_hub_id_through_the_command(copy_of) -> None:
 # ------------------------------------------------------------------------------ export command
 def test_export_command_end_to_end(tiny_checkpoint: Path, original: Translator, tmp_path) -> None:
     out = tmp_path / "exported"
-    proc = subprocess.run(
+    proc = run_python(  # a preloaded fork: the command's own work, as a process
         [PYTHON, "-m", "minitx.cli.export", "--checkpoint", str(tiny_checkpoint)]
         + ["--out", str(out)],
-        capture_output=True,
-        text=True,
         env=subprocess_env(),
         timeout=180,
     )
