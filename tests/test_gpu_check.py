@@ -37,6 +37,7 @@ def run_script(*args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.slow
+@pytest.mark.ci_step
 def test_cpu_dry_run_runs_every_step_and_writes_the_summary(tmp_path: Path) -> None:
     out = tmp_path / "out"
     done = run_script("--cpu-dry-run", str(out))

@@ -76,6 +76,7 @@ def test_tutorials_use_only_public_names(path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.ci_step
 @pytest.mark.parametrize("path", TUTORIALS, ids=lambda p: p.stem)
 def test_tutorial_runs(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     nbclient = pytest.importorskip("nbclient")
