@@ -70,7 +70,6 @@ def sentence_list(sentences: Iterable[str], what: str = "sentence") -> list[str]
         TypeError: when `sentences` is one string (its characters would be the sentences), is
             no iterable (None), or holds something other than strings; `what` names them in
             the message.
-        ValueError: a string holds a lone surrogate, which UTF-8 cannot encode.
     """
     if isinstance(sentences, str):  # iterating it would read each character as a sentence
         raise TypeError(f"give a list of {what}s, e.g. [{what}], not one string")
@@ -85,16 +84,6 @@ def sentence_list(sentences: Iterable[str], what: str = "sentence") -> list[str]
             f"{what} {wrong} is {type(item).__name__} {item!r}, not a string; give a list of "
             "strings (str(...) each, or '' for a line without text)"
         )
-    for i, item in enumerate(items):
-        try:
-            item.encode("utf-8")  # what sentencepiece and every output file need
-        except UnicodeEncodeError as exc:  # sentencepiece said "elements must be str or bytes"
-            raise ValueError(
-                f"{what} {i} holds {item[exc.start]!r} at character {exc.start}, a lone "
-                "surrogate, which is no character (bytes decoded with errors='surrogateescape', "
-                "or half of a UTF-16 pair); decode the bytes with their real encoding, or with "
-                "errors='replace'"
-            ) from None
     return items
 
 

@@ -163,10 +163,31 @@ class Tokenizer:
 
     # ------------------------------------------------------------------ encode / decode
     def encode(self, texts: list[str]) -> list[list[int]]:
-        """One list of piece ids per sentence (no bos/eos added)."""
+        """One list of piece ids per sentence (no bos/eos added).
+
+        Raises:
+            TypeError: `texts` is one string, or holds something sentencepiece cannot read.
+            ValueError: a sentence holds a lone surrogate, which UTF-8 cannot encode.
+        """
         if isinstance(texts, str):
             raise TypeError("Tokenizer.encode takes a list of sentences; wrap one sentence in [].")
-        return self._sp.encode(list(texts), out_type=int)
+        texts = list(texts)
+        try:
+            return self._sp.encode(texts, out_type=int)
+        except TypeError:  # sentencepiece's "List elements must be str or bytes", of strings
+            for i, text in enumerate(texts):
+                if not isinstance(text, str):
+                    continue
+                try:
+                    text.encode("utf-8")
+                except UnicodeEncodeError as exc:
+                    raise ValueError(
+                        f"sentence {i} holds {text[exc.start]!r} at character {exc.start}, a "
+                        "lone surrogate, which is no character (bytes decoded with errors="
+                        "'surrogateescape', or half of a UTF-16 pair); decode the bytes with "
+                        "their real encoding, or with errors='replace'"
+                    ) from None
+            raise
 
     def unknown_characters(self, text: str) -> list[str]:
         """The characters of `text` the vocabulary lacks (encoded as ``<unk>``), each once, in

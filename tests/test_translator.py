@@ -624,13 +624,14 @@ def test_a_sentence_that_is_not_a_string_is_a_type_error_saying_so(
     [
         (lambda t, s: t.translate(["ein mann .", s]), 1),
         (lambda t, s: t.translate_with_alignment([s]), 0),
+        (lambda t, s: t.attention("ein mann .", translation=s), 0),  # read by the tokenizer
     ],
 )
 def test_a_lone_surrogate_is_named_not_sentencepieces_type_error(
     translator: Translator, call, index: int
 ) -> None:
     """Text decoded with errors='surrogateescape' holds them: sentencepiece said "List
-    elements must be str or bytes" of a list of strings."""
+    elements must be str or bytes" of a list of strings (`Tokenizer.encode` says which)."""
     message = rf"sentence {index} holds '\\udcff' at character 4, a lone surrogate"
     with pytest.raises(ValueError, match=message):
         call(translator, "ein \udcff mann")
