@@ -248,8 +248,9 @@ def check_weight_shapes(weights: Path, config: TransformerConfig) -> None:
     """
     try:
         with safe_open(weights, framework="pt") as file:
-            shapes = {name: tuple(file.get_slice(name).get_shape()) for name in file.keys()}
-            dtypes = {name: file.get_slice(name).get_dtype() for name in file.keys()}
+            slices = {name: file.get_slice(name) for name in file.keys()}
+            shapes = {name: tuple(tensor.get_shape()) for name, tensor in slices.items()}
+            dtypes = {name: tensor.get_dtype() for name, tensor in slices.items()}
     except Exception as exc:  # safetensors' own error type for a damaged or foreign file
         raise CheckpointError(
             f"{weights}: not a readable safetensors file ({type(exc).__name__}: {exc})"
@@ -525,6 +526,8 @@ def save_pretrained(
         ConfigError: the report does not fit these weights, or a language is no code.
         OutputError: `directory` is empty, or holds what is not an earlier release.
     """
+    if not str(directory).strip():  # Path("") is the current directory
+        raise OutputError("the release directory path is empty (''): give a directory to write")
     for side, language in zip(("source", "target"), release.languages, strict=True):
         if language is not None and not LANGUAGE_CODE.fullmatch(language):
             raise ConfigError(  # it goes into the card's metadata, title and code quotes
@@ -541,8 +544,6 @@ def save_pretrained(
             logger.warning("the release's scores are of other weights: left out of the card")
         if evaluation is not None:
             check_evaluation(evaluation, release.languages, evaluation_name, checksum)
-    if not str(directory).strip():  # Path("") is the current directory
-        raise OutputError("the release directory path is empty (''): give a directory to write")
     directory = Path(directory)
     check_release_dir(directory)
     # written whole beside it, then swapped in: an interrupted export leaves the earlier
