@@ -124,16 +124,18 @@ def scaled_dot_product_attention(
     if scores.shape != want:  # a new score's slip would broadcast, or fail far from its cause
         raise ValueError(f"score {type(score).__name__} gave {tuple(scores.shape)}, not {want}")
     scores = scores.float()  # softmax in fp32, also under autocast
+    dead = None  # (..., Tq or 1, 1): True where a query may attend to no key
     if mask is not None:
         if mask.dtype not in MASK_DTYPES:  # 0/1 integers added to the scores would mask nothing
             raise TypeError(f"mask is {mask.dtype}: give a bool mask or an additive float one")
-        if mask.dtype == torch.bool:
-            scores = scores.masked_fill(~mask, float("-inf"))
-        else:
-            scores = scores + mask
-    # A row with no visible key would give softmax(-inf, ..., -inf) = NaN: give it zeros instead.
-    dead = torch.isneginf(scores).all(dim=-1, keepdim=True)  # (..., Tq, 1)
-    weights = torch.softmax(scores.masked_fill(dead, 0.0), dim=-1).masked_fill(dead, 0.0)
+        if mask.dtype == torch.bool:  # True = may attend -> 0, False -> -inf
+            mask = torch.zeros(mask.shape, device=mask.device).masked_fill(~mask, float("-inf"))
+        # Such a row would give softmax(-inf, ...) = NaN: zeros instead, read off the small mask.
+        dead = torch.isneginf(mask).all(dim=-1, keepdim=True)
+        scores = scores + mask.masked_fill(dead, 0.0)
+    weights = torch.softmax(scores, dim=-1)
+    if dead is not None:
+        weights = weights.masked_fill(dead, 0.0)
     if reweight is not None:
         weights = reweight(weights)  # (..., Tq, Tk)
     attn = F.dropout(weights, p=dropout_p) if dropout_p > 0.0 else weights
