@@ -51,4 +51,6 @@ class Dropout(nn.Dropout):
             return x
         if not x.is_cpu or self.p >= 1.0 or self.inplace:
             return F.dropout(x, self.p, True, self.inplace)
-        return x * dropout_mask(x.shape, self.p) * (1.0 / (1.0 - self.p))
+        # The mask in x's dtype: a bool operand makes both products (forward and backward)
+        # take a slow mixed-type path; 0 and 1 are exact, so the result is the same.
+        return x * dropout_mask(x.shape, self.p).to(x.dtype) * (1.0 / (1.0 - self.p))

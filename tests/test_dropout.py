@@ -62,3 +62,14 @@ def test_the_model_drops_out_through_it():
     model = Transformer(TransformerConfig(src_vocab_size=50, tgt_vocab_size=50))
     dropouts = [m for m in model.modules() if isinstance(m, nn.Dropout)]
     assert dropouts and all(isinstance(m, Dropout) for m in dropouts)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_the_output_is_the_input_times_the_mask_then_the_scale_to_the_bit(dtype):
+    """However the product is computed, it rounds as x * mask * (1 / (1 - p)) does: the
+    scale is applied once, at full precision, not rounded into a mask of x's dtype."""
+    x = torch.randn(37, 11).to(dtype)
+    torch.manual_seed(5)
+    out = Dropout(0.1).train()(x)
+    torch.manual_seed(5)
+    assert torch.equal(out, x * dropout_mask(x.shape, 0.1) * (1 / 0.9))
