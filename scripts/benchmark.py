@@ -503,6 +503,19 @@ def bench_levers(args: argparse.Namespace) -> None:
 
         return loss
 
+    def attention(backend: str) -> Callable[[dict], torch.Tensor]:
+        """The default's loss with `sdpa_backend` = backend ("auto": the written-out attention
+        under bf16 on a CPU, the fused kernel in fp32)."""
+
+        def loss(batch: dict) -> torch.Tensor:
+            default.sdpa_backend = backend
+            try:
+                return packed_loss(batch)
+            finally:
+                default.sdpa_backend = "auto"
+
+        return loss
+
     small_loss = training_loss(small)
     position = {id(b): i for i, b in enumerate(batches)}
 
@@ -515,6 +528,7 @@ def bench_levers(args: argparse.Namespace) -> None:
         "feed-forward on padded rows": (default, packing(0), fused),
         "packed rows, exact count": (default, packing(1), fused),
         "AdamW's loop (fused false)": (default, packed_loss, {"lr": 1e-4}),
+        "fused attention, math kernel": (default, attention("math"), fused),
         f"vocabulary {small_vocab}": (small, small_vocab_loss, fused),
     }
     work = [_batch_work(default.model_config, b) for b in batches]

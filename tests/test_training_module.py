@@ -8,6 +8,7 @@ from types import SimpleNamespace
 import lightning
 import pytest
 import torch
+import torch.nn.functional as F
 from preloaded import fork_server
 
 import minitx.attention
@@ -135,11 +136,18 @@ def test_loss_matches_torch_label_smoothed_cross_entropy() -> None:
     assert int(n_tokens) == 15
 
 
+def _batch(seed: int = 0) -> dict:
+    g = torch.Generator().manual_seed(seed)
+    return {key: torch.randint(4, 40, (2, 8), generator=g) for key in ("src", "tgt_in", "tgt_out")}
+
+
 @pytest.mark.parametrize("precision", ["32", "bf16"])
-def test_training_step_never_computes_attention_weights(
+def test_training_steps_run_the_fused_kernel_in_fp32_and_the_written_out_one_under_cpu_bf16(
     precision: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Ordinary steps use the fused kernel; the explicit weights path runs only for maps."""
+    """`sdpa_backend: auto`: PyTorch's fused kernel in fp32, minitx's written-out attention
+    under bf16 autocast on a CPU; the model itself still calls the fused kernel unless weights
+    are asked for (decoding, maps)."""
     calls = []
     original = minitx.attention.scaled_dot_product_attention
     monkeypatch.setattr(
@@ -148,19 +156,38 @@ def test_training_step_never_computes_attention_weights(
         lambda *a, **k: calls.append(1) or original(*a, **k),
     )
     module = TranslationModule(transformer=SMALL)
-    batch = {
-        "src": torch.randint(4, 40, (2, 8)),
-        "tgt_in": torch.randint(4, 40, (2, 8)),
-        "tgt_out": torch.randint(4, 40, (2, 8)),
-    }
+    batch = _batch()
     with (
         torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"),
         module._sdpa_kernel(),
     ):
         module._losses(batch)[0].backward()
-    assert calls == []
+    assert len(calls) == (3 if precision == "bf16" else 0)  # encoder self, decoder self, cross
+    calls.clear()
     module.model(batch["src"], batch["tgt_in"], need_weights=True)
-    assert len(calls) == 3  # encoder self, decoder self, cross
+    assert len(calls) == 3
+    calls.clear()
+    module.model(batch["src"], batch["tgt_in"])
+    assert calls == []
+
+
+def test_the_written_out_attention_trains_as_the_fused_kernel_under_bf16() -> None:
+    """Under bf16 autocast the two backends differ by rounding only: the written-out products
+    run in bf16, the math kernel's in fp32 (both softmax in fp32)."""
+    losses, grads = {}, {}
+    for backend in ("explicit", "math"):
+        torch.manual_seed(0)
+        module = TranslationModule(transformer={**SMALL, "dropout": 0.0}, sdpa_backend=backend)
+        batch = _batch(1)
+        batch["src"][1, 5:] = 0  # padded keys are masked either way
+        with torch.autocast("cpu", dtype=torch.bfloat16), module._sdpa_kernel():
+            loss = module._losses(batch)[0]
+        loss.backward()
+        losses[backend] = loss.detach()
+        grads[backend] = torch.cat([p.grad.flatten() for p in module.parameters()])
+    torch.testing.assert_close(losses["explicit"], losses["math"], rtol=2e-3, atol=0)
+    cosine = F.cosine_similarity(grads["explicit"], grads["math"], dim=0)
+    assert cosine > 0.999, cosine
 
 
 def test_settings_are_accepted_as_dataclasses_or_dicts_and_saved_as_plain_data() -> None:

@@ -16,7 +16,7 @@ from minitx.decoding import DecodingConfig
 from minitx.errors import ConfigError
 from minitx.training.schedules import SCHEDULES
 
-SDPA_BACKENDS: tuple[str, ...] = ("auto", "flash", "math", "default")
+SDPA_BACKENDS: tuple[str, ...] = ("auto", "explicit", "flash", "math", "default")
 """Choices of `TranslationModule`'s `sdpa_backend` (`model.sdpa_backend`)."""
 
 

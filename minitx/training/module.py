@@ -65,10 +65,13 @@ class TranslationModule(L.LightningModule):
             `data.vocab_size` by the training command.
         optim: loss, optimiser and schedule settings.
         validation: BLEU/chrF schedule and the decoding used for it.
-        sdpa_backend: the kernel behind `F.scaled_dot_product_attention` in training steps:
-            "flash", "math", "default" (PyTorch's choice) or "auto": "math" on a CPU under
-            bf16 autocast, the faster backward at Multi30k's lengths (the training guide,
-            "Precision"), else "default". A runtime choice, not part of the model's config.
+        sdpa_backend: the attention behind the loss: PyTorch's fused
+            `F.scaled_dot_product_attention` with its "flash", "math" or "default" (PyTorch's
+            choice) kernel in training steps; "explicit", minitx's written-out
+            `scaled_dot_product_attention`, in training and validation steps; or "auto":
+            "explicit" on a CPU under bf16 autocast, where it is the fastest at Multi30k's
+            lengths (the speed guide), else "default". A runtime choice, not part of the
+            model's config.
         pack_rows: `Transformer.pack_rows` (0 = no packing); a runtime choice like
             `sdpa_backend`: it changes results only by rounding and dropout masks.
 
@@ -277,9 +280,11 @@ class TranslationModule(L.LightningModule):
 
     def _losses(self, batch: dict[str, Any]) -> tuple[Tensor, Tensor, Tensor]:
         """(label-smoothed loss, plain NLL, number of target tokens), both losses per token."""
-        enc = self.model.encode(batch["src"])
+        # Asking for the attention weights runs the written-out attention (the maps go unused).
+        explicit = self._attention() == "explicit"
+        enc = self.model.encode(batch["src"], need_weights=explicit)
         states = self.model.decoder_states(
-            batch["tgt_in"], enc.memory, enc.src_mask
+            batch["tgt_in"], enc.memory, enc.src_mask, need_weights=explicit
         ).states  # (B, T, D)
         target = batch["tgt_out"]  # (B, T)
         real = target != PAD_ID
@@ -291,17 +296,21 @@ class TranslationModule(L.LightningModule):
         loss = ((1.0 - eps) * nll - eps * log_probs.mean(-1)).mean()
         return loss, nll.detach().mean(), real.sum()
 
+    def _attention(self) -> str:
+        """The attention of this step: `sdpa_backend`, with "auto" resolved."""
+        if self.sdpa_backend != "auto":
+            return self.sdpa_backend
+        on_cpu_bf16 = (
+            self.device.type == "cpu"
+            and torch.is_autocast_enabled("cpu")
+            and torch.get_autocast_dtype("cpu") == torch.bfloat16
+        )
+        return "explicit" if on_cpu_bf16 else "default"
+
     def _sdpa_kernel(self) -> contextlib.AbstractContextManager:
-        """The attention-kernel choice for a training step (see `sdpa_backend`)."""
-        choice = self.sdpa_backend
-        if choice == "auto":
-            on_cpu_bf16 = (
-                self.device.type == "cpu"
-                and torch.is_autocast_enabled("cpu")
-                and torch.get_autocast_dtype("cpu") == torch.bfloat16
-            )
-            choice = "math" if on_cpu_bf16 else "default"
-        if choice == "default":
+        """The fused kernel's backend for a training step (see `sdpa_backend`)."""
+        choice = self._attention()
+        if choice in ("default", "explicit"):
             return contextlib.nullcontext()
         return sdpa_kernel(SDPBackend.MATH if choice == "math" else SDPBackend.FLASH_ATTENTION)
 
