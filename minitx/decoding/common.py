@@ -43,7 +43,7 @@ def next_token_log_probs(
     generated."""
     step_in = tokens[:, -1:] if cache is not None else tokens
     logits = model.decode(step_in, memory, src_mask, cache=cache).logits[:, -1]  # (N, V)
-    logp = torch.log_softmax(logits.float(), dim=-1)
+    logp = torch.log_softmax(logits, dim=-1, dtype=torch.float32)  # bf16 logits: no copy first
     logp[:, PAD_ID] = float("-inf")
     logp[:, BOS_ID] = float("-inf")
     return logp

@@ -289,7 +289,9 @@ class TranslationModule(L.LightningModule):
         target = batch["tgt_out"]  # (B, T)
         real = target != PAD_ID
         # Project only real target positions: the (N, V) logits are the largest tensors of a step.
-        log_probs = torch.log_softmax(self.model.output(states[real]).float(), dim=-1)  # (N, V)
+        # In fp32; dtype= reads bf16 logits straight into the fp32 kernel, without a copy first.
+        logits = self.model.output(states[real])  # (N, V)
+        log_probs = torch.log_softmax(logits, dim=-1, dtype=torch.float32)
         nll = -log_probs.gather(-1, target[real][:, None]).squeeze(-1)  # (N,)
         # Label smoothing as in F.cross_entropy: mix the one-hot target with a uniform one.
         eps = self.optim.label_smoothing
