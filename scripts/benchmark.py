@@ -491,28 +491,18 @@ def bench_levers(args: argparse.Namespace) -> None:
     )
     packed_loss = training_loss(default)
 
-    def packing(multiple: int) -> Callable[[dict], torch.Tensor]:
-        """The default's loss with `Transformer.pack_rows` = multiple (0: no packing)."""
+    def changed(owner: object, name: str, value: object) -> Callable[[dict], torch.Tensor]:
+        """The default's loss with `owner.name` = value for the step, then put back: e.g.
+        `Transformer.pack_rows` (0: no packing) or `sdpa_backend` ("math": PyTorch's math
+        kernel instead of the written-out attention under bf16 on a CPU)."""
 
         def loss(batch: dict) -> torch.Tensor:
-            default.model.pack_rows = multiple
+            before = getattr(owner, name)
+            setattr(owner, name, value)
             try:
                 return packed_loss(batch)
             finally:
-                default.model.pack_rows = 64
-
-        return loss
-
-    def attention(backend: str) -> Callable[[dict], torch.Tensor]:
-        """The default's loss with `sdpa_backend` = backend ("auto": the written-out attention
-        under bf16 on a CPU, the fused kernel in fp32)."""
-
-        def loss(batch: dict) -> torch.Tensor:
-            default.sdpa_backend = backend
-            try:
-                return packed_loss(batch)
-            finally:
-                default.sdpa_backend = "auto"
+                setattr(owner, name, before)
 
         return loss
 
@@ -525,10 +515,10 @@ def bench_levers(args: argparse.Namespace) -> None:
     fused = {"lr": 1e-4, "fused": True}
     contenders: dict[str, tuple[nn.Module, Callable, dict]] = {
         "default": (default, packed_loss, fused),
-        "feed-forward on padded rows": (default, packing(0), fused),
-        "packed rows, exact count": (default, packing(1), fused),
+        "feed-forward on padded rows": (default, changed(default.model, "pack_rows", 0), fused),
+        "packed rows, exact count": (default, changed(default.model, "pack_rows", 1), fused),
         "AdamW's loop (fused false)": (default, packed_loss, {"lr": 1e-4}),
-        "fused attention, math kernel": (default, attention("math"), fused),
+        "fused attention, math kernel": (default, changed(default, "sdpa_backend", "math"), fused),
         f"vocabulary {small_vocab}": (small, small_vocab_loss, fused),
     }
     work = [_batch_work(default.model_config, b) for b in batches]
