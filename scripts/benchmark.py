@@ -425,7 +425,7 @@ def bench_padding(args: argparse.Namespace) -> None:
         for m in multiples
     }
     torch.manual_seed(0)
-    module = bench_module(d_ff=512, dropout=0.0)  # the default config's model
+    module = bench_module(d_ff=512, dropout=0.0)  # the default config's model, no dropout masks
     print(
         f"\n== padding: the default's training step (d_ff 512, no dropout) on "
         f"{args.train_examples} sentence pairs, max_tokens {args.max_tokens}, lengths rounded "
