@@ -131,6 +131,14 @@ def read_checkpoint(path: str | Path, *, mmap: bool = False) -> dict[str, Any]:
         raise CheckpointError(f"{unreadable}: {type(exc).__name__}: {exc}") from exc
     if not isinstance(checkpoint, dict):
         raise CheckpointError(f"{unreadable}: it holds a {type(checkpoint).__name__}, not a dict")
+    weights = checkpoint.get("state_dict", {})
+    if not isinstance(weights, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in weights.items()
+    ):  # every reader (and Lightning's) would fail on it with a traceback
+        raise CheckpointError(
+            f"{path}: damaged checkpoint: its 'state_dict' is not a mapping of tensor names to "
+            "tensors; use a checkpoint minitx-train wrote"
+        )
     return checkpoint
 
 
@@ -202,6 +210,37 @@ def check_finite(state: Mapping[str, torch.Tensor], where: str | Path) -> None:
         )
 
 
+def weight_shapes(config: TransformerConfig) -> dict[str, tuple[int, ...]]:
+    """The shape of every tensor of the model `config` describes, with no memory allocated for
+    it: the model is built on the meta device (shapes only)."""
+    with torch.device("meta"):
+        model = Transformer(config)
+    return {name: tuple(tensor.shape) for name, tensor in model.state_dict().items()}
+
+
+def check_shapes(
+    shapes: Mapping[str, tuple[int, ...]], config: TransformerConfig, fit: str, implied_by: str
+) -> None:
+    """Refuse weights that do not fit the model of `config` before that model is built: a
+    damaged or crafted config could otherwise ask for more memory than the machine has (the
+    process killed, no word said) before the weights are compared with it.
+
+    Raises:
+        CheckpointError: ``{fit}: ...`` naming the first tensor the model lacks or the first
+            shape that differs (file's and `implied_by`'s).
+    """
+    expected = weight_shapes(config)
+    unknown = sorted(set(shapes) - set(expected))
+    if unknown:
+        raise CheckpointError(f"{fit}: the model has no tensor {unknown[0]!r}")
+    for name, shape in shapes.items():
+        if shape != expected[name]:
+            raise CheckpointError(
+                f"{fit}: size mismatch for {name}: the file holds {list(shape)}, {implied_by} "
+                f"implies {list(expected[name])}"
+            )
+
+
 def model_from_checkpoint(
     checkpoint: Mapping[str, Any], path: str | Path = "<checkpoint>"
 ) -> tuple[Transformer, Tokenizer]:
@@ -214,7 +253,7 @@ def model_from_checkpoint(
     try:
         config = TransformerConfig.from_dict(payload["model_config"])
         tokenizer = Tokenizer(payload["tokenizer"])
-        model = Transformer(config)
+        weight_shapes(config)  # the components are registered (the model is built on meta)
     except UnregisteredError as exc:
         raise CheckpointError(f"{path}: {exc}; {UNREGISTERED_WHEN_LOADING}") from None
     except (ValueError, TypeError, RuntimeError, AttributeError) as exc:
@@ -232,7 +271,14 @@ def model_from_checkpoint(
             f"{path}: damaged minitx checkpoint: {len(typed)} weight tensors are not floating "
             f"point (e.g. {typed[0]}, {state[typed[0]].dtype}); use a checkpoint minitx-train wrote"
         )
+    check_shapes(
+        {name: tuple(tensor.shape) for name, tensor in state.items()},
+        config,
+        f"{path}: damaged minitx checkpoint: the weights do not fit its model config",
+        "the model config",
+    )
     check_finite(state, path)
+    model = Transformer(config)  # it fits the weights: what they take, it takes once more
     try:
         model.load_state_dict(state)
     except RuntimeError as exc:

@@ -51,6 +51,7 @@ from minitx.checkpoint import (
     CHECKPOINT_KEY,
     CheckpointError,
     check_finite,
+    check_shapes,
     languages_of,
     load_checkpoint,
     model_from_checkpoint,
@@ -255,19 +256,9 @@ def check_weight_shapes(weights: Path, config: TransformerConfig) -> None:
         raise CheckpointError(
             f"{weights}: not a readable safetensors file ({type(exc).__name__}: {exc})"
         ) from None
-    with torch.device("meta"):  # a TransformerConfig is valid: building cannot fail
-        model = Transformer(config)
-    expected = {name: tuple(tensor.shape) for name, tensor in model.state_dict().items()}
     fit = f"{weights}: the weights do not fit the model of {CONFIG_FILE}"
-    unknown = sorted(set(shapes) - set(expected))
-    if unknown:
-        raise CheckpointError(f"{fit}: the model has no tensor {unknown[0]!r}")
-    for name, shape in shapes.items():
-        if shape != expected[name]:
-            raise CheckpointError(
-                f"{fit}: size mismatch for {name}: the file holds {list(shape)}, "
-                f"{CONFIG_FILE} implies {list(expected[name])}"
-            )
+    check_shapes(shapes, config, fit, CONFIG_FILE)
+    for name in shapes:
         if dtypes[name] not in FLOAT_DTYPES:
             raise CheckpointError(
                 f"{fit}: {name} holds {dtypes[name]} values, not floating-point weights (one of "

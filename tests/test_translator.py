@@ -406,7 +406,9 @@ def test_weights_that_do_not_match_the_config(tiny_checkpoint: Path, tmp_path: P
     )
     path = tmp_path / "mismatch.ckpt"
     torch.save(checkpoint, path)
-    with pytest.raises(CheckpointError, match="do not match"):
+    with pytest.raises(
+        CheckpointError, match=r"do not fit its model config: size mismatch for \S+\.w1\.weight"
+    ):
         Translator.from_pretrained(path)
 
 
@@ -524,6 +526,45 @@ def test_checkpoint_with_weights_that_are_not_real_floats_is_refused(
     torch.save(checkpoint, broken)
     with pytest.raises(CheckpointError, match=rf"not floating point \(e.g. .*, {dtype}\)"):
         Translator.from_pretrained(broken)
+
+
+def test_a_checkpoint_whose_config_asks_for_a_huge_model_is_refused_before_building_it(
+    tiny_checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A damaged or crafted model config within the config's bounds (4096 wide, 100 layers:
+    about 24 GB) must be compared with the weights before the model is built, or the process
+    is killed for memory without a word. The real model is built only for a config that fits."""
+    checkpoint = torch.load(tiny_checkpoint, weights_only=True)
+    config = checkpoint[CHECKPOINT_KEY]["model_config"]
+    config.update(d_model=4096, d_ff=16384, n_encoder_layers=100, n_decoder_layers=100)
+    broken = tmp_path / "huge.ckpt"
+    torch.save(checkpoint, broken)
+    real_init = Transformer.__init__
+
+    def spy(self: Transformer, config: object) -> None:
+        on_meta = torch.get_default_device().type == "meta"
+        assert on_meta or config.d_model != 4096, "the huge model was built"  # type: ignore[attr-defined]
+        real_init(self, config)
+
+    monkeypatch.setattr(Transformer, "__init__", spy)
+    with pytest.raises(CheckpointError, match=r"do not fit its model config: size mismatch for "):
+        Translator.from_pretrained(broken)
+
+
+@pytest.mark.parametrize(
+    "weights", [["not", "a", "mapping"], {"model.src_embed.weight": 3}, {7: torch.zeros(2)}]
+)
+def test_a_checkpoint_whose_state_dict_is_not_tensors_by_name_is_refused_on_reading(
+    weights: object, tiny_checkpoint: Path, tmp_path: Path
+) -> None:
+    """Every reader (translate, export, average, a resume through Lightning) failed on it
+    with a traceback."""
+    checkpoint = torch.load(tiny_checkpoint, weights_only=True)
+    checkpoint["state_dict"] = weights
+    broken = tmp_path / "weights.ckpt"
+    torch.save(checkpoint, broken)
+    with pytest.raises(CheckpointError, match=r"'state_dict' is not a mapping of tensor names"):
+        read_checkpoint(broken)
 
 
 def test_a_sentence_longer_than_the_model_is_cut_and_counted_not_fatal(
