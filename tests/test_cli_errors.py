@@ -869,6 +869,49 @@ def test_a_trainer_setting_lightning_cannot_use_is_one_error_line(
 
 
 @pytest.mark.filterwarnings("ignore:LightningCLI's args parameter")
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        # ModelCheckpoint refused these with a traceback
+        (["--checkpoint.mode", "bogus"], "checkpoint.mode='bogus': give min or max"),
+        (["--checkpoint.save_top_k", "-5"], "checkpoint.save_top_k=-5: give -1 (keep all)"),
+        (["--checkpoint.every_n_epochs", "-1"], "checkpoint.every_n_epochs=-1: give 0"),
+        # accepted, and the highest loss was kept as the best checkpoint and tested
+        (
+            ["--checkpoint.monitor", "val/loss", "--checkpoint.mode", "max"],
+            "keeps the worst checkpoint as the best; set --checkpoint.mode min",
+        ),
+        (
+            ["--checkpoint.monitor", "val/bleu", "--checkpoint.mode", "min"],
+            "set --checkpoint.mode max",
+        ),
+    ],
+    ids=["mode", "save-top-k", "every-n-epochs", "loss-max", "bleu-min"],
+)
+def test_a_checkpoint_setting_that_cannot_work_is_one_error_line(
+    args: list[str],
+    named: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+) -> None:
+    """The checkpoint.* settings end in one ``error:`` line and status 2 before any run is
+    written."""
+    import minitx.cli.train as train
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MINITX_DEBUG", raising=False)
+    monkeypatch.setattr(train, "_train_and_test", train.build_cli)  # build the run, no fit
+    with pytest.raises(SystemExit) as exit_info:
+        train_main(["--config", str(TINY_CONFIG), *args])
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert exit_info.value.code == 2 and len(errors) == 1, err
+    assert named in errors[0] and "Traceback" not in err, err
+    assert not [p for p in tmp_path.rglob("*") if p.is_file()]
+
+
+@pytest.mark.filterwarnings("ignore:LightningCLI's args parameter")
 def test_an_error_in_a_linked_setting_names_the_setting_the_user_gave(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:

@@ -594,6 +594,29 @@ def test_a_resume_past_max_epochs_is_refused_and_writes_nothing(
     assert again.trainer.current_epoch == 3
 
 
+def test_a_resume_past_max_steps_is_refused_and_writes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """Lightning trained nothing and exited 0 ("fit finished in 0.0 min"), then tested again."""
+    monkeypatch.chdir(tmp_path)
+    first = main(TINY + QUIET + ["--trainer.max_steps", "12"])
+    assert first.trainer.global_step == 12
+    (run_dir,) = run_dirs(tmp_path)
+    before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+        main(TINY + QUIET + ["--trainer.max_steps", "5", "--ckpt_path", "last"])
+    assert exit_info.value.code == 2
+    last = run_dir.relative_to(tmp_path) / "checkpoints" / "last.ckpt"
+    assert one_error_line(capsys.readouterr().err) == (
+        f"error: --ckpt_path {last}: its run had made 12 updates, more than "
+        "--trainer.max_steps 5; resume with --trainer.max_steps 12 or more (the run's own "
+        "setting, if it was larger), or start a new run"
+    )
+    assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before
+    assert run_dirs(tmp_path) == [run_dir]
+
+
 def test_an_empty_ckpt_path_is_one_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:

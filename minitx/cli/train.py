@@ -234,7 +234,38 @@ def _check_bleu_schedule(config: Any) -> None:
         raise ConfigError(
             f"model.validation.bleu_every_n_epochs={every} but checkpoint.monitor is val/bleu "
             f"every {n_epochs} epoch(s); set checkpoint.every_n_epochs to a multiple of "
-            f"{every} (or monitor val/loss instead)"
+            f"{every} (or monitor val/loss instead, with --checkpoint.mode min)"
+        )
+
+
+METRIC_MODES = {"val/loss": "min", "val/ppl": "min", "val/bleu": "max", "val/chrf": "max"}
+"""The direction in which each validation metric improves: what ``checkpoint.mode`` must say."""
+
+
+def _check_checkpoint(config: Any) -> None:
+    """Refuse the ``checkpoint.*`` settings ModelCheckpoint refuses only with a traceback, and a
+    mode that keeps the worst checkpoint as the best (``val/loss`` with ``max``): the test after
+    fitting would score it, with no word said.
+
+    Raises:
+        ConfigError: naming the setting and the values it takes.
+    """
+    checkpoint = config.checkpoint
+    if checkpoint.mode not in ("min", "max"):
+        raise ConfigError(f"checkpoint.mode={checkpoint.mode!r}: give min or max")
+    if checkpoint.save_top_k < -1:
+        raise ConfigError(
+            f"checkpoint.save_top_k={checkpoint.save_top_k}: give -1 (keep all), 0 (none) or more"
+        )
+    for key in ("every_n_epochs", "every_n_train_steps"):
+        value = checkpoint.get(key)
+        if value is not None and value < 0:
+            raise ConfigError(f"checkpoint.{key}={value}: give 0 (never) or more, or null")
+    better = METRIC_MODES.get(checkpoint.monitor)
+    if better is not None and checkpoint.mode != better:
+        raise ConfigError(
+            f"checkpoint.monitor={checkpoint.monitor} with checkpoint.mode={checkpoint.mode} keeps "
+            f"the worst checkpoint as the best; set --checkpoint.mode {better}"
         )
 
 
@@ -624,6 +655,7 @@ class MinitxCLI(LightningCLI):
         config = self.config
         check_finite(config)
         check_trainer_counts(config)
+        _check_checkpoint(config)
         _check_bleu_schedule(config)
         _check_test_split(config)
         if config.ckpt_path is not None and not str(config.ckpt_path).strip():
@@ -1051,7 +1083,7 @@ def _check_resume(cli: MinitxCLI, path: Path) -> None:
 
     Raises:
         UsageError: a weights-only checkpoint, or one written in a later epoch than
-            ``trainer.max_epochs``.
+            ``trainer.max_epochs`` or after more updates than ``trainer.max_steps``.
         ResumeError: another model config, tokenizer or optimizer settings.
     """
     state = read_checkpoint(path, mmap=True)  # a crafted or damaged file: one line, here
@@ -1071,6 +1103,13 @@ def _check_resume(cli: MinitxCLI, path: Path) -> None:
             f"--ckpt_path {path}: its run had gone through {epochs} epochs, more than "
             f"--trainer.max_epochs {max_epochs}; resume with --trainer.max_epochs {epochs} or "
             "more (the run's own setting, if it was larger), or start a new run"
+        )
+    steps, max_steps = state.get("global_step", 0), cli.trainer.max_steps
+    if max_steps not in (None, -1) and steps > max_steps:  # Lightning: trains nothing, status 0
+        raise UsageError(
+            f"--ckpt_path {path}: its run had made {steps} updates, more than "
+            f"--trainer.max_steps {max_steps}; resume with --trainer.max_steps {steps} or more "
+            "(the run's own setting, if it was larger), or start a new run"
         )
     # the optimizer settings, the model config and the languages: no data yet
     cli.model.check_resume(state, TranslationModule.datamodule_languages(cli.datamodule))
