@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_model, save_model
 
 import minitx
@@ -578,7 +578,12 @@ def _write_release(
     release: Release, directory: Path, evaluation: Mapping[str, Any] | None
 ) -> list[str]:
     """Write the release's files into the empty `directory`; returns their names."""
-    save_model(release.model, str(directory / WEIGHTS_FILE), metadata={"format": "pt"})
+    weights = directory / WEIGHTS_FILE
+    try:
+        save_model(release.model, str(weights), metadata={"format": "pt"})
+    except SafetensorError as exc:  # its I/O errors (a full disk) are not OSErrors: make them one
+        found = re.search(r"os error (\d+)", str(exc))
+        raise OSError(int(found.group(1)) if found else 0, str(exc), str(weights)) from exc
     model = release.model.config.to_dict()
     config = {
         "format": FORMAT,

@@ -513,6 +513,30 @@ def test_re_exporting_over_a_refused_release_fixes_it(
     assert release.load(directory).model.config == release.load(tiny_checkpoint).model.config
 
 
+def test_a_full_disk_under_the_weights_is_one_error_line_and_leaves_no_release(
+    tiny_checkpoint: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+) -> None:
+    """safetensors reports a failed write as its own SafetensorError, not an OSError: the
+    export ended in a traceback."""
+    from safetensors import SafetensorError
+
+    def full_disk(*args: object, **kwargs: object) -> None:
+        raise SafetensorError(
+            "Error while serializing: I/O error: No space left on device (os error 28)"
+        )
+
+    monkeypatch.setattr(release, "save_model", full_disk)
+    out = tmp_path / "rel"
+    assert export_cli.main(["--checkpoint", str(tiny_checkpoint), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: cannot write into --out {out}: ") and err.count("\n") == 1, err
+    assert "No space left on device" in err
+    assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
 def test_damaged_release_and_hub_id_through_the_command(copy_of) -> None:
     """`minitx-translate` (`python -m minitx.cli.translate`) as a real process: exit 2 and one
     `error:` line for a damaged directory and, offline, for a hub repo id that is not a local
