@@ -617,6 +617,18 @@ def test_a_resume_past_max_steps_is_refused_and_writes_nothing(
     assert run_dirs(tmp_path) == [run_dir]
 
 
+def test_training_without_a_logger_leaves_out_the_rate_monitor_and_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """The configs' LearningRateMonitor made Lightning refuse ``--trainer.logger false`` with
+    a traceback once the fit had started."""
+    monkeypatch.chdir(tmp_path)
+    cli = main(TINY + QUIET + ["--trainer.logger", "false", "--trainer.max_steps", "3"])
+    assert cli.trainer.global_step == 3 and cli.trainer.loggers == []
+    assert not any(type(c).__name__ == "LearningRateMonitor" for c in cli.trainer.callbacks)
+    assert "note: trainer.logger false: LearningRateMonitor left out" in capsys.readouterr().err
+
+
 def test_an_empty_ckpt_path_is_one_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:

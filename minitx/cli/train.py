@@ -209,6 +209,7 @@ class ConfigInCheckpoint(SaveConfigCallback):
         log_dir = trainer.log_dir  # a collective under DDP: every rank asks
         if trainer.is_global_zero and self.save_to_log_dir and log_dir is not None:
             text = self.parser.dump(self.config, skip_none=False)
+            Path(log_dir).mkdir(parents=True, exist_ok=True)  # no logger: default_root_dir
             write_text_atomic(Path(log_dir) / self.config_filename, text)
         self.already_saved = trainer.strategy.broadcast(True)
 
@@ -678,9 +679,17 @@ class MinitxCLI(LightningCLI):
         self.resume_note: str | None = None  # printed at fit start
         self.run_version: str | None = None
         self.resume_step: int | None = None
+        self.logger_note: str | None = None  # printed at fit start
         if config.trainer.logger in (False, []):
             if config.ckpt_path == "last":
                 raise UsageError("--ckpt_path last needs the run directory of a logger")
+            callbacks = config.trainer.get("callbacks") or []
+            kept = [c for c in callbacks if not str(c.get("class_path")).endswith("RateMonitor")]
+            if len(kept) < len(callbacks):  # Lightning refuses it once the fit starts
+                config.trainer.callbacks = kept
+                self.logger_note = (
+                    "trainer.logger false: LearningRateMonitor left out (it logs to a logger)"
+                )
             return
         explicit = config.trainer.logger not in (None, True)
         if explicit:  # the user's loggers: the first one names the run directory
@@ -734,8 +743,7 @@ class MinitxCLI(LightningCLI):
         if note is not None:
             notes.append(note)
             kwargs["precision"] = precision
-        if self.resume_note is not None:
-            notes.append(self.resume_note)
+        notes += [n for n in (self.resume_note, self.logger_note) if n is not None]
         summary = trainer_config.get("enable_model_summary")
         if summary is None:  # Lightning's layer table (FLOPs 0 without an example input)
             kwargs["enable_model_summary"] = bool(self.config.get("verbose"))
