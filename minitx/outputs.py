@@ -270,6 +270,13 @@ def files_read_from(source: str | os.PathLike[str]) -> list[Path]:
     return []
 
 
+def _through_link(out: str | os.PathLike[str]) -> Path:
+    """`out`, or the directory it links to: the link stays and its target is replaced (renaming
+    the link aside would put a real directory in its place and leave the target as it was)."""
+    out = Path(out)
+    return out.resolve() if out.is_symlink() else out
+
+
 def replace_dir(new: str | os.PathLike[str], out: str | os.PathLike[str]) -> None:
     """Move the finished directory `new` to `out`, replacing an existing `out` by renames.
 
@@ -301,7 +308,7 @@ def written_whole(out: str | os.PathLike[str], kind: str | None) -> Iterator[Pat
     name) and takes the place of `out` (`replace_dir`). Either way it is gone afterwards, so a
     failure leaves `out` as it was. Call `check_output_dir` (or the release's own check) first.
     """
-    out = Path(out)
+    out = _through_link(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)  # left by a killed writer of the same pid

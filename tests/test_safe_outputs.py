@@ -671,3 +671,16 @@ def test_a_run_directory_that_cannot_be_locked_trains_unguarded_and_says_so(
         outputs.hold_run_dir(tmp_path)
     assert f"{tmp_path.resolve()} cannot be locked (Bad file descriptor)" in caplog.text
     assert tmp_path.resolve() not in outputs._HELD
+
+
+def test_an_output_directory_given_as_a_link_is_written_into_its_target(tmp_path: Path) -> None:
+    """The link was renamed aside and a real directory took its name: the target stayed empty
+    and a stray ``.link.old-PID`` link was left (rmtree refuses a link, quietly)."""
+    target = tmp_path / "target"
+    target.mkdir()
+    link = tmp_path / "link"
+    link.symlink_to(target, target_is_directory=True)
+    with written_whole(link, "attention-maps") as tmp:
+        (tmp / "a.png").write_bytes(b"png")
+    assert link.is_symlink() and (target / "a.png").read_bytes() == b"png"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link", "target"]
