@@ -202,7 +202,8 @@ def atomic_path(path: str | Path, *, size_hint: int | None = None) -> Iterator[P
     The temporary file lives in `path`'s own directory (never the system's temporary
     directory), so the final rename is atomic: at every instant `path` is either the old file,
     whole, or the new one, whole. When the block ends without an exception the file is
-    flushed to disk, gets the usual mode (0666 less the umask) and is renamed onto `path`;
+    flushed to disk, gets the mode of the file it replaces (a new file: 0666 less the umask)
+    and is renamed onto `path`;
     otherwise it is deleted and an existing `path` is left untouched. Temporary files of
     `path` left by a killed writer are removed first. A symbolic link keeps pointing where it
     did: the file it points to is replaced. A `path` that is no regular file (``/dev/stdout``,
@@ -248,7 +249,11 @@ def atomic_path(path: str | Path, *, size_hint: int | None = None) -> Iterator[P
         yield Path(tmp)
         with open(tmp, "rb") as written:  # on disk before the rename makes it the file
             os.fsync(written.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600; give the usual mode
+        try:  # a file replaced keeps its mode, as under a shell's > (a private file stays so)
+            mode = stat.S_IMODE(os.stat(target).st_mode)
+        except OSError:  # a new file: the usual mode (mkstemp creates 0600)
+            mode = 0o666 & ~_umask()
+        os.chmod(tmp, mode)
         try:
             os.replace(tmp, target)
         except OSError as exc:  # the error would name the temporary file, not the user's

@@ -1199,6 +1199,18 @@ def test_the_output_file_is_replaced_only_when_every_line_is_translated(
     assert oct(output.stat().st_mode & 0o777) == oct(0o666 & ~current_umask())
 
 
+def test_a_replaced_output_file_keeps_its_mode(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    """A private file (0600) became readable by all (0666 less the umask) when replaced; a
+    shell's ``>`` keeps the mode, and so does a command's --output now."""
+    output = tmp_path / "private.en"
+    output.write_text("secret\n", encoding="utf-8")
+    output.chmod(0o600)
+    argv = ["--checkpoint", str(tiny_checkpoint), "--output", str(output), "Ein Hund."]
+    assert translate_cli.main(argv) == 0
+    assert output.read_text(encoding="utf-8") != "secret\n"
+    assert oct(output.stat().st_mode & 0o777) == oct(0o600)
+
+
 def current_umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
