@@ -227,20 +227,6 @@ def run(args: argparse.Namespace) -> int:
     pair = ""  # in the hypotheses' file names when it is not the checkpoint's own
     if ckpt_src and ckpt_tgt and (src_lang, tgt_lang) != (ckpt_src, ckpt_tgt):
         pair = f"{src_lang}-{tgt_lang}"
-        print(  # once the split is read: an error line about the languages comes alone
-            f"warning: the checkpoint was trained {ckpt_src} -> {ckpt_tgt}, "
-            f"scoring {src_lang} -> {tgt_lang}",
-            file=sys.stderr,
-        )
-    skipped_note = ", ".join(f"{n} {reason}" for reason, n in data.skipped.items() if n) or "none"
-    print(
-        f"{args.checkpoint}: {args.split} split of {data.resolved} ({src_lang} -> {tgt_lang}): "
-        f"scoring {len(data.sources)} of {data.n_lines} pairs"
-        + (f" (the first {args.limit} lines)" if args.limit else "")
-        + f"; skipped, with an empty line in the hypotheses: {skipped_note}",
-        file=sys.stderr,
-    )
-
     hyp_flag = "the hypotheses file" if args.hyp_out is None else "--hyp-out"
     outputs = [(hyp_flag, hypothesis_path(args, beam, pair)) for beam in args.decodings]
     json_path = None if args.json is None else path_or_stream(args.json)  # None: stdout
@@ -263,6 +249,22 @@ def run(args: argparse.Namespace) -> int:
                 f"{flag} {path} is also the file of {written[where]}; give each output its own file"
             )
         written[where] = flag
+
+    # once the split is read and the outputs checked: an error line comes first, and alone
+    if pair:
+        print(
+            f"warning: the checkpoint was trained {ckpt_src} -> {ckpt_tgt}, "
+            f"scoring {src_lang} -> {tgt_lang}",
+            file=sys.stderr,
+        )
+    skipped_note = ", ".join(f"{n} {reason}" for reason, n in data.skipped.items() if n) or "none"
+    print(
+        f"{args.checkpoint}: {args.split} split of {data.resolved} ({src_lang} -> {tgt_lang}): "
+        f"scoring {len(data.sources)} of {data.n_lines} pairs"
+        + (f" (the first {args.limit} lines)" if args.limit else "")
+        + f"; skipped, with an empty line in the hypotheses: {skipped_note}",
+        file=sys.stderr,
+    )
 
     summary_out = sys.stderr if json_to_stdout else sys.stdout
     results = []
