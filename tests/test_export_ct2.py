@@ -311,6 +311,31 @@ def test_command_refuses_a_model_ctranslate2_cannot_run(
     assert not (tmp_path / "out").exists()
 
 
+def test_command_names_out_when_the_disk_is_full(
+    tiny_checkpoint: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """CTranslate2's writer raises an OSError that names no file: the line said "cannot write
+    the output (standard output, or a file the command writes)"."""
+    import errno
+
+    import minitx.extras.ctranslate2.export as export
+
+    def full(*args: object, **kwargs: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(export, "export_model", full)
+    out = tmp_path / "out"
+    assert ct2_cli.main(["--checkpoint", str(tiny_checkpoint), "--out", str(out)]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines == [
+        f"error: cannot write --out {out}: No space left on device; free some space there or "
+        "write somewhere else"
+    ]
+
+
 def test_command_reports_a_missing_checkpoint(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

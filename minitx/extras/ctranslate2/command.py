@@ -19,6 +19,8 @@ import argparse
 import sys
 
 from minitx.cli.common import OneLineArgumentParser, add_checkpoint_argument, nonempty_path, run_cli
+from minitx.errors import OutputError
+from minitx.textio import NO_ROOM
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -54,9 +56,17 @@ def run(args: argparse.Namespace) -> int:
     as one line."""
     from minitx.extras.ctranslate2.export import export_ctranslate2
 
-    out = export_ctranslate2(
-        args.checkpoint, args.out, quantization=args.quantization, force=args.force
-    )
+    try:
+        out = export_ctranslate2(
+            args.checkpoint, args.out, quantization=args.quantization, force=args.force
+        )
+    except OSError as exc:  # CTranslate2's writer names no file: name the flag
+        if exc.errno not in NO_ROOM:
+            raise
+        raise OutputError(
+            f"cannot write --out {args.out}: {exc.strerror or exc}; free some space there or "
+            "write somewhere else"
+        ) from None
     files = ", ".join(sorted(p.name for p in out.iterdir()))
     print(f"wrote {out} ({args.quantization}): {files}")
     return 0
