@@ -73,7 +73,8 @@ class AlignmentConfig:
                 noun = ("decoder layer" if name == "layer" else "head") + "s" * (size != 1)
                 raise ConfigError(
                     f"alignment {name} {value} does not exist: the model has {size} {noun} (use "
-                    f"{-size}..{size - 1}, or their mean: None, or 'mean' in the commands)"
+                    f"{-size}..{size - 1}, or their mean: --alignment-{name} mean, or "
+                    f"AlignmentConfig({name}=None) in Python)"
                 )
 
 

@@ -141,7 +141,7 @@ def test_alignment_config_errors() -> None:
         AlignmentConfig(layer=5).check(n_layers=1, n_heads=4)
     assert str(caught.value) == (
         "alignment layer 5 does not exist: the model has 1 decoder layer (use -1..0, or their "
-        "mean: None, or 'mean' in the commands)"
+        "mean: --alignment-layer mean, or AlignmentConfig(layer=None) in Python)"
     )
 
 
