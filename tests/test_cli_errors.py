@@ -222,13 +222,24 @@ def test_finite_float_refuses_what_is_not_a_finite_number(text: str) -> None:
     ("args", "key"),
     [
         (["--model.optim.lr=.nan"], "model.optim.lr=nan"),
+        (["--model.optim.lr", "nan"], "model.optim.lr=nan"),  # jsonargparse refuses the text
+        (["--model.optim.lr", "NaN"], "model.optim.lr=NaN"),
         (["--model.optim.lr=1e999"], "model.optim.lr=inf"),
         (["--model.optim.betas=[0.9, .inf]"], "model.optim.betas[1]=inf"),
         (["--model.validation.decoding.alpha=.nan"], "model.validation.decoding.alpha=nan"),
         (["--trainer.gradient_clip_val=.nan"], "trainer.gradient_clip_val=nan"),
         (["--config", "{nan_yaml}"], "model.optim.weight_decay=nan"),
     ],
-    ids=["lr-nan", "lr-overflow", "betas-inf", "alpha-nan", "clip-nan", "yaml-nan"],
+    ids=[
+        "lr-nan",
+        "lr-nan-text",
+        "lr-NaN-text",
+        "lr-overflow",
+        "betas-inf",
+        "alpha-nan",
+        "clip-nan",
+        "yaml-nan",
+    ],  # fmt: skip
 )
 def test_training_refuses_a_nan_or_infinite_setting_before_anything_runs(
     args: list[str],

@@ -546,7 +546,13 @@ class OneLineErrorParser(LightningArgumentParser):
 
 def _choices_message(message: str) -> str:
     """jsonargparse's refusal of a value outside a union of literals (``trainer.precision``)
-    lists each subtype's type and error, then the value: said as the value and its choices."""
+    lists each subtype's type and error, then the value: said as the value and its choices.
+    Its refusal of ``nan`` for a float is said as a NaN's (``.nan``) is."""
+    nan = re.fullmatch(
+        r"Parser key \"([\w.]+)\": Expected a <class 'float'>\. Got value: (nan)", message, re.I
+    )
+    if nan:  # YAML reads 'nan' as text: only '.nan' is the float, which check_finite refuses
+        return f"{nan.group(1)}={nan.group(2)}: not a finite number; give a finite value"
     key = re.match(r'Parser key "([\w.]+)": Does not validate against any of the Union', message)
     given = re.search(r"Given value: (.*)$", message)
     literals = re.findall(r"Subtypes: \[(.*?)\] Errors:", message)
