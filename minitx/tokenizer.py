@@ -277,8 +277,9 @@ def _training_error(exc: RuntimeError, vocab_size: int, n_sentences: int) -> Val
     too_low = re.search(r"smaller than required_chars\. (\d+) vs (\d+)", message)
     if too_low:
         return ConfigError(
-            f"vocab_size={vocab_size} is too small: the corpus has {too_low.group(2)} required "
-            "characters plus special pieces. Increase vocab_size."
+            f"vocab_size={vocab_size} is too small: the corpus's characters and the special "
+            f"pieces need {too_low.group(2)}. Set vocab_size (data.vocab_size in configs) to "
+            f"{too_low.group(2)} or more."
         )
     if "sentences_.empty()" in message:  # it skips sentences over its length limit
         return DataError(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import io
 import pickle
+import re
 import time
 from pathlib import Path
 
@@ -163,9 +164,15 @@ def test_vocab_too_large_is_a_clear_error(sentences: list[str]) -> None:
         Tokenizer.train(sentences, vocab_size=8000)
 
 
-def test_vocab_too_small_is_a_clear_error(sentences: list[str]) -> None:
-    with pytest.raises(ValueError, match="vocab_size=10 is too small"):
+def test_vocab_too_small_is_a_clear_error_naming_the_smallest_that_trains(
+    sentences: list[str],
+) -> None:
+    with pytest.raises(ValueError, match=r"vocab_size=10 is too small") as caught:
         Tokenizer.train(sentences, vocab_size=10)
+    smallest = int(re.search(r"to (\d+) or more", str(caught.value)).group(1))
+    Tokenizer.train(sentences, vocab_size=smallest)  # the size it names trains
+    with pytest.raises(ValueError, match=r"is too small"):
+        Tokenizer.train(sentences, vocab_size=smallest - 1)
 
 
 @pytest.mark.parametrize(
