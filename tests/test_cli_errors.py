@@ -887,6 +887,11 @@ def test_a_trainer_setting_lightning_cannot_use_is_one_error_line(
         (["--checkpoint.mode", "bogus"], "checkpoint.mode='bogus': give min or max"),
         (["--checkpoint.save_top_k", "-5"], "checkpoint.save_top_k=-5: give -1 (keep all)"),
         (["--checkpoint.every_n_epochs", "-1"], "checkpoint.every_n_epochs=-1: give 0"),
+        # refused by Lightning after the first epoch's training
+        (
+            ["--checkpoint.monitor", "val/blue"],
+            "checkpoint.monitor=val/blue: validation logs val/loss, val/ppl, val/bleu, val/chrf",
+        ),
         # accepted, and the highest loss was kept as the best checkpoint and tested
         (
             ["--checkpoint.monitor", "val/loss", "--checkpoint.mode", "max"],
@@ -897,7 +902,7 @@ def test_a_trainer_setting_lightning_cannot_use_is_one_error_line(
             "set --checkpoint.mode max",
         ),
     ],
-    ids=["mode", "save-top-k", "every-n-epochs", "loss-max", "bleu-min"],
+    ids=["mode", "save-top-k", "every-n-epochs", "unknown-metric", "loss-max", "bleu-min"],
 )
 def test_a_checkpoint_setting_that_cannot_work_is_one_error_line(
     args: list[str],

@@ -244,9 +244,10 @@ METRIC_MODES = {"val/loss": "min", "val/ppl": "min", "val/bleu": "max", "val/chr
 
 
 def _check_checkpoint(config: Any) -> None:
-    """Refuse the ``checkpoint.*`` settings ModelCheckpoint refuses only with a traceback, and a
-    mode that keeps the worst checkpoint as the best (``val/loss`` with ``max``): the test after
-    fitting would score it, with no word said.
+    """Refuse the ``checkpoint.*`` settings ModelCheckpoint refuses only with a traceback (a
+    validation metric that is never logged: after the first epoch), and a mode that keeps the
+    worst checkpoint as the best (``val/loss`` with ``max``): the test after fitting would score
+    it, with no word said.
 
     Raises:
         ConfigError: naming the setting and the values it takes.
@@ -262,7 +263,14 @@ def _check_checkpoint(config: Any) -> None:
         value = checkpoint.get(key)
         if value is not None and value < 0:
             raise ConfigError(f"checkpoint.{key}={value}: give 0 (never) or more, or null")
-    better = METRIC_MODES.get(checkpoint.monitor)
+    monitor = checkpoint.monitor
+    if isinstance(monitor, str) and monitor.startswith("val/") and monitor not in METRIC_MODES:
+        # Lightning's ModelCheckpoint would refuse it at the first save, after a whole epoch
+        raise ConfigError(
+            f"checkpoint.monitor={monitor}: validation logs {', '.join(METRIC_MODES)}; "
+            "monitor one of them"
+        )
+    better = METRIC_MODES.get(monitor)
     if better is not None and checkpoint.mode != better:
         raise ConfigError(
             f"checkpoint.monitor={checkpoint.monitor} with checkpoint.mode={checkpoint.mode} keeps "
