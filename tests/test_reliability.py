@@ -568,53 +568,45 @@ def test_a_resumed_run_with_more_epochs_decays_over_its_new_plan(
     assert second.trainer.optimizers[0].param_groups[0]["lr"] == pytest.approx(0.0)
 
 
-def test_a_resume_past_max_epochs_is_refused_and_writes_nothing(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+@pytest.mark.parametrize(
+    ("key", "done", "fewer", "made"),
+    [
+        ("max_epochs", 3, 2, "had gone through 3 epochs"),
+        ("max_steps", 12, 5, "had made 12 updates"),
+    ],
+)
+def test_a_resume_past_the_plan_is_refused_and_writes_nothing(
+    key: str,
+    done: int,
+    fewer: int,
+    made: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
 ) -> None:
-    """Lightning refused it (a traceback) only after the run's config.yaml, metrics and
-    events had been rewritten for the new setting."""
+    """max_epochs: Lightning refused it (a traceback) only after the run's config.yaml,
+    metrics and events had been rewritten for the new setting. max_steps: Lightning trained
+    nothing and exited 0 ("fit finished in 0.0 min"), then tested again."""
     monkeypatch.chdir(tmp_path)
-    main(TINY + QUIET + ["--trainer.max_epochs", "3"])
+    main(TINY + QUIET + [f"--trainer.{key}", str(done)])
     (run_dir,) = run_dirs(tmp_path)
     before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
     capsys.readouterr()
     with pytest.raises(SystemExit) as exit_info:
-        main(TINY + QUIET + ["--trainer.max_epochs", "2", "--ckpt_path", "last"])
+        main(TINY + QUIET + [f"--trainer.{key}", str(fewer), "--ckpt_path", "last"])
     assert exit_info.value.code == 2
     last = run_dir.relative_to(tmp_path) / "checkpoints" / "last.ckpt"
     assert one_error_line(capsys.readouterr().err) == (
-        f"error: --ckpt_path {last}: its run had gone through 3 epochs, more than "
-        "--trainer.max_epochs 2; resume with --trainer.max_epochs 3 or more (the run's own "
-        "setting, if it was larger), or start a new run"
+        f"error: --ckpt_path {last}: its run {made}, more than --trainer.{key} {fewer}; resume "
+        f"with --trainer.{key} {done} or more (the run's own setting, if it was larger), or "
+        "start a new run"
     )
     assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before
     assert run_dirs(tmp_path) == [run_dir]
     # the run's own setting resumes the finished run (it trains nothing more), as Lightning does
-    again = main(TINY + QUIET + ["--trainer.max_epochs", "3", "--ckpt_path", "last"])
-    assert again.trainer.current_epoch == 3
-
-
-def test_a_resume_past_max_steps_is_refused_and_writes_nothing(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
-) -> None:
-    """Lightning trained nothing and exited 0 ("fit finished in 0.0 min"), then tested again."""
-    monkeypatch.chdir(tmp_path)
-    first = main(TINY + QUIET + ["--trainer.max_steps", "12"])
-    assert first.trainer.global_step == 12
-    (run_dir,) = run_dirs(tmp_path)
-    before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
-    capsys.readouterr()
-    with pytest.raises(SystemExit) as exit_info:
-        main(TINY + QUIET + ["--trainer.max_steps", "5", "--ckpt_path", "last"])
-    assert exit_info.value.code == 2
-    last = run_dir.relative_to(tmp_path) / "checkpoints" / "last.ckpt"
-    assert one_error_line(capsys.readouterr().err) == (
-        f"error: --ckpt_path {last}: its run had made 12 updates, more than "
-        "--trainer.max_steps 5; resume with --trainer.max_steps 12 or more (the run's own "
-        "setting, if it was larger), or start a new run"
-    )
-    assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before
-    assert run_dirs(tmp_path) == [run_dir]
+    again = main(TINY + QUIET + [f"--trainer.{key}", str(done), "--ckpt_path", "last"])
+    trained = again.trainer.current_epoch if key == "max_epochs" else again.trainer.global_step
+    assert trained == done
 
 
 def test_training_without_a_logger_leaves_out_the_rate_monitor_and_says_so(
