@@ -540,6 +540,12 @@ def _check_sections(where: str, settings: Any, defaults: Any, prefix: str) -> No
             _check_sections(where, value, default, f"{prefix}{key}.")
 
 
+def _is_rate_monitor(callback: Any) -> bool:
+    """Whether a configured callback (a class_path entry, or an object) is a LearningRateMonitor."""
+    name = callback.get("class_path") if hasattr(callback, "get") else type(callback).__name__
+    return str(name).endswith("LearningRateMonitor")
+
+
 class OneLineErrorParser(LightningArgumentParser):
     """The command-line parser, with a parse error as one ``error: ...`` line (exit status 2)
     instead of a 120-line usage dump; ``MINITX_DEBUG=1`` keeps jsonargparse's report."""
@@ -698,7 +704,7 @@ class MinitxCLI(LightningCLI):
             if config.ckpt_path == "last":
                 raise UsageError("--ckpt_path last needs the run directory of a logger")
             callbacks = config.trainer.get("callbacks") or []
-            kept = [c for c in callbacks if not str(c.get("class_path")).endswith("RateMonitor")]
+            kept = [c for c in callbacks if not _is_rate_monitor(c)]
             if len(kept) < len(callbacks):  # Lightning refuses it once the fit starts
                 config.trainer.callbacks = kept
                 self.logger_note = (
