@@ -219,17 +219,20 @@ def weight_shapes(config: TransformerConfig) -> dict[str, tuple[int, ...]]:
 
 
 def check_shapes(
-    shapes: Mapping[str, tuple[int, ...]], config: TransformerConfig, fit: str, implied_by: str
+    shapes: Mapping[str, tuple[int, ...]],
+    expected: Mapping[str, tuple[int, ...]],
+    fit: str,
+    implied_by: str,
 ) -> None:
-    """Refuse weights that do not fit the model of `config` before that model is built: a
-    damaged or crafted config could otherwise ask for more memory than the machine has (the
-    process killed, no word said) before the weights are compared with it.
+    """Refuse weights whose `shapes` differ from those a model config implies (`expected`, from
+    `weight_shapes`) before that model is built: a damaged or crafted config could otherwise ask
+    for more memory than the machine has (the process killed, no word said) before the weights
+    are compared with it.
 
     Raises:
         CheckpointError: ``{fit}: ...`` naming the first tensor the model lacks or the first
             shape that differs (file's and `implied_by`'s).
     """
-    expected = weight_shapes(config)
     unknown = sorted(set(shapes) - set(expected))
     if unknown:
         raise CheckpointError(f"{fit}: the model has no tensor {unknown[0]!r}")
@@ -253,7 +256,7 @@ def model_from_checkpoint(
     try:
         config = TransformerConfig.from_dict(payload["model_config"])
         tokenizer = Tokenizer(payload["tokenizer"])
-        weight_shapes(config)  # the components are registered (the model is built on meta)
+        expected = weight_shapes(config)  # built on meta: its components are registered
     except UnregisteredError as exc:
         raise CheckpointError(f"{path}: {exc}; {UNREGISTERED_WHEN_LOADING}") from None
     except (ValueError, TypeError, RuntimeError, AttributeError) as exc:
@@ -273,7 +276,7 @@ def model_from_checkpoint(
         )
     check_shapes(
         {name: tuple(tensor.shape) for name, tensor in state.items()},
-        config,
+        expected,
         f"{path}: damaged minitx checkpoint: the weights do not fit its model config",
         "the model config",
     )

@@ -55,6 +55,7 @@ from minitx.checkpoint import (
     languages_of,
     load_checkpoint,
     model_from_checkpoint,
+    weight_shapes,
 )
 from minitx.errors import (
     ConfigError,
@@ -257,7 +258,7 @@ def check_weight_shapes(weights: Path, config: TransformerConfig) -> None:
             f"{weights}: not a readable safetensors file ({type(exc).__name__}: {exc})"
         ) from None
     fit = f"{weights}: the weights do not fit the model of {CONFIG_FILE}"
-    check_shapes(shapes, config, fit, CONFIG_FILE)
+    check_shapes(shapes, weight_shapes(config), fit, CONFIG_FILE)
     for name in shapes:
         if dtypes[name] not in FLOAT_DTYPES:
             raise CheckpointError(
