@@ -612,6 +612,14 @@ def test_a_run_ended_by_max_steps_inside_an_epoch_validates_its_final_weights(
     assert with_bleu == validated[-1:], rows
 
 
+def test_validation_logs_exactly_the_metrics_a_checkpoint_may_monitor(tiny_run: TinyRun) -> None:
+    """`VALIDATION_METRICS` is what minitx-train lets checkpoint.monitor name under val/."""
+    from minitx.training.module import VALIDATION_METRICS
+
+    logged = {key for row in metrics(tiny_run.run_dir) for key, v in row.items() if v}
+    assert {key for key in logged if key.startswith("val/")} == set(VALIDATION_METRICS)
+
+
 def test_smoke_fit_writes_attention_figures_to_tensorboard_and_png(tiny_run: TinyRun) -> None:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 

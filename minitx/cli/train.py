@@ -79,6 +79,7 @@ from minitx.training.callbacks import (
 )
 from minitx.training.checkpoint_io import AtomicCheckpointIO
 from minitx.training.loggers import ContinuingCSVLogger
+from minitx.training.module import VALIDATION_METRICS
 from minitx.training.precision import resolve_precision
 from minitx.training.schedules import BudgetSchedule
 
@@ -239,10 +240,6 @@ def _check_bleu_schedule(config: Any) -> None:
         )
 
 
-METRIC_MODES = {"val/loss": "min", "val/ppl": "min", "val/bleu": "max", "val/chrf": "max"}
-"""The direction in which each validation metric improves: what ``checkpoint.mode`` must say."""
-
-
 def _check_checkpoint(config: Any) -> None:
     """Refuse the ``checkpoint.*`` settings ModelCheckpoint refuses only with a traceback (a
     validation metric that is never logged: after the first epoch), and a mode that keeps the
@@ -264,13 +261,17 @@ def _check_checkpoint(config: Any) -> None:
         if value is not None and value < 0:
             raise ConfigError(f"checkpoint.{key}={value}: give 0 (never) or more, or null")
     monitor = checkpoint.monitor
-    if isinstance(monitor, str) and monitor.startswith("val/") and monitor not in METRIC_MODES:
+    if (
+        isinstance(monitor, str)
+        and monitor.startswith("val/")
+        and monitor not in VALIDATION_METRICS
+    ):
         # Lightning's ModelCheckpoint would refuse it at the first save, after a whole epoch
         raise ConfigError(
-            f"checkpoint.monitor={monitor}: validation logs {', '.join(METRIC_MODES)}; "
+            f"checkpoint.monitor={monitor}: validation logs {', '.join(VALIDATION_METRICS)}; "
             "monitor one of them"
         )
-    better = METRIC_MODES.get(monitor)
+    better = VALIDATION_METRICS.get(monitor)
     if better is not None and checkpoint.mode != better:
         raise ConfigError(
             f"checkpoint.monitor={checkpoint.monitor} with checkpoint.mode={checkpoint.mode} keeps "

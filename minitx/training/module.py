@@ -56,6 +56,10 @@ def _coerce(value: Any, cls: type) -> Any:
 _DEFAULTS = (TransformerConfig(), OptimConfig(), ValidationConfig())
 """Default argument values (never mutated; typed defaults let the CLI expand each group)."""
 
+VALIDATION_METRICS = {"val/loss": "min", "val/ppl": "min", "val/bleu": "max", "val/chrf": "max"}
+"""The metrics `TranslationModule.on_validation_epoch_end` logs, each with the direction in
+which it improves: what a ``checkpoint.monitor`` of validation may name, and its ``mode``."""
+
 
 class TranslationModule(L.LightningModule):
     """Train a Transformer on batches from `minitx.data.TranslationDataModule`.
