@@ -331,7 +331,7 @@ def test_command_names_out_when_the_disk_is_full(
     assert ct2_cli.main(["--checkpoint", str(tiny_checkpoint), "--out", str(out)]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert lines == [
-        f"error: cannot write --out {out}: No space left on device; free some space there or "
+        f"error: cannot write into --out {out}: No space left on device; free some space there or "
         "write somewhere else"
     ]
 

@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
         if exc.errno not in NO_ROOM:
             raise
         raise OutputError(
-            f"cannot write --out {args.out}: {exc.strerror or exc}; free some space there or "
+            f"cannot write into --out {args.out}: {exc.strerror or exc}; free some space there or "
             "write somewhere else"
         ) from None
     files = ", ".join(sorted(p.name for p in out.iterdir()))
