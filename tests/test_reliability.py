@@ -25,6 +25,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -607,6 +608,51 @@ def test_a_resume_past_the_plan_is_refused_and_writes_nothing(
     again = main(TINY + QUIET + [f"--trainer.{key}", str(done), "--ckpt_path", "last"])
     trained = again.trainer.current_epoch if key == "max_epochs" else again.trainer.global_step
     assert trained == done
+
+
+def _other_moments(state: dict) -> None:
+    state["optimizer_states"][0]["state"][0]["exp_avg"] = torch.zeros(3)
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        # the fused AdamW kernel trusted them: the process crashed (SIGSEGV) at the first update
+        (_other_moments, "its optimizer's 'exp_avg' of parameter 0 has shape (3,)"),
+        # Lightning restored nothing and trained on with fresh moments, status 0
+        (lambda s: s.update(optimizer_states=[]), "it does not hold the state of one optimizer"),
+        # tracebacks from Lightning's restore
+        (lambda s: s.update(loops={}), "its 'loops' entry has no 'fit_loop' state"),
+        (lambda s: s.update(callbacks=[1]), "its 'callbacks' entry is not a mapping"),
+        (lambda s: s.update(lr_schedulers=[5]), "its 'lr_schedulers' entry is not a list"),
+        (lambda s: s.update(global_step="x"), "its 'global_step' is 'x', not a whole number"),
+    ],
+    ids=["moments", "no-optimizer", "loops", "callbacks", "schedulers", "global-step"],
+)
+def test_a_damaged_training_state_is_refused_before_the_resume_writes_anything(
+    damage: Callable[[dict], None],
+    message: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    main(TINY + QUIET + ["--trainer.max_steps", "3"])
+    (run_dir,) = run_dirs(tmp_path)
+    last = run_dir / "checkpoints" / "last.ckpt"
+    state = torch.load(last, weights_only=True)
+    damage(state)
+    torch.save(state, last)
+    before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+        main(TINY + QUIET + ["--trainer.max_steps", "6", "--ckpt_path", "last"])
+    assert exit_info.value.code == 2
+    error = one_error_line(capsys.readouterr().err)
+    assert error.startswith(f"error: cannot resume from --ckpt_path {last.relative_to(tmp_path)}: ")
+    assert message in error and error.endswith("or start a new run")
+    assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before
+    assert run_dirs(tmp_path) == [run_dir]
 
 
 def test_training_without_a_logger_leaves_out_the_rate_monitor_and_says_so(

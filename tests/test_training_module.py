@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from preloaded import fork_server
 
 import minitx.attention
-from minitx.errors import ConfigError
+from minitx.errors import CheckpointError, ConfigError
 from minitx.model import PACK_ROWS, TransformerConfig
 from minitx.training import OptimConfig, TranslationModule, ValidationConfig
 from minitx.training.schedules import (
@@ -335,13 +335,28 @@ def test_a_resumed_optimizer_uses_this_runs_kernel(fused: bool) -> None:
     """torch's load_state_dict takes `fused` from the saved param groups: the module resets it
     to this run's `optim.fused`, and the restored optimizer steps with it."""
     module = TranslationModule(transformer=SMALL, optim={"fused": not fused})
-    saved = torch.optim.AdamW(module.parameters(), fused=not fused or None)
+    saved = torch.optim.AdamW(module.parameter_groups(), fused=not fused or None)
     checkpoint = {"optimizer_states": [saved.state_dict()]}
     resumed = TranslationModule(transformer=SMALL, optim={"fused": fused})
     resumed.on_load_checkpoint(checkpoint)
-    optimizer = torch.optim.AdamW(resumed.parameters(), fused=fused or None)
+    optimizer = torch.optim.AdamW(resumed.parameter_groups(), fused=fused or None)
     optimizer.load_state_dict(checkpoint["optimizer_states"][0])
     assert all(group["fused"] == (fused or None) for group in optimizer.param_groups)
+
+
+def test_a_resume_refuses_adamw_moments_of_another_shape() -> None:
+    """The fused AdamW kernel trusts its moments to have their parameter's shape: restored from
+    a crafted checkpoint with others, the first update crashed the process (SIGSEGV)."""
+    module = TranslationModule(transformer=SMALL)
+    optimizer = torch.optim.AdamW(module.parameter_groups(), fused=True)
+    for p in module.parameters():
+        p.grad = torch.zeros_like(p)
+    optimizer.step()  # the moments exist now
+    state = optimizer.state_dict()
+    first = state["param_groups"][0]["params"][0]
+    state["state"][first]["exp_avg"] = torch.zeros(3)
+    with pytest.raises(CheckpointError, match=r"'exp_avg' of parameter 0 has shape \(3,\)"):
+        TranslationModule(transformer=SMALL).on_load_checkpoint({"optimizer_states": [state]})
 
 
 def test_pack_rows_reaches_the_model_and_the_checkpoint_hyperparameters() -> None:

@@ -384,7 +384,8 @@ def _global_step(checkpoint: Path) -> int | None:
         state = read_checkpoint(checkpoint, mmap=True)
     except (OSError, ValueError):  # the resume refuses a damaged checkpoint itself, in one line
         return None
-    return int(state.get("global_step", 0))
+    step = state.get("global_step", 0)
+    return int(step) if is_whole_number(step) else None  # a damaged one: refused at the resume
 
 
 def resolve_config_names(args: list[str]) -> list[str]:
@@ -1114,6 +1115,7 @@ def _check_resume(cli: MinitxCLI, path: Path) -> None:
         UsageError: a weights-only checkpoint, or one written in a later epoch than
             ``trainer.max_epochs`` or after more updates than ``trainer.max_steps``.
         ResumeError: another model config, tokenizer or optimizer settings.
+        CheckpointError: a damaged training state (`TranslationModule.check_training_state`).
     """
     state = read_checkpoint(path, mmap=True)  # a crafted or damaged file: one line, here
     if "optimizer_states" not in state:
@@ -1121,6 +1123,9 @@ def _check_resume(cli: MinitxCLI, path: Path) -> None:
             f"--ckpt_path {path}: a weights-only checkpoint (no optimizer state, e.g. written by "
             "minitx-average) cannot resume training; resume from a last.ckpt, or start a new run"
         )
+    # another model or optimizer settings first: its optimizer state cannot fit this model
+    cli.model.check_resume(state, TranslationModule.datamodule_languages(cli.datamodule))
+    cli.model.check_training_state(state, f"--ckpt_path {path}")  # before it is read below
     # Lightning refuses this only after the run directory has its new config and logs. Its
     # epoch on resume is the epochs the loop had processed (one more than the file's "epoch"
     # when it was written at an epoch's end); "epoch" alone where the file does not say.
@@ -1140,8 +1145,6 @@ def _check_resume(cli: MinitxCLI, path: Path) -> None:
             f"--trainer.max_steps {max_steps}; resume with --trainer.max_steps {steps} or more "
             "(the run's own setting, if it was larger), or start a new run"
         )
-    # the optimizer settings, the model config and the languages: no data yet
-    cli.model.check_resume(state, TranslationModule.datamodule_languages(cli.datamodule))
     if (state.get(CHECKPOINT_KEY) or {}).get("tokenizer") is not None:
         cli.datamodule.setup("fit")
         cli.model.tokenizer = cli.datamodule.tokenizer

@@ -27,7 +27,13 @@ from minitx.checkpoint import (
     write_payload,
 )
 from minitx.decoding import generate
-from minitx.errors import ConfigError, ResumeError, TrainingError
+from minitx.errors import (
+    CheckpointError,
+    ConfigError,
+    ResumeError,
+    TrainingError,
+    is_whole_number,
+)
 from minitx.metrics import corpus_scores
 from minitx.model import PACK_ROWS, Transformer, TransformerConfig
 from minitx.training.config import SDPA_BACKENDS, OptimConfig, ValidationConfig
@@ -152,12 +158,15 @@ class TranslationModule(L.LightningModule):
                 )
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Refuse to resume from a checkpoint this run cannot continue (`check_resume`).
+        """Refuse to resume from a checkpoint this run cannot continue (`check_resume`,
+        `check_training_state`).
 
         A decaying schedule ends where this run's plan ends, not the checkpoint's (a run
         resumed with more epochs decays over them), and AdamW's kernel is this run's
         `optim.fused`: the saved values would win.
         """
+        self.check_resume(checkpoint, self._languages())  # another model's: said first
+        self.check_training_state(checkpoint)
         for optimizer_state in checkpoint.get("optimizer_states", []):
             for group in optimizer_state.get("param_groups", []):
                 group["fused"] = True if self.optim.fused else None
@@ -165,7 +174,6 @@ class TranslationModule(L.LightningModule):
             for schedule_state in scheduler_state.get("lr_lambdas", []):
                 if isinstance(schedule_state, dict):
                     schedule_state.pop("total_steps", None)
-        self.check_resume(checkpoint, self._languages())
 
     def check_resume(
         self,
@@ -223,6 +231,27 @@ class TranslationModule(L.LightningModule):
                     "checkpoint's, so its token ids would mean other pieces; resume with the "
                     "checkpoint's data settings or start a new run (--run_name)"
                 )
+
+    def check_training_state(
+        self, checkpoint: Mapping[str, Any], where: str = "the checkpoint"
+    ) -> None:
+        """Refuse a checkpoint whose training state (Lightning's entries: counters, loops,
+        callbacks, optimizer and schedule) is not whole, before Lightning restores it: a damaged
+        entry ended in a traceback deep in the restore, an empty optimizer state was silently
+        skipped, and AdamW moments of another shape crashed the process (the fused kernel trusts
+        them to have their parameter's shape).
+
+        `where` names the file in the message.
+
+        Raises:
+            CheckpointError: naming the first damaged entry.
+        """
+        problem = _training_state_problem(checkpoint, self.parameter_groups())
+        if problem is not None:
+            raise CheckpointError(
+                f"cannot resume from {where}: {problem}; resume from another checkpoint "
+                "of the run, or start a new run"
+            )
 
     RESUME_KEEPS = ("lr", "warmup_steps", "schedule", "betas", "weight_decay")
     """`OptimConfig` settings a resumed run takes from its checkpoint (the optimizer's state and
@@ -522,6 +551,70 @@ class TranslationModule(L.LightningModule):
             "optimizer": optimizer,
             "lr_scheduler": {"scheduler": scheduler, "interval": "step"},
         }
+
+
+def _training_state_problem(
+    checkpoint: Mapping[str, Any], groups: list[dict[str, Any]]
+) -> str | None:
+    """What is damaged in `checkpoint`'s training state, or None: the entries Lightning reads
+    on resume, each of the type Lightning writes; the optimizer state one AdamW over `groups`
+    (`TranslationModule.parameter_groups`) wrote, its tensors the shape of their parameters."""
+    for key in ("epoch", "global_step"):
+        if key in checkpoint and not is_whole_number(checkpoint[key]):
+            return f"its {key!r} is {checkpoint[key]!r}, not a whole number"
+    if "loops" in checkpoint:
+        loops = checkpoint["loops"]
+        if not isinstance(loops, Mapping) or not isinstance(loops.get("fit_loop"), Mapping):
+            return "its 'loops' entry has no 'fit_loop' state"
+        counters = loops["fit_loop"].get("epoch_progress", {})
+        counters = counters.get("current", {}) if isinstance(counters, Mapping) else None
+        if not isinstance(counters, Mapping) or not all(map(is_whole_number, counters.values())):
+            return "its fit loop's 'epoch_progress' is not a mapping of counters"
+    callbacks = checkpoint.get("callbacks", {})
+    if not isinstance(callbacks, Mapping) or not all(
+        isinstance(v, Mapping) for v in callbacks.values()
+    ):
+        return "its 'callbacks' entry is not a mapping of callback states"
+    schedulers = checkpoint.get("lr_schedulers", [])
+    if not isinstance(schedulers, list) or not all(isinstance(s, Mapping) for s in schedulers):
+        return "its 'lr_schedulers' entry is not a list of schedule states"
+    optimizers = checkpoint.get("optimizer_states")
+    if not isinstance(optimizers, list) or len(optimizers) != 1:
+        return "it does not hold the state of one optimizer ('optimizer_states')"
+    saved = optimizers[0]
+    saved_groups = saved.get("param_groups") if isinstance(saved, Mapping) else None
+    if (
+        not isinstance(saved_groups, list)
+        or not isinstance(saved.get("state"), Mapping)
+        or len(saved_groups) != len(groups)
+        or not all(
+            isinstance(g, Mapping) and isinstance(g.get("params"), list) for g in saved_groups
+        )
+    ):
+        return f"its optimizer state is not AdamW's over {len(groups)} parameter groups"
+    for number, (group, ours) in enumerate(zip(saved_groups, groups, strict=True)):
+        if len(group["params"]) != len(ours["params"]):
+            return (
+                f"its optimizer's parameter group {number} has {len(group['params'])} "
+                f"parameters, this model's {len(ours['params'])}"
+            )
+        for index, param in zip(group["params"], ours["params"], strict=True):
+            moments = saved["state"].get(index, {})
+            if not isinstance(moments, Mapping):
+                return f"its optimizer state of parameter {index} is not a mapping"
+            for name, value in moments.items():
+                if not isinstance(value, Tensor):  # a `step` count of an older torch
+                    if isinstance(value, (int, float)) and not isinstance(value, bool):
+                        continue
+                    return f"its optimizer's {name!r} of parameter {index} is not a tensor"
+                if not value.is_floating_point():
+                    return f"its optimizer's {name!r} of parameter {index} is not a float tensor"
+                if value.dim() and value.shape != param.shape:  # `step` is 0-d
+                    return (
+                        f"its optimizer's {name!r} of parameter {index} has shape "
+                        f"{tuple(value.shape)}, the parameter {tuple(param.shape)}"
+                    )
+    return None
 
 
 def _as_plain(value: Any) -> Any:
