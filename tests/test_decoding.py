@@ -266,6 +266,17 @@ def test_beam_size_one_equals_greedy(model, sources):
         assert torch.equal(pad([h[0].tokens for h in hyps]), greedy)
 
 
+def test_greedy_hypotheses_are_scored_as_beam_size_one_scores_them(model, sources):
+    """Greedy hypotheses carried NaN as their score, which `minitx-translate --beam 1 --n-best
+    1` printed; now the log-probability and its length-normalised score, as beam search's."""
+    for alpha in (1.0, 0.6):
+        config = DecodingConfig(max_len_a=1.0, max_len_b=4, alpha=alpha)
+        greedy = generate(model, sources, dataclasses.replace(config, strategy="greedy"))
+        beam = beam_search(model, sources, dataclasses.replace(config, beam_size=1))
+        _assert_same_hypotheses(greedy, beam)
+        assert all(h[0].log_prob < 0 for h in greedy)
+
+
 def _assert_same_hypotheses(a, b):
     assert len(a) == len(b)
     for hyps_a, hyps_b in zip(a, b, strict=True):

@@ -11,7 +11,6 @@ from minitx.model import Transformer
 from minitx.vocab import BOS_ID, EOS_ID, PAD_ID
 
 
-@torch.no_grad()
 def greedy_decode(model: Transformer, src: Tensor, config: DecodingConfig | None = None) -> Tensor:
     """Pick the most probable token at each step. A sentence that has finished (eos or its
     length cap) leaves the batch, so the later steps only compute the unfinished ones.
@@ -20,6 +19,15 @@ def greedy_decode(model: Transformer, src: Tensor, config: DecodingConfig | None
     the length cap and `use_cache`. Returns (B, L) generated ids (no bos), each row ending at
     its eos (if reached before the cap) and right-padded with pad_id.
     """
+    return greedy_search(model, src, config)[0]
+
+
+@torch.no_grad()
+def greedy_search(
+    model: Transformer, src: Tensor, config: DecodingConfig | None = None
+) -> tuple[Tensor, Tensor]:
+    """`greedy_decode`, and the log-probability of each row's tokens: ids (B, L) and (B,)
+    sums, so that greedy output gets a score as beam search's does."""
     config = config or DecodingConfig()
     enc = model.encode(src)
     memory, src_mask = enc.memory, enc.src_mask  # rows of the sentences still decoding
@@ -29,10 +37,12 @@ def greedy_decode(model: Transformer, src: Tensor, config: DecodingConfig | None
     alive = torch.arange(batch, device=src.device)  # original row of each decoding row
     tokens = torch.full((batch, 1), BOS_ID, dtype=torch.long, device=src.device)  # (N, 1 + t)
     cache = model.new_cache() if config.use_cache else None
+    log_prob = torch.zeros(batch, device=src.device)  # (B,) of the tokens chosen so far
     steps = 0
     for step in range(out.size(1)):
-        next_token = next_token_log_probs(model, tokens, memory, src_mask, cache).argmax(-1)  # (N,)
-        out[alive, step] = next_token
+        best, next_token = next_token_log_probs(model, tokens, memory, src_mask, cache).max(-1)
+        out[alive, step] = next_token  # (N,)
+        log_prob[alive] += best
         steps = step + 1
         done = (next_token == EOS_ID) | (step + 1 >= limits[alive])  # (N,)
         if bool(done.all()):
@@ -44,4 +54,4 @@ def greedy_decode(model: Transformer, src: Tensor, config: DecodingConfig | None
             memory, src_mask = memory[keep], src_mask[keep]
             if cache is not None:
                 cache.reorder(keep, keep)
-    return out[:, :steps]
+    return out[:, :steps], log_prob

@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 
 from minitx.decoding.beam import beam_search
-from minitx.decoding.common import Hypothesis, until_eos
+from minitx.decoding.common import Hypothesis, length_penalty, until_eos
 from minitx.decoding.config import (
     DEFAULT_ALPHA,
     STRATEGIES,
@@ -20,7 +20,7 @@ from minitx.decoding.config import (
     DecodingStrategy,
     strategy_for,
 )
-from minitx.decoding.greedy import greedy_decode
+from minitx.decoding.greedy import greedy_search
 from minitx.decoding.sampling import sample_decode
 from minitx.errors import ConfigError
 from minitx.model import Transformer
@@ -28,14 +28,20 @@ from minitx.model import Transformer
 
 @STRATEGIES.register("greedy")
 class Greedy(DecodingStrategy):
-    """`greedy_decode`, as one hypothesis per sentence (greedy does not score: NaN)."""
+    """`greedy_decode`, as one hypothesis per sentence, scored as beam search scores: its
+    log-probability over the GNMT length penalty with the config's `alpha`."""
 
     def decode(
         self, model: Transformer, src: Tensor, config: DecodingConfig
     ) -> list[list[Hypothesis]]:
-        """One unscored hypothesis per sentence of `src` (B, S)."""
-        rows = greedy_decode(model, src, config).tolist()
-        return [[Hypothesis(until_eos(row), float("nan"), float("nan"))] for row in rows]
+        """One hypothesis per sentence of `src` (B, S)."""
+        rows, log_probs = greedy_search(model, src, config)
+        hypotheses = []
+        for row, log_prob in zip(rows.tolist(), log_probs.tolist(), strict=True):
+            tokens = until_eos(row)
+            score = log_prob / length_penalty(len(tokens), config.alpha)
+            hypotheses.append([Hypothesis(tokens, log_prob, score)])
+        return hypotheses
 
 
 @STRATEGIES.register("beam")

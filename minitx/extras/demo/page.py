@@ -23,7 +23,6 @@ every visitor's last viewer page for good; see `launch`).
 from __future__ import annotations
 
 import html
-import math
 import os
 from typing import TYPE_CHECKING, Any
 
@@ -189,10 +188,7 @@ def translate_for_page(
     decoding = decoding_for(strategy, beam_size)
     n_best = translator.translate_n_best([sentence], decoding.replace(n_best=decoding.width))[0]
     maps = translator.attention(sentence, decoding=decoding)
-    rows = [  # greedy decoding does not score its output (NaN): an empty cell
-        [rank, None if math.isnan(score) else round(score, 4), text]
-        for rank, (text, score) in enumerate(n_best, 1)
-    ]
+    rows = [[rank, round(score, 4), text] for rank, (text, score) in enumerate(n_best, 1)]
     title = f"attention: {n_best[0][0]}"
     return n_best[0][0], rows, viewer_iframe(viewer_html(maps, title=title))
 
@@ -263,7 +259,7 @@ def build_demo(
         n_best = gr.Dataframe(
             headers=["rank", "score", "translation"],
             label="n-best list (beam search: the whole beam, best first; score: "
-            "length-normalised log-probability; greedy decoding: one, unscored)",
+            "length-normalised log-probability; greedy decoding: one)",
             interactive=False,
             elem_id="n-best",
         )
