@@ -18,6 +18,7 @@ from __future__ import annotations
 import pickle
 import re
 import warnings
+import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -129,6 +130,8 @@ def read_checkpoint(path: str | Path, *, mmap: bool = False) -> dict[str, Any]:
         raise CheckpointError(f"{unreadable}: {exc}") from exc
     except Exception as exc:  # torch raises KeyError, RuntimeError, EOFError, ... for damaged files
         raise CheckpointError(f"{unreadable}: {type(exc).__name__}: {exc}") from exc
+    if zipped and (damaged := _failed_crc(path)) is not None:
+        raise CheckpointError(f"{unreadable}: {damaged}")
     if not isinstance(checkpoint, dict):
         raise CheckpointError(f"{unreadable}: it holds a {type(checkpoint).__name__}, not a dict")
     weights = checkpoint.get("state_dict", {})
@@ -140,6 +143,24 @@ def read_checkpoint(path: str | Path, *, mmap: bool = False) -> dict[str, Any]:
             "tensors; use a checkpoint minitx-train wrote"
         )
     return checkpoint
+
+
+def _failed_crc(path: Path) -> str | None:
+    """Which member of the zip-format torch file `path` fails the CRC-32 that `torch.save`
+    stored for it, or None. `torch.load` does not check them, so bytes damaged on a disk or in
+    a copy loaded as weights and translated garbage with no word; reading the members once
+    checks them (about 35 ms for the default run's 73 MB checkpoint)."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            for member in archive.infolist():
+                if member.CRC == 0 and member.file_size:  # written without CRCs: nothing to check
+                    continue
+                with archive.open(member) as data:
+                    while data.read(1 << 24):  # zipfile compares the CRC at the member's end
+                        pass
+    except (zipfile.BadZipFile, OSError, EOFError) as exc:
+        return f"its bytes are damaged ({exc})"
+    return None
 
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
