@@ -708,6 +708,21 @@ def test_a_split_with_no_pair_is_named_with_its_files(
         dm.setup()
 
 
+@pytest.mark.parametrize("content", ["", " \n\t\n"], ids=["empty-files", "blank-lines"])
+def test_a_training_split_with_no_pair_is_named_with_its_files(
+    content: str, toy_corpus_dir: Path, tmp_path: Path
+) -> None:
+    """It trains the tokenizer first: sentencepiece's refusal ("Tokenizer.train got no
+    (non-empty) sentences") named neither the files nor the fix."""
+    directory = _copy_toy(toy_corpus_dir, tmp_path / "corpus")
+    for lang in ("de", "en"):
+        (directory / f"train.{lang}").write_text(content, encoding="utf-8")
+    dm = TranslationDataModule(source=str(directory), vocab_size=150, cache_dir=tmp_path / "c")
+    message = r"'train' split \(.*train.de and .*train.en\) has no pair to train the tokenizer"
+    with pytest.raises(DataError, match=message):
+        dm.setup()
+
+
 def test_datamodule_uses_env_override_for_hub_default(
     toy_corpus_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

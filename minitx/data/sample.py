@@ -15,6 +15,7 @@ from datasets.utils.tqdm import tqdm as progress_bar
 
 from minitx.data.cleaning import usable_pairs
 from minitx.data.streams import CHUNK_PAIRS, PairStream
+from minitx.errors import DataError
 
 logger = logging.getLogger(__name__)
 
@@ -33,6 +34,9 @@ def sample_sentences(
     `numpy.random.default_rng(seed)`, in that same order; the stream is read once and at
     most `limit` sentences are held. Nothing is read until the result is iterated (a cached
     tokenizer never reads the stream).
+
+    Raises:
+        DataError: when iterated, if no pair has two non-blank sides (the stream named).
 
     Args:
         limit: the most sentences to return (sentencepiece's ``input_sentence_size``); None:
@@ -62,6 +66,12 @@ def sample_sentences(
             keys[slots[offset]] = chunk_keys[room + offset]
         seen += len(positions)
     bar.close()
+    if not texts:  # else sentencepiece's "no sentences" error, naming neither file nor fix
+        raise DataError(
+            f"the {stream.split!r} split ({stream.location}) has no pair to train the tokenizer "
+            "on: its files are empty, or every pair has an empty or blank side; it needs line "
+            "pairs with both sides non-empty"
+        )
     if limit is not None and seen > limit:
         logger.info(
             "The tokenizer trains on %d of the %d training sentences (data.tokenizer_sample, "
