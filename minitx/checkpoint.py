@@ -100,6 +100,8 @@ def read_checkpoint(path: str | Path, *, mmap: bool = False) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         what = "is a directory, not a .ckpt file" if path.is_dir() else "not found"
+        if path.exists() and not path.is_dir():  # /dev/null, a pipe: there, but no file
+            what = "is not a regular file"
         raise MissingFileError(
             f"checkpoint {what}: {path} (pass the .ckpt written under <run dir>/checkpoints/)"
         )

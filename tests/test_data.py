@@ -7,6 +7,7 @@ import hashlib
 import json
 import logging
 import pickle
+import re
 import shutil
 import time
 from collections import Counter
@@ -721,6 +722,20 @@ def test_a_training_split_with_no_pair_is_named_with_its_files(
     message = r"'train' split \(.*train.de and .*train.en\) has no pair to train the tokenizer"
     with pytest.raises(DataError, match=message):
         dm.setup()
+
+
+@pytest.mark.parametrize(
+    ("name", "said"), [("corpus.txt", "is a single file."), ("/dev/null", "is not a directory.")]
+)
+def test_a_data_source_that_is_no_directory_says_what_it_is(
+    name: str, said: str, tmp_path: Path
+) -> None:
+    """/dev/null was "data source directory not found", though it is there."""
+    path = tmp_path / name  # an absolute name stays as it is
+    if not path.exists():
+        path.write_text("ein Hund\n", encoding="utf-8")
+    with pytest.raises(DataError, match=re.escape(f"data source '{path}' {said}")):
+        load_parallel_corpus(str(path), "de", "en")
 
 
 def test_datamodule_uses_env_override_for_hub_default(

@@ -357,6 +357,8 @@ def test_missing_file(tmp_path: Path) -> None:
         Translator.from_pretrained(path)
     with pytest.raises(FileNotFoundError, match=str(tmp_path.name)):
         load_checkpoint(tmp_path)  # a directory is no checkpoint either
+    with pytest.raises(FileNotFoundError, match="is not a regular file: /dev/null"):
+        Translator.from_pretrained("/dev/null")  # was "not found", though it is there
     with pytest.raises(TypeError, match="give a .ckpt path, a release directory or a hub repo id"):
         Translator.from_pretrained(None)  # was pathlib's "argument should be a str or ..."
 

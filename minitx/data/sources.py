@@ -176,9 +176,10 @@ def open_parallel_corpus(
             f"data source {source!r} is a symbolic link to nothing that can be read (a loop, or "
             f"its target {os.readlink(path)!r} is gone); point it at the corpus directory"
         )
-    if path.is_file():
+    if path.exists() and not path.is_dir():  # a file, /dev/null, a pipe
+        kind = "a single file" if path.is_file() else "not a directory"
         raise DataError(
-            f"data source {source!r} is a single file. Use a directory of {{split}}.{{lang}}[.gz] "
+            f"data source {source!r} is {kind}. Use a directory of {{split}}.{{lang}}[.gz] "
             f"files, or a pattern such as '{path.parent / '{split}.jsonl'}' for jsonl splits."
         )
     if not is_hub_id(source):
