@@ -375,17 +375,20 @@ def test_truncated_checkpoint(tiny_checkpoint: Path, tmp_path: Path, fraction: f
 def test_a_checkpoint_with_damaged_weight_bytes_is_refused(
     tiny_checkpoint: Path, tmp_path: Path
 ) -> None:
-    """torch.load does not check the zip's CRC-32s: zeros written over a weight tensor loaded,
-    and the model translated garbage with status 0."""
+    """torch.load does not check the zip's CRC-32s: a weight tensor's bytes damaged on a disk
+    loaded, and the model translated garbage with status 0."""
     path = tmp_path / "damaged.ckpt"
     shutil.copy(tiny_checkpoint, path)
     with zipfile.ZipFile(path) as archive:
-        member = max(archive.infolist(), key=lambda m: m.file_size)  # a weight tensor's bytes
+        tensors = [m for m in archive.infolist() if "/data/" in m.filename]  # not data.pkl
+        member = max(tensors, key=lambda m: m.file_size)
     with path.open("r+b") as file:  # past the member's local header (30 bytes, name, extra)
         file.seek(member.header_offset + 26)
         name_length, extra_length = struct.unpack("<HH", file.read(4))
         file.seek(member.header_offset + 30 + name_length + extra_length + member.file_size // 2)
-        file.write(bytes(64))
+        flipped = bytes(b ^ 0xFF for b in file.read(64))  # zeros over zeros would change nothing
+        file.seek(-64, 1)
+        file.write(flipped)
     with pytest.raises(CheckpointError, match=r"damaged.ckpt: .* its bytes are damaged \(Bad CRC"):
         Translator.from_pretrained(path)
 
