@@ -90,12 +90,13 @@ def read_checkpoint(path: str | Path, *, mmap: bool = False) -> dict[str, Any]:
     """Read a `torch.save` file with `weights_only=True`, whatever torch's own default is
     (before 2.6 it unpickles anything): the one reader of `.ckpt` files, for inference and
     for training's resume, so a crafted file is refused, never run. `mmap` maps a zip-format
-    file (torch's since 1.6) instead of reading it; a legacy-format file is read whole.
+    file (torch's since 1.6) instead of loading its tensors into memory (its bytes are still
+    read once, for their CRC-32s); a legacy-format file is read whole.
 
     Raises:
         MissingFileError: no file at `path` (a `FileNotFoundError`).
-        CheckpointError: unreadable (truncated / not a torch file) or holding objects other
-            than tensors and plain data.
+        CheckpointError: unreadable (truncated / not a torch file), bytes that fail their
+            CRC-32s, or holding objects other than tensors and plain data.
     """
     path = Path(path)
     if not path.is_file():

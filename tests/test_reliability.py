@@ -625,9 +625,10 @@ def _other_moments(state: dict) -> None:
         (lambda s: s.update(loops={}), "its 'loops' entry has no 'fit_loop' state"),
         (lambda s: s.update(callbacks=[1]), "its 'callbacks' entry is not a mapping"),
         (lambda s: s.update(lr_schedulers=[5]), "its 'lr_schedulers' entry is not a list"),
+        (lambda s: s.update(lr_schedulers=[]), "the state of one learning-rate schedule"),
         (lambda s: s.update(global_step="x"), "its 'global_step' is 'x', not a whole number"),
     ],
-    ids=["moments", "no-optimizer", "loops", "callbacks", "schedulers", "global-step"],
+    ids=["moments", "no-optimizer", "loops", "callbacks", "schedulers", "no-schedule", "step"],
 )
 def test_a_damaged_training_state_is_refused_before_the_resume_writes_anything(
     damage: Callable[[dict], None],

@@ -344,19 +344,43 @@ def test_a_resumed_optimizer_uses_this_runs_kernel(fused: bool) -> None:
     assert all(group["fused"] == (fused or None) for group in optimizer.param_groups)
 
 
-def test_a_resume_refuses_adamw_moments_of_another_shape() -> None:
-    """The fused AdamW kernel trusts its moments to have their parameter's shape: restored from
-    a crafted checkpoint with others, the first update crashed the process (SIGSEGV)."""
-    module = TranslationModule(transformer=SMALL)
-    optimizer = torch.optim.AdamW(module.parameter_groups(), fused=True)
+def _trained_state(module: TranslationModule, fused: bool) -> dict:
+    """What Lightning saves of `module`'s optimizer and schedule after one update."""
+    optimizer = torch.optim.AdamW(module.parameter_groups(), fused=fused or None)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
     for p in module.parameters():
         p.grad = torch.zeros_like(p)
     optimizer.step()  # the moments exist now
-    state = optimizer.state_dict()
-    first = state["param_groups"][0]["params"][0]
-    state["state"][first]["exp_avg"] = torch.zeros(3)
-    with pytest.raises(CheckpointError, match=r"'exp_avg' of parameter 0 has shape \(3,\)"):
-        TranslationModule(transformer=SMALL).on_load_checkpoint({"optimizer_states": [state]})
+    return {"optimizer_states": [optimizer.state_dict()], "lr_schedulers": [scheduler.state_dict()]}
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_a_resume_refuses_adamw_moments_of_another_shape(fused: bool) -> None:
+    """The fused AdamW kernel trusts its moments to have their parameter's shape: restored from
+    a crafted checkpoint with others, the first update crashed the process (SIGSEGV). A 0-d
+    moment is refused too: only `step` is a scalar."""
+    module = TranslationModule(transformer=SMALL)
+    checkpoint = _trained_state(module, fused)
+    module.check_training_state(checkpoint)  # as saved: whole
+    moments = checkpoint["optimizer_states"][0]["state"]
+    first = checkpoint["optimizer_states"][0]["param_groups"][0]["params"][0]
+    for bad, said in [(torch.zeros(3), r"\(3,\)"), (torch.tensor(0.0), r"\(\)")]:
+        moments[first]["exp_avg"] = bad
+        with pytest.raises(CheckpointError, match=rf"'exp_avg' of parameter 0 has shape {said}"):
+            module.check_training_state(checkpoint)
+    checkpoint = _trained_state(module, fused)
+    checkpoint["lr_schedulers"] = []  # Lightning restored nothing: the warm-up began again
+    with pytest.raises(CheckpointError, match="one learning-rate schedule"):
+        module.check_training_state(checkpoint)
+
+
+def test_loading_weights_outside_a_fit_does_not_ask_for_a_training_state() -> None:
+    """`on_load_checkpoint` also serves `load_from_checkpoint` and `trainer.test(ckpt_path=)`,
+    where a weights-only checkpoint (minitx-average's) is fine: the check is for resumes."""
+    module = TranslationModule(transformer=SMALL)
+    module.on_load_checkpoint({"state_dict": module.state_dict()})  # no trainer: no refusal
+    with pytest.raises(CheckpointError, match="does not hold the state of one optimizer"):
+        module.check_training_state({"state_dict": module.state_dict(), "lr_schedulers": [{}]})
 
 
 def test_pack_rows_reaches_the_model_and_the_checkpoint_hyperparameters() -> None:

@@ -16,6 +16,7 @@ from typing import Any
 
 import lightning as L
 import torch
+from lightning.pytorch.trainer.states import TrainerFn
 from torch import Tensor
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torchmetrics import MeanMetric
@@ -166,7 +167,9 @@ class TranslationModule(L.LightningModule):
         `optim.fused`: the saved values would win.
         """
         self.check_resume(checkpoint, self._languages())  # another model's: said first
-        self.check_training_state(checkpoint)
+        trainer = self._attached_trainer()  # a resume; not load_from_checkpoint nor a test
+        if trainer is not None and trainer.state.fn == TrainerFn.FITTING:
+            self.check_training_state(checkpoint)
         for optimizer_state in checkpoint.get("optimizer_states", []):
             for group in optimizer_state.get("param_groups", []):
                 group["fused"] = True if self.optim.fused else None
@@ -575,8 +578,10 @@ def _training_state_problem(
         isinstance(v, Mapping) for v in callbacks.values()
     ):
         return "its 'callbacks' entry is not a mapping of callback states"
-    schedulers = checkpoint.get("lr_schedulers", [])
-    if not isinstance(schedulers, list) or not all(isinstance(s, Mapping) for s in schedulers):
+    schedulers = checkpoint.get("lr_schedulers")  # one: `configure_optimizers`' LambdaLR
+    if not isinstance(schedulers, list) or len(schedulers) != 1:
+        return "it does not hold the state of one learning-rate schedule ('lr_schedulers')"
+    if not isinstance(schedulers[0], Mapping):
         return "its 'lr_schedulers' entry is not a list of schedule states"
     optimizers = checkpoint.get("optimizer_states")
     if not isinstance(optimizers, list) or len(optimizers) != 1:
@@ -603,18 +608,23 @@ def _training_state_problem(
             if not isinstance(moments, Mapping):
                 return f"its optimizer state of parameter {index} is not a mapping"
             for name, value in moments.items():
-                if not isinstance(value, Tensor):  # a `step` count of an older torch
-                    if isinstance(value, (int, float)) and not isinstance(value, bool):
-                        continue
-                    return f"its optimizer's {name!r} of parameter {index} is not a tensor"
-                if not value.is_floating_point():
+                if name == "step" and _is_step_count(value):
+                    continue
+                if not isinstance(value, Tensor) or not value.is_floating_point():
                     return f"its optimizer's {name!r} of parameter {index} is not a float tensor"
-                if value.dim() and value.shape != param.shape:  # `step` is 0-d
+                if value.shape != param.shape:  # the moments: the fused kernel trusts this
                     return (
                         f"its optimizer's {name!r} of parameter {index} has shape "
                         f"{tuple(value.shape)}, the parameter {tuple(param.shape)}"
                     )
     return None
+
+
+def _is_step_count(value: Any) -> bool:
+    """AdamW's `step`: a 0-d float tensor, or a number (older torch)."""
+    if isinstance(value, Tensor):
+        return value.dim() == 0 and value.is_floating_point()
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _as_plain(value: Any) -> Any:
