@@ -610,6 +610,20 @@ def test_a_resume_past_the_plan_is_refused_and_writes_nothing(
     assert trained == done
 
 
+def test_a_resume_says_which_checkpoint_and_update_it_goes_on_from(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """Lightning restored in silence: a new user could not tell a resume from a fresh run."""
+    monkeypatch.chdir(tmp_path)
+    main(TINY + QUIET + ["--trainer.max_steps", "3"])
+    (run_dir,) = run_dirs(tmp_path)
+    capsys.readouterr()
+    resumed = main(TINY + QUIET + ["--trainer.max_steps", "5", "--ckpt_path", "last"])
+    last = run_dir.relative_to(tmp_path) / "checkpoints" / "last.ckpt"
+    assert f"resuming from {last} at update 3\n" in capsys.readouterr().out
+    assert resumed.trainer.global_step == 5
+
+
 def _other_moments(state: dict) -> None:
     state["optimizer_states"][0]["state"][0]["exp_avg"] = torch.zeros(3)
 

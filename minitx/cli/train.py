@@ -923,7 +923,9 @@ def _train_and_test(args: list[str] | None) -> MinitxCLI:
         with sigterm_raises():  # the fit installs its own handlers (CheckpointOnInterrupt)
             cli = build_cli(args)
             if cli.resume_path:
-                _check_resume(cli, Path(cli.resume_path))
+                steps = _check_resume(cli, Path(cli.resume_path))
+                if _rank() == 0:  # Lightning restores in silence: say what goes on from where
+                    print(f"resuming from {cli.resume_path} at update {steps:,}", flush=True)
     except Terminated:  # e.g. a scheduler's SIGTERM while the data is prepared
         print_stop("terminated (SIGTERM) before training began: nothing was trained")
         raise SystemExit(EXIT_SIGTERM) from None
@@ -1105,11 +1107,12 @@ def clock_note(schedules: list[BudgetSchedule], global_step: int) -> str:
     )
 
 
-def _check_resume(cli: MinitxCLI, path: Path) -> None:
+def _check_resume(cli: MinitxCLI, path: Path) -> int:
     """Refuse a resume before anything in the run directory is written: from a weights-only
     checkpoint (no optimizer state to continue with), or from one of another model, optimizer
     settings or tokenizer (`TranslationModule.check_resume`). The tokenizer check needs this
-    run's tokenizer: the data is prepared here, once (the fit then finds it ready).
+    run's tokenizer: the data is prepared here, once (the fit then finds it ready). Returns
+    the updates the checkpoint's run had made.
 
     Raises:
         UsageError: a weights-only checkpoint, or one written in a later epoch than
@@ -1149,6 +1152,7 @@ def _check_resume(cli: MinitxCLI, path: Path) -> None:
         cli.datamodule.setup("fit")
         cli.model.tokenizer = cli.datamodule.tokenizer
         cli.model.check_resume(state)
+    return int(steps)
 
 
 def run() -> int:
