@@ -703,6 +703,21 @@ def test_evaluate_default_hypothesis_path_and_limit(
     assert len(hyp.read_text(encoding="utf-8").splitlines()) == 3
 
 
+def test_evaluate_with_a_limit_above_the_split_says_so_and_names_its_file_as_without(
+    evaluate_command, tiny_checkpoint, tmp_path, capsys
+) -> None:
+    """--limit 5000 on a 10-line split said "(the first 5000 lines)" and wrote
+    model.test.toy.first5000.greedy.hyp, though every line was scored."""
+    checkpoint = tmp_path / "model.ckpt"
+    shutil.copyfile(tiny_checkpoint, checkpoint)
+    args = ["--checkpoint", str(checkpoint), "--data", str(TOY_CORPUS_DIR), "--beam", "1"]
+    assert evaluate_command.main([*args, "--limit", "5000"]) == 0
+    err = capsys.readouterr().err
+    assert "note: --limit 5000 is more than the test split's 10 lines: scoring all of them" in err
+    assert "the first" not in err
+    assert [p.name for p in tmp_path.glob("*.hyp")] == ["model.test.toy.greedy.hyp"]
+
+
 def test_evaluate_refuses_a_directory_as_output_before_decoding(
     evaluate_command, greedy_on_toy, tmp_path, capsys
 ) -> None:

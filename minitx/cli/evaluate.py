@@ -67,12 +67,12 @@ progress bar on a terminal, otherwise one line per decoding such as `greedy: tra
 sentences in 5.7 s (175.4 sentences/s)`. The hypotheses of each decoding are written to
 --hyp-out (default: next to the checkpoint, <checkpoint stem>.<split>.<decoding>[.bf16].hyp,
 <decoding> being greedy, beam<N> or sample, the names training uses too, with .<corpus>
-(the last part of --data, when given), .first<L> under --limit L and .<src>-<tgt> for a
-language pair other than the checkpoint's before <decoding>, and .<mode>-<scope> after it
-under a hard --attention, e.g. greedy.hard-argmax-cross), one line per line of the split's
-source file, in order (empty for a pair with an empty side). --json FILE writes every figure
-(and the file names) as JSON; --json - writes it to standard output, and the summary lines
-to standard error.
+(the last part of --data, when given), .first<L> under a --limit L below the split's size
+and .<src>-<tgt> for a language pair other than the checkpoint's before <decoding>, and
+.<mode>-<scope> after it under a hard --attention, e.g. greedy.hard-argmax-cross), one line
+per line of the split's source file, in order (empty for a pair with an empty side). --json
+FILE writes every figure (and the file names) as JSON; --json - writes it to standard output,
+and the summary lines to standard error.
 Output files are replaced only once they are complete.
 """
 EPILOG = """\
@@ -224,6 +224,9 @@ def run(args: argparse.Namespace) -> int:
     source = DEFAULT_SOURCE if args.data is None else args.data
     hub_verbosity(verbose=False)  # offline, the error line comes first, not the hub's retries
     data = load_split(source, args.split, src_lang, tgt_lang, args.limit)
+    beyond = args.limit if args.limit is not None and data.n_lines < args.limit else None
+    if beyond is not None:  # the whole split: its files are named as without --limit
+        args.limit = None
     pair = ""  # in the hypotheses' file names when it is not the checkpoint's own
     if ckpt_src and ckpt_tgt and (src_lang, tgt_lang) != (ckpt_src, ckpt_tgt):
         pair = f"{src_lang}-{tgt_lang}"
@@ -251,6 +254,12 @@ def run(args: argparse.Namespace) -> int:
         written[where] = flag
 
     # once the split is read and the outputs checked: an error line comes first, and alone
+    if beyond is not None:
+        print(
+            f"note: --limit {beyond} is more than the {args.split} split's {data.n_lines} "
+            "lines: scoring all of them",
+            file=sys.stderr,
+        )
     if pair:
         print(
             f"warning: the checkpoint was trained {ckpt_src} -> {ckpt_tgt}, "
