@@ -35,12 +35,12 @@ def sample_sentences(
     most `limit` sentences are held. Nothing is read until the result is iterated (a cached
     tokenizer never reads the stream).
 
-    Raises:
-        DataError: when iterated, if no pair has two non-blank sides (the stream named).
-
     Args:
         limit: the most sentences to return (sentencepiece's ``input_sentence_size``); None:
             no limit.
+
+    Raises:
+        DataError: when iterated, if no pair has two non-blank sides (the stream named).
     """
     texts: list[str] = []
     keys: list[int] = []
