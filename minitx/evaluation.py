@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from minitx.decoding import DecodingConfig
+from minitx.decoding import DEFAULT_BATCH_SIZE, DecodingConfig
 from minitx.errors import DataError
 from minitx.metrics import bleu_metric, corpus_scores
 from minitx.textio import sentence_list
@@ -215,7 +215,7 @@ def evaluate(
     references: Iterable[str],
     decoding: DecodingConfig | None = None,
     *,
-    batch_size: int = 64,
+    batch_size: int = DEFAULT_BATCH_SIZE,
     progress: Progress | None = None,
     **changes: Any,
 ) -> EvaluationResult:

@@ -26,7 +26,7 @@ from minitx.attribution import (
     check_methods,
     teacher_forced_attributions,
 )
-from minitx.decoding import DecodingConfig, Hypothesis, generate
+from minitx.decoding import DEFAULT_BATCH_SIZE, DecodingConfig, Hypothesis, generate
 from minitx.errors import ConfigError, check_whole_number, is_whole_number
 from minitx.hard_attention import (
     check_attention_mode,
@@ -371,7 +371,7 @@ class Translator:
         sentences: Sequence[str],
         decoding: DecodingConfig | None = None,
         *,
-        batch_size: int = 64,
+        batch_size: int = DEFAULT_BATCH_SIZE,
         first_line: int = 1,
         progress: Progress | None = None,
         **changes: Any,
@@ -401,7 +401,7 @@ class Translator:
         sentences: Sequence[str],
         decoding: DecodingConfig | None = None,
         *,
-        batch_size: int = 64,
+        batch_size: int = DEFAULT_BATCH_SIZE,
         first_line: int = 1,
         progress: Progress | None = None,
         **changes: Any,
@@ -428,7 +428,7 @@ class Translator:
         ids: Sequence[Sequence[int]],
         decoding: DecodingConfig | None = None,
         *,
-        batch_size: int = 64,
+        batch_size: int = DEFAULT_BATCH_SIZE,
         **changes: Any,
     ) -> list[list[int]]:
         """Translate sources given as ids: the best translation of each (of `n_best`, as in
@@ -474,7 +474,7 @@ class Translator:
         decoding: DecodingConfig | None = None,
         *,
         alignment: AlignmentConfig | None = None,
-        batch_size: int = 64,
+        batch_size: int = DEFAULT_BATCH_SIZE,
         first_line: int = 1,
         progress: Progress | None = None,
         **changes: Any,
@@ -515,7 +515,7 @@ class Translator:
         translations: Sequence[str],
         *,
         alignment: AlignmentConfig | None = None,
-        batch_size: int = 64,
+        batch_size: int = DEFAULT_BATCH_SIZE,
     ) -> list[Alignment]:
         """Align given translations (e.g. references) to their sources: the model reads each
         pair teacher-forced and its cross-attention aligns them (see `translate_with_alignment`).

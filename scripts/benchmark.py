@@ -88,7 +88,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from minitx.attention import padding_mask, scaled_dot_product_attention
 from minitx.cli.common import check_device, positive_float, positive_int, report_user_error
 from minitx.data import TokenBucketBatchSampler, collate
-from minitx.decoding import DecodingConfig, beam_search, greedy_decode
+from minitx.decoding import DEFAULT_BATCH_SIZE, DecodingConfig, beam_search, greedy_decode
 from minitx.errors import ConfigError
 from minitx.flops import training_flops
 from minitx.model import SinusoidalPositionalEncoding, Transformer, TransformerConfig
@@ -1080,7 +1080,7 @@ def main() -> None:
     parser.add_argument("--src-lang", default="de")
     parser.add_argument("--tgt-lang", default="en")
     parser.add_argument("--decode-sentences", type=positive_int, default=128)
-    parser.add_argument("--decode-batch", type=positive_int, default=64)
+    parser.add_argument("--decode-batch", type=positive_int, default=DEFAULT_BATCH_SIZE)
     parser.add_argument("--beam", type=positive_int, default=5)
     parser.add_argument(
         "--ct2-threads",

@@ -1111,6 +1111,28 @@ def test_every_inference_command_defaults_to_the_same_beam(name: str) -> None:
     assert decoding_from_args(args, 1) == DecodingConfig(strategy="greedy", beam_size=1)
 
 
+def test_every_batched_entry_point_defaults_to_the_same_batch_size() -> None:
+    """One default batch: the commands' --batch-size and every API that decodes in batches."""
+    import inspect
+
+    from minitx.decoding import DEFAULT_BATCH_SIZE
+    from minitx.evaluation import evaluate
+    from minitx.extras.ctranslate2.export import Ct2Translator
+
+    for name in ("translate", "evaluate"):
+        args = command_module(name).build_parser().parse_args(["--checkpoint", "x.ckpt"])
+        assert args.batch_size == DEFAULT_BATCH_SIZE, name
+    functions = [evaluate, Ct2Translator.translate] + [
+        method
+        for name, method in inspect.getmembers(Translator, inspect.isfunction)
+        if not name.startswith("_") and "batch_size" in inspect.signature(method).parameters
+    ]
+    assert len(functions) >= 6  # translate, translate_n_best, translate_ids, align, ...
+    for function in functions:
+        default = inspect.signature(function).parameters["batch_size"].default
+        assert default == DEFAULT_BATCH_SIZE, function.__qualname__
+
+
 @pytest.mark.parametrize("name", ["translate", "evaluate", "visualize"])
 def test_every_inference_command_runs_as_a_process(name: str) -> None:
     proc = subprocess.run(

@@ -503,7 +503,7 @@ def add_decoding_arguments(
     `check_decoding_args` checks the values and builds the `DecodingConfig`;
     `attention_from_args` gives the attention settings.
     """
-    from minitx.decoding import DEFAULT_BEAM_SIZE, STRATEGIES, DecodingConfig
+    from minitx.decoding import DEFAULT_BATCH_SIZE, DEFAULT_BEAM_SIZE, STRATEGIES, DecodingConfig
     from minitx.hard_attention import ATTENTION_MODES, HARD_ATTENTION_SCOPES
 
     suffix = f" {what}" if what else ""
@@ -592,9 +592,9 @@ def add_decoding_arguments(
         parser.add_argument(
             "--batch-size",
             type=positive_int,
-            default=64,
+            default=DEFAULT_BATCH_SIZE,
             metavar="N",
-            help="sentences per batch (default: 64)",
+            help=f"sentences per batch (default: {DEFAULT_BATCH_SIZE})",
         )
     parser.add_argument(
         "--device", default="cpu", help="torch device, e.g. cpu, cuda, cuda:1 (default: cpu)"

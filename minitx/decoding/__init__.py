@@ -11,6 +11,7 @@ max_len_a·|src| + max_len_b, and never generate pad or bos.
 from minitx.decoding.beam import beam_search
 from minitx.decoding.common import Hypothesis, length_penalty, max_target_lengths
 from minitx.decoding.config import (
+    DEFAULT_BATCH_SIZE,
     DEFAULT_BEAM_SIZE,
     STRATEGIES,
     DecodingConfig,
@@ -22,6 +23,7 @@ from minitx.decoding.sampling import sample_decode, sampling_distribution
 from minitx.decoding.strategies import generate
 
 __all__ = [
+    "DEFAULT_BATCH_SIZE",
     "DEFAULT_BEAM_SIZE",
     "STRATEGIES",
     "DecodingConfig",

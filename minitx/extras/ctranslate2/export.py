@@ -39,7 +39,7 @@ import torch
 from torch import nn
 
 from minitx import release
-from minitx.decoding import DecodingConfig
+from minitx.decoding import DEFAULT_BATCH_SIZE, DecodingConfig
 from minitx.errors import ConfigError, check_whole_number, require_extra
 from minitx.model import Transformer, TransformerConfig
 from minitx.outputs import check_output_dir, written_whole
@@ -354,7 +354,7 @@ class Ct2Translator:
         sentences: Sequence[str],
         beam_size: int = 5,
         *,
-        batch_size: int = 64,
+        batch_size: int = DEFAULT_BATCH_SIZE,
         alpha: float = 1.0,
         max_len_a: float = 1.5,
         max_len_b: int = 10,
