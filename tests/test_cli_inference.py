@@ -1131,6 +1131,10 @@ def test_every_batched_entry_point_defaults_to_the_same_batch_size() -> None:
     for function in functions:
         default = inspect.signature(function).parameters["batch_size"].default
         assert default == DEFAULT_BATCH_SIZE, function.__qualname__
+    # the CTranslate2 wrapper decodes as minitx does when given no settings
+    ct2 = inspect.signature(Ct2Translator.translate).parameters
+    for name in ("beam_size", "alpha", "max_len_a", "max_len_b"):
+        assert ct2[name].default == getattr(DecodingConfig(), name), name
 
 
 @pytest.mark.parametrize("name", ["translate", "evaluate", "visualize"])

@@ -352,12 +352,12 @@ class Ct2Translator:
     def translate(
         self,
         sentences: Sequence[str],
-        beam_size: int = 5,
+        beam_size: int = DecodingConfig.beam_size,
         *,
         batch_size: int = DEFAULT_BATCH_SIZE,
-        alpha: float = 1.0,
-        max_len_a: float = 1.5,
-        max_len_b: int = 10,
+        alpha: float = DecodingConfig.alpha,
+        max_len_a: float = DecodingConfig.max_len_a,
+        max_len_b: int = DecodingConfig.max_len_b,
     ) -> list[str]:
         """Translate sentences; "" for an empty one, results in input order.
 
