@@ -7,7 +7,6 @@ from torch import Tensor
 
 from minitx.decoding.common import (
     Hypothesis,
-    length_penalty,
     max_target_lengths,
     next_token_log_probs,
 )
@@ -81,18 +80,14 @@ def beam_search(model: Transformer, src: Tensor, config: DecodingConfig) -> list
                 if token == EOS_ID:
                     if rank < k:
                         seq = tokens[row * width + beam, 1:].tolist() + [token]
-                        finished[sent].append(
-                            Hypothesis(seq, score, score / length_penalty(length, alpha))
-                        )
+                        finished[sent].append(Hypothesis.scored(seq, score, alpha))
                 elif len(live) < k:
                     live.append((row * width + beam, token, score))
             at_cap = length >= limits[sent]
             if at_cap:  # finish the live beams as they are
                 for src_row, token, score in live:
                     seq = tokens[src_row, 1:].tolist() + [token]
-                    finished[sent].append(
-                        Hypothesis(seq, score, score / length_penalty(length, alpha))
-                    )
+                    finished[sent].append(Hypothesis.scored(seq, score, alpha))
             if at_cap or len(finished[sent]) >= k or not live:
                 continue
             still_active.append(sent)

@@ -22,6 +22,12 @@ class Hypothesis:
     log_prob: float
     score: float
 
+    @classmethod
+    def scored(cls, tokens: list[int], log_prob: float, alpha: float) -> Hypothesis:
+        """`tokens` with their log-probability, ranked by it over the GNMT length penalty of
+        their length (eos included): the one score of every strategy."""
+        return cls(tokens, log_prob, log_prob / length_penalty(len(tokens), alpha))
+
 
 def length_penalty(length: int, alpha: float) -> float:
     """GNMT length penalty ((5 + length) / 6) ** alpha (Wu et al., 2016); alpha=0 disables it."""

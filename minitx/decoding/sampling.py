@@ -19,7 +19,6 @@ from torch import Tensor
 
 from minitx.decoding.common import (
     Hypothesis,
-    length_penalty,
     max_target_lengths,
     next_token_log_probs,
     until_eos,
@@ -132,8 +131,6 @@ def sample_decode(
         hyps = []
         for row in range(sentence * n, (sentence + 1) * n):
             seq = until_eos(tokens[row, 1:].tolist())
-            log_prob = float(log_probs[row])
-            score = log_prob / length_penalty(len(seq), config.alpha)
-            hyps.append(Hypothesis(seq, log_prob, score))
+            hyps.append(Hypothesis.scored(seq, float(log_probs[row]), config.alpha))
         out.append(sorted(hyps, key=lambda h: h.score, reverse=True))
     return out

@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 
 from minitx.decoding.beam import beam_search
-from minitx.decoding.common import Hypothesis, length_penalty, until_eos
+from minitx.decoding.common import Hypothesis, until_eos
 from minitx.decoding.config import (
     DEFAULT_ALPHA,
     STRATEGIES,
@@ -38,9 +38,7 @@ class Greedy(DecodingStrategy):
         rows, log_probs = greedy_search(model, src, config)
         hypotheses = []
         for row, log_prob in zip(rows.tolist(), log_probs.tolist(), strict=True):
-            tokens = until_eos(row)
-            score = log_prob / length_penalty(len(tokens), config.alpha)
-            hypotheses.append([Hypothesis(tokens, log_prob, score)])
+            hypotheses.append([Hypothesis.scored(until_eos(row), log_prob, config.alpha)])
         return hypotheses
 
 
