@@ -20,6 +20,7 @@ from minitx.decoding import (
     sample_decode,
     sampling_distribution,
 )
+from minitx.decoding.common import next_token_log_probs
 from minitx.errors import ConfigError
 from minitx.model import Transformer, TransformerConfig
 from minitx.vocab import pad
@@ -154,6 +155,37 @@ def test_greedy_cached_logits_equal_full_recomputation_step_by_step(model, sourc
     for i, row in enumerate(ids.tolist()):
         n = len(row_tokens(ids[i]))
         assert logits[i, :n].argmax(-1).tolist() == row[:n]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_decoding_step_gives_log_softmax_and_reuses_fp32_logits(model, sources, dtype):
+    """fp32 logits become the log-probabilities in place (no second (N, V) tensor per step);
+    bf16 ones are read into fresh fp32 ones. Either way: log_softmax, pad and bos at -inf."""
+    enc = model.encode(sources)
+    seen: list[torch.Tensor] = []
+    decode = model.decode
+
+    def decode_in(dtype_out):
+        def patched(*args, **kwargs):
+            out = decode(*args, **kwargs)
+            out.logits = out.logits.to(dtype_out)
+            seen.append(out.logits.clone())  # the values, before any in-place softmax
+            seen.append(out.logits)
+            return out
+
+        return patched
+
+    tokens = torch.full((sources.size(0), 1), BOS)
+    with torch.no_grad(), pytest.MonkeyPatch.context() as mp:
+        mp.setattr(model, "decode", decode_in(dtype))
+        logp = next_token_log_probs(model, tokens, enc.memory, enc.src_mask, None)
+    values, logits = seen
+    assert logp.dtype == torch.float32
+    want = torch.log_softmax(values[:, -1].float(), dim=-1)
+    want[:, [PAD, BOS]] = float("-inf")
+    torch.testing.assert_close(logp, want)
+    shares = logp.untyped_storage().data_ptr() == logits.untyped_storage().data_ptr()
+    assert shares == (dtype == torch.float32)
 
 
 def test_batched_greedy_equals_one_at_a_time(model, sources):
