@@ -49,12 +49,13 @@ def next_token_log_probs(
     generated."""
     step_in = tokens[:, -1:] if cache is not None else tokens
     logits = model.decode(step_in, memory, src_mask, cache=cache).logits[:, -1]  # (N, V)
-    if logits.dtype == torch.float32 and logits.is_contiguous() and not logits.requires_grad:
+    logits = logits.float()  # bf16 logits: an fp32 copy; fp32 ones: themselves
+    if logits.is_contiguous() and not logits.requires_grad:
         # In place: a fresh (N, V) tensor every step (beam search: 640 x 8,000 floats) costs
         # the allocator's page faults, more than the softmax itself; no one else reads logits.
         logp = torch.log_softmax(logits, dim=-1, out=logits)
-    else:  # bf16 logits: the softmax reads them and writes fp32, with no copy first
-        logp = torch.log_softmax(logits, dim=-1, dtype=torch.float32)
+    else:  # without the cache, logits[:, -1] is a strided view of (N, T, V)
+        logp = torch.log_softmax(logits, dim=-1)
     logp[:, PAD_ID] = float("-inf")
     logp[:, BOS_ID] = float("-inf")
     return logp
