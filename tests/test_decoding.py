@@ -20,6 +20,7 @@ from minitx.decoding import (
     sample_decode,
     sampling_distribution,
 )
+from minitx.decoding.beam import BLOCK, top_k_per_row
 from minitx.decoding.common import next_token_log_probs
 from minitx.errors import ConfigError
 from minitx.model import Transformer, TransformerConfig
@@ -370,6 +371,24 @@ def test_beam_first_step_decodes_one_row_per_sentence(model, sources, monkeypatc
     for i in range(sources.size(0)):
         alone = sources[i : i + 1, : int((sources[i] != PAD).sum())]
         _assert_same_hypotheses([batched[i]], beam_search(model, alone, DecodingConfig(**kwargs)))
+
+
+def test_top_k_per_row_in_blocks_equals_topk():
+    """The two-stage top-k (the best blocks, then their pieces) gives topk's values and
+    indices: rows whose best pieces crowd into one block, spread over many, or sit beside
+    -inf (pad, bos)."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(6, 40 * BLOCK, generator=g)  # distinct values: indices are unambiguous
+    x[0, 7 * BLOCK : 7 * BLOCK + 10] += 10.0  # all ten best in one block
+    x[1, torch.arange(10) * 4 * BLOCK] += 10.0  # one in each of ten blocks
+    x[2, :BLOCK] = float("-inf")
+    x[2, [0, 1]] = float("-inf")
+    for k in (1, 5, 10):
+        values, index = top_k_per_row(x, k)
+        want_values, want_index = x.topk(k, dim=-1)
+        assert torch.equal(values, want_values) and torch.equal(index, want_index)
+    small = torch.randn(3, 12, generator=g)  # too few blocks: plain topk
+    assert torch.equal(top_k_per_row(small, 4)[1], small.topk(4, dim=-1).indices)
 
 
 def test_beam_wider_than_half_the_vocabulary(model, sources):
