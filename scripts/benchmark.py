@@ -86,6 +86,7 @@ from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from minitx.attention import padding_mask, scaled_dot_product_attention
+from minitx.cli.allocator import keep_freed_memory
 from minitx.cli.common import check_device, positive_float, positive_int, report_user_error
 from minitx.data import TokenBucketBatchSampler, collate
 from minitx.decoding import DEFAULT_BATCH_SIZE, DecodingConfig, beam_search, greedy_decode
@@ -1137,9 +1138,11 @@ def main() -> None:
         args.data_pairs = sorted({min(n, SMOKE_DATA_PAIRS) for n in args.data_pairs})
     if args.precisions is None:
         args.precisions = ["fp32", "bf16"] if on_gpu or cpu_has_fast_bf16() else ["fp32"]
+    kept = keep_freed_memory()  # as every minitx command does: its figures are theirs
     print(
         f"torch {torch.__version__}, {torch.get_num_threads()} threads, CPU capability "
-        f"{torch.backends.cpu.get_cpu_capability()}, native bf16: {cpu_has_fast_bf16()}"
+        f"{torch.backends.cpu.get_cpu_capability()}, native bf16: {cpu_has_fast_bf16()}, "
+        f"freed memory kept: {kept}"
     )
     if not on_gpu and (path := mkl_code_path()) is not None:
         generic = "Architecture" in path  # MKL's kernels for a CPU it does not know as Intel's

@@ -17,6 +17,7 @@ import sys
 import threading
 from functools import partial
 
+from minitx.cli.allocator import keep_freed_memory
 from minitx.cli.common import stop_while_starting
 
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -40,6 +41,7 @@ def launch(name: str) -> int:
     (the imports, building and parsing its command line)."""
     if sys.stderr is None:  # closed (2>&-): its messages are dropped, the work goes on
         sys.stderr = open(os.devnull, "w")  # noqa: SIM115 (open for the process's life)
+    keep_freed_memory()  # a step's tensors reuse the last step's pages (allocator.py)
     module, function = COMMANDS[name]
     guard = threading.current_thread() is threading.main_thread()  # where signals are handled
     previous = signal.signal(signal.SIGINT, stop_while_starting) if guard else None
