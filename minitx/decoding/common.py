@@ -54,7 +54,7 @@ def next_token_log_probs(
         # In place: a fresh (N, V) tensor every step (beam search: 640 x 8,000 floats) costs
         # the allocator's page faults, more than the softmax itself; no one else reads logits.
         logp = torch.log_softmax(logits, dim=-1, out=logits)
-    else:  # without the cache, logits[:, -1] is a strided view of (N, T, V)
+    else:  # a strided view of (N, T, V) without the cache, or logits that keep a gradient
         logp = torch.log_softmax(logits, dim=-1)
     logp[:, PAD_ID] = float("-inf")
     logp[:, BOS_ID] = float("-inf")
