@@ -99,7 +99,12 @@ def test_a_number_option_refuses_nan_and_infinity_on_one_line(
         (  # the length penalty's OverflowError, after the model had loaded
             "translate",
             ["--checkpoint", "x.ckpt", "--alpha", "1000"],
-            "--alpha must lie in [-10.0, 10.0], got 1000.0",
+            "--alpha must lie in [0, 10.0], got 1000.0",
+        ),
+        (  # a penalty that shrinks with length: an empty translation, exit status 0
+            "translate",
+            ["--checkpoint", "x.ckpt", "--alpha=-5"],
+            "--alpha must lie in [0, 10.0], got -5.0",
         ),
         ("evaluate", ["--checkpoint", "x.ckpt", "--limit", "0"], "--limit: must be at least 1"),
         (  # it fell back to the checkpoint's language without a word
@@ -146,6 +151,7 @@ def test_a_number_option_refuses_nan_and_infinity_on_one_line(
     ids=[
         "beam",
         "alpha",
+        "alpha-negative",
         "limit",
         "empty-language",
         "dpi",

@@ -450,8 +450,10 @@ def test_beam_search_config_rejects_bad_arguments(beam_size, n_best):
         ({"n_best": 2.0}, "n_best must be a whole number"),
         ({"beam_size": True}, "beam_size must be a whole number, got True"),
         # the penalty of a long output overflowed (OverflowError) or became 0 (ZeroDivisionError)
-        ({"alpha": 1000.0}, r"alpha must lie in \[-10.0, 10.0\], got 1000.0"),
-        ({"alpha": -1000.0}, r"alpha must lie in \[-10.0, 10.0\], got -1000.0"),
+        ({"alpha": 1000.0}, r"alpha must lie in \[0, 10.0\], got 1000.0"),
+        ({"alpha": -1000.0}, r"alpha must lie in \[0, 10.0\], got -1000.0"),
+        # a penalty that shrinks with length: the best of a beam search was eos alone
+        ({"alpha": -5.0}, r"alpha must lie in \[0, 10.0\], got -5.0"),
     ],
     ids=[
         "alpha-nan",
@@ -462,6 +464,7 @@ def test_beam_search_config_rejects_bad_arguments(beam_size, n_best):
         "nbest-float",
         "bool",
         "alpha-large",
+        "alpha-very-negative",
         "alpha-negative",
     ],
 )

@@ -504,6 +504,7 @@ def add_decoding_arguments(
     `attention_from_args` gives the attention settings.
     """
     from minitx.decoding import DEFAULT_BATCH_SIZE, DEFAULT_BEAM_SIZE, STRATEGIES, DecodingConfig
+    from minitx.decoding.config import MAX_ALPHA
     from minitx.hard_attention import ATTENTION_MODES, HARD_ATTENTION_SCOPES
 
     suffix = f" {what}" if what else ""
@@ -531,7 +532,8 @@ def add_decoding_arguments(
         type=finite_float,
         default=defaults.alpha,
         action=_StoreGiven,
-        help="length-penalty exponent ranking beam hypotheses (and samples); 0 disables it "
+        help="length-penalty exponent ranking beam hypotheses (and samples), 0 to "
+        f"{MAX_ALPHA:g}; 0 disables it "
         f"(default: {defaults.alpha})",
     )
     sampling = parser.add_argument_group(

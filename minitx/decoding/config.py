@@ -32,8 +32,8 @@ Xeon, batches of 128 decode greedily 1.12-1.29x as fast as batches of 64, beam s
 DEFAULT_ALPHA = 1.0
 """GNMT's length-penalty exponent where none is given (`DecodingConfig.alpha`)."""
 MAX_ALPHA = 10.0
-"""The largest length-penalty exponent either way: far beyond any useful one, far from where
-the penalty of a 1,023-piece output overflows (about 138)."""
+"""The largest length-penalty exponent: far beyond any useful one, far from where the penalty
+of a 1,023-piece output overflows (about 138)."""
 
 
 class DecodingStrategy:
@@ -129,7 +129,8 @@ class DecodingConfig:
         strategy: a name in `minitx.decoding.STRATEGIES` ("beam", "greedy", "sample", ...).
         beam_size: hypotheses kept per sentence by beam search (ignored by greedy).
         n_best: hypotheses returned per sentence (<= beam_size; 1 for greedy).
-        alpha: GNMT length-penalty exponent for ranking beam hypotheses; 0 disables it.
+        alpha: GNMT length-penalty exponent for ranking beam hypotheses, 0 to `MAX_ALPHA`;
+            0 disables it.
         max_len_a: length cap a·|src| + b generated tokens (eos included) ...
         max_len_b: ... per sentence.
         use_cache: reuse the keys and values of earlier steps (same result, much faster).
@@ -164,10 +165,13 @@ class DecodingConfig:
         STRATEGIES.check(self.strategy, where="DecodingConfig.strategy")
         if self.beam_size < 1:
             raise ConfigError(f"DecodingConfig.beam_size must be >= 1, got {self.beam_size}")
-        if abs(self.alpha) > MAX_ALPHA:  # ((5 + length) / 6) ** 1000 overflowed, ** -1000 was 0
+        # Above the cap ((5 + length) / 6) ** 1000 overflowed. Below 0 the penalty shrinks
+        # with length and so punishes long outputs twice: at -5 the best was eos alone, an
+        # empty translation that looks like an empty input line.
+        if not 0.0 <= self.alpha <= MAX_ALPHA:
             raise ConfigError(
-                f"DecodingConfig.alpha must lie in [-{MAX_ALPHA}, {MAX_ALPHA}], got {self.alpha} "
-                "(GNMT's length penalty uses 0.6 to 1)"
+                f"DecodingConfig.alpha must lie in [0, {MAX_ALPHA}], got {self.alpha} "
+                "(0 disables the length penalty; GNMT's uses 0.6 to 1)"
             )
         self._check_other_strategies_options()
         self.implementation.check(self)
