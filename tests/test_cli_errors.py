@@ -106,6 +106,16 @@ def test_a_number_option_refuses_nan_and_infinity_on_one_line(
             ["--checkpoint", "x.ckpt", "--alpha=-5"],
             "--alpha must lie in [0, 10.0], got -5.0",
         ),
+        (  # argparse kept the last: b.de alone was translated, a.de dropped without a word
+            "translate",
+            ["--checkpoint", "x.ckpt", "--input", "a.de", "--input", "b.de"],
+            "--input is given twice: give it once",
+        ),
+        (
+            "translate",
+            ["--checkpoint", "x.ckpt", "--output", "a.en", "--output", "-", "x"],
+            "--output is given twice: give it once",
+        ),
         ("evaluate", ["--checkpoint", "x.ckpt", "--limit", "0"], "--limit: must be at least 1"),
         (  # it fell back to the checkpoint's language without a word
             "evaluate",
@@ -152,6 +162,8 @@ def test_a_number_option_refuses_nan_and_infinity_on_one_line(
         "beam",
         "alpha",
         "alpha-negative",
+        "input-twice",
+        "output-twice",
         "limit",
         "empty-language",
         "dpi",

@@ -475,6 +475,18 @@ class _StoreGiven(argparse.Action):
         setattr(namespace, f"{self.dest}_given", True)
 
 
+class StoreOnce(argparse.Action):
+    """Store the value, refusing the option a second time: argparse keeps the last one, and
+    ``--input a.de --input b.de`` translated b.de alone without a word."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:  # noqa: ANN001
+        given = f"{self.dest}_given"
+        if getattr(namespace, given, False):
+            parser.error(f"{option_string} is given twice: give it once")
+        setattr(namespace, self.dest, values)
+        setattr(namespace, given, True)
+
+
 SAMPLING_FIELDS = ("temperature", "top_k", "top_p", "seed")
 """The `DecodingConfig` sampling fields, each set by its option (`option_for`): given only with
 ``--sample``, or a ``--strategy`` that reads the field."""

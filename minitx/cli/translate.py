@@ -24,6 +24,7 @@ from minitx.alignment import UNITS as ALIGNMENT_UNITS
 from minitx.alignment import AlignmentConfig, format_alignment
 from minitx.cli.common import (
     OneLineArgumentParser,
+    StoreOnce,
     UsageError,
     add_checkpoint_argument,
     add_decoding_arguments,
@@ -119,6 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--input",
         type=path_or_stream,
+        action=StoreOnce,
         metavar="FILE",
         help="read sentences from FILE (UTF-8, one per line; '-': standard input, which is read "
         "when no SENTENCE is given)",
@@ -126,6 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--output",
         type=path_or_stream,
+        action=StoreOnce,
         metavar="FILE",
         help="write translations to FILE (default, or '-': standard output)",
     )
