@@ -116,6 +116,11 @@ def test_a_number_option_refuses_nan_and_infinity_on_one_line(
             ["--checkpoint", "x.ckpt", "--output", "a.en", "--output", "-", "x"],
             "--output is given twice: give it once",
         ),
+        (  # a Path drops the ./: it was tried as the hub repo owner/name, with the hub's text
+            "translate",
+            ["--checkpoint", "./owner/name", "x"],
+            "./owner/name: no such file or directory",
+        ),
         ("evaluate", ["--checkpoint", "x.ckpt", "--limit", "0"], "--limit: must be at least 1"),
         (  # it fell back to the checkpoint's language without a word
             "evaluate",
@@ -164,6 +169,7 @@ def test_a_number_option_refuses_nan_and_infinity_on_one_line(
         "alpha-negative",
         "input-twice",
         "output-twice",
+        "explicit-path",
         "limit",
         "empty-language",
         "dpi",

@@ -438,8 +438,16 @@ def no_room_for_output(exc: BaseException) -> BaseException:
 
 def checkpoint_path(text: str) -> Path:
     """argparse ``type=`` of ``--checkpoint``: a path, never an empty one (``Path("")`` is the
-    current directory, which the commands then read as a damaged release)."""
-    return nonempty_path(text, expected="a .ckpt file, a release directory or a hub repo id")
+    current directory, which the commands then read as a damaged release). A missing path
+    written as one (``./``, ``../``, ``/``, ``~``) is refused here: as a `Path` it loses its
+    ``./``, and ``./owner/name`` was then tried as a hub repo id."""
+    path = nonempty_path(text, expected="a .ckpt file, a release directory or a hub repo id")
+    if text.startswith(("./", "../", "/", "~")) and not path.expanduser().exists():
+        raise argparse.ArgumentTypeError(
+            f"{text}: no such file or directory (a .ckpt file or a release directory; a path "
+            "that starts with ./, ../, / or ~ is never read as a hub repo id)"
+        )
+    return path.expanduser()
 
 
 def add_checkpoint_argument(parser: argparse.ArgumentParser) -> None:
