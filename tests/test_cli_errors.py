@@ -121,6 +121,11 @@ def test_a_number_option_refuses_nan_and_infinity_on_one_line(
             ["--checkpoint", "./owner/name", "x"],
             "./owner/name: no such file or directory",
         ),
+        (  # as a Path the / was lost: a file out.en was written
+            "translate",
+            ["--checkpoint", "x.ckpt", "--output", "out.en/", "x"],
+            "--output: out.en/ ends with /: give a file name",
+        ),
         ("evaluate", ["--checkpoint", "x.ckpt", "--limit", "0"], "--limit: must be at least 1"),
         (  # it fell back to the checkpoint's language without a word
             "evaluate",
@@ -170,6 +175,7 @@ def test_a_number_option_refuses_nan_and_infinity_on_one_line(
         "input-twice",
         "output-twice",
         "explicit-path",
+        "output-directory",
         "limit",
         "empty-language",
         "dpi",

@@ -167,8 +167,12 @@ def path_or_stream(text: str) -> Path | None:
     ``--input`` and ``--output``; minitx-evaluate reads its ``--json`` with it.
 
     Raises:
-        argparse.ArgumentTypeError: for an empty or blank value.
+        argparse.ArgumentTypeError: for an empty or blank value, or one that ends in ``/``
+            (a directory's name: as a `Path` it lost the ``/``, and ``--output out.en/``
+            wrote a file out.en).
     """
+    if text.endswith(os.sep):
+        raise argparse.ArgumentTypeError(f"{text} ends with {os.sep}: give a file name")
     return None if text == "-" else nonempty_path(text)
 
 
