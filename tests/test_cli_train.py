@@ -749,9 +749,27 @@ def test_ddp_two_cpu_processes(tmp_path: Path) -> None:
     result = run_python(cmd, cwd=tmp_path, env=env, timeout=240)  # rank 1: a new process
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "distributed_backend=gloo" in result.stdout + result.stderr
+    # Lightning's advice, once per epoch-level metric logged without sync_dist
+    assert "sync_dist=True" not in result.stdout + result.stderr
     (run_dir,) = run_dirs(tmp_path)
     assert (run_dir / "checkpoints" / "last.ckpt").is_file()
     assert len(logged(metrics(run_dir), "val/bleu")) == 3
+    # The epoch's target tokens of both processes: those of the same epoch in one process
+    # (it logged the logging process's share alone, about half)
+    single = [sys.executable, str(REPO / "scripts" / "train.py"), *TINY]
+    single += ["--trainer.max_epochs", "1", "--trainer.enable_progress_bar", "false"]
+    single += ["--test", "false", "--model.validation.validations_per_run", "0"]
+    (tmp_path / "alone").mkdir()
+    alone = run_python(single, cwd=tmp_path / "alone", env=env, timeout=240)
+    assert alone.returncode == 0, alone.stdout[-3000:] + alone.stderr[-3000:]
+    (alone_dir,) = run_dirs(tmp_path / "alone")
+    rows = metrics(run_dir)
+    assert logged(rows, "train/tokens") == logged(metrics(alone_dir), "train/tokens")
+    # and the epoch's rate counts them all, over the epoch's seconds
+    (rate,), (seconds,), (tokens,) = (
+        logged(rows, key) for key in ("train/tokens_per_sec", "train/epoch_seconds", "train/tokens")
+    )
+    assert rate * seconds == pytest.approx(tokens, rel=1e-3)
 
 
 @pytest.mark.filterwarnings("ignore:LightningCLI's args parameter")

@@ -185,8 +185,9 @@ class AttentionMapLogger(L.Callback):
 class TokenThroughput(L.Callback):
     """Log training speed: target tokens per second and seconds per epoch.
 
-    Each epoch `train/tokens_per_sec` and `train/epoch_seconds` (validation excluded), every
-    `log_every_n_steps` steps `train/tokens_per_sec_step`, and after each validation
+    Each epoch `train/tokens_per_sec` (under DDP, of every process together) and
+    `train/epoch_seconds` (validation excluded), every `log_every_n_steps` steps
+    `train/tokens_per_sec_step` (the logging process's own batches), and after each validation
     `time/fit_seconds` (validation included, as `trainer.max_time` counts), so that scores can
     be plotted over training time. An epoch resumed inside gets no epoch figures (its start
     was not seen). Lightning's `ThroughputMonitor` can count tokens too (its ``length_fn``),
@@ -243,7 +244,8 @@ class TokenThroughput(L.Callback):
     def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         fitting = trainer.state.fn == TrainerFn.FITTING and not trainer.sanity_checking
         if fitting:  # logged like, and at the step of, the val/ metrics
-            pl_module.log("time/fit_seconds", time.perf_counter() - self._fit_start)
+            seconds = time.perf_counter() - self._fit_start
+            pl_module.log("time/fit_seconds", seconds, sync_dist=True)  # DDP: the mean clock
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         seconds = time.perf_counter() - self._val_start
@@ -254,9 +256,14 @@ class TokenThroughput(L.Callback):
         if not self._epoch_started:  # resumed inside the epoch: its start is not known here
             return
         seconds = time.perf_counter() - self._epoch_start - self._val_seconds
+        # Under DDP the processes' tokens together (each counted its own batches); one
+        # process alone: its own count
+        tokens = trainer.strategy.reduce(
+            torch.tensor(float(self._epoch_tokens), device=pl_module.device), reduce_op="sum"
+        )
         metrics = {
             "train/epoch_seconds": seconds,
-            "train/tokens_per_sec": self._epoch_tokens / max(seconds, 1e-9),
+            "train/tokens_per_sec": float(tokens) / max(seconds, 1e-9),
         }
         self.last_tokens_per_sec = metrics["train/tokens_per_sec"]
         for lg in trainer.loggers:

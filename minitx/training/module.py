@@ -392,6 +392,7 @@ class TranslationModule(L.LightningModule):
             on_step=False,
             on_epoch=True,
             batch_size=1,
+            sync_dist=True,  # under DDP: every process's tokens, not the logging one's share
         )
         return loss
 
@@ -459,16 +460,19 @@ class TranslationModule(L.LightningModule):
             self.validation_examples += list(triples)[: max(wanted, 0)]
 
     def on_validation_epoch_end(self) -> None:
+        # Under DDP every process holds the same values (the metrics gather their shares in
+        # compute(), the translations are gathered): sync_dist averages equal numbers, and
+        # says so to Lightning, which otherwise warns once per metric.
         nll = self.val_nll.compute()
-        self.log("val/loss", self.val_loss.compute(), prog_bar=True)
-        self.log("val/ppl", torch.exp(nll))
+        self.log("val/loss", self.val_loss.compute(), prog_bar=True, sync_dist=True)
+        self.log("val/ppl", torch.exp(nll), sync_dist=True)
         self.val_loss.reset()
         self.val_nll.reset()
         if self._bleu_this_epoch():
             hypotheses, references = self._all_val_pairs()
             scores = corpus_scores(hypotheses, references)
-            self.log("val/bleu", scores.bleu.score, prog_bar=True)
-            self.log("val/chrf", scores.chrf.score)
+            self.log("val/bleu", scores.bleu.score, prog_bar=True, sync_dist=True)
+            self.log("val/chrf", scores.chrf.score, sync_dist=True)
             self.val_pairs = []
 
     def _all_val_pairs(self) -> tuple[list[str], list[str]]:
