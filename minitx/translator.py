@@ -26,7 +26,13 @@ from minitx.attribution import (
     check_methods,
     teacher_forced_attributions,
 )
-from minitx.decoding import DEFAULT_BATCH_SIZE, DecodingConfig, Hypothesis, generate
+from minitx.decoding import (
+    DEFAULT_BATCH_SIZE,
+    MAX_DECODER_ROWS,
+    DecodingConfig,
+    Hypothesis,
+    generate,
+)
 from minitx.errors import ConfigError, check_whole_number, is_whole_number
 from minitx.hard_attention import (
     check_attention_mode,
@@ -311,6 +317,9 @@ class Translator:
         `progress` hears of the empty sentences first, then of each batch once it is decoded.
         """
         results: list[list[Hypothesis] | None] = [None] * len(ids)
+        # Each sentence is `width` decoder rows (beams, samples): fewer sentences at once
+        # where a batch of them would pass MAX_DECODER_ROWS, whole sentences always.
+        batch_size = max(1, min(batch_size, MAX_DECODER_ROWS // decoding.width))
         batches = length_batches(ids, batch_size)
         report = progress or (lambda done: None)
         empty = len(ids) - sum(len(batch) for batch in batches)
@@ -380,7 +389,8 @@ class Translator:
 
         Args:
             decoding: decoding settings (default `DecodingConfig()`).
-            batch_size: sentences per batch (sorted by length internally).
+            batch_size: sentences per batch (sorted by length internally); fewer where their
+                beams or samples would pass `MAX_DECODER_ROWS` decoder rows.
             first_line: the line number of the first sentence, for warnings.
             progress: called with the number of sentences finished, after each batch.
             **changes: `DecodingConfig` fields to override, e.g. `beam_size=5, n_best=3`,

@@ -196,6 +196,43 @@ def test_progress_hears_of_every_sentence_batch_by_batch(translator: Translator)
     assert heard == [3]  # one batch of 64
 
 
+def test_wide_searches_decode_fewer_sentences_at_once(
+    translator: Translator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Beams or samples times sentences stay within MAX_DECODER_ROWS (a batch of 16 sentences
+    at beam 8,000 was killed for memory), down to one whole sentence; the results are those
+    of the full batch."""
+    import minitx.translator as translator_module
+
+    sentences = TOY_TEST_SOURCES[:5]
+    wide = {"beam_size": 4, "n_best": 2}
+    full = translator.translate_n_best(sentences, **wide)
+    for rows, per_batch in ((8, [2, 2, 1]), (3, [1] * 5)):  # 2 sentences of 4 beams; fewer: 1
+        monkeypatch.setattr(translator_module, "MAX_DECODER_ROWS", rows)
+        heard: list[int] = []
+        got = translator.translate_n_best(sentences, **wide, progress=heard.append)
+        assert [[text for text, _ in hyps] for hyps in got] == [
+            [text for text, _ in hyps] for hyps in full
+        ]
+        scores = [score for hyps in got for _, score in hyps]  # other shapes: other roundings
+        assert scores == pytest.approx([score for hyps in full for _, score in hyps], abs=1e-5)
+        assert heard == per_batch
+    heard.clear()
+    samples = {"strategy": "sample", "n_best": 4, "seed": 1}
+    assert translator.translate_n_best(sentences, **samples, progress=heard.append)
+    assert heard == [1] * 5
+
+
+def test_more_samples_than_the_cap_are_refused() -> None:
+    from minitx.decoding.config import MAX_SAMPLES
+
+    with pytest.raises(
+        ConfigError, match=rf"samples per sentence\) must lie in \[1, {MAX_SAMPLES}\]"
+    ):
+        DecodingConfig(strategy="sample", n_best=MAX_SAMPLES + 1)
+    assert DecodingConfig(strategy="sample", n_best=MAX_SAMPLES).width == MAX_SAMPLES
+
+
 def test_n_best_sorted_by_score(translator: Translator) -> None:
     results = translator.translate_n_best(SENTENCES, beam_size=4, n_best=3)
     assert len(results) == len(SENTENCES)

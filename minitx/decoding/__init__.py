@@ -13,6 +13,7 @@ from minitx.decoding.common import Hypothesis, length_penalty, max_target_length
 from minitx.decoding.config import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_BEAM_SIZE,
+    MAX_DECODER_ROWS,
     STRATEGIES,
     DecodingConfig,
     DecodingStrategy,
@@ -25,6 +26,7 @@ from minitx.decoding.strategies import generate
 __all__ = [
     "DEFAULT_BATCH_SIZE",
     "DEFAULT_BEAM_SIZE",
+    "MAX_DECODER_ROWS",
     "STRATEGIES",
     "DecodingConfig",
     "DecodingStrategy",

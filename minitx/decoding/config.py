@@ -29,6 +29,14 @@ DEFAULT_BATCH_SIZE = 128
 the CTranslate2 wrapper). Every decoding step has a cost that more rows share: on a 2-core
 Xeon, batches of 128 decode greedily 1.12-1.29x as fast as batches of 64, beam search
 1.03-1.06x (docs/results.md, "CTranslate2"). Peak memory grows with it for long inputs."""
+MAX_DECODER_ROWS = 8 * DEFAULT_BATCH_SIZE * DEFAULT_BEAM_SIZE
+"""The most decoder rows (sentences x beams or samples) `Translator` decodes at once: it takes
+fewer sentences per batch above it, never fewer than one. 16 sentences at beam 8,000 asked
+for more than 24 GB and were killed without a word; 5,120 rows of the default model hold
+about 3 GB of keys and values at 100 target positions."""
+MAX_SAMPLES = 10_000
+"""The most samples per sentence: each is a decoder row, and one sentence is decoded whole
+(10,000 took 4 GB with the default model; 100,000 were killed without a word)."""
 DEFAULT_ALPHA = 1.0
 """GNMT's length-penalty exponent where none is given (`DecodingConfig.alpha`)."""
 MAX_ALPHA = 10.0
@@ -143,8 +151,8 @@ class DecodingConfig:
             `minitx.decoding.sampling`).
 
     The strategy validates the settings it reads (`DecodingStrategy.check`): for "sample",
-    `n_best` is the number of samples drawn per sentence (any number), returned best score
-    first. A strategy's exclusive options (the sampling fields) must keep their defaults under
+    `n_best` is the number of samples drawn per sentence (up to `MAX_SAMPLES`), returned best
+    score first. A strategy's exclusive options (the sampling fields) must keep their defaults under
     the other strategies, so that no setting is silently ignored.
     """
 

@@ -15,6 +15,7 @@ from minitx.decoding.beam import beam_search
 from minitx.decoding.common import Hypothesis, until_eos
 from minitx.decoding.config import (
     DEFAULT_ALPHA,
+    MAX_SAMPLES,
     STRATEGIES,
     DecodingConfig,
     DecodingStrategy,
@@ -105,9 +106,10 @@ class Sampling(DecodingStrategy):
         seed = config.seed
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise ConfigError(f"DecodingConfig.seed must be an integer or None, got {seed!r}")
-        if config.n_best < 1:
+        if not 1 <= config.n_best <= MAX_SAMPLES:
             raise ConfigError(
-                f"DecodingConfig.n_best (samples per sentence) must be >= 1, got {config.n_best}"
+                f"DecodingConfig.n_best (samples per sentence) must lie in [1, {MAX_SAMPLES}], "
+                f"got {config.n_best}"
             )
 
     def describe(self, config: DecodingConfig) -> str:
