@@ -46,12 +46,26 @@ def trains_on_cpu(accelerator: Any) -> bool:
     return accelerator == "cpu"
 
 
+FP16_MIXED_PRECISIONS: tuple[str, ...] = ("16-mixed", "16")
+"""Lightning precision settings of fp16 autocast, which has no CPU kernels: Lightning runs
+them as bf16-mixed there, with warnings of its own."""
+
+
 def resolve_precision(precision: Any, accelerator: Any) -> tuple[Any, str | None]:
-    """The precision to train with ("32-true" for bf16 on a CPU without bf16 instructions,
-    unless `MINITX_KEEP_BF16` is 1), and a note to print when it differs from `precision`."""
+    """The precision to train with, and a note to print when it differs from `precision`:
+    on a CPU, fp16 autocast becomes bf16 autocast (as Lightning would make it, with warnings
+    of its own), and bf16 on a CPU without bf16 instructions "32-true" (unless
+    `MINITX_KEEP_BF16` is 1)."""
+    if not trains_on_cpu(accelerator):
+        return precision, None
+    if str(precision) in FP16_MIXED_PRECISIONS:
+        chosen, note = resolve_precision("bf16-mixed", accelerator)
+        fp16 = f"trainer.precision {precision}: fp16 autocast does not run on a CPU"
+        return chosen, f"{fp16}; training in bf16 (bf16-mixed) instead." if note is None else (
+            f"{fp16}; and {note}"
+        )
     if (
         str(precision) not in BF16_PRECISIONS
-        or not trains_on_cpu(accelerator)
         or os.environ.get(KEEP_BF16_ENV) == "1"
         or cpu_has_fast_bf16()
     ):
