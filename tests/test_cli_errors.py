@@ -119,7 +119,7 @@ def test_a_number_option_refuses_nan_and_infinity_on_one_line(
         (  # a Path drops the ./: it was tried as the hub repo owner/name, with the hub's text
             "translate",
             ["--checkpoint", "./owner/name", "x"],
-            "./owner/name: no such file or directory",
+            "checkpoint not found: ./owner/name",
         ),
         (  # as a Path the / was lost: a file out.en was written
             "translate",

@@ -340,8 +340,10 @@ def test_command_reports_a_missing_checkpoint(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     argv = ["--checkpoint", str(tmp_path / "nope.ckpt"), "--out", str(tmp_path / "out")]
-    assert ct2_cli.main(argv) == 2
-    assert capsys.readouterr().err.startswith("error: checkpoint not found")
+    with pytest.raises(SystemExit) as exit_info:  # refused while the options are read
+        ct2_cli.main(argv)
+    assert exit_info.value.code == 2
+    assert "checkpoint not found: " in capsys.readouterr().err
 
 
 def test_command_refuses_an_unknown_quantization(
@@ -352,3 +354,7 @@ def test_command_refuses_an_unknown_quantization(
     [line] = capsys.readouterr().err.strip().splitlines()
     assert line.startswith("error: unknown CTranslate2 quantization 'int3'; choose from ")
     assert "int8" in line and not (tmp_path / "out").exists()
+    # before --out's check: "--out exists already; pass --force", then this error after it
+    (tmp_path / "out").mkdir()
+    assert ct2_cli.main([*argv, "--quantization", "int3"]) == 2
+    assert "unknown CTranslate2 quantization 'int3'" in capsys.readouterr().err

@@ -448,7 +448,7 @@ def checkpoint_path(text: str) -> Path:
     path = nonempty_path(text, expected="a .ckpt file, a release directory or a hub repo id")
     if text.startswith(("./", "../", "/", "~")) and not path.expanduser().exists():
         raise argparse.ArgumentTypeError(
-            f"{text}: no such file or directory (a .ckpt file or a release directory; a path "
+            f"checkpoint not found: {text} (pass a .ckpt file or a release directory; a path "
             "that starts with ./, ../, / or ~ is never read as a hub repo id)"
         )
     return path.expanduser()

@@ -243,12 +243,7 @@ def export_model(
         MissingExtraError: ctranslate2 is not installed.
     """
     out = Path(out_dir)
-    ct2 = require_extra("ctranslate2", "export", _FEATURE)
-    accepted = ct2.specs.model_spec.ACCEPTED_MODEL_TYPES
-    if quantization is not None and quantization not in accepted:
-        raise ConfigError(
-            f"unknown CTranslate2 quantization {quantization!r}; choose from {', '.join(accepted)}"
-        )
+    _check_quantization(quantization)
     check_output_dir(out, force=force, kind=OUTPUT_KIND)
     spec = transformer_spec(model, tokenizer)
     spec.validate()
@@ -265,6 +260,21 @@ def export_model(
         }
         (tmp / INFO_FILE).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
     return out
+
+
+def _check_quantization(quantization: str | None) -> None:
+    """Refuse a `quantization` (None: float32) that is no weight type CTranslate2 accepts.
+
+    Raises:
+        ConfigError: an unknown `quantization`.
+        MissingExtraError: ctranslate2 is not installed.
+    """
+    ct2 = require_extra("ctranslate2", "export", _FEATURE)
+    accepted = ct2.specs.model_spec.ACCEPTED_MODEL_TYPES
+    if quantization is not None and quantization not in accepted:
+        raise ConfigError(
+            f"unknown CTranslate2 quantization {quantization!r}; choose from {', '.join(accepted)}"
+        )
 
 
 def export_ctranslate2(
@@ -287,7 +297,7 @@ def export_ctranslate2(
         OutputError: as `export_model`, or `out_dir` holds `checkpoint`.
         ConfigError, MissingExtraError: as `export_model`.
     """
-    require_extra("ctranslate2", "export", _FEATURE)  # fail before loading anything
+    _check_quantization(quantization)  # fail before loading anything, and before --out's check
     # the inputs, before loading
     check_output_dir(out_dir, inputs=[checkpoint], force=force, kind=OUTPUT_KIND)
     loaded = release.load(checkpoint)
