@@ -132,6 +132,11 @@ def test_a_number_option_refuses_nan_and_infinity_on_one_line(
             ["--checkpoint", "x.ckpt", "--src-lang", ""],
             "--src-lang is empty; give a language code such as de, or leave it out",
         ),
+        (  # it named neither the flags nor what to give
+            "evaluate",
+            ["--checkpoint", "x.ckpt", "--src-lang", "de", "--tgt-lang", "de"],
+            "give two different languages",
+        ),
         ("visualize", ["Ein Hund.", "--checkpoint", "x.ckpt", "--dpi", "0"], "--dpi must be"),
         (
             "visualize",
@@ -178,6 +183,7 @@ def test_a_number_option_refuses_nan_and_infinity_on_one_line(
         "output-directory",
         "limit",
         "empty-language",
+        "same-language",
         "dpi",
         "huge-dpi",
         "ig-steps-huge",

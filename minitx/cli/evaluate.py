@@ -150,6 +150,10 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
     for flag, lang in (("--src-lang", args.src_lang), ("--tgt-lang", args.tgt_lang)):
         if lang is not None and not lang.strip():  # it fell back to the default without a word
             parser.error(f"{flag} is empty; give a language code such as de, or leave it out")
+    if args.src_lang is not None and args.src_lang == args.tgt_lang:  # before the model loads
+        parser.error(
+            f"--src-lang and --tgt-lang are both {args.src_lang!r}: give two different languages"
+        )
     if not SPLIT_NAME.fullmatch(args.split):
         parser.error(
             f"--split {args.split!r}: give {', '.join(SPLITS)} or a file stem (letters, digits, "

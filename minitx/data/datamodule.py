@@ -27,6 +27,7 @@ from minitx.data.prepare import prepare_split
 from minitx.data.sample import sample_sentences
 from minitx.data.sources import (
     DEFAULT_SOURCE,
+    check_languages,
     open_parallel_corpus,
     resolve_data_source,
 )
@@ -118,8 +119,7 @@ class TranslationDataModule(L.LightningDataModule):
         prepare_data_per_node: bool = True,
     ) -> None:
         super().__init__()
-        if src_lang == tgt_lang:
-            raise ConfigError(f"src_lang and tgt_lang are both {src_lang!r}; they must differ.")
+        check_languages(src_lang, tgt_lang)
         for name, value in (("max_tokens", max_tokens), ("pad_multiple", pad_multiple)):
             if value < 1:
                 raise ConfigError(f"{name} must be >= 1, got {value}.")

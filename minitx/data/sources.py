@@ -25,7 +25,7 @@ from pathlib import Path
 import datasets
 
 from minitx.data.streams import HubStream, JsonlStream, PairStream, RawFilesStream
-from minitx.errors import DataError, MissingFileError, SourceUnreachableError
+from minitx.errors import ConfigError, DataError, MissingFileError, SourceUnreachableError
 
 logger = logging.getLogger(__name__)
 
@@ -122,6 +122,20 @@ HUB_OPTIONS: tuple[str, ...] = ("name", "revision", "data_dir")
 the repository (``data_dir``)."""
 
 
+def check_languages(src_lang: str, tgt_lang: str) -> None:
+    """Refuse a pair of one language twice, before anything is read.
+
+    Raises:
+        ConfigError: `src_lang` equals `tgt_lang`.
+    """
+    if src_lang == tgt_lang:
+        raise ConfigError(
+            f"src_lang and tgt_lang are both {src_lang!r}: give two different languages "
+            "(data.src_lang and data.tgt_lang in training, --src-lang and --tgt-lang in "
+            "minitx-evaluate)"
+        )
+
+
 def open_parallel_corpus(
     source: str,
     src_lang: str,
@@ -148,6 +162,7 @@ def open_parallel_corpus(
         split name -> stream, in the order of ``splits``.
 
     Raises:
+        ConfigError: the same language twice (`check_languages`).
         DataError: a single file as the source, a hub dataset without the split or language
             asked for, unknown ``hub_options``.
         MissingFileError: a local path that does not exist, or missing ``{split}.{lang}`` /
@@ -155,8 +170,7 @@ def open_parallel_corpus(
         SourceUnreachableError: the hub could not be reached (the message says how to use
             local files).
     """
-    if src_lang == tgt_lang:
-        raise DataError(f"src_lang and tgt_lang are both {src_lang!r}; they must differ.")
+    check_languages(src_lang, tgt_lang)
     langs = (src_lang, tgt_lang)
     if source.startswith(BUILTIN_PREFIX):
         source = str(builtin_corpus_dir(source.removeprefix(BUILTIN_PREFIX)))
