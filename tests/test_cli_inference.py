@@ -748,7 +748,7 @@ def test_evaluate_another_language_pair_keeps_the_checkpoints_hypotheses(
 @pytest.mark.parametrize(
     ("args", "empty", "message"),
     [
-        (["--src-lang", "de", "--tgt-lang", "de"], False, "src_lang and tgt_lang are both 'de'"),
+        (["--tgt-lang", "de"], False, "src_lang and tgt_lang are both 'de'"),  # de: the model's
         (["--data", "EMPTY"], True, "has no non-empty sentence pairs (2 lines, none with both"),
     ],
     ids=["same-language", "no-pair"],
