@@ -33,7 +33,7 @@ from minitx.data import (
     resolve_data_source,
     round_up,
 )
-from minitx.errors import DataError, MissingFileError
+from minitx.errors import ConfigError, DataError, MissingFileError
 from minitx.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 SPLIT_FILES = {"train": "train", "validation": "val", "test": "test_2016_flickr"}
@@ -88,7 +88,7 @@ def test_language_direction_is_configurable(toy_corpus_dir: Path) -> None:
         "en": _lines(toy_corpus_dir / "train.en")[0],
         "de": _lines(toy_corpus_dir / "train.de")[0],
     }
-    with pytest.raises(ValueError, match="must differ"):
+    with pytest.raises(ConfigError, match="both 'de': give two different languages"):
         load_parallel_corpus(str(toy_corpus_dir), "de", "de")
 
 
@@ -748,7 +748,7 @@ def test_datamodule_uses_env_override_for_hub_default(
 
 
 def test_datamodule_argument_errors(toy_corpus_dir: Path) -> None:
-    with pytest.raises(ValueError, match="must differ"):
+    with pytest.raises(ConfigError, match="both 'en': give two different languages"):
         TranslationDataModule(src_lang="en", tgt_lang="en")
     with pytest.raises(ValueError, match="max_tokens must be >= 1"):
         TranslationDataModule(max_tokens=0)

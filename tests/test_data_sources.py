@@ -40,18 +40,3 @@ def test_unknown_builtin_corpus_names_the_choices():
         load_parallel_corpus("builtin:wmt", "de", "en")
     with pytest.raises(ValueError, match="unknown builtin corpus"):
         resolve_data_source("builtin:wmt")
-
-
-def test_one_language_twice_is_a_config_error_naming_the_settings(tmp_path: Path) -> None:
-    """The loader and the data module refuse it with one message (two copies said "they must
-    differ", as two error types, naming no setting)."""
-    from minitx.data.datamodule import TranslationDataModule
-    from minitx.data.sources import open_parallel_corpus
-    from minitx.errors import ConfigError
-
-    for make in (
-        lambda: open_parallel_corpus(str(tmp_path), "de", "de"),
-        lambda: TranslationDataModule(source=str(tmp_path), src_lang="de", tgt_lang="de"),
-    ):
-        with pytest.raises(ConfigError, match="both 'de': give two different languages"):
-            make()
