@@ -149,6 +149,28 @@ def test_an_address_the_server_cannot_listen_on_is_refused_before_loading(
     assert err.startswith(f"error: cannot serve on {host}:{port}: ") and err.count("\n") == 1
 
 
+def test_serving_beyond_this_machine_is_said_before_loading(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """--host 0.0.0.0 passed without a word, though the page has no login."""
+    from minitx.extras.demo import command, page
+    from minitx.translator import Translator
+
+    class Stop(Exception):
+        pass
+
+    def stop(*args: Any, **kwargs: Any) -> None:
+        raise Stop
+
+    monkeypatch.setattr(Translator, "from_pretrained", stop)
+    monkeypatch.setattr(page, "import_gradio", lambda: None)  # the page itself is not built
+    for host, exposed in (("0.0.0.0", True), ("127.0.0.1", False), ("localhost", False)):
+        with pytest.raises(Stop):
+            command.run(command.build_parser().parse_args(["--checkpoint", "x", "--host", host]))
+        err = capsys.readouterr().err
+        assert ("serves the page beyond this machine" in err) == exposed, (host, err)
+
+
 # ---------------------------------------------------------------------- input limits
 
 

@@ -16,6 +16,7 @@ or foreign checkpoint, Gradio not installed, port taken, a ``--max-chars`` or
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import socket
 import sys
 
@@ -74,10 +75,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def check_address(host: str, port: int) -> None:
+def check_address(host: str, port: int) -> bool:
     """Refuse, before the model loads, an address the server cannot listen on: a host name
     that does not resolve, an address that is not this machine's, a port in use. (Gradio's
     server would log its own error lines first, then give up.)
+
+    Returns:
+        Whether the address is a loopback one (reachable from this machine only).
 
     Raises:
         UsageError: naming the address and why.
@@ -93,13 +97,20 @@ def check_address(host: str, port: int) -> None:
             f"cannot serve on {host}:{port}: {reason}; choose another --port, or a --host of "
             "this machine (127.0.0.1, or 0.0.0.0 for every address)"
         ) from None
+    return ipaddress.ip_address(address[0]).is_loopback
 
 
 def run(args: argparse.Namespace) -> int:
     """Load the checkpoint, build the page, serve it until Ctrl-C."""
     from minitx.extras.demo.page import build_demo, import_gradio, launch  # Gradio loads only here
 
-    check_address(args.host, args.port)
+    if not check_address(args.host, args.port):  # the page has no login: say who can use it
+        print(
+            f"note: --host {args.host} serves the page beyond this machine: anyone who can "
+            f"reach port {args.port} here can use it",
+            file=sys.stderr,
+            flush=True,
+        )
     import_gradio()  # before loading the model: a missing extra is reported at once
     from minitx.translator import Translator
 
