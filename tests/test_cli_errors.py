@@ -137,6 +137,11 @@ def test_a_number_option_refuses_nan_and_infinity_on_one_line(
             ["--checkpoint", "x.ckpt", "--src-lang", "de", "--tgt-lang", "de"],
             "give two different languages",
         ),
+        (  # "unrecognized arguments: Hund rennt." alone
+            "visualize",
+            ["--checkpoint", "x.ckpt", "Ein", "Hund", "rennt."],
+            "unrecognized arguments: Hund rennt.; give one SENTENCE: quote it if it has spaces",
+        ),
         ("visualize", ["Ein Hund.", "--checkpoint", "x.ckpt", "--dpi", "0"], "--dpi must be"),
         (
             "visualize",
@@ -184,6 +189,7 @@ def test_a_number_option_refuses_nan_and_infinity_on_one_line(
         "limit",
         "empty-language",
         "same-language",
+        "unquoted-sentence",
         "dpi",
         "huge-dpi",
         "ig-steps-huge",

@@ -88,11 +88,18 @@ class OneLineArgumentParser(argparse.ArgumentParser):
     (``--help`` shows it; ``MINITX_DEBUG=1`` keeps argparse's own report). minitx-train's
     jsonargparse parser (`minitx.cli.train.OneLineErrorParser`) reports the same way."""
 
+    one_positional: str | None = None
+    """The name of a command's one positional argument (minitx-visualize: "SENTENCE"): extra
+    words are then an unquoted sentence, and the error says to quote it."""
+
     def error(self, message: str) -> NoReturn:
         """Print ``error: <message>`` on one line and exit with status 2."""
         if debug_requested():
             super().error(message)
         one_line = " ".join(message.split())
+        extra = one_line.removeprefix("unrecognized arguments: ")
+        if self.one_positional and extra != one_line and not extra.startswith("-"):
+            one_line += f"; give one {self.one_positional}: quote it if it has spaces"
         print(f"error: {one_line}  ({self.prog} --help shows the usage)", file=sys.stderr)
         raise SystemExit(EXIT_USER_ERROR)
 

@@ -47,7 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
             "heatmaps (per kind and layer) and a standalone HTML viewer."
         ),
     )
-    parser.add_argument("sentence", help="source sentence to translate")
+    parser.add_argument("sentence", metavar="SENTENCE", help="source sentence to translate")
+    parser.one_positional = "SENTENCE"
     add_checkpoint_argument(parser)
     parser.add_argument(
         "--out-dir",
