@@ -152,8 +152,8 @@ class DecodingConfig:
 
     The strategy validates the settings it reads (`DecodingStrategy.check`): for "sample",
     `n_best` is the number of samples drawn per sentence (up to `MAX_SAMPLES`), returned best
-    score first. A strategy's exclusive options (the sampling fields) must keep their defaults under
-    the other strategies, so that no setting is silently ignored.
+    score first. A strategy's exclusive options (the sampling fields) must keep their defaults
+    under the other strategies, so that no setting is silently ignored.
     """
 
     strategy: str = "beam"
