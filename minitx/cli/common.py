@@ -453,12 +453,13 @@ def checkpoint_path(text: str) -> Path:
     written as one (``./``, ``../``, ``/``, ``~``) is refused here: as a `Path` it loses its
     ``./``, and ``./owner/name`` was then tried as a hub repo id."""
     path = nonempty_path(text, expected="a .ckpt file, a release directory or a hub repo id")
-    if text.startswith(("./", "../", "/", "~")) and not path.expanduser().exists():
+    path = path.expanduser()
+    if text.startswith(("./", "../", "/", "~")) and not path.exists():
         raise argparse.ArgumentTypeError(
             f"checkpoint not found: {text} (pass a .ckpt file or a release directory; a path "
             "that starts with ./, ../, / or ~ is never read as a hub repo id)"
         )
-    return path.expanduser()
+    return path
 
 
 def add_checkpoint_argument(parser: argparse.ArgumentParser) -> None:
@@ -494,16 +495,14 @@ class _StoreGiven(argparse.Action):
         setattr(namespace, f"{self.dest}_given", True)
 
 
-class StoreOnce(argparse.Action):
-    """Store the value, refusing the option a second time: argparse keeps the last one, and
+class StoreOnce(_StoreGiven):
+    """`_StoreGiven`, refusing the option a second time: argparse keeps the last one, and
     ``--input a.de --input b.de`` translated b.de alone without a word."""
 
     def __call__(self, parser, namespace, values, option_string=None) -> None:  # noqa: ANN001
-        given = f"{self.dest}_given"
-        if getattr(namespace, given, False):
+        if getattr(namespace, f"{self.dest}_given", False):
             parser.error(f"{option_string} is given twice: give it once")
-        setattr(namespace, self.dest, values)
-        setattr(namespace, given, True)
+        super().__call__(parser, namespace, values, option_string)
 
 
 SAMPLING_FIELDS = ("temperature", "top_k", "top_p", "seed")
