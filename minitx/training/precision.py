@@ -61,9 +61,9 @@ def resolve_precision(precision: Any, accelerator: Any) -> tuple[Any, str | None
     if str(precision) in FP16_MIXED_PRECISIONS:
         chosen, note = resolve_precision("bf16-mixed", accelerator)
         fp16 = f"trainer.precision {precision}: fp16 autocast does not run on a CPU"
-        return chosen, f"{fp16}; training in bf16 (bf16-mixed) instead." if note is None else (
-            f"{fp16}; and {note}"
-        )
+        if note is None:
+            return chosen, f"{fp16}; training in bf16 (bf16-mixed) instead."
+        return chosen, f"{fp16}; and {note}"  # and then fp32: no bf16 instructions
     if (
         str(precision) not in BF16_PRECISIONS
         or os.environ.get(KEEP_BF16_ENV) == "1"
