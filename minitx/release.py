@@ -546,18 +546,26 @@ def save_pretrained(
 
 
 def check_release_dir(directory: Path, flag: str = "the release directory") -> None:
-    """Refuse a `directory` to write a release into that holds anything but an earlier
-    release's files (`RELEASE_FILES`) whose config.json is a minitx release's (a Hugging Face
-    model has the same file names). An older-format or edited release may be replaced:
-    re-exporting is the fix its loading error suggests.
+    """Refuse a `directory` to write a release into that lies inside a release, or holds
+    anything but an earlier release's files (`RELEASE_FILES`) whose config.json is a minitx
+    release's (a Hugging Face model has the same file names). An older-format or edited
+    release may be replaced: re-exporting is the fix its loading error suggests.
 
     Raises:
-        OutputError: `directory` is a file, holds other files, or holds another's release.
+        OutputError: `directory` is a file, lies inside a release, holds other files, or
+            holds another's release.
     """
     if directory.exists() and not directory.is_dir():
         raise OutputError(f"{flag} {directory} is a file; give a directory")
     if not directory.exists() and (blocked := file_in_the_way(directory.parent)):
         raise OutputError(f"{flag} {directory}: {blocked}")
+    # A release inside a release: the outer one would hold a foreign folder, and exporting
+    # into it again would be refused for it.
+    outer = next((p for p in directory.absolute().parents if _is_release(p)), None)
+    if outer is not None:
+        raise OutputError(
+            f"{flag} {directory} lies inside the release {outer}; give a directory outside it"
+        )
     if not directory.is_dir() or not any(directory.iterdir()):
         return
     foreign = sorted(p.name for p in directory.iterdir() if p.name not in RELEASE_FILES)
@@ -573,6 +581,17 @@ def check_release_dir(directory: Path, flag: str = "the release directory") -> N
             f"{flag} {directory} holds files that are not a minitx release ({CONFIG_FILE}: "
             f"{' '.join(str(exc).split())[:200]}); give a new or empty directory"
         ) from None
+
+
+def _is_release(directory: Path) -> bool:
+    """Whether `directory` holds a minitx release's config.json (`read_config_json`)."""
+    if not (directory / CONFIG_FILE).is_file():
+        return False
+    try:
+        read_config_json(directory)
+    except (CheckpointError, OSError):
+        return False
+    return True
 
 
 def _write_release(

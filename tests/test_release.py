@@ -185,6 +185,19 @@ def test_save_pretrained_refuses_a_directory_with_other_files(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
 
 
+def test_save_pretrained_refuses_a_directory_inside_a_release(
+    original: Translator, tmp_path: Path
+) -> None:
+    outer = tmp_path / "rel"
+    original.save_pretrained(outer)
+    before = sorted(p.name for p in outer.iterdir())
+    for inside in (outer / "sub", outer / "a" / "b"):
+        with pytest.raises(OutputError, match=rf"lies inside the release {outer}; give a"):
+            original.save_pretrained(inside)
+    assert sorted(p.name for p in outer.iterdir()) == before
+    original.save_pretrained(outer)  # the release itself may still be replaced
+
+
 # ------------------------------------------------------------------------------ one path
 def test_ckpt_release_dir_and_hub_id_load_through_one_path(
     tiny_checkpoint: Path, release_dir: Path, original: Translator, monkeypatch: pytest.MonkeyPatch
