@@ -128,7 +128,11 @@ def test_debug_env_shows_the_traceback(tmp_path: Path, monkeypatch: pytest.Monke
         (["--model.optim.skip_bad_batches", "-1"], r"model.optim.skip_bad_batches must be >= 0"),
         (["--ckpt_path", "last"], r"no runs/tiny/\*/checkpoints/last.ckpt to resume from"),
         (["--model.transformer.n_heads", "abc"], r"model.transformer.n_heads.*Expected .*int"),
-        (["--data.max_lenn", "3"], r"unrecognized arguments: --data.max_lenn 3 .*--help"),
+        (
+            ["--data.max_lenn", "3"],
+            r"unrecognized arguments: --data.max_lenn 3; did you mean --data.max_len\? .*--help",
+        ),
+        (["--trainr.max_steps=3"], r"--trainr.max_steps=3; did you mean --trainer.max_steps\?"),
         (["--model.transformer.score", "cosin"], r"unknown attention score 'cosin'; choose one"),
         (
             ["--config", "a_checkpoint"],
@@ -151,6 +155,7 @@ def test_debug_env_shows_the_traceback(tmp_path: Path, monkeypatch: pytest.Monke
         "nothing-to-resume",
         "not-a-number",
         "misspelt-key",
+        "misspelt-section",
         "unknown-score",
         "checkpoint-as-config",
         "checkpoint-as-short-config",

@@ -555,9 +555,19 @@ class OneLineErrorParser(LightningArgumentParser):
     def error(self, message: str, ex: Exception | None = None) -> NoReturn:
         if not self.exit_on_error or debug_requested():
             super().error(message, ex)
-        one_line = _choices_message(" ".join(str(message).split()))
+        one_line = _choices_message(" ".join(str(message).split())) + self._did_you_mean(message)
         print(f"error: {one_line}  ({_command()} --help lists every key)", file=sys.stderr)
         raise SystemExit(EXIT_USER_ERROR)
+
+    def _did_you_mean(self, message: str) -> str:
+        """'; did you mean --KEY?' for the first unrecognized --flag that is close to a key,
+        as a config file's misspelt key gets (`_check_sections`); else ''."""
+        unknown = re.match(r"unrecognized arguments: (--[^\s=]+)", str(message))
+        if not unknown:
+            return ""
+        keys = [f"--{key}" for key in self.get_defaults().keys() if not key.startswith("_")]
+        close = difflib.get_close_matches(unknown.group(1), keys, n=1)
+        return f"; did you mean {close[0]}?" if close else ""
 
 
 def _choices_message(message: str) -> str:
