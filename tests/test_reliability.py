@@ -549,6 +549,27 @@ def test_a_runs_last_checkpoint_from_another_directory_says_how_to_continue_in_p
     )
 
 
+def test_a_resumed_run_keeps_its_best_checkpoint_after_the_run_directory_moved(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Resumed under another path to its directory (absolute where it was relative, then
+    moved), a run still knows the score of the best checkpoint it kept: it keeps one best
+    checkpoint, the best of every validation. (Lightning alone forgot the score, so the next
+    validation, however much worse, became "best" and the older file stayed behind.)"""
+    monkeypatch.chdir(tmp_path)
+    args = TINY + QUIET + ["--ckpt_path", "last"]
+    main(TINY + QUIET + ["--trainer.max_epochs", "1"])
+    main(args + ["--trainer.max_epochs", "2", "--runs_dir", str(tmp_path / "runs")])
+    (tmp_path / "runs").rename(tmp_path / "moved")
+    run = main(args + ["--trainer.max_epochs", "3", "--runs_dir", "moved"])
+    (run_dir,) = (tmp_path / "moved" / "tiny").iterdir()
+    callback = run.trainer.checkpoint_callback
+    kept = sorted((run_dir / "checkpoints").glob("epoch*.ckpt"))
+    scores = [float(r["val/bleu"]) for r in metrics(run_dir) if r.get("val/bleu")]
+    assert len(scores) == 3 and kept == [Path(callback.best_model_path).absolute()], kept
+    assert float(callback.best_model_score) == pytest.approx(max(scores))
+
+
 def test_a_resumed_run_with_more_epochs_decays_over_its_new_plan(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

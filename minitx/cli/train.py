@@ -77,7 +77,7 @@ from minitx.training.callbacks import (
     train_time_elapsed,
     train_time_remaining,
 )
-from minitx.training.checkpoint_io import AtomicCheckpointIO
+from minitx.training.checkpoint_io import AtomicCheckpointIO, MovedRunCheckpoints
 from minitx.training.loggers import ContinuingCSVLogger
 from minitx.training.module import VALIDATION_METRICS
 from minitx.training.precision import resolve_precision
@@ -872,6 +872,7 @@ def build_cli(args: list[str] | None = None) -> MinitxCLI:
         trainer_defaults={
             "callbacks": [
                 ModelCheckpoint(filename="last", save_top_k=1, enable_version_counter=False),
+                MovedRunCheckpoints(),
                 TokenThroughput(),
                 CheckpointOnInterrupt(),
                 ValidateAtEnd(),
