@@ -175,6 +175,17 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
             lacks the minitx payload (e.g. a checkpoint of another project).
     """
     checkpoint = read_checkpoint(path)
+    check_minitx_checkpoint(checkpoint, path)
+    return checkpoint
+
+
+def check_minitx_checkpoint(checkpoint: Mapping[str, Any], path: str | Path) -> None:
+    """Refuse a read `checkpoint` (from `path`) that lacks the minitx payload (its model config
+    and tokenizer) or the weights: a checkpoint of another project, or no checkpoint at all.
+
+    Raises:
+        CheckpointError: naming `path` and what a minitx checkpoint holds.
+    """
     payload = checkpoint.get(CHECKPOINT_KEY)
     if (
         not isinstance(payload, dict)
@@ -187,7 +198,6 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
             "model config and tokenizer, or the 'state_dict' (checkpoints written by "
             "minitx-train have both)"
         )
-    return checkpoint
 
 
 def languages_of(

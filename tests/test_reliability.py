@@ -37,6 +37,7 @@ from PIL import Image
 from preloaded import PreloadedProcess, run_python
 
 from minitx import evaluation
+from minitx.checkpoint import CHECKPOINT_KEY
 from minitx.cli import evaluate as evaluate_cli
 from minitx.cli import train as train_cli
 from minitx.cli import translate as translate_cli
@@ -663,12 +664,28 @@ def _other_moments(state: dict) -> None:
         (lambda s: s.update(optimizer_states=[]), "it does not hold the state of one optimizer"),
         # tracebacks from Lightning's restore
         (lambda s: s.update(loops={}), "its 'loops' entry has no 'fit_loop' state"),
+        # Lightning counted the updates from 0 again, status 0
+        (lambda s: s.pop("loops"), "its 'loops' entry has no 'fit_loop' state"),
+        # Lightning's strict load_state_dict: a traceback, and a new run directory left behind
+        (lambda s: s["state_dict"].popitem(), "its weights lack 'model."),
+        (lambda s: s["state_dict"].update(extra=torch.zeros(1)), "have an unknown 'extra'"),
         (lambda s: s.update(callbacks=[1]), "its 'callbacks' entry is not a mapping"),
         (lambda s: s.update(lr_schedulers=[5]), "its 'lr_schedulers' entry is not a list"),
         (lambda s: s.update(lr_schedulers=[]), "the state of one learning-rate schedule"),
         (lambda s: s.update(global_step="x"), "its 'global_step' is 'x', not a whole number"),
     ],
-    ids=["moments", "no-optimizer", "loops", "callbacks", "schedulers", "no-schedule", "step"],
+    ids=[
+        "moments",
+        "no-optimizer",
+        "loops",
+        "no-loops",
+        "missing-weight",
+        "extra-weight",
+        "callbacks",
+        "schedulers",
+        "no-schedule",
+        "step",
+    ],
 )
 def test_a_damaged_training_state_is_refused_before_the_resume_writes_anything(
     damage: Callable[[dict], None],
@@ -693,6 +710,28 @@ def test_a_damaged_training_state_is_refused_before_the_resume_writes_anything(
     assert error.startswith(f"error: cannot resume from --ckpt_path {last.relative_to(tmp_path)}: ")
     assert message in error and error.endswith("or start a new run")
     assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before
+    assert run_dirs(tmp_path) == [run_dir]
+
+
+def test_a_resume_from_what_is_not_a_minitx_checkpoint_is_refused_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """Without minitx's entry, a resume skipped the model, tokenizer and language checks (and
+    a plain dict was called a weights-only checkpoint)."""
+    monkeypatch.chdir(tmp_path)
+    main(TINY + QUIET + ["--trainer.max_steps", "3"])
+    (run_dir,) = run_dirs(tmp_path)
+    state = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)
+    state.pop(CHECKPOINT_KEY)
+    torch.save(state, "no_minitx.ckpt")
+    torch.save({"a": 1}, "a_dict.ckpt")
+    for name in ("no_minitx.ckpt", "a_dict.ckpt"):
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as exit_info:
+            main(TINY + QUIET + ["--trainer.max_steps", "6", "--ckpt_path", name])
+        assert exit_info.value.code == 2
+        error = one_error_line(capsys.readouterr().err)
+        assert error.startswith(f"error: {name}: not a minitx checkpoint: it lacks the"), error
     assert run_dirs(tmp_path) == [run_dir]
 
 

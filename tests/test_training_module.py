@@ -351,7 +351,12 @@ def _trained_state(module: TranslationModule, fused: bool) -> dict:
     for p in module.parameters():
         p.grad = torch.zeros_like(p)
     optimizer.step()  # the moments exist now
-    return {"optimizer_states": [optimizer.state_dict()], "lr_schedulers": [scheduler.state_dict()]}
+    return {
+        "state_dict": module.state_dict(),
+        "loops": {"fit_loop": {"epoch_progress": {"current": {"processed": 0}}}},
+        "optimizer_states": [optimizer.state_dict()],
+        "lr_schedulers": [scheduler.state_dict()],
+    }
 
 
 @pytest.mark.parametrize("fused", [True, False])
@@ -380,7 +385,9 @@ def test_loading_weights_outside_a_fit_does_not_ask_for_a_training_state() -> No
     module = TranslationModule(transformer=SMALL)
     module.on_load_checkpoint({"state_dict": module.state_dict()})  # no trainer: no refusal
     with pytest.raises(CheckpointError, match="does not hold the state of one optimizer"):
-        module.check_training_state({"state_dict": module.state_dict(), "lr_schedulers": [{}]})
+        module.check_training_state(
+            {"state_dict": module.state_dict(), "loops": {"fit_loop": {}}, "lr_schedulers": [{}]}
+        )
 
 
 def test_pack_rows_reaches_the_model_and_the_checkpoint_hyperparameters() -> None:

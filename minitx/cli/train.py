@@ -10,6 +10,7 @@ the test-split scores of the best checkpoint after fitting (`_test`); quiet libr
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import logging
 import math
@@ -35,7 +36,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveCon
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities.exceptions import MisconfigurationException, SIGTERMException
 
-from minitx.checkpoint import CHECKPOINT_KEY, read_checkpoint
+from minitx.checkpoint import CHECKPOINT_KEY, check_minitx_checkpoint, read_checkpoint
 from minitx.cli.common import (
     EXIT_SIGINT,
     EXIT_SIGTERM,
@@ -709,6 +710,7 @@ class MinitxCLI(LightningCLI):
             )
         self.resume_path: str | None = config.ckpt_path
         self.resume_note: str | None = None  # printed at fit start
+        self.run_root: Path | None = None
         self.run_version: str | None = None
         self.resume_step: int | None = None
         self.logger_note: str | None = None  # printed at fit start
@@ -934,7 +936,13 @@ def _train_and_test(args: list[str] | None) -> MinitxCLI:
         with sigterm_raises():  # the fit installs its own handlers (CheckpointOnInterrupt)
             cli = build_cli(args)
             if cli.resume_path:
-                steps = _check_resume(cli, Path(cli.resume_path))
+                try:
+                    steps = _check_resume(cli, Path(cli.resume_path))
+                except BaseException:  # refused: no new, empty run directory stays behind
+                    if cli.run_root is not None and cli.run_version is not None:
+                        with contextlib.suppress(OSError):  # rmdir removes only an empty one
+                            (cli.run_root / cli.run_version).rmdir()
+                    raise
                 if _rank() == 0:  # Lightning restores in silence: say what goes on from where
                     print(f"resuming from {cli.resume_path} at update {steps:,}", flush=True)
     except Terminated:  # e.g. a scheduler's SIGTERM while the data is prepared
@@ -1126,12 +1134,14 @@ def _check_resume(cli: MinitxCLI, path: Path) -> int:
     the updates the checkpoint's run had made.
 
     Raises:
+        CheckpointError: not a minitx checkpoint (`check_minitx_checkpoint`), or a damaged
+            training state (`TranslationModule.check_training_state`).
         UsageError: a weights-only checkpoint, or one written in a later epoch than
             ``trainer.max_epochs`` or after more updates than ``trainer.max_steps``.
         ResumeError: another model config, tokenizer or optimizer settings.
-        CheckpointError: a damaged training state (`TranslationModule.check_training_state`).
     """
     state = read_checkpoint(path, mmap=True)  # a crafted or damaged file: one line, here
+    check_minitx_checkpoint(state, path)  # unchecked, the resume skipped the checks below
     if "optimizer_states" not in state:
         raise UsageError(
             f"--ckpt_path {path}: a weights-only checkpoint (no optimizer state, e.g. written by "

@@ -249,7 +249,8 @@ class TranslationModule(L.LightningModule):
         Raises:
             CheckpointError: naming the first damaged entry.
         """
-        problem = _training_state_problem(checkpoint, self.parameter_groups())
+        shapes = {name: tuple(tensor.shape) for name, tensor in self.state_dict().items()}
+        problem = _training_state_problem(checkpoint, self.parameter_groups(), shapes)
         if problem is not None:
             raise CheckpointError(
                 f"cannot resume from {where}: {problem}; resume from another checkpoint "
@@ -561,22 +562,35 @@ class TranslationModule(L.LightningModule):
 
 
 def _training_state_problem(
-    checkpoint: Mapping[str, Any], groups: list[dict[str, Any]]
+    checkpoint: Mapping[str, Any],
+    groups: list[dict[str, Any]],
+    shapes: Mapping[str, tuple[int, ...]],
 ) -> str | None:
     """What is damaged in `checkpoint`'s training state, or None: the entries Lightning reads
-    on resume, each of the type Lightning writes; the optimizer state one AdamW over `groups`
+    on resume, each of the type Lightning writes; the weights those of the module (`shapes`,
+    name -> shape); the optimizer state one AdamW over `groups`
     (`TranslationModule.parameter_groups`) wrote, its tensors the shape of their parameters."""
+    weights = checkpoint.get("state_dict")
+    if not isinstance(weights, Mapping):
+        return "it has no 'state_dict' of weights"
+    missing, extra = sorted(shapes.keys() - weights.keys()), sorted(weights.keys() - shapes)
+    if missing or extra:  # Lightning's strict load ended in a traceback, after the run began
+        return f"its weights {'lack' if missing else 'have an unknown'} {(missing or extra)[0]!r}"
+    for name, shape in shapes.items():
+        saved = weights[name]
+        if not isinstance(saved, Tensor) or tuple(saved.shape) != shape:
+            held = tuple(saved.shape) if isinstance(saved, Tensor) else type(saved).__name__
+            return f"its weight {name!r} is {held}, this model's {shape}"
     for key in ("epoch", "global_step"):
         if key in checkpoint and not is_whole_number(checkpoint[key]):
             return f"its {key!r} is {checkpoint[key]!r}, not a whole number"
-    if "loops" in checkpoint:
-        loops = checkpoint["loops"]
-        if not isinstance(loops, Mapping) or not isinstance(loops.get("fit_loop"), Mapping):
-            return "its 'loops' entry has no 'fit_loop' state"
-        counters = loops["fit_loop"].get("epoch_progress", {})
-        counters = counters.get("current", {}) if isinstance(counters, Mapping) else None
-        if not isinstance(counters, Mapping) or not all(map(is_whole_number, counters.values())):
-            return "its fit loop's 'epoch_progress' is not a mapping of counters"
+    loops = checkpoint.get("loops")  # without it, Lightning counted the updates from 0 again
+    if not isinstance(loops, Mapping) or not isinstance(loops.get("fit_loop"), Mapping):
+        return "its 'loops' entry has no 'fit_loop' state"
+    counters = loops["fit_loop"].get("epoch_progress", {})
+    counters = counters.get("current", {}) if isinstance(counters, Mapping) else None
+    if not isinstance(counters, Mapping) or not all(map(is_whole_number, counters.values())):
+        return "its fit loop's 'epoch_progress' is not a mapping of counters"
     callbacks = checkpoint.get("callbacks", {})
     if not isinstance(callbacks, Mapping) or not all(
         isinstance(v, Mapping) for v in callbacks.values()
