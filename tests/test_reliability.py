@@ -818,7 +818,8 @@ def test_a_signal_leaves_a_usable_last_checkpoint_and_a_nonzero_status(
         proc.send_signal(sig)
         out, _ = proc.communicate(timeout=60)
     (last,) = list((tmp_path / "runs").glob("tiny/*/checkpoints/last.ckpt"))
-    assert f"training interrupted ({reason})" in out
+    relative = last.relative_to(tmp_path)
+    assert f"training interrupted ({reason}): saved {relative}; to resume, run the same" in out
     what = "SIGTERM" if sig == signal.SIGTERM else "Ctrl-C"  # the second one of its kind
     assert f"{what}: stopping after this update or validation (a second {what} stops" in out
     assert proc.returncode == status, out[-2000:]  # not 0: the run did not finish

@@ -439,7 +439,10 @@ class CheckpointOnInterrupt(L.Callback):
         if self.stop_signal == signal.SIGINT:
             reason = KeyboardInterrupt.__name__  # handed to Lightning as a SIGTERM
         logger.warning(
-            "training interrupted (%s): saved %s; resume with --ckpt_path last", reason, path
+            "training interrupted (%s): saved %s; to resume, run the same command with "
+            "--ckpt_path last added",
+            reason,
+            path,
         )
 
 
