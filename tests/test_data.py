@@ -750,8 +750,15 @@ def test_datamodule_uses_env_override_for_hub_default(
 def test_datamodule_argument_errors(toy_corpus_dir: Path) -> None:
     with pytest.raises(ConfigError, match="both 'en': give two different languages"):
         TranslationDataModule(src_lang="en", tgt_lang="en")
-    with pytest.raises(ValueError, match="max_tokens must be >= 1"):
-        TranslationDataModule(max_tokens=0)
+    for setting, value, bound in [
+        ("max_tokens", 0, ">= 1"),
+        ("pad_multiple", 0, ">= 1"),
+        ("eval_max_tokens", 0, ">= 1 or null"),
+        ("max_len", 1, ">= 2"),
+        ("num_workers", -1, ">= 0"),
+    ]:  # each named as the config and the command line name it
+        with pytest.raises(ConfigError, match=rf"^data\.{setting} must be {bound}, got {value}"):
+            TranslationDataModule(**{setting: value})
     dm = TranslationDataModule(
         source=str(toy_corpus_dir), vocab_size=150, cache_dir=None, splits={"train": "train"}
     )

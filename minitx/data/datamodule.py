@@ -122,13 +122,13 @@ class TranslationDataModule(L.LightningDataModule):
         check_languages(src_lang, tgt_lang)
         for name, value in (("max_tokens", max_tokens), ("pad_multiple", pad_multiple)):
             if value < 1:
-                raise ConfigError(f"{name} must be >= 1, got {value}.")
+                raise ConfigError(f"data.{name} must be >= 1, got {value}.")
         if eval_max_tokens is not None and eval_max_tokens < 1:
-            raise ConfigError(f"eval_max_tokens must be >= 1 or None, got {eval_max_tokens}.")
+            raise ConfigError(f"data.eval_max_tokens must be >= 1 or null, got {eval_max_tokens}.")
         if max_len < 2:
-            raise ConfigError(f"max_len must be >= 2, got {max_len}.")
+            raise ConfigError(f"data.max_len must be >= 2, got {max_len}.")
         if num_workers < 0:
-            raise ConfigError(f"num_workers must be >= 0, got {num_workers}.")
+            raise ConfigError(f"data.num_workers must be >= 0, got {num_workers}.")
         if tokenizer_sample is not None and tokenizer_sample < 1:
             raise ConfigError(
                 f"data.tokenizer_sample must be >= 1 or null (every sentence), got "
