@@ -428,6 +428,14 @@ def test_a_refusal_of_the_shared_settings_is_an_error_before_the_next_variant(
         (["nonsense"], "invalid choice: 'nonsense' (choose from 'scores', "),
         (["scores", "--variants", "rotary"], "'rotary' is no variant of scores"),
         (["scores", "--set", "trainer.max_epochs"], "KEY=VALUE"),
+        (  # the scaled_dot row was trained with additive attention, under its own name
+            ["scores", "--variants", "scaled_dot", "--set", "model.transformer.score=additive"],
+            "--set model.transformer.score: the experiment scores varies it; leave it out",
+        ),
+        (  # the header said 5 steps, the rows had 3
+            ["scores", "--steps", "5", "--set", "trainer.max_steps=3"],
+            "--set trainer.max_steps: --steps sets it; leave it out of --set",
+        ),
         (["scores", "--budget", "0"], "must be above 0"),
         (["scores", "--steps", "0"], "argument --steps: must be at least 1, got 0"),
         (["scores", "--val-every", "-2"], "argument --val-every: must be at least 1, got -2"),

@@ -103,6 +103,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+OWN_KEYS = {
+    "trainer.max_steps": "steps",
+    "trainer.max_time": "budget",
+    "trainer.val_check_interval": "val-every",
+    "runs_dir": "out",
+    "run_name": "out",
+}
+"""minitx-train settings this command sets from its own flags (key -> flag), which --set may
+not give."""
+
+
 def run(args: argparse.Namespace) -> int:
     """Check the arguments, run the experiments in order, print where the results are."""
     from minitx.extras.experiments import EXPERIMENTS, Settings, run_experiment
@@ -121,6 +132,18 @@ def run(args: argparse.Namespace) -> int:
     bad = [o for o in args.overrides if "=" not in o]
     if bad:
         raise UsageError(f"--set {bad[0]!r}: write KEY=VALUE, e.g. trainer.max_epochs=2")
+    # A key the command or a variant sets: --set came first, so it lost to those flags, or
+    # trained a variant that does not set the key with it, under that variant's name.
+    owned = {key: f"--{flag} sets it" for key, flag in OWN_KEYS.items()} | {
+        key: f"the experiment {n} varies it"
+        for n in names
+        for variant in EXPERIMENTS[n].variants
+        for key in variant.overrides
+    }
+    taken = [o.split("=", 1)[0].removeprefix("--") for o in args.overrides]
+    clash = next((key for key in taken if key in owned), None)
+    if clash is not None:
+        raise UsageError(f"--set {clash}: {owned[clash]}; leave it out of --set")
     if args.out.exists() and not args.out.is_dir():  # results and runs go inside it
         raise UsageError(f"--out {args.out} is a file; give a directory (new or earlier results)")
     check_writable_dir(args.out, "the output directory", "--out")
