@@ -26,6 +26,7 @@ from minitx.checkpoint import (
     check_finite,
     load_checkpoint,
     model_config_differences,
+    weights_digest,
 )
 from minitx.errors import ConfigError
 from minitx.model import TransformerConfig
@@ -231,7 +232,8 @@ def average_checkpoints(paths: Sequence[str | Path]) -> dict[str, Any]:
     holds one checkpoint and the float64 sums. The result keeps the first file's entries
     (minitx payload, state-dict entries outside the model, epoch, step, hyper-parameters)
     but not its training state (optimizer, schedulers, loops, callbacks), which belongs to
-    other weights; the payload gets `averaged_from`: per file its path, epoch and step.
+    other weights; the payload gets `averaged_from`: per file its path, epoch and step (and
+    its own `averaged_from` when it is an average itself, which is averaged with a warning).
     Checkpoints of runs with other seeds (other initial weights) are averaged with a warning.
 
     Args:
@@ -241,8 +243,8 @@ def average_checkpoints(paths: Sequence[str | Path]) -> dict[str, Any]:
         The checkpoint dict; `write_checkpoint` saves it.
 
     Raises:
-        ConfigError: `paths` is empty, or names one file twice (a link or another spelling
-            too).
+        ConfigError: `paths` is empty, names one file twice (a link or another spelling
+            too), or two files hold the same weights.
         FileNotFoundError: a file is missing.
         CheckpointError: a file is not a minitx checkpoint, or the files differ in model
             config, tokenizer, languages, weight names, shapes or integer buffers, or hold
@@ -256,6 +258,8 @@ def average_checkpoints(paths: Sequence[str | Path]) -> dict[str, Any]:
     mean = _Mean()
     record = []
     seeds: dict[str, str] = {}  # seed -> the first file trained with it
+    digests: dict[str, str] = {}  # weights_digest -> the file that holds those weights
+    nested: list[str] = []  # inputs that are averages themselves, with how many they average
     for path in paths:
         checkpoint = load_checkpoint(path)
         if first is None:  # kept without its training state (memory: the weights)
@@ -264,21 +268,38 @@ def average_checkpoints(paths: Sequence[str | Path]) -> dict[str, Any]:
             _compatible(first, checkpoint, (first_name, str(path)))
         if (seed := _seed(checkpoint)) is not None:
             seeds.setdefault(seed, str(path))
-        weights = checkpoint["state_dict"]
-        mean.add({k: v for k, v in weights.items() if k.startswith(MODEL_PREFIX)}, str(path))
-        record.append(
-            {
-                "file": str(path),
-                "epoch": checkpoint.get("epoch"),
-                "global_step": checkpoint.get("global_step"),
-            }
-        )
+        weights = {k: v for k, v in checkpoint["state_dict"].items() if k.startswith(MODEL_PREFIX)}
+        digest = weights_digest(weights)
+        if digest in digests:  # e.g. a best checkpoint and last.ckpt saved at one update
+            raise ConfigError(
+                f"{path} holds the same weights as {digests[digest]}: they would count twice "
+                "in the mean; give one of them"
+            )
+        digests[digest] = str(path)
+        mean.add(weights, str(path))
+        entry = {
+            "file": str(path),
+            "epoch": checkpoint.get("epoch"),
+            "global_step": checkpoint.get("global_step"),
+        }
+        if (inner := checkpoint[CHECKPOINT_KEY].get(AVERAGED_KEY)) is not None:
+            nested.append(f"{path} ({len(inner) if isinstance(inner, list) else '?'})")
+            entry[AVERAGED_KEY] = inner  # what it is the mean of
+        record.append(entry)
     assert first is not None
     if len(seeds) > 1:  # each run began from its own random weights: their mean is neither's
         logger.warning(
             "the checkpoints come from runs with other seeds (%s): runs that began from other "
             "weights do not average into a working model; average checkpoints of one run",
             ", ".join(f"{seed} in {name}" for seed, name in seeds.items()),
+        )
+    if nested:  # each counts once, so the checkpoints inside it weigh less than the others
+        logger.warning(
+            "%s %s itself the mean of checkpoints (how many in brackets); each file counts "
+            "once, so the checkpoints inside weigh less than the others: average the original "
+            "checkpoints for equal weights",
+            ", ".join(nested),
+            "is" if len(nested) == 1 else "are",
         )
     averaged = dict(first)
     averaged["state_dict"] = {**first["state_dict"], **mean.result()}

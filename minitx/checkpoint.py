@@ -15,6 +15,7 @@ Lightning.
 
 from __future__ import annotations
 
+import hashlib
 import pickle
 import re
 import warnings
@@ -177,6 +178,17 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     checkpoint = read_checkpoint(path)
     check_minitx_checkpoint(checkpoint, path)
     return checkpoint
+
+
+def weights_digest(weights: Mapping[str, torch.Tensor]) -> str:
+    """sha256 (hex) of a state dict: each tensor's name, dtype, shape and bytes, in its order.
+    Equal weights give equal digests however they were loaded (a `.ckpt`, a release)."""
+    digest = hashlib.sha256()
+    for name, tensor in weights.items():
+        tensor = tensor.detach().cpu().contiguous()
+        digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)};".encode())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
 
 
 def check_minitx_checkpoint(checkpoint: Mapping[str, Any], path: str | Path) -> None:

@@ -56,6 +56,7 @@ from minitx.checkpoint import (
     load_checkpoint,
     model_from_checkpoint,
     weight_shapes,
+    weights_digest,
 )
 from minitx.errors import (
     ConfigError,
@@ -230,12 +231,7 @@ def weights_checksum(model: torch.nn.Module) -> str:
     state-dict order. The same weights give the same digest however they were loaded (a
     `.ckpt` file, a release directory): `minitx-evaluate --json` records it as
     ``weights_sha256`` so that a model card gets only its own model's scores."""
-    digest = hashlib.sha256()
-    for name, tensor in model.state_dict().items():
-        tensor = tensor.detach().cpu().contiguous()
-        digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)};".encode())
-        digest.update(tensor.view(torch.uint8).numpy().tobytes())
-    return digest.hexdigest()
+    return weights_digest(model.state_dict())
 
 
 def check_weight_shapes(weights: Path, config: TransformerConfig) -> None:

@@ -54,9 +54,9 @@ def modified_copy(source: Path, target: Path, change) -> Path:
     return target
 
 
-def perturbed(checkpoint: dict) -> None:
+def perturbed(checkpoint: dict, seed: int = 0) -> None:
     """Different float weights of the same model (a fixed, reproducible perturbation)."""
-    generator = torch.Generator().manual_seed(0)
+    generator = torch.Generator().manual_seed(seed)
     state = checkpoint["state_dict"]
     done: dict[int, torch.Tensor] = {}
     for key, value in state.items():
@@ -71,11 +71,15 @@ def perturbed(checkpoint: dict) -> None:
 # ------------------------------------------------------------------ the averaging functions
 
 
-def test_average_of_copies_of_one_checkpoint_is_that_checkpoint(
+def test_average_of_one_checkpoint_is_that_checkpoint_and_copies_are_refused(
     tiny_checkpoint: Path, tmp_path: Path
 ) -> None:
-    copies = [shutil.copyfile(tiny_checkpoint, tmp_path / f"copy{i}.ckpt") for i in range(3)]
-    averaged = average_checkpoints(copies)
+    """Copies of one checkpoint (a best checkpoint and last.ckpt saved at one update, say)
+    would count one set of weights twice in the mean, without a word."""
+    copies = [shutil.copyfile(tiny_checkpoint, tmp_path / f"copy{i}.ckpt") for i in range(2)]
+    with pytest.raises(ConfigError, match=r"copy1.ckpt holds the same weights as .*copy0.ckpt"):
+        average_checkpoints(copies)
+    averaged = average_checkpoints([tiny_checkpoint])
     out = tmp_path / "avg.ckpt"
     write_checkpoint(averaged, out)
     original, mean = model_weights(tiny_checkpoint), model_weights(out)
@@ -164,13 +168,35 @@ def test_averaging_runs_of_other_seeds_is_named_in_a_warning(
         )
 
     same = modified_copy(tiny_checkpoint, tmp_path / "same.ckpt", perturbed)
-    other = modified_copy(tiny_checkpoint, tmp_path / "other.ckpt", reseeded)
-    none = modified_copy(tiny_checkpoint, tmp_path / "none.ckpt", unseeded)
+    # each with weights of its own: equal weights are refused
+    other = modified_copy(
+        tiny_checkpoint, tmp_path / "o.ckpt", lambda c: [reseeded(c), perturbed(c, 1)]
+    )
+    none = modified_copy(
+        tiny_checkpoint, tmp_path / "n.ckpt", lambda c: [unseeded(c), perturbed(c, 2)]
+    )
     with caplog.at_level("WARNING", logger="minitx.averaging"):
         average_checkpoints([tiny_checkpoint, same, none])  # null is no seed to compare
         assert caplog.text == ""
         average_checkpoints([tiny_checkpoint, same, other])
     assert f"other seeds (0 in {tiny_checkpoint}, 7 in {other})" in caplog.text
+
+
+def test_an_average_among_the_inputs_is_named_in_a_warning_and_its_record_kept(
+    tiny_checkpoint: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An average counts once, so the checkpoints inside it weigh less: said, and its own
+    record of them is kept (it was recorded as one plain checkpoint)."""
+    one = modified_copy(tiny_checkpoint, tmp_path / "one.ckpt", perturbed)
+    two = modified_copy(tiny_checkpoint, tmp_path / "two.ckpt", lambda c: perturbed(c, 1))
+    inner = tmp_path / "inner.ckpt"
+    write_checkpoint(average_checkpoints([tiny_checkpoint, one]), inner)
+    with caplog.at_level("WARNING", logger="minitx.averaging"):
+        outer = average_checkpoints([inner, two])
+    assert f"{inner} (2) is itself the mean of checkpoints" in caplog.text
+    record = outer[CHECKPOINT_KEY][AVERAGED_KEY]
+    assert [r["file"] for r in record[0][AVERAGED_KEY]] == [str(tiny_checkpoint), str(one)]
+    assert AVERAGED_KEY not in record[1]
 
 
 def test_averaging_refuses_nothing_unreadable_and_diverged(
@@ -224,9 +250,9 @@ def test_state_dict_mean_is_float64_keeps_ties_and_checks_integer_buffers() -> N
 
 def test_average_command_end_to_end(tiny_checkpoint: Path, tmp_path: Path) -> None:
     out = tmp_path / "avg.ckpt"
-    copy = shutil.copyfile(tiny_checkpoint, tmp_path / "copy.ckpt")
+    other = modified_copy(tiny_checkpoint, tmp_path / "other.ckpt", perturbed)
     proc = run_python(  # a preloaded fork; the refusal below is a fresh process (no chatter)
-        [PYTHON, "-m", "minitx.cli.average", "--out", str(out), str(tiny_checkpoint), str(copy)],
+        [PYTHON, "-m", "minitx.cli.average", "--out", str(out), str(tiny_checkpoint), str(other)],
         cwd=REPO_DIR,
         env=subprocess_env(),
         timeout=180,
@@ -234,7 +260,9 @@ def test_average_command_end_to_end(tiny_checkpoint: Path, tmp_path: Path) -> No
     assert proc.returncode == 0, proc.stderr
     assert f"averaged 2 checkpoints into {out}" in proc.stdout
     assert len(load_checkpoint(out)[CHECKPOINT_KEY][AVERAGED_KEY]) == 2
-    reference = Translator.from_pretrained(tiny_checkpoint).translate(SENTENCES, GREEDY)
+    in_process = tmp_path / "in_process.ckpt"
+    write_checkpoint(average_checkpoints([tiny_checkpoint, other]), in_process)
+    reference = Translator.from_pretrained(in_process).translate(SENTENCES, GREEDY)
     assert Translator.from_pretrained(out).translate(SENTENCES, GREEDY) == reference
 
 
