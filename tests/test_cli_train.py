@@ -28,6 +28,7 @@ from helpers import (
     subprocess_env,
     train_tiny,
 )
+from lightning.pytorch.callbacks import Timer
 from preloaded import run_python
 from sacrebleu.metrics import BLEU
 
@@ -442,6 +443,11 @@ def test_the_plain_line_shows_only_the_bounds_a_run_has(
     line = progress.line(trainer)
     assert line.startswith(head + " | train loss 2.500 | "), line
     assert line.endswith(f"elapsed 0:10, {eta}"), line
+    # with max_time, its clock (restored on resume: 120 s before this process) is shown
+    timer = Timer(duration={"minutes": 30})
+    monkeypatch.setattr(timer, "time_elapsed", lambda stage: 130.0)
+    trainer.callbacks = [timer]
+    assert "| elapsed 2:10, " in progress.line(trainer)
 
 
 def test_a_run_ended_by_max_steps_inside_an_epoch_prints_its_last_step_once(

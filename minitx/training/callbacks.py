@@ -547,7 +547,10 @@ class PlainProgress(L.Callback):
         eta = _clock(left) if math.isfinite(left) else "unbounded"
         if step == self._first_step and steps_left > 0:  # resumed, no step timed yet
             eta = "unknown"
-        parts.append(f"elapsed {_clock(elapsed)}, ETA {eta}")
+        # The budget's clock where there is one: a resume restores it, so a resumed run's
+        # line shows the run's training time, not this process's.
+        clock = train_time_elapsed(trainer)
+        parts.append(f"elapsed {_clock(elapsed if clock is None else clock)}, ETA {eta}")
         return " | ".join(parts)
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
