@@ -353,6 +353,28 @@ def test_a_run_stopped_inside_an_epoch_resumes_with_the_batches_it_had_not_train
         ]
 
 
+def test_a_resumed_run_with_dropout_goes_on_step_for_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Dropout draws its masks from torch's generator: a resume seeded it afresh, so the
+    resumed run's losses left the uninterrupted run's at the first update after the stop.
+    The checkpoint now carries the generator's state."""
+    args = TINY + QUIET + ["--trainer.max_epochs", "2", "--model.transformer.dropout", "0.1"]
+    losses = {}
+    for name in ("whole", "resumed"):
+        (tmp_path / name).mkdir()
+        monkeypatch.chdir(tmp_path / name)
+        if name == "resumed":
+            with_callback(monkeypatch, InterruptTraining(30))
+            with pytest.raises(SystemExit):
+                main(args)
+        main(args + (["--ckpt_path", "last"] if name == "resumed" else []))
+        (run_dir,) = run_dirs(tmp_path / name)
+        rows = metrics(run_dir)
+        losses[name] = {int(r["step"]): r["train/loss"] for r in rows if r.get("train/loss")}
+    assert len(losses["whole"]) == 46 and losses["resumed"] == losses["whole"]
+
+
 @pytest.mark.parametrize("stop", ["ctrl-c", "error-inside-a-step"])
 def test_an_interrupted_fit_leaves_the_signal_handlers_as_it_found_them(
     stop: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch

@@ -78,7 +78,7 @@ from minitx.training.callbacks import (
     train_time_elapsed,
     train_time_remaining,
 )
-from minitx.training.checkpoint_io import AtomicCheckpointIO, MovedRunCheckpoints
+from minitx.training.checkpoint_io import AtomicCheckpointIO, MovedRunCheckpoints, RandomState
 from minitx.training.loggers import ContinuingCSVLogger
 from minitx.training.module import VALIDATION_METRICS
 from minitx.training.precision import resolve_precision
@@ -875,6 +875,7 @@ def build_cli(args: list[str] | None = None) -> MinitxCLI:
             "callbacks": [
                 ModelCheckpoint(filename="last", save_top_k=1, enable_version_counter=False),
                 MovedRunCheckpoints(),
+                RandomState(),
                 TokenThroughput(),
                 CheckpointOnInterrupt(),
                 ValidateAtEnd(),

@@ -272,6 +272,10 @@ class TranslationDataModule(L.LightningDataModule):
             collate_fn=functools.partial(collate, pad_multiple=config.pad_multiple),
             num_workers=config.num_workers,
             persistent_workers=config.num_workers > 0,
+            # Its own generator: each iterator draws a seed for its workers, which came from
+            # torch's global one and so moved the dropout masks a resumed run draws after it
+            # (`minitx.training.checkpoint_io.RandomState`).
+            generator=torch.Generator().manual_seed(config.seed),
         )
 
     def _split(self, split: str) -> datasets.Dataset:
