@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from minitx.checkpoint import (
     check_finite,
     load_checkpoint,
     model_config_differences,
+    seed_of,
     weights_digest,
 )
 from minitx.errors import ConfigError
@@ -195,18 +195,6 @@ def _compatible(first: Mapping[str, Any], other: Mapping[str, Any], names: tuple
         )
 
 
-def _seed(checkpoint: Mapping[str, Any]) -> str | None:
-    """The `seed_everything` of the run that wrote `checkpoint`, as its training config (YAML
-    text) spells it, or None when it carries none."""
-    text = checkpoint[CHECKPOINT_KEY].get("train_config")
-    # a top-level key is a line of its own (the import contracts keep YAML out of here); a
-    # seed of null or false (none set) is no seed to compare
-    found = (
-        re.search(r"^seed_everything: *(-?\d+) *$", text, re.M) if isinstance(text, str) else None
-    )
-    return found.group(1) if found else None
-
-
 def _check_distinct(paths: Sequence[str | Path]) -> None:
     """Refuse a file given twice, under any name (another spelling, a link): it would weigh
     twice in the mean without a word."""
@@ -266,7 +254,7 @@ def average_checkpoints(paths: Sequence[str | Path]) -> dict[str, Any]:
             first = {k: v for k, v in checkpoint.items() if k not in TRAINING_STATE_KEYS}
         else:
             _compatible(first, checkpoint, (first_name, str(path)))
-        if (seed := _seed(checkpoint)) is not None:
+        if (seed := seed_of(checkpoint)) is not None:
             seeds.setdefault(seed, str(path))
         weights = {k: v for k, v in checkpoint["state_dict"].items() if k.startswith(MODEL_PREFIX)}
         digest = weights_digest(weights)

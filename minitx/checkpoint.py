@@ -180,6 +180,18 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     return checkpoint
 
 
+def seed_of(checkpoint: Mapping[str, Any]) -> str | None:
+    """The `seed_everything` of the run that wrote `checkpoint`, as its training config (YAML
+    text) spells it, or None when it carries none."""
+    text = (checkpoint.get(CHECKPOINT_KEY) or {}).get("train_config")
+    # a top-level key is a line of its own (the import contracts keep YAML out of here); a
+    # seed of null or false (none set) is no seed to compare
+    found = (
+        re.search(r"^seed_everything: *(-?\d+) *$", text, re.M) if isinstance(text, str) else None
+    )
+    return found.group(1) if found else None
+
+
 def weights_digest(weights: Mapping[str, torch.Tensor]) -> str:
     """sha256 (hex) of a state dict: each tensor's name, dtype, shape and bytes, in its order.
     Equal weights give equal digests however they were loaded (a `.ckpt`, a release)."""

@@ -946,8 +946,9 @@ def test_a_kill_during_a_checkpoint_save_leaves_the_previous_file_loadable(
             ["--model.optim.warmup_steps", "5"],
             r"optimizer settings \(model.optim.warmup_steps 20 -> 5\)",
         ),
+        (["--seed_everything", "5"], r"another seed_everything \(0 -> 5\): a resumed run"),
     ],
-    ids=["model", "vocabulary", "corpus", "languages", "rate", "warm-up"],
+    ids=["model", "vocabulary", "corpus", "languages", "rate", "warm-up", "seed"],
 )
 def test_resuming_with_other_settings_is_refused(
     change: list[str],

@@ -36,7 +36,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveCon
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities.exceptions import MisconfigurationException, SIGTERMException
 
-from minitx.checkpoint import CHECKPOINT_KEY, check_minitx_checkpoint, read_checkpoint
+from minitx.checkpoint import CHECKPOINT_KEY, check_minitx_checkpoint, read_checkpoint, seed_of
 from minitx.cli.common import (
     EXIT_SIGINT,
     EXIT_SIGTERM,
@@ -1137,8 +1137,9 @@ def _check_resume(cli: MinitxCLI, path: Path) -> int:
     Raises:
         CheckpointError: not a minitx checkpoint (`check_minitx_checkpoint`), or a damaged
             training state (`TranslationModule.check_training_state`).
-        UsageError: a weights-only checkpoint, or one written in a later epoch than
-            ``trainer.max_epochs`` or after more updates than ``trainer.max_steps``.
+        UsageError: another seed_everything, a weights-only checkpoint, or one written in a
+            later epoch than ``trainer.max_epochs`` or after more updates than
+            ``trainer.max_steps``.
         ResumeError: another model config, tokenizer or optimizer settings.
     """
     state = read_checkpoint(path, mmap=True)  # a crafted or damaged file: one line, here
@@ -1147,6 +1148,14 @@ def _check_resume(cli: MinitxCLI, path: Path) -> int:
         raise UsageError(
             f"--ckpt_path {path}: a weights-only checkpoint (no optimizer state, e.g. written by "
             "minitx-average) cannot resume training; resume from a last.ckpt, or start a new run"
+        )
+    saved_seed, seed = seed_of(state), cli.config.get("seed_everything")
+    if saved_seed is not None and is_whole_number(seed) and int(seed) != int(saved_seed):
+        raise UsageError(  # it changed nothing but the run's records (config.yaml, checkpoints)
+            f"cannot resume with another seed_everything ({saved_seed} -> {seed}): a resumed "
+            "run goes on with its checkpoint's weights, data order and random generators, so "
+            f"a seed changes nothing; leave it out (or give {saved_seed}), or start a new run "
+            "(--run_name)"
         )
     # another model or optimizer settings first: its optimizer state cannot fit this model
     cli.model.check_resume(state, TranslationModule.datamodule_languages(cli.datamodule))
