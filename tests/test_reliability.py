@@ -128,7 +128,11 @@ def test_debug_env_shows_the_traceback(tmp_path: Path, monkeypatch: pytest.Monke
         (["--data.max_len", "5000"], r"data.max_len \(5000\) exceeds .* max_positions \(1024\)"),
         (["--model.optim.skip_bad_batches", "-1"], r"model.optim.skip_bad_batches must be >= 0"),
         (["--ckpt_path", "last"], r"no runs/tiny/\*/checkpoints/last.ckpt to resume from"),
-        (["--model.transformer.n_heads", "abc"], r"model.transformer.n_heads.*Expected .*int"),
+        (["--model.transformer.n_heads", "abc"], r"model.transformer.n_heads=abc: give a whole"),
+        (
+            ["--trainer.enable_progress_bar", "maybe"],
+            r"trainer.enable_progress_bar=maybe: give true or false or null  \(",
+        ),
         (
             ["--data.max_lenn", "3"],
             r"unrecognized arguments: --data.max_lenn 3; did you mean --data.max_len\? .*--help",
@@ -155,6 +159,7 @@ def test_debug_env_shows_the_traceback(tmp_path: Path, monkeypatch: pytest.Monke
         "skip-bad-batches",
         "nothing-to-resume",
         "not-a-number",
+        "not-a-bool",
         "misspelt-key",
         "misspelt-section",
         "unknown-score",

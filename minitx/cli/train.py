@@ -571,20 +571,39 @@ class OneLineErrorParser(LightningArgumentParser):
         return f"; did you mean {close[0]}?" if close else ""
 
 
+_KINDS = {
+    "int": "a whole number",
+    "float": "a number",
+    "bool": "true or false",
+    "str": "text",
+    "NoneType": "null",
+}
+"""How a setting's type is asked for in an error line (jsonargparse names Python's classes)."""
+
+
 def _choices_message(message: str) -> str:
     """jsonargparse's refusal of a value outside a union of literals (``trainer.precision``)
     lists each subtype's type and error, then the value: said as the value and its choices.
-    Its refusal of ``nan`` for a float is said as a NaN's (``.nan``) is."""
+    Its refusal of ``nan`` for a float is said as a NaN's (``.nan``) is, and a value of the
+    wrong type (``<class 'int'>``, a union of such) as the kind of value to give."""
     nan = re.fullmatch(
         r"Parser key \"([\w.]+)\": Expected a <class 'float'>\. Got value: (nan)", message, re.I
     )
     if nan:  # YAML reads 'nan' as text: only '.nan' is the float, which check_finite refuses
         return f"{nan.group(1)}={nan.group(2)}: not a finite number; give a finite value"
+    typed = re.fullmatch(
+        r"Parser key \"([\w.]+)\": Expected a <class '(\w+)'>\. Got value: (.*)", message
+    )
+    if typed and typed.group(2) in _KINDS:  # Python's class names are not what a user types
+        return f"{typed.group(1)}={typed.group(3)}: give {_KINDS[typed.group(2)]}"
     key = re.match(r'Parser key "([\w.]+)": Does not validate against any of the Union', message)
     given = re.search(r"Given value: (.*)$", message)
     literals = re.findall(r"Subtypes: \[(.*?)\] Errors:", message)
     if not (key and given and literals):
         return message
+    kinds = re.findall(r"<class '(\w+)'>", literals[0])
+    if kinds and re.fullmatch(r"(<class '\w+'>(, )?)+", literals[0]) and set(kinds) <= set(_KINDS):
+        return f"{key.group(1)}={given.group(1)}: give {' or '.join(_KINDS[k] for k in kinds)}"
     choices = re.findall(r"typing\.Literal\[(.*?)\]", literals[0])
     others = re.sub(r"typing\.Literal\[.*?\]|<class 'NoneType'>|[, ]", "", literals[0])
     if not choices or others:  # a type beside the literals (an int, a class): not a choice
