@@ -548,3 +548,19 @@ def test_the_report_figures_leave_the_callers_matplotlib_backend(tmp_path: Path)
     finally:
         matplotlib.use(backend)
     assert (tmp_path / "hard_attention.png").stat().st_size > 1000
+
+
+def test_ctrl_c_says_that_the_interrupted_variant_starts_over(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """Finished runs are reused, the one Ctrl-C cut short is trained from its start again: the
+    line said only the first."""
+    from minitx.extras.experiments import command
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(command, "run", interrupted)
+    assert command.main(["scores"]) == 130
+    err = capsys.readouterr().err
+    assert "(finished runs are reused, the interrupted one starts over)" in err, err

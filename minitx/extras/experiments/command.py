@@ -200,7 +200,10 @@ def run(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the process exit status (0 ok, 2 usage error, 130 Ctrl-C)."""
     args = build_parser().parse_args(argv)
-    again = "; the same command goes on from there (finished runs are reused)"
+    again = (
+        "; the same command goes on from there (finished runs are reused, the interrupted "
+        "one starts over)"
+    )
     return run_cli(run, args, handle_sigterm=False, resumes=again)
 
 
