@@ -674,8 +674,14 @@ def test_a_resume_says_which_checkpoint_and_update_it_goes_on_from(
     capsys.readouterr()
     resumed = main(TINY + QUIET + ["--trainer.max_steps", "5", "--ckpt_path", "last"])
     last = run_dir.relative_to(tmp_path) / "checkpoints" / "last.ckpt"
-    assert f"resuming from {last} at update 3\n" in capsys.readouterr().out
+    out, err = capsys.readouterr()
+    assert f"resuming from {last} at update 3\n" in out
     assert resumed.trainer.global_step == 5
+    # what differs from the run's own settings is said (config.yaml now holds it), once
+    notes = [line for line in err.splitlines() if "other than its run's" in line]
+    assert notes == ["note: resuming with settings other than its run's: trainer.max_steps 3 -> 5"]
+    main(TINY + QUIET + ["--trainer.max_steps", "5", "--ckpt_path", "last"])
+    assert "other than its run's" not in capsys.readouterr().err  # the same settings: no note
 
 
 def _other_moments(state: dict) -> None:

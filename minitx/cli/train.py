@@ -965,6 +965,13 @@ def _train_and_test(args: list[str] | None) -> MinitxCLI:
                     raise
                 if _rank() == 0:  # Lightning restores in silence: say what goes on from where
                     print(f"resuming from {cli.resume_path} at update {steps:,}", flush=True)
+                    changed = _changed_settings(cli, Path(cli.resume_path))
+                    if changed:  # config.yaml will hold them as if the run began with them
+                        print(
+                            f"note: resuming with settings other than its run's: {changed}",
+                            file=sys.stderr,
+                            flush=True,
+                        )
     except Terminated:  # e.g. a scheduler's SIGTERM while the data is prepared
         print_stop("terminated (SIGTERM) before training began: nothing was trained")
         raise SystemExit(EXIT_SIGTERM) from None
@@ -1144,6 +1151,36 @@ def clock_note(schedules: list[BudgetSchedule], global_step: int) -> str:
         f"differ: to repeat a run of this length deterministically, use --trainer.max_steps "
         f"{global_step} --trainer.max_time null"
     )
+
+
+def _changed_settings(cli: MinitxCLI, path: Path) -> str:
+    """The settings of this run that differ from those its checkpoint `path` was trained
+    with, ``key old -> new`` joined by "; " (``ckpt_path`` aside), or "" when it carries no
+    training config. Said at the resume: config.yaml then holds them as if the run had begun
+    with them."""
+    saved = read_checkpoint(path, mmap=True).get(CHECKPOINT_KEY, {}).get("train_config")
+    if not isinstance(saved, str):
+        return ""
+    try:
+        before = _flat(yaml.safe_load(saved))
+    except yaml.YAMLError:
+        return ""
+    now = _flat(yaml.safe_load(cli.parser.dump(cli.config, skip_none=False)))
+    return "; ".join(
+        f"{key} {before.get(key)} -> {now.get(key)}"
+        for key in sorted(before.keys() | now.keys())
+        if before.get(key) != now.get(key) and key != "ckpt_path"
+    )
+
+
+def _flat(settings: Any, prefix: str = "") -> dict[str, Any]:
+    """A nested mapping of settings as dotted keys: {"a": {"b": 1}} -> {"a.b": 1}."""
+    if not isinstance(settings, dict):
+        return {prefix.rstrip("."): settings} if prefix else {}
+    flat: dict[str, Any] = {}
+    for key, value in settings.items():
+        flat.update(_flat(value, f"{prefix}{key}."))
+    return flat
 
 
 def _check_resume(cli: MinitxCLI, path: Path) -> int:
