@@ -22,7 +22,7 @@ import signal
 import sys
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -957,15 +957,16 @@ def _train_and_test(args: list[str] | None) -> MinitxCLI:
             cli = build_cli(args)
             if cli.resume_path:
                 try:
-                    steps = _check_resume(cli, Path(cli.resume_path))
+                    state = _check_resume(cli, Path(cli.resume_path))
                 except BaseException:  # refused: no new, empty run directory stays behind
                     if cli.run_root is not None and cli.run_version is not None:
                         with contextlib.suppress(OSError):  # rmdir removes only an empty one
                             (cli.run_root / cli.run_version).rmdir()
                     raise
                 if _rank() == 0:  # Lightning restores in silence: say what goes on from where
+                    steps = int(state.get("global_step", 0))
                     print(f"resuming from {cli.resume_path} at update {steps:,}", flush=True)
-                    changed = _changed_settings(cli, Path(cli.resume_path))
+                    changed = _changed_settings(cli, state)
                     if changed:  # config.yaml will hold them as if the run began with them
                         print(
                             f"note: resuming with settings other than its run's: {changed}",
@@ -1153,12 +1154,12 @@ def clock_note(schedules: list[BudgetSchedule], global_step: int) -> str:
     )
 
 
-def _changed_settings(cli: MinitxCLI, path: Path) -> str:
-    """The settings of this run that differ from those its checkpoint `path` was trained
-    with, ``key old -> new`` joined by "; " (``ckpt_path`` aside), or "" when it carries no
-    training config. Said at the resume: config.yaml then holds them as if the run had begun
-    with them."""
-    saved = read_checkpoint(path, mmap=True).get(CHECKPOINT_KEY, {}).get("train_config")
+def _changed_settings(cli: MinitxCLI, checkpoint: Mapping[str, Any]) -> str:
+    """The settings of this run that differ from those its `checkpoint` was trained with,
+    ``key old -> new`` joined by "; " (``ckpt_path`` aside), or "" when it carries no training
+    config. Said at the resume: config.yaml then holds them as if the run had begun with
+    them."""
+    saved = checkpoint[CHECKPOINT_KEY].get("train_config")
     if not isinstance(saved, str):
         return ""
     try:
@@ -1183,12 +1184,12 @@ def _flat(settings: Any, prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-def _check_resume(cli: MinitxCLI, path: Path) -> int:
+def _check_resume(cli: MinitxCLI, path: Path) -> dict[str, Any]:
     """Refuse a resume before anything in the run directory is written: from a weights-only
     checkpoint (no optimizer state to continue with), or from one of another model, optimizer
     settings or tokenizer (`TranslationModule.check_resume`). The tokenizer check needs this
     run's tokenizer: the data is prepared here, once (the fit then finds it ready). Returns
-    the updates the checkpoint's run had made.
+    the checkpoint, read (memory-mapped) once for these checks.
 
     Raises:
         CheckpointError: not a minitx checkpoint (`check_minitx_checkpoint`), or a damaged
@@ -1239,7 +1240,7 @@ def _check_resume(cli: MinitxCLI, path: Path) -> int:
         cli.datamodule.setup("fit")
         cli.model.tokenizer = cli.datamodule.tokenizer
         cli.model.check_resume(state)
-    return int(steps)
+    return state
 
 
 def run() -> int:
