@@ -556,8 +556,9 @@ def check_release_dir(directory: Path, flag: str = "the release directory") -> N
     if not directory.exists() and (blocked := file_in_the_way(directory.parent)):
         raise OutputError(f"{flag} {directory}: {blocked}")
     # A release inside a release: the outer one would hold a foreign folder, and exporting
-    # into it again would be refused for it.
-    outer = next((p for p in directory.absolute().parents if _is_release(p)), None)
+    # into it again would be refused for it. Resolved: rel/../new is not inside rel, and a
+    # link may lead into one.
+    outer = next((p for p in directory.resolve().parents if _is_release(p)), None)
     if outer is not None:
         raise OutputError(
             f"{flag} {directory} lies inside the release {outer}; give a directory outside it"

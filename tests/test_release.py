@@ -196,6 +196,11 @@ def test_save_pretrained_refuses_a_directory_inside_a_release(
             original.save_pretrained(inside)
     assert sorted(p.name for p in outer.iterdir()) == before
     original.save_pretrained(outer)  # the release itself may still be replaced
+    original.save_pretrained(outer / ".." / "beside")  # beside it, not inside
+    assert (tmp_path / "beside" / "config.json").is_file()
+    (tmp_path / "link").symlink_to(outer)  # inside it by a link
+    with pytest.raises(OutputError, match="lies inside the release"):
+        original.save_pretrained(tmp_path / "link" / "sub")
 
 
 # ------------------------------------------------------------------------------ one path
