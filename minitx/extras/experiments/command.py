@@ -107,6 +107,7 @@ OWN_KEYS = {
     "trainer.max_steps": "steps",
     "trainer.max_time": "budget",
     "trainer.val_check_interval": "val-every",
+    "trainer.check_val_every_n_epoch": "val-every",
     "runs_dir": "out",
     "run_name": "out",
 }
@@ -132,8 +133,9 @@ def run(args: argparse.Namespace) -> int:
     bad = [o for o in args.overrides if "=" not in o]
     if bad:
         raise UsageError(f"--set {bad[0]!r}: write KEY=VALUE, e.g. trainer.max_epochs=2")
-    # A key the command or a variant sets: --set came first, so it lost to those flags, or
-    # trained a variant that does not set the key with it, under that variant's name.
+    # A key the command's flags set: --set came after them and won, so the table's header
+    # said other than the runs did. A key a variant sets: a variant with its own value
+    # overrode --set, and one without trained with it, under that variant's name.
     owned = {key: f"--{flag} sets it" for key, flag in OWN_KEYS.items()} | {
         key: f"the experiment {n} varies it"
         for n in names
