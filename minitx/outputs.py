@@ -342,7 +342,7 @@ def claim_run_dir(run_root: Path) -> Path:
             candidate.mkdir()
         except FileExistsError:
             continue
-        atexit.register(_remove_if_empty, candidate)  # a run that wrote nothing leaves nothing
+        atexit.register(remove_if_empty, candidate)  # a run that wrote nothing leaves nothing
         return candidate
     raise AssertionError("unreachable")
 
@@ -353,10 +353,11 @@ def make_dirs(directory: Path) -> None:
     created = [path for path in (directory, *directory.parents) if not path.exists()]
     directory.mkdir(parents=True, exist_ok=True)
     for path in reversed(created):  # outermost first: the exit handlers run innermost first
-        atexit.register(_remove_if_empty, path)
+        atexit.register(remove_if_empty, path)
 
 
-def _remove_if_empty(directory: Path) -> None:
+def remove_if_empty(directory: Path) -> None:
+    """Remove `directory` if it is empty (a run refused before it wrote anything)."""
     with contextlib.suppress(OSError):
         directory.rmdir()  # fails, harmlessly, once the run has written anything
 

@@ -47,6 +47,7 @@ from minitx.cli.train import _own_run_version, build_cli, elsewhere_note, main
 from minitx.errors import ConfigError
 from minitx.model import TransformerConfig
 from minitx.training import DivergenceError, OptimConfig, TranslationModule
+from minitx.training.resume import RandomState
 from minitx.translator import Translator
 from minitx.viz import plot_attention_heads
 
@@ -380,6 +381,22 @@ def test_a_resumed_run_with_dropout_goes_on_step_for_step(
     assert len(losses["whole"]) == 46 and losses["resumed"] == losses["whole"]
 
 
+def test_random_state_round_trips_and_a_damaged_one_is_left_out(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The checkpoint's generator state is restored (a resumed run draws what the run that
+    never stopped drew); a damaged one is left out with a warning, not torch's traceback."""
+    saved = RandomState().state_dict()
+    expected = torch.rand(4)
+    RandomState().load_state_dict(saved)
+    assert torch.equal(torch.rand(4), expected)
+    before = torch.get_rng_state()
+    with caplog.at_level("WARNING", logger="minitx.training.resume"):
+        RandomState().load_state_dict({"cpu": torch.zeros(3, dtype=torch.uint8)})
+    assert "the CPU's random generator state is damaged: left out" in caplog.text
+    assert torch.equal(torch.get_rng_state(), before)
+
+
 @pytest.mark.parametrize("stop", ["ctrl-c", "error-inside-a-step"])
 def test_an_interrupted_fit_leaves_the_signal_handlers_as_it_found_them(
     stop: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -559,6 +576,8 @@ def test_a_runs_last_checkpoint_from_another_directory_says_how_to_continue_in_p
     main(args + resumed)
     (elsewhere,) = run_dirs(tmp_path / "b")
     notes = [line for line in capsys.readouterr().err.splitlines() if line.startswith("note:")]
+    assert notes[0].endswith("other than its run's: trainer.max_epochs 1 -> 2"), notes
+    notes = notes[1:]
     hint = f"add --runs_dir {tmp_path / 'a' / 'runs'} --run_name tiny"
     assert len(notes) == 1 and notes[0].endswith(hint), notes  # absolute: it works anywhere
     assert str(elsewhere.relative_to(tmp_path / "b")) in notes[0]
@@ -852,7 +871,10 @@ def test_a_signal_leaves_a_usable_last_checkpoint_and_a_nonzero_status(
         out, _ = proc.communicate(timeout=60)
     (last,) = list((tmp_path / "runs").glob("tiny/*/checkpoints/last.ckpt"))
     relative = last.relative_to(tmp_path)
-    assert f"training interrupted ({reason}): saved {relative}; to resume, run the same" in out
+    assert (
+        f"training interrupted ({reason}): saved {relative}; to resume, run the same command "
+        f"with --ckpt_path {relative} added"
+    ) in out
     what = "SIGTERM" if sig == signal.SIGTERM else "Ctrl-C"  # the second one of its kind
     assert f"{what}: stopping after this update or validation (a second {what} stops" in out
     assert proc.returncode == status, out[-2000:]  # not 0: the run did not finish
@@ -987,6 +1009,19 @@ def test_resuming_with_other_settings_is_refused(
     assert re.search(r"error: cannot resume.*" + message, err), err[-2000:]
     # a refused resume writes nothing: config.yaml, metrics, events, checkpoints as they were
     assert file_digests(run_dir) == before
+
+
+def test_a_run_seeded_at_random_resumes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """`seed_everything: true` lets Lightning choose the seed at each start (0 in Lightning
+    2.6 where PL_GLOBAL_SEED is unset, a random one in other versions): the resume compares
+    only a seed given as a number, so its choice is no other seed given."""
+    monkeypatch.chdir(tmp_path)
+    common = TINY + QUIET + ["--seed_everything", "true"]
+    main(common + ["--trainer.max_steps", "3"])
+    resumed = main(common + ["--trainer.max_steps", "5", "--ckpt_path", "last"])
+    assert resumed.trainer.global_step == 5
 
 
 def file_digests(directory: Path) -> dict[str, str]:

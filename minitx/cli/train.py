@@ -10,7 +10,6 @@ the test-split scores of the best checkpoint after fitting (`_test`); quiet libr
 
 from __future__ import annotations
 
-import contextlib
 import difflib
 import logging
 import math
@@ -22,7 +21,7 @@ import signal
 import sys
 import time
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -58,7 +57,13 @@ from minitx.cli.common import (
 from minitx.data import TranslationDataModule
 from minitx.decoding import DecodingConfig
 from minitx.errors import ConfigError, MinitxError, debug_requested, is_whole_number
-from minitx.outputs import RUN_STAMP, claim_run_dir, hold_run_dir, release_run_dirs
+from minitx.outputs import (
+    RUN_STAMP,
+    claim_run_dir,
+    hold_run_dir,
+    release_run_dirs,
+    remove_if_empty,
+)
 from minitx.textio import print_stop, write_text_atomic
 from minitx.training import (
     AttentionMapLogger,
@@ -78,10 +83,11 @@ from minitx.training.callbacks import (
     train_time_elapsed,
     train_time_remaining,
 )
-from minitx.training.checkpoint_io import AtomicCheckpointIO, MovedRunCheckpoints, RandomState
+from minitx.training.checkpoint_io import AtomicCheckpointIO
 from minitx.training.loggers import ContinuingCSVLogger
 from minitx.training.module import VALIDATION_METRICS
 from minitx.training.precision import resolve_precision
+from minitx.training.resume import MovedRunCheckpoints, RandomState
 from minitx.training.schedules import BudgetSchedule
 
 if TYPE_CHECKING:
@@ -506,6 +512,13 @@ class _UniqueKeys(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
+def did_you_mean(word: str, known: Iterable[str], prefix: str = "") -> str:
+    """'; did you mean PREFIX+KEY?' for the key of `known` closest to a misspelt `word`
+    (difflib's ratio), or '' when none is close."""
+    close = difflib.get_close_matches(word, sorted(known), n=1)
+    return f"; did you mean {prefix}{close[0]}?" if close else ""
+
+
 def _check_sections(where: str, settings: Any, defaults: Any, prefix: str) -> None:
     if not isinstance(settings, dict):
         if not prefix:
@@ -532,8 +545,7 @@ def _check_sections(where: str, settings: Any, defaults: Any, prefix: str) -> No
             )
         if isinstance(key, str) and key not in defaults:  # else jsonargparse names no file
             known = {k.split(".")[0] for k in defaults.keys() if not k.startswith("_")}
-            close = difflib.get_close_matches(key, sorted(known), n=1)
-            hint = f"; did you mean {prefix}{close[0]}?" if close else ""
+            hint = did_you_mean(key, known, prefix)
             raise UsageError(
                 f"{where}: {prefix}{key} is not a setting{hint}  "
                 f"({_command()} --help lists every key)"
@@ -563,12 +575,10 @@ class OneLineErrorParser(LightningArgumentParser):
     def _did_you_mean(self, message: str) -> str:
         """'; did you mean --KEY?' for the first unrecognized --flag that is close to a key,
         as a config file's misspelt key gets (`_check_sections`); else ''."""
-        unknown = re.match(r"unrecognized arguments: (--[^\s=]+)", str(message))
-        if not unknown:
-            return ""
+        unknown = re.match(r"unrecognized arguments: (.*)", str(message))
+        flags = re.findall(r"(?:^|\s)(--[^\s=]+)", unknown.group(1)) if unknown else []
         keys = [f"--{key}" for key in self.get_defaults().keys() if not key.startswith("_")]
-        close = difflib.get_close_matches(unknown.group(1), keys, n=1)
-        return f"; did you mean {close[0]}?" if close else ""
+        return next((hint for flag in flags if (hint := did_you_mean(flag, keys))), "")
 
 
 _KINDS = {
@@ -701,6 +711,8 @@ class MinitxCLI(LightningCLI):
         message is Lightning's first line)."""
         check_config_sections(sys.argv[1:] if args is None else list(args), parser)
         super().parse_arguments(parser, args)
+        # as given: Lightning replaces true by the seed it chooses (which may differ at a resume)
+        self.seed_given = self.config.get("seed_everything")
         set_verbosity(bool(self.config.get("verbose")))
         check_budget_and_seed(self.config)
 
@@ -960,8 +972,7 @@ def _train_and_test(args: list[str] | None) -> MinitxCLI:
                     state = _check_resume(cli, Path(cli.resume_path))
                 except BaseException:  # refused: no new, empty run directory stays behind
                     if cli.run_root is not None and cli.run_version is not None:
-                        with contextlib.suppress(OSError):  # rmdir removes only an empty one
-                            (cli.run_root / cli.run_version).rmdir()
+                        remove_if_empty(cli.run_root / cli.run_version)  # now, not at exit
                     raise
                 if _rank() == 0:  # Lightning restores in silence: say what goes on from where
                     steps = int(state.get("global_step", 0))
@@ -973,6 +984,7 @@ def _train_and_test(args: list[str] | None) -> MinitxCLI:
                             file=sys.stderr,
                             flush=True,
                         )
+                del state  # memory-mapped: the file must not stay open while the run saves
     except Terminated:  # e.g. a scheduler's SIGTERM while the data is prepared
         print_stop("terminated (SIGTERM) before training began: nothing was trained")
         raise SystemExit(EXIT_SIGTERM) from None
@@ -1156,9 +1168,9 @@ def clock_note(schedules: list[BudgetSchedule], global_step: int) -> str:
 
 def _changed_settings(cli: MinitxCLI, checkpoint: Mapping[str, Any]) -> str:
     """The settings of this run that differ from those its `checkpoint` was trained with,
-    ``key old -> new`` joined by "; " (``ckpt_path`` aside), or "" when it carries no training
-    config. Said at the resume: config.yaml then holds them as if the run had begun with
-    them."""
+    ``key old -> new`` joined by "; " (``ckpt_path`` and keys only one of them has aside), or
+    "" when it carries no training config. Said at the resume: config.yaml then holds them as
+    if the run had begun with them."""
     saved = checkpoint[CHECKPOINT_KEY].get("train_config")
     if not isinstance(saved, str):
         return ""
@@ -1167,10 +1179,11 @@ def _changed_settings(cli: MinitxCLI, checkpoint: Mapping[str, Any]) -> str:
     except yaml.YAMLError:
         return ""
     now = _flat(yaml.safe_load(cli.parser.dump(cli.config, skip_none=False)))
+    # keys in both: a checkpoint of an earlier minitx lacks the settings added since
     return "; ".join(
-        f"{key} {before.get(key)} -> {now.get(key)}"
-        for key in sorted(before.keys() | now.keys())
-        if before.get(key) != now.get(key) and key != "ckpt_path"
+        f"{key} {before[key]} -> {now[key]}"
+        for key in sorted(before.keys() & now.keys())
+        if before[key] != now[key] and key != "ckpt_path"
     )
 
 
@@ -1206,13 +1219,12 @@ def _check_resume(cli: MinitxCLI, path: Path) -> dict[str, Any]:
             f"--ckpt_path {path}: a weights-only checkpoint (no optimizer state, e.g. written by "
             "minitx-average) cannot resume training; resume from a last.ckpt, or start a new run"
         )
-    saved_seed, seed = seed_of(state), cli.config.get("seed_everything")
+    saved_seed, seed = seed_of(state), cli.seed_given  # true: no seed to compare
     if saved_seed is not None and is_whole_number(seed) and int(seed) != int(saved_seed):
-        raise UsageError(  # it changed nothing but the run's records (config.yaml, checkpoints)
+        raise UsageError(  # the run's records (config.yaml, checkpoints) would name two seeds
             f"cannot resume with another seed_everything ({saved_seed} -> {seed}): a resumed "
-            "run goes on with its checkpoint's weights, data order and random generators, so "
-            f"a seed changes nothing; leave it out (or give {saved_seed}), or start a new run "
-            "(--run_name)"
+            "run goes on from its checkpoint's weights, data order and random state; leave "
+            f"it out (or give {saved_seed}), or start a new run (--run_name)"
         )
     # another model or optimizer settings first: its optimizer state cannot fit this model
     cli.model.check_resume(state, TranslationModule.datamodule_languages(cli.datamodule))

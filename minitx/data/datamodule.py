@@ -274,7 +274,7 @@ class TranslationDataModule(L.LightningDataModule):
             persistent_workers=config.num_workers > 0,
             # Its own generator: each iterator draws a seed for its workers, which came from
             # torch's global one and so moved the dropout masks a resumed run draws after it
-            # (`minitx.training.checkpoint_io.RandomState`).
+            # (`minitx.training.resume.RandomState`).
             generator=torch.Generator().manual_seed(config.seed),
         )
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import math
+import shlex
 import signal
 import threading
 import time
@@ -440,9 +441,10 @@ class CheckpointOnInterrupt(L.Callback):
             reason = KeyboardInterrupt.__name__  # handed to Lightning as a SIGTERM
         logger.warning(
             "training interrupted (%s): saved %s; to resume, run the same command with "
-            "--ckpt_path last added",
+            "--ckpt_path %s added",  # that path: `last` would take a later run of the family
             reason,
             path,
+            shlex.quote(str(path)),
         )
 
 

@@ -238,11 +238,12 @@ class TranslationModule(L.LightningModule):
     def check_training_state(
         self, checkpoint: Mapping[str, Any], where: str = "the checkpoint"
     ) -> None:
-        """Refuse a checkpoint whose training state (Lightning's entries: counters, loops,
-        callbacks, optimizer and schedule) is not whole, before Lightning restores it: a damaged
-        entry ended in a traceback deep in the restore, an empty optimizer state was silently
-        skipped, and AdamW moments of another shape crashed the process (the fused kernel trusts
-        them to have their parameter's shape).
+        """Refuse a checkpoint whose training state (Lightning's entries: the weights, counters,
+        loops, callbacks, optimizer and schedule) is not whole, before Lightning restores it: a
+        damaged entry ended in a traceback deep in the restore (weights that do not fit this
+        model among them), a missing loop state restarted the update count at 0, an empty
+        optimizer state was silently skipped, and AdamW moments of another shape crashed the
+        process (the fused kernel trusts them to have their parameter's shape).
 
         `where` names the file in the message.
 
