@@ -342,7 +342,8 @@ def claim_run_dir(run_root: Path) -> Path:
             candidate.mkdir()
         except FileExistsError:
             continue
-        atexit.register(remove_if_empty, candidate)  # a run that wrote nothing leaves nothing
+        atexit.register(_remove_if_empty, candidate)  # a run that wrote nothing leaves nothing
+        _CLAIMED.append(candidate)  # and at `release_run_dirs`, when this process goes on
         return candidate
     raise AssertionError("unreachable")
 
@@ -353,14 +354,16 @@ def make_dirs(directory: Path) -> None:
     created = [path for path in (directory, *directory.parents) if not path.exists()]
     directory.mkdir(parents=True, exist_ok=True)
     for path in reversed(created):  # outermost first: the exit handlers run innermost first
-        atexit.register(remove_if_empty, path)
+        atexit.register(_remove_if_empty, path)
 
 
-def remove_if_empty(directory: Path) -> None:
-    """Remove `directory` if it is empty (a run refused before it wrote anything)."""
+def _remove_if_empty(directory: Path) -> None:
     with contextlib.suppress(OSError):
         directory.rmdir()  # fails, harmlessly, once the run has written anything
 
+
+_CLAIMED: list[Path] = []
+"""The run directories this process claimed (`claim_run_dir`), until `release_run_dirs`."""
 
 _HELD: dict[Path, int] = {}
 """The run directories this process holds (`hold_run_dir`) and their descriptors, open until it
@@ -398,6 +401,10 @@ def hold_run_dir(run_dir: Path) -> None:
 
 
 def release_run_dirs() -> None:
-    """Release the run directories this process holds (its training is over)."""
+    """Release the run directories this process holds (its training is over), and remove
+    those it claimed that are still empty (a run refused before it wrote anything), as its
+    exit would: a process that goes on (a notebook, the tests) keeps none."""
     while _HELD:
         os.close(_HELD.popitem()[1])  # closing the descriptor releases its lock
+    while _CLAIMED:
+        _remove_if_empty(_CLAIMED.pop())

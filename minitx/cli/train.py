@@ -57,13 +57,7 @@ from minitx.cli.common import (
 from minitx.data import TranslationDataModule
 from minitx.decoding import DecodingConfig
 from minitx.errors import ConfigError, MinitxError, debug_requested, is_whole_number
-from minitx.outputs import (
-    RUN_STAMP,
-    claim_run_dir,
-    hold_run_dir,
-    release_run_dirs,
-    remove_if_empty,
-)
+from minitx.outputs import RUN_STAMP, claim_run_dir, hold_run_dir, release_run_dirs
 from minitx.textio import print_stop, write_text_atomic
 from minitx.training import (
     AttentionMapLogger,
@@ -741,7 +735,6 @@ class MinitxCLI(LightningCLI):
             )
         self.resume_path: str | None = config.ckpt_path
         self.resume_note: str | None = None  # printed at fit start
-        self.run_root: Path | None = None
         self.run_version: str | None = None
         self.resume_step: int | None = None
         self.logger_note: str | None = None  # printed at fit start
@@ -959,7 +952,8 @@ def main(args: list[str] | None = None) -> MinitxCLI:
             raise
         raise SystemExit(status) from None
     finally:
-        release_run_dirs()  # the training is over: another process may resume it
+        release_run_dirs()  # the training is over: another process may resume it (and the
+        # directory of a run refused before it wrote anything goes)
 
 
 def _train_and_test(args: list[str] | None) -> MinitxCLI:
@@ -968,12 +962,7 @@ def _train_and_test(args: list[str] | None) -> MinitxCLI:
         with sigterm_raises():  # the fit installs its own handlers (CheckpointOnInterrupt)
             cli = build_cli(args)
             if cli.resume_path:
-                try:
-                    state = _check_resume(cli, Path(cli.resume_path))
-                except BaseException:  # refused: no new, empty run directory stays behind
-                    if cli.run_root is not None and cli.run_version is not None:
-                        remove_if_empty(cli.run_root / cli.run_version)  # now, not at exit
-                    raise
+                state = _check_resume(cli, Path(cli.resume_path))
                 if _rank() == 0:  # Lightning restores in silence: say what goes on from where
                     steps = int(state.get("global_step", 0))
                     print(f"resuming from {cli.resume_path} at update {steps:,}", flush=True)
