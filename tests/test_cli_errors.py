@@ -126,6 +126,17 @@ def test_a_number_option_refuses_nan_and_infinity_on_one_line(
             ["--checkpoint", "x.ckpt", "--output", "out.en/", "x"],
             "--output: out.en/ ends with /: give a file name",
         ),
+        (  # a file named out was written, and "hypotheses written to out"
+            "evaluate",
+            ["--checkpoint", "x.ckpt", "--hyp-out", "out/"],
+            "--hyp-out: out/ ends with /: give a file name",
+        ),
+        (  # a traceback after the model had loaded (the check ran outside argparse)
+            "evaluate",
+            ["--checkpoint", "x.ckpt", "--json", "scores/"],
+            "--json: scores/ ends with /: give a file name",
+        ),
+        ("average", ["a.ckpt", "b.ckpt", "--out", "avg/"], "--out: avg/ ends with /: give a"),
         ("evaluate", ["--checkpoint", "x.ckpt", "--limit", "0"], "--limit: must be at least 1"),
         (  # it fell back to the checkpoint's language without a word
             "evaluate",
@@ -186,6 +197,9 @@ def test_a_number_option_refuses_nan_and_infinity_on_one_line(
         "output-twice",
         "explicit-path",
         "output-directory",
+        "hyp-out-directory",
+        "json-directory",
+        "average-out-directory",
         "limit",
         "empty-language",
         "same-language",

@@ -10,7 +10,13 @@ import sys
 import zipfile
 from pathlib import Path
 
-from minitx.cli.common import OneLineArgumentParser, UsageError, nonempty_path, run_cli
+from minitx.cli.common import (
+    OneLineArgumentParser,
+    UsageError,
+    file_path,
+    nonempty_path,
+    run_cli,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -31,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--out",
         required=True,
-        type=nonempty_path,
+        type=file_path,
         metavar="FILE",
         help="the averaged .ckpt to write",
     )

@@ -168,19 +168,29 @@ def nonempty_path(text: str, *, expected: str = "a file or directory name") -> P
     return Path(text)
 
 
-def path_or_stream(text: str) -> Path | None:
-    """A file argument: a path, or None (standard input or output) for ``-``, as Unix
-    commands read it; ``./-`` names a file called so. The ``type=`` of minitx-translate's
-    ``--input`` and ``--output``; minitx-evaluate reads its ``--json`` with it.
+def file_path(text: str) -> Path:
+    """argparse ``type=`` of a file argument (not a directory): `nonempty_path`, and never a
+    value that ends in ``/``, a directory's name: as a `Path` it loses the ``/``, and
+    ``--output out.en/`` wrote a file out.en.
 
     Raises:
-        argparse.ArgumentTypeError: for an empty or blank value, or one that ends in ``/``
-            (a directory's name: as a `Path` it lost the ``/``, and ``--output out.en/``
-            wrote a file out.en).
+        argparse.ArgumentTypeError: for an empty or blank value, or one that ends in ``/``.
     """
     if text.endswith(os.sep):
         raise argparse.ArgumentTypeError(f"{text} ends with {os.sep}: give a file name")
-    return None if text == "-" else nonempty_path(text)
+    return nonempty_path(text, expected="a file name")
+
+
+def path_or_stream(text: str) -> Path | None:
+    """A file argument: a path (`file_path`), or None (standard input or output) for ``-``,
+    as Unix commands read it; ``./-`` names a file called so. The ``type=`` of
+    minitx-translate's ``--input`` and ``--output``; minitx-evaluate checks its ``--json``
+    with it.
+
+    Raises:
+        argparse.ArgumentTypeError: as `file_path`.
+    """
+    return None if text == "-" else file_path(text)
 
 
 class _EachOnce(logging.Filter):

@@ -27,9 +27,9 @@ from minitx.cli.common import (
     check_decoding_args,
     describe_attention,
     each_warning_once,
+    file_path,
     hub_verbosity,
     load_translator,
-    nonempty_path,
     path_or_stream,
     positive_int,
     run_cli,
@@ -129,7 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--hyp-out",
-        type=nonempty_path,
+        type=file_path,
         metavar="PATH",
         help="hypotheses file; must contain {beam} when several beam sizes are given "
         "(default: <checkpoint dir>/<checkpoint stem>.<split>.<greedy|beamN>[.bf16].hyp, beside a "
@@ -161,6 +161,11 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
         )
     if args.json is not None and not args.json.strip():  # else the current directory
         parser.error("--json is empty; give a file name, or - for standard output")
+    if args.json is not None:  # a name ending in / (kept as text: - is standard output)
+        try:
+            path_or_stream(args.json)
+        except argparse.ArgumentTypeError as exc:
+            parser.error(f"argument --json: {exc}")
     if args.hyp_out is not None and str(args.hyp_out) == "-":  # else a file named "-"
         parser.error(
             "--hyp-out -: the hypotheses go to a file (standard output carries the scores); "
