@@ -277,6 +277,15 @@ def test_evaluate_default_hypothesis_name_names_the_attention(
     assert evaluate.main([*argv, "--beam", "1", "--attention", "hard-argmax"]) == 0
     capsys.readouterr()
     assert (tmp_path / "model.test.toy.first2.greedy.hard-argmax-cross.hyp").is_file()
+    # sampled attention: each seed its own file, so that --seed 3 keeps --seed 2's
+    for seed in ("2", "3"):
+        hard = ["--attention", "hard-sample", "--seed", seed]
+        assert evaluate.main([*argv, "--beam", "1", *hard]) == 0
+    capsys.readouterr()
+    for seed in ("2", "3"):
+        assert (
+            tmp_path / f"model.test.toy.first2.greedy.hard-sample-cross-seed{seed}.hyp"
+        ).is_file()
 
 
 @pytest.mark.parametrize(

@@ -194,8 +194,10 @@ def hypothesis_path(args: argparse.Namespace, beam: int, pair: str = "") -> Path
     infix += f".first{args.limit}" if args.limit is not None else ""
     infix += f".{pair}" if pair else ""
     tag = args.decodings[beam].file_tag
-    if args.attention != "soft":  # e.g. greedy.hard-argmax-cross
-        tag += f".{args.attention}-{attention_from_args(args)['scope']}"
+    if args.attention != "soft":  # e.g. greedy.hard-argmax-cross, greedy.hard-sample-all-seed2
+        settings = attention_from_args(args)
+        tag += f".{args.attention}-{settings['scope']}"
+        tag += f"-seed{settings['seed']}" if args.attention == "hard-sample" else ""
     if args.bf16:  # bf16 decoding may differ from fp32: never overwrite the fp32 file
         tag += ".bf16"
     name = f"{args.checkpoint.stem}.{args.split}{infix}.{tag}.hyp"
