@@ -446,10 +446,13 @@ def check_evaluation(
             f"{languages[0]} -> {languages[1]}"
         )
     if weights is not None and evaluation.get("weights_sha256") != weights:
-        scored = evaluation.get("checkpoint", "?")
+        # a release's report names no checkpoint (the export leaves the path out)
+        scored = f" (it evaluated {evaluation['checkpoint']})" if "checkpoint" in evaluation else ""
         raise ConfigError(
-            f"{where}: scores other weights than this model's (it evaluated {scored}); "
-            "score this model with minitx-evaluate --checkpoint ... --json and give that report"
+            f"{where}: scores other weights than this model's{scored}: the weights changed "
+            "after it was written (a later export or push without --evaluation), or the "
+            "weights file is damaged; score this model with minitx-evaluate --checkpoint ... "
+            "--json and give that report"
             if "weights_sha256" in evaluation
             else f"{where}: does not say which weights it scored (no weights_sha256); write it "
             "with minitx-evaluate --checkpoint ... --json"

@@ -707,6 +707,9 @@ def test_a_damaged_or_stale_evaluation_file_is_named_and_left_out(
     assert [r.getMessage().split(":")[0] for r in caplog.records] == [
         f"{copy / 'evaluation.json'} left out"
     ]
+    if "weights_sha256" in content:  # it said "(it evaluated ?)" and blamed only the report
+        message = caplog.records[0].getMessage()
+        assert "?" not in message and "or the weights file is damaged" in message
 
 
 def test_a_training_config_for_people_only_is_left_out_or_kept_out_of_the_card(
