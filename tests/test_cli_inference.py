@@ -1057,8 +1057,23 @@ def test_visualize_attention_writes_pngs_and_viewer(tiny_checkpoint, tmp_path, c
     assert any("cross" in name for name in pngs)
     html = (out_dir / "attention.html").read_text(encoding="utf-8")
     assert html.startswith("<!DOCTYPE html>") and "</html>" in html
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
     assert "translation:" in out and "attention.html" in out
+    assert "note:" not in err
+
+
+def test_visualize_names_a_page_too_large_to_open(
+    tiny_checkpoint, tmp_path, capsys, monkeypatch
+) -> None:
+    """A long sentence's page (230 MB for a 10,800-character line) was written without a word."""
+    script = command_module("visualize")
+    monkeypatch.setattr(script, "LARGE_PAGE_BYTES", 1_000)  # the tiny model's page is larger
+    argv = ["--checkpoint", str(tiny_checkpoint), TOY_TEST_SOURCES[0], "--dpi", "40"]
+    assert script.main([*argv, "--out-dir", str(tmp_path / "a")]) == 0
+    err = capsys.readouterr().err
+    assert f"note: {tmp_path / 'a' / 'attention.html'} is " in err and "--no-html" in err
+    assert script.main([*argv, "--out-dir", str(tmp_path / "b"), "--no-html"]) == 0
+    assert "note:" not in capsys.readouterr().err
 
 
 def test_visualize_writes_its_directory_whole_and_keeps_the_users_own(

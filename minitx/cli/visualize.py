@@ -35,6 +35,10 @@ from minitx.viz import DEFAULT_DPI, visualize
 OUTPUT_KIND = "attention-maps"
 """What an output directory's `minitx.outputs.MARKER` says it holds."""
 MAX_DPI = 600
+
+LARGE_PAGE_BYTES = 50_000_000
+"""An attention.html above this gets a note: its maps grow with the sentence's length squared
+(a 10,800-character line made a 230 MB page), more than a browser opens comfortably."""
 """Twice print quality: at 20,000 a long sentence's figure is an image of billions of pixels,
 which ends in a MemoryError after minutes."""
 
@@ -141,6 +145,14 @@ def run(args: argparse.Namespace) -> int:
     print(f"translation: {translation}  ({decoding.describe()})")
     for path in paths:
         print(f"wrote {out / path.relative_to(tmp)}")
+    page = out / "attention.html"
+    if not args.no_html and page.stat().st_size > LARGE_PAGE_BYTES:
+        print(
+            f"note: {page} is {page.stat().st_size / 1e6:,.0f} MB, more than a browser opens "
+            "comfortably (the maps grow with the sentence's length squared); the PNG files hold "
+            "the same maps, and --no-html leaves the page out",
+            file=sys.stderr,
+        )
     return 0
 
 
