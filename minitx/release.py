@@ -283,6 +283,12 @@ def load_pretrained(directory: str | Path) -> Release:
                 f"{directory}: not a minitx release but a directory of checkpoints: pass one of "
                 f"them, e.g. {found[0]} (or a release directory written by minitx-export)"
             )
+        if (directory / "model.bin").is_file() and (directory / "config.json").is_file():
+            raise CheckpointError(  # minitx-ct2's output: minitx's own decoder cannot read it
+                f"{directory}: a CTranslate2 model (model.bin), not a minitx release: translate "
+                "with minitx.extras.ctranslate2.export.Ct2Translator, or pass the .ckpt or "
+                "release it was converted from"
+            )
         raise CheckpointError(
             f"{directory}: not a complete minitx release: missing {', '.join(missing)} "
             f"(a release holds {', '.join(REQUIRED_FILES)}; write one with minitx-export)"
@@ -396,6 +402,11 @@ def load(source: str | Path, *, revision: str | None = None) -> Release:
     if path.is_dir():
         return load_pretrained(path)
     if path.exists():
+        if path.name in RELEASE_FILES and (path.parent / WEIGHTS_FILE).is_file():
+            # config.json or model.safetensors: "not a file written by torch.save" alone
+            raise CheckpointError(
+                f"{path} is one file of a release directory: pass the directory, {path.parent}"
+            )
         checkpoint = load_checkpoint(path)
         model, tokenizer = model_from_checkpoint(checkpoint, path)
         train_config = checkpoint[CHECKPOINT_KEY].get("train_config")

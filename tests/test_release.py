@@ -488,6 +488,28 @@ def test_a_run_directory_given_as_checkpoint_points_to_its_checkpoints(
         assert f"pass one of them, e.g. {checkpoints}{os.sep}" in err and ".ckpt" in err, err
 
 
+def test_a_file_of_a_release_or_a_ctranslate2_directory_says_what_to_pass(
+    release_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """A release's config.json or model.safetensors was "not a file written by torch.save",
+    and minitx-ct2's output "not a complete minitx release: missing model.safetensors"."""
+    for name in ("config.json", "model.safetensors"):
+        assert translate_cli.main(["--checkpoint", str(release_dir / name), "ein hund"]) == 2
+        err = capsys.readouterr().err
+        assert err == (
+            f"error: {release_dir / name} is one file of a release directory: pass the "
+            f"directory, {release_dir}\n"
+        )
+    ct2 = tmp_path / "model-ct2"  # the files minitx-ct2 writes, as far as the check reads
+    ct2.mkdir()
+    (ct2 / "model.bin").write_bytes(b"\0")
+    (ct2 / "config.json").write_text("{}", encoding="utf-8")
+    assert translate_cli.main(["--checkpoint", str(ct2), "ein hund"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {ct2}: a CTranslate2 model (model.bin), not a minitx release")
+    assert "Ct2Translator" in err and err.count("\n") == 1
+
+
 @pytest.mark.parametrize(
     "damage", ["wrong-d_model", "huge-d_model", "wrong-shape-weights", "extra-tensor"]
 )
