@@ -214,8 +214,16 @@ def read_config(directory: str | Path) -> dict[str, Any]:
                 f"{path}: {key} is missing (a language code, or null); the file is damaged or "
                 "was edited: re-export the release from its checkpoint"
             )
-        if not isinstance(values[key], (str, type(None))):
-            raise CheckpointError(f"{path}: {key} must be a language code or null")
+        language = values[key]
+        if not (
+            language is None or isinstance(language, str) and LANGUAGE_CODE.fullmatch(language)
+        ):
+            # as the export writes them: a code reaches messages, file names and the card
+            raise CheckpointError(
+                f"{path}: {key} {language!r:.60} is no language code (letters, digits, - and _, "
+                "such as de or pt-BR) or null; the file was edited or damaged: re-export the "
+                "release from its checkpoint"
+            )
     return values
 
 

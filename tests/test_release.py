@@ -442,7 +442,11 @@ DAMAGE = {
     ),
     "numeric-language": (
         lambda d: _edit_config(d, lambda c: c.update(src_lang=49)),
-        r"config\.json: src_lang must be a language code or null",
+        r"config\.json: src_lang 49 is no language code .* or null",
+    ),
+    "markup-language": (  # it loaded, and evaluate printed it in a long "no split" error
+        lambda d: _edit_config(d, lambda c: c.update(tgt_lang="<script>\nx")),
+        r"config\.json: tgt_lang '<script>\\nx' is no language code .* re-export",
     ),
     "missing-tensor": (
         _missing_tensor,
