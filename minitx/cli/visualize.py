@@ -35,12 +35,11 @@ from minitx.viz import DEFAULT_DPI, visualize
 OUTPUT_KIND = "attention-maps"
 """What an output directory's `minitx.outputs.MARKER` says it holds."""
 MAX_DPI = 600
-
+"""Twice print quality: at 20,000 a long sentence's figure is an image of billions of pixels,
+which ends in a MemoryError after minutes."""
 LARGE_PAGE_BYTES = 50_000_000
 """An attention.html above this gets a note: its maps grow with the sentence's length squared
 (a 10,800-character line made a 230 MB page), more than a browser opens comfortably."""
-"""Twice print quality: at 20,000 a long sentence's figure is an image of billions of pixels,
-which ends in a MemoryError after minutes."""
 
 
 def build_parser() -> argparse.ArgumentParser:
