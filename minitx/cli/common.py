@@ -767,19 +767,6 @@ def load_translator(args: argparse.Namespace) -> Translator:
 
     translator = Translator.from_pretrained(args.checkpoint, device=args.device, bf16=args.bf16)
     translator.set_attention(**attention_from_args(args))
-    if args.bf16 and translator.device.type == "cpu":
-        import torch
-
-        from minitx.training.precision import cpu_has_fast_bf16  # Lightning: only here
-
-        if not cpu_has_fast_bf16():  # as training does, but the user asked: keep it, say so
-            capability = torch.backends.cpu.get_cpu_capability()
-            print(
-                f"note: --bf16: this CPU ({capability}) has no bf16 instructions, so bf16 is "
-                "emulated and decodes several times slower than fp32; leave out --bf16 here",
-                file=sys.stderr,
-                flush=True,
-            )
     return translator
 
 
