@@ -92,10 +92,10 @@ from minitx.data import TokenBucketBatchSampler, collate
 from minitx.decoding import DEFAULT_BATCH_SIZE, DecodingConfig, beam_search, greedy_decode
 from minitx.errors import ConfigError
 from minitx.flops import training_flops
+from minitx.hardware import cpu_has_fast_bf16
 from minitx.model import SinusoidalPositionalEncoding, Transformer, TransformerConfig
 from minitx.training import TranslationModule
 from minitx.training.cadence import duration
-from minitx.training.precision import cpu_has_fast_bf16
 
 GPU_BF16_PEAK_TFLOPS = {  # dense bf16 tensor-core peaks from NVIDIA's data sheets
     "H100 PCIe": 756.0,
@@ -629,7 +629,7 @@ def synthesize_corpus(args: argparse.Namespace, n_pairs: int, directory: Path) -
 def prepare_child(corpus: str, cache: str) -> None:
     """The measured process: prepare `corpus` with the default data settings and draw the
     first training batch; prints one line of JSON (times, peak RSS in MB)."""
-    from minitx.data import TranslationDataModule
+    from minitx.data.datamodule import TranslationDataModule
 
     records = logging.handlers.BufferingHandler(capacity=1_000_000)  # keeps minitx's records
     logging.getLogger("minitx").addHandler(records)

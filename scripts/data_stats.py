@@ -32,7 +32,6 @@ from minitx.data import (
     TokenBucketBatchSampler,
     clean_pairs,
     collate,
-    empty_split_error,
     example_lengths,
     load_parallel_corpus,
     open_parallel_corpus,
@@ -41,6 +40,7 @@ from minitx.data import (
     round_up,
     side_texts,
 )
+from minitx.data.datamodule import empty_split_error
 from minitx.tokenizer import Tokenizer
 
 logger = logging.getLogger("data_stats")

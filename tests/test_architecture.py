@@ -139,7 +139,7 @@ def test_contracts_cover_the_documented_rules(contracts: dict[str, dict]) -> Non
         "attention",
         "kv_cache",
         "registry",
-        "errors|vocab",
+        "errors|vocab|hardware",
     ]
     expected = {
         "layers",
@@ -150,6 +150,7 @@ def test_contracts_cover_the_documented_rules(contracts: dict[str, dict]) -> Non
         "data-never-the-model",
         "training-never-inference-api",
         "lightning",
+        "inference-commands-without-lightning",
         "matplotlib",
         "export-never-training",
         "extras-independent",
@@ -244,6 +245,12 @@ BREAKAGES = {
         "import minitx.decoding.strategies\n",
         ["acyclic"],
         "No cycles are allowed in minitx.decoding",
+    ),
+    "an inference command reaches Lightning through training/": (
+        "minitx/cli/common.py",
+        "from minitx.training.precision import resolve_precision\n",
+        ["inference-commands-without-lightning"],
+        "minitx.cli.common -> minitx.training.precision",
     ),
     "the core imports numpy": (
         "minitx/model.py",

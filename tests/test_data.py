@@ -26,13 +26,13 @@ from minitx.data import (
     DATA_DIR_ENV,
     ResumableDataLoader,
     TokenBucketBatchSampler,
-    TranslationDataModule,
     clean_pairs,
     collate,
     load_parallel_corpus,
     resolve_data_source,
     round_up,
 )
+from minitx.data.datamodule import TranslationDataModule
 from minitx.errors import ConfigError, DataError, MissingFileError
 from minitx.tokenizer import BOS_ID, EOS_ID, PAD_ID
 

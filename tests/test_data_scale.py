@@ -21,13 +21,13 @@ from minitx import tokenizer as tokenizer_module
 from minitx.cli.train import build_cli
 from minitx.data import (
     DATA_DIR_ENV,
-    TranslationDataModule,
     clean_pairs,
     load_parallel_corpus,
     side_texts,
 )
 from minitx.data import sources as sources_module
 from minitx.data import streams as streams_module
+from minitx.data.datamodule import TranslationDataModule
 from minitx.data.sample import sample_sentences
 from minitx.data.sources import open_parallel_corpus
 from minitx.data.streams import iter_lines

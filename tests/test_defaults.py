@@ -21,7 +21,7 @@ import yaml
 from helpers import CONFIG_DIR
 
 from minitx.cli.train import build_cli
-from minitx.data import TranslationDataModule
+from minitx.data.datamodule import TranslationDataModule
 from minitx.model import Transformer, TransformerConfig
 from minitx.training import (
     AttentionMapLogger,

@@ -63,16 +63,3 @@ def test_auto_accelerator_is_the_cpu_without_a_gpu(monkeypatch: pytest.MonkeyPat
     assert precision.trains_on_cpu("auto") and precision.trains_on_cpu(None)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert not precision.trains_on_cpu("auto")
-
-
-def test_the_capability_check_answers() -> None:
-    assert isinstance(precision.cpu_has_fast_bf16(), bool)
-
-
-@pytest.mark.skipif(
-    not hasattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported"), reason="no oneDNN check here"
-)
-def test_the_capability_check_agrees_with_onednn() -> None:
-    # minitx asks public sources (ATen's kernel level, the CPU's features); oneDNN's own,
-    # private check is the reference it must agree with on this machine.
-    assert precision.cpu_has_fast_bf16() == torch.ops.mkldnn._is_mkldnn_bf16_supported()

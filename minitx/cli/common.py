@@ -763,10 +763,23 @@ def attention_from_args(args: argparse.Namespace) -> dict[str, Any]:
 def load_translator(args: argparse.Namespace) -> Translator:
     """The `Translator` the options ask for: ``--checkpoint`` loaded on ``--device`` (under
     ``--bf16``), with the ``--attention`` settings (`attention_from_args`)."""
+    import torch
+
+    from minitx import hardware
     from minitx.translator import Translator
 
     translator = Translator.from_pretrained(args.checkpoint, device=args.device, bf16=args.bf16)
     translator.set_attention(**attention_from_args(args))
+    if args.bf16 and translator.device.type == "cpu" and not hardware.cpu_has_fast_bf16():
+        # Training falls back to fp32 here; the user asked for bf16, so keep it and say why
+        # it is slow.
+        capability = torch.backends.cpu.get_cpu_capability()
+        print(
+            f"note: --bf16: this CPU ({capability}) has no bf16 instructions, so bf16 is "
+            "emulated and decodes several times slower than fp32; leave out --bf16 here",
+            file=sys.stderr,
+            flush=True,
+        )
     return translator
 
 

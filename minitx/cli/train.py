@@ -54,7 +54,7 @@ from minitx.cli.common import (
     sigterm_raises,
     work_begins,
 )
-from minitx.data import TranslationDataModule
+from minitx.data.datamodule import TranslationDataModule
 from minitx.decoding import DecodingConfig
 from minitx.errors import ConfigError, MinitxError, debug_requested, is_whole_number
 from minitx.outputs import RUN_STAMP, claim_run_dir, hold_run_dir, release_run_dirs

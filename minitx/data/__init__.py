@@ -16,7 +16,9 @@ tests can call on its own:
 In memory, for evaluation sets and small corpora: `load_parallel_corpus` (a ``DatasetDict``
 with one ``translation`` column) and `clean_pairs` (cleaning.py).
 
-`TranslationDataModule` (datamodule.py) wires the steps together for Lightning. Nothing here
+`TranslationDataModule` (datamodule.py) wires the steps together for Lightning; import it from
+`minitx.data.datamodule`, as training does: the package itself stays free of Lightning, so that
+the inference commands that read a corpus (minitx-evaluate) start without it. Nothing here
 imports the model. The toy corpus (``builtin:toy``) lives in minitx/data/toy.
 """
 
@@ -28,7 +30,6 @@ from minitx.data.batching import (
     round_up,
 )
 from minitx.data.cleaning import clean_pairs, side_texts, usable_pairs
-from minitx.data.datamodule import TranslationDataModule, empty_split_error
 from minitx.data.prepare import prepare_split
 from minitx.data.sample import sample_sentences
 from minitx.data.sources import (
@@ -55,12 +56,10 @@ __all__ = [
     "PairStream",
     "ResumableDataLoader",
     "TokenBucketBatchSampler",
-    "TranslationDataModule",
     "builtin_corpus_dir",
     "clean_pairs",
     "collate",
     "describe_directory",
-    "empty_split_error",
     "example_lengths",
     "load_parallel_corpus",
     "local_stem",

@@ -69,7 +69,7 @@ which it improves: what a ``checkpoint.monitor`` of validation may name, and its
 
 
 class TranslationModule(L.LightningModule):
-    """Train a Transformer on batches from `minitx.data.TranslationDataModule`.
+    """Train a Transformer on batches from `minitx.data.datamodule.TranslationDataModule`.
 
     Args:
         transformer: the model's settings; its vocabulary sizes are linked to

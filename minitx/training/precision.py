@@ -1,17 +1,16 @@
 """The training precision for the machine at hand: bf16 autocast only where the CPU has it
-(the training guide, "Precision"). A CPU without bf16 instructions emulates every bf16 matrix
-product: on an AVX2 machine (torch 2.13, 1 thread) a 2048x256 by 256x1024 matmul ran at
-0.6 GFLOP/s in bf16 against 32 GFLOP/s in fp32, so a default run would take days.
+(the training guide, "Precision"). A CPU without bf16 instructions emulates bf16 many times
+slower than fp32 (`minitx.hardware`), so a default run would take days.
 """
 
 from __future__ import annotations
 
 import os
-import platform
-from pathlib import Path
 from typing import Any
 
 import torch
+
+from minitx.hardware import cpu_has_fast_bf16
 
 BF16_PRECISIONS: tuple[str, ...] = ("bf16-mixed", "bf16-true", "bf16")
 """Lightning precision settings that compute in bf16."""
@@ -19,24 +18,6 @@ BF16_PRECISIONS: tuple[str, ...] = ("bf16-mixed", "bf16-true", "bf16")
 KEEP_BF16_ENV = "MINITX_KEEP_BF16"
 """Set to 1 to keep a bf16 precision on a CPU without bf16 instructions (slow, but it
 reproduces a bf16 run's numbers exactly)."""
-
-
-def cpu_has_fast_bf16() -> bool:
-    """True where PyTorch's CPU kernels (oneDNN) run bf16 matrix products natively.
-
-    torch has no public bf16 check, so this asks what oneDNN's own check asks. On x86: the
-    AVX-512 core instructions, which ATen reports as its "AVX512" kernel level
-    (AVX512-BF16 and AMX come on top of them). On Arm: the BF16 extension, which Linux lists
-    as "bf16" among the CPU's features. Where neither can be read, assume yes (keep the
-    setting).
-    """
-    if platform.machine().lower() in ("x86_64", "amd64", "i386", "i686", "x86"):
-        return torch.backends.cpu.get_cpu_capability() == "AVX512"
-    try:
-        features = Path("/proc/cpuinfo").read_text(encoding="utf-8").split()
-    except OSError:
-        return True
-    return "bf16" in features
 
 
 def trains_on_cpu(accelerator: Any) -> bool:
