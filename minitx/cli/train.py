@@ -11,6 +11,7 @@ the test-split scores of the best checkpoint after fitting (`_test`); quiet libr
 from __future__ import annotations
 
 import difflib
+import functools
 import logging
 import math
 import os
@@ -205,21 +206,25 @@ class ConfigInCheckpoint(SaveConfigCallback):
     ``config.yaml`` is replaced atomically (`write_text_atomic`), never left half-written.
     """
 
+    @functools.cached_property
+    def config_text(self) -> str:
+        """The resolved config as YAML, dumped once: it is fixed by the time the fit starts, and
+        a dump takes a tenth of a second, a large share of a small run's checkpoint writes."""
+        return self.parser.dump(self.config, skip_none=False)
+
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if self.already_saved:
             return
         log_dir = trainer.log_dir  # a collective under DDP: every rank asks
         if trainer.is_global_zero and self.save_to_log_dir and log_dir is not None:
-            text = self.parser.dump(self.config, skip_none=False)
             Path(log_dir).mkdir(parents=True, exist_ok=True)  # no logger: default_root_dir
-            write_text_atomic(Path(log_dir) / self.config_filename, text)
+            write_text_atomic(Path(log_dir) / self.config_filename, self.config_text)
         self.already_saved = trainer.strategy.broadcast(True)
 
     def on_save_checkpoint(
         self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]
     ) -> None:
-        text = self.parser.dump(self.config, skip_none=False)
-        checkpoint.setdefault(CHECKPOINT_KEY, {})["train_config"] = text
+        checkpoint.setdefault(CHECKPOINT_KEY, {})["train_config"] = self.config_text
 
 
 def _check_bleu_schedule(config: Any) -> None:
@@ -450,7 +455,8 @@ def check_config_sections(args: list[str], parser: LightningArgumentParser) -> N
     the section without a word and trains the default model.
 
     A key whose default in `parser` is a (jsonargparse) Namespace is a section; the defaults
-    are built only when a config file is given (a tenth of a second, not every start).
+    are built only when a config file of the user's is given (a tenth of a second or two, not
+    every start): the packaged configs are checked once, by the test suite.
 
     Raises:
         UsageError: naming the file, the key and what to write instead.
@@ -459,6 +465,8 @@ def check_config_sections(args: list[str], parser: LightningArgumentParser) -> N
     for flag, value, _ in _config_args(args):
         path = Path(value)
         if not path.is_file():  # jsonargparse reports a missing file (or parses inline YAML)
+            continue
+        if path.resolve().parent == CONFIG_DIR.resolve():
             continue
         try:
             settings = yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeys)
@@ -571,6 +579,8 @@ class OneLineErrorParser(LightningArgumentParser):
         as a config file's misspelt key gets (`_check_sections`); else ''."""
         unknown = re.match(r"unrecognized arguments: (.*)", str(message))
         flags = re.findall(r"(?:^|\s)(--[^\s=]+)", unknown.group(1)) if unknown else []
+        if not flags:  # the defaults take a tenth of a second to build: only for a hint
+            return ""
         keys = [f"--{key}" for key in self.get_defaults().keys() if not key.startswith("_")]
         return next((hint for flag in flags if (hint := did_you_mean(flag, keys))), "")
 
