@@ -271,6 +271,20 @@ def check_weight_shapes(weights: Path, config: TransformerConfig) -> None:
             )
 
 
+def _is_ct2_model(directory: Path) -> bool:
+    """Whether `directory` holds a CTranslate2 model (minitx-ct2's output), which minitx's own
+    decoder cannot read."""
+    return (directory / "model.bin").is_file() and (directory / "config.json").is_file()
+
+
+def _ct2_model_message(directory: Path) -> str:
+    return (
+        f"{directory}: a CTranslate2 model (model.bin), not a minitx release: translate with "
+        "minitx.extras.ctranslate2.export.Ct2Translator, or pass the .ckpt or release it was "
+        "converted from"
+    )
+
+
 def load_pretrained(directory: str | Path) -> Release:
     """A `Release` from a release directory (see the module docstring); `load` calls it for a
     directory and for a downloaded repo.
@@ -291,12 +305,8 @@ def load_pretrained(directory: str | Path) -> Release:
                 f"{directory}: not a minitx release but a directory of checkpoints: pass one of "
                 f"them, e.g. {found[0]} (or a release directory written by minitx-export)"
             )
-        if (directory / "model.bin").is_file() and (directory / "config.json").is_file():
-            raise CheckpointError(  # minitx-ct2's output: minitx's own decoder cannot read it
-                f"{directory}: a CTranslate2 model (model.bin), not a minitx release: translate "
-                "with minitx.extras.ctranslate2.export.Ct2Translator, or pass the .ckpt or "
-                "release it was converted from"
-            )
+        if _is_ct2_model(directory):
+            raise CheckpointError(_ct2_model_message(directory))
         raise CheckpointError(
             f"{directory}: not a complete minitx release: missing {', '.join(missing)} "
             f"(a release holds {', '.join(REQUIRED_FILES)}; write one with minitx-export)"
@@ -415,6 +425,8 @@ def load(source: str | Path, *, revision: str | None = None) -> Release:
             raise CheckpointError(
                 f"{path} is one file of a release directory: pass the directory, {path.parent}"
             )
+        if _is_ct2_model(path.parent):  # model.bin or another of its files
+            raise CheckpointError(_ct2_model_message(path.parent))
         checkpoint = load_checkpoint(path)
         model, tokenizer = model_from_checkpoint(checkpoint, path)
         train_config = checkpoint[CHECKPOINT_KEY].get("train_config")

@@ -508,10 +508,11 @@ def test_a_file_of_a_release_or_a_ctranslate2_directory_says_what_to_pass(
     ct2.mkdir()
     (ct2 / "model.bin").write_bytes(b"\0")
     (ct2 / "config.json").write_text("{}", encoding="utf-8")
-    assert translate_cli.main(["--checkpoint", str(ct2), "ein hund"]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith(f"error: {ct2}: a CTranslate2 model (model.bin), not a minitx release")
-    assert "Ct2Translator" in err and err.count("\n") == 1
+    for given in (ct2, ct2 / "model.bin", ct2 / "config.json"):  # a file of it: "torch.save"
+        assert translate_cli.main(["--checkpoint", str(given), "ein hund"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: {ct2}: a CTranslate2 model (model.bin), not a minitx"), err
+        assert "Ct2Translator" in err and err.count("\n") == 1
 
 
 @pytest.mark.parametrize(
