@@ -455,8 +455,7 @@ def check_config_sections(args: list[str], parser: LightningArgumentParser) -> N
     the section without a word and trains the default model.
 
     A key whose default in `parser` is a (jsonargparse) Namespace is a section; the defaults
-    are built only when a config file of the user's is given (a tenth of a second or two, not
-    every start): the packaged configs are checked once, by the test suite.
+    are built only when a config file is given (a tenth of a second, not every start).
 
     Raises:
         UsageError: naming the file, the key and what to write instead.
@@ -465,8 +464,6 @@ def check_config_sections(args: list[str], parser: LightningArgumentParser) -> N
     for flag, value, _ in _config_args(args):
         path = Path(value)
         if not path.is_file():  # jsonargparse reports a missing file (or parses inline YAML)
-            continue
-        if path.resolve().parent == CONFIG_DIR.resolve():
             continue
         try:
             settings = yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeys)
