@@ -425,9 +425,12 @@ def load(source: str | Path, *, revision: str | None = None) -> Release:
             raise CheckpointError(
                 f"{path} is one file of a release directory: pass the directory, {path.parent}"
             )
-        if _is_ct2_model(path.parent):  # model.bin or another of its files
-            raise CheckpointError(_ct2_model_message(path.parent))
-        checkpoint = load_checkpoint(path)
+        try:
+            checkpoint = load_checkpoint(path)
+        except CheckpointError:
+            if path.suffix != ".ckpt" and _is_ct2_model(path.parent):  # its model.bin, config.json
+                raise CheckpointError(_ct2_model_message(path.parent)) from None
+            raise
         model, tokenizer = model_from_checkpoint(checkpoint, path)
         train_config = checkpoint[CHECKPOINT_KEY].get("train_config")
         return Release(

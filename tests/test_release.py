@@ -493,7 +493,7 @@ def test_a_run_directory_given_as_checkpoint_points_to_its_checkpoints(
 
 
 def test_a_file_of_a_release_or_a_ctranslate2_directory_says_what_to_pass(
-    release_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+    release_dir: Path, tiny_checkpoint: Path, tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
     """A release's config.json or model.safetensors was "not a file written by torch.save",
     and minitx-ct2's output "not a complete minitx release: missing model.safetensors"."""
@@ -513,6 +513,8 @@ def test_a_file_of_a_release_or_a_ctranslate2_directory_says_what_to_pass(
         err = capsys.readouterr().err
         assert err.startswith(f"error: {ct2}: a CTranslate2 model (model.bin), not a minitx"), err
         assert "Ct2Translator" in err and err.count("\n") == 1
+    shutil.copyfile(tiny_checkpoint, ct2 / "model.ckpt")  # a checkpoint beside it still loads
+    assert release.load(ct2 / "model.ckpt").model is not None
 
 
 @pytest.mark.parametrize(
