@@ -37,7 +37,7 @@ CORE = {
     "decoding",
 }
 CORE |= {"model_config", "model_outputs", "hard_attention", "packing", "flops", "registry", "vocab"}
-CORE |= {"errors"}  # the bottom of the layers: torch and the standard library only
+CORE |= {"errors", "hardware"}  # the bottom of the layers: torch and the standard library only
 OPTIONAL_LIBRARIES = ("ctranslate2", "gradio", "bertviz", "selenium")
 """Extras: imported only inside the functions that need them (minitx.errors.require_extra)."""
 LIGHTNING = ("lightning", "pytorch_lightning")
@@ -246,7 +246,7 @@ BREAKAGES = {
         ["acyclic"],
         "No cycles are allowed in minitx.decoding",
     ),
-    "an inference command reaches Lightning through training/": (
+    "an inference command imports training/": (
         "minitx/cli/common.py",
         "from minitx.training.precision import resolve_precision\n",
         ["inference-commands-without-lightning"],

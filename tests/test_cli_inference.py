@@ -68,11 +68,16 @@ def greedy_on_toy(tiny_checkpoint: Path, tmp_path: Path) -> list[str]:
 
 
 def run_command(
-    name: str, args: list[str], *, stdin: bytes | None = None, cwd: Path | None = None
+    name: str,
+    args: list[str],
+    *,
+    stdin: bytes | None = None,
+    cwd: Path | None = None,
+    python_flags: list[str] | None = None,
 ) -> subprocess.CompletedProcess:
-    """minitx-NAME with `args` as a real process (`python -m minitx.cli.NAME`)."""
+    """minitx-NAME with `args` as a real process (`python [python_flags] -m minitx.cli.NAME`)."""
     return subprocess.run(
-        [PYTHON, "-m", f"minitx.cli.{name}", *args],
+        [PYTHON, *(python_flags or []), "-m", f"minitx.cli.{name}", *args],
         input=stdin if stdin is not None else b"",
         capture_output=True,
         cwd=cwd,
@@ -1012,8 +1017,12 @@ def test_evaluate_several_beams_need_a_pattern(
 
 
 def test_evaluate_subprocess(tiny_checkpoint, tmp_path) -> None:
-    """As a real command: exit status 0, standard output holds exactly the score lines."""
+    """As a real command: exit status 0, standard output holds exactly the score lines. It
+    starts without Lightning (seconds on 2 cores), also where it reads a corpus and asks the
+    CPU for bf16: Python's own import log, as the import contracts cannot see a package's
+    ``__init__`` run by the import of one of its modules."""
     args = [
+        "--bf16",
         "--checkpoint",
         str(tiny_checkpoint),
         "--data",
@@ -1023,8 +1032,11 @@ def test_evaluate_subprocess(tiny_checkpoint, tmp_path) -> None:
         "--hyp-out",
         str(tmp_path / "h"),
     ]
-    proc = run_command("evaluate", args, cwd=tmp_path)
+    proc = run_command("evaluate", args, cwd=tmp_path, python_flags=["-X", "importtime"])
     assert proc.returncode == 0, proc.stderr.decode()
+    imported = re.findall(r"^import time:.*\|\s*([\w.]+)$", proc.stderr.decode(), re.MULTILINE)
+    assert "minitx.hardware" in imported and "minitx.data.sources" in imported  # the log works
+    assert not [m for m in imported if m.split(".")[0] in ("lightning", "pytorch_lightning")]
     lines = proc.stdout.decode("utf-8").splitlines()
     assert len(lines) == 2 and lines[0].startswith("beam 5 (alpha 1): BLEU ")
     assert lines[1].startswith("  BLEU = ")
