@@ -831,6 +831,20 @@ def test_evaluate_data_tag(evaluate_command, data: str, tag: str) -> None:
     assert evaluate_command.data_tag(data) == tag
 
 
+def test_evaluate_data_tag_of_the_current_directory(
+    evaluate_command, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--data .`` (or ``..``, or a {split} pattern in it) was tagged "data", whichever
+    corpus the directory held; it is tagged with the directory's own name."""
+    corpus = tmp_path / "iwslt17"
+    (corpus / "sub").mkdir(parents=True)
+    monkeypatch.chdir(corpus)
+    assert evaluate_command.data_tag(".") == "iwslt17"
+    assert evaluate_command.data_tag("{split}.jsonl") == "iwslt17"
+    monkeypatch.chdir(corpus / "sub")
+    assert evaluate_command.data_tag("..") == "iwslt17"
+
+
 def test_evaluate_json_to_stdout(
     evaluate_command, greedy_on_toy, tmp_path, capsys, monkeypatch
 ) -> None:

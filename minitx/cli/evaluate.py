@@ -208,8 +208,12 @@ def hypothesis_path(args: argparse.Namespace, beam: int, pair: str = "") -> Path
 def data_tag(data: str) -> str:
     """A file-name part naming ``--data`` (``/corpora/iwslt`` -> "iwslt", ``builtin:toy`` ->
     "builtin_toy"), so that scoring another corpus's split of the same name does not replace
-    the hypotheses of the default corpus."""
+    the hypotheses of the default corpus. A local directory given as ``.`` or ``..`` is named
+    by its own name."""
     parts = [part for part in Path(data).parts if "{" not in part]  # not a {split} pattern
+    where = Path(*parts) if parts else Path()
+    if parts[-1:] in ([], ["."], [".."]) and where.is_dir():  # "." named every corpus "data"
+        parts = [where.resolve().name]
     return re.sub(r"[^\w.-]+", "_", parts[-1] if parts else data).strip("._") or "data"
 
 
