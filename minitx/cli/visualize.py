@@ -144,14 +144,16 @@ def run(args: argparse.Namespace) -> int:
     print(f"translation: {translation}  ({decoding.describe()})")
     for path in paths:
         print(f"wrote {out / path.relative_to(tmp)}")
-    page = out / "attention.html"
-    if not args.no_html and page.stat().st_size > LARGE_PAGE_BYTES:
-        print(
-            f"note: {page} is {page.stat().st_size / 1e6:,.0f} MB, more than a browser opens "
-            "comfortably (the maps grow with the sentence's length squared); the PNG files hold "
-            "the same maps, and --no-html leaves the page out",
-            file=sys.stderr,
-        )
+    if not args.no_html:
+        page = out / paths[-1].relative_to(tmp)  # `visualize` returns the page last
+        size = page.stat().st_size
+        if size > LARGE_PAGE_BYTES:
+            print(
+                f"note: {page} is {size / 1e6:,.0f} MB, more than a browser opens comfortably "
+                "(the maps grow with the sentence's length squared); the PNG files hold the same "
+                "maps, and --no-html leaves the page out",
+                file=sys.stderr,
+            )
     return 0
 
 
