@@ -212,7 +212,7 @@ def data_tag(data: str) -> str:
     by its own name."""
     parts = [part for part in Path(data).parts if "{" not in part]  # not a {split} pattern
     where = Path(*parts) if parts else Path()
-    if parts[-1:] in ([], ["."], [".."]) and where.is_dir():  # "." named every corpus "data"
+    if (not parts or parts[-1] == "..") and where.is_dir():  # "." named every corpus "data"
         parts = [where.resolve().name]
     return re.sub(r"[^\w.-]+", "_", parts[-1] if parts else data).strip("._") or "data"
 
