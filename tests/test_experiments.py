@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from helpers import PYTHON, REPO_DIR, subprocess_env
-from preloaded import run_python
+from helpers import REPO_DIR
+from preloaded import PreloadedProcess, run_python
 
 from minitx.errors import ConfigError, OutputError
 from minitx.extras.experiments import EXPERIMENTS, runner
@@ -232,27 +232,42 @@ def test_attention_statistics_leave_the_model_as_it_was(toy_tokenizer) -> None:
 # ------------------------------------------------------------------ the runner and command
 
 
-def run_command(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return run_python(
-        [PYTHON, "-m", "minitx.extras.experiments.command", *args],
-        cwd=cwd,
-        env=subprocess_env(),
-        timeout=600,
-    )
-
-
 SMOKE = ("--config", "tiny", "--budget", "0.25", "--val-every", "10", "--probe-pairs", "4",
          "--set", "trainer.max_epochs=2")  # fmt: skip
+
+
+def preloaded_run(
+    command: list[str],
+    *,
+    stdout: object = None,
+    stderr: object = None,
+    capture_output: bool = False,
+    text: bool = False,
+    check: bool = False,
+) -> subprocess.CompletedProcess:
+    """`subprocess.run` as the runner calls it (the log file as output, error merged into it;
+    or captured as text), in a preloaded fork (tests/preloaded.py): a variant's minitx-train
+    process without its 6-9 s of imports."""
+    assert command[:3] == runner.TRAIN and not check, command
+    if capture_output:
+        assert text and stdout is None and stderr is None
+        return run_python(command)
+    assert stderr is subprocess.STDOUT, stderr
+    with PreloadedProcess(command, merge_stderr=True, stdout=Path(stdout.name)) as process:
+        process.wait(600)
+    return subprocess.CompletedProcess(command, process.returncode)
 
 
 def run_in_process(
     *args: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> subprocess.CompletedProcess:
-    """`minitx-experiment ARGS` in this process, as `run_command` gives it (the variants'
-    trainings are processes of their own either way): no second import of torch and Lightning."""
+    """`minitx-experiment ARGS` in this process, as `run_command` gives it, the variants'
+    trainings each in a process of its own (a preloaded fork): no second import of torch and
+    Lightning."""
     from minitx.extras.experiments.command import main
 
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the variants' minitx-train processes
+    monkeypatch.setattr(runner.subprocess, "run", preloaded_run)
     status = main(list(args))
     out, err = capsys.readouterr()
     return subprocess.CompletedProcess(["minitx-experiment", *args], status, out, err)
@@ -341,6 +356,9 @@ def test_runner_on_the_toy_corpus(
 
 def test_a_variant_that_fails_says_so_and_every_variant_failing_is_an_error(
     tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+    recwarn: pytest.WarningsRecorder,
 ) -> None:
     """A failed variant is a result: its row in the table, and its error line printed as it
     happens, not only in results.md; no matplotlib warning of an empty plot. When every variant
@@ -349,7 +367,9 @@ def test_a_variant_that_fails_says_so_and_every_variant_failing_is_an_error(
     error line, after the table is written."""
     bad = ("--set", "model.transformer.n_heads=3")  # the tiny d_model 64: refused at once
     out = tmp_path / "exp"
-    proc = run_command("scores", "--variants", "dot", *SMOKE, *bad, "--out", str(out), cwd=tmp_path)
+    monkeypatch.chdir(tmp_path)
+    io = {"monkeypatch": monkeypatch, "capsys": capsys}
+    proc = run_in_process("scores", "--variants", "dot", *SMOKE, *bad, "--out", str(out), **io)
     failed = "[scores] dot: failed (exit 2): error: model.transformer: d_model (64) must be"
     assert failed in proc.stdout, proc.stdout
     assert "| `dot` | failed (exit 2) |" in (out / "scores" / "results.md").read_text()
@@ -359,7 +379,7 @@ def test_a_variant_that_fails_says_so_and_every_variant_failing_is_an_error(
         "error: scores: the training of every variant failed, the first with: failed (exit 2): "
         "error: model.transformer: d_model (64) must be"
     ), proc.stderr[-2000:]
-    assert "Warning" not in proc.stderr, proc.stderr[-2000:]
+    assert not recwarn.list, [str(w.message) for w in recwarn]  # in a process: on its stderr
 
 
 REFUSED_KEY = "error: unrecognized arguments: --model.transformer.bogus=1"
