@@ -318,6 +318,38 @@ def test_training_refuses_a_nan_or_infinite_setting_before_anything_runs(
 
 
 @pytest.mark.parametrize(
+    ("yaml_text", "message"),
+    [
+        ("run_name: null", "run_name=null: give text"),
+        ("runs_dir: ~", "runs_dir=null: give text"),
+        ("data:\n  source: null", "data.source=null: give text"),
+        ("data:\n  src_lang: null", "data.src_lang=null: give text"),
+        ("model:\n  transformer:\n    d_model: null", "d_model=null: give a whole number"),
+    ],
+    ids=["run-name", "runs-dir", "source", "src-lang", "d-model"],
+)
+@pytest.mark.filterwarnings("ignore:LightningCLI's args parameter")
+def test_a_null_for_a_setting_that_takes_none_is_one_error_line(
+    yaml_text: str,
+    message: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+) -> None:
+    """A config file's null where text or a number belongs was a TypeError or AttributeError
+    deep inside (os.path.normpath(None), None.startswith)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MINITX_DEBUG", raising=False)
+    (tmp_path / "null.yaml").write_text(yaml_text + "\n", encoding="utf-8")
+    with pytest.raises(SystemExit) as exit_info:
+        train_main(["--config", str(TINY_CONFIG), "--config", "null.yaml"])
+    assert exit_info.value.code == 2
+    line = the_error_line(capsys.readouterr().err)
+    assert line.startswith("error: ") and message in line, line
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize(
     ("args", "message"),
     [
         (["--trainer.max_time", "bad"], "trainer.max_time='bad': not a duration; give DD:HH:MM:SS"),

@@ -21,6 +21,8 @@ import shutil
 import signal
 import sys
 import time
+import types
+import typing
 import warnings
 from collections.abc import Iterable, Iterator, Mapping
 from importlib import resources
@@ -142,6 +144,42 @@ def check_finite(config: Any) -> None:
     """
     for key, value in _non_finite("", config):
         raise ConfigError(f"{key}={value}: not a finite number; give a finite value")
+
+
+def _admits_null(typehint: Any) -> bool:
+    """Whether a setting of this type may be null (``Optional[...]``, ``Any``, a union with
+    None)."""
+    if typehint in (Any, type(None)):
+        return True
+    if typing.get_origin(typehint) in (typing.Union, types.UnionType):
+        return any(_admits_null(arg) for arg in typing.get_args(typehint))
+    return False
+
+
+def check_no_null(parser: LightningArgumentParser, config: Any) -> None:
+    """Refuse null for a setting whose type has no null (``run_name: null``, ``data.source: ~``
+    in a config file): jsonargparse lets null through for text settings, which then fail deep
+    inside with a TypeError. Linked settings are filled later (`LINKED_SETTINGS`).
+
+    Raises:
+        ConfigError: naming the first such key and the kind of value to give.
+    """
+    # jsonargparse keeps a typed key's type as _typehint; nested keys come flattened (data.source)
+    for action in parser._actions:
+        typehint = getattr(action, "_typehint", None)
+        if typehint is None or action.dest.endswith(".help") or action.dest in LINKED_SETTINGS:
+            continue
+        if config.get(action.dest) is None and not _admits_null(typehint):
+            raise ConfigError(f"{action.dest}=null: give {_kind(typehint)}")
+
+
+def _kind(typehint: Any) -> str:
+    """The kind of value a setting of this type takes, as an error line asks for it: 'text',
+    'text or an Accelerator'."""
+    if typing.get_origin(typehint) in (typing.Union, types.UnionType):
+        return " or ".join(_kind(arg) for arg in typing.get_args(typehint))
+    name = getattr(typehint, "__name__", str(typehint))
+    return _KINDS.get(name, f"an {name}" if name[:1] in "AEIOU" else f"a {name}")
 
 
 def check_budget_and_seed(config: Any) -> None:
@@ -606,7 +644,8 @@ def _choices_message(message: str) -> str:
         r"Parser key \"([\w.]+)\": Expected a <class '(\w+)'>\. Got value: (.*)", message
     )
     if typed and typed.group(2) in _KINDS:  # Python's class names are not what a user types
-        return f"{typed.group(1)}={typed.group(3)}: give {_KINDS[typed.group(2)]}"
+        given = "null" if typed.group(3) == "None" else typed.group(3)  # as YAML writes it
+        return f"{typed.group(1)}={given}: give {_KINDS[typed.group(2)]}"
     key = re.match(r'Parser key "([\w.]+)": Does not validate against any of the Union', message)
     given = re.search(r"Given value: (.*)$", message)
     literals = re.findall(r"Subtypes: \[(.*?)\] Errors:", message)
@@ -715,6 +754,7 @@ class MinitxCLI(LightningCLI):
         # as given: Lightning replaces true by the seed it chooses (which may differ at a resume)
         self.seed_given = self.config.get("seed_everything")
         set_verbosity(bool(self.config.get("verbose")))
+        check_no_null(parser, self.config)
         check_budget_and_seed(self.config)
 
     def before_instantiate_classes(self) -> None:
