@@ -823,6 +823,21 @@ def test_evaluate_another_corpus_keeps_the_hypotheses_of_the_first(
     ]
 
 
+@pytest.mark.parametrize("data", ["", "   "])
+def test_evaluate_refuses_an_empty_data_source(
+    evaluate_command, greedy_on_toy, data: str, tmp_path, capsys, monkeypatch
+) -> None:
+    """``--data "$DATA"`` with DATA unset was read as the current directory, whose files
+    were listed as a corpus missing its splits."""
+    monkeypatch.chdir(tmp_path)
+    args = list(greedy_on_toy)
+    args[args.index("--data") + 1] = data
+    assert evaluate_command.main(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: the data source") and "is empty" in err, err
+    assert "a shell variable may be unset" in err and len(err.splitlines()) == 1, err
+
+
 @pytest.mark.parametrize(
     ("data", "tag"),
     [("/corpora/iwslt", "iwslt"), ("builtin:toy", "builtin_toy"), ("d/{split}.jsonl", "d")],

@@ -1,5 +1,5 @@
 """Corpora shipped inside the package: `builtin:toy` works from any directory, and
-MINITX_DATA_DIR (which replaces hub ids) never replaces it."""
+MINITX_DATA_DIR (which replaces hub ids) never replaces it; an empty source is refused."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from minitx.data import (
     load_parallel_corpus,
     resolve_data_source,
 )
+from minitx.data.datamodule import TranslationDataModule
 
 
 def test_builtin_toy_loads_from_any_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
@@ -40,3 +41,19 @@ def test_unknown_builtin_corpus_names_the_choices():
         load_parallel_corpus("builtin:wmt", "de", "en")
     with pytest.raises(ValueError, match="unknown builtin corpus"):
         resolve_data_source("builtin:wmt")
+
+
+@pytest.mark.parametrize("data_dir", [None, "corpora"])
+@pytest.mark.parametrize("source", ["", "  "])
+def test_an_empty_source_is_refused_not_read_as_the_current_directory(
+    source: str, data_dir: str | None, monkeypatch: pytest.MonkeyPatch
+):
+    """Path("") is ".": an unset $DATA read the current directory as the corpus."""
+    if data_dir is None:
+        monkeypatch.delenv("MINITX_DATA_DIR", raising=False)
+    else:
+        monkeypatch.setenv("MINITX_DATA_DIR", data_dir)
+    with pytest.raises(ValueError, match="is empty .*a shell variable may be unset"):
+        resolve_data_source(source)
+    with pytest.raises(ValueError, match="is empty"):  # before a run directory is made
+        TranslationDataModule(source=source)

@@ -27,6 +27,7 @@ from minitx.data.prepare import prepare_split
 from minitx.data.sample import sample_sentences
 from minitx.data.sources import (
     DEFAULT_SOURCE,
+    check_data_source,
     check_languages,
     open_parallel_corpus,
     resolve_data_source,
@@ -119,6 +120,7 @@ class TranslationDataModule(L.LightningDataModule):
         prepare_data_per_node: bool = True,
     ) -> None:
         super().__init__()
+        check_data_source(source)
         check_languages(src_lang, tgt_lang)
         for name, value in (("max_tokens", max_tokens), ("pad_multiple", pad_multiple)):
             if value < 1:

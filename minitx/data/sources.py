@@ -70,6 +70,7 @@ def resolve_data_source(configured: str) -> str:
     ``./x``) is explicit and wins over the variable. Replacing any source but the default is
     a warning: ``corpora/europarl`` with a typo reads as a hub id too.
     """
+    check_data_source(configured)
     if configured.startswith(BUILTIN_PREFIX):  # shipped with minitx: never overridden
         return str(builtin_corpus_dir(configured.removeprefix(BUILTIN_PREFIX)))
     override = os.environ.get(DATA_DIR_ENV, "").strip()
@@ -95,6 +96,21 @@ def resolve_data_source(configured: str) -> str:
             DATA_DIR_ENV,
         )
     return override
+
+
+def check_data_source(source: str) -> None:
+    """Refuse an empty or blank source, which `Path` reads as the current directory (a shell
+    variable such as $DATA unset).
+
+    Raises:
+        ConfigError: `source` has no text.
+    """
+    if not source.strip():
+        raise ConfigError(
+            f"the data source {source!r} is empty (data.source in training, --data in "
+            "minitx-evaluate); give a directory of {split}.{lang}[.gz] files, a {split}.jsonl "
+            "pattern, builtin:toy or a hub id (a shell variable may be unset)"
+        )
 
 
 def builtin_corpus_dir(name: str) -> Path:
