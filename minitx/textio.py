@@ -17,6 +17,9 @@ from typing import TextIO
 
 from minitx.errors import DataError, OutputError, UsageError
 
+GZIP_MAGIC = b"\x1f\x8b"
+"""The first bytes of a gzip file (RFC 1952); 0x8b cannot follow 0x1f in UTF-8 text."""
+
 
 def decode_utf8(raw: bytes, name: str, *, first_line: int = 1) -> str:
     """Decode UTF-8 bytes of file `name` whose first line is line `first_line` (a later part
@@ -24,8 +27,10 @@ def decode_utf8(raw: bytes, name: str, *, first_line: int = 1) -> str:
 
     Raises:
         DataError: invalid UTF-8, or a NUL byte; the message names `name`, the line and the
-            byte within it, and how to re-encode the file.
+            byte within it, and how to re-encode the file. Compressed text is said as such.
     """
+    if first_line == 1 and raw.startswith(GZIP_MAGIC):  # else "iconv -f latin1", no help
+        raise DataError(f"{name} is gzip-compressed, not text: decompress it, e.g. `gzip -dc`")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

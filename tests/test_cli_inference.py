@@ -7,6 +7,7 @@ for piped standard input, exit statuses and the entry points themselves.
 
 from __future__ import annotations
 
+import gzip
 import importlib.util
 import io
 import json
@@ -400,6 +401,36 @@ def test_translate_refuses_utf16_and_nul_bytes_naming_utf16(
     out, err = capsys.readouterr()
     assert out == "" and err.startswith("error: ") and err.count("\n") == 1
     assert f"{source}: line {line} " in err and how in err and "iconv -f utf-16" in err
+
+
+@pytest.mark.parametrize("name", ["input.de.gz", "input.txt"])
+def test_translate_reads_a_gzip_input_file_as_corpora_are_read(
+    translate_command, translator, tiny_checkpoint, tmp_path, capsys, name
+) -> None:
+    """A gzip file (known by its bytes, whatever its name) is read as its text, as evaluate
+    and training read corpus files; it was refused as "not valid UTF-8, iconv -f latin1"."""
+    lines = TOY_TEST_SOURCES[:3]
+    source = tmp_path / name
+    source.write_bytes(gzip.compress(("\n".join(lines) + "\n").encode("utf-8")))
+    args = ["--checkpoint", str(tiny_checkpoint), "--input", str(source), "--beam", "1"]
+    assert translate_command.main(args) == 0
+    assert capsys.readouterr().out.splitlines() == translator.translate(lines, beam_size=1)
+
+
+def test_translate_says_a_damaged_or_piped_gzip_file_is_compressed(
+    translate_command, tiny_checkpoint, tmp_path, monkeypatch, capsys
+) -> None:
+    packed = gzip.compress(b"ein mann\nzwei hunde\n")
+    source = tmp_path / "cut.de.gz"
+    source.write_bytes(packed[:20])
+    args = ["--checkpoint", str(tiny_checkpoint)]
+    assert translate_command.main([*args, "--input", str(source)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {source}: cannot read the gzip file") and "latin1" not in err
+    monkeypatch.setattr("sys.stdin", FakeStdin(packed))  # zcat left out of a pipe
+    assert translate_command.main(args) == 2
+    err = capsys.readouterr().err
+    assert err == "error: <stdin> is gzip-compressed, not text: decompress it, e.g. `gzip -dc`\n"
 
 
 def test_translate_invalid_utf8_on_stdin(

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gzip
 import io
 import os
 import select
 import sys
+import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, TextIO
@@ -35,8 +37,10 @@ from minitx.cli.common import (
     run_cli,
     sentence_progress,
 )
+from minitx.errors import DataError
 from minitx.outputs import check_output_file, files_read_from, is_standard_output
 from minitx.textio import (
+    GZIP_MAGIC,
     atomic_output,
     check_line_ends,
     check_utf8_arguments,
@@ -122,8 +126,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=path_or_stream,
         action=StoreOnce,
         metavar="FILE",
-        help="read sentences from FILE (UTF-8, one per line; '-': standard input, which is read "
-        "when no SENTENCE is given)",
+        help="read sentences from FILE (UTF-8, one per line, gzip-compressed or not; '-': "
+        "standard input, which is read when no SENTENCE is given)",
     )
     parser.add_argument(
         "--output",
@@ -238,12 +242,12 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
 
 
 def read_input_file(path: Path) -> list[str]:
-    """Lines of `path`: split on ``\\n`` only, a final newline ends the last line, ``\\r`` is
-    dropped.
+    """Lines of `path`, gzip-compressed or not (as corpora are read): split on ``\\n`` only,
+    a final newline ends the last line, ``\\r`` is dropped.
 
     Raises:
         UsageError: the file cannot be read.
-        DataError: invalid UTF-8, naming the file and the 1-based line.
+        DataError: a damaged gzip file; invalid UTF-8, naming the file and the 1-based line.
     """
     try:
         data = path.read_bytes()
@@ -251,7 +255,14 @@ def read_input_file(path: Path) -> list[str]:
         raise UsageError(f"input file not found: {path}") from None
     except OSError as exc:
         raise UsageError(f"cannot read input file {path}: {exc.strerror or exc}") from None
-    check_line_ends(data, str(path), f"tr '\\r' '\\n' < {path} > fixed")
+    fix = f"tr '\\r' '\\n' < {path} > fixed"
+    if data.startswith(GZIP_MAGIC):  # known by its bytes, whatever the file's name
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError, zlib.error) as exc:  # BadGzipFile is an OSError
+            raise DataError(f"{path}: cannot read the gzip file ({exc}).") from None
+        fix = f"gzip -dc {path} | tr '\\r' '\\n' > fixed"
+    check_line_ends(data, str(path), fix)
     lines = decode_utf8(data, str(path)).split("\n")
     if lines[-1] == "":
         lines.pop()
