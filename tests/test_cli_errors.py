@@ -611,8 +611,9 @@ def test_full_disk_and_closed_pipe_as_a_shell_runs_them(tiny_checkpoint: Path) -
     [
         ("evaluate", ["--beam", "5", "1", "5"], "--beam 5 1 5: 5 given more than once"),
         ("export", ["--private"], "--private applies only with --push-to-hub"),
+        ("visualize", ["--kinds", "cross", "encoder", "cross"], "--kinds cross encoder cross: "),
     ],
-    ids=["a-beam-twice", "private-without-a-repo"],
+    ids=["a-beam-twice", "private-without-a-repo", "a-kind-twice"],
 )
 def test_a_flag_that_would_be_dropped_without_a_word_is_refused(
     name: str,
@@ -623,7 +624,8 @@ def test_a_flag_that_would_be_dropped_without_a_word_is_refused(
     capsys: pytest.CaptureFixture,
 ) -> None:
     """Was: evaluate decoded beam 5 once and wrote two results for three beams; export made a
-    release and no repo, private or not. Both exited 0."""
+    release and no repo, private or not; visualize drew the cross-attention maps twice. All
+    exited 0."""
     with pytest.raises(SystemExit) as exit_info:
         command(name).main([*base_argv(name, tiny_checkpoint, tmp_path), *flags])
     assert exit_info.value.code == 2

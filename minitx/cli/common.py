@@ -25,7 +25,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -649,6 +649,18 @@ def add_decoding_arguments(
     )
 
 
+def refuse_repeats(
+    parser: argparse.ArgumentParser, flag: str, values: Sequence[object], what: str
+) -> None:
+    """Refuse a value given twice to a flag of several values (``--beam 1 1``, ``--kinds cross
+    cross``): the work would be done twice, or once with the second silently dropped."""
+    if twice := list(dict.fromkeys(str(v) for v in values if values.count(v) > 1)):
+        parser.error(
+            f"{flag} {' '.join(map(str, values))}: {', '.join(twice)} given more than once; "
+            f"give each {what} once"
+        )
+
+
 def check_decoding_args(
     parser: argparse.ArgumentParser, args: argparse.Namespace, *, n_best: int | None = None
 ) -> None:
@@ -665,12 +677,7 @@ def check_decoding_args(
             ``--beam`` and the sampling options: their errors name the options.
     """
     beams = args.beam if isinstance(args.beam, list) else [args.beam]
-    if twice := sorted({beam for beam in beams if beams.count(beam) > 1}):
-        again = ", ".join(map(str, twice))
-        parser.error(
-            f"--beam {' '.join(map(str, beams))}: {again} given more than once; give "
-            "each beam size once"
-        )
+    refuse_repeats(parser, "--beam", beams, "beam size")
     named = args.strategy
     if args.sample and named not in (None, SAMPLE):
         parser.error(

@@ -24,6 +24,7 @@ from minitx.cli.common import (
     load_translator,
     nonempty_path,
     positive_int,
+    refuse_repeats,
     run_cli,
 )
 from minitx.errors import ConfigError
@@ -164,6 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.sentence.strip():
         parser.error("the sentence is empty")
     check_decoding_args(parser, args)  # builds args.decoding
+    refuse_repeats(parser, "--kinds", args.kinds, "kind")
     if not 0 < args.dpi <= MAX_DPI:
         parser.error(f"--dpi must be between 1 and {MAX_DPI}, got {args.dpi}")
     args.methods = ()
