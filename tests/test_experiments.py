@@ -5,16 +5,21 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shlex
+import signal
 import subprocess
+import sys
+import time
 from collections.abc import Callable
 from dataclasses import fields
 from pathlib import Path
+from typing import IO
 
 import pytest
 import torch
 import yaml
-from helpers import REPO_DIR
+from helpers import REPO_DIR, subprocess_env
 from preloaded import PreloadedProcess, run_python
 
 from minitx.errors import ConfigError, OutputError
@@ -237,25 +242,22 @@ SMOKE = ("--config", "tiny", "--budget", "0.25", "--val-every", "10", "--probe-p
 
 
 def preloaded_run(
-    command: list[str],
-    *,
-    stdout: object = None,
-    stderr: object = None,
-    capture_output: bool = False,
-    text: bool = False,
-    check: bool = False,
+    command: list[str], *, capture_output: bool = False, text: bool = False, check: bool = False
 ) -> subprocess.CompletedProcess:
-    """`subprocess.run` as the runner calls it (the log file as output, error merged into it;
-    or captured as text), in a preloaded fork (tests/preloaded.py): a variant's minitx-train
-    process without its 6-9 s of imports."""
-    assert command[:3] == runner.TRAIN and not check, command
-    if capture_output:
-        assert text and stdout is None and stderr is None
-        return run_python(command)
-    assert stderr is subprocess.STDOUT, stderr
-    with PreloadedProcess(command, merge_stderr=True, stdout=Path(stdout.name)) as process:
+    """`subprocess.run` as the runner calls it to check the settings every variant shares
+    (output captured as text), in a preloaded fork (tests/preloaded.py): without the 6-9 s of
+    imports of a minitx-train process."""
+    assert command[:3] == runner.TRAIN and capture_output and text and not check, command
+    return run_python(command)
+
+
+def preloaded_training(command: list[str], log: IO[str]) -> int:
+    """`runner.run_training` in a preloaded fork: a variant's minitx-train process, its
+    output and errors into the log file."""
+    assert command[:3] == runner.TRAIN, command
+    with PreloadedProcess(command, merge_stderr=True, stdout=Path(log.name)) as process:
         process.wait(600)
-    return subprocess.CompletedProcess(command, process.returncode)
+    return process.returncode
 
 
 def run_in_process(
@@ -268,6 +270,7 @@ def run_in_process(
 
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the variants' minitx-train processes
     monkeypatch.setattr(runner.subprocess, "run", preloaded_run)
+    monkeypatch.setattr(runner, "run_training", preloaded_training)
     status = main(list(args))
     out, err = capsys.readouterr()
     return subprocess.CompletedProcess(["minitx-experiment", *args], status, out, err)
@@ -584,3 +587,49 @@ def test_ctrl_c_says_that_the_interrupted_variant_starts_over(
     assert command.main(["scores"]) == 130
     err = capsys.readouterr().err
     assert "(finished runs are reused, the interrupted one starts over)" in err, err
+
+
+_STOPPING_CHILD = """
+import pathlib, signal, sys, time
+here = pathlib.Path(sys.argv[1])
+def stop(signum, frame):
+    time.sleep(1)  # as minitx-train finishes its update, saves last.ckpt and cleans up
+    (here / "stopped").touch()
+    sys.exit(130)
+signal.signal(signal.SIGINT, stop)
+(here / "ready").touch()
+time.sleep(120)
+"""
+
+_RUNNER = """
+import sys
+from minitx.extras.experiments.runner import run_training
+with open("train.log", "w") as log:
+    try:
+        run_training([sys.executable, "-c", sys.argv[1], "."], log)
+    except KeyboardInterrupt:
+        sys.exit(130)
+"""
+
+
+def test_ctrl_c_lets_the_variants_training_stop_on_its_own(tmp_path: Path) -> None:
+    """Ctrl-C reaches the runner and its minitx-train process (one process group, as a
+    terminal sends it); the runner waits while minitx-train saves and cleans up. It was killed
+    a quarter second after Ctrl-C (`subprocess.run`), leaving its temporary files behind."""
+    runner_process = subprocess.Popen(
+        [sys.executable, "-c", _RUNNER, _STOPPING_CHILD],
+        cwd=tmp_path,
+        env=subprocess_env(),
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # a process group of its own, as a terminal's job
+    )
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "ready").exists():
+        assert runner_process.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    os.killpg(runner_process.pid, signal.SIGINT)  # Ctrl-C
+    out, _ = runner_process.communicate(timeout=60)
+    assert runner_process.returncode == 130
+    assert (tmp_path / "stopped").exists(), "the training process was killed, not let stop"
+    assert "Ctrl-C: minitx-train stops after its update" in out, out

@@ -26,7 +26,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import torch
 
@@ -258,24 +258,41 @@ def _train(
     )
     start = time.perf_counter()
     with (family / "train.log").open("w") as log:
-        proc = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, check=False)
+        returncode = run_training(command, log)
     wall = time.perf_counter() - start
-    if proc.returncode in (130, 143):  # Ctrl-C / SIGTERM: no result; the next call retrains
+    if returncode in (130, 143):  # Ctrl-C / SIGTERM: no result; the next call retrains
         raise KeyboardInterrupt
     log_text = (family / "train.log").read_text(errors="replace")
     runs = sorted(p for p in family.iterdir() if p.is_dir())
-    if proc.returncode == 2 and not runs:  # refused before it trained: the variant, or the input?
+    if returncode == 2 and not runs:  # refused before it trained: the variant, or the input?
         _check_shared_settings(settings, family)
     run_dir = runs[-1] if runs else family
     checkpoint = best_checkpoint(run_dir)
     return {
         "command": " ".join(["minitx-train", *command[len(TRAIN) :]]),  # as a user types it
-        "status": _status(proc.returncode, log_text),
+        "status": _status(returncode, log_text),
         "wall_minutes": wall / 60,
         "run_dir": str(run_dir.relative_to(family)),  # relative: `--out` may move
         "checkpoint": str(checkpoint.relative_to(family)) if checkpoint else None,
         "probes": [],
     }
+
+
+def run_training(command: list[str], log: IO[str]) -> int:
+    """Run a variant's `command` (minitx-train) with its output into `log`; its exit status.
+
+    Ctrl-C reaches minitx-train too (one process group): it finishes the update, saves
+    last.ckpt, removes its temporary files and exits 130, which this waits for before the
+    KeyboardInterrupt goes on. `subprocess.run` would kill it a quarter second after Ctrl-C,
+    half-way through all of that.
+    """
+    with subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT) as process:
+        try:
+            return process.wait()
+        except KeyboardInterrupt:
+            print("Ctrl-C: minitx-train stops after its update (Ctrl-C again: at once)", flush=True)
+            process.wait()  # a second Ctrl-C ends this wait; leaving `with` waits again
+            raise
 
 
 def _check_shared_settings(settings: Settings, family: Path) -> None:
