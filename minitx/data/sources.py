@@ -69,6 +69,10 @@ def resolve_data_source(configured: str) -> str:
     a ``{split}`` pattern, or anything that cannot be a hub id such as ``/data/x`` or
     ``./x``) is explicit and wins over the variable. Replacing any source but the default is
     a warning: ``corpora/europarl`` with a typo reads as a hub id too.
+
+    Raises:
+        ConfigError: an empty source (`check_data_source`).
+        DataError: an unknown ``builtin:`` corpus.
     """
     check_data_source(configured)
     if configured.startswith(BUILTIN_PREFIX):  # shipped with minitx: never overridden
