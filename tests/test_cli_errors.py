@@ -1118,8 +1118,30 @@ def test_the_scripts_report_a_user_error_in_one_line(
         (["--config=~/nope.yaml"], r"--config ~/nope\.yaml: no such file"),
         (["--data.cache_dir", "notes.txt"], r"data\.cache_dir notes\.txt: notes\.txt is a file"),
         (["--data.cache_dir", "notes.txt/c"], r"cache_dir notes\.txt/c: notes\.txt is a file"),
+        (["--config", ""], r"--config '': empty \(is a shell variable unset\?\).*tiny"),
+        (["--config", "."], r"--config \.: a directory, not a config file; .*tiny"),
+        (["--config", "/dev/null"], r"--config /dev/null: a device or pipe, not a config file"),
+        (["--data", "."], r"--data '\.': data is a section .* as in --data\.source \."),
+        (["--data", ""], r"--data '': data is a section .* as in --data\.source DIR"),
+        (["--data", "notes.txt"], r"--data notes\.txt: the file does not hold a mapping of"),
+        (
+            ["--model.transformer", "3"],
+            r"model\.transformer is a section .*--model\.transformer\.KEY",
+        ),
     ],
-    ids=["unknown-config-name", "unknown-config-path", "cache-dir-a-file", "cache-dir-in-a-file"],
+    ids=[
+        "unknown-config-name",
+        "unknown-config-path",
+        "cache-dir-a-file",
+        "cache-dir-in-a-file",
+        "empty-config",
+        "config-a-directory",
+        "config-a-device",
+        "data-a-directory",
+        "data-empty",
+        "data-a-text-file",
+        "section-a-number",
+    ],
 )
 def test_a_config_name_or_cache_dir_that_cannot_be_used_says_what_would_do(
     extra: list[str],
@@ -1129,7 +1151,10 @@ def test_a_config_name_or_cache_dir_that_cannot_be_used_says_what_would_do(
     capsys: pytest.CaptureFixture,
 ) -> None:
     """An unknown ``--config`` name lists the packaged ones (it was jsonargparse's "File does
-    not exist"); a file as ``data.cache_dir`` asks for a directory (it was "File exists")."""
+    not exist"); a file as ``data.cache_dir`` asks for a directory (it was "File exists"); an
+    empty or special ``--config`` names what to give (it was "Unexpected config:" or "Path is
+    not a file"), and a value given to a section (``--data DIR``) names its keys (it was
+    jsonargparse's "Unable to load config", twice)."""
     import minitx.cli.train as train
 
     monkeypatch.chdir(tmp_path)
@@ -1143,6 +1168,14 @@ def test_a_config_name_or_cache_dir_that_cannot_be_used_says_what_would_do(
     assert exit_info.value.code == 2 and len(errors) == 1 and "Traceback" not in err, err
     assert re.search(message, errors[0]), errors[0]
     assert [p.name for p in tmp_path.rglob("*") if p.is_file()] == ["notes.txt"]
+
+
+def test_the_help_of_config_names_the_packaged_configs(capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit):
+        train_main(["--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    config_help = help_text.split("-c CONFIG, --config CONFIG", 1)[1].split("--print_config")[0]
+    assert "a packaged config's name:" in config_help and "multi30k_de_en" in config_help
 
 
 def test_config_values_jsonargparse_reads_itself_are_passed_on() -> None:

@@ -447,6 +447,17 @@ def resolve_config_names(args: list[str]) -> list[str]:
     for flag, value, index in _config_args(out):
         packaged = CONFIG_DIR / (value if value.endswith(".yaml") else f"{value}.yaml")
         path = Path(value).expanduser()  # as jsonargparse reads it: --config=~/my.yaml
+        if not value.strip():  # jsonargparse: "Unexpected config:", naming nothing
+            raise UsageError(
+                f"{flag} {value!r}: empty (is a shell variable unset?); give a config file or "
+                f"a packaged name ({_packaged_names()})"
+            )
+        if path.exists() and not path.is_file():  # jsonargparse: "Path is not a file"
+            what = "a directory" if path.is_dir() else "a device or pipe"
+            raise UsageError(
+                f"{flag} {value}: {what}, not a config file; give a YAML file or a packaged "
+                f"name ({_packaged_names()})"
+            )
         if not path.exists() and "/" not in value and packaged.is_file():
             out[index] = str(packaged) if out[index] == value else f"--config={packaged}"
         elif path.is_file():
@@ -605,9 +616,33 @@ class OneLineErrorParser(LightningArgumentParser):
     def error(self, message: str, ex: Exception | None = None) -> NoReturn:
         if not self.exit_on_error or debug_requested():
             super().error(message, ex)
-        one_line = _choices_message(" ".join(str(message).split())) + self._did_you_mean(message)
+        one_line = " ".join(str(message).split())
+        one_line = self._section_message(one_line) or _choices_message(one_line)
+        one_line += self._did_you_mean(message)
         print(f"error: {one_line}  ({_command()} --help lists every key)", file=sys.stderr)
         raise SystemExit(EXIT_USER_ERROR)
+
+    def _section_message(self, message: str) -> str | None:
+        """jsonargparse's refusal of a value given to a section (``--data DIR``,
+        ``--model.transformer 3``), which it reads as the path of a YAML file of the
+        section's keys: said as that, with the key the value was probably meant for."""
+        refused = re.match(
+            r"Parser key \"([\w.]+)\": Unable to load config (['\"])(.*?)\2", message
+        )
+        if refused is None:
+            return None
+        section, value = refused.group(1), refused.group(3)
+        if Path(value).is_file():
+            return (
+                f"--{section} {value}: the file does not hold a mapping of {section}'s keys; "
+                f"write them as 'key: value' lines"
+            )
+        # --data DIR is the likely slip (minitx-evaluate takes --data): name data.source
+        example = f"--data.source {value or 'DIR'}" if section == "data" else f"--{section}.KEY"
+        return (
+            f"--{section} {value!r}: {section} is a section of settings, not a value; set its "
+            f"keys, as in {example}, or give a YAML file of them"
+        )
 
     def _did_you_mean(self, message: str) -> str:
         """'; did you mean --KEY?' for the first unrecognized --flag that is close to a key,
@@ -741,6 +776,11 @@ class MinitxCLI(LightningCLI):
             action="store_true",
             help="show the libraries' messages too: Lightning's INFO lines (seed, accelerators, "
             "model summary), the datasets progress bars, minitx's INFO lines",
+        )
+        config = next(a for a in parser._actions if "--config" in a.option_strings)
+        config.help = (  # jsonargparse's help names no packaged config (resolve_config_names)
+            f"a YAML config file, or a packaged config's name: {_packaged_names()}; given "
+            "more than once, later ones override earlier ones"
         )
         parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
         parser.add_lightning_class_args(AttentionMapLogger, "attention_maps")
