@@ -77,9 +77,10 @@ def check_output_dir(
 
     Raises:
         OutputError: `out` is the current directory or one of its ancestors; it is, holds or
-            lies inside an input; it is a file; it exists and `force` is False; or it exists,
+            lies inside an input; it is a file; it exists and `force` is False; it exists,
             is not empty and holds no `MARKER` (minitx did not write it), another `kind` of
-            output, or files the marker does not list (the user's, added since).
+            output, or files the marker does not list (the user's, added since); or the
+            directory it would be written in takes no new file (`check_dir_takes_files`).
     """
     out = Path(out)
     where = out.resolve()
@@ -98,6 +99,7 @@ def check_output_dir(
     if not out.exists():
         if blocked := file_in_the_way(out.parent):
             raise OutputError(f"{flag} {out}: {blocked}")
+        check_dir_takes_files(out, flag)
         return
     if not out.is_dir():
         raise OutputError(f"{flag} {out} is a file; give a directory")
@@ -106,6 +108,7 @@ def check_output_dir(
         raise OutputError(f"{flag} {out} {refused}")
     if not force:
         raise OutputError(f"{flag} {out} exists already; pass --force to replace it")
+    check_dir_takes_files(out, flag)
 
 
 def _why_force_refuses(out: Path, flag: str, kind: str | None, replacer: str) -> str | None:
@@ -230,15 +233,31 @@ def check_output_file(
     if out.is_file() or not out.exists():  # a device or a pipe is written in place
         # the file is written beside its target and renamed: try that directory now, not
         # after an evaluation of hours (a read-only directory, /proc)
-        where = out.resolve().parent
-        try:
-            with tempfile.TemporaryFile(dir=where):
-                pass
-        except OSError as exc:
-            raise OutputError(
-                f"{flag} {out}: cannot write in {where} ({exc.strerror or exc}); choose a "
-                "directory you can write in"
-            ) from None
+        check_takes_files(out.resolve().parent, out, flag)
+
+
+def check_takes_files(where: Path, out: str | os.PathLike[str], flag: str) -> None:
+    """Refuse the output `out` (given as `flag`) when the directory `where`, in which it
+    would be written, takes no new file: a read-only place, /proc, a missing directory.
+
+    Raises:
+        OutputError: naming `flag`, `out`, `where` and the system's reason.
+    """
+    try:
+        with tempfile.TemporaryFile(dir=where):
+            pass
+    except OSError as exc:
+        raise OutputError(
+            f"{flag} {out}: cannot write in {where} ({exc.strerror or exc}); choose a "
+            "directory you can write in"
+        ) from None
+
+
+def check_dir_takes_files(out: str | os.PathLike[str], flag: str) -> None:
+    """`check_takes_files` for the output directory `out`: it is written beside itself
+    (`written_whole`), in its nearest existing parent when its parents are still to create."""
+    where = next(p for p in Path(out).resolve().parents if p.exists())
+    check_takes_files(where, out, flag)
 
 
 def _holds_binary(path: Path) -> bool:

@@ -67,7 +67,7 @@ from minitx.errors import (
     check_known_keys,
 )
 from minitx.model import Transformer, TransformerConfig
-from minitx.outputs import file_in_the_way, written_whole
+from minitx.outputs import check_dir_takes_files, file_in_the_way, written_whole
 from minitx.positional import POSITIONAL_ENCODINGS
 from minitx.registry import UNREGISTERED_WHEN_LOADING
 from minitx.tokenizer import Tokenizer
@@ -586,7 +586,8 @@ def check_release_dir(directory: Path, flag: str = "the release directory") -> N
 
     Raises:
         OutputError: `directory` is a file, lies inside a release, holds other files, or
-            holds another's release.
+            holds another's release, or the directory it would be written in takes no new
+            file.
     """
     if directory.exists() and not directory.is_dir():
         raise OutputError(f"{flag} {directory} is a file; give a directory")
@@ -600,6 +601,7 @@ def check_release_dir(directory: Path, flag: str = "the release directory") -> N
         raise OutputError(
             f"{flag} {directory} lies inside the release {outer}; give a directory outside it"
         )
+    check_dir_takes_files(directory, flag)
     if not directory.is_dir() or not any(directory.iterdir()):
         return
     foreign = sorted(p.name for p in directory.iterdir() if p.name not in RELEASE_FILES)

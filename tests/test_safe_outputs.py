@@ -583,17 +583,46 @@ def test_force_keeps_a_minitx_directory_that_now_holds_the_users_files(tmp_path:
     check_output_dir(out, force=True)  # an empty folder of the user's is no file
 
 
+def _a_place_that_takes_no_files(tmp_path: Path) -> Path:
+    """A directory no file can be created in, for this user."""
+    if os.geteuid() == 0:  # root writes in a read-only directory; /proc takes no new files
+        return Path("/proc")
+    place = tmp_path / "read-only"
+    place.mkdir()
+    place.chmod(0o555)
+    return place
+
+
+@pytest.mark.parametrize(
+    ("name", "flag"), [("ct2", "--out"), ("export", "--out"), ("visualize", "--out-dir")]
+)
+def test_an_output_directory_in_a_place_that_takes_no_files_is_named_before_any_work(
+    name: str, flag: str, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """Was: minitx-ct2 loaded the model, then failed naming its temporary directory
+    (``/proc/.m.tmp-NNN: No such file or directory``). The checkpoint here is no checkpoint:
+    the output directory is refused before the model is read."""
+    import importlib
+
+    if name == "ct2":
+        pytest.importorskip("ctranslate2")
+    place = _a_place_that_takes_no_files(tmp_path)
+    out = place / "new" / "model"  # its missing parents would be created in `place`
+    module = importlib.import_module(command_module(name))
+    (tmp_path / "junk.ckpt").write_bytes(b"not a checkpoint")
+    argv = ["--checkpoint", str(tmp_path / "junk.ckpt"), flag, str(out)]
+    assert module.main(argv + (["ein Hund"] if name == "visualize" else [])) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {flag} {out}: cannot write in {place} ("), err
+    assert err.count("\n") == 1 and ".tmp-" not in err, err
+
+
 def test_an_output_file_whose_directory_takes_no_files_is_refused_before_any_work(
     tmp_path: Path,
 ) -> None:
     """Was: evaluate translated the whole split, then failed to write ``--hyp-out``: the
     check every output file passes before any work refuses it now."""
-    if os.geteuid() == 0:  # root writes in a read-only directory; /proc takes no new files
-        place = Path("/proc")
-    else:
-        place = tmp_path / "read-only"
-        place.mkdir()
-        place.chmod(0o555)
+    place = _a_place_that_takes_no_files(tmp_path)
     with pytest.raises(OutputError, match=r"--hyp-out .*x\.hyp: cannot write in "):
         check_output_file(place / "x.hyp", flag="--hyp-out")
     check_output_file(tmp_path / "x.hyp", flag="--hyp-out")  # a directory that takes files
