@@ -323,6 +323,32 @@ def test_average_command_refusals_in_process(
     assert err == f"error: cannot write --out {tmp_path / 'new.ckpt'}: Permission denied\n"
 
 
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes are POSIX")
+def test_average_refuses_a_device_or_a_pipe_as_out(
+    tiny_checkpoint: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """Was: ``--out /dev/zero --overwrite`` read the device as a zip archive until memory ran
+    out, and ``--out FIFO --overwrite`` waited forever for a writer (so the pipe is tried in a
+    process of its own, with a time limit)."""
+    assert average_main(["--out", os.devnull, "--overwrite", str(tiny_checkpoint)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: --out {os.devnull} is a device or a pipe, not a file; " + (
+        "a checkpoint is written to a file of its own: give a file name\n"
+    )
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    command = [PYTHON, "-m", "minitx.cli.average", "--out", str(fifo), "--overwrite"]
+    proc = subprocess.run(
+        [*command, str(tiny_checkpoint)],
+        capture_output=True,
+        text=True,
+        cwd=REPO_DIR,
+        env=subprocess_env(),
+        timeout=120,
+    )
+    assert proc.returncode == 2 and proc.stderr.startswith(f"error: --out {fifo} is a device")
+
+
 # ------------------------------------------------------------------ the training callback
 
 

@@ -58,6 +58,11 @@ def run(args: argparse.Namespace) -> int:
     out: Path = args.out
     # a directory, no directory; the checkpoint check is below
     check_output_file(out, inputs=args.checkpoints, flag="--out", text=False)
+    if out.exists() and not out.is_file():  # reading /dev/zero as a zip ran out of memory
+        raise UsageError(
+            f"--out {out} is a device or a pipe, not a file; a checkpoint is written to a file "
+            "of its own: give a file name"
+        )
     if out.exists() and not args.overwrite:
         raise UsageError(f"--out {out} exists; choose another name or pass --overwrite")
     if out.exists() and not _is_torch_file(out):  # a user's script, say: never replaced
