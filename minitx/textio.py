@@ -5,17 +5,19 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import gzip
 import os
 import shutil
 import socket
 import stat
 import sys
 import tempfile
+import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import TextIO
+from typing import BinaryIO, TextIO
 
-from minitx.errors import DataError, OutputError, UsageError
+from minitx.errors import DataError, MissingFileError, OutputError, UsageError
 
 GZIP_MAGIC = b"\x1f\x8b"
 """The first bytes of a gzip file (RFC 1952); 0x8b cannot follow 0x1f in UTF-8 text."""
@@ -66,6 +68,68 @@ def check_line_ends(first_line: bytes, name: str, fix: str) -> None:
             f"{name}: no \\n in the text, but carriage returns (\\r): its line ends are \\r "
             f"only (an old Mac format); convert them to \\n, e.g. {fix}"
         )
+
+
+READ_BYTES = 1 << 20
+"""The size of the blocks files are read in (`iter_lines`, the corpus checksums)."""
+
+MAX_LINE_BYTES = 1 << 24
+"""The longest line `iter_lines` reads, 16 MiB: far beyond any sentence, and a bound on the
+memory that a file without newlines (a device such as /dev/zero, binary data) can take."""
+
+
+def iter_lines(path: Path) -> Iterator[str]:
+    """The lines of the UTF-8 text file `path`, one at a time, decompressed when its first
+    bytes are gzip's (`GZIP_MAGIC`), whatever its name: split on ``\\n`` only, a final
+    newline ends the last line, ``\\r`` ending a line is dropped, and so is a byte-order mark
+    opening the file. Read in blocks of `READ_BYTES`: never whole, so a pipe or a file of any
+    size is read in bounded memory.
+
+    Raises:
+        MissingFileError: `path` does not exist.
+        DataError: `path` cannot be read, is a damaged gzip file, is not UTF-8, or has a line
+            longer than `MAX_LINE_BYTES`; the message names the file and, where it helps, the
+            1-based line.
+    """
+    try:
+        raw = open(path, "rb")  # noqa: SIM115 (a with block below closes it)
+    except FileNotFoundError:
+        raise MissingFileError(f"{path}: no such file") from None
+    except OSError as exc:
+        raise DataError(f"{path}: cannot read the file ({exc.strerror or exc}).") from None
+    with raw:
+        compressed = raw.peek(len(GZIP_MAGIC))[: len(GZIP_MAGIC)] == GZIP_MAGIC
+        what = "the gzip file" if compressed else "the file"
+        fix = f"gzip -dc {path} | " if compressed else ""
+        fix += f"tr '\\r' '\\n' {'' if compressed else f'< {path} '}> fixed"
+        try:
+            file = gzip.GzipFile(fileobj=raw, mode="rb") if compressed else raw
+            yield from _lines_in_blocks(file, str(path), fix)
+        except (OSError, EOFError, zlib.error) as exc:  # BadGzipFile is an OSError
+            raise DataError(f"{path}: cannot read {what} ({exc}).") from None
+
+
+def _lines_in_blocks(file: BinaryIO, name: str, fix: str) -> Iterator[str]:
+    """`iter_lines` of an open binary `file` called `name`; `fix` converts \\r line ends."""
+    line_number, partial = 1, b""
+    while block := file.read(READ_BYTES):
+        if line_number == 1 and not partial:  # a whole file in one "line", \r inside
+            check_line_ends(block.split(b"\n", 1)[0] + b"\n" * (b"\n" in block), name, fix)
+        *complete, partial = (partial + block).split(b"\n")
+        if max(map(len, complete), default=0) > MAX_LINE_BYTES or len(partial) > MAX_LINE_BYTES:
+            long = next(
+                i for i, line in enumerate([*complete, partial]) if len(line) > MAX_LINE_BYTES
+            )
+            raise DataError(
+                f"{name}: line {line_number + long} runs past {MAX_LINE_BYTES:,} bytes without "
+                "a newline: give a text file of sentences, one per line"
+            )
+        if complete:
+            text = decode_utf8(b"\n".join(complete), name, first_line=line_number)
+            yield from (line.removesuffix("\r") for line in text.split("\n"))
+            line_number += len(complete)
+    if partial:  # the last line, without a newline
+        yield decode_utf8(partial, name, first_line=line_number).removesuffix("\r")
 
 
 def sentence_list(sentences: Iterable[str], what: str = "sentence") -> list[str]:

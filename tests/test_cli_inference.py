@@ -433,6 +433,17 @@ def test_translate_says_a_damaged_or_piped_gzip_file_is_compressed(
     assert err == "error: <stdin> is gzip-compressed, not text: decompress it, e.g. `gzip -dc`\n"
 
 
+@pytest.mark.skipif(not Path("/dev/zero").exists(), reason="needs /dev/zero")
+def test_translate_reads_a_device_as_input_in_bounded_memory(
+    translate_command, tiny_checkpoint, capsys
+) -> None:
+    """``--input /dev/zero`` was read whole (`read_bytes`) and ended in a MemoryError."""
+    args = ["--checkpoint", str(tiny_checkpoint), "--input", "/dev/zero"]
+    assert translate_command.main(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: /dev/zero: line 1 runs past ") and err.count("\n") == 1, err
+
+
 def test_translate_invalid_utf8_on_stdin(
     translate_command, tiny_checkpoint, monkeypatch, capsys
 ) -> None:

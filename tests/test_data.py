@@ -236,7 +236,7 @@ def test_corrupt_gzip_is_a_clear_error(toy_corpus_dir: Path, tmp_path: Path) -> 
     directory = _copy_toy(toy_corpus_dir, tmp_path / "corpus")
     (directory / "val.en").unlink()
     (directory / "val.en.gz").write_bytes(b"\x1f\x8b not really gzip")
-    with pytest.raises(ValueError, match=r"val\.en\.gz: cannot read the file"):
+    with pytest.raises(ValueError, match=r"val\.en\.gz: cannot read the gzip file"):
         load_parallel_corpus(str(directory), "de", "en")
 
 

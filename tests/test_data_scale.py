@@ -8,6 +8,7 @@ figures at scale come from `python scripts/benchmark.py --sections data`.
 
 from __future__ import annotations
 
+import gzip
 import logging
 import shutil
 from pathlib import Path
@@ -17,6 +18,7 @@ import numpy as np
 import pytest
 from helpers import CONFIG_DIR, TOY_CORPUS_DIR
 
+from minitx import textio
 from minitx import tokenizer as tokenizer_module
 from minitx.cli.train import build_cli
 from minitx.data import (
@@ -26,13 +28,11 @@ from minitx.data import (
     side_texts,
 )
 from minitx.data import sources as sources_module
-from minitx.data import streams as streams_module
 from minitx.data.datamodule import TranslationDataModule
 from minitx.data.sample import sample_sentences
 from minitx.data.sources import open_parallel_corpus
-from minitx.data.streams import iter_lines
 from minitx.errors import DataError
-from minitx.textio import quote_lines
+from minitx.textio import iter_lines, quote_lines
 from minitx.tokenizer import Tokenizer
 
 TOY_TRAIN = 60
@@ -72,11 +72,41 @@ def test_lines_read_in_blocks_as_the_whole_file(
 ) -> None:
     """Block boundaries anywhere (inside a multi-byte character, a CRLF, the BOM) change
     nothing: lines split on \\n only, \\r removed, a BOM dropped at the start only."""
-    monkeypatch.setattr(streams_module, "_READ_BYTES", block)
+    monkeypatch.setattr(textio, "READ_BYTES", block)
     text = "\ufeffeins\r\nzwei\x0bdrei\n\nüber\u2028straße\r\n\ufeffvier"
     path = tmp_path / "x.de"
     path.write_bytes(text.encode("utf-8"))
     assert list(iter_lines(path)) == ["eins", "zwei\x0bdrei", "", "über\u2028straße", "\ufeffvier"]
+
+
+def test_lines_of_a_gzip_file_are_read_whatever_its_name(tmp_path: Path) -> None:
+    """One reader for every text file: gzip is known by its first bytes, as minitx-translate's
+    --input knows it (a corpus file was decompressed only when named .gz, and a plain text
+    file named .gz was refused as a damaged gzip file)."""
+    lines = ["eins", "zwei", "über"]
+    packed, plain = tmp_path / "packed.de", tmp_path / "plain.de.gz"
+    packed.write_bytes(gzip.compress("\n".join(lines).encode("utf-8")))
+    plain.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    assert list(iter_lines(packed)) == lines == list(iter_lines(plain))
+
+
+def test_a_line_without_end_is_refused_at_the_limit_not_read_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file without newlines (a device such as /dev/zero, binary data) was read whole,
+    until memory ran out: the reader stops at the limit, naming the line."""
+    monkeypatch.setattr(textio, "READ_BYTES", 64)
+    monkeypatch.setattr(textio, "MAX_LINE_BYTES", 1000)
+    path = tmp_path / "long.de"
+    path.write_text("kurz\n" + "a" * 1001 + "\n", encoding="utf-8")
+    lines = iter_lines(path)
+    assert next(lines) == "kurz"
+    with pytest.raises(
+        DataError, match=r"long\.de: line 2 runs past 1,000 bytes without a newline"
+    ):
+        next(lines)
+    path.write_text("kurz\n" + "a" * 1000 + "\n", encoding="utf-8")  # at the limit: read
+    assert list(iter_lines(path)) == ["kurz", "a" * 1000]
 
 
 def test_unequal_sides_are_found_while_streaming(tmp_path: Path) -> None:

@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import gzip
 import io
 import os
 import select
 import sys
-import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, TextIO
@@ -37,14 +35,14 @@ from minitx.cli.common import (
     run_cli,
     sentence_progress,
 )
-from minitx.errors import DataError
+from minitx.errors import MissingFileError
 from minitx.outputs import check_output_file, files_read_from, is_standard_output
 from minitx.textio import (
-    GZIP_MAGIC,
     atomic_output,
     check_line_ends,
     check_utf8_arguments,
     decode_utf8,
+    iter_lines,
 )
 
 if TYPE_CHECKING:  # the inference stack loads lazily (in `run`), so --help stays fast
@@ -242,31 +240,18 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
 
 
 def read_input_file(path: Path) -> list[str]:
-    """Lines of `path`, gzip-compressed or not (as corpora are read): split on ``\\n`` only,
-    a final newline ends the last line, ``\\r`` is dropped.
+    """Lines of `path`, read as corpora are (`minitx.textio.iter_lines`): gzip-compressed or
+    not, split on ``\\n`` only, ``\\r`` dropped.
 
     Raises:
-        UsageError: the file cannot be read.
-        DataError: a damaged gzip file; invalid UTF-8, naming the file and the 1-based line.
+        UsageError: the file does not exist.
+        DataError: it cannot be read, is a damaged gzip file or is not UTF-8 text (naming the
+            file and the 1-based line).
     """
     try:
-        data = path.read_bytes()
-    except FileNotFoundError:
+        return list(iter_lines(path))
+    except MissingFileError:
         raise UsageError(f"input file not found: {path}") from None
-    except OSError as exc:
-        raise UsageError(f"cannot read input file {path}: {exc.strerror or exc}") from None
-    fix = f"tr '\\r' '\\n' < {path} > fixed"
-    if data.startswith(GZIP_MAGIC):  # known by its bytes, whatever the file's name
-        try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError, zlib.error) as exc:  # BadGzipFile is an OSError
-            raise DataError(f"{path}: cannot read the gzip file ({exc}).") from None
-        fix = f"gzip -dc {path} | tr '\\r' '\\n' > fixed"
-    check_line_ends(data, str(path), fix)
-    lines = decode_utf8(data, str(path)).split("\n")
-    if lines[-1] == "":
-        lines.pop()
-    return [line.removesuffix("\r") for line in lines]
 
 
 def _line_chunks(stream: BinaryIO, size: int) -> Iterator[list[bytes]]:

@@ -13,11 +13,9 @@ a byte-order mark at the start of a file is dropped; a missing value (jsonl ``nu
 from __future__ import annotations
 
 import functools
-import gzip
 import hashlib
 import itertools
 import json
-import zlib
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -27,13 +25,10 @@ from typing import Any
 import datasets
 
 from minitx.errors import DataError
-from minitx.textio import check_line_ends, decode_utf8
+from minitx.textio import READ_BYTES, iter_lines
 
 CHUNK_PAIRS = 20_000
 """Pairs per chunk: large enough for fast batch tokenization, small enough to stay a few MB."""
-
-_READ_BYTES = 1 << 20
-"""Bytes read from a file at a time."""
 
 
 @dataclass(frozen=True)
@@ -91,7 +86,7 @@ def sha256_file(path: Path, digest: Any = None) -> Any:
     are not decompressed), read in blocks: never memory-mapped, never whole."""
     digest = hashlib.sha256() if digest is None else digest
     with open(path, "rb") as file:
-        while block := file.read(_READ_BYTES):
+        while block := file.read(READ_BYTES):
             digest.update(block)
     return digest
 
@@ -115,33 +110,6 @@ def _chunked(pairs: Iterator[tuple[str, str]], chunk_size: int) -> Iterator[Pair
 
 
 # ------------------------------------------------------------------------------ raw files
-def iter_lines(path: Path) -> Iterator[str]:
-    """The lines of a (possibly gzipped) UTF-8 text file, one at a time.
-
-    Raises:
-        DataError: the file cannot be read (a damaged gzip file) or is not UTF-8; the message
-            names the file and the 1-based line.
-    """
-    line_number = 1
-    try:
-        with gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb") as file:
-            # binary readlines splits on b"\n" only; whole lines of about _READ_BYTES at a time
-            while block := file.readlines(_READ_BYTES):
-                first = block[0]  # a whole file in one "line", \r inside: \r-only line ends
-                if line_number == 1:
-                    fix = (
-                        f"gzip -dc {path} | tr '\\r' '\\n' | gzip > fixed.gz"
-                        if path.suffix == ".gz"
-                        else f"tr '\\r' '\\n' < {path} > fixed"
-                    )
-                    check_line_ends(first, str(path), fix)
-                text = decode_utf8(b"".join(block), str(path), first_line=line_number)
-                yield from (line.removesuffix("\r") for line in text.removesuffix("\n").split("\n"))
-                line_number += len(block)
-    except (OSError, EOFError, zlib.error) as exc:
-        raise DataError(f"{path}: cannot read the file ({exc}).") from exc
-
-
 class RawFilesStream(PairStream):
     """A split stored as two line-aligned text files, ``{stem}.{src}`` and ``{stem}.{tgt}``
     (each optionally ``.gz``)."""
