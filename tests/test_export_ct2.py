@@ -135,6 +135,7 @@ def test_ct2_translate_keeps_empty_lines_and_order(exported: Path, ct2: Ct2Trans
         ({"alpha": float("nan")}, "alpha"),
         ({"max_len_b": -3}, "max_len_b"),
         ({"batch_size": 0}, "batch_size"),
+        ({"beam_size": 10_000}, r"beam size 10000 is larger than the model's target vocab"),
     ],
 )
 def test_ct2_refuses_settings_minitx_refuses(ct2: Ct2Translator, setting: dict, named: str):
@@ -142,6 +143,32 @@ def test_ct2_refuses_settings_minitx_refuses(ct2: Ct2Translator, setting: dict, 
     dump) on beam_size -1."""
     with pytest.raises((ValueError, ConfigError), match=named):
         ct2.translate(["ein mann ."], **setting)
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ({"intra_threads": -1}, r"intra_threads must be a whole number >= 0, got -1"),
+        ({"intra_threads": "2"}, r"intra_threads must be a whole number >= 0, got '2'"),
+        ({"device": "gpu"}, r"device must be one of cpu, cuda, auto, got 'gpu'"),
+        ({"compute_type": "bogus"}, r"compute_type 'bogus' is not one CTranslate2 runs on cpu"),
+    ],
+)
+def test_ct2_translator_names_a_setting_ctranslate2_cannot_use(
+    exported: Path, setting: dict, message: str
+) -> None:
+    """CTranslate2 raised a pybind TypeError or a RuntimeError that named no argument."""
+    with pytest.raises(ConfigError, match=message):
+        Ct2Translator(exported, **setting)
+
+
+def test_ct2_translator_refuses_cuda_where_ctranslate2_finds_none(exported: Path) -> None:
+    import ctranslate2
+
+    if ctranslate2.get_cuda_device_count() > 0:
+        pytest.skip("CTranslate2 finds a CUDA device here")
+    with pytest.raises(ConfigError, match=r"device='cuda': CTranslate2 finds no CUDA device"):
+        Ct2Translator(exported, device="cuda")
 
 
 def test_ct2_leaves_torchs_thread_count_as_it_was(exported: Path) -> None:

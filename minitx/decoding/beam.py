@@ -11,7 +11,6 @@ from minitx.decoding.common import (
     next_token_log_probs,
 )
 from minitx.decoding.config import DecodingConfig
-from minitx.errors import ConfigError
 from minitx.model import Transformer
 from minitx.vocab import BOS_ID, EOS_ID
 
@@ -52,12 +51,7 @@ def beam_search(model: Transformer, src: Tensor, config: DecodingConfig) -> list
     hypotheses, best (highest score) first.
     """
     k, alpha = config.beam_size, config.alpha
-    vocab = model.config.tgt_vocab_size
-    if k > vocab:  # each step scores K x V candidates per sentence: a mistake, not a search
-        raise ConfigError(
-            f"beam size {k} is larger than the model's target vocabulary ({vocab} pieces); "
-            f"give a beam size of at most {vocab} (5 is the default)"
-        )
+    config.check_beam_fits(model.config.tgt_vocab_size)
     device = src.device
     enc = model.encode(src)
     limits = max_target_lengths(src, model, config.max_len_a, config.max_len_b).tolist()

@@ -231,6 +231,21 @@ class DecodingConfig:
                     "defaults"
                 )
 
+    def check_beam_fits(self, vocab_size: int) -> None:
+        """Refuse a `beam_size` larger than the target vocabulary of `vocab_size` pieces: each
+        step scores beam_size x vocab_size candidates per sentence, so it is a mistake, not a
+        search.
+
+        Raises:
+            ConfigError: naming the largest beam size that fits.
+        """
+        if self.beam_size > vocab_size:
+            raise ConfigError(
+                f"beam size {self.beam_size} is larger than the model's target vocabulary "
+                f"({vocab_size} pieces); give a beam size of at most {vocab_size} "
+                f"({DEFAULT_BEAM_SIZE} is the default)"
+            )
+
     @property
     def implementation(self) -> DecodingStrategy:
         """The registered `DecodingStrategy` that `strategy` names."""

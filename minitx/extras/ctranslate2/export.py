@@ -311,6 +311,33 @@ def export_ctranslate2(
     )
 
 
+DEVICES = ("cpu", "cuda", "auto")
+"""The devices `Ct2Translator` takes, as CTranslate2 names them."""
+
+
+def _check_translator_settings(
+    ct2: Any, device: object, compute_type: object, intra_threads: object
+) -> None:
+    """Refuse the settings of a `Ct2Translator` that CTranslate2 cannot use on this machine.
+
+    Raises:
+        ConfigError: naming the argument and what to give.
+    """
+    check_whole_number("intra_threads", intra_threads, 0)
+    if device not in DEVICES:
+        raise ConfigError(f"device must be one of {', '.join(DEVICES)}, got {device!r}")
+    gpus = ct2.get_cuda_device_count()
+    if device == "cuda" and gpus == 0:
+        raise ConfigError("device='cuda': CTranslate2 finds no CUDA device here; use 'cpu'")
+    on = "cuda" if device == "cuda" or (device == "auto" and gpus > 0) else "cpu"
+    types = ["default", "auto", *sorted(ct2.get_supported_compute_types(on))]
+    if compute_type not in types:
+        raise ConfigError(
+            f"compute_type {compute_type!r} is not one CTranslate2 runs on {on} here; choose "
+            f"from {', '.join(types)}"
+        )
+
+
 class Ct2Translator:
     """Translate with an exported directory the way minitx's `Translator` does: same
     tokenisation, input cut at max_positions - 1 pieces, pad and bos never generated, eos
@@ -325,6 +352,8 @@ class Ct2Translator:
         intra_threads: threads per translation (0: CTranslate2's default).
 
     Raises:
+        ConfigError: a `device`, `compute_type` or `intra_threads` CTranslate2 cannot use here
+            (it raised a TypeError or RuntimeError that named no argument).
         FileNotFoundError: `model_dir` lacks the files an export writes.
         MissingExtraError: ctranslate2 is not installed.
     """
@@ -338,6 +367,7 @@ class Ct2Translator:
         intra_threads: int = 0,
     ) -> None:
         ct2 = require_extra("ctranslate2", "export", _FEATURE)
+        _check_translator_settings(ct2, device, compute_type, intra_threads)
         directory = Path(model_dir)
         for name in ("model.bin", SENTENCEPIECE_FILE, INFO_FILE):
             if not (directory / name).is_file():
@@ -380,7 +410,10 @@ class Ct2Translator:
             max_len_b: that cap's constant b.
         """
         # minitx's own checks of these settings: CTranslate2 aborts the process on some (beam -1)
-        DecodingConfig(beam_size=beam_size, alpha=alpha, max_len_a=max_len_a, max_len_b=max_len_b)
+        decoding = DecodingConfig(
+            beam_size=beam_size, alpha=alpha, max_len_a=max_len_a, max_len_b=max_len_b
+        )
+        decoding.check_beam_fits(self.tokenizer.vocab_size)
         check_whole_number("batch_size", batch_size, 1)
         # pieces (unknown ones as <unk>), cut as minitx cuts them; CTranslate2 appends eos
         ids = encode_sources(self.tokenizer, sentences, self.max_positions)
