@@ -95,6 +95,8 @@ def iter_lines(path: Path) -> Iterator[str]:
         raw = open(path, "rb")  # noqa: SIM115 (a with block below closes it)
     except FileNotFoundError:
         raise MissingFileError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise DataError(f"{path} is a directory; give a text file, one sentence per line") from None
     except OSError as exc:
         raise DataError(f"{path}: cannot read the file ({exc.strerror or exc}).") from None
     with raw:

@@ -88,6 +88,8 @@ def test_lines_of_a_gzip_file_are_read_whatever_its_name(tmp_path: Path) -> None
     packed.write_bytes(gzip.compress("\n".join(lines).encode("utf-8")))
     plain.write_text("\n".join(lines) + "\n", encoding="utf-8")
     assert list(iter_lines(packed)) == lines == list(iter_lines(plain))
+    with pytest.raises(DataError, match=r"is a directory; give a text file, one sentence per"):
+        list(iter_lines(tmp_path))
 
 
 def test_a_line_without_end_is_refused_at_the_limit_not_read_whole(
