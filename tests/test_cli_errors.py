@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import TINY_CONFIG, TOY_CORPUS_DIR, command_module, subprocess_env
+from helpers import PYTHON, TINY_CONFIG, TOY_CORPUS_DIR, command_module, subprocess_env
 from lightning.pytorch.callbacks import ModelSummary
 from preloaded import run_python
 
@@ -254,6 +254,43 @@ def test_an_empty_file_or_directory_option_is_refused_not_read_as_here(
     assert exit_info.value.code == 2
     line = the_error_line(capsys.readouterr().err)
     assert flag in line and "is empty; give a file" in line and " . " not in line, line
+
+
+def test_a_character_standard_output_cannot_encode_is_escaped_with_one_warning(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """Was: a UnicodeEncodeError traceback, status 1 (a training after its first validation,
+    printing a German example to an ASCII standard output)."""
+    from minitx.cli.common import escape_what_stdout_cannot_encode
+
+    raw = io.BytesIO()
+    monkeypatch.setattr(sys, "stdout", io.TextIOWrapper(raw, encoding="ascii"))
+    escape_what_stdout_cannot_encode()
+    print("zwei männer")
+    print("über die straße")
+    sys.stdout.flush()
+    assert raw.getvalue() == b"zwei m\\xe4nner\n\\xfcber die stra\\xdfe\n"
+    warnings = capsys.readouterr().err.splitlines()
+    assert len(warnings) == 1, warnings
+    assert warnings[0].startswith("warning: standard output's encoding (ascii) cannot write 'ä'")
+
+
+def test_visualize_prints_a_sentence_an_ascii_standard_output_cannot_hold(
+    tiny_checkpoint: Path, tmp_path: Path
+) -> None:
+    """The command echoes its sentence: any non-ASCII one ended in a traceback, status 1,
+    after the files were written."""
+    out = tmp_path / "maps"
+    command = [PYTHON, "-m", command_module("visualize"), "--checkpoint", str(tiny_checkpoint)]
+    proc = subprocess.run(
+        [*command, "--beam", "1", "--out-dir", str(out), "zwei männer"],
+        capture_output=True,
+        env={**subprocess_env(), "PYTHONIOENCODING": "ascii"},
+        timeout=180,
+    )
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert b"source:      zwei m\\xe4nner\n" in proc.stdout
+    assert b"cannot write '\\xe4'" in proc.stderr and (out / "attention.html").is_file()
 
 
 def test_debug_mode_keeps_argparse_usage_block(

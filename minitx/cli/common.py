@@ -14,6 +14,7 @@ status 2.
 from __future__ import annotations
 
 import argparse
+import codecs
 import contextlib
 import io
 import logging
@@ -348,9 +349,41 @@ def check_writable_dir(directory: Path, what: str, setting: str) -> None:
         ) from None
 
 
+def escape_what_stdout_cannot_encode() -> None:
+    """Let standard output write a character its encoding lacks (``PYTHONIOENCODING=ascii``, a
+    Latin-1 locale, a Windows code page) as a backslash escape (``\\xe4``), saying so once on
+    standard error, instead of ending the command, or a training after its first validation,
+    in a UnicodeEncodeError. Standard error does the same by Python's default."""
+    stream = sys.stdout
+    if not isinstance(stream, io.TextIOWrapper) or stream.errors != "strict":
+        return
+    warned = False
+
+    def escape(exc: UnicodeError) -> tuple[str, int]:
+        nonlocal warned
+        if not warned and isinstance(exc, UnicodeEncodeError):
+            warned = True
+            print(
+                f"warning: standard output's encoding ({stream.encoding}) cannot write "
+                f"{exc.object[exc.start]!r}: such characters are written as backslash escapes; "
+                "set PYTHONIOENCODING=utf-8 (or write to a file where the command has an option)",
+                file=sys.stderr,
+            )
+        return codecs.backslashreplace_errors(exc)
+
+    codecs.register_error(STDOUT_ERRORS, escape)
+    stream.reconfigure(errors=STDOUT_ERRORS)
+
+
+STDOUT_ERRORS = "minitx-stdout"
+"""The name of standard output's error handler (`escape_what_stdout_cannot_encode`)."""
+
+
 def work_begins() -> None:
     """From here on a Ctrl-C is a `KeyboardInterrupt` that the command handles (saving what it
-    must), no longer the launcher's `stop_while_starting`."""
+    must), no longer the launcher's `stop_while_starting`; and standard output writes what its
+    encoding lacks as escapes (`escape_what_stdout_cannot_encode`)."""
+    escape_what_stdout_cannot_encode()
     if threading.current_thread() is threading.main_thread():
         if signal.getsignal(signal.SIGINT) is stop_while_starting:
             signal.signal(signal.SIGINT, signal.default_int_handler)
