@@ -35,6 +35,9 @@ class Split(NamedTuple):
     skipped: dict[str, int]
     resolved: str
     """The corpus as read: `source` after `minitx.data.resolve_data_source`."""
+    files: tuple[Path, ...] = ()
+    """The local files the split is read from (`minitx.data.split_files`); none for a hub
+    dataset."""
 
 
 def load_split(source: str, split: str, src_lang: str, tgt_lang: str, limit: int | None) -> Split:
@@ -64,6 +67,7 @@ def load_split(source: str, split: str, src_lang: str, tgt_lang: str, limit: int
         local_stem,
         resolve_data_source,
         side_texts,
+        split_files,
         usable_pairs,
     )
 
@@ -117,6 +121,7 @@ def load_split(source: str, split: str, src_lang: str, tgt_lang: str, limit: int
         n_lines=len(rows),
         skipped=skipped[split],
         resolved=resolved,
+        files=tuple(split_files(resolved, stem, (src_lang, tgt_lang)) if local else ()),
     )
 
 

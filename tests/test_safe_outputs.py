@@ -453,6 +453,25 @@ def test_no_output_replaces_the_checkpoint_the_corpus_or_another_output(
         assert replaced.format(**names) in errors[0]
 
 
+def test_evaluate_writes_again_beside_the_corpus_what_it_wrote_there(
+    tmp_path: Path, tiny_checkpoint: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """Was: the second run refused its own hypotheses (and --json) file as "also an input":
+    every file of the --data directory counted as read, not the split's own files."""
+    from minitx.cli import evaluate
+
+    data = tmp_path / "data"
+    data.mkdir()
+    for lang in ("de", "en"):
+        source = TOY_CORPUS_DIR / f"test_2016_flickr.{lang}"
+        (data / f"test.{lang}").write_bytes(source.read_bytes())
+    argv = ["--checkpoint", str(tiny_checkpoint), "--data", str(data), "--split", "test"]
+    argv += ["--beam", "1", "--hyp-out", str(data / "test.hyp"), "--json", str(data / "s.json")]
+    for _ in range(2):
+        assert evaluate.main(argv) == 0, capsys.readouterr().err
+    assert (data / "test.hyp").is_file() and (data / "s.json").is_file()
+
+
 # --- run directories ----------------------------------------------------------------------
 
 CLAIMS = textwrap.dedent(

@@ -253,9 +253,7 @@ def run(args: argparse.Namespace) -> int:
     json_to_stdout = args.json is not None and json_path is None
     # checked now, not after the decoding; no output may replace the checkpoint, the corpus
     # or another output
-    inputs = files_read_from(args.checkpoint) + files_read_from(
-        str(data.resolved).replace("{split}", args.split)
-    )
+    inputs = files_read_from(args.checkpoint) + list(data.files)
     written: dict[Path, str] = {}  # resolved path -> the flag that names it
     for flag, path in [*outputs, ("--json", json_path)]:
         if path is None:

@@ -44,6 +44,7 @@ from minitx.data.sources import (
     local_stem,
     open_parallel_corpus,
     resolve_data_source,
+    split_files,
 )
 from minitx.data.streams import PairStream
 
@@ -63,6 +64,7 @@ __all__ = [
     "example_lengths",
     "load_parallel_corpus",
     "local_stem",
+    "split_files",
     "open_parallel_corpus",
     "prepare_split",
     "resolve_data_source",

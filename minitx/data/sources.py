@@ -290,6 +290,19 @@ def local_stem(source: str, split: str, langs: tuple[str, str]) -> str:
     return multi30k if there(multi30k) or not there(split) else split
 
 
+def split_files(source: str, stem: str, langs: tuple[str, str]) -> list[Path]:
+    """The local files that hold the split of file stem `stem` (`local_stem`) in `source` (a
+    directory, or a ``{split}`` jsonl pattern): those the loader reads, so that an output may
+    sit beside them; none for a hub id, or where they are missing."""
+    if "{split}" in source:
+        files = [_plain_or_gz(Path(source.format(split=stem)).expanduser())]
+    else:
+        directory = Path(source).expanduser()
+        files = [_raw_file(directory, stem, lang) for lang in langs]
+        files.append(_plain_or_gz(directory / f"{stem}.jsonl"))
+    return [path for path in files if path is not None]
+
+
 def _plain_or_gz(path: Path) -> Path | None:
     """`path`, else its ``.gz`` twin, whichever is a file first; None when neither is."""
     return next((p for p in (path, Path(f"{path}.gz")) if p.is_file()), None)
