@@ -849,6 +849,22 @@ def test_evaluate_reads_a_jsonl_pattern_and_names_its_own_flags(
     assert not Path("-").exists() and not (tmp_path / "-").exists()
 
 
+def test_a_blank_line_of_a_jsonl_split_keeps_its_hypothesis_line(
+    evaluate_command, greedy_on_toy, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """Was: the blank line was dropped without a word, and the hypotheses no longer lined up
+    with the file's lines; now it is an empty pair, counted and kept as an empty line."""
+    rows = [{"de": s, "en": r} for s, r in zip(TOY_TEST_SOURCES, TOY_TEST_REFERENCES, strict=True)]
+    lines = [json.dumps(row) for row in rows[:3]]
+    (tmp_path / "test.jsonl").write_text("\n".join([lines[0], "", *lines[1:]]) + "\n")
+    hyp = tmp_path / "test.hyp"
+    args = [*greedy_on_toy[:2], "--data", str(tmp_path / "{split}.jsonl"), "--beam", "1"]
+    assert evaluate_command.main([*args, "--hyp-out", str(hyp)]) == 0
+    assert "scoring 3 of 4 pairs" in capsys.readouterr().err
+    written = hyp.read_text().split("\n")
+    assert len(written) == 5 and written[1] == "" and all(written[i] for i in (0, 2, 3))
+
+
 def test_evaluate_another_corpus_keeps_the_hypotheses_of_the_first(
     evaluate_command, greedy_on_toy, tmp_path
 ) -> None:

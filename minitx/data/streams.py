@@ -146,7 +146,8 @@ class RawFilesStream(PairStream):
 # ---------------------------------------------------------------------------------- jsonl
 class JsonlStream(PairStream):
     """A split stored as one jsonl file: a ``translation`` object or flat language fields
-    per line; blank lines are skipped (rows are numbered without them)."""
+    per line. A blank line is an empty pair, skipped and counted as any empty pair is, so that
+    rows are the file's lines (an evaluation's hypotheses line up with them)."""
 
     def __init__(self, split: str, path: Path, langs: tuple[str, str]) -> None:
         self.split = split
@@ -158,11 +159,12 @@ class JsonlStream(PairStream):
         return str(self.path)
 
     def _content_digest(self) -> str:
-        return _sha256_files([self.path], f"jsonl {self.langs}")
+        # a blank line was once dropped unseen: such a file's rows have changed since
+        return _sha256_files([self.path], f"jsonl {self.langs}, a blank line an empty pair")
 
     def chunks(self, chunk_size: int = CHUNK_PAIRS) -> Iterator[PairChunk]:
         lines = enumerate(iter_lines(self.path), start=1)
-        pairs = (self._pair(line, number) for number, line in lines if line.strip())
+        pairs = (self._pair(line, number) if line.strip() else ("", "") for number, line in lines)
         return _chunked(pairs, chunk_size)
 
     def _pair(self, line: str, number: int) -> tuple[str, str]:
