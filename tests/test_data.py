@@ -325,6 +325,7 @@ def test_hub_offline_error_says_what_was_tried(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.delenv(DATA_DIR_ENV, raising=False)
     start = time.perf_counter()
     with pytest.raises(ConnectionError) as info:
         load_parallel_corpus("minitx-tests/no-such-dataset", "de", "en")
@@ -332,6 +333,13 @@ def test_hub_offline_error_says_what_was_tried(monkeypatch: pytest.MonkeyPatch) 
     message = str(info.value)
     assert "'minitx-tests/no-such-dataset'" in message
     assert DATA_DIR_ENV in message and "data.source" in message and "{split}.{lang}[.gz]" in message
+    assert "set but empty" not in message
+    # `export MINITX_DATA_DIR=$DIR` with DIR unset: the variable is set, to nothing
+    monkeypatch.setenv(DATA_DIR_ENV, "")
+    with pytest.raises(
+        ConnectionError, match=f"set {DATA_DIR_ENV} \\({DATA_DIR_ENV} is set but empty"
+    ):
+        load_parallel_corpus("minitx-tests/no-such-dataset", "de", "en")
 
 
 def test_hub_layouts_are_converted(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -415,10 +415,13 @@ def _open_hub(
         loaded = datasets.load_dataset(source, **options)  # no split asked: a DatasetDict
     except OSError as exc:  # ConnectionError, DatasetNotFoundError (a FileNotFoundError), ...
         error = SourceUnreachableError if isinstance(exc, ConnectionError) else MissingFileError
+        # `export MINITX_DATA_DIR=$DIR` with DIR unset: set, but to nothing, so not applied
+        empty = f" ({DATA_DIR_ENV} is set but empty: is a shell variable unset?)"
         raise error(
             f"Could not load the Hugging Face hub dataset {described!r} "
             f"({type(exc).__name__}: {exc}); no local directory {source!r} exists either. "
-            f"To use local files, set {DATA_DIR_ENV} or {SOURCE_SETTING} to a directory of "
+            f"To use local files, set {DATA_DIR_ENV}"
+            f"{empty if DATA_DIR_ENV in os.environ else ''} or {SOURCE_SETTING} to a directory of "
             "{split}.{lang}[.gz] files (e.g. train.de, train.en, val.de, val.en, "
             "test_2016_flickr.de, test_2016_flickr.en, as in the multi30k/dataset repository's "
             "data/task1/raw)."
