@@ -138,12 +138,14 @@ def sentence_list(sentences: Iterable[str], what: str = "sentence") -> list[str]
     """`sentences` (any iterable: a generator is read whole) as a list of strings.
 
     Raises:
-        TypeError: when `sentences` is one string (its characters would be the sentences), is
-            no iterable (None), or holds something other than strings; `what` names them in
-            the message.
+        TypeError: when `sentences` is one string (its characters would be the sentences) or
+            bytes, is no iterable (None), or holds something other than strings; `what` names
+            them in the message.
     """
     if isinstance(sentences, str):  # iterating it would read each character as a sentence
         raise TypeError(f"give a list of {what}s, e.g. [{what}], not one string")
+    if isinstance(sentences, bytes | bytearray):  # each byte would be "int 101, not a string"
+        raise TypeError(f"give a list of {what}s, not bytes: decode them, e.g. .decode('utf-8')")
     try:
         items = list(sentences)
     except TypeError:  # None, a number: "'NoneType' object is not iterable" named nothing

@@ -449,6 +449,8 @@ def test_beam_search_config_rejects_bad_arguments(beam_size, n_best):
         ({"beam_size": 2.5}, r"beam_size must be a whole number, got 2.5"),
         ({"n_best": 2.0}, "n_best must be a whole number"),
         ({"beam_size": True}, "beam_size must be a whole number, got True"),
+        ({"use_cache": "no"}, "use_cache must be true or false, got 'no'"),  # was read as true
+        ({"use_cache": None}, "use_cache must be true or false, got None"),
         # the penalty of a long output overflowed (OverflowError) or became 0 (ZeroDivisionError)
         ({"alpha": 1000.0}, r"alpha must lie in \[0, 10.0\], got 1000.0"),
         ({"alpha": -1000.0}, r"alpha must lie in \[0, 10.0\], got -1000.0"),
@@ -463,6 +465,8 @@ def test_beam_search_config_rejects_bad_arguments(beam_size, n_best):
         "beam-float",
         "nbest-float",
         "bool",
+        "cache-str",
+        "cache-none",
         "alpha-large",
         "alpha-very-negative",
         "alpha-negative",

@@ -673,6 +673,8 @@ def test_one_string_or_no_batch_is_a_clear_error(translator: Translator) -> None
     ):
         with pytest.raises(TypeError, match="give a list of sentences"):
             call()
+    with pytest.raises(TypeError, match=r"not bytes: decode them, e.g. .decode\('utf-8'\)"):
+        translator.translate(b"Ein Hund rennt.")  # was "sentence 0 is int 69, not a string"
     for size in (0, 2.5, None):  # the last two failed inside range() or a comparison
         with pytest.raises(ValueError, match=f"batch_size must be a whole number >= 1, got {size}"):
             translator.translate(SENTENCES[:1], batch_size=size)

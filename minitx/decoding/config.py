@@ -190,11 +190,13 @@ class DecodingConfig:
             )
 
     def _check_types(self) -> None:
-        """Whole numbers where counts are meant, finite numbers elsewhere (as for a
-        `TransformerConfig`, `plain_value`): `alpha` nan ranked the beams in an arbitrary
-        order and `max_len_a` nan cut every output to one token, without a word."""
+        """Whole numbers where counts are meant, true or false for a switch, finite numbers
+        elsewhere (as for a `TransformerConfig`, `plain_value`): `alpha` nan ranked the beams
+        in an arbitrary order and `max_len_a` nan cut every output to one token, without a
+        word."""
         kinds = dict.fromkeys(("beam_size", "n_best", "max_len_b", "top_k", "seed"), "int")
         kinds |= dict.fromkeys(("alpha", "max_len_a", "temperature", "top_p"), "float")
+        kinds["use_cache"] = "bool"  # use_cache="no" was read as true
         for name, kind in kinds.items():
             value = getattr(self, name)
             if name == "seed" and value is None:
