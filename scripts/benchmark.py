@@ -87,7 +87,13 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from minitx.attention import padding_mask, scaled_dot_product_attention
 from minitx.cli.allocator import keep_freed_memory
-from minitx.cli.common import check_device, positive_float, positive_int, report_user_error
+from minitx.cli.common import (
+    OneLineArgumentParser,
+    check_device,
+    positive_float,
+    positive_int,
+    report_user_error,
+)
 from minitx.data import TokenBucketBatchSampler, collate
 from minitx.decoding import DEFAULT_BATCH_SIZE, DecodingConfig, beam_search, greedy_decode
 from minitx.errors import ConfigError
@@ -1013,8 +1019,12 @@ def clock_time(text: str) -> str:
     return text
 
 
+PRECISION_SECTIONS = ("train", "scores", "padding", "levers")
+"""The sections that measure each of --precisions."""
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(
+    parser = OneLineArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
@@ -1034,7 +1044,8 @@ def main() -> None:
         "--precisions",
         nargs="+",
         choices=["fp32", "bf16"],
-        help="default: fp32, and bf16 on a GPU or where the CPU has bf16 instructions",
+        help=f"the precisions of the {', '.join(PRECISION_SECTIONS)} sections (default: fp32, "
+        "and bf16 on a GPU or where the CPU has bf16 instructions)",
     )
     parser.add_argument(
         "--peak-tflops",
@@ -1127,6 +1138,11 @@ def main() -> None:
     if args.data_child:
         prepare_child(*args.data_child)
         return
+    if args.precisions and not set(args.sections) & set(PRECISION_SECTIONS):
+        parser.error(  # else measured without a word in the precision each section uses
+            f"--precisions applies to the {', '.join(PRECISION_SECTIONS)} sections, none of "
+            f"which is in --sections {' '.join(args.sections)}"
+        )
     if "ct2" in args.sections and not args.checkpoint:
         parser.error("--sections ct2 needs --checkpoint (a trained model to export)")
     check_device(parser, args)  # a device torch does not know, or CUDA on a machine without

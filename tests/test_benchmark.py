@@ -26,6 +26,10 @@ spec.loader.exec_module(benchmark)
         (["--peak-tflops", "-1"], "argument --peak-tflops: must be above 0, got -1"),
         (["--budget-time", "banana"], "argument --budget-time: trainer.max_time='banana': not"),
         (["--budget-time", "00:00:00:00"], "argument --budget-time: must be above 0"),
+        (  # was measured in fp32 without a word
+            ["--sections", "decode", "--precisions", "bf16"],
+            "--precisions applies to the train, scores, padding, levers sections, none of",
+        ),
     ],
 )
 def test_numbers_no_section_can_use_are_refused_before_any_runs(
@@ -39,6 +43,8 @@ def test_numbers_no_section_can_use_are_refused_before_any_runs(
     assert exit_info.value.code == 2
     out, err = capsys.readouterr()
     assert out == "" and message in err
+    # one line, as every command's (argparse's own printed its 20-line usage block first)
+    assert err.startswith("error: ") and err.count("\n") == 1, err
 
 
 def test_budget_split_counts_each_second_once() -> None:
