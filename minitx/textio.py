@@ -71,7 +71,8 @@ def check_line_ends(first_line: bytes, name: str, fix: str) -> None:
 
 
 READ_BYTES = 1 << 20
-"""The size of the blocks files are read in (`iter_lines`, the corpus checksums)."""
+"""The size of the blocks files are read in (`iter_lines`, the corpus checksums); at most
+`MAX_LINE_BYTES`, which `iter_lines` checks on lines that span blocks."""
 
 MAX_LINE_BYTES = 1 << 24
 """The longest line `iter_lines` reads, 16 MiB: far beyond any sentence, and a bound on the
@@ -117,19 +118,22 @@ def _lines_in_blocks(file: BinaryIO, name: str, fix: str) -> Iterator[str]:
     while block := file.read(READ_BYTES):
         if line_number == 1 and not partial:  # a whole file in one "line", \r inside
             check_line_ends(block.split(b"\n", 1)[0] + b"\n" * (b"\n" in block), name, fix)
-        *complete, partial = (partial + block).split(b"\n")
-        if max(map(len, complete), default=0) > MAX_LINE_BYTES or len(partial) > MAX_LINE_BYTES:
-            long = next(
-                i for i, line in enumerate([*complete, partial]) if len(line) > MAX_LINE_BYTES
-            )
+        data = partial + block
+        # only the line begun in an earlier block can be longer than a block (READ_BYTES)
+        first_end = data.find(b"\n")
+        if (first_end if first_end >= 0 else len(data)) > MAX_LINE_BYTES:
             raise DataError(
-                f"{name}: line {line_number + long} runs past {MAX_LINE_BYTES:,} bytes without "
-                "a newline: give a text file of sentences, one per line"
+                f"{name}: line {line_number} runs past {MAX_LINE_BYTES:,} bytes without a "
+                "newline: give a text file of sentences, one per line"
             )
-        if complete:
-            text = decode_utf8(b"\n".join(complete), name, first_line=line_number)
-            yield from (line.removesuffix("\r") for line in text.split("\n"))
-            line_number += len(complete)
+        end = data.rfind(b"\n")
+        if end < 0:
+            partial = data
+            continue
+        lines = decode_utf8(data[:end], name, first_line=line_number).split("\n")
+        yield from (line.removesuffix("\r") for line in lines)
+        line_number += len(lines)
+        partial = data[end + 1 :]
     if partial:  # the last line, without a newline
         yield decode_utf8(partial, name, first_line=line_number).removesuffix("\r")
 
