@@ -187,27 +187,37 @@ def quote_characters(characters: Sequence[str]) -> str:
     return " ".join(shown[:QUOTED_CHARACTERS]) + (" ..." if len(shown) > QUOTED_CHARACTERS else "")
 
 
-def check_utf8_arguments(
+def utf8_arguments(
     arguments: dict[str, str],
     fix: str = "set a UTF-8 locale or pass the text in a UTF-8 file with --input",
-) -> None:
-    """Reject command-line arguments (name -> value) that were not valid UTF-8.
+) -> list[str]:
+    """The command-line arguments (name -> value) as text, in order, or an error for bytes that
+    are not UTF-8.
 
-    Python decodes such bytes to lone surrogates ("surrogateescape"); no tokenizer can read them.
-    `fix` ends the message: what the user can do instead.
+    Python decodes arguments with the locale's encoding and keeps the bytes it cannot read as
+    lone surrogates ("surrogateescape"). Under an ASCII locale (``LC_ALL=C`` with UTF-8 mode
+    off) valid UTF-8 arrives so, and is recovered from those bytes; any other such bytes are
+    no text a tokenizer can read. `fix` ends the message: what the user can do instead.
 
     Raises:
         UsageError: naming the argument and the offending byte.
     """
+    texts = []
     for what, text in arguments.items():
         try:
             text.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            byte = text[exc.start].encode("utf-8", "surrogateescape")
-            raise UsageError(
-                f"{what} is not valid UTF-8 (byte 0x{byte.hex()} at character {exc.start + 1}); "
-                f"{fix}"
-            ) from None
+        except UnicodeEncodeError:
+            raw = os.fsencode(text)  # the bytes as typed: surrogates back to bytes
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                at = len(raw[: exc.start].decode("utf-8", "replace")) + 1
+                raise UsageError(
+                    f"{what} is not valid UTF-8 (byte 0x{raw[exc.start]:02x} at character "
+                    f"{at}); {fix}"
+                ) from None
+        texts.append(text)
+    return texts
 
 
 def _umask() -> int:

@@ -1414,6 +1414,23 @@ def test_a_non_utf8_argument_is_one_error_line(tiny_checkpoint: Path) -> None:
     assert "SENTENCE argument 1 is not valid UTF-8 (byte 0xff" in one_error_line(proc.stderr)
 
 
+def test_utf8_typed_under_an_ascii_locale_is_read_as_typed() -> None:
+    """Under ``LC_ALL=C`` with UTF-8 mode off, Python keeps the bytes of "läuft" as lone
+    surrogates; they were refused as "not valid UTF-8 (byte 0xc3)", though they are."""
+    from minitx.textio import utf8_arguments
+
+    typed = "Ein Hund läuft.".encode()
+    as_ascii_locale_decodes = typed.decode("ascii", "surrogateescape")
+    assert as_ascii_locale_decodes != "Ein Hund läuft."
+    assert os.fsencode(as_ascii_locale_decodes) == typed  # what the helper reads back
+    assert utf8_arguments({"SENTENCE": as_ascii_locale_decodes, "b": "ok"}) == [
+        "Ein Hund läuft.",
+        "ok",
+    ]
+    with pytest.raises(UsageError, match=r"S is not valid UTF-8 \(byte 0xe9 at character 4\)"):
+        utf8_arguments({"S": "caf\udce9 x"})
+
+
 def test_visualize_suggests_only_what_it_has_for_a_non_utf8_sentence(
     tiny_checkpoint: Path, tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:

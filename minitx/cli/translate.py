@@ -40,9 +40,9 @@ from minitx.outputs import check_output_file, files_read_from, is_standard_outpu
 from minitx.textio import (
     atomic_output,
     check_line_ends,
-    check_utf8_arguments,
     decode_utf8,
     iter_lines,
+    utf8_arguments,
 )
 
 if TYPE_CHECKING:  # the inference stack loads lazily (in `run`), so --help stays fast
@@ -386,8 +386,9 @@ def run(args: argparse.Namespace) -> int:
     chunks: Iterable[list[str]] | None  # None: interactive
     source = input_source(args)
     if source == "arguments":
-        check_utf8_arguments({f"SENTENCE argument {i}": s for i, s in enumerate(args.sentences, 1)})
-        chunks = [list(args.sentences)]
+        chunks = [
+            utf8_arguments({f"SENTENCE argument {i}": s for i, s in enumerate(args.sentences, 1)})
+        ]
     elif source == "file":
         chunks = [read_input_file(args.input)]
     elif source == "terminal":

@@ -30,7 +30,7 @@ from minitx.cli.common import (
 from minitx.errors import ConfigError
 from minitx.maps import KINDS
 from minitx.outputs import check_output_dir, written_whole
-from minitx.textio import check_utf8_arguments
+from minitx.textio import utf8_arguments
 from minitx.viz import DEFAULT_DPI, visualize
 
 OUTPUT_KIND = "attention-maps"
@@ -107,7 +107,7 @@ def _shorten(text: str, limit: int = 100) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Load, translate, draw, write. Raises `UsageError` for input problems."""
-    check_utf8_arguments({"SENTENCE": args.sentence}, fix="set a UTF-8 locale")
+    [args.sentence] = utf8_arguments({"SENTENCE": args.sentence}, fix="set a UTF-8 locale")
     out = args.out_dir
     empty = out.is_dir() and not any(out.iterdir())
     inputs = [args.checkpoint] if args.checkpoint.exists() else []  # else a hub repo id
