@@ -371,23 +371,28 @@ def test_hub_layouts_are_converted(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_resolve_data_source(
-    toy_corpus_dir: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    toy_corpus_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     monkeypatch.delenv(DATA_DIR_ENV, raising=False)
     assert resolve_data_source("bentrevett/multi30k") == "bentrevett/multi30k"
-    monkeypatch.setenv(DATA_DIR_ENV, "/data/multi30k")
+    data_dir = tmp_path / "multi30k"
+    data_dir.mkdir()
+    monkeypatch.setenv(DATA_DIR_ENV, str(data_dir))
     with caplog.at_level(logging.INFO, logger="minitx.data"):
-        assert resolve_data_source("bentrevett/multi30k") == "/data/multi30k"
+        assert resolve_data_source("bentrevett/multi30k") == str(data_dir)
     assert "overrides" in caplog.text and "bentrevett/multi30k" in caplog.text
     assert all(record.levelno == logging.INFO for record in caplog.records)  # the expected use
     caplog.clear()
     # any other hub id it replaces is said at the default verbosity: a mistyped local path
     # reads as one ("corpora/europarl": owner and name)
     with caplog.at_level(logging.WARNING, logger="minitx.data"):
-        assert resolve_data_source("corpora/europarl") == "/data/multi30k"
+        assert resolve_data_source("corpora/europarl") == str(data_dir)
     (record,) = caplog.records
     assert record.getMessage() == (
-        "MINITX_DATA_DIR=/data/multi30k replaces the data source 'corpora/europarl', read as a "
+        f"MINITX_DATA_DIR={data_dir} replaces the data source 'corpora/europarl', read as a "
         "hub dataset id (no such local path); unset MINITX_DATA_DIR to use the hub dataset, or "
         "give a local path that exists"
     )

@@ -14,6 +14,7 @@ from minitx.data import (
     resolve_data_source,
 )
 from minitx.data.datamodule import TranslationDataModule
+from minitx.errors import MinitxError
 
 
 def test_builtin_toy_loads_from_any_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
@@ -57,3 +58,23 @@ def test_an_empty_source_is_refused_not_read_as_the_current_directory(
         resolve_data_source(source)
     with pytest.raises(ValueError, match="is empty"):  # before a run directory is made
         TranslationDataModule(source=source)
+
+
+@pytest.mark.parametrize(
+    ("kind", "error"), [("file", "DataError"), ("missing", "MissingFileError")]
+)
+def test_a_data_dir_variable_naming_no_directory_says_so(
+    kind: str, error: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """Was: "data source '/x/train.de' is a single file", without a word of where the path
+    came from (nothing the user configured)."""
+    path = tmp_path / "train.de"
+    if kind == "file":
+        path.write_text("Ein Hund.\n", encoding="utf-8")
+    monkeypatch.setenv("MINITX_DATA_DIR", str(path))
+    with pytest.raises(MinitxError, match=rf"^MINITX_DATA_DIR={path} .*or unset it$") as caught:
+        resolve_data_source("bentrevett/multi30k")
+    assert type(caught.value).__name__ == error
+    assert resolve_data_source(str(tmp_path)) == str(tmp_path)  # a local source: not replaced
+    monkeypatch.setenv("MINITX_DATA_DIR", str(tmp_path / "{split}.jsonl"))  # a pattern: kept
+    assert resolve_data_source("bentrevett/multi30k") == str(tmp_path / "{split}.jsonl")

@@ -72,7 +72,8 @@ def resolve_data_source(configured: str) -> str:
 
     Raises:
         ConfigError: an empty source (`check_data_source`).
-        DataError: an unknown ``builtin:`` corpus.
+        DataError: an unknown ``builtin:`` corpus; ``MINITX_DATA_DIR`` naming a file.
+        MissingFileError: ``MINITX_DATA_DIR`` naming a local path that does not exist.
     """
     check_data_source(configured)
     if configured.startswith(BUILTIN_PREFIX):  # shipped with minitx: never overridden
@@ -86,6 +87,7 @@ def resolve_data_source(configured: str) -> str:
             "%s is set but the configured source %r is local; using it.", DATA_DIR_ENV, configured
         )
         return configured
+    _check_data_dir_env(override)
     if configured == DEFAULT_SOURCE:
         logger.info(
             "%s=%s overrides the default data source %r.", DATA_DIR_ENV, override, configured
@@ -100,6 +102,21 @@ def resolve_data_source(configured: str) -> str:
             DATA_DIR_ENV,
         )
     return override
+
+
+def _check_data_dir_env(value: str) -> None:
+    """Refuse a ``MINITX_DATA_DIR`` that names a file or a missing path, naming the variable:
+    the error for the source it replaces would not say where the path came from."""
+    where = Path(value).expanduser()
+    if "{split}" in value or where.is_dir() or (is_hub_id(value) and not where.exists()):
+        return  # a directory, a jsonl pattern, or a hub id: the source's own checks follow
+    error, what = (DataError, "is not a directory") if where.exists() else (
+        MissingFileError, "names no directory that exists"
+    )  # fmt: skip
+    raise error(
+        f"{DATA_DIR_ENV}={value} {what}; point it at a directory of {{split}}.{{lang}}[.gz] "
+        f"files (such as the multi30k/dataset repository's data/task1/raw), or unset it"
+    )
 
 
 def check_data_source(source: str) -> None:
