@@ -26,7 +26,8 @@ Sections (all by default; pick with --sections):
              position, on exactly the real ones, AdamW's loop over the parameters, a
              4,000-piece vocabulary; taking turns on the same sentences: target tokens/s and
              the ratio to the default.
-  decode     greedy and beam search, with vs without the KV cache, in sentences/s.
+  decode     greedy and beam search, with vs without the KV cache, in sentences/s, in each of
+             --precisions (bf16: a bf16 copy of the model, as minitx-translate --bf16 decodes).
   budget     (opt-in) where a training run's time goes: --budget-config trained for
              --budget-time in a fresh process (`minitx-train`, Lightning's SimpleProfiler on),
              its fit time split into training steps, fetching batches, validation, attention
@@ -59,6 +60,7 @@ Sections (all by default; pick with --sections):
 from __future__ import annotations
 
 import argparse
+import copy
 import csv
 import json
 import logging
@@ -861,34 +863,28 @@ def bench_decode(args: argparse.Namespace) -> None:
     batches = [b.to(args.device) for b in batches]
     n = sum(len(b) for b in batches)
     print(
-        f"\n== decoding: {what}, batches of {args.decode_batch}, fp32 on {args.device}; "
-        "sentences/s =="
+        f"\n== decoding: {what}, batches of {args.decode_batch}, on {args.device}; sentences/s =="
     )
-    runs = [
-        ("greedy", lambda src, cache: greedy_decode(model, src, DecodingConfig(use_cache=cache)))
-    ]
-    runs.append(
-        (
-            f"beam {args.beam}",
-            lambda src, cache: beam_search(
-                model, src, DecodingConfig(beam_size=args.beam, use_cache=cache)
-            ),
-        )
-    )
-    with torch.inference_mode():
-        for name, fn in runs:
-            rate = {}
-            for cache in (True, False):
-                _sync(args.device)
-                start = time.perf_counter()
-                for src in batches:
-                    fn(src, cache)
-                _sync(args.device)
-                rate[cache] = n / (time.perf_counter() - start)
-            print(
-                f"  {name:8s} with KV cache {rate[True]:7.1f} | without {rate[False]:7.1f} | "
-                f"speed-up {rate[True] / rate[False]:.2f}x"
-            )
+    for precision in args.precisions:
+        # bf16 as minitx-translate --bf16 decodes: a bf16 copy of the model under autocast
+        decoder = model if precision == "fp32" else copy.deepcopy(model).to(torch.bfloat16)
+        autocast = torch.autocast(torch.device(args.device).type, dtype=torch.bfloat16)
+        with torch.inference_mode(), autocast if precision == "bf16" else nullcontext():
+            for name, beam in {"greedy": 1, f"beam {args.beam}": args.beam}.items():
+                decode = greedy_decode if beam == 1 else beam_search
+                rate = {}
+                for cache in (True, False):
+                    decoding = DecodingConfig(beam_size=beam, use_cache=cache)
+                    _sync(args.device)
+                    start = time.perf_counter()
+                    for src in batches:
+                        decode(decoder, src, decoding)
+                    _sync(args.device)
+                    rate[cache] = n / (time.perf_counter() - start)
+                print(
+                    f"  {precision:5s} {name:8s} with KV cache {rate[True]:7.1f} | without "
+                    f"{rate[False]:7.1f} | speed-up {rate[True] / rate[False]:.2f}x"
+                )
 
 
 # ------------------------------------------------------------------------------------ ct2
@@ -1019,7 +1015,7 @@ def clock_time(text: str) -> str:
     return text
 
 
-PRECISION_SECTIONS = ("train", "scores", "padding", "levers")
+PRECISION_SECTIONS = ("train", "decode", "scores", "padding", "levers")
 """The sections that measure each of --precisions."""
 
 

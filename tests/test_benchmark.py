@@ -27,8 +27,8 @@ spec.loader.exec_module(benchmark)
         (["--budget-time", "banana"], "argument --budget-time: trainer.max_time='banana': not"),
         (["--budget-time", "00:00:00:00"], "argument --budget-time: must be above 0"),
         (  # was measured in fp32 without a word
-            ["--sections", "decode", "--precisions", "bf16"],
-            "--precisions applies to the train, scores, padding, levers sections, none of",
+            ["--sections", "attention", "ct2", "--precisions", "bf16"],
+            "--precisions applies to the train, decode, scores, padding, levers sections, none",
         ),
     ],
 )
@@ -45,6 +45,20 @@ def test_numbers_no_section_can_use_are_refused_before_any_runs(
     assert out == "" and message in err
     # one line, as every command's (argparse's own printed its 20-line usage block first)
     assert err.startswith("error: ") and err.count("\n") == 1, err
+
+
+def test_decode_section_measures_each_precision(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    """Was: the decode section measured fp32 alone, whatever --precisions said."""
+    monkeypatch.setattr(benchmark, "SIZES", {**benchmark.SIZES, **benchmark.SMOKE_SIZES})
+    args = benchmark.argparse.Namespace(
+        checkpoint=None, decode_sentences=4, decode_batch=2, beam=2, device="cpu"
+    )
+    args.precisions = ["fp32", "bf16"]
+    benchmark.bench_decode(args)
+    rows = capsys.readouterr().out.strip().splitlines()[1:]  # after the header
+    assert [row.split()[:2] for row in rows] == [
+        ["fp32", "greedy"], ["fp32", "beam"], ["bf16", "greedy"], ["bf16", "beam"]
+    ]  # fmt: skip
 
 
 def test_budget_split_counts_each_second_once() -> None:
