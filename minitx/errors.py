@@ -82,6 +82,12 @@ class MissingExtraError(MinitxError, ImportError):
     ``minitx[extra]`` to install."""
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the command is, as a Ctrl-C is: the temporary files of what it
+    was writing are removed on the way out (the signal's default ends the process at once and
+    leaves them). A stop, not an error: a `KeyboardInterrupt`, exit status 143."""
+
+
 def debug_requested() -> bool:
     """Whether ``MINITX_DEBUG`` asks for tracebacks behind one-line errors."""
     return os.environ.get(DEBUG_ENV, "") not in ("", "0")

@@ -590,14 +590,16 @@ def test_ctrl_c_says_that_the_interrupted_variant_starts_over(
 
 
 _STOPPING_CHILD = """
-import pathlib, signal, sys, time
+import os, pathlib, signal, sys, time
 here = pathlib.Path(sys.argv[1])
 def stop(signum, frame):
     time.sleep(1)  # as minitx-train finishes its update, saves last.ckpt and cleans up
-    (here / "stopped").touch()
-    sys.exit(130)
+    with open(here / "stopped", "a") as stopped:  # one line a signal
+        stopped.write(signal.Signals(signum).name + "\\n")
+    sys.exit(128 + signum)
 signal.signal(signal.SIGINT, stop)
-(here / "ready").touch()
+signal.signal(signal.SIGTERM, stop)
+(here / "ready").write_text(str(os.getpid()))
 time.sleep(120)
 """
 
@@ -605,17 +607,26 @@ _RUNNER = """
 import sys
 from minitx.extras.experiments.runner import run_training
 with open("train.log", "w") as log:
-    try:
-        run_training([sys.executable, "-c", sys.argv[1], "."], log)
-    except KeyboardInterrupt:
-        sys.exit(130)
+    sys.exit(run_training([sys.executable, "-c", sys.argv[1], "."], log))
 """
 
 
-def test_ctrl_c_lets_the_variants_training_stop_on_its_own(tmp_path: Path) -> None:
-    """Ctrl-C reaches the runner and its minitx-train process (one process group, as a
-    terminal sends it); the runner waits while minitx-train saves and cleans up. It was killed
-    a quarter second after Ctrl-C (`subprocess.run`), leaving its temporary files behind."""
+@pytest.mark.parametrize(
+    ("stop", "to_group", "received", "said"),
+    [
+        (signal.SIGINT, True, "SIGINT", "Ctrl-C"),  # a terminal's Ctrl-C: the whole job
+        (signal.SIGTERM, False, "SIGTERM", "SIGTERM"),  # `kill PID`: the runner alone
+        (signal.SIGHUP, True, "SIGTERM", "SIGTERM"),  # the terminal closed
+    ],
+    ids=["ctrl-c", "sigterm-to-the-runner", "hang-up"],
+)
+def test_a_stop_reaches_the_variants_training_once_and_is_waited_for(
+    stop: int, to_group: bool, received: str, said: str, tmp_path: Path
+) -> None:
+    """The runner passes each stop on to minitx-train (in a session of its own) and waits
+    while it saves and cleans up. It was killed a quarter second after Ctrl-C
+    (`subprocess.run`), leaving its temporary files behind; later, a SIGTERM to the runner
+    alone left it training with no parent."""
     runner_process = subprocess.Popen(
         [sys.executable, "-c", _RUNNER, _STOPPING_CHILD],
         cwd=tmp_path,
@@ -625,11 +636,19 @@ def test_ctrl_c_lets_the_variants_training_stop_on_its_own(tmp_path: Path) -> No
         start_new_session=True,  # a process group of its own, as a terminal's job
     )
     deadline = time.monotonic() + 60
-    while not (tmp_path / "ready").exists():
+    while not (tmp_path / "ready").exists() or not (tmp_path / "ready").read_text():
         assert runner_process.poll() is None and time.monotonic() < deadline
         time.sleep(0.05)
-    os.killpg(runner_process.pid, signal.SIGINT)  # Ctrl-C
+    if to_group:
+        os.killpg(runner_process.pid, stop)
+    else:
+        os.kill(runner_process.pid, stop)
     out, _ = runner_process.communicate(timeout=60)
-    assert runner_process.returncode == 130
-    assert (tmp_path / "stopped").exists(), "the training process was killed, not let stop"
-    assert "Ctrl-C: minitx-train stops after its update" in out, out
+    assert runner_process.returncode == 128 + signal.Signals[received]
+    stopped = tmp_path / "stopped"
+    assert stopped.exists(), "the training process was killed, not let stop"
+    assert stopped.read_text() == received + "\n"  # once: a second one would stop it at once
+    assert f"{said}: minitx-train stops after its update" in out, out
+    child = int((tmp_path / "ready").read_text())
+    with pytest.raises(ProcessLookupError):  # gone, not left running
+        os.kill(child, 0)

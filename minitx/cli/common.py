@@ -35,6 +35,7 @@ from minitx.errors import (  # UsageError: re-exported, the commands import it f
     ConfigError,
     MinitxError,
     OutputError,
+    Terminated,
     UsageError,  # noqa: F401
     debug_requested,
 )
@@ -389,12 +390,6 @@ def work_begins() -> None:
             signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised where the command is, as a Ctrl-C is: the temporary files of what it
-    was writing are removed on the way out (the signal's default ends the process at once and
-    leaves them)."""
-
-
 def _terminate(signum: int, frame: object) -> NoReturn:
     raise Terminated
 
@@ -441,10 +436,9 @@ def run_cli(
     SIGTERM 143 (both after removing the temporary files of unfinished outputs), a reader of
     standard output that has gone a quiet exit status 141; bugs keep their traceback.
 
-    `handle_sigterm` False leaves SIGTERM to its default or to a library (the demo's server;
-    the experiment runner, whose training children get the signal too and save first).
-    `resumes` ends the Ctrl-C line of a command that goes on from there when run again
-    (``"; run it again to go on"``).
+    `handle_sigterm` False leaves SIGTERM to its default or to a library (the demo's server).
+    `resumes` ends the Ctrl-C and SIGTERM lines of a command that goes on from there when run
+    again (``"; run it again to go on"``).
     """
     work_begins()
     show_library_warnings()
@@ -455,7 +449,7 @@ def run_cli(
             sys.stdout.flush()  # a gone reader or a full disk shows here, not at exit
             return status
         except Terminated:
-            print_stop("terminated (SIGTERM): stopped before the end")
+            print_stop(f"terminated (SIGTERM): stopped before the end{resumes}")
             return EXIT_SIGTERM
         except KeyboardInterrupt:  # what was written stays: say that the rest was not done
             print_stop(f"interrupted (Ctrl-C): stopped before the end{resumes}")

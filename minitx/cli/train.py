@@ -43,7 +43,6 @@ from minitx.cli.common import (
     EXIT_SIGINT,
     EXIT_SIGTERM,
     EXIT_USER_ERROR,
-    Terminated,
     UsageError,
     check_stdout,
     check_writable_dir,
@@ -59,7 +58,13 @@ from minitx.cli.common import (
 )
 from minitx.data.datamodule import TranslationDataModule
 from minitx.decoding import DecodingConfig
-from minitx.errors import ConfigError, MinitxError, debug_requested, is_whole_number
+from minitx.errors import (
+    ConfigError,
+    MinitxError,
+    Terminated,
+    debug_requested,
+    is_whole_number,
+)
 from minitx.outputs import RUN_STAMP, claim_run_dir, hold_run_dir, release_run_dirs
 from minitx.textio import print_stop, write_text_atomic
 from minitx.training import (

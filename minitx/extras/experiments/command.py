@@ -200,13 +200,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the CLI; returns the process exit status (0 ok, 2 usage error, 130 Ctrl-C)."""
+    """Run the CLI; returns the process exit status (0 ok, 2 usage error, 130 Ctrl-C, 143
+    SIGTERM)."""
     args = build_parser().parse_args(argv)
     again = (
         "; the same command goes on from there (finished runs are reused, the interrupted "
         "one starts over)"
     )
-    return run_cli(run, args, handle_sigterm=False, resumes=again)
+    return run_cli(run, args, resumes=again)  # a SIGTERM is passed on: `run_training`
 
 
 if __name__ == "__main__":

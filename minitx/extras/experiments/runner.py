@@ -14,6 +14,7 @@ suite continues where it stopped. After training, the best checkpoint is probed
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import hashlib
 import json
@@ -21,16 +22,19 @@ import math
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 import torch
 
-from minitx.errors import ConfigError
+from minitx.errors import ConfigError, Terminated
 from minitx.extras.experiments.definitions import EXPERIMENTS, Experiment, Variant
 from minitx.extras.experiments.report import write_report
 
@@ -260,8 +264,10 @@ def _train(
     with (family / "train.log").open("w") as log:
         returncode = run_training(command, log)
     wall = time.perf_counter() - start
-    if returncode in (130, 143):  # Ctrl-C / SIGTERM: no result; the next call retrains
+    if returncode == 130:  # Ctrl-C: no result; the next call retrains
         raise KeyboardInterrupt
+    if returncode == 143:  # SIGTERM
+        raise Terminated
     log_text = (family / "train.log").read_text(errors="replace")
     runs = sorted(p for p in family.iterdir() if p.is_dir())
     if returncode == 2 and not runs:  # refused before it trained: the variant, or the input?
@@ -281,18 +287,48 @@ def _train(
 def run_training(command: list[str], log: IO[str]) -> int:
     """Run a variant's `command` (minitx-train) with its output into `log`; its exit status.
 
-    Ctrl-C reaches minitx-train too (one process group): it finishes the update, saves
-    last.ckpt, removes its temporary files and exits 130, which this waits for before the
-    KeyboardInterrupt goes on. `subprocess.run` would kill it a quarter second after Ctrl-C,
-    half-way through all of that.
+    minitx-train runs in a session of its own, and each stop reaches it through this process,
+    once (`_stops_passed_on`): it finishes the update, saves last.ckpt, removes its temporary
+    files and exits 130 or 143, which this waits for. Why: in the runner's process group, a
+    SIGTERM to the runner alone (`kill PID`, a scheduler) left it training with no parent;
+    and `subprocess.run` killed it a quarter second after Ctrl-C, half-way through its save.
     """
-    with subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT) as process:
-        try:
+    with subprocess.Popen(
+        command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    ) as process:
+        with _stops_passed_on(process):
             return process.wait()
-        except KeyboardInterrupt:
-            print("Ctrl-C: minitx-train stops after its update (Ctrl-C again: at once)", flush=True)
-            process.wait()  # a second Ctrl-C ends this wait; leaving `with` waits again
-            raise
+
+
+@contextlib.contextmanager
+def _stops_passed_on(process: subprocess.Popen) -> Iterator[None]:
+    """While in the block, a Ctrl-C (SIGINT), a SIGTERM or a closed terminal (SIGHUP, passed
+    on as a SIGTERM) is sent on to `process` instead of stopping this one; the same signal
+    again stops it at once (minitx-train's own rule). The handlers from before come back."""
+    if threading.current_thread() is not threading.main_thread():  # no handlers but there
+        yield
+        return
+    said = False
+
+    def pass_on(signum: int, frame: object) -> None:
+        nonlocal said
+        sent = signal.SIGINT if signum == signal.SIGINT else signal.SIGTERM
+        what = "Ctrl-C" if sent == signal.SIGINT else "SIGTERM"
+        if not said:
+            print(
+                f"{what}: minitx-train stops after its update ({what} again: at once)", flush=True
+            )
+            said = True
+        process.send_signal(sent)
+
+    stops = [signal.SIGINT, signal.SIGTERM, *([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])]
+    previous = {signum: signal.signal(signum, pass_on) for signum in stops}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            if handler is not None:  # None: set outside Python, nothing to put back
+                signal.signal(signum, handler)
 
 
 def _check_shared_settings(settings: Settings, family: Path) -> None:
