@@ -31,6 +31,27 @@ MASK_DTYPES = (torch.bool, torch.float16, torch.bfloat16, torch.float32, torch.f
 """Mask dtypes: bool (True = may attend) or additive float (0 = attend, -inf = blocked)."""
 
 
+def check_mask_dtype(mask: Tensor) -> None:
+    """Refuse a mask of any dtype but `MASK_DTYPES`: 0/1 integers added to the scores would
+    mask nothing.
+
+    Raises:
+        TypeError: `mask` is neither bool nor floating point.
+    """
+    if mask.dtype not in MASK_DTYPES:
+        raise TypeError(f"mask is {mask.dtype}: give a bool mask or an additive float one")
+
+
+def check_dropout(p: float) -> None:
+    """Refuse an attention dropout probability outside [0, 1).
+
+    Raises:
+        ValueError: `p` below 0, or 1 and above (every weight dropped).
+    """
+    if not 0.0 <= p < 1.0:
+        raise ValueError(f"attention dropout must be in [0, 1), got {p}")
+
+
 def causal_mask(tq: int, tk: int | None = None, *, device: torch.device | None = None) -> Tensor:
     """Boolean causal mask, right-aligned: query i may attend key j iff j <= i + (Tk - Tq).
 
@@ -60,10 +81,15 @@ def combine_masks(*masks: Tensor | None) -> Tensor | None:
 
     Boolean masks are AND-ed; if any mask is a float (additive) mask the result is additive
     (booleans are turned into 0 / -inf first). `None` entries are ignored.
+
+    Raises:
+        TypeError: a mask neither bool nor floating point (`check_mask_dtype`).
     """
     present = [m for m in masks if m is not None]
     if not present:
         return None
+    for m in present:  # 0/1 integers would become an additive mask that masks nothing
+        check_mask_dtype(m)
     if all(m.dtype == torch.bool for m in present):
         out = present[0]
         for m in present[1:]:
@@ -126,8 +152,7 @@ def scaled_dot_product_attention(
     scores = scores.float()  # softmax in fp32, also under autocast
     dead = None  # (..., Tq or 1, 1): True where a query may attend to no key
     if mask is not None:
-        if mask.dtype not in MASK_DTYPES:  # 0/1 integers added to the scores would mask nothing
-            raise TypeError(f"mask is {mask.dtype}: give a bool mask or an additive float one")
+        check_mask_dtype(mask)
         if mask.dtype == torch.bool:  # True = may attend -> 0, False -> -inf
             mask = torch.zeros(mask.shape, device=mask.device).masked_fill(~mask, float("-inf"))
         # Such a row would give softmax(-inf, ...) = NaN: zeros instead, read off the small mask.
@@ -138,6 +163,7 @@ def scaled_dot_product_attention(
         weights = weights.masked_fill(dead, 0.0)
     if reweight is not None:
         weights = reweight(weights)  # (..., Tq, Tk)
+    check_dropout(dropout_p)  # a negative p was read as none
     attn = F.dropout(weights, p=dropout_p) if dropout_p > 0.0 else weights
     return attn.to(v.dtype) @ v, weights
 
@@ -191,8 +217,13 @@ class MultiHeadAttention(nn.Module):
         positions: nn.Module | None = None,
     ) -> None:
         super().__init__()
-        if n_heads < 1 or d_model % n_heads:  # 0: a ZeroDivisionError; -2: a d_head of -4
-            raise ValueError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads})")
+        whole = all(isinstance(n, int) and n >= 1 for n in (d_model, n_heads))
+        if not whole or d_model % n_heads:  # n_heads 0: a ZeroDivisionError; -2: d_head -4
+            raise ValueError(
+                f"d_model ({d_model}) must be divisible by n_heads ({n_heads}), both whole "
+                "numbers of at least 1"
+            )
+        check_dropout(dropout)  # else refused in training only, by the fused kernel, as "> 0"
         self.d_model, self.n_heads, self.d_head = d_model, n_heads, d_model // n_heads
         self.dropout = dropout
         self.q_proj = nn.Linear(d_model, d_model, bias=bias)

@@ -271,6 +271,10 @@ def test_combine_masks():
     mixed = combine_masks(a, f)
     assert mixed.is_floating_point()
     assert torch.equal(mixed, f.masked_fill(~a, float("-inf")))
+    # 0/1 integers: refused, as scaled_dot_product_attention refuses them (they were turned
+    # into an additive mask of 0s and 1s that masked nothing)
+    with pytest.raises(TypeError, match="mask is torch.int64: give a bool mask"):
+        combine_masks(torch.tensor([[1, 0], [0, 1]]), torch.ones(2, 2, dtype=torch.bool))
     # And it is used the same way as the pieces applied one after the other.
     q, k, v = qkv((2,), 2, 3, 4, 4, seed=8)
     out, w = scaled_dot_product_attention(q, k, v, mixed)
@@ -556,6 +560,16 @@ def test_mha_constructor_errors():
             MultiHeadAttention(10, n_heads)
     with pytest.raises(ValueError, match="unknown attention score"):
         MultiHeadAttention(8, 2, score="nope")
+    # were built: a zero-width module, a float head count failing later in view(), a dropout
+    # that only the fused kernel refused, in training, as "dropout > 0"
+    for d_model, n_heads in ((0, 2), (8, 2.0)):
+        with pytest.raises(ValueError, match="both whole numbers of at least 1"):
+            MultiHeadAttention(d_model, n_heads)
+    for p in (-1.0, 1.0, 2.0):
+        with pytest.raises(ValueError, match=rf"attention dropout must be in \[0, 1\), got {p}"):
+            MultiHeadAttention(8, 2, dropout=p)
+        with pytest.raises(ValueError, match="attention dropout must be in"):
+            scaled_dot_product_attention(*qkv((1,), 2, 2, 4, 4, seed=0), dropout_p=p)
 
 
 def test_mha_eval_mode_ignores_attention_dropout():
