@@ -16,6 +16,8 @@ Reading one never executes code: safetensors holds tensors only, `config.json` i
 validated through `TransformerConfig.from_dict`, and the tokenizer is sentencepiece data.
 Nothing is allocated before the files agree: `config.json` must match its checksum
 (`model_sha256`, written by `save_pretrained`: an edited `n_heads` changes no weight's shape),
+and `tokenizer.model` its own (`tokenizer_sha256`: another model's tokenizer of the same size
+would load and translate garbage; releases written before it have none, and load as before),
 its sizes must lie within `minitx.model_config.MODEL_MAXIMA` (as every model config's must),
 and every tensor named in the safetensors header must have the shape the config implies and
 a floating-point type (`check_weight_shapes`, on a model built on the meta device).
@@ -112,6 +114,7 @@ CONFIG_KEYS = (
     "minitx_version",
     "model",
     "model_sha256",
+    "tokenizer_sha256",
     "src_lang",
     "tgt_lang",
 )
@@ -318,6 +321,15 @@ def load_pretrained(directory: str | Path) -> Release:
         tokenizer = Tokenizer.load(tokenizer_path)
     except ValueError as exc:
         raise CheckpointError(f"{exc}") from None
+    expected = config.get("tokenizer_sha256")  # absent from releases written before it
+    if expected is not None and hashlib.sha256(tokenizer.model_bytes).hexdigest() != expected:
+        # another model's tokenizer of the same size loads and translates garbage
+        raise CheckpointError(
+            f"{tokenizer_path}: not the tokenizer this release was exported with (its checksum "
+            f"differs from tokenizer_sha256 in {CONFIG_FILE}): it was replaced or damaged; "
+            "put the release's own tokenizer.model back, or re-export the release from its "
+            "checkpoint (minitx-export --checkpoint RUN.ckpt --out DIR)"
+        )
     if tokenizer.vocab_size != model_config.tgt_vocab_size:
         raise CheckpointError(
             f"{tokenizer_path}: {tokenizer.vocab_size} pieces, but {directory / CONFIG_FILE} "
@@ -647,6 +659,7 @@ def _write_release(
         "minitx_version": minitx.__version__,
         "model": model,
         "model_sha256": model_checksum(model),
+        "tokenizer_sha256": hashlib.sha256(release.tokenizer.model_bytes).hexdigest(),
         "src_lang": release.languages[0],
         "tgt_lang": release.languages[1],
     }

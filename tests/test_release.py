@@ -3,6 +3,7 @@ small files, one-line errors for damaged ones, and the hub wiring (faked: no net
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -272,6 +273,16 @@ def test_load_returns_model_tokenizer_config_languages_and_train_config(
         assert loaded.train_config == original.train_config
 
 
+def test_a_release_written_before_the_tokenizer_checksum_still_loads(
+    copy_of, original: Translator
+) -> None:
+    directory = copy_of()
+    config = json.loads((directory / "config.json").read_text(encoding="utf-8"))
+    assert config["tokenizer_sha256"] == hashlib.sha256(original.tokenizer.model_bytes).hexdigest()
+    _edit_config(directory, lambda c: c.pop("tokenizer_sha256"))
+    assert release.load(directory).tokenizer.model_bytes == original.tokenizer.model_bytes
+
+
 def test_a_missing_source_is_the_same_error_from_every_entry_point(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -348,16 +359,24 @@ def _missing_tensor(directory: Path) -> None:
     _edit_weights(directory, lambda tensors: tensors.pop(_q_proj(tensors)))
 
 
-def _other_tokenizer(directory: Path) -> None:
-    """A tokenizer of another model, with half the pieces of this one's."""
+def _other_tokenizer(directory: Path, *, size: int | None = None) -> None:
+    """A tokenizer of another model: trained on the toy corpus's English side alone, with
+    `size` pieces (default: this one's)."""
     from minitx.tokenizer import Tokenizer
 
     path = directory / "tokenizer.model"
-    size = Tokenizer.load(path).vocab_size // 2
-    lines = [(TOY_CORPUS_DIR / "train.de").read_text(encoding="utf-8")]
-    lines += [(TOY_CORPUS_DIR / "train.en").read_text(encoding="utf-8")]
-    sentences = [s for text in lines for s in text.splitlines()]
+    size = size or Tokenizer.load(path).vocab_size
+    sentences = (TOY_CORPUS_DIR / "train.en").read_text(encoding="utf-8").splitlines()
     Tokenizer.train(sentences, vocab_size=size).save(path)
+
+
+def _older_release_with_a_smaller_tokenizer(directory: Path) -> None:
+    """A release written before tokenizer_sha256, its tokenizer replaced by one of half the
+    pieces: the sizes still tell."""
+    from minitx.tokenizer import Tokenizer
+
+    _edit_config(directory, lambda c: c.pop("tokenizer_sha256"))
+    _other_tokenizer(directory, size=Tokenizer.load(directory / "tokenizer.model").vocab_size // 2)
 
 
 def _nan_weights(directory: Path) -> None:
@@ -456,7 +475,14 @@ DAMAGE = {
         lambda d: (d / "tokenizer.model").write_bytes(b"\x00" * 100),
         r"tokenizer\.model: not a sentencepiece model",
     ),
-    "other-tokenizer": (_other_tokenizer, r"pieces, but .*config\.json says the model has"),
+    "other-tokenizer": (  # the same size: it loaded and translated garbage
+        _other_tokenizer,
+        r"tokenizer\.model: not the tokenizer this release was exported with .*tokenizer_sha256",
+    ),
+    "older-release-other-tokenizer": (
+        _older_release_with_a_smaller_tokenizer,
+        r"pieces, but .*config\.json says the model has",
+    ),
     "garbage-weights": (
         lambda d: (d / "model.safetensors").write_bytes(b"\x00" * 100),
         r"model\.safetensors: not a readable safetensors file",
