@@ -438,14 +438,22 @@ def test_memory_stays_flat_under_repeated_largest_requests(
         translation, _, viewer = page_request(client, sentence)
     assert translation and "attention-viewer" in viewer  # a real, large page each time
     warm = rss_mib()
-    for _ in range(requests):
+    half, readings = max(requests // 2, 1), {}
+    for request in range(1, requests + 1):
         page_request(client, sentence)
-    grown = rss_mib() - warm
+        if request in (half, requests):
+            readings[request] = rss_mib()
+    grown, late = readings[requests] - warm, readings[requests] - readings[half]
     print(
         f"RSS after {WARM_UP} requests of {len(sentence)} characters ({len(viewer) >> 10} KiB "
         f"viewer): {warm:.0f} MiB; after {WARM_UP + requests}: {warm + grown:.0f} MiB"
     )
-    assert grown < MAX_GROWTH_MIB, f"RSS grew {grown:.0f} MiB over {requests} requests"
+    # A kept page grows the RSS at every request, in both halves (3.5 MiB each); the
+    # allocator's noise comes as a step (once 69 MiB, in a full run of the suite on 2 cores).
+    assert grown < MAX_GROWTH_MIB or late < MAX_GROWTH_MIB / 4, (
+        f"RSS grew {grown:.0f} MiB over {requests} requests, {late:.0f} MiB over the last "
+        f"{requests - half}"
+    )
 
 
 def test_a_one_megabyte_sentence_is_refused_quickly_and_memory_stays_flat(client: Any) -> None:
