@@ -400,6 +400,30 @@ def test_a_null_for_a_setting_that_takes_none_is_one_error_line(
             ["--data.splits", "{train: train, validation: val}"],
             "has no 'test', which --test true (the default) scores after fitting",
         ),
+        (  # said only after the corpus was read, the tokenizer trained, each split tokenized
+            ["--data.splits", "{train: train, valid: val, test: test_2016_flickr}"],
+            "has no 'validation'; unknown keys ['valid']; map train, validation and test",
+        ),
+        (  # a traceback at the fit's start
+            ["--attention_maps.kinds", "[]"],
+            "attention_maps.kinds is empty; choose some of",
+        ),
+        (  # a traceback: the run does not pickle into spawned processes
+            ["--trainer.strategy", "ddp_spawn"],
+            "trainer.strategy=ddp_spawn: minitx-train starts its processes with",
+        ),
+        (  # stopped at the first batch padded to 56 positions
+            ["--model.transformer.max_positions", "52", "--data.max_len", "52"],
+            "max_positions (52) is not a multiple of data.pad_multiple (8): a sentence of 52",
+        ),
+        (  # the average silently replaced the run's last.ckpt (a resume went on from it)
+            ["--averaging.last_n", "2", "--averaging.filename", "last.ckpt"],
+            "averaging.filename 'last.ckpt' names a checkpoint the run saves",
+        ),
+        (  # ... or its best checkpoint, still reported as the best
+            ["--averaging.last_n", "2", "--averaging.filename", "epoch01-bleu1.41.ckpt"],
+            "averaging.filename 'epoch01-bleu1.41.ckpt' names a checkpoint the run saves",
+        ),
     ],
     ids=[
         "max-time-word",
@@ -410,6 +434,12 @@ def test_a_null_for_a_setting_that_takes_none_is_one_error_line(
         "seed-negative",
         "seed-big",
         "no-test-split",
+        "misnamed-validation-split",
+        "no-attention-kinds",
+        "ddp-spawn",
+        "padding-past-max-positions",
+        "average-over-last",
+        "average-over-best",
     ],
 )
 def test_training_refuses_a_malformed_budget_or_seed_in_one_line(

@@ -235,6 +235,13 @@ def check_trainer_counts(config: Any) -> None:
         value = trainer.get(key)
         if is_whole_number(value) and value < 1:
             raise ConfigError(f"trainer.{key}={value}: give a whole number of at least 1")
+    strategy = trainer.get("strategy")
+    if isinstance(strategy, str) and "spawn" in strategy:  # ddp_spawn, ddp_spawn_find_...
+        # its processes get the run pickled, and the command line's links do not pickle
+        raise ConfigError(
+            f"trainer.strategy={strategy}: minitx-train starts its processes with "
+            "--trainer.strategy ddp (multi-node.md), not by spawning; use ddp"
+        )
     interval = trainer.get("val_check_interval")
     if is_whole_number(interval) and interval < 1:  # 0.0, a fraction, validates every batch
         raise ConfigError(
@@ -328,18 +335,55 @@ def _check_checkpoint(config: Any) -> None:
         )
 
 
-def _check_test_split(config: Any) -> None:
-    """`--test true` (the default) scores a test split after fitting: one that ``data.splits``
-    leaves out is refused now, not after the whole training.
+def _check_splits(config: Any) -> None:
+    """``data.splits`` must map train and validation (and test, which ``--test true``, the
+    default, scores after fitting), and nothing else: refused now, not after the corpus is
+    read, its tokenizer trained and every split tokenized.
+
+    Raises:
+        ConfigError: naming the keys and the settings.
+    """
+    splits = config.data.splits
+    if splits is None:
+        return
+    needed = ("train", "validation", "test") if config.test else ("train", "validation")
+    missing = [key for key in needed if key not in splits]
+    unknown = sorted(set(splits) - {"train", "validation", "test"})
+    if missing or unknown:
+        what = (f"has no {', '.join(map(repr, missing))}" if missing else "") + (
+            f"{'; ' if missing else ''}unknown keys {unknown}" if unknown else ""
+        )
+        test = ", which --test true (the default) scores after fitting" if "test" in missing else ""
+        raise ConfigError(
+            f"data.splits {dict(splits)} {what}{test}; map train, validation and test to file "
+            "stems (test may be left out with --test false)"
+        )
+
+
+def _check_averaging(config: Any) -> None:
+    """``averaging.filename`` must not name a checkpoint the run saves (``last.ckpt``, or a
+    name ``checkpoint.filename`` makes): the average would silently replace it.
 
     Raises:
         ConfigError: naming both settings.
     """
-    splits = config.data.splits
-    if config.test and splits is not None and "test" not in splits:
+    name = config.averaging.filename
+    stem = name.removesuffix(".ckpt")
+    checkpoint = config.checkpoint
+    pattern = checkpoint.filename or "{epoch}-{step}"  # Lightning's default
+    parts = re.split(r"\{([^}]*)\}", pattern)  # text, field, text, field, ...
+    insert = checkpoint.get("auto_insert_metric_name", True)
+    regex = "".join(
+        re.escape(part)
+        if i % 2 == 0
+        else (re.escape(part.split(":")[0]) + "=" if insert else "") + ".*"
+        for i, part in enumerate(parts)
+    )
+    if re.fullmatch(r"last(-v\d+)?", stem) or re.fullmatch(regex, stem):
         raise ConfigError(
-            f"data.splits {dict(splits)} has no 'test', which --test true (the default) scores "
-            "after fitting; add test: FILE_STEM to data.splits, or pass --test false"
+            f"averaging.filename {name!r} names a checkpoint the run saves (last.ckpt, or "
+            f"checkpoint.filename {pattern!r}): the average would replace it; give another "
+            "name, such as averaged.ckpt"
         )
 
 
@@ -808,7 +852,8 @@ class MinitxCLI(LightningCLI):
         check_trainer_counts(config)
         _check_checkpoint(config)
         _check_bleu_schedule(config)
-        _check_test_split(config)
+        _check_splits(config)
+        _check_averaging(config)
         if config.ckpt_path is not None and not str(config.ckpt_path).strip():
             raise UsageError(
                 "--ckpt_path is empty; give a checkpoint file or 'last' (a shell variable such "

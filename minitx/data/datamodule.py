@@ -149,6 +149,16 @@ class TranslationDataModule(L.LightningDataModule):
                 f"data.max_len ({max_len}) exceeds the model's max_positions ({max_positions}); "
                 "lower data.max_len or raise model.transformer.max_positions"
             )
+        if max_positions is not None and max_positions % pad_multiple:
+            # a sentence near the limit (evaluation pairs are cut to it) would be padded past it
+            # and stop the training at its first such batch
+            longest = -(-max_positions // pad_multiple) * pad_multiple
+            raise ConfigError(
+                f"the model's max_positions ({max_positions}) is not a multiple of "
+                f"data.pad_multiple ({pad_multiple}): a sentence of {max_positions} pieces would "
+                f"be padded to {longest}, past it; make model.transformer.max_positions a "
+                "multiple of data.pad_multiple"
+            )
         self.save_hyperparameters()
         self.prepare_data_per_node = prepare_data_per_node
         self._scratch: Path | None = None

@@ -72,6 +72,11 @@ class AttentionMapLogger(L.Callback):
             raise ConfigError(
                 f"attention_maps.kinds: unknown kinds {sorted(unknown)}; choose from {KINDS}"
             )
+        if not kinds:  # else refused at the fit's start, with a traceback
+            raise ConfigError(
+                f"attention_maps.kinds is empty; choose some of {KINDS}, or set "
+                "attention_maps.num_sentences 0 for no maps"
+            )
         if num_sentences < 0:
             raise ConfigError(
                 f"attention_maps.num_sentences must be >= 0 (0 = no maps), got {num_sentences}"
