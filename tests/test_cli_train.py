@@ -711,6 +711,27 @@ def test_checkpoint_carries_model_config_tokenizer_and_training_config(tiny_run:
 # ---------------------------------------------------------------------------- resume, interrupt
 
 
+def test_runs_without_a_logger_get_their_own_run_directories(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--trainer.logger false` wrote every run into ./runs/checkpoints (Lightning's
+    default_root_dir), whatever runs_dir and run_name said: the next run replaced the last
+    one's last.ckpt and config.yaml without a word, and `--ckpt_path last` was refused."""
+    monkeypatch.chdir(tmp_path)
+    args = TINY + ["--trainer.logger", "false", "--runs_dir", "mine", "--run_name", "nolog"]
+    args += ["--trainer.enable_progress_bar", "false", "--test", "false"]
+    args += ["--attention_maps.num_sentences", "0"]
+    for steps in (2, 3):
+        main([*args, "--trainer.max_steps", str(steps)])
+    lasts = sorted((tmp_path / "mine" / "nolog").glob("*/checkpoints/last.ckpt"))
+    assert len(lasts) == 2 and not (tmp_path / "runs").exists()
+    assert [load_checkpoint(p)["global_step"] for p in lasts] == [2, 3]
+    assert all((p.parent.parent / "config.yaml").is_file() for p in lasts)
+    cli = main([*args, "--trainer.max_steps", "4", "--ckpt_path", "last"])  # the newest run
+    assert cli.trainer.global_step == 4
+    assert load_checkpoint(lasts[1])["global_step"] == 4
+
+
 # ---------------------------------------------------------------------------- precision, DDP
 
 

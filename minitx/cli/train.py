@@ -875,9 +875,8 @@ class MinitxCLI(LightningCLI):
         self.run_version: str | None = None
         self.resume_step: int | None = None
         self.logger_note: str | None = None  # printed at fit start
-        if config.trainer.logger in (False, []):
-            if config.ckpt_path == "last":
-                raise UsageError("--ckpt_path last needs the run directory of a logger")
+        no_logger = config.trainer.logger in (False, [])
+        if no_logger:
             callbacks = config.trainer.get("callbacks") or []
             kept = [c for c in callbacks if not _is_rate_monitor(c)]
             if len(kept) < len(callbacks):  # Lightning refuses it once the fit starts
@@ -885,8 +884,7 @@ class MinitxCLI(LightningCLI):
                 self.logger_note = (
                     "trainer.logger false: LearningRateMonitor left out (it logs to a logger)"
                 )
-            return
-        explicit = config.trainer.logger not in (None, True)
+        explicit = not no_logger and config.trainer.logger not in (None, True)
         if explicit:  # the user's loggers: the first one names the run directory
             loggers = config.trainer.logger
             loggers = loggers if isinstance(loggers, list) else [loggers]
@@ -919,8 +917,10 @@ class MinitxCLI(LightningCLI):
                 )
         check_writable_dir(run_root, "the run directory", "runs_dir (or the logger's save_dir)")
         self.run_root, self.run_version = run_root, version or _shared_version(run_root)
-        self.default_loggers = not explicit
+        self.default_loggers = not explicit and not no_logger
         run_dir = run_root / self.run_version
+        # without a logger Lightning writes into default_root_dir: the run's own directory
+        self.root_dir = run_dir if no_logger else None
         if elsewhere:
             self.resume_note = elsewhere_note(Path(config.ckpt_path), run_dir, own_loggers=explicit)
         if _rank() == 0 and run_dir.is_dir():  # DDP: rank 0 holds it for every process
@@ -970,6 +970,8 @@ class MinitxCLI(LightningCLI):
                     save_dir=str(run_dir), name="", version="csv", resume_step=self.resume_step
                 ),
             ]
+        if getattr(self, "root_dir", None) is not None:  # no logger (trainer.logger false)
+            kwargs["default_root_dir"] = str(self.root_dir)
         kwargs.update(self._validation_cadence(trainer_config))
         try:
             trainer = super().instantiate_trainer(**kwargs)
