@@ -320,6 +320,23 @@ def test_jsonl_errors_name_file_and_line(tmp_path: Path) -> None:
         )
 
 
+def test_a_lone_surrogate_in_jsonl_names_its_file_and_line(tmp_path: Path) -> None:
+    """A JSON escape such as \\udc80 decodes to half a UTF-16 pair: a traceback naming no file
+    in the evaluation splits, and sentencepiece's "Unable to cast" in the training split."""
+    emoji = '{"de": "ein hund \\ud83d\\ude00", "en": "a dog"}'  # a whole pair: one character
+    lone = '{"de": "ein hund", "en": "a \\udc80 dog"}'
+    (tmp_path / "train.jsonl").write_text(f"{emoji}\n{lone}\n", encoding="utf-8")
+    with pytest.raises(
+        ValueError, match=r"train\.jsonl: line 2: the en text holds a lone surrogate \('\\udc80'"
+    ):
+        load_parallel_corpus(str(tmp_path / "{split}.jsonl"), "de", "en", splits={"train": "train"})
+    (tmp_path / "train.jsonl").write_text(f"{emoji}\n", encoding="utf-8")
+    corpus = load_parallel_corpus(
+        str(tmp_path / "{split}.jsonl"), "de", "en", splits={"train": "train"}
+    )
+    assert corpus["train"]["translation"][0]["de"] == "ein hund \N{GRINNING FACE}"
+
+
 def test_hub_offline_error_says_what_was_tried(monkeypatch: pytest.MonkeyPatch) -> None:
     # HF_HUB_OFFLINE is read at import time, so patch the parsed flags too.
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")

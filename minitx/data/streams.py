@@ -195,6 +195,17 @@ class JsonlStream(PairStream):
             raise DataError(
                 f"{self.path}: line {number}: {list(langs)} values must be strings, got {values!r}."
             )
+        if "\\ud" in line.lower():  # only a JSON escape can make a lone surrogate
+            for lang, value in zip(langs, values, strict=True):
+                try:
+                    (value or "").encode("utf-8")
+                except UnicodeEncodeError as exc:
+                    raise DataError(
+                        f"{self.path}: line {number}: the {lang} text holds a lone surrogate "
+                        f"({value[exc.start]!r} at character {exc.start + 1}, half of a UTF-16 "
+                        "pair written as a JSON escape), which no tokenizer reads; write the "
+                        "character itself, or both halves of its pair"
+                    ) from None
         return values[0] or "", values[1] or ""
 
 
