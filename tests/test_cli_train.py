@@ -8,9 +8,11 @@ tests share the session's one tiny run (conftest.py).
 from __future__ import annotations
 
 import csv
+import json
 import math
 import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -759,6 +761,34 @@ def test_bf16_becomes_fp32_on_a_cpu_without_bf16(
     cli = main(args + ["--test", "false"])
     assert cli.trainer.precision == "32-true"
     assert "has no bf16 instructions" in capsys.readouterr().err
+
+
+def test_a_corpus_error_under_ddp_is_one_line_not_buried_by_the_other_rank(
+    tmp_path: Path,
+) -> None:
+    """Rank 0 refused the corpus in one line; rank 1, waiting for it in a collective, followed
+    it with a 36-line traceback of gloo's "Connection closed by peer"."""
+    for split, stem in (("train", "train"), ("validation", "val"), ("test", "test_2016_flickr")):
+        de, en = (
+            (TOY_CORPUS_DIR / f"{stem}.{lang}").read_text(encoding="utf-8")
+            for lang in "de en".split()
+        )
+        pairs = zip(de.splitlines(), en.splitlines(), strict=True)
+        lines = [json.dumps({"de": de, "en": en}) for de, en in pairs]
+        lines += ['{"de": "a", "en": '] if split == "train" else []  # its last line broken
+        (tmp_path / f"{split}.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    env.pop("MINITX_DEBUG", None)
+    cmd = [
+        sys.executable, str(REPO / "scripts" / "train.py"), *TINY,
+        "--trainer.strategy", "ddp", "--trainer.devices", "2", "--trainer.accelerator", "cpu",
+        "--data.source", str(tmp_path / "{split}.jsonl"), "--trainer.max_epochs", "1",
+    ]  # fmt: skip
+    result = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr and "rank1" not in result.stderr, result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "train.jsonl: line 61 is not valid JSON" in errors[0], errors
 
 
 def test_ddp_two_cpu_processes(tmp_path: Path) -> None:

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import lightning as L
+import torch
 import yaml
 from lightning.fabric.plugins import CheckpointIO
 from lightning.fabric.utilities.seed import max_seed_value, min_seed_value
@@ -1085,6 +1086,10 @@ def main(args: list[str] | None = None) -> MinitxCLI:
     except BrokenPipeError:  # `minitx-train | head -1`: last.ckpt is saved, the reader gone
         raise SystemExit(reader_gone()) from None
     except Exception as exc:
+        if _rank() > 0 and _peer_gone(exc):
+            # rank 0 stopped first and said why in one line; this process's traceback (from
+            # the collective it was waiting in) would bury that line
+            raise SystemExit(EXIT_USER_ERROR) from None
         exc = _config_message(exc) if isinstance(exc, ConfigError) else no_room_for_output(exc)
         status = report_user_error(exc)
         if status is None:
@@ -1093,6 +1098,20 @@ def main(args: list[str] | None = None) -> MinitxCLI:
     finally:
         release_run_dirs()  # the training is over: another process may resume it (and the
         # directory of a run refused before it wrote anything goes)
+
+
+def _peer_gone(exc: BaseException) -> bool:
+    """Whether `exc` is a collective of this run failing because another of its processes
+    has exited (gloo: "Connection closed by peer" or "... reset by peer"; torch's
+    DistNetworkError)."""
+    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+        return False
+    if type(exc).__name__ == "DistNetworkError":
+        return True
+    text = str(exc)
+    return isinstance(exc, RuntimeError) and any(
+        sign in text for sign in ("Connection closed by peer", "Connection reset by peer")
+    )
 
 
 def _train_and_test(args: list[str] | None) -> MinitxCLI:
