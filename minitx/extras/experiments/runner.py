@@ -322,13 +322,12 @@ def _stops_passed_on(process: subprocess.Popen) -> Iterator[None]:
         process.send_signal(sent)
 
     stops = [signal.SIGINT, signal.SIGTERM, *([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])]
-    previous = {signum: signal.signal(signum, pass_on) for signum in stops}
-    try:
+    with contextlib.ExitStack() as handlers_back:
+        for signum in stops:
+            previous = signal.signal(signum, pass_on)
+            if previous is not None:  # None: set outside Python, nothing to put back
+                handlers_back.callback(signal.signal, signum, previous)
         yield
-    finally:
-        for signum, handler in previous.items():
-            if handler is not None:  # None: set outside Python, nothing to put back
-                signal.signal(signum, handler)
 
 
 def _check_shared_settings(settings: Settings, family: Path) -> None:
