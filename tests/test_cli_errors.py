@@ -406,7 +406,7 @@ def test_a_null_for_a_setting_that_takes_none_is_one_error_line(
         ),
         (  # a traceback at the fit's start
             ["--attention_maps.kinds", "[]"],
-            "attention_maps.kinds is empty; choose some of",
+            "attention_maps.kinds: no attention kinds selected; expected a subset of",
         ),
         (  # a traceback: the run does not pickle into spawned processes
             ["--trainer.strategy", "ddp_spawn"],

@@ -21,6 +21,7 @@ from minitx.data.batching import (
     TokenBucketBatchSampler,
     collate,
     example_lengths,
+    round_up,
 )
 from minitx.data.cleaning import Counts
 from minitx.data.prepare import prepare_split
@@ -152,11 +153,11 @@ class TranslationDataModule(L.LightningDataModule):
         if max_positions is not None and max_positions % pad_multiple:
             # a sentence near the limit (evaluation pairs are cut to it) would be padded past it
             # and stop the training at its first such batch
-            longest = -(-max_positions // pad_multiple) * pad_multiple
             raise ConfigError(
                 f"the model's max_positions ({max_positions}) is not a multiple of "
                 f"data.pad_multiple ({pad_multiple}): a sentence of {max_positions} pieces would "
-                f"be padded to {longest}, past it; make model.transformer.max_positions a "
+                f"be padded to {round_up(max_positions, pad_multiple)}, past it; make "
+                "model.transformer.max_positions a "
                 "multiple of data.pad_multiple"
             )
         self.save_hyperparameters()

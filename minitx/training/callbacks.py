@@ -30,6 +30,7 @@ from minitx.maps import KINDS, AttentionMaps, attention_entropy, teacher_forced_
 from minitx.textio import print_stop
 from minitx.training.schedules import BudgetSchedule
 from minitx.viz import figures_for_maps, update_figures_for_maps
+from minitx.viz.common import check_kinds
 from minitx.vocab import PAD_ID
 
 logger = logging.getLogger(__name__)
@@ -67,16 +68,10 @@ class AttentionMapLogger(L.Callback):
         max_pieces: int = 24,
     ) -> None:
         super().__init__()
-        unknown = set(kinds) - set(KINDS)
-        if unknown:
-            raise ConfigError(
-                f"attention_maps.kinds: unknown kinds {sorted(unknown)}; choose from {KINDS}"
-            )
-        if not kinds:  # else refused at the fit's start, with a traceback
-            raise ConfigError(
-                f"attention_maps.kinds is empty; choose some of {KINDS}, or set "
-                "attention_maps.num_sentences 0 for no maps"
-            )
+        try:  # the check of the maps' drawing, here: an empty list failed at the fit's start
+            kinds = check_kinds(kinds)
+        except ValueError as exc:
+            raise ConfigError(f"attention_maps.kinds: {exc}") from None
         if num_sentences < 0:
             raise ConfigError(
                 f"attention_maps.num_sentences must be >= 0 (0 = no maps), got {num_sentences}"
@@ -86,7 +81,7 @@ class AttentionMapLogger(L.Callback):
         if max_pieces < 2:  # a sentence and its eos (or bos) take two pieces at the least
             raise ConfigError(f"attention_maps.max_pieces must be >= 2, got {max_pieces}")
         self.num_sentences, self.every_n_epochs = num_sentences, every_n_epochs
-        self.kinds, self.save_png, self.max_pieces = tuple(kinds), save_png, max_pieces
+        self.kinds, self.save_png, self.max_pieces = kinds, save_png, max_pieces
         self._pairs: list[tuple[str, str]] | None = None
         # The figures of each sentence, built at the first log and refilled at the next ones:
         # the sentences and so the axes stay the same, and building a figure costs about as
