@@ -237,6 +237,12 @@ def model_checksum(model: Mapping[str, Any]) -> str:
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
+def tokenizer_checksum(tokenizer: Tokenizer) -> str:
+    """sha256 (hex) of the tokenizer's sentencepiece model, the bytes of `tokenizer.model`:
+    what `save_pretrained` writes as `tokenizer_sha256` and `load_pretrained` checks."""
+    return hashlib.sha256(tokenizer.model_bytes).hexdigest()
+
+
 def weights_checksum(model: torch.nn.Module) -> str:
     """sha256 (hex) of `model`'s weights: each tensor's name, dtype, shape and bytes, in
     state-dict order. The same weights give the same digest however they were loaded (a
@@ -322,7 +328,7 @@ def load_pretrained(directory: str | Path) -> Release:
     except ValueError as exc:
         raise CheckpointError(f"{exc}") from None
     expected = config.get("tokenizer_sha256")  # absent from releases written before it
-    if expected is not None and hashlib.sha256(tokenizer.model_bytes).hexdigest() != expected:
+    if expected is not None and tokenizer_checksum(tokenizer) != expected:
         # another model's tokenizer of the same size loads and translates garbage
         raise CheckpointError(
             f"{tokenizer_path}: not the tokenizer this release was exported with (its checksum "
@@ -659,7 +665,7 @@ def _write_release(
         "minitx_version": minitx.__version__,
         "model": model,
         "model_sha256": model_checksum(model),
-        "tokenizer_sha256": hashlib.sha256(release.tokenizer.model_bytes).hexdigest(),
+        "tokenizer_sha256": tokenizer_checksum(release.tokenizer),
         "src_lang": release.languages[0],
         "tgt_lang": release.languages[1],
     }

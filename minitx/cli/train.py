@@ -350,14 +350,15 @@ def _check_splits(config: Any) -> None:
     needed = ("train", "validation", "test") if config.test else ("train", "validation")
     missing = [key for key in needed if key not in splits]
     unknown = sorted(set(splits) - {"train", "validation", "test"})
-    if missing or unknown:
-        what = (f"has no {', '.join(map(repr, missing))}" if missing else "") + (
-            f"{'; ' if missing else ''}unknown keys {unknown}" if unknown else ""
-        )
-        test = ", which --test true (the default) scores after fitting" if "test" in missing else ""
+    problems = [f"has no {', '.join(map(repr, missing))}"] if missing else []
+    if "test" in missing:
+        problems[0] += ", which --test true (the default) scores after fitting"
+    if unknown:
+        problems.append(f"unknown keys {unknown}")
+    if problems:
         raise ConfigError(
-            f"data.splits {dict(splits)} {what}{test}; map train, validation and test to file "
-            "stems (test may be left out with --test false)"
+            f"data.splits {dict(splits)} {'; '.join(problems)}; map train, validation and test "
+            "to file stems (test may be left out with --test false)"
         )
 
 
