@@ -41,6 +41,19 @@ class UnregisteredError(ConfigError):
     model built with a name the user's own module registers, loaded where it is not imported."""
 
 
+class VocabularyTooLargeError(ConfigError):
+    """The tokenizer's training sentences cannot give ``data.vocab_size`` pieces.
+
+    Attributes:
+        sentences: how many sentences the tokenizer trained on, so that a caller that drew
+            them as a sample can say that a larger sample allows more pieces.
+    """
+
+    def __init__(self, message: str, sentences: int) -> None:
+        super().__init__(message)
+        self.sentences = sentences
+
+
 class DataError(MinitxError, ValueError):
     """A corpus or text file minitx cannot use (bad UTF-8, unequal line counts, bad JSON, a
     missing split or language); the message names the file and, where it helps, the line."""

@@ -24,7 +24,7 @@ from typing import Any, Literal, get_args
 
 import sentencepiece as spm
 
-from minitx.errors import ConfigError, DataError, MissingFileError
+from minitx.errors import ConfigError, DataError, MissingFileError, VocabularyTooLargeError
 from minitx.textio import write_bytes_atomic
 from minitx.vocab import BOS_ID, BOS_PIECE, EOS_ID, EOS_PIECE, PAD_ID, PAD_PIECE, UNK_ID, UNK_PIECE
 
@@ -269,10 +269,11 @@ def _training_error(exc: RuntimeError, vocab_size: int, n_sentences: int) -> Val
     message = str(exc)
     too_high = re.search(r"Vocabulary size too high \((\d+)\).*<= (\d+)", message)
     if too_high:
-        return ConfigError(
+        return VocabularyTooLargeError(
             f"vocab_size={vocab_size} is too large for this corpus ({n_sentences} sentences): "
             f"sentencepiece can build at most {too_high.group(2)} pieces. Set vocab_size "
-            f"(data.vocab_size in configs) to {too_high.group(2)} or less."
+            f"(data.vocab_size in configs) to {too_high.group(2)} or less.",
+            sentences=n_sentences,
         )
     too_low = re.search(r"smaller than required_chars\. (\d+) vs (\d+)", message)
     if too_low:

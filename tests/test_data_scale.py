@@ -31,7 +31,7 @@ from minitx.data import sources as sources_module
 from minitx.data.datamodule import TranslationDataModule
 from minitx.data.sample import sample_sentences
 from minitx.data.sources import open_parallel_corpus
-from minitx.errors import DataError
+from minitx.errors import DataError, VocabularyTooLargeError
 from minitx.textio import iter_lines, quote_lines
 from minitx.tokenizer import Tokenizer
 
@@ -171,6 +171,18 @@ def test_the_datamodule_trains_the_tokenizer_on_the_sample(
     assert [len(s) for s in seen] == [100, 2 * TOY_TRAIN]
     with pytest.raises(ValueError, match="tokenizer_sample must be >= 1"):
         TranslationDataModule(tokenizer_sample=0)
+
+
+def test_a_vocabulary_too_large_for_the_sample_names_the_sample() -> None:
+    """Where the sample, not the corpus, sets the limit on the pieces, raising
+    data.tokenizer_sample is a fix too, and the message says so; for the whole split it is not."""
+    for limit, names_sample in ((10, True), (None, False)):
+        dm = TranslationDataModule(
+            source=str(TOY_CORPUS_DIR), vocab_size=2000, cache_dir=None, tokenizer_sample=limit
+        )
+        with pytest.raises(VocabularyTooLargeError, match="vocab_size=2000 is too large") as info:
+            dm.setup()
+        assert ("raise data.tokenizer_sample (10," in str(info.value)) is names_sample
 
 
 # ====================================================================== streamed, cached
@@ -352,3 +364,18 @@ def test_unknown_hub_options_are_refused(monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setattr(datasets, "load_dataset", lambda *a, **k: pytest.fail("loaded"))
     with pytest.raises(DataError, match=r"unknown keys \['split'\].*known keys are"):
         open_parallel_corpus("wmt/wmt14", "en", "de", hub_options={"split": "train"})
+
+
+def test_hub_options_on_a_local_source_are_reported_not_dropped(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    options = {"revision": "refs/convert/parquet"}
+    with caplog.at_level(logging.WARNING, logger=sources_module.__name__):
+        open_parallel_corpus(str(TOY_CORPUS_DIR), "de", "en")
+        assert not caplog.records
+        streams = open_parallel_corpus(str(TOY_CORPUS_DIR), "de", "en", hub_options=options)
+    assert "train" in streams
+    assert [r.getMessage() for r in caplog.records] == [
+        f"data.hub_options {options} are for hub datasets; the local source "
+        f"{str(TOY_CORPUS_DIR)!r} does not use them."
+    ]

@@ -34,7 +34,7 @@ from minitx.data.sources import (
     resolve_data_source,
 )
 from minitx.data.streams import PairStream
-from minitx.errors import ConfigError, DataError
+from minitx.errors import ConfigError, DataError, VocabularyTooLargeError
 from minitx.tokenizer import ModelType, Tokenizer
 
 TOKENIZER_SAMPLE = 500_000
@@ -220,14 +220,24 @@ class TranslationDataModule(L.LightningDataModule):
                 "it trains the tokenizer."
             )
         train = streams["train"]
-        tokenizer = Tokenizer.train(  # on both sides of (a seeded sample of) the training split
-            sample_sentences(train, config.tokenizer_sample, config.seed),
-            vocab_size=config.vocab_size,
-            model_type=config.tokenizer_type,
-            cache_dir=config.cache_dir,
-            # found by the split's content without reading it again
-            cache_key=f"{train.fingerprint} sample={config.tokenizer_sample} seed={config.seed}",
-        )
+        sample_key = f"sample={config.tokenizer_sample} seed={config.seed}"
+        try:
+            tokenizer = Tokenizer.train(  # on both sides of (a seeded sample of) the train split
+                sample_sentences(train, config.tokenizer_sample, config.seed),
+                vocab_size=config.vocab_size,
+                model_type=config.tokenizer_type,
+                cache_dir=config.cache_dir,
+                # found by the split's content without reading it again
+                cache_key=f"{train.fingerprint} {sample_key}",
+            )
+        except VocabularyTooLargeError as exc:
+            if exc.sentences != config.tokenizer_sample:  # the whole split: no larger sample
+                raise
+            raise VocabularyTooLargeError(  # the sample, not the corpus, set the limit
+                f"{exc} Or raise data.tokenizer_sample ({config.tokenizer_sample}, the sentences "
+                "the tokenizer trains on; null for all of them).",
+                sentences=exc.sentences,
+            ) from exc
         tokenized: dict[str, datasets.Dataset] = {}
         skipped: Counts = {}
         for split, stream in streams.items():

@@ -211,7 +211,14 @@ def open_parallel_corpus(
     langs = (src_lang, tgt_lang)
     if source.startswith(BUILTIN_PREFIX):
         source = str(builtin_corpus_dir(source.removeprefix(BUILTIN_PREFIX)))
-    if splits is None and ("{split}" in source or Path(source).expanduser().is_dir()):
+    local = "{split}" in source or Path(source).expanduser().is_dir()
+    if local and hub_options:  # e.g. a hub recipe's config pointed at a local copy
+        logger.warning(
+            "data.hub_options %s are for hub datasets; the local source %r does not use them.",
+            dict(hub_options),
+            source,
+        )
+    if splits is None and local:
         splits = {split: local_stem(source, split, langs) for split in MULTI30K_SPLITS}
     if "{split}" in source:
         return _open_jsonl(source, langs, dict(splits or MULTI30K_SPLITS))
