@@ -45,11 +45,11 @@ class VocabularyTooLargeError(ConfigError):
     """The tokenizer's training sentences cannot give ``data.vocab_size`` pieces.
 
     Attributes:
-        sentences: how many sentences the tokenizer trained on, so that a caller that drew
-            them as a sample can say that a larger sample allows more pieces.
+        sentences: how many sentences the tokenizer trained on (``None``: not known), so that
+            a caller that drew them as a sample can say that a larger sample allows more pieces.
     """
 
-    def __init__(self, message: str, sentences: int) -> None:
+    def __init__(self, message: str, sentences: int | None = None) -> None:
         super().__init__(message)
         self.sentences = sentences
 
