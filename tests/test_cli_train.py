@@ -830,7 +830,6 @@ def test_ddp_two_cpu_processes(tmp_path: Path) -> None:
 
 
 @pytest.mark.filterwarnings("ignore:LightningCLI's args parameter")
-@pytest.mark.filterwarnings("ignore:Experiment logs directory")  # CSVLogger's, on the resume
 def test_the_users_own_loggers_share_the_run_directory_the_first_one_names(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -864,9 +863,21 @@ def test_the_users_own_loggers_share_the_run_directory_the_first_one_names(
     [run] = (tmp_path / "my_runs" / "exp1").iterdir()
     assert (run / "config.yaml").is_file() and (run / "checkpoints" / "last.ckpt").is_file()
     assert list(run.glob("events.out.tfevents.*")) and not (tmp_path / "elsewhere").exists()
+    # a run killed after its last checkpoint leaves events past it: the resume drops them
+    from torch.utils.tensorboard import SummaryWriter
+
+    with SummaryWriter(str(run)) as writer:
+        writer.add_scalar("val/loss", 99.0, 10_000)
     main([*args, "--trainer.max_epochs", "2", "--ckpt_path", "last"])
     assert list((tmp_path / "my_runs" / "exp1").iterdir()) == [run]  # the same run went on
     rows = list(csv.DictReader((run / "csv" / "metrics.csv").open(encoding="utf-8")))
-    # Lightning's CSVLogger starts its file anew on a resume, and warns so (minitx's default
-    # ContinuingCSVLogger keeps the earlier rows: test_reliability.py, resume_last)
-    assert {int(r["epoch"]) for r in rows if r.get("val/loss")} == {1}
+    # Lightning's CSVLogger would start its file anew on the resume: the first epoch's rows
+    # are kept, and the second's follow them once
+    assert [int(r["epoch"]) for r in rows if r.get("val/loss")] == [0, 1]
+    steps = [int(r["step"]) for r in rows if r.get("train/loss")]
+    assert steps == sorted(set(steps)) and len(steps) > 1
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(run), size_guidance={"scalars": 0})
+    val_steps = [e.step for e in events.Reload().Scalars("val/loss")]
+    assert len(val_steps) == 2 and val_steps == sorted(set(val_steps))

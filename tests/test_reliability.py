@@ -1487,3 +1487,27 @@ def test_a_heatmap_of_720_tokens_is_small_enough_to_open() -> None:
     assert width < 4000 and height < 4000
     labels = figure.axes[0].get_xticklabels()
     assert 20 <= len(labels) <= 60  # every k-th token labelled
+
+
+def test_a_users_csv_logger_resumed_keeps_its_rows_prefix_and_flush(tmp_path: Path) -> None:
+    """`continuing_loggers` puts a ContinuingCSVLogger in place of Lightning's CSVLogger (which
+    deletes metrics.csv) with the same file, key prefix and flush interval."""
+    from lightning.pytorch.loggers import CSVLogger
+
+    from minitx.training.loggers import ContinuingCSVLogger, continuing_loggers
+
+    args = {
+        "save_dir": str(tmp_path),
+        "name": "n",
+        "version": "v",
+        "prefix": "p",
+        "flush_logs_every_n_steps": 1,
+    }
+    metrics = tmp_path / "n" / "v" / "metrics.csv"
+    metrics.parent.mkdir(parents=True)
+    metrics.write_text("step,p-a\n0,1.0\n1,2.0\n2,3.0\n3,4.0\n", encoding="utf-8")
+    [logger] = continuing_loggers([CSVLogger(**args)], [args], resume_step=1)
+    assert isinstance(logger, ContinuingCSVLogger)
+    logger.log_metrics({"a": 5.0}, step=2)  # written at once: a flush every step
+    rows = list(csv.DictReader(metrics.open(encoding="utf-8")))
+    assert [(r["step"], r["p-a"]) for r in rows] == [("0", "1.0"), ("1", "2.0"), ("2", "5.0")]

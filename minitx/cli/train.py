@@ -87,7 +87,7 @@ from minitx.training.callbacks import (
     train_time_remaining,
 )
 from minitx.training.checkpoint_io import AtomicCheckpointIO
-from minitx.training.loggers import ContinuingCSVLogger
+from minitx.training.loggers import ContinuingCSVLogger, continuing_loggers
 from minitx.training.module import VALIDATION_METRICS
 from minitx.training.precision import resolve_precision
 from minitx.training.resume import MovedRunCheckpoints, RandomState
@@ -920,6 +920,7 @@ class MinitxCLI(LightningCLI):
         check_writable_dir(run_root, "the run directory", "runs_dir (or the logger's save_dir)")
         self.run_root, self.run_version = run_root, version or _shared_version(run_root)
         self.default_loggers = not explicit and not no_logger
+        self.own_loggers = explicit
         run_dir = run_root / self.run_version
         # without a logger Lightning writes into default_root_dir: the run's own directory
         self.root_dir = run_dir if no_logger else None
@@ -972,6 +973,15 @@ class MinitxCLI(LightningCLI):
                     save_dir=str(run_dir), name="", version="csv", resume_step=self.resume_step
                 ),
             ]
+        elif getattr(self, "own_loggers", False) and self.resume_step is not None:
+            built = trainer_config["logger"]
+            configured = self.config.trainer.logger
+            configured = configured if isinstance(configured, list) else [configured]
+            kwargs["logger"] = continuing_loggers(
+                built if isinstance(built, list) else [built],
+                [lg.init_args.as_dict() for lg in configured],
+                self.resume_step,
+            )
         if getattr(self, "root_dir", None) is not None:  # no logger (trainer.logger false)
             kwargs["default_root_dir"] = str(self.root_dir)
         kwargs.update(self._validation_cadence(trainer_config))

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from lightning.pytorch.core.saving import save_hparams_to_yaml
-from lightning.pytorch.loggers import Logger
+from lightning.pytorch.loggers import CSVLogger, Logger, TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_only
 from torch import Tensor
 
@@ -34,6 +34,8 @@ class ContinuingCSVLogger(Logger):
     Args:
         resume_step: the global step of the checkpoint training resumes from; None for a new
             run (an existing file is then replaced, as `CSVLogger` does).
+        prefix, flush_logs_every_n_steps: as `CSVLogger`'s (it stands in for the user's own
+            on a resume: `continuing_loggers`).
     """
 
     def __init__(
@@ -42,9 +44,12 @@ class ContinuingCSVLogger(Logger):
         name: str = "",
         version: str = "csv",
         resume_step: int | None = None,
+        prefix: str = "",
+        flush_logs_every_n_steps: int = FLUSH_EVERY_N_STEPS,
     ) -> None:
         super().__init__()
         self.resume_step = resume_step
+        self.prefix, self.flush_every = prefix, flush_logs_every_n_steps
         self.path = Path(save_dir) / name / version / METRICS_FILE
         self.keys: list[str] = []  # the file's columns
         self.rows: list[dict[str, Any]] = []  # logged, not written yet
@@ -78,10 +83,15 @@ class ContinuingCSVLogger(Logger):
 
     @rank_zero_only
     def log_metrics(self, metrics: dict[str, float | Tensor], step: int | None = None) -> None:
-        row = {k: v.item() if isinstance(v, Tensor) else v for k, v in metrics.items()}
+        row = {
+            f"{self.prefix}{CSVLogger.LOGGER_JOIN_CHAR}{k}" if self.prefix else k: (
+                v.item() if isinstance(v, Tensor) else v
+            )
+            for k, v in metrics.items()
+        }
         row["step"] = len(self.rows) if step is None else step
         self.rows.append(row)
-        if (row["step"] + 1) % FLUSH_EVERY_N_STEPS == 0:
+        if (row["step"] + 1) % self.flush_every == 0:
             self.save()
 
     @rank_zero_only
@@ -95,7 +105,7 @@ class ContinuingCSVLogger(Logger):
             return
         new_keys = set().union(*self.rows) - set(self.keys)
         exists = self.path.is_file()
-        self.keys = sorted([*self.keys, *new_keys])
+        self.keys = [*self.keys, *sorted(new_keys)]  # the file's order: rows are appended to it
         if new_keys and exists:
             with self.path.open(newline="", encoding="utf-8") as file:
                 _write_rows(self.path, self.keys, list(csv.DictReader(file)))
@@ -135,3 +145,34 @@ def _write_rows(path: Path, header: list[str], rows: list[dict[str, Any]]) -> No
         writer = csv.DictWriter(file, fieldnames=header)
         writer.writeheader()
         writer.writerows(rows)
+
+
+def continuing_loggers(
+    loggers: list[Logger], init_args: list[dict[str, Any]], resume_step: int
+) -> list[Logger]:
+    """The user's own loggers for a run resumed in its directory: a Lightning `CSVLogger`
+    would delete the run's ``metrics.csv`` (with a warning) and a `TensorBoardLogger` would
+    keep the events after the checkpoint beside those logged again, so the first becomes a
+    `ContinuingCSVLogger` of the same file and the second gets ``purge_step``, as the default
+    loggers do. Other loggers, and subclasses, which may resume in their own way, are kept.
+
+    Args:
+        loggers: the loggers built from ``trainer.logger``.
+        init_args: each one's ``init_args`` as configured, in the same order.
+        resume_step: the checkpoint's global step.
+    """
+    kept: list[Logger] = []
+    for logger, args in zip(loggers, init_args, strict=True):
+        if type(logger) is CSVLogger:
+            logger = ContinuingCSVLogger(
+                save_dir=str(args["save_dir"]),
+                name=args.get("name") or "",
+                version=str(logger.version),
+                resume_step=resume_step,
+                prefix=args.get("prefix", ""),
+                flush_logs_every_n_steps=args.get("flush_logs_every_n_steps", FLUSH_EVERY_N_STEPS),
+            )
+        elif type(logger) is TensorBoardLogger and args.get("purge_step") is None:
+            logger = TensorBoardLogger(**{**args, "purge_step": resume_step + 1})
+        kept.append(logger)
+    return kept
