@@ -21,8 +21,9 @@ class CorpusScores(NamedTuple):
 
 def bleu_metric(*, lowercase: bool = False) -> BLEU:
     """sacreBLEU's BLEU with 13a tokenisation (the standard WMT-style figure), cased unless
-    `lowercase`."""
-    return BLEU(tokenize="13a", lowercase=lowercase)
+    `lowercase`. The lowercased figure scores the same translations as the cased one, so only
+    the cased one warns of tokenized text (sacreBLEU's ``force``, which changes no score)."""
+    return BLEU(tokenize="13a", lowercase=lowercase, force=lowercase)
 
 
 def corpus_scores(hypotheses: Sequence[str], references: Sequence[str]) -> CorpusScores:

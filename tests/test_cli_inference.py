@@ -1287,3 +1287,19 @@ def test_console_scripts() -> None:
     )
     assert proc.returncode == 0 and b"--n-best" in proc.stdout
     assert proc.stdout.startswith(b"usage: minitx-translate ")
+
+
+def test_tokenized_translations_are_warned_of_once_per_scoring(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """sacreBLEU warns of hypotheses that end in a tokenized period; the lowercased BLEU
+    scores the same ones, so it does not say it a second time (nor change a score)."""
+    from minitx.evaluation import score
+
+    hyps = [f"a man number {i} reads a book ." for i in range(120)]
+    refs = [f"a man number {i} reads the book ." for i in range(120)]
+    with caplog.at_level(logging.WARNING, logger="sacrebleu"):
+        result = score(hyps, refs)
+    warned = [r for r in caplog.records if "tokenized period" in r.getMessage()]
+    assert len(warned) == 1
+    assert result.bleu_lowercase == result.bleu  # all lowercase already: the same figure
