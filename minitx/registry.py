@@ -81,12 +81,18 @@ class Registry(Generic[T]):
 
     @contextmanager
     def temporarily(self, name: str, entry: T) -> Iterator[T]:
-        """Register `entry` for the duration of a `with` block (handy in tests)."""
-        self.register(name)(entry)
+        """Register `entry` under `name` for the duration of a `with` block, in place of the
+        entry already there, if any, which comes back after it (tests, notebooks)."""
+        self._check_entry(name, entry)
+        previous = self._entries.get(name)
+        self._entries[name] = entry  # a name already there keeps its place in `names()`
         try:
             yield entry
         finally:
-            self.unregister(name)
+            if previous is None:
+                del self._entries[name]
+            else:
+                self._entries[name] = previous
 
     def names(self) -> tuple[str, ...]:
         """Registered names, in registration order."""

@@ -123,6 +123,23 @@ def test_an_activation_registered_in_this_file_is_used() -> None:
         assert isinstance(model.encoder_layers[0].feed_forward.activation, nn.Tanh)
 
 
+def test_temporarily_stands_in_for_a_registered_name_and_gives_it_back() -> None:
+    """What the "registered already" error suggests: a notebook cell that registered a name
+    can try another entry under it for a block, and has its own back after the block."""
+    registry: Registry = Registry("thing")
+    registry.register("a")(nn.ReLU)
+    registry.register("b")(nn.Tanh)
+    with registry.temporarily("a", nn.GELU):
+        assert registry["a"] is nn.GELU and registry.names() == ("a", "b")
+    assert registry["a"] is nn.ReLU and registry.names() == ("a", "b")
+    with pytest.raises(RuntimeError), registry.temporarily("c", nn.SiLU):
+        raise RuntimeError  # the block fails: the new name goes all the same
+    assert registry.names() == ("a", "b")
+    with pytest.raises(TypeError), registry.temporarily("a", 3):  # type: ignore[arg-type]
+        pass
+    assert registry["a"] is nn.ReLU
+
+
 def test_a_decoding_strategy_registered_in_this_file_is_reachable_from_the_config() -> None:
     calls = []
 
