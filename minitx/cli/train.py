@@ -1197,7 +1197,7 @@ def _train_and_test(args: list[str] | None) -> MinitxCLI:
     if trainer.is_global_zero:
         print(
             f"fit finished in {minutes:.1f} min{_time_budget_note(trainer)}; "
-            f"best checkpoint: {best or '(none)'}; run dir: {run_dir}"
+            f"best checkpoint: {best or '(none)'}; run dir: {run_dir or '(none)'}"
         )
     averaged = next(
         (c.written for c in trainer.callbacks if isinstance(c, CheckpointAveraging)), None
