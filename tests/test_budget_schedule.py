@@ -162,9 +162,10 @@ def test_a_run_cut_by_max_time_ends_with_its_rate_near_zero(
 
 
 def test_fast_dev_run_works_with_a_decaying_schedule_and_a_long_warm_up(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """fast_dev_run plans one update, fewer than any warm-up: a smoke run, not refused."""
+    """fast_dev_run plans one update, fewer than any warm-up: a smoke run, not refused. It
+    writes no run directory, and the closing line says so."""
     cli = train_in(
         tmp_path,
         monkeypatch,
@@ -174,6 +175,7 @@ def test_fast_dev_run_works_with_a_decaying_schedule_and_a_long_warm_up(
         ],
     )  # fmt: skip
     assert cli.trainer.global_step == 1
+    assert "best checkpoint: (none); run dir: (none)" in capsys.readouterr().out
 
 
 def test_fast_dev_run_works_with_the_default_config(
