@@ -93,3 +93,19 @@ def test_command_checks_sentences(capsys: pytest.CaptureFixture) -> None:
         main(["explain", "--sentences", "0"])
     assert exit_info.value.code == 2
     assert "argument --sentences: must be at least 1, got 0" in capsys.readouterr().err
+
+
+def test_the_example_figure_falls_back_to_a_sentence_outside_the_readable_lengths(
+    tiny_checkpoint: Path, tmp_path: Path
+) -> None:
+    from minitx.extras.experiments.explain import explain, figures
+    from minitx.translator import Translator
+
+    translator = Translator.from_pretrained(tiny_checkpoint)
+    sources = ["ein mann .", "mann ."]  # under 6 pieces: none of 6-14 on both sides
+    assert all(len(ids) < 6 for ids in translator.tokenizer.encode(sources))
+    summary = explain(translator, sources, ["a man .", "a man ."], methods=["saliency"])
+    assert summary["sentences"] >= 1
+    assert summary["example"]["index"] == 0  # the first measured sentence stands in
+    written = figures(tmp_path, summary)
+    assert tmp_path / "example.png" in written and (tmp_path / "example.png").stat().st_size > 1000

@@ -138,7 +138,7 @@ def explain(
     between = {pair: (_Mean(), _Mean()) for pair in combinations(methods, 2)}
     chance, gaps, largest_gap = _Mean(), _Mean(), 0.0
     choices: dict[str, list[int | None]] = {}  # removal choice -> piece per sentence
-    measured, example = [], None
+    measured, example, example_fits = [], None, False
     rng = random.Random(seed)
     for i, (src_ids, tgt_ids) in enumerate(zip(source_ids, translations, strict=True)):
         if len(src_ids) < 2 or not tgt_ids:
@@ -173,7 +173,11 @@ def explain(
         picks["a random piece"] = rng.randrange(len(src_ids))
         for name, piece in picks.items():
             choices.setdefault(name, []).append(piece)
-        if example is None and 6 <= len(src_ids) <= 14 and 6 <= len(tgt_ids) <= 14:
+        # The figure's sentence: the first of 6-14 pieces on both sides (readable at a glance),
+        # else the first measured one, so that example.png is always written
+        fits = 6 <= len(src_ids) <= 14 and 6 <= len(tgt_ids) <= 14
+        if example is None or (fits and not example_fits):
+            example_fits = fits
             example = {
                 "index": i,
                 "src_tokens": maps.src_tokens,
