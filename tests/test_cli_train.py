@@ -881,3 +881,24 @@ def test_the_users_own_loggers_share_the_run_directory_the_first_one_names(
     events = EventAccumulator(str(run), size_guidance={"scalars": 0})
     val_steps = [e.step for e in events.Reload().Scalars("val/loss")]
     assert len(val_steps) == 2 and val_steps == sorted(set(val_steps))
+
+
+def test_the_test_phase_says_a_warning_on_its_sources_once_in_the_commands_format(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """The test split is read once per decoding (greedy, beam): a character the vocabulary
+    lacks is said once, as every minitx command says its warnings (not bare, twice)."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for path in TOY_CORPUS_DIR.iterdir():
+        text = path.read_text(encoding="utf-8")
+        if path.name == "test_2016_flickr.de":  # a letter the toy train split never shows
+            text = text.replace("\n", " ж\n", 1)
+        (corpus / path.name).write_text(text, encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    args = [*TINY, *NO_MAPS, "--data.source", str(corpus), "--trainer.max_steps", "2"]
+    main([*args, "--trainer.enable_progress_bar", "false", "--trainer.logger", "false"])
+    err = capsys.readouterr().err
+    unknown = [line for line in err.splitlines() if "read as <unk>" in line]
+    assert len(unknown) == 1, err[-2000:]
+    assert unknown[0].startswith("WARNING minitx.translator: 1 of 10 sentences"), unknown

@@ -48,6 +48,7 @@ from minitx.cli.common import (
     check_stdout,
     check_writable_dir,
     datasets_progress_bars,
+    each_warning_once,
     hub_verbosity,
     no_room_for_output,
     reader_gone,
@@ -119,8 +120,8 @@ def set_verbosity(verbose: bool) -> None:
     hub_verbosity(verbose)
     datasets_progress_bars(verbose)
     log = logging.getLogger("minitx")
+    show_library_warnings()  # in every command's format; `each_warning_once` filters it
     if verbose:
-        show_library_warnings()
         log.setLevel(logging.INFO)
     elif log.level == logging.INFO:  # left by a verbose run before, in this process
         log.setLevel(logging.WARNING)
@@ -1231,17 +1232,18 @@ def _test(cli: MinitxCLI, checkpoint: Path, which: str, run_dir: Path) -> None:
     unscored = split.n_lines - len(split.sources)
     note = f"; {unscored} of {split.n_lines} lines not scored: an empty side" if unscored else ""
     print(f"test ({len(split.sources)} sentences{note}), {which}:")
-    for decoding in (DecodingConfig(strategy="greedy"), DecodingConfig()):
-        result = evaluate(translator, split.sources, split.references, decoding)
-        hyp_path = run_dir / f"test.{decoding.file_tag}.hyp"  # as minitx-evaluate names it
-        write_text_atomic(hyp_path, aligned_lines(split, result.hypotheses))
-        print(f"  {result.summary()}")
-        print(f"  hypotheses written to {hyp_path}")
-        figures = result.as_dict()
-        scores = {f"test/{key}_{decoding.file_tag}": figures[key] for key in TEST_METRICS}
-        for lg in trainer.loggers:  # beside the validation curves, in every logger
-            lg.log_metrics(scores, step=trainer.global_step)
-            lg.save()
+    with each_warning_once():  # the sources are read once per decoding
+        for decoding in (DecodingConfig(strategy="greedy"), DecodingConfig()):
+            result = evaluate(translator, split.sources, split.references, decoding)
+            hyp_path = run_dir / f"test.{decoding.file_tag}.hyp"  # as minitx-evaluate names it
+            write_text_atomic(hyp_path, aligned_lines(split, result.hypotheses))
+            print(f"  {result.summary()}")
+            print(f"  hypotheses written to {hyp_path}")
+            figures = result.as_dict()
+            scores = {f"test/{key}_{decoding.file_tag}": figures[key] for key in TEST_METRICS}
+            for lg in trainer.loggers:  # beside the validation curves, in every logger
+                lg.log_metrics(scores, step=trainer.global_step)
+                lg.save()
 
 
 def _test_split(datamodule: TranslationDataModule) -> Split:
