@@ -3,11 +3,19 @@ answer is known) and on the tiny checkpoint (bounds, coverage, batched == one se
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
-from helpers import TOY_TEST_REFERENCES, TOY_TEST_SOURCES, parse_alignment
+from helpers import (
+    SCRIPTS_DIR,
+    TOY_TEST_REFERENCES,
+    TOY_TEST_SOURCES,
+    parse_alignment,
+    subprocess_env,
+)
 
 from minitx.alignment import (
     Alignment,
@@ -235,3 +243,30 @@ def test_align_refuses_lists_of_other_lengths_or_one_string_before_reading_them(
         with pytest.raises(TypeError, match="give a list of translations"):
             translator.align(sources, "a man")
     assert caplog.records == []
+
+
+def test_the_alignment_layers_script_scores_every_layer_and_head(
+    tiny_checkpoint: Path, tmp_path: Path
+) -> None:
+    """scripts/alignment_layers.py: one row per layer's mean, the mean of all and each head;
+    a character the vocabulary lacks is said once per side, not once per layer and head."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    pairs = {"de": "Ein Mann mit einem roten Hut ж .\nZwei Hunde im Schnee .\n",
+             "en": "A man in a red hat .\nTwo dogs in the snow .\n"}  # fmt: skip
+    for lang, text in pairs.items():
+        (corpus / f"test.{lang}").write_text(text, encoding="utf-8")
+    script = str(SCRIPTS_DIR / "alignment_layers.py")
+    proc = subprocess.run(
+        [sys.executable, script, str(tiny_checkpoint), str(corpus)],
+        capture_output=True, text=True, env=subprocess_env(), timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    config = Translator.from_pretrained(tiny_checkpoint).model.config
+    layers, heads = config.n_decoder_layers, config.n_heads
+    rows = [line.split() for line in proc.stdout.splitlines()[1:]]
+    assert len(rows) == layers + 1 + layers * heads, proc.stdout
+    assert all(0 <= float(row[-1]) <= 1 for row in rows)
+    assert proc.stdout.startswith(f"6 lexicon pairs in 2 sentences; {layers} layers")
+    unknown = [line for line in proc.stderr.splitlines() if "read as <unk>" in line]
+    assert len(unknown) == len(set(unknown)) == 2, proc.stderr[-2000:]  # sources, references
