@@ -1105,6 +1105,35 @@ def test_a_ctrl_c_during_the_final_validation_stops_after_it(
     assert [r for r in rows if r.get("test/bleu_greedy")]
 
 
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["sigterm", "ctrl-c"])
+def test_a_stop_while_a_new_run_prepares_its_data_says_so_and_leaves_no_run_directory(
+    signum: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """The data of a new run is prepared inside the fit, before the fit's own handlers: a
+    SIGTERM there ended the process unsaid (status -15) and a Ctrl-C said nothing (130), each
+    leaving an empty run directory."""
+    from minitx.data.datamodule import TranslationDataModule
+
+    setup = TranslationDataModule.setup
+
+    def stopped(self: TranslationDataModule, stage: str) -> None:
+        # else the SIGTERM would end the test run: Python's default for it
+        assert callable(signal.getsignal(signum)), "a signal here ends the process unsaid"
+        signal.raise_signal(signum)
+        setup(self, stage)
+
+    monkeypatch.setattr(TranslationDataModule, "setup", stopped)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_info:
+        main([*TINY, "--trainer.enable_progress_bar", "false"])
+    sigterm = signum == signal.SIGTERM
+    assert exit_info.value.code == (143 if sigterm else 130)
+    what = "terminated (SIGTERM)" if sigterm else "interrupted (Ctrl-C)"
+    assert f"{what} before training began: nothing was trained" in capsys.readouterr().err
+    assert run_dirs(tmp_path) == []
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the handlers from before
+
+
 def test_a_ctrl_c_during_a_validation_mid_run_stops_after_it_and_the_resume_goes_on(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -1126,16 +1126,26 @@ def _peer_gone(exc: BaseException) -> bool:
     )
 
 
+def _stopped_before_training(cli: MinitxCLI, what: str) -> None:
+    """Say that a fit stopped before its first update trained nothing, and remove the new
+    run's directory minitx made for it (a resumed run's stays as it was)."""
+    log_dir = cli.trainer.log_dir
+    if cli.resume_path is None and getattr(cli, "default_loggers", False) and log_dir:
+        shutil.rmtree(log_dir, ignore_errors=True)
+    print_stop(f"{what} before training began: nothing was trained")
+
+
 def _train_and_test(args: list[str] | None) -> MinitxCLI:
     check_stdout()
+    resumed_at = 0  # the update the fit starts from
     try:
         with sigterm_raises():  # the fit installs its own handlers (CheckpointOnInterrupt)
             cli = build_cli(args)
             if cli.resume_path:
                 state = _check_resume(cli, Path(cli.resume_path))
+                resumed_at = int(state.get("global_step", 0))
                 if _rank() == 0:  # Lightning restores in silence: say what goes on from where
-                    steps = int(state.get("global_step", 0))
-                    print(f"resuming from {cli.resume_path} at update {steps:,}", flush=True)
+                    print(f"resuming from {cli.resume_path} at update {resumed_at:,}", flush=True)
                     changed = _changed_settings(cli, state)
                     if changed:  # config.yaml will hold them as if the run began with them
                         print(
@@ -1157,8 +1167,11 @@ def _train_and_test(args: list[str] | None) -> MinitxCLI:
                 Path(callback.dirpath), "the checkpoint directory", "checkpoint.dirpath"
             )
     start = time.perf_counter()
+    alone = trainer.world_size == 1  # under DDP, Lightning handles the signals on every rank
     try:
-        with warnings.catch_warnings(), signal_handlers_kept():
+        # Until CheckpointOnInterrupt sets its handlers (on_fit_start, after the data is
+        # prepared), a SIGTERM raises Terminated, as above: else it ended the process unsaid.
+        with warnings.catch_warnings(), sigterm_raises() if alone else signal_handlers_kept():
             # Lightning 2.6 builds pytree leaves in a way torch 2.13 deprecates: harmless, and
             # it would open every training log.
             warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)`")
@@ -1190,7 +1203,12 @@ def _train_and_test(args: list[str] | None) -> MinitxCLI:
         raise SystemExit(EXIT_SIGINT if ctrl_c else EXIT_SIGTERM) from None
     except SystemExit as exc:  # Lightning ends a Ctrl-C interrupted fit with sys.exit(1)
         if trainer.interrupted and exc.code == 1:
-            raise SystemExit(EXIT_SIGINT) from None
+            sigterm = isinstance(exc.__context__, Terminated)  # ours, a KeyboardInterrupt too
+            if alone and trainer.global_step in (0, resumed_at):  # while the data was prepared
+                _stopped_before_training(
+                    cli, "terminated (SIGTERM)" if sigterm else "interrupted (Ctrl-C)"
+                )
+            raise SystemExit(EXIT_SIGTERM if sigterm else EXIT_SIGINT) from None
         raise
     minutes = (time.perf_counter() - start) / 60
     best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
