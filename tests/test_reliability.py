@@ -980,8 +980,12 @@ def test_a_kill_during_a_checkpoint_save_leaves_the_previous_file_loadable(
             r"optimizer settings \(model.optim.warmup_steps 20 -> 5\)",
         ),
         (["--seed_everything", "5"], r"another seed_everything \(0 -> 5\): a resumed run"),
+        (  # every difference in one error: fixing the first, a user met the next
+            ["--model.transformer.d_ff", "256", "--model.optim.lr", "0.002"],
+            r"model config differs .*d_ff: 128 -> 256.*; and .*optimizer settings \(model.optim.lr",
+        ),
     ],
-    ids=["model", "vocabulary", "corpus", "languages", "rate", "warm-up", "seed"],
+    ids=["model", "vocabulary", "corpus", "languages", "rate", "warm-up", "seed", "model-and-rate"],
 )
 def test_resuming_with_other_settings_is_refused(
     change: list[str],

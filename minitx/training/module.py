@@ -191,39 +191,39 @@ class TranslationModule(L.LightningModule):
         Raises:
             ResumeMismatchError: naming what differs.
         """
-        saved_optim = (checkpoint.get("hyper_parameters") or {}).get("optim")
-        if isinstance(saved_optim, dict):
-            current_optim = asdict(self.optim)
-            differ = [
-                f"model.optim.{key} {saved_optim[key]!r} -> {current_optim[key]!r}"
-                for key in self.RESUME_KEEPS
-                if key in saved_optim
-                and _as_plain(saved_optim[key]) != _as_plain(current_optim[key])
-            ]
-            if differ:
-                raise ResumeMismatchError(
-                    f"cannot resume with other optimizer settings ({'; '.join(differ)}): the "
-                    "checkpoint's optimizer state and schedule carry its own; resume with its "
-                    "settings, or start a new run (--run_name) to train with these"
-                )
+        problems = []  # all of them in one error: fixing one, a user would meet the next
         payload = checkpoint.get(CHECKPOINT_KEY) or {}
         saved = payload.get("model_config")
         if saved is not None:
             differ = model_config_differences(TransformerConfig.from_dict(saved), self.model_config)
             if differ:
-                raise ResumeMismatchError(
-                    "cannot resume: the checkpoint's model config differs from this run's "
-                    f"({differ}); resume with the checkpoint's settings or start a new run "
-                    "(--run_name)"
+                problems.append(f"the checkpoint's model config differs from this run's ({differ})")
+        saved_optim = (checkpoint.get("hyper_parameters") or {}).get("optim")
+        if isinstance(saved_optim, dict):
+            current_optim = asdict(self.optim)
+            changed = [
+                f"model.optim.{key} {saved_optim[key]!r} -> {current_optim[key]!r}"
+                for key in self.RESUME_KEEPS
+                if key in saved_optim
+                and _as_plain(saved_optim[key]) != _as_plain(current_optim[key])
+            ]
+            if changed:
+                problems.append(
+                    f"this run has other optimizer settings ({'; '.join(changed)}) than the "
+                    "checkpoint, whose optimizer state and schedule carry its own"
                 )
         # One joint tokenizer serves both directions, so its check below passes a swap.
         saved_languages = languages_of(checkpoint) if payload else (None, None)
         if None not in saved_languages and languages is not None and saved_languages != languages:
+            problems.append(
+                f"the checkpoint translates {'->'.join(saved_languages)}, this run "
+                f"{'->'.join(map(str, languages))} (--data.src_lang {saved_languages[0]} "
+                f"--data.tgt_lang {saved_languages[1]} are the checkpoint's)"
+            )
+        if problems:
             raise ResumeMismatchError(
-                f"cannot resume: the checkpoint translates {'->'.join(saved_languages)}, this "
-                f"run {'->'.join(map(str, languages))}; resume with --data.src_lang "
-                f"{saved_languages[0]} --data.tgt_lang {saved_languages[1]}, or start a new run "
-                "(--run_name)"
+                f"cannot resume: {'; and '.join(problems)}; resume with the checkpoint's "
+                "settings, or start a new run (--run_name) to train with these"
             )
         tokenizer = payload.get("tokenizer")
         if tokenizer is not None and self.tokenizer is not None:
