@@ -11,8 +11,10 @@ command:
   lists the files it wrote) or another command's output.
 - Never the current directory or one of its ancestors (``.``, ``..``, ``/``), never a
   directory that holds an input, never an input itself.
-- An output **file** is never one of the command's inputs, and a text output (translations,
-  hypotheses, a report) never replaces a file of binary data: a checkpoint, model weights.
+- An output **file** is never one of the command's inputs, nor a file of another command's
+  output (a directory minitx wrote whole; a release, by its files' names), and a text output
+  (translations, hypotheses, a report) never replaces a file of binary data: a checkpoint,
+  model weights.
 - A directory is replaced by writing the new one under a temporary name beside it and then
   swapping the two by renames (`written_whole`, `replace_dir`): a failure at any point leaves
   the old one whole.
@@ -204,8 +206,9 @@ def check_output_file(
     Raises:
         OutputError: `out` is a directory, its directory does not exist, it is the same file
             as an input, `text` and it exists with a NUL byte in its first 4 KiB (text
-            never has one; checkpoints, safetensors and sentencepiece models do), or no file
-            can be created in its directory.
+            never has one; checkpoints, safetensors and sentencepiece models do), it is one of
+            the files of a directory minitx wrote whole (`MARKER`), or no file can be created
+            in its directory.
     """
     out = Path(out)
     if out.is_dir():
@@ -230,10 +233,31 @@ def check_output_file(
             f"{flag} {out} holds binary (or UTF-16) data, a checkpoint or model weights, say, "
             "which a text output never replaces; choose another name or move the file away"
         )
+    if out.is_file() and (written_by := _written_into(out)):
+        raise OutputError(
+            f"{flag} {out} is a file of {written_by}, another command's output, which this "
+            "command never replaces; choose another name"
+        )
     if out.is_file() or not out.exists():  # a device or a pipe is written in place
         # the file is written beside its target and renamed: try that directory now, not
         # after an evaluation of hours (a read-only directory, /proc)
         check_takes_files(out.resolve().parent, out, flag)
+
+
+def _written_into(out: Path) -> str | None:
+    """The directory minitx wrote whole (it holds `MARKER`) that `out` is one of the files of,
+    named with its kind; None when there is none. Its files are then all minitx's where the
+    marker lists none (an older minitx wrote it)."""
+    out = out.resolve()
+    for directory in out.parents:
+        if (directory / MARKER).is_file():
+            files = _files_written(directory)
+            name = out.relative_to(directory).as_posix()
+            if files is None or name in files or name == MARKER:
+                kind = _marker(directory).get("kind")
+                return f"the {kind} output {directory}" if kind else f"the output {directory}"
+            return None
+    return None
 
 
 def check_takes_files(where: Path, out: str | os.PathLike[str], flag: str) -> None:

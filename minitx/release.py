@@ -637,6 +637,21 @@ def check_release_dir(directory: Path, flag: str = "the release directory") -> N
         ) from None
 
 
+def check_not_a_release_file(out: str | os.PathLike[str], flag: str = "--output") -> None:
+    """Refuse an output file that would replace one of a release's files (a release has no
+    `minitx.outputs.MARKER`: its files are told by name).
+
+    Raises:
+        OutputError: `out` is named as a release file and lies in a release directory.
+    """
+    path = Path(out)
+    if path.name in RELEASE_FILES and _is_release(path.resolve().parent):
+        raise OutputError(
+            f"{flag} {out} is a file of the release {path.parent}, another command's output, "
+            "which this command never replaces; choose another name"
+        )
+
+
 def _is_release(directory: Path) -> bool:
     """Whether `directory` holds a minitx release's config.json (`read_config_json`)."""
     if not (directory / CONFIG_FILE).is_file():

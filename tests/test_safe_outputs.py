@@ -401,6 +401,18 @@ BINARY = r"holds binary \(or UTF-16\) data"
         ("translate", ["--output", "{other}", "ein mann ."], "{other}", BINARY),
         ("evaluate", ["--hyp-out", "{weights}"], "{weights}", BINARY),
         ("evaluate", ["--json", "{other}"], "{other}", BINARY),
+        (
+            "translate",
+            ["--output", "{release}/config.json", "ein mann ."],
+            "{release}",
+            "is a file of the release .*, another command's output",
+        ),
+        (
+            "evaluate",
+            ["--hyp-out", "{maps}/attention.html"],
+            "{maps}",
+            "is a file of the attention-maps output .*, another command's output",
+        ),
     ],
     ids=[
         "translate-over-checkpoint",
@@ -411,6 +423,8 @@ BINARY = r"holds binary \(or UTF-16\) data"
         "translate-over-another-checkpoint",
         "hyp-over-release-weights",
         "json-over-another-checkpoint",
+        "translate-over-a-release-file",
+        "hyp-over-a-file-of-marked-output",
     ],  # fmt: skip
 )
 def test_no_output_replaces_the_checkpoint_the_corpus_or_another_output(
@@ -423,7 +437,8 @@ def test_no_output_replaces_the_checkpoint_the_corpus_or_another_output(
     capsys: pytest.CaptureFixture,
 ) -> None:
     """Was: exit 0, with the checkpoint or the references replaced by hypotheses; and with
-    another checkpoint or a release's weights (not inputs of the command) replaced by text."""
+    another checkpoint, a release's weights or its config.json, or a file of an output
+    minitx wrote whole (not inputs of the command) replaced by text."""
     import re
 
     from minitx.cli import evaluate, translate
@@ -437,11 +452,18 @@ def test_no_output_replaces_the_checkpoint_the_corpus_or_another_output(
     for copy in (ckpt, other):
         copy.write_bytes(tiny_checkpoint.read_bytes())
     save_file({"w": torch.zeros(2)}, weights)
+    from minitx import release
+
+    release.save_pretrained(release.load(tiny_checkpoint), tmp_path / "release")
+    with written_whole(tmp_path / "maps", "attention-maps") as maps:  # as minitx-visualize
+        (maps / "attention.html").write_text("<html></html>\n", encoding="utf-8")
     names = {"ckpt": str(ckpt), "data": str(data), "other": str(other), "weights": str(weights)}
+    names |= {"release": str(tmp_path / "release"), "maps": str(tmp_path / "maps")}
     argv = ["--checkpoint", str(ckpt), *(a.format(**names) for a in args)]
     if command == "evaluate":
         argv += ["--data", str(data), "--split", "test", "--beam", "1"]
-    kept = [ckpt, other, weights, *data.iterdir()]
+    kept = [ckpt, other, weights, *data.iterdir(), *(tmp_path / "release").iterdir()]
+    kept += [tmp_path / "maps" / "attention.html"]
     before = {p: p.read_bytes() for p in kept}
     status = {"translate": translate.main, "evaluate": evaluate.main}[command](argv)
     err = capsys.readouterr().err

@@ -234,7 +234,7 @@ def run(args: argparse.Namespace) -> int:
     from minitx.data import DEFAULT_SOURCE  # with the data layer: --help stays fast
     from minitx.data.sources import is_hub_id
     from minitx.evaluation import evaluate, load_split  # its CorpusError is one error line
-    from minitx.release import weights_checksum
+    from minitx.release import check_not_a_release_file, weights_checksum
 
     source = DEFAULT_SOURCE if args.data is None else args.data
     hub_verbosity(verbose=False)  # offline, the error line comes first, not the hub's retries
@@ -259,6 +259,7 @@ def run(args: argparse.Namespace) -> int:
         if path is None:
             continue
         check_output_file(path, inputs=inputs, flag=flag)
+        check_not_a_release_file(path, flag)
         where = Path(path).resolve()
         if where in written:
             raise UsageError(

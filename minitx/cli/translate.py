@@ -383,6 +383,9 @@ def run(args: argparse.Namespace) -> int:
     if args.output is not None:
         inputs = files_read_from(args.checkpoint) + ([args.input] if args.input else [])
         check_output_file(args.output, inputs=inputs)
+        from minitx.release import check_not_a_release_file  # with the model's libraries
+
+        check_not_a_release_file(args.output)
     chunks: Iterable[list[str]] | None  # None: interactive
     source = input_source(args)
     if source == "arguments":
