@@ -3,6 +3,7 @@ probes, and the runner end to end on the toy corpus with a budget of seconds."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -652,3 +653,33 @@ def test_a_stop_reaches_the_variants_training_once_and_is_waited_for(
     child = int((tmp_path / "ready").read_text())
     with pytest.raises(ProcessLookupError):  # gone, not left running
         os.kill(child, 0)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_killed_runner_stops_the_variants_training_too(tmp_path: Path) -> None:
+    """A runner killed at once (SIGKILL, the OOM killer) cannot pass a stop on: its
+    minitx-train, in a session of its own, trained on with no parent. The kernel now sends it
+    a SIGTERM, so it saves and stops as for any SIGTERM."""
+    runner_process = subprocess.Popen(
+        [sys.executable, "-c", _RUNNER, _STOPPING_CHILD],
+        cwd=tmp_path,
+        env=subprocess_env(),
+        stdout=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "ready").exists() or not (tmp_path / "ready").read_text():
+        assert runner_process.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    child = int((tmp_path / "ready").read_text())
+    runner_process.kill()
+    runner_process.wait(timeout=30)
+    stopped = tmp_path / "stopped"
+    deadline = time.monotonic() + 30
+    while not stopped.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    try:
+        assert stopped.exists() and stopped.read_text() == "SIGTERM\n"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child, signal.SIGKILL)  # left running on a failure: not past the test

@@ -16,9 +16,12 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import ctypes
+import functools
 import hashlib
 import json
 import math
+import os
 import re
 import shlex
 import shutil
@@ -292,12 +295,28 @@ def run_training(command: list[str], log: IO[str]) -> int:
     files and exits 130 or 143, which this waits for. Why: in the runner's process group, a
     SIGTERM to the runner alone (`kill PID`, a scheduler) left it training with no parent;
     and `subprocess.run` killed it a quarter second after Ctrl-C, half-way through its save.
+    On Linux a runner that ends without passing a stop on (SIGKILL, the OOM killer) sends it
+    a SIGTERM all the same (`_stop_with_parent`), else it trained on with no parent.
     """
+    linux = sys.platform.startswith("linux")
     with subprocess.Popen(
-        command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        command,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        preexec_fn=functools.partial(_stop_with_parent, os.getpid()) if linux else None,
     ) as process:
         with _stops_passed_on(process):
             return process.wait()
+
+
+def _stop_with_parent(parent: int) -> None:
+    """In the child, before it runs its command: the kernel sends it a SIGTERM when `parent`
+    ends (Linux's PR_SET_PDEATHSIG); if `parent` has ended already, now."""
+    pr_set_pdeathsig = 1  # <linux/prctl.h>
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+    if os.getppid() != parent:  # it ended between the fork and the prctl
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 @contextlib.contextmanager
