@@ -30,7 +30,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -298,23 +298,27 @@ def run_training(command: list[str], log: IO[str]) -> int:
     On Linux a runner that ends without passing a stop on (SIGKILL, the OOM killer) sends it
     a SIGTERM all the same (`_stop_with_parent`), else it trained on with no parent.
     """
-    linux = sys.platform.startswith("linux")
+    stop_with_parent = None
+    if sys.platform.startswith("linux"):  # prctl looked up here: no dlopen in the forked child
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+        stop_with_parent = functools.partial(_stop_with_parent, prctl, os.getpid())
     with subprocess.Popen(
         command,
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
-        preexec_fn=functools.partial(_stop_with_parent, os.getpid()) if linux else None,
+        preexec_fn=stop_with_parent,
     ) as process:
         with _stops_passed_on(process):
             return process.wait()
 
 
-def _stop_with_parent(parent: int) -> None:
+def _stop_with_parent(prctl: Callable[..., int], parent: int) -> None:
     """In the child, before it runs its command: the kernel sends it a SIGTERM when `parent`
-    ends (Linux's PR_SET_PDEATHSIG); if `parent` has ended already, now."""
+    ends (Linux's PR_SET_PDEATHSIG, through libc's `prctl`); if `parent` has ended already,
+    now."""
     pr_set_pdeathsig = 1  # <linux/prctl.h>
-    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+    prctl(pr_set_pdeathsig, signal.SIGTERM)
     if os.getppid() != parent:  # it ended between the fork and the prctl
         os.kill(os.getpid(), signal.SIGTERM)
 
