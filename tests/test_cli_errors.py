@@ -1185,6 +1185,8 @@ def test_the_scripts_report_a_user_error_in_one_line(
         (["--config=~/nope.yaml"], r"--config ~/nope\.yaml: no such file"),
         (["--data.cache_dir", "notes.txt"], r"data\.cache_dir notes\.txt: notes\.txt is a file"),
         (["--data.cache_dir", "notes.txt/c"], r"cache_dir notes\.txt/c: notes\.txt is a file"),
+        (["--data.cache_dir", ""], r"data\.cache_dir is empty \(''\): give a directory, or null"),
+        (["--data.cache_dir", "/proc/c"], r"data\.cache_dir /proc/c: cannot write in /proc \("),
         (["--config", ""], r"--config '': empty \(is a shell variable unset\?\).*tiny"),
         (["--config", "."], r"--config \.: a directory, not a config file; .*tiny"),
         (["--config", "/dev/null"], r"--config /dev/null: a device or pipe, not a config file"),
@@ -1201,6 +1203,8 @@ def test_the_scripts_report_a_user_error_in_one_line(
         "unknown-config-path",
         "cache-dir-a-file",
         "cache-dir-in-a-file",
+        "cache-dir-empty",
+        "cache-dir-where-no-file-goes",
         "empty-config",
         "config-a-directory",
         "config-a-device",
@@ -1218,7 +1222,9 @@ def test_a_config_name_or_cache_dir_that_cannot_be_used_says_what_would_do(
     capsys: pytest.CaptureFixture,
 ) -> None:
     """An unknown ``--config`` name lists the packaged ones (it was jsonargparse's "File does
-    not exist"); a file as ``data.cache_dir`` asks for a directory (it was "File exists"); an
+    not exist"); a file as ``data.cache_dir`` asks for a directory (it was "File exists"), an
+    empty one is refused (the caches went into the current directory) and one where no file
+    can go is named with the flag (it was the system's message alone); an
     empty or special ``--config`` names what to give (it was "Unexpected config:" or "Path is
     not a file"), and a value given to a section (``--data DIR``) names its keys (it was
     jsonargparse's "Unable to load config", twice)."""

@@ -35,6 +35,7 @@ from minitx.data.sources import (
 )
 from minitx.data.streams import PairStream
 from minitx.errors import ConfigError, DataError, VocabularyTooLargeError
+from minitx.outputs import check_dir_takes_files, check_takes_files
 from minitx.tokenizer import ModelType, Tokenizer
 
 TOKENIZER_SAMPLE = 500_000
@@ -137,6 +138,11 @@ class TranslationDataModule(L.LightningDataModule):
                 f"data.tokenizer_sample must be >= 1 or null (every sentence), got "
                 f"{tokenizer_sample}."
             )
+        if cache_dir is not None and not str(cache_dir).strip():  # Path("") is the cwd
+            raise ConfigError(
+                f"data.cache_dir is empty ({str(cache_dir)!r}): give a directory, or null for no "
+                "cache (a variable holding it may be unset)"
+            )
         if cache_dir is not None:  # a file where a directory must go fails only at the first write
             cache = Path(cache_dir)
             blocking = next((p for p in (cache, *cache.parents) if p.is_file()), None)
@@ -145,6 +151,10 @@ class TranslationDataModule(L.LightningDataModule):
                     f"data.cache_dir {cache_dir}: {blocking} is a file; give a directory (it is "
                     "created when missing), or null for no cache"
                 )
+            if cache.is_dir():  # a read-only place or /proc: named now, not at the first write
+                check_takes_files(cache, cache_dir, "data.cache_dir")
+            else:
+                check_dir_takes_files(cache, "data.cache_dir")
         if max_positions is not None and max_len > max_positions:
             raise ConfigError(
                 f"data.max_len ({max_len}) exceeds the model's max_positions ({max_positions}); "
