@@ -1544,3 +1544,24 @@ def test_a_users_csv_logger_resumed_keeps_its_rows_prefix_and_flush(tmp_path: Pa
     logger.log_metrics({"a": 5.0}, step=2)  # written at once: a flush every step
     rows = list(csv.DictReader(metrics.open(encoding="utf-8")))
     assert [(r["step"], r["p-a"]) for r in rows] == [("0", "1.0"), ("1", "2.0"), ("2", "5.0")]
+
+
+def test_a_resume_that_max_epochs_ends_before_its_new_step_plan_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """A run its step plan ended inside an epoch, resumed with a larger plan: Lightning counts
+    the cut epoch as done, so the tiny config's 2 epochs end it at update 23 of 40. It ended
+    with status 0 and no word of it; the closing line now names the bound."""
+    monkeypatch.chdir(tmp_path)
+    args = [*TINY, "--trainer.enable_progress_bar", "false", "--test", "false"]
+    main([*args, "--trainer.max_steps", "10"])
+    capsys.readouterr()
+    resumed = main([*args, "--trainer.max_steps", "40", "--ckpt_path", "last"])
+    out = capsys.readouterr().out
+    step = resumed.trainer.global_step
+    assert step < 40  # Lightning's count: with it, the note below must be there
+    closing = next(line for line in out.splitlines() if line.startswith("fit finished"))
+    assert (
+        f", stopped by trainer.max_epochs (2) after {step} of trainer.max_steps' 40 updates "
+        "(a larger max_epochs trains on);" in closing
+    ), closing

@@ -1214,8 +1214,9 @@ def _train_and_test(args: list[str] | None) -> MinitxCLI:
     best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
     run_dir = trainer.log_dir  # a collective under DDP: every rank must ask
     if trainer.is_global_zero:
+        note = _time_budget_note(trainer) or _epochs_note(trainer)
         print(
-            f"fit finished in {minutes:.1f} min{_time_budget_note(trainer)}; "
+            f"fit finished in {minutes:.1f} min{note}; "
             f"best checkpoint: {best or '(none)'}; run dir: {run_dir or '(none)'}"
         )
     averaged = next(
@@ -1329,6 +1330,22 @@ def _time_budget_note(trainer: L.Trainer) -> str:
     elapsed, step = train_time_elapsed(trainer), trainer.global_step
     note = time_budget_note(remaining, elapsed, step, planned, steps_per_epoch, max_epochs)
     return note + clock_note(budget_schedules(trainer), step)
+
+
+def _epochs_note(trainer: L.Trainer) -> str:
+    """The end-of-fit note that ``trainer.max_epochs`` ended the run before its step plan
+    (``trainer.max_steps``), or an empty string. Lightning ends it without a word; so does a
+    resume that raises max_steps of a run its plan ended inside an epoch, which Lightning
+    counts as a whole one (the training guide, "Resuming")."""
+    max_steps, max_epochs, step = trainer.max_steps, trainer.max_epochs, trainer.global_step
+    if max_steps is None or max_steps < 0 or max_epochs is None or max_epochs < 0:
+        return ""
+    if step >= max_steps or trainer.current_epoch < max_epochs:
+        return ""  # the plan done, or another stop (early stopping, say)
+    return (
+        f", stopped by trainer.max_epochs ({max_epochs}) after {step:,} of trainer.max_steps' "
+        f"{max_steps:,} updates (a larger max_epochs trains on)"
+    )
 
 
 def clock_note(schedules: list[BudgetSchedule], global_step: int) -> str:
