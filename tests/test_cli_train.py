@@ -883,6 +883,35 @@ def test_the_users_own_loggers_share_the_run_directory_the_first_one_names(
     assert len(val_steps) == 2 and val_steps == sorted(set(val_steps))
 
 
+@pytest.mark.filterwarnings("ignore:LightningCLI's args parameter")
+def test_a_resume_whose_first_logger_is_the_users_csv_logger_stays_in_its_run_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """On a resume the user's CSVLogger becomes a ContinuingCSVLogger, a logger Lightning does
+    not know: `Trainer.log_dir` took its save_dir, so config.yaml and the attention maps went
+    into ``my_logs/`` beside the run, and the closing line named ``my_logs``."""
+    monkeypatch.chdir(tmp_path)
+    loggers = tmp_path / "loggers.yaml"
+    csv_logger = {"class_path": "lightning.pytorch.loggers.CSVLogger"}
+    loggers.write_text(
+        yaml.safe_dump(
+            {"trainer": {"logger": [csv_logger | {"init_args": {"save_dir": "my_logs"}}]}}
+        ),
+        encoding="utf-8",
+    )
+    args = [*TINY, "--config", str(loggers), "--test", "false"]
+    args += ["--trainer.enable_progress_bar", "false"]
+    main([*args, "--trainer.max_steps", "10"])
+    [run] = (tmp_path / "my_logs" / "lightning_logs").iterdir()
+    capsys.readouterr()
+    main([*args, "--trainer.max_steps", "20", "--ckpt_path", "last"])
+    out = capsys.readouterr().out
+    assert out.rstrip().endswith(f"run dir: {run.relative_to(tmp_path)}"), out[-500:]
+    assert [p.name for p in (tmp_path / "my_logs").iterdir()] == ["lightning_logs"]
+    assert "max_steps: 20" in (run / "config.yaml").read_text(encoding="utf-8")
+    assert list(run.glob("attention/*/*.png"))  # the maps in the run, not beside it
+
+
 def test_the_test_phase_says_a_warning_on_its_sources_once_in_the_commands_format(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:

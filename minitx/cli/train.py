@@ -88,7 +88,7 @@ from minitx.training.callbacks import (
     train_time_remaining,
 )
 from minitx.training.checkpoint_io import AtomicCheckpointIO
-from minitx.training.loggers import ContinuingCSVLogger, continuing_loggers
+from minitx.training.loggers import ContinuingCSVLogger, continuing_loggers, run_directory
 from minitx.training.module import VALIDATION_METRICS
 from minitx.training.precision import resolve_precision
 from minitx.training.resume import MovedRunCheckpoints, RandomState
@@ -267,7 +267,7 @@ class ConfigInCheckpoint(SaveConfigCallback):
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if self.already_saved:
             return
-        log_dir = trainer.log_dir  # a collective under DDP: every rank asks
+        log_dir = run_directory(trainer)  # a collective under DDP: every rank asks
         if trainer.is_global_zero and self.save_to_log_dir and log_dir is not None:
             Path(log_dir).mkdir(parents=True, exist_ok=True)  # no logger: default_root_dir
             write_text_atomic(Path(log_dir) / self.config_filename, self.config_text)
@@ -1129,7 +1129,7 @@ def _peer_gone(exc: BaseException) -> bool:
 def _stopped_before_training(cli: MinitxCLI, what: str) -> None:
     """Say that a fit stopped before its first update trained nothing, and remove the new
     run's directory minitx made for it (a resumed run's stays as it was)."""
-    log_dir = cli.trainer.log_dir
+    log_dir = run_directory(cli.trainer)
     if cli.resume_path is None and getattr(cli, "default_loggers", False) and log_dir:
         shutil.rmtree(log_dir, ignore_errors=True)
     print_stop(f"{what} before training began: nothing was trained")
@@ -1187,7 +1187,7 @@ def _train_and_test(args: list[str] | None) -> MinitxCLI:
             except ValueError as exc:  # checked by Lightning once it has counted the batches
                 if "val_check_interval" not in str(exc):
                     raise
-                log_dir = trainer.log_dir  # a collective under DDP: every rank asks
+                log_dir = run_directory(trainer)  # a collective under DDP: every rank asks
                 # a new run directory minitx claimed, without one update: not a user's logger's
                 ours = getattr(cli, "default_loggers", False) and cli.resume_path is None
                 if trainer.is_global_zero and ours and log_dir:
@@ -1212,7 +1212,7 @@ def _train_and_test(args: list[str] | None) -> MinitxCLI:
         raise
     minutes = (time.perf_counter() - start) / 60
     best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
-    run_dir = trainer.log_dir  # a collective under DDP: every rank must ask
+    run_dir = run_directory(trainer)  # a collective under DDP: every rank must ask
     if trainer.is_global_zero:
         note = _time_budget_note(trainer) or _epochs_note(trainer)
         print(

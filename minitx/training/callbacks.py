@@ -28,6 +28,7 @@ from minitx.data.batching import ResumableDataLoader
 from minitx.errors import ConfigError, MinitxError
 from minitx.maps import KINDS, AttentionMaps, attention_entropy, teacher_forced_maps
 from minitx.textio import print_stop
+from minitx.training.loggers import run_directory
 from minitx.training.schedules import BudgetSchedule
 from minitx.viz import figures_for_maps, update_figures_for_maps
 from minitx.viz.common import check_kinds
@@ -126,7 +127,7 @@ class AttentionMapLogger(L.Callback):
     def _log(self, trainer: L.Trainer, pl_module: L.LightningModule, tag: str) -> None:
         if trainer.fast_dev_run or self.num_sentences == 0:
             return
-        log_dir = trainer.log_dir  # a collective under DDP: every rank must ask
+        log_dir = run_directory(trainer)  # a collective under DDP: every rank must ask
         if not trainer.is_global_zero or pl_module.tokenizer is None:
             return
         tokenizer = pl_module.tokenizer

@@ -16,6 +16,7 @@ from argparse import Namespace
 from pathlib import Path
 from typing import Any
 
+from lightning.pytorch import Trainer
 from lightning.pytorch.core.saving import save_hparams_to_yaml
 from lightning.pytorch.loggers import CSVLogger, Logger, TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_only
@@ -137,6 +138,16 @@ class ContinuingCSVLogger(Logger):
             rows = [r for r in reader if r.get("step") and int(r["step"]) <= self.resume_step]
         _write_rows(self.path, header, rows)
         self.keys = header
+
+
+def run_directory(trainer: Trainer) -> str | None:
+    """The run's directory, `Trainer.log_dir`, but where the first logger is a
+    `ContinuingCSVLogger` (the user's own `CSVLogger` on a resume): Lightning takes the
+    ``save_dir`` of a logger not its own (``mylogs``), where the run is its ``log_dir``
+    (``mylogs/lightning_logs/<version>``). A collective under DDP: every rank must ask."""
+    log_dir = trainer.log_dir
+    first = trainer.loggers[0] if trainer.loggers else None
+    return first.log_dir if isinstance(first, ContinuingCSVLogger) else log_dir
 
 
 def _write_rows(path: Path, header: list[str], rows: list[dict[str, Any]]) -> None:
