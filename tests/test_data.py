@@ -988,3 +988,29 @@ def test_multi30k_datamodule(multi30k_dir: Path, tmp_path: Path) -> None:
         assert len(batch) * padded <= 4096
         shapes.add((len(batch), padded))
     assert len(shapes) <= 20
+
+
+def test_characters_the_vocabulary_lacks_are_counted_per_split(
+    toy_corpus_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A character the tokenizer never saw (here: not in the train split; in a large corpus:
+    missed by data.tokenizer_sample) is read as <unk>; data preparation said nothing of it,
+    while inference counts and names such characters."""
+    directory = _copy_toy(toy_corpus_dir, tmp_path / "corpus")
+    val = directory / "val.de"
+    lines = _lines(val)
+    lines[2] += " ж"  # line 3
+    lines[6] += " Ω"  # line 7
+    val.write_text("".join(f"{s}\n" for s in lines), encoding="utf-8")
+    dm = TranslationDataModule(source=str(directory), vocab_size=150, cache_dir=tmp_path / "c")
+    for attempt in ("built", "from the cache"):  # the cache record keeps the count
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="minitx.data"):
+            dm.setup("fit")
+        said = [r.getMessage() for r in caplog.records if "vocabulary lacks" in r.getMessage()]
+        assert said == [
+            "validation: 2 of 10 pairs hold characters the vocabulary lacks, read as <unk>: "
+            "'ж' 'Ω' (lines 3, 7); the tokenizer learns its characters from "
+            "data.tokenizer_sample sentences of the train split (null: all of them)"
+        ], attempt
+        dm = TranslationDataModule(source=str(directory), vocab_size=150, cache_dir=tmp_path / "c")

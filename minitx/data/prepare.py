@@ -23,8 +23,9 @@ from minitx.data.cache import FORMAT, open_tokenized, write_split
 from minitx.data.cleaning import log_skips, usable_pairs
 from minitx.data.streams import PairChunk, PairStream
 from minitx.errors import DataError
-from minitx.textio import QUOTED_LINES, quote_lines
+from minitx.textio import QUOTED_LINES, quote_characters, quote_lines
 from minitx.tokenizer import Tokenizer
+from minitx.vocab import UNK_ID, UNK_PIECE
 
 logger = logging.getLogger(__name__)
 
@@ -97,6 +98,10 @@ def prepare_split(
     return dataset, counts
 
 
+UNKNOWN_CHARACTERS_KEPT = 20
+"""How many of a split's characters the vocabulary lacks its cache record names."""
+
+
 def _skips() -> dict[str, Any]:
     return {"count": 0, "lines": []}
 
@@ -112,6 +117,8 @@ class _Tally:
     empty: dict[str, Any] = dataclasses.field(default_factory=_skips)
     too_long: dict[str, Any] = dataclasses.field(default_factory=_skips)
     truncated: dict[str, Any] = dataclasses.field(default_factory=_skips)
+    unknown: dict[str, Any] = dataclasses.field(default_factory=_skips)  # kept, with <unk>
+    unknown_characters: list[str] = dataclasses.field(default_factory=list)  # the first few
 
     def add(self, reason: str, lines: np.ndarray) -> None:
         skips = getattr(self, reason)
@@ -173,6 +180,16 @@ def _tokenized_chunk(
             tgt_ids[i] = tgt_ids[i][: max_positions - 1]
         src_len = np.minimum(src_len, max_positions - 1)
         tgt_len = np.minimum(tgt_len, max_positions - 1)
+    # Characters the tokenizer never saw (its sample missed them): kept, read as <unk>
+    pairs = enumerate(zip(src_ids, tgt_ids, strict=True))
+    unknown = [i for i, (s, t) in pairs if UNK_ID in s or UNK_ID in t]
+    if unknown:
+        tally.add("unknown", np.asarray(line, dtype=np.int64)[unknown])
+        kept = tally.unknown_characters
+        if len(kept) < UNKNOWN_CHARACTERS_KEPT:
+            text = "".join(src[i] + tgt[i] for i in unknown[:UNKNOWN_CHARACTERS_KEPT])
+            new = [c for c in tokenizer.unknown_characters(text) if c not in kept]
+            kept += new[: UNKNOWN_CHARACTERS_KEPT - len(kept)]
     return {
         "line": line,
         "src_text": src,
@@ -208,6 +225,19 @@ def _log_record(
             split,
             record["too_long_kept"],
             max_len,
+        )
+    unknown = record.get("unknown")  # absent from the record of an earlier minitx's cache
+    if unknown and unknown["count"]:
+        logger.warning(
+            "%s: %d of %d pairs hold characters the vocabulary lacks, read as %s: %s (%s); the "
+            "tokenizer learns its characters from data.tokenizer_sample sentences of the train "
+            "split (null: all of them)",
+            split,
+            unknown["count"],
+            record["rows"],
+            UNK_PIECE,
+            quote_characters(record.get("unknown_characters") or []),
+            quote_lines(unknown["lines"]),
         )
     if max_positions is not None and cut["count"]:
         logger.warning(
