@@ -434,6 +434,8 @@ class CheckpointOnInterrupt(L.Callback):
             loader.keep_untrained(trainer.fit_loop.epoch_loop.batch_progress.current.processed)
         path = Path(callback.dirpath) / "last.ckpt"
         trainer.save_checkpoint(path, weights_only=False)  # the full state, to resume from
+        if not trainer.is_global_zero:  # under DDP every process saves (a collective), one says
+            return
         if isinstance(exception, MinitxError):  # e.g. divergence: resuming would repeat it
             logger.warning("training stopped: saved %s (the weights before this step)", path)
             return
