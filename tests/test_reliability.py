@@ -1343,6 +1343,7 @@ def test_an_error_saves_last_ckpt_unless_the_weights_are_not_finite(
         checkpoint_callback=SimpleNamespace(dirpath=str(tmp_path)),
         global_step=5,
         train_dataloader=None,
+        is_global_zero=True,
         save_checkpoint=lambda path, weights_only: saved.append((Path(path), weights_only)),
     )
     module = torch.nn.Linear(2, 2)
