@@ -612,6 +612,23 @@ with open("train.log", "w") as log:
 """
 
 
+def _start_runner(directory: Path, stdout: int) -> subprocess.Popen:
+    """`_RUNNER` over `_STOPPING_CHILD` in `directory`, once its child is ready for a stop."""
+    runner_process = subprocess.Popen(
+        [sys.executable, "-c", _RUNNER, _STOPPING_CHILD],
+        cwd=directory,
+        env=subprocess_env(),
+        stdout=stdout,
+        text=True,
+        start_new_session=True,  # a process group of its own, as a terminal's job
+    )
+    deadline = time.monotonic() + 60
+    while not (directory / "ready").exists() or not (directory / "ready").read_text():
+        assert runner_process.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    return runner_process
+
+
 @pytest.mark.parametrize(
     ("stop", "to_group", "received", "said"),
     [
@@ -628,18 +645,7 @@ def test_a_stop_reaches_the_variants_training_once_and_is_waited_for(
     while it saves and cleans up. It was killed a quarter second after Ctrl-C
     (`subprocess.run`), leaving its temporary files behind; later, a SIGTERM to the runner
     alone left it training with no parent."""
-    runner_process = subprocess.Popen(
-        [sys.executable, "-c", _RUNNER, _STOPPING_CHILD],
-        cwd=tmp_path,
-        env=subprocess_env(),
-        stdout=subprocess.PIPE,
-        text=True,
-        start_new_session=True,  # a process group of its own, as a terminal's job
-    )
-    deadline = time.monotonic() + 60
-    while not (tmp_path / "ready").exists() or not (tmp_path / "ready").read_text():
-        assert runner_process.poll() is None and time.monotonic() < deadline
-        time.sleep(0.05)
+    runner_process = _start_runner(tmp_path, subprocess.PIPE)
     if to_group:
         os.killpg(runner_process.pid, stop)
     else:
@@ -660,17 +666,7 @@ def test_a_killed_runner_stops_the_variants_training_too(tmp_path: Path) -> None
     """A runner killed at once (SIGKILL, the OOM killer) cannot pass a stop on: its
     minitx-train, in a session of its own, trained on with no parent. The kernel now sends it
     a SIGTERM, so it saves and stops as for any SIGTERM."""
-    runner_process = subprocess.Popen(
-        [sys.executable, "-c", _RUNNER, _STOPPING_CHILD],
-        cwd=tmp_path,
-        env=subprocess_env(),
-        stdout=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    deadline = time.monotonic() + 60
-    while not (tmp_path / "ready").exists() or not (tmp_path / "ready").read_text():
-        assert runner_process.poll() is None and time.monotonic() < deadline
-        time.sleep(0.05)
+    runner_process = _start_runner(tmp_path, subprocess.DEVNULL)
     child = int((tmp_path / "ready").read_text())
     runner_process.kill()
     runner_process.wait(timeout=30)

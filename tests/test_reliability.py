@@ -27,6 +27,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -1327,6 +1328,20 @@ def test_a_nan_loss_is_skipped_and_counted_when_allowed(
     assert [float(c) for c in counts if c] == [1.0, 1.0]  # one per epoch: a running count
 
 
+def stand_in_trainer(
+    directory: Path, saved: list[tuple[Path, bool]], *, rank_zero: bool = True
+) -> SimpleNamespace:
+    """What `CheckpointOnInterrupt.on_exception` reads of a trainer 5 updates in, saving
+    into `directory`; each save is appended to `saved`."""
+    return SimpleNamespace(
+        checkpoint_callback=SimpleNamespace(dirpath=str(directory)),
+        global_step=5,
+        train_dataloader=None,
+        is_global_zero=rank_zero,
+        save_checkpoint=lambda path, weights_only: saved.append((Path(path), weights_only)),
+    )
+
+
 @pytest.mark.parametrize("finite", [True, False])
 def test_an_error_saves_last_ckpt_unless_the_weights_are_not_finite(
     finite: bool, tmp_path: Path, caplog: pytest.LogCaptureFixture
@@ -1334,18 +1349,10 @@ def test_an_error_saves_last_ckpt_unless_the_weights_are_not_finite(
     """A run stopped by an exception saves its state in last.ckpt, to resume from; weights
     that are NaN or infinite would make a resume fail at once, so last.ckpt keeps the last good
     state then, and the log says why."""
-    from types import SimpleNamespace
-
     from minitx.training.callbacks import CheckpointOnInterrupt
 
-    saved = []
-    trainer = SimpleNamespace(
-        checkpoint_callback=SimpleNamespace(dirpath=str(tmp_path)),
-        global_step=5,
-        train_dataloader=None,
-        is_global_zero=True,
-        save_checkpoint=lambda path, weights_only: saved.append((Path(path), weights_only)),
-    )
+    saved: list[tuple[Path, bool]] = []
+    trainer = stand_in_trainer(tmp_path, saved)
     module = torch.nn.Linear(2, 2)
     if not finite:
         with torch.no_grad():
@@ -1566,3 +1573,20 @@ def test_a_resume_that_max_epochs_ends_before_its_new_step_plan_says_so(
         f", stopped by trainer.max_epochs (2) after {step} of trainer.max_steps' 40 updates "
         "(a larger max_epochs trains on);" in closing
     ), closing
+
+
+@pytest.mark.parametrize("rank_zero", [True, False])
+def test_the_checkpoint_saved_on_a_stop_is_said_by_one_process(
+    rank_zero: bool, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Under DDP every process saves last.ckpt on a stop (the save is a collective), and each
+    said so: the same line once per process."""
+    from minitx.training.callbacks import CheckpointOnInterrupt
+
+    saved: list[tuple[Path, bool]] = []
+    trainer = stand_in_trainer(tmp_path, saved, rank_zero=rank_zero)
+    with caplog.at_level(logging.WARNING, logger="minitx.training.callbacks"):
+        CheckpointOnInterrupt().on_exception(trainer, torch.nn.Linear(2, 2), KeyboardInterrupt())
+    assert saved == [(tmp_path / "last.ckpt", False)]  # every process takes part in the save
+    said = [r.getMessage() for r in caplog.records if "training interrupted" in r.getMessage()]
+    assert len(said) == (1 if rank_zero else 0), said

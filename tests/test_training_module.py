@@ -442,27 +442,3 @@ def test_the_token_rate_is_logged_as_often_as_lightning_logs_steps(every: int) -
     for index in range(4):
         callback.on_train_batch_end(trainer, module, None, batch, index)
     assert logged == ["train/tokens_per_sec_step"] * (4 // every if every else 0)
-
-
-@pytest.mark.parametrize("rank_zero", [True, False])
-def test_the_checkpoint_saved_on_a_stop_is_said_by_one_process(
-    rank_zero: bool, tmp_path, caplog: pytest.LogCaptureFixture
-) -> None:
-    """Under DDP every process saves last.ckpt on a stop (the save is a collective), and each
-    said so: the same line once per process."""
-    from minitx.training.callbacks import CheckpointOnInterrupt
-
-    saved = []
-    trainer = SimpleNamespace(
-        checkpoint_callback=SimpleNamespace(dirpath=str(tmp_path)),
-        global_step=5,
-        train_dataloader=None,
-        is_global_zero=rank_zero,
-        save_checkpoint=lambda path, weights_only: saved.append(path),
-    )
-    module = torch.nn.Linear(2, 2)
-    with caplog.at_level("WARNING", logger="minitx.training.callbacks"):
-        CheckpointOnInterrupt().on_exception(trainer, module, KeyboardInterrupt())
-    assert saved == [tmp_path / "last.ckpt"]  # every process takes part in the save
-    said = [r.getMessage() for r in caplog.records if "training interrupted" in r.getMessage()]
-    assert len(said) == (1 if rank_zero else 0), said
