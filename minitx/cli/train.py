@@ -1126,12 +1126,21 @@ def _peer_gone(exc: BaseException) -> bool:
     )
 
 
-def _stopped_before_training(cli: MinitxCLI, what: str) -> None:
-    """Say that a fit stopped before its first update trained nothing, and remove the new
-    run's directory minitx made for it (a resumed run's stays as it was)."""
+def _remove_unstarted_run(cli: MinitxCLI) -> None:
+    """Remove the new run directory minitx claimed for a fit that made no update: not a
+    resumed run's, nor one the user's own logger names. A collective under DDP: every rank
+    calls it."""
     log_dir = run_directory(cli.trainer)
-    if cli.resume_path is None and getattr(cli, "default_loggers", False) and log_dir:
+    ours = getattr(cli, "default_loggers", False) and cli.resume_path is None
+    if cli.trainer.is_global_zero and ours and log_dir:
         shutil.rmtree(log_dir, ignore_errors=True)
+
+
+def _stopped_before_training(what: str, cli: MinitxCLI | None = None) -> None:
+    """Say that a stop (`what`: its signal) came before the first update, so nothing was
+    trained; once the fit has begun (`cli` given), remove its new run directory too."""
+    if cli is not None:
+        _remove_unstarted_run(cli)
     print_stop(f"{what} before training began: nothing was trained")
 
 
@@ -1154,11 +1163,11 @@ def _train_and_test(args: list[str] | None) -> MinitxCLI:
                             flush=True,
                         )
                 del state  # memory-mapped: the file must not stay open while the run saves
-    except Terminated:  # e.g. a scheduler's SIGTERM while the data is prepared
-        print_stop("terminated (SIGTERM) before training began: nothing was trained")
+    except Terminated:  # e.g. a scheduler's SIGTERM while a resume checks its checkpoint
+        _stopped_before_training("terminated (SIGTERM)")
         raise SystemExit(EXIT_SIGTERM) from None
-    except KeyboardInterrupt:  # while parsing or preparing the data (fit handles its own)
-        print_stop("interrupted (Ctrl-C) before training began: nothing was trained")
+    except KeyboardInterrupt:  # while parsing or checking a resume (fit handles its own)
+        _stopped_before_training("interrupted (Ctrl-C)")
         raise SystemExit(EXIT_SIGINT) from None
     trainer = cli.trainer
     for callback in trainer.checkpoint_callbacks:  # set explicitly (checkpoint.dirpath)
@@ -1187,11 +1196,7 @@ def _train_and_test(args: list[str] | None) -> MinitxCLI:
             except ValueError as exc:  # checked by Lightning once it has counted the batches
                 if "val_check_interval" not in str(exc):
                     raise
-                log_dir = run_directory(trainer)  # a collective under DDP: every rank asks
-                # a new run directory minitx claimed, without one update: not a user's logger's
-                ours = getattr(cli, "default_loggers", False) and cli.resume_path is None
-                if trainer.is_global_zero and ours and log_dir:
-                    shutil.rmtree(log_dir, ignore_errors=True)
+                _remove_unstarted_run(cli)  # every rank: a collective under DDP
                 reason = " ".join(str(exc).split()).replace("`val_check_interval` ", "", 1)
                 raise ConfigError(
                     f"trainer.val_check_interval {reason} (on the command line: "
@@ -1205,9 +1210,8 @@ def _train_and_test(args: list[str] | None) -> MinitxCLI:
         if trainer.interrupted and exc.code == 1:
             sigterm = isinstance(exc.__context__, Terminated)  # ours, a KeyboardInterrupt too
             if alone and trainer.global_step in (0, resumed_at):  # while the data was prepared
-                _stopped_before_training(
-                    cli, "terminated (SIGTERM)" if sigterm else "interrupted (Ctrl-C)"
-                )
+                what = "terminated (SIGTERM)" if sigterm else "interrupted (Ctrl-C)"
+                _stopped_before_training(what, cli)
             raise SystemExit(EXIT_SIGTERM if sigterm else EXIT_SIGINT) from None
         raise
     minutes = (time.perf_counter() - start) / 60
