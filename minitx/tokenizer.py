@@ -64,6 +64,7 @@ class Tokenizer:
         model_type: ModelType = "unigram",
         cache_dir: str | os.PathLike[str] | None = None,
         cache_key: str | None = None,
+        vocab_setting: str = "data.vocab_size",
     ) -> Tokenizer:
         """Train a sentencepiece model in memory (or load it from the cache).
 
@@ -84,6 +85,8 @@ class Tokenizer:
                 When given, a cached model is found without reading `sentences` (which may
                 then be a lazy iterable that does the reading); when ``None`` the sentences
                 themselves are hashed.
+            vocab_setting: what the errors call the setting that gives ``vocab_size`` (a
+                config key, or a script's flag), so that they name what the user can change.
 
         Raises:
             ValueError: on bad arguments, no sentences, or a vocabulary size the data cannot
@@ -93,7 +96,7 @@ class Tokenizer:
             raise ConfigError(f"model_type must be one of {_MODEL_TYPES}, got {model_type!r}.")
         if vocab_size < 5:
             raise ConfigError(
-                f"vocab_size must be at least 5 (4 special pieces + 1), got {vocab_size}."
+                f"{vocab_setting} must be at least 5 (4 special pieces + 1), got {vocab_size}."
             )
         settings: dict[str, Any] = {
             "vocab_size": vocab_size,
@@ -112,7 +115,9 @@ class Tokenizer:
         sentences = _usable(sentences)
 
         start = time.perf_counter()
-        model_bytes = _train_bytes(sentences, vocab_size=vocab_size, model_type=model_type)
+        model_bytes = _train_bytes(
+            sentences, vocab_size=vocab_size, model_type=model_type, vocab_setting=vocab_setting
+        )
         tokenizer = cls(model_bytes)
         logger.info(
             "Trained a %s tokenizer with %d pieces on %d sentences in %.1f s.",
@@ -238,7 +243,9 @@ SPM_MAX_SENTENCE_BYTES = 4192
 is (set explicitly, it would be written into every tokenizer model and change its bytes)."""
 
 
-def _train_bytes(sentences: list[str], *, vocab_size: int, model_type: str) -> bytes:
+def _train_bytes(
+    sentences: list[str], *, vocab_size: int, model_type: str, vocab_setting: str
+) -> bytes:
     """Run the sentencepiece trainer in memory and return the model bytes."""
     writer = io.BytesIO()
     try:
@@ -260,26 +267,29 @@ def _train_bytes(sentences: list[str], *, vocab_size: int, model_type: str) -> b
             minloglevel=2,  # sentencepiece's own INFO chatter goes to stderr otherwise
         )
     except RuntimeError as exc:
-        raise _training_error(exc, vocab_size, len(sentences)) from exc
+        raise _training_error(exc, vocab_size, len(sentences), vocab_setting) from exc
     return writer.getvalue()
 
 
-def _training_error(exc: RuntimeError, vocab_size: int, n_sentences: int) -> ValueError:
-    """Turn a sentencepiece trainer failure into an actionable ``ValueError``."""
+def _training_error(
+    exc: RuntimeError, vocab_size: int, n_sentences: int, vocab_setting: str
+) -> ValueError:
+    """Turn a sentencepiece trainer failure into an actionable ``ValueError`` that names
+    `vocab_setting` where the size is to change."""
     message = str(exc)
     too_high = re.search(r"Vocabulary size too high \((\d+)\).*<= (\d+)", message)
     if too_high:
         return VocabularyTooLargeError(
-            f"vocab_size={vocab_size} is too large for this corpus ({n_sentences} sentences): "
-            f"sentencepiece can build at most {too_high.group(2)} pieces. Set vocab_size "
-            f"(data.vocab_size in configs) to {too_high.group(2)} or less.",
+            f"{vocab_setting}={vocab_size} is too large for this corpus ({n_sentences} "
+            f"sentences): sentencepiece can build at most {too_high.group(2)} pieces. Set "
+            f"{vocab_setting} to {too_high.group(2)} or less.",
             sentences=n_sentences,
         )
     too_low = re.search(r"smaller than required_chars\. (\d+) vs (\d+)", message)
     if too_low:
         return ConfigError(
-            f"vocab_size={vocab_size} is too small: the corpus's characters and the special "
-            f"pieces need {too_low.group(2)}. Set vocab_size (data.vocab_size in configs) to "
+            f"{vocab_setting}={vocab_size} is too small: the corpus's characters and the "
+            f"special pieces need {too_low.group(2)}. Set {vocab_setting} to "
             f"{too_low.group(2)} or more."
         )
     if "sentences_.empty()" in message:  # it skips sentences over its length limit

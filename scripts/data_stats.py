@@ -124,7 +124,9 @@ def report(args: argparse.Namespace) -> int:
     train = cleaned["train"]
     sentences = side_texts(train, args.src_lang) + side_texts(train, args.tgt_lang)
     start = time.perf_counter()
-    tokenizer = Tokenizer.train(sentences, vocab_size=args.vocab_size)  # no cache: always trains
+    tokenizer = Tokenizer.train(  # no cache: always trains
+        sentences, vocab_size=args.vocab_size, vocab_setting="--vocab-size"
+    )
     logger.info(
         "tokenizer training (%d sentences, unigram %d): %.1f s",
         len(sentences),

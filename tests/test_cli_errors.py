@@ -1135,6 +1135,12 @@ def test_a_validation_interval_longer_than_an_epoch_is_one_error_line(
             ["--source", "builtin:toy", "--vocab-size", "100", "--max-len", "2"],
             "has no pair to use (skipped: 60 too_long); it needs line pairs with both sides",
         ),
+        (  # named data.vocab_size, a key of minitx-train's configs, not this script's flag
+            "data_stats.py",
+            ["--source", "builtin:toy", "--vocab-size", "100000"],
+            "Set --vocab-size to",
+        ),
+        ("data_stats.py", ["--source", "builtin:toy", "--vocab-size", "6"], "Set --vocab-size to"),
     ],
     ids=[
         "align-no-checkpoint",
@@ -1146,6 +1152,8 @@ def test_a_validation_interval_longer_than_an_epoch_is_one_error_line(
         "stats-no-corpus",
         "stats-negative-seed",
         "stats-every-pair-too-long",
+        "stats-vocabulary-too-large",
+        "stats-vocabulary-too-small",
     ],
 )
 def test_the_scripts_report_a_user_error_in_one_line(
