@@ -88,7 +88,12 @@ from minitx.training.callbacks import (
     train_time_remaining,
 )
 from minitx.training.checkpoint_io import AtomicCheckpointIO
-from minitx.training.loggers import ContinuingCSVLogger, continuing_loggers, run_directory
+from minitx.training.loggers import (
+    ContinuingCSVLogger,
+    continuing_loggers,
+    purge_step,
+    run_directory,
+)
 from minitx.training.module import VALIDATION_METRICS
 from minitx.training.precision import resolve_precision
 from minitx.training.resume import MovedRunCheckpoints, RandomState
@@ -967,8 +972,7 @@ class MinitxCLI(LightningCLI):
                     name=self.run_root.name,
                     version=self.run_version,
                     default_hp_metric=False,
-                    # resuming: drop events logged after the checkpoint (they come again)
-                    **({"purge_step": self.resume_step + 1} if self.resume_step else {}),
+                    **({"purge_step": purge_step(self.resume_step)} if self.resume_step else {}),
                 ),
                 ContinuingCSVLogger(
                     save_dir=str(run_dir), name="", version="csv", resume_step=self.resume_step

@@ -158,6 +158,12 @@ def _write_rows(path: Path, header: list[str], rows: list[dict[str, Any]]) -> No
         writer.writerows(rows)
 
 
+def purge_step(resume_step: int) -> int:
+    """TensorBoard's ``purge_step`` for a run resumed from a checkpoint at `resume_step`: the
+    events logged after the checkpoint are dropped, since the resumed run logs them again."""
+    return resume_step + 1
+
+
 def continuing_loggers(
     loggers: list[Logger], init_args: list[dict[str, Any]], resume_step: int
 ) -> list[Logger]:
@@ -184,6 +190,6 @@ def continuing_loggers(
                 flush_logs_every_n_steps=args.get("flush_logs_every_n_steps", FLUSH_EVERY_N_STEPS),
             )
         elif type(logger) is TensorBoardLogger and args.get("purge_step") is None:
-            logger = TensorBoardLogger(**{**args, "purge_step": resume_step + 1})
+            logger = TensorBoardLogger(**{**args, "purge_step": purge_step(resume_step)})
         kept.append(logger)
     return kept
