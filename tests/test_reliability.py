@@ -1039,15 +1039,18 @@ def file_digests(directory: Path) -> dict[str, str]:
 
 
 class InterruptValidation(Callback):
-    """Ctrl-C (a SIGINT to this process) at the second batch of the first validation of the
-    fit at step `step` or after."""
+    """Ctrl-C (a SIGINT to this process), or `signum`, at batch `batch` of the first
+    validation of the fit at step `step` or after."""
 
-    def __init__(self, step: int) -> None:
-        self.step = step
+    def __init__(self, step: int, signum: int = signal.SIGINT, batch: int = 1) -> None:
+        self.step, self.signum, self.batch = step, signum, batch
+        self.sent = False
 
     def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, *args) -> None:
-        if not trainer.sanity_checking and trainer.global_step >= self.step and batch_idx == 1:
-            os.kill(os.getpid(), signal.SIGINT)
+        due = trainer.global_step >= self.step and batch_idx == self.batch and not self.sent
+        if due and not trainer.sanity_checking:
+            self.sent = True
+            os.kill(os.getpid(), self.signum)
 
 
 def with_callback(monkeypatch: pytest.MonkeyPatch, callback: Callback) -> None:
@@ -1139,29 +1142,46 @@ def test_a_stop_while_a_new_run_prepares_its_data_says_so_and_leaves_no_run_dire
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the handlers from before
 
 
-def test_a_ctrl_c_during_a_validation_mid_run_stops_after_it_and_the_resume_goes_on(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+@pytest.mark.parametrize("cadence", ["mid-epoch", "epoch-end"])
+def test_a_stop_during_a_validation_stops_after_it_and_the_resume_goes_on(
+    signum: int,
+    cadence: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
 ) -> None:
-    """Validations every 12 updates of a 46-update plan (validations_per_run 4); Ctrl-C during
-    the first (step 12): it finishes, the run stops before the next update (130), and the
-    resume trains on from there (no update twice, none lost) and validates at the other
-    points once each."""
+    """A 46-update plan validating every 12 updates (validations_per_run 4), or at the end of
+    each 23-update epoch; Ctrl-C or SIGTERM during the first validation's first batch: it
+    finishes, its best checkpoint is saved, the run stops before the next update (130 / 143),
+    and the resume trains on from there (no update twice, none lost) and validates at the
+    other points once each. A SIGTERM cut the validation short (Lightning's handler, put
+    around minitx's, acted on it at the batch's end), and a Ctrl-C stopped before the best
+    checkpoint was saved; the resume then ran the validation's end again, without scores
+    (Lightning's warning that the monitored key is missing)."""
     monkeypatch.chdir(tmp_path)
     args = TINY + ["--trainer.enable_progress_bar", "false", "--trainer.max_epochs", "5"]
-    args += ["--trainer.max_steps", "46", "--model.validation.validations_per_run", "4"]
-    args += ["--test", "false"]
-    with_callback(monkeypatch, InterruptValidation(1))
+    args += ["--trainer.max_steps", "46", "--test", "false"]
+    if cadence == "mid-epoch":
+        args += ["--model.validation.validations_per_run", "4"]
+    validated = [12, 24, 36, 46] if cadence == "mid-epoch" else [23, 46]
+    with_callback(monkeypatch, InterruptValidation(1, signum, batch=0))
     with pytest.raises(SystemExit) as exit_info:
         main(args)
-    assert exit_info.value.code == 130
+    assert exit_info.value.code == (143 if signum == signal.SIGTERM else 130)
     (run_dir,) = run_dirs(tmp_path)
-    assert [int(r["step"]) + 1 for r in metrics(run_dir) if r.get("val/loss")] == [12]
+    assert [int(r["step"]) + 1 for r in metrics(run_dir) if r.get("val/loss")] == validated[:1]
+    assert [p.name for p in (run_dir / "checkpoints").glob("epoch*.ckpt")]  # the best so far
+    capsys.readouterr()
 
     resumed = main(args + ["--ckpt_path", "last"])
     assert resumed.trainer.global_step == 46
     rows = metrics(run_dir)
-    assert [int(r["step"]) + 1 for r in rows if r.get("val/loss")] == [12, 24, 36, 46]
+    assert [int(r["step"]) + 1 for r in rows if r.get("val/loss")] == validated
     assert [int(r["step"]) for r in rows if r.get("train/loss")] == list(range(46))
+    if cadence == "mid-epoch":  # at an epoch's end Lightning runs the epoch's end hooks again
+        said = capsys.readouterr()
+        assert "could not find the monitored key" not in said.out + said.err
 
 
 def test_an_interrupted_test_exits_130_and_the_resume_runs_it(

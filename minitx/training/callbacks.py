@@ -330,8 +330,10 @@ class CheckpointOnInterrupt(L.Callback):
     The first signal is noted and handed to Lightning's own SIGTERM handling once the current
     update (or validation) is done, so the history and checkpoints are complete and a resume
     redoes nothing: Lightning alone would cut a validation short on SIGTERM, and Python on
-    Ctrl-C. `stop_signal` tells ``minitx-train`` which signal it was (exit status 130 or 143).
-    Under DDP, Lightning's own handling applies (it checks SIGTERM on every rank).
+    Ctrl-C. Lightning puts its SIGTERM handler around ours after on_fit_start, so ours goes
+    back in front of it when training starts. `stop_signal` tells ``minitx-train`` which
+    signal it was (exit status 130 or 143). Under DDP, Lightning's own handling applies (it
+    checks SIGTERM on every rank).
     """
 
     def __init__(self) -> None:
@@ -339,13 +341,23 @@ class CheckpointOnInterrupt(L.Callback):
         self._handed_over = False
         self._passing = False  # `_hand_over` is calling Lightning's handler, which calls ours
         self._previous: dict[int, Any] = {}  # the handlers to put back after the fit
+        self._lightning_sigterm: Any = None  # Lightning's SIGTERM handler, once ours is in front
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self.stop_signal, self._handed_over = None, False
+        self.stop_signal, self._handed_over, self._lightning_sigterm = None, False, None
         main_thread = threading.current_thread() is threading.main_thread()
         if trainer.world_size == 1 and main_thread:  # signal handlers: main thread only
             for signum in (signal.SIGINT, signal.SIGTERM):
                 self._previous[signum] = signal.signal(signum, self._note_signal)
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # Lightning's handler, which wraps ours, marks the stop at once: it ended a validation
+        # after its current batch, and the history never got that validation's scores. Ours,
+        # in front, hands the stop on when it is time.
+        current = signal.getsignal(signal.SIGTERM)
+        if self._previous and callable(current) and current != self._note_signal:
+            self._lightning_sigterm = current
+            signal.signal(signal.SIGTERM, self._note_signal)
 
     def _note_signal(self, signum: int, frame: Any) -> None:
         if self._passing:
@@ -362,20 +374,20 @@ class CheckpointOnInterrupt(L.Callback):
         """Stop the fit for a noted signal, the checkpoint then saved by `on_exception`.
 
         `after_logging`: at the end of an update, whose metrics Lightning logs after this
-        hook: Lightning's SIGTERM handler (installed after on_fit_start, around ours) is
-        called, and Lightning stops the fit once that row is logged. Otherwise (at a
-        validation's end, its scores logged) it stops now, with Lightning's exception for it.
+        hook: Lightning's SIGTERM handler is called, and Lightning stops the fit once that row
+        is logged. Otherwise (at a validation's end, its scores logged) it stops now, with
+        Lightning's exception for it.
         """
         if self.stop_signal is None or self._handed_over:
             return
         self._handed_over = True
-        current = signal.getsignal(signal.SIGTERM)
+        lightning = self._lightning_sigterm
         self._restore_handlers()  # a further signal: Python's and Lightning's own handling
-        if not (after_logging and callable(current) and current != self._note_signal):
+        if not (after_logging and lightning is not None):
             raise SIGTERMException
         self._passing = True
         try:
-            current(signal.SIGTERM, None)  # Lightning notes the stop; ours, inside it, passes
+            lightning(signal.SIGTERM, None)  # Lightning notes the stop; ours, inside it, passes
         finally:
             self._passing = False
 
@@ -402,7 +414,13 @@ class CheckpointOnInterrupt(L.Callback):
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         fitting = trainer.state.fn == TrainerFn.FITTING and not trainer.sanity_checking
-        if fitting and not _run_ends_here(trainer):
+        if fitting and not _run_ends_here(trainer) and self.stop_signal is not None:
+            # Lightning runs the checkpoint callbacks last: the best checkpoint of this
+            # validation is saved before the stop, which skips the hooks after this one.
+            for callback in trainer.checkpoint_callbacks:
+                callback.on_validation_end(trainer, pl_module)
+                if trainer.fit_loop.epoch_loop.batch_progress.is_last_batch:
+                    callback.on_train_epoch_end(trainer, pl_module)
             self._hand_over(after_logging=False)
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
