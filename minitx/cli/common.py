@@ -352,28 +352,44 @@ def check_writable_dir(directory: Path, what: str, setting: str) -> None:
 
 def escape_what_stdout_cannot_encode() -> None:
     """Let standard output write a character its encoding lacks (``PYTHONIOENCODING=ascii``, a
-    Latin-1 locale, a Windows code page) as a backslash escape (``\\xe4``), saying so once on
-    standard error, instead of ending the command, or a training after its first validation,
-    in a UnicodeEncodeError. Standard error does the same by Python's default."""
+    Latin-1 locale, ``LC_ALL=C``, a Windows code page) as a backslash escape (``\\xe4``),
+    saying so once on standard error, instead of ending the command, or a training after its
+    first validation, in a UnicodeEncodeError. Standard error does the same by Python's
+    default. Under a C or POSIX locale Python's own handler, ``surrogateescape``, writes the
+    bytes it read undecoded (lone surrogates) as they came; it still does."""
     stream = sys.stdout
-    if not isinstance(stream, io.TextIOWrapper) or stream.errors != "strict":
-        return
+    if not isinstance(stream, io.TextIOWrapper) or stream.errors not in _ESCAPED_ERRORS:
+        return  # a handler the user chose (PYTHONIOENCODING=ascii:replace) stays
+    keeps_bytes = stream.errors == "surrogateescape"
     warned = False
 
-    def escape(exc: UnicodeError) -> tuple[str, int]:
+    def escape(exc: UnicodeError) -> tuple[bytes, int]:
         nonlocal warned
-        if not warned and isinstance(exc, UnicodeEncodeError):
-            warned = True
-            print(
-                f"warning: standard output's encoding ({stream.encoding}) cannot write "
-                f"{exc.object[exc.start]!r}: such characters are written as backslash escapes; "
-                "set PYTHONIOENCODING=utf-8 (or write to a file where the command has an option)",
-                file=sys.stderr,
-            )
-        return codecs.backslashreplace_errors(exc)
+        if not isinstance(exc, UnicodeEncodeError):
+            raise exc
+        out = bytearray()
+        for char in exc.object[exc.start : exc.end]:
+            if keeps_bytes and 0xDC80 <= ord(char) <= 0xDCFF:  # an undecoded byte, put back
+                out.append(ord(char) - 0xDC00)
+                continue
+            if not warned:
+                warned = True
+                print(
+                    f"warning: standard output's encoding ({stream.encoding}) cannot write "
+                    f"{char!r}: such characters are written as backslash escapes; set "
+                    "PYTHONIOENCODING=utf-8 (or write to a file where the command has an option)",
+                    file=sys.stderr,
+                )
+            out += char.encode("ascii", "backslashreplace")
+        return bytes(out), exc.end
 
     codecs.register_error(STDOUT_ERRORS, escape)
     stream.reconfigure(errors=STDOUT_ERRORS)
+
+
+_ESCAPED_ERRORS = ("strict", "surrogateescape")
+"""Standard output's error handlers that end in a UnicodeEncodeError on a character its
+encoding lacks: Python's defaults, ``surrogateescape`` under a C or POSIX locale."""
 
 
 STDOUT_ERRORS = "minitx-stdout"
