@@ -121,6 +121,34 @@ def test_budget_in_minutes_or_steps_and_the_run_key() -> None:
     assert run_key(timed, default) == run_key(timed, EXPERIMENTS["position"].variants[1])
 
 
+def test_the_run_key_follows_what_the_run_reads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A finished run was reused after its --config file was edited (the key held the file's
+    name, not its text), and from another working directory or MINITX_DATA_DIR, where
+    relative paths and the corpus are others."""
+    variant = EXPERIMENTS["scores"].variants[1]
+    config = tmp_path / "my.yaml"
+    config.write_text("model:\n  optim:\n    lr: 0.005\n", encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MINITX_DATA_DIR", raising=False)
+    settings = Settings(config="my.yaml", max_steps=10)
+    before = run_key(settings, variant)
+    assert run_key(Settings(config="my.yaml", max_steps=10), variant) == before  # stable
+    config.write_text("model:\n  optim:\n    lr: 0.0001\n", encoding="utf-8")
+    edited = run_key(settings, variant)
+    monkeypatch.setenv("MINITX_DATA_DIR", str(tmp_path))
+    elsewhere = run_key(settings, variant)
+    (tmp_path / "sub").mkdir()
+    monkeypatch.chdir(tmp_path / "sub")
+    config_there = tmp_path / "sub" / "my.yaml"
+    config_there.write_bytes(config.read_bytes())
+    moved = run_key(settings, variant)
+    assert len({before, edited, elsewhere, moved}) == 4
+    packaged = run_key(Settings(config="tiny"), variant)
+    assert packaged != run_key(Settings(config="multi30k_en_de"), variant)
+
+
 def test_summarise_metrics_pairs_bleu_with_its_time() -> None:
     rows = [
         {"step": "9", "val/bleu": "1.5", "time/fit_seconds": "30"},

@@ -32,6 +32,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -139,9 +140,14 @@ def describe_budget(settings: Settings) -> str:
 
 
 def run_key(settings: Settings, variant: Variant) -> str:
-    """A short hash of everything that decides a training run."""
+    """A short hash of everything that decides a training run: the settings, the configs'
+    text (an edited config file trains again), and what relative paths and the corpus's
+    location depend on (the working directory, ``MINITX_DATA_DIR``)."""
     decisive: dict[str, Any] = {
         "config": settings.config,
+        "config_text": [_config_digest(config) for config in base_configs(settings)],
+        "cwd": os.getcwd(),
+        "data_dir": os.environ.get("MINITX_DATA_DIR"),
         "budget": settings.budget_minutes,
         "val_every": settings.val_every,
         "overrides": settings.overrides,
@@ -150,6 +156,16 @@ def run_key(settings: Settings, variant: Variant) -> str:
     if settings.max_steps is not None:  # a budget in steps instead of minutes
         decisive["budget"], decisive["max_steps"] = None, settings.max_steps
     return hashlib.sha1(json.dumps(decisive, sort_keys=True).encode()).hexdigest()[:10]
+
+
+def _config_digest(config: str) -> str:
+    """The sha1 of a `--config` value's text: a file's, else the packaged config's of that
+    name ("" when neither exists: minitx-train refuses it)."""
+    path = Path(config).expanduser()
+    if not path.is_file():
+        name = config if config.endswith(".yaml") else f"{config}.yaml"
+        path = Path(str(resources.files("minitx") / "configs" / name))
+    return hashlib.sha1(path.read_bytes()).hexdigest() if path.is_file() else ""
 
 
 def read_metrics(run_dir: Path) -> list[dict[str, str]]:
