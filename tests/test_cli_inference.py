@@ -88,14 +88,31 @@ def run_command(
 
 
 class FakeStdin(io.TextIOWrapper):
-    """Standard input over bytes; `tty=True` makes it look like a terminal."""
+    """Standard input over bytes; `tty=True` makes it look like a terminal, which gives the
+    reader one line at a time."""
 
-    def __init__(self, data: bytes, *, tty: bool = False) -> None:
-        super().__init__(io.BytesIO(data), encoding="utf-8")
+    def __init__(self, data: bytes, *, tty: bool = False, errors: str = "strict") -> None:
+        raw = io.BufferedReader(_LineReads(data)) if tty else io.BytesIO(data)
+        super().__init__(raw, encoding="utf-8", errors=errors)
         self.tty = tty
 
     def isatty(self) -> bool:
         return self.tty
+
+
+class _LineReads(io.RawIOBase):
+    """Bytes read one line per read, as from a terminal."""
+
+    def __init__(self, data: bytes) -> None:
+        self.lines = data.splitlines(keepends=True)
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: bytearray) -> int:
+        line = self.lines.pop(0) if self.lines else b""
+        buffer[: len(line)] = line
+        return len(line)
 
 
 # ------------------------------------------------------------------------------ translate
@@ -315,6 +332,22 @@ def test_translate_interactive_prompt(
         ["eine frau", "", "zwei hunde"], beam_size=1
     )
     assert err.count(translate_command.PROMPT) == 4  # three lines, then EOF at the fourth prompt
+
+
+@pytest.mark.parametrize("errors", ["strict", "surrogateescape"], ids=["utf-8", "c-locale"])
+def test_a_line_typed_at_the_prompt_that_is_not_utf8_is_said_and_the_prompt_goes_on(
+    errors: str, translate_command, translator, tiny_checkpoint, monkeypatch, capsys
+) -> None:
+    """Was: a traceback, status 1 (the tokenizer's error on a lone surrogate, or the terminal's
+    UnicodeDecodeError), where a piped line or an argument gets a message."""
+    typed = b"eine frau\n\xff\xfe bad\nzwei hunde\n"
+    monkeypatch.setattr("sys.stdin", FakeStdin(typed, tty=True, errors=errors))
+    assert translate_command.main(["--checkpoint", str(tiny_checkpoint), "--beam", "1"]) == 0
+    out, err = capsys.readouterr()
+    assert out.split("\n")[:-1] == translator.translate(["eine frau", "zwei hunde"], beam_size=1)
+    warnings = [line for line in err.splitlines() if "warning:" in line]
+    assert len(warnings) == 1 and "(byte 0xff" in warnings[0] and "type it again" in warnings[0]
+    assert "Traceback" not in err
 
 
 def test_translate_n_best(translate_command, translator, tiny_checkpoint, capsys) -> None:

@@ -358,7 +358,8 @@ def format_results(
 
 
 def interactive(translator: Translator, args: argparse.Namespace, out: TextIO) -> None:
-    """Prompt for sentences on a terminal, translating each line as it is entered, until EOF."""
+    """Prompt for sentences on a terminal, translating each line as it is entered, until EOF; a
+    line that is not UTF-8 is said in a warning and left out, and the prompt goes on."""
     print("Type a sentence and press Enter; Ctrl-D ends.", file=sys.stderr)
     index = 0
     while True:
@@ -371,6 +372,18 @@ def interactive(translator: Translator, args: argparse.Namespace, out: TextIO) -
         except EOFError:
             print(file=sys.stderr)
             return
+        except UnicodeDecodeError as exc:  # the terminal's encoding, read strictly
+            byte = f"byte 0x{exc.object[exc.start]:02x}"
+            print(
+                f"warning: that line is not valid {exc.encoding} ({byte}); type it again",
+                file=sys.stderr,
+            )
+            continue
+        try:  # under a C locale the bytes come as lone surrogates: UTF-8 is read back
+            (line,) = utf8_arguments({"that line": line}, fix="type it again")
+        except UsageError as exc:
+            print(f"warning: {exc}", file=sys.stderr)
+            continue
         for text in format_results(translator, [line], args, first_index=index):
             print(text, file=out, flush=True)
         index += 1
