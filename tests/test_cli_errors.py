@@ -1012,11 +1012,14 @@ sys.exit(launch.train())
         # a plan of nothing: the fit ended at once, exit status 0, an empty run directory
         ("max_steps", "0", "trainer.max_steps=0 trains nothing; give at least 1, or -1"),
         ("max_epochs", "0", "trainer.max_epochs=0 trains nothing"),
+        ("limit_train_batches", "0", "trainer.limit_train_batches=0 trains nothing"),
         # Lightning's Trainer refuses these itself, with an exception of its own
         ("max_epochs", "-5", "`max_epochs` must be"),
         ("num_nodes", "0", "`num_nodes` must be"),
         ("strategy", "bogus", "invalid strategy name"),
         ("limit_train_batches", "-1", "limit_train_batches"),
+        # Lightning's ModuleNotFoundError for the library the precision needs: a traceback
+        ("precision", "transformer-engine", "Requirement 'transformer_engine"),
         # Lightning's TypeError: a traceback
         ("devices", "0,1", "`devices` selected with `CPUAccelerator` should be an int > 0"),
         # jsonargparse listed each of the union's types with its error
@@ -1048,6 +1051,45 @@ def test_a_trainer_setting_lightning_cannot_use_is_one_error_line(
     assert exit_info.value.code == 2 and len(errors) == 1, err
     assert named in errors[0] and "Traceback" not in err, err
     assert not [p for p in tmp_path.rglob("*") if p.is_file()]
+
+
+@pytest.mark.filterwarnings("ignore:LightningCLI's args parameter")
+@pytest.mark.parametrize("loader", ["train", "val"])
+def test_a_fraction_of_an_epoch_below_one_batch_is_one_error_line_and_no_run(
+    loader: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """Lightning checks limit_*_batches against the batches once the fit has counted them:
+    its MisconfigurationException was a traceback, status 1, beside a new run directory."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MINITX_DEBUG", raising=False)
+    with pytest.raises(SystemExit) as exit_info:
+        train_main(["--config", str(TINY_CONFIG), f"--trainer.limit_{loader}_batches", "0.001"])
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert exit_info.value.code == 2 and len(errors) == 1, err
+    assert f"Please increase the `limit_{loader}_batches` argument" in errors[0], err
+    assert "Traceback" not in err and not list(tmp_path.rglob("*.yaml"))
+
+
+@pytest.mark.filterwarnings("ignore:LightningCLI's args parameter")
+@pytest.mark.parametrize(
+    "setting", [["--checkpoint.save_top_k", "0"], ["--trainer.limit_val_batches", "0"]]
+)
+def test_a_run_without_a_best_checkpoint_says_why_it_has_no_test(
+    setting: list[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+) -> None:
+    """The test after training was left out without a word when no best checkpoint was kept;
+    without validation, Lightning's warning that val/bleu is missing came every epoch."""
+    monkeypatch.chdir(tmp_path)
+    train_main(["--config", str(TINY_CONFIG), "--trainer.max_epochs", "1", *setting])
+    out, err = capsys.readouterr()
+    (last,) = tmp_path.rglob("last.ckpt")
+    assert "note: no test: no best checkpoint was kept" in err, err
+    assert f"minitx-evaluate --checkpoint {last.relative_to(tmp_path)}" in err, err
+    assert "could not find the monitored key" not in out + err and "test (" not in out
 
 
 @pytest.mark.filterwarnings("ignore:LightningCLI's args parameter")

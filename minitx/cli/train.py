@@ -233,6 +233,11 @@ def check_trainer_counts(config: Any) -> None:
             raise ConfigError(
                 f"trainer.{key}=0 trains nothing; give at least 1, or -1 for no bound"
             )
+    if trainer.get("limit_train_batches") == 0:  # the same: an empty run directory, status 0
+        raise ConfigError(
+            "trainer.limit_train_batches=0 trains nothing; give a number of batches (at least "
+            "1), a fraction of an epoch in (0.0, 1.0], or null for all"
+        )
     clip = trainer.get("gradient_clip_val")
     if clip is not None and clip < 0:  # torch would scale the gradients by a negative factor
         raise ConfigError(
@@ -994,10 +999,11 @@ class MinitxCLI(LightningCLI):
             trainer = super().instantiate_trainer(**kwargs)
         except MinitxError:
             raise
-        except (MisconfigurationException, ValueError, TypeError) as exc:  # Lightning's checks
-            if isinstance(exc, TypeError) and not _raised_in_lightning(exc):
+        except (MisconfigurationException, ValueError, TypeError, ImportError) as exc:
+            # Lightning's checks; an ImportError: a precision or strategy's library missing
+            if isinstance(exc, TypeError | ImportError) and not _raised_in_lightning(exc):
                 raise  # a TypeError of ours is a bug: its traceback (Lightning's: devices 0,1)
-            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            reason = _first_line(exc)
             raise ConfigError(
                 f"a trainer setting Lightning refuses: {reason} (the trainer.* settings: "
                 "minitx-train --help)"
@@ -1130,6 +1136,12 @@ def _peer_gone(exc: BaseException) -> bool:
     )
 
 
+def _first_line(exc: BaseException) -> str:
+    """The first line of a library's error message (its name when it has none)."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 def _remove_unstarted_run(cli: MinitxCLI) -> None:
     """Remove the new run directory minitx claimed for a fit that made no update: not a
     resumed run's, nor one the user's own logger names. A collective under DDP: every rank
@@ -1190,6 +1202,8 @@ def _train_and_test(args: list[str] | None) -> MinitxCLI:
             warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)`")
             # resuming writes into its run's checkpoint directory, not empty by design
             warnings.filterwarnings("ignore", message=r"Checkpoint directory .* is not empty")
+            if trainer.limit_val_batches == 0:  # no validation, no scores: said at the end
+                warnings.filterwarnings("ignore", message=r".*could not find the monitored key")
             if cli.resume_path is not None and cli.resume_step is None:
                 # a resume from another run's checkpoint goes on in a new directory by design
                 warnings.filterwarnings("ignore", message=r"The dirpath has changed from")
@@ -1205,6 +1219,14 @@ def _train_and_test(args: list[str] | None) -> MinitxCLI:
                 raise ConfigError(
                     f"trainer.val_check_interval {reason} (on the command line: "
                     "--trainer.check_val_every_n_epoch null)"
+                ) from None
+            except MisconfigurationException as exc:  # e.g. limit_train_batches 0.001 of 23
+                if trainer.global_step != resumed_at:
+                    raise
+                _remove_unstarted_run(cli)
+                raise ConfigError(
+                    f"a trainer setting Lightning refuses: {_first_line(exc)} (the trainer.* "
+                    "settings: minitx-train --help)"
                 ) from None
     except SIGTERMException:  # a bare SystemExit: it would end the process with status 0
         stops = [c.stop_signal for c in trainer.callbacks if isinstance(c, CheckpointOnInterrupt)]
@@ -1231,6 +1253,15 @@ def _train_and_test(args: list[str] | None) -> MinitxCLI:
         (c.written for c in trainer.callbacks if isinstance(c, CheckpointAveraging)), None
     )
     tested = averaged or best  # what the user would ship: the average when averaging is on
+    if cli.config.test and not tested and trainer.is_global_zero:
+        callback = trainer.checkpoint_callback
+        last = Path(callback.dirpath) / "last.ckpt" if callback and callback.dirpath else None
+        fix = f"; minitx-evaluate --checkpoint {last} scores the last weights" if last else ""
+        print(
+            "note: no test: no best checkpoint was kept (checkpoint.save_top_k 0, or no "
+            f"validation ran){fix if last and last.is_file() else ''}",
+            file=sys.stderr,
+        )
     if cli.config.test and tested and trainer.is_global_zero:
         which = f"averaged checkpoint {averaged}" if averaged else "best checkpoint"
         try:
