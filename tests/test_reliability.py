@@ -1019,14 +1019,22 @@ def test_resuming_with_other_settings_is_refused(
 def test_a_run_seeded_at_random_resumes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
-    """`seed_everything: true` lets Lightning choose the seed at each start (0 in Lightning
-    2.6 where PL_GLOBAL_SEED is unset, a random one in other versions): the resume compares
-    only a seed given as a number, so its choice is no other seed given."""
+    """`seed_everything: true` draws a seed at each start, says it and records it in the run's
+    config.yaml (Lightning 2.6 took 0 for it, with its own warning, so every "random" run was
+    the same run); the resume compares only a seed given as a number, so its draw is no other
+    seed given."""
     monkeypatch.chdir(tmp_path)
     common = TINY + QUIET + ["--seed_everything", "true"]
     main(common + ["--trainer.max_steps", "3"])
+    drawn = re.findall(
+        r"the seed drawn is (\d+) \(--seed_everything \1 repeats", capsys.readouterr().err
+    )
+    (config,) = tmp_path.rglob("config.yaml")
+    assert len(drawn) == 1 and f"seed_everything: {drawn[0]}\n" in config.read_text()
     resumed = main(common + ["--trainer.max_steps", "5", "--ckpt_path", "last"])
     assert resumed.trainer.global_step == 5
+    again = re.findall(r"the seed drawn is (\d+)", capsys.readouterr().err)
+    assert len(again) == 1 and again != drawn  # drawn afresh: 1 in 2^31 to fail
 
 
 def file_digests(directory: Path) -> dict[str, str]:

@@ -15,6 +15,7 @@ import functools
 import logging
 import math
 import os
+import random
 import re
 import shlex
 import shutil
@@ -216,6 +217,22 @@ def check_budget_and_seed(config: Any) -> None:
                 f"seed_everything={seed}: a seed lies in {low}..{high}; give one there, or "
                 "true for a random one"
             )
+
+
+def random_seed() -> int:
+    """The seed ``--seed_everything true`` asks for: drawn at random (Lightning 2.6 takes 0),
+    and said with how to repeat the run; the processes Lightning starts for DDP (they have a
+    ``LOCAL_RANK``) read the first one's from ``PL_GLOBAL_SEED``, which it sets for them."""
+    inherited = os.environ.get("PL_GLOBAL_SEED", "")
+    if "LOCAL_RANK" in os.environ and inherited.isdigit():
+        return int(inherited)
+    seed = random.SystemRandom().randint(0, 2**31 - 1)
+    print(
+        f"note: seed_everything true: the seed drawn is {seed} (--seed_everything {seed} "
+        "repeats the run)",
+        file=sys.stderr,
+    )
+    return seed
 
 
 def check_trainer_counts(config: Any) -> None:
@@ -858,6 +875,8 @@ class MinitxCLI(LightningCLI):
         set_verbosity(bool(self.config.get("verbose")))
         check_no_null(parser, self.config)
         check_budget_and_seed(self.config)
+        if self.seed_given is True:
+            self.config["seed_everything"] = random_seed()
 
     def before_instantiate_classes(self) -> None:
         config = self.config
