@@ -87,6 +87,14 @@ def run_command(
     )
 
 
+def toy_named(name: str, corpus: Path = TOY_CORPUS_DIR) -> str:
+    """`name` with ``.toy.`` replaced by the tag minitx-evaluate gives `corpus`'s --data (its
+    folder's name and a digest of its path)."""
+    from minitx.cli.evaluate import data_tag
+
+    return name.replace(".toy.", f".{data_tag(str(corpus))}.")
+
+
 class FakeStdin(io.TextIOWrapper):
     """Standard input over bytes; `tty=True` makes it look like a terminal, which gives the
     reader one line at a time."""
@@ -779,7 +787,7 @@ def test_evaluate_default_hypothesis_path_and_limit(
         == 0
     )
     assert "3 sentences" in capsys.readouterr().out
-    hyp = tmp_path / "model.test.toy.first3.beam5.hyp"
+    hyp = tmp_path / toy_named("model.test.toy.first3.beam5.hyp")
     assert len(hyp.read_text(encoding="utf-8").splitlines()) == 3
 
 
@@ -795,7 +803,7 @@ def test_evaluate_with_a_limit_above_the_split_says_so_and_names_its_file_as_wit
     err = capsys.readouterr().err
     assert "note: --limit 5000 is more than the test split's 10 lines: scoring all of them" in err
     assert "the first" not in err
-    assert [p.name for p in tmp_path.glob("*.hyp")] == ["model.test.toy.greedy.hyp"]
+    assert [p.name for p in tmp_path.glob("*.hyp")] == [toy_named("model.test.toy.greedy.hyp")]
 
 
 def test_evaluate_refuses_a_directory_as_output_before_decoding(
@@ -821,8 +829,8 @@ def test_evaluate_another_language_pair_keeps_the_checkpoints_hypotheses(
     """Scoring en -> de with a de -> en checkpoint warns and names the pair in its file."""
     assert evaluate_command.main([*greedy_on_toy, "--src-lang", "en", "--tgt-lang", "de"]) == 0
     assert "warning: the checkpoint was trained de -> en" in capsys.readouterr().err
-    assert (tmp_path / "model.test.toy.en-de.greedy.hyp").is_file()
-    assert not (tmp_path / "model.test.toy.greedy.hyp").exists()
+    assert (tmp_path / toy_named("model.test.toy.en-de.greedy.hyp")).is_file()
+    assert not (tmp_path / toy_named("model.test.toy.greedy.hyp")).exists()
 
 
 @pytest.mark.parametrize(
@@ -908,10 +916,9 @@ def test_evaluate_another_corpus_keeps_the_hypotheses_of_the_first(
     args = [*greedy_on_toy, "--limit", "2"]
     args[args.index("--data") + 1] = str(other)
     assert evaluate_command.main(args) == 0
-    assert sorted(path.name for path in tmp_path.glob("*.hyp")) == [
-        "model.test.other.first2.greedy.hyp",
-        "model.test.toy.first2.greedy.hyp",
-    ]
+    assert sorted(path.name for path in tmp_path.glob("*.hyp")) == sorted(
+        toy_named("model.test.toy.first2.greedy.hyp", corpus) for corpus in (other, TOY_CORPUS_DIR)
+    )
 
 
 @pytest.mark.parametrize("data", ["", "   "])
@@ -931,9 +938,9 @@ def test_evaluate_refuses_an_empty_data_source(
 
 @pytest.mark.parametrize(
     ("data", "tag"),
-    [("/corpora/iwslt", "iwslt"), ("builtin:toy", "builtin_toy"), ("d/{split}.jsonl", "d")],
+    [("/no/corpora/iwslt", "iwslt"), ("builtin:toy", "builtin_toy"), ("d/{split}.jsonl", "d")],
 )
-def test_evaluate_data_tag(evaluate_command, data: str, tag: str) -> None:
+def test_evaluate_data_tag(evaluate_command, data: str, tag: str) -> None:  # not directories
     assert evaluate_command.data_tag(data) == tag
 
 
@@ -945,10 +952,24 @@ def test_evaluate_data_tag_of_the_current_directory(
     corpus = tmp_path / "iwslt17"
     (corpus / "sub").mkdir(parents=True)
     monkeypatch.chdir(corpus)
-    assert evaluate_command.data_tag(".") == "iwslt17"
-    assert evaluate_command.data_tag("{split}.jsonl") == "iwslt17"
+    tag = evaluate_command.data_tag(".")
+    assert re.fullmatch(r"iwslt17-[0-9a-f]{6}", tag), tag
+    assert evaluate_command.data_tag("{split}.jsonl") == tag
     monkeypatch.chdir(corpus / "sub")
-    assert evaluate_command.data_tag("..") == "iwslt17"
+    assert evaluate_command.data_tag("..") == tag
+    assert evaluate_command.data_tag(str(corpus)) == tag
+
+
+def test_two_corpora_in_folders_of_one_name_get_two_hypothesis_files(
+    evaluate_command, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--data x/d1`` then ``--data y/d1``: the second evaluation replaced the first's
+    hypotheses (both were tagged "d1")."""
+    monkeypatch.chdir(tmp_path)
+    for corpus in ("x/d1", "y/d1"):
+        (tmp_path / corpus).mkdir(parents=True)
+    first, second = evaluate_command.data_tag("x/d1"), evaluate_command.data_tag("y/d1")
+    assert first.startswith("d1-") and second.startswith("d1-") and first != second
 
 
 def test_evaluate_json_to_stdout(
@@ -970,11 +991,11 @@ def test_evaluate_json_to_stdout(
 def test_evaluate_bf16_keeps_the_fp32_hypotheses(evaluate_command, greedy_on_toy, tmp_path):
     """A --bf16 evaluation writes its own file: the fp32 hypotheses beside the checkpoint stay."""
     assert evaluate_command.main([*greedy_on_toy, "--limit", "3"]) == 0
-    fp32 = tmp_path / "model.test.toy.first3.greedy.hyp"
+    fp32 = tmp_path / toy_named("model.test.toy.first3.greedy.hyp")
     fp32.write_text("kept\n", encoding="utf-8")
     assert evaluate_command.main([*greedy_on_toy, "--limit", "3", "--bf16"]) == 0
     assert fp32.read_text(encoding="utf-8") == "kept\n"
-    bf16 = tmp_path / "model.test.toy.first3.greedy.bf16.hyp"
+    bf16 = tmp_path / toy_named("model.test.toy.first3.greedy.bf16.hyp")
     assert len(bf16.read_text(encoding="utf-8").splitlines()) == 3
 
 
@@ -990,7 +1011,7 @@ def test_bf16_on_a_cpu_without_bf16_is_kept_with_a_note(
     assert evaluate_command.main([*greedy_on_toy, "--limit", "2", "--bf16"]) == 0
     err = capsys.readouterr().err
     assert ("note: --bf16: this CPU" in err) is not native, err
-    assert (tmp_path / "model.test.toy.first2.greedy.bf16.hyp").is_file()  # bf16 all the same
+    assert (tmp_path / toy_named("model.test.toy.first2.greedy.bf16.hyp")).is_file()  # bf16 too
 
 
 def test_evaluate_counts_empty_pairs(evaluate_command, tiny_checkpoint, tmp_path, capsys) -> None:

@@ -276,7 +276,8 @@ def test_evaluate_default_hypothesis_name_names_the_attention(
     argv = ["--checkpoint", str(checkpoint), "--data", str(TOY_CORPUS_DIR), "--limit", "2"]
     assert evaluate.main([*argv, "--beam", "1", "--attention", "hard-argmax"]) == 0
     capsys.readouterr()
-    assert (tmp_path / "model.test.toy.first2.greedy.hard-argmax-cross.hyp").is_file()
+    toy = evaluate.data_tag(str(TOY_CORPUS_DIR))  # the corpus's part of the file names
+    assert (tmp_path / f"model.test.{toy}.first2.greedy.hard-argmax-cross.hyp").is_file()
     # sampled attention: each seed its own file, so that --seed 3 keeps --seed 2's
     for seed in ("2", "3"):
         hard = ["--attention", "hard-sample", "--seed", seed]
@@ -284,7 +285,7 @@ def test_evaluate_default_hypothesis_name_names_the_attention(
     capsys.readouterr()
     for seed in ("2", "3"):
         assert (
-            tmp_path / f"model.test.toy.first2.greedy.hard-sample-cross-seed{seed}.hyp"
+            tmp_path / f"model.test.{toy}.first2.greedy.hard-sample-cross-seed{seed}.hyp"
         ).is_file()
 
 

@@ -11,6 +11,7 @@ JSON report.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import re
 import sys
@@ -206,15 +207,19 @@ def hypothesis_path(args: argparse.Namespace, beam: int, pair: str = "") -> Path
 
 
 def data_tag(data: str) -> str:
-    """A file-name part naming ``--data`` (``/corpora/iwslt`` -> "iwslt", ``builtin:toy`` ->
-    "builtin_toy"), so that scoring another corpus's split of the same name does not replace
-    the hypotheses of the default corpus. A local directory given as ``.`` or ``..`` is named
-    by its own name."""
+    """A file-name part naming ``--data`` (``/corpora/iwslt`` -> "iwslt-3fa2c1", ``builtin:toy``
+    -> "builtin_toy"), so that scoring another corpus's split of the same name does not replace
+    the hypotheses of the default corpus. A local directory is named by its last part and six
+    hex digits of its absolute path (two corpora in folders of one name are two files); one
+    given as ``.`` or ``..`` by its own name."""
     parts = [part for part in Path(data).parts if "{" not in part]  # not a {split} pattern
     where = Path(*parts) if parts else Path()
     if (not parts or parts[-1] == "..") and where.is_dir():  # "." named every corpus "data"
         parts = [where.resolve().name]
-    return re.sub(r"[^\w.-]+", "_", parts[-1] if parts else data).strip("._") or "data"
+    name = re.sub(r"[^\w.-]+", "_", parts[-1] if parts else data).strip("._") or "data"
+    if where.is_dir():
+        name += "-" + hashlib.sha1(str(where.resolve()).encode()).hexdigest()[:6]
+    return name
 
 
 def aligned_lines(data: Split, hypotheses: list[str]) -> str:
