@@ -194,6 +194,9 @@ def read_config(directory: str | Path) -> dict[str, Any]:
         )
     try:
         check_known_keys(str(path), values, CONFIG_KEYS)
+    except ConfigError as exc:  # it names the path itself
+        raise CheckpointError(str(exc)) from None
+    try:
         if not isinstance(values.get("model"), dict):
             raise ValueError("'model' must be an object of TransformerConfig settings")
     except (ValueError, TypeError) as exc:
