@@ -358,6 +358,19 @@ def test_a_line_typed_at_the_prompt_that_is_not_utf8_is_said_and_the_prompt_goes
     assert "Traceback" not in err
 
 
+def test_an_alignment_layer_the_model_lacks_is_refused_before_the_prompt(
+    translate_command, tiny_checkpoint, monkeypatch, capsys
+) -> None:
+    """--alignment-layer 5 on a 1-layer model was refused only once a typed sentence was
+    being translated."""
+    monkeypatch.setattr("sys.stdin", FakeStdin(b"eine frau\n", tty=True))
+    args = ["--checkpoint", str(tiny_checkpoint), "--print-alignment", "--alignment-layer", "5"]
+    assert translate_command.main(args) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and translate_command.PROMPT not in err, err
+    assert err.startswith("error: alignment layer 5 does not exist: the model has 1"), err
+
+
 def test_translate_n_best(translate_command, translator, tiny_checkpoint, capsys) -> None:
     sentences = [TOY_TEST_SOURCES[0], "", TOY_TEST_SOURCES[8]]
     assert (

@@ -413,6 +413,9 @@ def run(args: argparse.Namespace) -> int:
         chunks = stdin_chunks(args.buffer_size or args.batch_size)
 
     translator = load_translator(args)
+    if args.print_alignment:  # before any input is read or translated
+        model = translator.model.config
+        alignment_from_args(args).check(model.n_decoder_layers, model.n_heads)
     with contextlib.ExitStack() as stack:
         out: TextIO = sys.stdout
         if args.output is not None:  # replaced only once every line is translated
