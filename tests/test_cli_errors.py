@@ -1020,6 +1020,8 @@ sys.exit(launch.train())
         ("limit_train_batches", "-1", "limit_train_batches"),
         # Lightning's ModuleNotFoundError for the library the precision needs: a traceback
         ("precision", "transformer-engine", "Requirement 'transformer_engine"),
+        # fp16 weights on a CPU: the run diverged, and the error blamed the learning rate
+        ("precision", "16-true", "trainer.precision 16-true: fp16 weights and optimizer state"),
         # Lightning's TypeError: a traceback
         ("devices", "0,1", "`devices` selected with `CPUAccelerator` should be an int > 0"),
         # jsonargparse listed each of the union's types with its error

@@ -22,7 +22,7 @@ def test_bf16_on_a_cpu_without_bf16_becomes_fp32(cpu_without_bf16: None, setting
     assert setting in note and "MINITX_KEEP_BF16=1" in note
 
 
-@pytest.mark.parametrize("setting", ["32-true", "16-true", None, 32])
+@pytest.mark.parametrize("setting", ["32-true", None, 32])
 def test_other_precisions_are_kept(cpu_without_bf16: None, setting: object) -> None:
     assert resolve_precision(setting, "cpu") == (setting, None)
 

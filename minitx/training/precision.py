@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 
+from minitx.errors import ConfigError
 from minitx.hardware import cpu_has_fast_bf16
 
 BF16_PRECISIONS: tuple[str, ...] = ("bf16-mixed", "bf16-true", "bf16")
@@ -36,9 +37,19 @@ def resolve_precision(precision: Any, accelerator: Any) -> tuple[Any, str | None
     """The precision to train with, and a note to print when it differs from `precision`:
     on a CPU, fp16 autocast becomes bf16 autocast (as Lightning would make it, with warnings
     of its own), and bf16 on a CPU without bf16 instructions "32-true" (unless
-    `MINITX_KEEP_BF16` is 1)."""
+    `MINITX_KEEP_BF16` is 1).
+
+    Raises:
+        ConfigError: ``16-true`` on a CPU, which diverges.
+    """
     if not trains_on_cpu(accelerator):
         return precision, None
+    if str(precision) == "16-true":  # fp16 weights and optimizer state, no fp32 copy
+        raise ConfigError(
+            "trainer.precision 16-true: fp16 weights and optimizer state on a CPU (the tiny "
+            "config's loss was NaN at update 4 with them); use bf16-mixed (bf16 autocast over "
+            "fp32 weights), or 32-true"
+        )
     if str(precision) in FP16_MIXED_PRECISIONS:
         chosen, note = resolve_precision("bf16-mixed", accelerator)
         fp16 = f"trainer.precision {precision}: fp16 autocast does not run on a CPU"
