@@ -87,12 +87,12 @@ def check_transformer_config(c: Any) -> None:
             f"{c.src_vocab_size} and tgt {c.tgt_vocab_size}; set share_embeddings=False "
             "for separate vocabularies"
         )
-    smallest = min(c.src_vocab_size, c.tgt_vocab_size)
-    if smallest <= max(LEGACY_ID_KEYS.values()):
-        raise ConfigError(
-            f"TransformerConfig: vocabularies must be larger than the special ids "
-            f"(pad {PAD_ID}, bos {BOS_ID}, eos {EOS_ID}), got {smallest}"
-        )
+    for name in ("src_vocab_size", "tgt_vocab_size"):  # named, for the key the user gave
+        if getattr(c, name) <= max(LEGACY_ID_KEYS.values()):
+            raise ConfigError(
+                f"TransformerConfig.{name} must be larger than the special ids (pad {PAD_ID}, "
+                f"bos {BOS_ID}, eos {EOS_ID}), got {getattr(c, name)}"
+            )
 
 
 def transformer_config_values(values: dict, names: Iterable[str]) -> dict:

@@ -1143,20 +1143,31 @@ def test_a_checkpoint_setting_that_cannot_work_is_one_error_line(
 
 
 @pytest.mark.filterwarnings("ignore:LightningCLI's args parameter")
+@pytest.mark.parametrize(
+    ("size", "said"),
+    [
+        ("0", "data.vocab_size must be positive, got 0"),
+        ("1", "data.vocab_size must be larger than the special ids (pad 0, bos 2, eos 3), got 1"),
+    ],
+)
 def test_an_error_in_a_linked_setting_names_the_setting_the_user_gave(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+    size: str,
+    said: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
 ) -> None:
     """`--data.vocab_size 0` said "model.transformer.src_vocab_size must be positive": a key
-    the user never typed (it is set from data.vocab_size)."""
+    the user never typed (it is set from data.vocab_size); `1` named "model.transformer"."""
     import minitx.cli.train as train
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(train, "_train_and_test", train.build_cli)  # build the run, no fit
     with pytest.raises(SystemExit) as exit_info:
-        train_main(["--config", str(TINY_CONFIG), "--data.vocab_size", "0"])
+        train_main(["--config", str(TINY_CONFIG), "--data.vocab_size", size])
     err = capsys.readouterr().err
     assert exit_info.value.code == 2
-    assert err.strip() == "error: data.vocab_size must be positive, got 0", err
+    assert err.strip() == f"error: {said}", err
 
 
 def test_a_validation_interval_longer_than_an_epoch_is_one_error_line(

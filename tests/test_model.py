@@ -81,7 +81,10 @@ BAD_CONFIGS = [
         dict(src_vocab_size=20, tgt_vocab_size=30, share_embeddings=True),
         r"share_embeddings needs equal vocabularies.*20.*30",
     ),
-    (dict(src_vocab_size=3, tgt_vocab_size=3), r"vocabularies must be larger than the special ids"),
+    (
+        dict(src_vocab_size=3, tgt_vocab_size=3),
+        r"src_vocab_size must be larger than the special ids",
+    ),
     # From Python any value arrives: each is refused by its kind before it builds a broken model.
     (dict(d_model=32.0), r"d_model must be a whole number, got 32.0"),
     (dict(n_encoder_layers=1.5), r"n_encoder_layers must be a whole number, got 1.5"),
