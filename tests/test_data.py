@@ -261,6 +261,22 @@ def test_directory_without_corpus_files(tmp_path: Path) -> None:
         load_parallel_corpus(str(tmp_path), "de", "en")
 
 
+def test_a_split_file_that_is_no_file_is_said_to_be_what_it_is(
+    toy_corpus_dir: Path, tmp_path: Path
+) -> None:
+    """val.de as a directory, or a link to a device, was reported "missing", which ``ls``
+    contradicts."""
+    directory = _copy_toy(toy_corpus_dir, tmp_path / "corpus")
+    (directory / "val.de").unlink()
+    (directory / "val.de").mkdir()
+    (directory / "val.en").unlink()
+    (directory / "val.en").symlink_to("/dev/null")
+    with pytest.raises(FileNotFoundError) as caught:
+        load_parallel_corpus(str(directory), "de", "en")
+    said = str(caught.value)
+    assert "val.de[.gz] (a directory), val.en[.gz] (not a regular file)" in said, said
+
+
 def test_missing_local_path(tmp_path: Path) -> None:
     """The fix names the setting of each command (evaluate's is --data, not data.source)."""
     with pytest.raises(FileNotFoundError, match="data source directory not found") as caught:

@@ -332,6 +332,14 @@ def _plain_or_gz(path: Path) -> Path | None:
     return next((p for p in (path, Path(f"{path}.gz")) if p.is_file()), None)
 
 
+def _not_a_file(path: Path) -> str:
+    """`` (a directory)`` or `` (not a regular file)`` where `path` exists but is no file the
+    corpus can be read from ("missing" alone would contradict ``ls``); else ""."""
+    if path.is_dir():
+        return " (a directory)"
+    return " (not a regular file)" if path.exists() or path.is_symlink() else ""
+
+
 def _raw_file(directory: Path, stem: str, lang: str) -> Path | None:
     return _plain_or_gz(directory / f"{stem}.{lang}")
 
@@ -373,7 +381,7 @@ def _open_raw_dir(
 ) -> dict[str, PairStream]:
     """Streams of the line-aligned ``{stem}.{lang}[.gz]`` files of every split."""
     missing = [
-        (split, f"{stem}.{lang}[.gz]")
+        (split, f"{stem}.{lang}[.gz]{_not_a_file(directory / f'{stem}.{lang}')}")
         for split, stem in splits.items()
         for lang in langs
         if _raw_file(directory, stem, lang) is None
