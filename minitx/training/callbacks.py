@@ -414,9 +414,11 @@ class CheckpointOnInterrupt(L.Callback):
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         fitting = trainer.state.fn == TrainerFn.FITTING and not trainer.sanity_checking
-        if fitting and not _run_ends_here(trainer) and self.stop_signal is not None:
-            # Lightning runs the checkpoint callbacks last: the best checkpoint of this
-            # validation is saved before the stop, which skips the hooks after this one.
+        stopping = self.stop_signal is not None and not self._handed_over
+        if fitting and stopping and not _run_ends_here(trainer):
+            # Lightning runs the checkpoint callbacks last (and, at an epoch's end, saves in
+            # on_train_epoch_end): this validation's best checkpoint is saved before the stop,
+            # which skips the hooks after this one.
             for callback in trainer.checkpoint_callbacks:
                 callback.on_validation_end(trainer, pl_module)
                 if trainer.fit_loop.epoch_loop.batch_progress.is_last_batch:
