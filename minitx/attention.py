@@ -188,6 +188,30 @@ def merge_heads(x: Tensor) -> Tensor:
     return x.transpose(1, 2).reshape(b, t, h * dh)
 
 
+def check_mask_steps(
+    mask: Tensor | None, tq: int, tk: int, is_causal: bool = False, group: int = 1
+) -> None:
+    """Refuse a mask whose last two sizes are neither 1 nor (Tq, Tk) (else a shape error deep
+    in torch), and, where `group` query rows share one memory row (g > 1: the g rows' queries
+    are folded into one row), a mask per query step or `is_causal`: they would be laid over
+    the folded queries, a wrong mask for every row but the first.
+
+    Raises:
+        ValueError: naming the shapes and what to give instead.
+    """
+    if mask is not None and (mask.size(-2) not in (1, tq) or mask.size(-1) not in (1, tk)):
+        raise ValueError(
+            f"mask {tuple(mask.shape)} does not fit {tq} queries and {tk} keys: give (..., "
+            f"{tq} or 1, {tk} or 1)"
+        )
+    if group > 1 and ((is_causal and tq > 1) or (mask is not None and mask.size(-2) > 1)):
+        raise ValueError(
+            f"memory rows shared by {group} query rows take a mask of one row per key row, "
+            "(B/g, 1, 1, Tk), and no is_causal; give one memory row per query row for a mask "
+            "per query step"
+        )
+
+
 class MultiHeadAttention(nn.Module):
     """Multi-head attention with named q/k/v/out projections (Vaswani et al., 2017, §3.2.2).
 
@@ -257,7 +281,8 @@ class MultiHeadAttention(nn.Module):
         Args:
             x: (B, Tq, D) queries (and keys/values for self-attention).
             memory: (B, Tk, D) keys/values source for cross-attention, None for self-attention;
-                or (B/g, Tk, D): each row serves g consecutive rows of `x` (a sentence's beams).
+                or (B/g, Tk, D): each row serves g consecutive rows of `x` (a sentence's beams),
+                with a mask of one row per key row, (B/g, 1, 1, Tk), and no `is_causal`.
             mask: bool/additive 4-D mask broadcastable to (B, H, Tq, Tk), with a batch of 1 or
                 the keys' rows: `padding_mask(src)` is (B, 1, 1, Tk), a (Tq, Tk) mask goes in
                 as mask[None, None].
@@ -297,6 +322,7 @@ class MultiHeadAttention(nn.Module):
                     cache.k, cache.v = k, v
 
         group = memory_group(q.size(0), k.size(0), mask)  # g beams, 1 memory row; checks mask
+        check_mask_steps(mask, q.size(-2), k.size(-2), is_causal, group)
         q = fold_rows(q, group)  # (B, H, Tq, Dh) -> (B/g, H, g*Tq, Dh); g = 1: unchanged
         tq, tk = q.size(-2), k.size(-2)
         dropout_p = self.dropout if self.training else 0.0

@@ -765,6 +765,32 @@ def test_a_mask_of_another_batch_than_the_keys_is_refused(need_weights):
     assert out.shape == (2, 4, 16)
 
 
+@pytest.mark.parametrize("need_weights", [False, True], ids=["fused", "explicit"])
+def test_a_mask_per_query_step_on_shared_memory_rows_is_refused(need_weights):
+    """Memory rows that serve g query rows each (a sentence's beams) fold the g rows' queries
+    into one row: a causal mask, or one per query step, was laid over the folded queries, a
+    wrong mask for every row but the first, without an error. A padding mask of one row per
+    key row stays right: equal to giving one memory row per query row."""
+    torch.manual_seed(35)
+    mha = MultiHeadAttention(8, 2).eval()
+    x, memory = torch.randn(4, 2, 8), torch.randn(2, 4, 8)
+    per_step = torch.ones(2, 1, 2, 4, dtype=torch.bool)
+    for given in ({"is_causal": True}, {"mask": per_step}):
+        with pytest.raises(ValueError, match="memory rows shared by 2 query rows take a mask"):
+            mha(x, memory, need_weights=need_weights, **given)
+    keys = padding_mask(torch.tensor([[5, 6, 0, 0], [5, 6, 7, 8]]))
+    shared, _ = mha(x, memory, mask=keys, need_weights=need_weights)
+    copied, _ = mha(x, memory.repeat_interleave(2, 0), mask=keys.repeat_interleave(2, 0))
+    torch.testing.assert_close(shared, copied, **FP32)
+
+
+def test_a_mask_that_fits_neither_queries_nor_keys_is_refused():
+    """A (B, 1, 1, 3) mask for 5 keys failed deep in torch, naming tensor sizes a and b."""
+    mha = MultiHeadAttention(8, 2)
+    with pytest.raises(ValueError, match=r"mask \(2, 1, 1, 3\) does not fit 5 queries and 5 keys"):
+        mha(torch.randn(2, 5, 8), mask=torch.ones(2, 1, 1, 3, dtype=torch.bool))
+
+
 def test_kv_cache_reorder_then_continue_equals_reordered_full_pass():
     """Beam-search style: decode 2 steps, reorder rows, decode a third: equal to a full pass
     over the reordered rows."""
