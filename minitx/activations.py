@@ -9,7 +9,9 @@ from torch import nn
 
 from minitx.registry import Registry
 
-ACTIVATIONS: Registry[Callable[[], nn.Module]] = Registry("activation")
+ACTIVATIONS: Registry[Callable[[], nn.Module]] = Registry(
+    "activation", base=nn.Module, functions=False, built_with=()
+)
 """Feed-forward activations by name; an entry is built with no arguments."""
 ACTIVATIONS.register("relu")(nn.ReLU)
 ACTIVATIONS.register("gelu")(nn.GELU)

@@ -20,7 +20,9 @@ from torch import Tensor, nn
 from minitx.kv_cache import KVCache, fold_rows, memory_group, unfold_rows
 from minitx.registry import Registry
 
-SCORES: Registry[Callable[..., nn.Module]] = Registry("attention score")
+SCORES: Registry[Callable[..., nn.Module]] = Registry(
+    "attention score", base=nn.Module, functions=False, built_with=("d_head",)
+)
 """Score functions by name. An entry is a module class built as `cls(d_head=...)` whose
 `forward(q (..., Tq, Dk), k (..., Tk, Dk))` returns scores (..., Tq, Tk). "scaled_dot" is
 below; "dot", "additive" and "bilinear" are in `minitx.scores`."""

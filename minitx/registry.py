@@ -10,6 +10,7 @@ This module imports only the standard library.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Generic, TypeVar
@@ -36,10 +37,20 @@ class Registry(Generic[T]):
             a wrong entry would otherwise fail far from its cause, or break the lookups of
             the others (decoding configs check every strategy).
         functions: whether an entry may be a plain function instead of a class.
+        built_with: the keyword arguments the model builds an entry with (e.g. ``d_head``),
+            checked against its signature at `register`; None: not checked.
     """
 
-    def __init__(self, kind: str, *, base: type | None = None, functions: bool = True) -> None:
+    def __init__(
+        self,
+        kind: str,
+        *,
+        base: type | None = None,
+        functions: bool = True,
+        built_with: tuple[str, ...] | None = None,
+    ) -> None:
         self.kind, self.base, self.functions = kind, base, functions
+        self.built_with = built_with
         self._entries: dict[str, T] = {}
 
     def register(self, name: str) -> Callable[[T], T]:
@@ -65,15 +76,31 @@ class Registry(Generic[T]):
 
     def _check_entry(self, name: str, entry: object) -> None:
         is_class = isinstance(entry, type)
-        if is_class and (self.base is None or issubclass(entry, self.base)):
-            return
-        if not is_class and self.functions and callable(entry):
+        if (is_class and (self.base is None or issubclass(entry, self.base))) or (
+            not is_class and self.functions and callable(entry)
+        ):
+            self._check_signature(name, entry)
             return
         wanted = (
             f"a subclass of {self.base.__module__}.{self.base.__name__}" if self.base else "a class"
         )
         wanted += " or a plain function" if self.functions else ""
         raise TypeError(f"{self.kind} {name!r} is {entry!r}: register {wanted}")
+
+    def _check_signature(self, name: str, entry: object) -> None:
+        """Refuse an entry the model cannot build with `built_with` (else a TypeError when a
+        model is built, far from the registration)."""
+        if self.built_with is None:
+            return
+        try:
+            inspect.signature(entry).bind(**dict.fromkeys(self.built_with))
+        except TypeError as exc:
+            given = ", ".join(f"{key}=..." for key in self.built_with)
+            raise TypeError(
+                f"{self.kind} {name!r} is {entry!r}, which cannot be built as entry({given}): {exc}"
+            ) from None
+        except ValueError:  # no signature to read (some builtins): built as it is
+            return
 
     def unregister(self, name: str) -> None:
         """Remove an entry (tests and interactive sessions)."""

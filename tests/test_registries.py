@@ -240,8 +240,19 @@ class NotAStrategy:
         (POSITIONAL_ENCODINGS, nn.Identity, "a subclass of minitx.positional.PositionalEncoding"),
         (POSITIONAL_ENCODINGS, lambda **kw: None, "a subclass of .*PositionalEncoding$"),
         (SCHEDULES, int, "a subclass of minitx.training.schedules.Schedule$"),
+        # accepted, then a TypeError when a model was built
+        (SCORES, lambda q, k: q @ k.transpose(-2, -1), "a subclass of torch.nn.modules.module"),
+        (ACTIVATIONS, torch.tanh, "a subclass of torch.nn.modules.module.Module$"),
     ],
-    ids=["strategy-class", "strategy-text", "positional-class", "positional-function", "schedule"],
+    ids=[
+        "strategy-class",
+        "strategy-text",
+        "positional-class",
+        "positional-function",
+        "schedule",
+        "score-function",
+        "activation-function",
+    ],
 )
 def test_an_entry_of_the_wrong_kind_is_refused_when_registered(registry, entry, wanted) -> None:
     """A plain class registered as a strategy was refused at every DecodingConfig, beam search
@@ -253,6 +264,27 @@ def test_an_entry_of_the_wrong_kind_is_refused_when_registered(registry, entry, 
         registry.register("mine")(entry)
     assert registry.names() == before
     DecodingConfig(strategy="beam")  # the others still work
+
+
+class ScoreWithoutHeadSize(nn.Module):
+    """A score module the model cannot build: it is built as cls(d_head=...)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+
+    def forward(self, q: Tensor, k: Tensor) -> Tensor:
+        return q @ k.transpose(-2, -1)
+
+
+def test_an_entry_the_model_cannot_build_is_refused_when_registered() -> None:
+    """A score class without d_head was accepted, then failed at the model's build with
+    "__init__() got an unexpected keyword argument 'd_head'"."""
+    before = SCORES.names()
+    with pytest.raises(TypeError, match=r"cannot be built as entry\(d_head=\.\.\.\)"):
+        SCORES.register("mine")(ScoreWithoutHeadSize)
+    assert SCORES.names() == before
+    ACTIVATIONS.register("tanh-module")(nn.Tanh)  # built with no arguments: taken
+    ACTIVATIONS.unregister("tanh-module")
 
 
 def test_greedy_strategy_equals_greedy_decode() -> None:
