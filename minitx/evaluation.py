@@ -192,9 +192,20 @@ class EvaluationResult:
 def score(
     hypotheses: Sequence[str], references: Sequence[str], seconds: float = 0.0
 ) -> EvaluationResult:
-    """Score translations against one reference each."""
+    """Score translations against one reference each.
+
+    Raises:
+        TypeError: `hypotheses` or `references` is one string or holds something else than
+            strings (`minitx.textio.sentence_list`).
+        ValueError: their numbers differ, or there are none (BLEU of nothing is no score).
+    """
+    # one string each was scored character by character
+    hypotheses = sentence_list(hypotheses, "translation")
+    references = sentence_list(references, "reference")
     if len(hypotheses) != len(references):
         raise ValueError(f"score: {len(hypotheses)} hypotheses but {len(references)} references")
+    if not hypotheses:  # sacreBLEU's IndexError
+        raise ValueError("score: no sentences to score; give at least one hypothesis")
     scores = corpus_scores(hypotheses, references)
     lowercase = bleu_metric(lowercase=True).corpus_score(list(hypotheses), [list(references)])
     cased = scores.bleu

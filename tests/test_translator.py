@@ -827,6 +827,25 @@ def test_evaluate_refuses_references_it_cannot_score_before_decoding(
     assert generated.hypotheses == translator.translate(["ein mann ."], beam_size=1)
 
 
+@pytest.mark.parametrize(
+    ("hypotheses", "references", "error", "message"),
+    [
+        ("A man rides.", "A dog rides.", TypeError, r"give a list of translations, e.g."),
+        ([], [], ValueError, "score: no sentences to score"),
+        (["a"], ["a", "b"], ValueError, "1 hypotheses but 2 references"),
+    ],
+    ids=["one-string-each", "nothing", "counts"],
+)
+def test_score_refuses_what_it_cannot_score(hypotheses, references, error, message) -> None:
+    """`score` scored two strings character by character (BLEU 0.0, no error), and no
+    sentences in sacreBLEU's IndexError; `evaluate` already refused both."""
+    from minitx.evaluation import score
+
+    with pytest.raises(error, match=message):
+        score(hypotheses, references)
+    assert score(["a man rides ."], ["a man rides ."]).bleu == pytest.approx(100.0)
+
+
 def test_translate_returns_the_best_of_n_best(translator: Translator) -> None:
     """`translate` with `n_best` returns the first of `translate_n_best`'s hypotheses, best
     first: the best-scoring of n samples (it set n_best to 1 without a word, so asking for 4
