@@ -449,6 +449,7 @@ class Translator:
         `translate_n_best`'s.
         """
         config = DecodingConfig.from_arguments(decoding, **changes)
+        _check_batching(batch_size, None)
         self._check_source_ids(ids)
         results = self._decode(ids, config, batch_size)
         return [[] if hyps is None else _without_specials(hyps[0].tokens) for hyps in results]

@@ -933,3 +933,5 @@ def test_bad_batching_arguments_are_refused_before_any_sentence_is_read(
     if "batch_size" in arguments:
         with pytest.raises(error, match=message):
             translator.align(sentences, sentences, **arguments)
+        with pytest.raises(error, match=message):  # ran, whatever the batch size (0, -1)
+            translator.translate_ids([[5, 6]], beam_size=1, **arguments)

@@ -175,8 +175,8 @@ def translate_for_page(
 ) -> tuple[str, list[list[Any]], str]:
     """What the page shows for one sentence, as typed (`strategy` and `beam_size` as
     `decoding_for` reads them): the translation, the n-best rows (rank, score, translation;
-    the strategy's `width` hypotheses, best first: the whole beam; greedy: one row, score
-    None) and the attention viewer's iframe.
+    the strategy's `width` hypotheses, best first: the whole beam; greedy: one row, with its
+    log-probability) and the attention viewer's iframe.
 
     Raises:
         InputTooLongError: over the limits (`check_sentence_length`); nothing is translated.
