@@ -74,7 +74,13 @@ def causal_mask(tq: int, tk: int | None = None, *, device: torch.device | None =
 
 def padding_mask(ids: Tensor, pad_id: int = 0) -> Tensor:
     """Key padding mask from token ids (B, T): True at real tokens, (B, 1, 1, T) so that it
-    broadcasts over heads and queries."""
+    broadcasts over heads and queries.
+
+    Raises:
+        ValueError: `ids` is not (B, T) (one sentence goes in as ids[None]).
+    """
+    if ids.dim() != 2:
+        raise ValueError(f"padding_mask: ids {tuple(ids.shape)}: give (B, T), e.g. ids[None]")
     return (ids != pad_id)[:, None, None, :]
 
 
@@ -177,7 +183,12 @@ def split_heads(x: Tensor, n_heads: int) -> Tensor:
     """(B, T, D) -> (B, H, T, D/H): view as (B, T, H, D/H), then transpose.
 
     Viewing straight to (B, H, T, D/H) would mix positions across heads.
+
+    Raises:
+        ValueError: `x` is not 3-D, or `n_heads` does not divide its width.
     """
+    if x.dim() != 3:
+        raise ValueError(f"split_heads: x {tuple(x.shape)}: give (B, T, D)")
     b, t, d = x.shape
     if n_heads < 1 or d % n_heads:  # n_heads=0 failed as a ZeroDivisionError
         raise ValueError(f"split_heads: n_heads={n_heads} must be >= 1 and divide the width {d}")
@@ -185,7 +196,13 @@ def split_heads(x: Tensor, n_heads: int) -> Tensor:
 
 
 def merge_heads(x: Tensor) -> Tensor:
-    """(B, H, T, Dh) -> (B, T, H*Dh): the exact inverse of `split_heads`."""
+    """(B, H, T, Dh) -> (B, T, H*Dh): the exact inverse of `split_heads`.
+
+    Raises:
+        ValueError: `x` is not 4-D.
+    """
+    if x.dim() != 4:
+        raise ValueError(f"merge_heads: x {tuple(x.shape)}: give (B, H, T, Dh)")
     b, h, t, dh = x.shape
     return x.transpose(1, 2).reshape(b, t, h * dh)
 
@@ -243,7 +260,9 @@ class MultiHeadAttention(nn.Module):
         positions: nn.Module | None = None,
     ) -> None:
         super().__init__()
-        whole = all(isinstance(n, int) and n >= 1 for n in (d_model, n_heads))
+        whole = all(  # a bool is an int: MultiHeadAttention(8, True) had one head
+            isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in (d_model, n_heads)
+        )
         if not whole or d_model % n_heads:  # n_heads 0: a ZeroDivisionError; -2: d_head -4
             raise ValueError(
                 f"d_model ({d_model}) must be divisible by n_heads ({n_heads}), both whole "

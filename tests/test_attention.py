@@ -791,6 +791,19 @@ def test_a_mask_that_fits_neither_queries_nor_keys_is_refused():
         mha(torch.randn(2, 5, 8), mask=torch.ones(2, 1, 1, 3, dtype=torch.bool))
 
 
+def test_the_shape_helpers_name_a_wrong_rank() -> None:
+    """1-D ids in padding_mask, a 2-D x in split_heads and a 3-D one in merge_heads failed as
+    IndexError or "not enough values to unpack"; a bool head count built one head."""
+    with pytest.raises(ValueError, match=r"padding_mask: ids \(3,\): give \(B, T\)"):
+        padding_mask(torch.tensor([1, 2, 0]))
+    with pytest.raises(ValueError, match=r"split_heads: x \(5, 8\): give \(B, T, D\)"):
+        split_heads(torch.randn(5, 8), 2)
+    with pytest.raises(ValueError, match=r"merge_heads: x \(2, 5, 8\): give \(B, H, T, Dh\)"):
+        merge_heads(torch.randn(2, 5, 8))
+    with pytest.raises(ValueError, match="must be divisible by n_heads"):
+        MultiHeadAttention(8, True)
+
+
 def test_kv_cache_reorder_then_continue_equals_reordered_full_pass():
     """Beam-search style: decode 2 steps, reorder rows, decode a third: equal to a full pass
     over the reordered rows."""
