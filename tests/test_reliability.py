@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 import torch
@@ -1190,6 +1191,54 @@ def test_a_stop_during_a_validation_stops_after_it_and_the_resume_goes_on(
     if cadence == "mid-epoch":  # at an epoch's end Lightning runs the epoch's end hooks again
         said = capsys.readouterr()
         assert "could not find the monitored key" not in said.out + said.err
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+@pytest.mark.parametrize("when", ["twice-in-a-validation", "in-the-update-before-it"])
+def test_a_validation_a_stop_cuts_short_is_left_out_not_logged_with_part_of_its_batches(
+    signum: int, when: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A second signal inside a validation step, or one in the update before a validation
+    (which Lightning's SIGTERM handling then cuts short): the resume leaves that validation out,
+    and every validation it logs holds the scores of a run that never stopped. A second signal
+    stopped inside the step: Lightning's resume ran the validation's remaining number of
+    batches, from the loader's start, and logged their scores as the validation's."""
+    monkeypatch.chdir(tmp_path)
+    args = TINY + ["--trainer.enable_progress_bar", "false", "--trainer.max_epochs", "5"]
+    args += ["--trainer.max_steps", "46", "--test", "false", "--data.eval_max_tokens", "64"]
+    args += ["--model.validation.validations_per_run", "4"]  # at updates 12, 24, 36 and 46
+    main(args + ["--run_name", "uninterrupted"])
+    (uninterrupted,) = run_dirs(tmp_path, "uninterrupted")
+    scores = [(r["step"], r["val/loss"], r["val/bleu"]) for r in metrics(uninterrupted)]
+    scores = [score for score in scores if score[1]]
+    assert len(scores) == 4
+
+    def signals_in(patch: pytest.MonkeyPatch, name: str, step: int, times: int) -> None:
+        """`times` signals, each inside a call of `TranslationModule.<name>` at `step`."""
+        original, sent = getattr(TranslationModule, name), []
+
+        def with_a_signal(self: TranslationModule, batch: Any, batch_idx: int) -> Any:
+            if self.global_step == step and len(sent) < times and not self.trainer.sanity_checking:
+                sent.append(batch_idx)
+                os.kill(os.getpid(), signum)
+            return original(self, batch, batch_idx)
+
+        patch.setattr(TranslationModule, name, with_a_signal)
+
+    with monkeypatch.context() as patch:  # undone before the resume
+        if when == "twice-in-a-validation":
+            signals_in(patch, "validation_step", step=12, times=2)  # its first two batches of 4
+        else:
+            signals_in(patch, "training_step", step=11, times=1)  # the 12th update
+        with pytest.raises(SystemExit) as exit_info:
+            main(args)
+    assert exit_info.value.code == (143 if signum == signal.SIGTERM else 130)
+    (run_dir,) = run_dirs(tmp_path, "tiny")
+    resumed = main(args + ["--ckpt_path", "last"])
+    assert resumed.trainer.global_step == 46
+    rows = metrics(run_dir)
+    assert [(r["step"], r["val/loss"], r["val/bleu"]) for r in rows if r["val/loss"]] == scores[1:]
+    assert [int(r["step"]) for r in rows if r.get("train/loss")] == list(range(46))
 
 
 def test_an_interrupted_test_exits_130_and_the_resume_runs_it(

@@ -11,7 +11,7 @@ import signal
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import lightning as L
 import matplotlib.image
@@ -342,9 +342,12 @@ class CheckpointOnInterrupt(L.Callback):
         self._passing = False  # `_hand_over` is calling Lightning's handler, which calls ours
         self._previous: dict[int, Any] = {}  # the handlers to put back after the fit
         self._lightning_sigterm: Any = None  # Lightning's SIGTERM handler, once ours is in front
+        self._validating = False  # inside a validation of the fit (not the sanity check)
+        self._cut: int | None = None  # a second signal inside one: acted on after its batch
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.stop_signal, self._handed_over, self._lightning_sigterm = None, False, None
+        self._validating, self._cut = False, None
         main_thread = threading.current_thread() is threading.main_thread()
         if trainer.world_size == 1 and main_thread:  # signal handlers: main thread only
             for signum in (signal.SIGINT, signal.SIGTERM):
@@ -362,8 +365,15 @@ class CheckpointOnInterrupt(L.Callback):
     def _note_signal(self, signum: int, frame: Any) -> None:
         if self._passing:
             return
-        if self.stop_signal is not None:  # the second one: stop now
-            raise KeyboardInterrupt if signum == signal.SIGINT else SIGTERMException
+        if self.stop_signal is not None and self._validating and self._cut is None:
+            # After the batch, not inside the validation step: stopped there, Lightning's
+            # resume ran the validation's remaining number of batches, from its loader's start,
+            # and logged their scores as the validation's. Cut between two batches, the resume
+            # leaves it out (the training guide, "Resuming").
+            self._cut = signum
+            return
+        if self.stop_signal is not None:  # the second one (a third in a validation): stop now
+            _raise_for(signum)
         self.stop_signal = signum
         what = "Ctrl-C" if signum == signal.SIGINT else "SIGTERM"
         print_stop(
@@ -412,7 +422,15 @@ class CheckpointOnInterrupt(L.Callback):
         if updated and not epoch_end and not _run_ends_here(trainer):
             self._hand_over(after_logging=True)
 
+    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._validating = trainer.state.fn == TrainerFn.FITTING and not trainer.sanity_checking
+
+    def on_validation_batch_end(self, trainer: L.Trainer, *args: Any, **kwargs: Any) -> None:
+        if self._cut is not None:
+            _raise_for(self._cut)
+
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._validating = False
         fitting = trainer.state.fn == TrainerFn.FITTING and not trainer.sanity_checking
         stopping = self.stop_signal is not None and not self._handed_over
         if fitting and stopping and not _run_ends_here(trainer):
@@ -428,7 +446,7 @@ class CheckpointOnInterrupt(L.Callback):
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self.stop_signal is not None and not self._handed_over:
             self._restore_handlers()
-            raise KeyboardInterrupt if self.stop_signal == signal.SIGINT else SIGTERMException
+            _raise_for(self.stop_signal)
 
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         self._restore_handlers()
@@ -469,6 +487,11 @@ class CheckpointOnInterrupt(L.Callback):
             path,
             shlex.quote(str(path)),
         )
+
+
+def _raise_for(signum: int) -> NoReturn:
+    """Stop the fit at once for a Ctrl-C (SIGINT) or a SIGTERM."""
+    raise KeyboardInterrupt if signum == signal.SIGINT else SIGTERMException
 
 
 class ValidateAtEnd(L.Callback):
