@@ -1241,31 +1241,43 @@ def test_a_validation_a_stop_cuts_short_is_left_out_not_logged_with_part_of_its_
     assert [int(r["step"]) for r in rows if r.get("train/loss")] == list(range(46))
 
 
-def test_an_interrupted_test_exits_130_and_the_resume_runs_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_an_interrupted_test_exits_130_or_143_and_the_resume_runs_it(
+    signum: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
-    """Ctrl-C during the test after training: status 130 with a note, and a resume, with
-    nothing left to train, prints the best checkpoint (from the saved checkpoint state) and
-    runs the test."""
+    """Ctrl-C or SIGTERM during the test after training, in its second decoding: status 130 /
+    143 with a note, no test score logged, and a resume, with nothing left to train, prints
+    the best checkpoint (from the saved checkpoint state) and runs the test, whose scores are
+    logged once. A SIGTERM there ended the process unsaid (SIGTERM's default), and the first
+    decoding's scores, logged at once, were logged again by the resume."""
     monkeypatch.chdir(tmp_path)
     args = TINY + ["--trainer.enable_progress_bar", "false", "--trainer.max_epochs", "1"]
+    decodings, evaluate = [], evaluation.evaluate
 
-    def interrupted(*args, **kwargs):
-        raise KeyboardInterrupt
+    def stopped_in_the_second(*args: Any, **kwargs: Any) -> Any:
+        decodings.append(args[3].strategy)
+        if len(decodings) == 2:
+            # else the SIGTERM would end the test run: Python's default for it
+            assert callable(signal.getsignal(signum)), "a signal here ends the process unsaid"
+            signal.raise_signal(signum)
+        return evaluate(*args, **kwargs)
 
     with monkeypatch.context() as patch:
-        patch.setattr(evaluation, "evaluate", interrupted)
+        patch.setattr(evaluation, "evaluate", stopped_in_the_second)
         try:
             main(args)
         except KeyboardInterrupt:
-            pytest.fail("Ctrl-C during the test ended the command with a traceback")
+            pytest.fail("a stop during the test ended the command with a traceback")
         except SystemExit as exit_info:
-            assert exit_info.code == 130
+            assert exit_info.code == (143 if signum == signal.SIGTERM else 130)
         else:
             pytest.fail("the interrupted command exited 0")
-    assert "test interrupted" in capsys.readouterr().err
+    what = "terminated (SIGTERM)" if signum == signal.SIGTERM else "interrupted (Ctrl-C)"
+    assert f"test {what}" in capsys.readouterr().err
+    assert decodings == ["greedy", "beam"]
     (run_dir,) = run_dirs(tmp_path)
-    assert not (run_dir / "test.greedy.hyp").exists()
+    assert not [r for r in metrics(run_dir) if r.get("test/bleu_greedy")]
+    assert not (run_dir / "test.beam5.hyp").exists()
 
     resumed = main(args + ["--ckpt_path", "last"])
     out = capsys.readouterr().out
@@ -1273,6 +1285,8 @@ def test_an_interrupted_test_exits_130_and_the_resume_runs_it(
     assert best.is_file() and best.name.startswith("epoch00") and f"best checkpoint: {best}" in out
     assert "test (10 sentences), best checkpoint:" in out
     assert len((run_dir / "test.beam5.hyp").read_text(encoding="utf-8").splitlines()) == 10
+    tested = [r for r in metrics(run_dir) if r.get("test/bleu_greedy") or r.get("test/bleu_beam5")]
+    assert len(tested) == 1 and tested[0]["test/bleu_greedy"] and tested[0]["test/bleu_beam5"]
 
 
 def test_the_training_test_hypotheses_stay_line_aligned_with_the_test_split(

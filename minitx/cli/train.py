@@ -1284,13 +1284,16 @@ def _train_and_test(args: list[str] | None) -> MinitxCLI:
     if cli.config.test and tested and trainer.is_global_zero:
         which = f"averaged checkpoint {averaged}" if averaged else "best checkpoint"
         try:
-            _test(cli, Path(tested), which, Path(run_dir))
-        except KeyboardInterrupt:
+            with sigterm_raises():  # else SIGTERM's default ended the process unsaid
+                _test(cli, Path(tested), which, Path(run_dir))
+        except KeyboardInterrupt as exc:  # `Terminated` for a SIGTERM
+            sigterm = isinstance(exc, Terminated)
             print_stop(
-                "test interrupted: the training is finished and saved; the same command with "
-                "--ckpt_path last runs the test again"
+                f"test {'terminated (SIGTERM)' if sigterm else 'interrupted (Ctrl-C)'}: the "
+                "training is finished and saved; the same command with --ckpt_path last runs "
+                "the test again"
             )
-            raise SystemExit(EXIT_SIGINT) from None
+            raise SystemExit(EXIT_SIGTERM if sigterm else EXIT_SIGINT) from None
     return cli
 
 
@@ -1309,6 +1312,7 @@ def _test(cli: MinitxCLI, checkpoint: Path, which: str, run_dir: Path) -> None:
     unscored = split.n_lines - len(split.sources)
     note = f"; {unscored} of {split.n_lines} lines not scored: an empty side" if unscored else ""
     print(f"test ({len(split.sources)} sentences{note}), {which}:")
+    scores: dict[str, float] = {}
     with each_warning_once():  # the sources are read once per decoding
         for decoding in (DecodingConfig(strategy="greedy"), DecodingConfig()):
             result = evaluate(translator, split.sources, split.references, decoding)
@@ -1317,10 +1321,12 @@ def _test(cli: MinitxCLI, checkpoint: Path, which: str, run_dir: Path) -> None:
             print(f"  {result.summary()}")
             print(f"  hypotheses written to {hyp_path}")
             figures = result.as_dict()
-            scores = {f"test/{key}_{decoding.file_tag}": figures[key] for key in TEST_METRICS}
-            for lg in trainer.loggers:  # beside the validation curves, in every logger
-                lg.log_metrics(scores, step=trainer.global_step)
-                lg.save()
+            scores |= {f"test/{key}_{decoding.file_tag}": figures[key] for key in TEST_METRICS}
+    # All at once: a test stopped between its decodings logs nothing, and the resume's test
+    # logs each score once.
+    for lg in trainer.loggers:  # beside the validation curves, in every logger
+        lg.log_metrics(scores, step=trainer.global_step)
+        lg.save()
 
 
 def _test_split(datamodule: TranslationDataModule) -> Split:
