@@ -894,9 +894,17 @@ def test_every_console_script_starts_through_the_guarded_launcher() -> None:
         assert function in ("main", "run") and module.startswith("minitx."), name
 
 
-def test_ctrl_c_during_the_imports_is_one_line_and_status_130(tmp_path: Path) -> None:
-    """A Ctrl-C while `minitx-train` imports torch and Lightning (seconds): one line, status
-    130, no traceback through the libraries."""
+@pytest.mark.parametrize(
+    ("signum", "status", "what"),
+    [(signal.SIGINT, 130, "interrupted (Ctrl-C)"), (signal.SIGTERM, 143, "terminated (SIGTERM)")],
+    ids=["ctrl-c", "sigterm"],
+)
+def test_a_stop_during_the_imports_is_one_line_and_status_130_or_143(
+    signum: int, status: int, what: str, tmp_path: Path
+) -> None:
+    """A Ctrl-C or SIGTERM while `minitx-train` imports torch and Lightning (seconds): one
+    line, status 130 / 143, no traceback through the libraries. A SIGTERM there ended the
+    process unsaid (its default)."""
     code = "import sys; from minitx.cli import launch; print('ready', flush=True); "
     code += "sys.exit(launch.train())"
     proc = subprocess.Popen(
@@ -910,10 +918,10 @@ def test_ctrl_c_during_the_imports_is_one_line_and_status_130(tmp_path: Path) ->
     assert proc.stdout.readline() == "ready\n"
     # Into the command's imports (microseconds away), which take seconds: torch, Lightning.
     time.sleep(0.5)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(signum)
     out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130, err[-2000:]
-    assert err.strip() == "interrupted (Ctrl-C) while starting: nothing was done"
+    assert proc.returncode == status, err[-2000:]
+    assert err.strip() == f"{what} while starting: nothing was done"
     assert out == ""
 
 

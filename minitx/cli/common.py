@@ -308,15 +308,19 @@ def _detach_stdout() -> None:
 
 
 def stop_while_starting(signum: int, frame: object) -> NoReturn:
-    """The SIGINT handler while a command starts (`minitx.cli.launch`): one line and status
-    130, at once.
+    """The SIGINT and SIGTERM handler while a command starts (`minitx.cli.launch`): one line
+    and status 130 / 143, at once (SIGTERM's default ended the process unsaid).
 
     Not a KeyboardInterrupt: raised inside a library's half-done import, it can leave that
     library broken, and what surfaces is another error (numpy's, as a RecursionError). Only
     imports and argument parsing have run, so there is nothing to save or remove.
     """
-    print_stop("interrupted (Ctrl-C) while starting: nothing was done")
-    os._exit(EXIT_SIGINT)
+    sigterm = signum == signal.SIGTERM
+    print_stop(
+        f"{'terminated (SIGTERM)' if sigterm else 'interrupted (Ctrl-C)'} while starting: "
+        "nothing was done"
+    )
+    os._exit(EXIT_SIGTERM if sigterm else EXIT_SIGINT)
 
 
 def check_stdout() -> None:
@@ -404,6 +408,8 @@ def work_begins() -> None:
     if threading.current_thread() is threading.main_thread():
         if signal.getsignal(signal.SIGINT) is stop_while_starting:
             signal.signal(signal.SIGINT, signal.default_int_handler)
+        if signal.getsignal(signal.SIGTERM) is stop_while_starting:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _terminate(signum: int, frame: object) -> NoReturn:

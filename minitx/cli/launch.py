@@ -3,7 +3,8 @@
 A command's module imports torch and Lightning, and its parser imports more: seconds on a
 small CPU. A Ctrl-C in those seconds would end in a traceback through the libraries' imports,
 so each entry point starts its command under a guard that ends as a Ctrl-C during the work
-does: one line and exit status 130. The guard stays until the command's work begins
+does: one line and exit status 130 (143 for a SIGTERM, whose default ended the process
+unsaid). The guard stays until the command's work begins
 (`common.work_begins`, called by `common.run_cli` and by training's entry), so it covers
 the parser's imports too.
 """
@@ -37,20 +38,25 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 def launch(name: str) -> int:
     """Import the command ``minitx-NAME``, run it and return what it returns (the exit
-    status); 130 and one line on standard error when Ctrl-C comes before its work begins
-    (the imports, building and parsing its command line)."""
+    status); 130 (143) and one line on standard error when Ctrl-C (SIGTERM) comes before its
+    work begins (the imports, building and parsing its command line)."""
     if sys.stderr is None:  # closed (2>&-): its messages are dropped, the work goes on
         sys.stderr = open(os.devnull, "w")  # noqa: SIM115 (open for the process's life)
     keep_freed_memory()  # a step's tensors reuse the last step's pages (allocator.py)
     module, function = COMMANDS[name]
     guard = threading.current_thread() is threading.main_thread()  # where signals are handled
-    previous = signal.signal(signal.SIGINT, stop_while_starting) if guard else None
+    stops = (signal.SIGINT, signal.SIGTERM)
+    previous = {signum: signal.signal(signum, stop_while_starting) for signum in stops if guard}
     try:
         return getattr(importlib.import_module(module), function)()
     finally:
-        if guard and signal.getsignal(signal.SIGINT) is stop_while_starting:
-            # None: a handler not set from Python; Python's own stands in
-            signal.signal(signal.SIGINT, previous or signal.default_int_handler)
+        for signum, handler in previous.items():
+            if signal.getsignal(signum) is stop_while_starting:
+                # None: a handler not set from Python; Python's own stands in
+                python_own = (
+                    signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL
+                )
+                signal.signal(signum, handler or python_own)
 
 
 # The console scripts, one per command: `minitx-train` is `launch("train")`, and so on.
