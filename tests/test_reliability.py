@@ -1167,7 +1167,8 @@ def test_a_stop_during_a_validation_stops_after_it_and_the_resume_goes_on(
     other points once each. A SIGTERM cut the validation short (Lightning's handler, put
     around minitx's, acted on it at the batch's end), and a Ctrl-C stopped before the best
     checkpoint was saved; the resume then ran the validation's end again, without scores
-    (Lightning's warning that the monitored key is missing)."""
+    (Lightning's warning that the monitored key is missing). The validation's progress line
+    and examples were not printed."""
     monkeypatch.chdir(tmp_path)
     args = TINY + ["--trainer.enable_progress_bar", "false", "--trainer.max_epochs", "5"]
     args += ["--trainer.max_steps", "46", "--test", "false"]
@@ -1181,7 +1182,9 @@ def test_a_stop_during_a_validation_stops_after_it_and_the_resume_goes_on(
     (run_dir,) = run_dirs(tmp_path)
     assert [int(r["step"]) + 1 for r in metrics(run_dir) if r.get("val/loss")] == validated[:1]
     assert [p.name for p in (run_dir / "checkpoints").glob("epoch*.ckpt")]  # the best so far
-    capsys.readouterr()
+    out = capsys.readouterr().out  # that validation's examples, and its line inside an epoch
+    assert f"validation examples, epoch 1 (step {validated[0]}," in out
+    assert cadence == "epoch-end" or f"epoch 1/5 validation | step {validated[0]}/46 |" in out
 
     resumed = main(args + ["--ckpt_path", "last"])
     assert resumed.trainer.global_step == 46

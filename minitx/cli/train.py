@@ -1031,6 +1031,10 @@ class MinitxCLI(LightningCLI):
         if plain:  # last, so that TokenThroughput has measured the epoch already
             trainer.callbacks.append(PlainProgress())
         trainer.callbacks.append(ValidationExamples())  # its block follows the epoch line
+        # After them (Lightning runs the checkpoint callbacks last): a stop at a validation's
+        # end comes once that validation's progress line and examples are printed.
+        stops = [cb for cb in trainer.callbacks if isinstance(cb, CheckpointOnInterrupt)]
+        trainer.callbacks = [cb for cb in trainer.callbacks if cb not in stops] + stops
         return trainer
 
     def _validation_cadence(self, trainer_config: Any) -> dict[str, Any]:

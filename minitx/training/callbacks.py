@@ -322,6 +322,9 @@ class ValidationExamples(L.Callback):
     def on_train_batch_start(self, trainer: L.Trainer, *args: Any, **kwargs: Any) -> None:
         self._show_pending()  # a validation inside the epoch: after its own line
 
+    def on_exception(self, trainer: L.Trainer, *args: Any, **kwargs: Any) -> None:
+        self._show_pending()  # e.g. a stop right after the validation
+
 
 class CheckpointOnInterrupt(L.Callback):
     """Stop between two updates on Ctrl-C or SIGTERM, not inside a validation; save
