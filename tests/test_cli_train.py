@@ -14,6 +14,8 @@ import os
 import re
 import subprocess
 import sys
+import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -789,6 +791,51 @@ def test_a_corpus_error_under_ddp_is_one_line_not_buried_by_the_other_rank(
     assert "Traceback" not in result.stderr and "rank1" not in result.stderr, result.stderr
     errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1 and "train.jsonl: line 61 is not valid JSON" in errors[0], errors
+
+
+def test_a_sigterm_while_ddp_starts_its_processes_ends_them_all_and_says_so(
+    tmp_path: Path,
+) -> None:
+    """A SIGTERM to the first process after it started the second and before training (while
+    they connect): one line, status 143, the second process ended and the new run directory
+    removed. SIGTERM's default ended the first process unsaid, its directory left, and the
+    second waited for it (gloo's timeout: 30 minutes)."""
+    script = tmp_path / "train_then_sigterm.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import os, signal, sys, time
+            from lightning.pytorch.strategies import DDPStrategy
+            from minitx.cli.launch import train
+
+            connect = DDPStrategy.setup_environment
+
+            def sigterm_first(self):  # the second process is started by now
+                if os.environ["LOCAL_RANK"] == "0":  # the first process (its launcher's)
+                    os.kill(os.getpid(), signal.SIGTERM)
+                    time.sleep(5)  # the handler runs here
+                connect(self)
+
+            DDPStrategy.setup_environment = sigterm_first
+            sys.exit(train())
+            """
+        ),
+        encoding="utf-8",
+    )
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    cmd = [
+        sys.executable, str(script), *TINY, "--trainer.enable_progress_bar", "false",
+        "--trainer.strategy", "ddp", "--trainer.devices", "2", "--trainer.accelerator", "cpu",
+    ]  # fmt: skip
+    # a real process: Lightning starts the second by running the first's command line again
+    result = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
+    assert result.returncode == 143, result.stderr[-3000:]
+    last = result.stderr.strip().splitlines()[-1]
+    assert last == "terminated (SIGTERM) before training began: nothing was trained"
+    assert run_dirs(tmp_path) == []
+    time.sleep(1)  # Lightning's kill reaches the second process
+    found = subprocess.run(["pgrep", "-f", str(script)], capture_output=True, text=True)
+    assert found.stdout.strip() == "", "the second process still runs"
 
 
 def test_ddp_two_cpu_processes(tmp_path: Path) -> None:

@@ -416,14 +416,26 @@ def _terminate(signum: int, frame: object) -> NoReturn:
     raise Terminated
 
 
+def _terminate_unless_replaced(signum: int, frame: object) -> None:
+    if signal.getsignal(signal.SIGTERM) is _terminate_unless_replaced:
+        raise Terminated
+    # else called by the handler a library put in front of it, which handles the signal
+
+
 @contextlib.contextmanager
-def sigterm_raises() -> Iterator[None]:
+def sigterm_raises(*, until_replaced: bool = False) -> Iterator[None]:
     """Inside the block a SIGTERM raises `Terminated` (in the main thread; elsewhere no signal
     handler can be set), so that the command can say what it stopped and exit clean; after
-    it, the handlers from before are back (`signal_handlers_kept`)."""
+    it, the handlers from before are back (`signal_handlers_kept`).
+
+    `until_replaced`: only while no other handler has taken its place; a library's own
+    (Lightning's under DDP, which calls the one it found too) then handles the signal alone.
+    """
     with signal_handlers_kept():
         if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, _terminate)
+            signal.signal(
+                signal.SIGTERM, _terminate_unless_replaced if until_replaced else _terminate
+            )
         yield
 
 

@@ -55,7 +55,6 @@ from minitx.cli.common import (
     reader_gone,
     report_user_error,
     show_library_warnings,
-    signal_handlers_kept,
     sigterm_raises,
     work_begins,
 )
@@ -1165,21 +1164,28 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-def _remove_unstarted_run(cli: MinitxCLI) -> None:
+def _remove_unstarted_run(cli: MinitxCLI, *, collective: bool = True) -> None:
     """Remove the new run directory minitx claimed for a fit that made no update: not a
-    resumed run's, nor one the user's own logger names. A collective under DDP: every rank
-    calls it."""
-    log_dir = run_directory(cli.trainer)
+    resumed run's, nor one the user's own logger names. A `collective` under DDP: every rank
+    calls it; else the first process alone, the others ended."""
     ours = getattr(cli, "default_loggers", False) and cli.resume_path is None
+    if not collective:
+        if ours:
+            shutil.rmtree(cli.run_root / cli.run_version, ignore_errors=True)
+        return
+    log_dir = run_directory(cli.trainer)
     if cli.trainer.is_global_zero and ours and log_dir:
         shutil.rmtree(log_dir, ignore_errors=True)
 
 
-def _stopped_before_training(what: str, cli: MinitxCLI | None = None) -> None:
+def _stopped_before_training(
+    what: str, cli: MinitxCLI | None = None, *, alone: bool = True
+) -> None:
     """Say that a stop (`what`: its signal) came before the first update, so nothing was
-    trained; once the fit has begun (`cli` given), remove its new run directory too."""
+    trained; once the fit has begun (`cli` given), remove its new run directory too (under
+    DDP, not `alone`, once Lightning has ended the other processes)."""
     if cli is not None:
-        _remove_unstarted_run(cli)
+        _remove_unstarted_run(cli, collective=alone)
     print_stop(f"{what} before training began: nothing was trained")
 
 
@@ -1218,8 +1224,10 @@ def _train_and_test(args: list[str] | None) -> MinitxCLI:
     alone = trainer.world_size == 1  # under DDP, Lightning handles the signals on every rank
     try:
         # Until CheckpointOnInterrupt sets its handlers (on_fit_start, after the data is
-        # prepared), a SIGTERM raises Terminated, as above: else it ended the process unsaid.
-        with warnings.catch_warnings(), sigterm_raises() if alone else signal_handlers_kept():
+        # prepared), or under DDP Lightning its own (the processes started), a SIGTERM raises
+        # Terminated, as above: else it ended the process unsaid, and the other processes
+        # waited for it.
+        with warnings.catch_warnings(), sigterm_raises(until_replaced=not alone):
             # Lightning 2.6 builds pytree leaves in a way torch 2.13 deprecates: harmless, and
             # it would open every training log.
             warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)`")
@@ -1258,9 +1266,12 @@ def _train_and_test(args: list[str] | None) -> MinitxCLI:
     except SystemExit as exc:  # Lightning ends a Ctrl-C interrupted fit with sys.exit(1)
         if trainer.interrupted and exc.code == 1:
             sigterm = isinstance(exc.__context__, Terminated)  # ours, a KeyboardInterrupt too
+            what = "terminated (SIGTERM)" if sigterm else "interrupted (Ctrl-C)"
             if alone and trainer.global_step in (0, resumed_at):  # while the data was prepared
-                what = "terminated (SIGTERM)" if sigterm else "interrupted (Ctrl-C)"
                 _stopped_before_training(what, cli)
+            elif not alone and _rank() == 0 and trainer.global_step in (0, resumed_at):
+                # while the processes started: Lightning has ended the others (no collective)
+                _stopped_before_training(what, cli, alone=False)
             raise SystemExit(EXIT_SIGTERM if sigterm else EXIT_SIGINT) from None
         raise
     minutes = (time.perf_counter() - start) / 60
