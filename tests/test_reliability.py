@@ -1292,6 +1292,43 @@ def test_an_interrupted_test_exits_130_or_143_and_the_resume_runs_it(
     assert len(tested) == 1 and tested[0]["test/bleu_greedy"] and tested[0]["test/bleu_beam5"]
 
 
+def test_a_finished_run_with_averaging_resumed_tests_its_average_again_and_logs_it_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """A run with `averaging.last_n` resumed when finished (nothing left to train: it was
+    stopped in its test, say) tests the average it wrote at its end, as the run did; its test
+    scores are in the history once. It tested the best checkpoint, which replaced the test's
+    hypotheses, and added a second row of test scores. Without the average, a note says that
+    the best checkpoint is tested."""
+    monkeypatch.chdir(tmp_path)
+    args = TINY + ["--trainer.enable_progress_bar", "false", "--trainer.max_epochs", "2"]
+    args += ["--averaging.last_n", "2"]
+
+    def tested(run_dir: Path) -> list[dict[str, str]]:
+        keys = ("test/bleu_greedy", "test/chrf_greedy", "test/bleu_beam5", "test/chrf_beam5")
+        return [{k: r[k] for k in keys} for r in metrics(run_dir) if r.get("test/bleu_greedy")]
+
+    main(args)
+    (run_dir,) = run_dirs(tmp_path)
+    averaged = run_dir / "checkpoints" / "averaged.ckpt"
+    said = f"averaged checkpoint {averaged.relative_to(tmp_path)}:"
+    assert said in capsys.readouterr().out
+    scores, hypotheses = tested(run_dir), (run_dir / "test.greedy.hyp").read_text()
+    assert len(scores) == 1
+
+    main(args + ["--ckpt_path", "last"])
+    assert said in capsys.readouterr().out
+    assert tested(run_dir) == scores
+    assert (run_dir / "test.greedy.hyp").read_text() == hypotheses
+
+    averaged.unlink()
+    main(args + ["--ckpt_path", "last"])
+    said = capsys.readouterr()
+    assert "test (10 sentences), best checkpoint:" in said.out
+    assert "note: no averaged checkpoint of this run's end" in said.err
+    assert len(tested(run_dir)) == 1
+
+
 def test_the_training_test_hypotheses_stay_line_aligned_with_the_test_split(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:

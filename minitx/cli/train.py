@@ -89,6 +89,7 @@ from minitx.training.callbacks import (
 )
 from minitx.training.checkpoint_io import AtomicCheckpointIO
 from minitx.training.loggers import (
+    TEST_PREFIX,
     ContinuingCSVLogger,
     continuing_loggers,
     purge_step,
@@ -1283,9 +1284,24 @@ def _train_and_test(args: list[str] | None) -> MinitxCLI:
             f"fit finished in {minutes:.1f} min{note}; "
             f"best checkpoint: {best or '(none)'}; run dir: {run_dir or '(none)'}"
         )
-    averaged = next(
-        (c.written for c in trainer.callbacks if isinstance(c, CheckpointAveraging)), None
-    )
+    averaging = next((c for c in trainer.callbacks if isinstance(c, CheckpointAveraging)), None)
+    averaged = averaging.written if averaging else None
+    if (
+        averaging
+        and averaging.last_n
+        and not averaged
+        and cli.resume_path
+        and trainer.is_global_zero
+    ):
+        if trainer.global_step == resumed_at:  # a finished run resumed: what it wrote then
+            averaged = averaging.written_at_the_end(trainer)
+        if not averaged:
+            print(
+                f"note: no averaged checkpoint of this run's end (averaging.last_n "
+                f"{averaging.last_n}: it averages the epochs a run trains since it started or "
+                "resumed, and this one trained none); the test takes the best checkpoint",
+                file=sys.stderr,
+            )
     tested = averaged or best  # what the user would ship: the average when averaging is on
     if cli.config.test and not tested and trainer.is_global_zero:
         callback = trainer.checkpoint_callback
@@ -1336,7 +1352,8 @@ def _test(cli: MinitxCLI, checkpoint: Path, which: str, run_dir: Path) -> None:
             print(f"  {result.summary()}")
             print(f"  hypotheses written to {hyp_path}")
             figures = result.as_dict()
-            scores |= {f"test/{key}_{decoding.file_tag}": figures[key] for key in TEST_METRICS}
+            tag = decoding.file_tag
+            scores |= {f"{TEST_PREFIX}{key}_{tag}": figures[key] for key in TEST_METRICS}
     # All at once: a test stopped between its decodings logs nothing, and the resume's test
     # logs each score once.
     for lg in trainer.loggers:  # beside the validation curves, in every logger

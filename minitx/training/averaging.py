@@ -12,7 +12,7 @@ import lightning as L
 from torch import Tensor
 
 from minitx.averaging import AVERAGED_KEY, average_state_dicts, detached_copy
-from minitx.checkpoint import CHECKPOINT_KEY
+from minitx.checkpoint import CHECKPOINT_KEY, read_checkpoint
 from minitx.errors import ConfigError
 
 logger = logging.getLogger(__name__)
@@ -51,18 +51,37 @@ class CheckpointAveraging(L.Callback):
             weights = detached_copy(pl_module.model.state_dict())
             self._kept.append((trainer.current_epoch, trainer.global_step, weights))
 
+    def _path(self, trainer: L.Trainer) -> Path:
+        """Where the average goes: beside ``last.ckpt``."""
+        directory = trainer.checkpoint_callback.dirpath if trainer.checkpoint_callback else None
+        return Path(directory or Path(trainer.default_root_dir) / "checkpoints") / self.filename
+
+    def written_at_the_end(self, trainer: L.Trainer) -> Path | None:
+        """The average this run wrote when its training ended (at the step the trainer is at),
+        for a resume with nothing left to train, which Lightning ends before any training hook
+        (the run stopped in its test, say); None when there is none.
+
+        Raises:
+            CheckpointError: the file there is damaged.
+        """
+        path = self._path(trainer)
+        if not self.last_n or not path.is_file():
+            return None
+        checkpoint = read_checkpoint(path, mmap=True)
+        record = checkpoint.get(CHECKPOINT_KEY, {}).get(AVERAGED_KEY)
+        at_the_end = checkpoint.get("global_step") == trainer.global_step
+        return path if record and at_the_end else None
+
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not self.last_n or not self._kept:
             return
-        directory = trainer.checkpoint_callback.dirpath if trainer.checkpoint_callback else None
-        directory = Path(directory or Path(trainer.default_root_dir) / "checkpoints")
         epochs = [epoch for epoch, _, _ in self._kept]
         names = [f"the weights after epoch {epoch + 1}" for epoch in epochs]
         mean = average_state_dicts([weights for _, _, weights in self._kept], names)
         model = pl_module.model
         own = detached_copy(model.state_dict())
         self._record = [{"epoch": epoch, "global_step": step} for epoch, step, _ in self._kept]
-        path = directory / self.filename
+        path = self._path(trainer)
         try:
             model.load_state_dict(mean)
             trainer.save_checkpoint(path, weights_only=False)  # every rank: collective under DDP

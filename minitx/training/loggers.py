@@ -28,6 +28,9 @@ METRICS_FILE = "metrics.csv"
 FLUSH_EVERY_N_STEPS = 100
 """How often the rows logged so far are written (`CSVLogger`'s default)."""
 
+TEST_PREFIX = "test/"
+"""What the names of the test's scores after training begin with (``test/bleu_greedy``)."""
+
 
 class ContinuingCSVLogger(Logger):
     """Log metrics to ``{save_dir}/{name}/{version}/metrics.csv``, continuing it on resume.
@@ -135,9 +138,18 @@ class ContinuingCSVLogger(Logger):
         with self.path.open(newline="", encoding="utf-8") as file:
             reader = csv.DictReader(file)
             header = list(reader.fieldnames or [])
-            rows = [r for r in reader if r.get("step") and int(r["step"]) <= self.resume_step]
+            rows = [r for r in reader if r.get("step") and _before(r, self.resume_step)]
         _write_rows(self.path, header, rows)
         self.keys = header
+
+
+def _before(row: dict[str, str], resume_step: int) -> bool:
+    """Whether a resume from `resume_step` keeps `row`: logged up to the checkpoint's step, but
+    not the test's scores at that step, which a resume with nothing left to train (a finished
+    run, or one stopped in its test) logs again when it tests."""
+    step = int(row["step"])
+    tested = any(key.startswith(TEST_PREFIX) and value for key, value in row.items())
+    return step < resume_step or (step == resume_step and not tested)
 
 
 def run_directory(trainer: Trainer) -> str | None:
