@@ -808,8 +808,9 @@ def _evaluation_lines(evaluation: Mapping[str, Any] | None) -> list[str]:
         decoding = result.get("decoding") or f"beam {result.get('beam', '?')}"
         chrf = result.get("chrf")
         chrf_text = f", chrF {chrf:.2f}" if isinstance(chrf, (int, float)) else ""
+        # quoted as code, as every text from the report: markup in it (HTML) is shown, not run
         lines.append(
-            f"- {decoding}: BLEU {result['bleu']:.2f}{chrf_text} (`{result['signature']}`)"
+            f"- `{decoding}`: BLEU {result['bleu']:.2f}{chrf_text} (`{result['signature']}`)"
         )
     return lines
 

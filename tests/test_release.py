@@ -689,12 +689,22 @@ def test_export_records_the_evaluation_in_the_card(
     )
     card = (out / "README.md").read_text(encoding="utf-8")
     for result in json.loads(report.read_text(encoding="utf-8"))["results"]:
-        line = f"- {result['decoding']}: BLEU {result['bleu']:.2f}, chrF {result['chrf']:.2f}"
+        line = f"- `{result['decoding']}`: BLEU {result['bleu']:.2f}, chrF {result['chrf']:.2f}"
         assert f"{line} (`{result['signature']}`)" in card
-    assert "- greedy: BLEU" in card and "`nrefs:1|" in card
+    assert "- `greedy`: BLEU" in card and "`nrefs:1|" in card
     assert "sacreBLEU on the first 3 lines of the `test` split of" in card  # --limit 3
     kept = (out / "evaluation.json").read_text(encoding="utf-8")
     assert str(tmp_path) not in kept  # the report's local paths stay local
+
+    # markup in a report's text is quoted as code in the card: shown, not run in a page
+    marked = json.loads(report.read_text(encoding="utf-8"))
+    marked["results"][0]["decoding"] = "<script>alert(1)</script>"
+    marked_report = tmp_path / "marked.json"
+    marked_report.write_text(json.dumps(marked), encoding="utf-8")
+    args = ["--checkpoint", str(release_dir), "--out", str(out)]
+    assert export_cli.main([*args, "--evaluation", str(marked_report)]) == 0
+    card = (out / "README.md").read_text(encoding="utf-8")
+    assert "- `<script>alert(1)</script>`: BLEU" in card and card.count("<script>") == 1
 
     # exported again without --evaluation (to push it, as the guide does): the scores stay
     again = tmp_path / "again"
