@@ -22,6 +22,9 @@ from minitx.errors import DataError, MissingFileError, OutputError, UsageError
 GZIP_MAGIC = b"\x1f\x8b"
 """The first bytes of a gzip file (RFC 1952); 0x8b cannot follow 0x1f in UTF-8 text."""
 
+ZIP_MAGIC = b"PK\x03\x04"
+"""The first bytes of a zip archive, such as a checkpoint (torch.save's format since 1.6)."""
+
 
 def decode_utf8(raw: bytes, name: str, *, first_line: int = 1) -> str:
     """Decode UTF-8 bytes of file `name` whose first line is line `first_line` (a later part
@@ -33,6 +36,11 @@ def decode_utf8(raw: bytes, name: str, *, first_line: int = 1) -> str:
     """
     if first_line == 1 and raw.startswith(GZIP_MAGIC):  # else "iconv -f latin1", no help
         raise DataError(f"{name} is gzip-compressed, not text: decompress it, e.g. `gzip -dc`")
+    if first_line == 1 and raw.startswith(ZIP_MAGIC):  # else "iconv -f utf-16", no help
+        raise DataError(
+            f"{name} is a zip archive (a checkpoint, say), not text: give a text file, one "
+            "sentence per line"
+        )
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

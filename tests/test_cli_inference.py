@@ -487,6 +487,19 @@ def test_translate_says_a_damaged_or_piped_gzip_file_is_compressed(
     assert err == "error: <stdin> is gzip-compressed, not text: decompress it, e.g. `gzip -dc`\n"
 
 
+def test_translate_says_a_checkpoint_given_as_its_input_is_no_text(
+    translate_command, tiny_checkpoint, capsys
+) -> None:
+    """A checkpoint (a zip archive) as the input: said so, not "re-encode it from UTF-16"."""
+    args = ["--checkpoint", str(tiny_checkpoint), "--input", str(tiny_checkpoint)]
+    assert translate_command.main(args) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"error: {tiny_checkpoint} is a zip archive (a checkpoint, say), not text: give a text "
+        "file, one sentence per line\n"
+    )
+
+
 @pytest.mark.skipif(not Path("/dev/zero").exists(), reason="needs /dev/zero")
 def test_translate_reads_a_device_as_input_in_bounded_memory(
     translate_command, tiny_checkpoint, capsys
