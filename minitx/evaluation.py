@@ -182,9 +182,10 @@ class EvaluationResult:
     def summary(self) -> str:
         """One human-readable line."""
         label = f"{self.decoding}: " if self.decoding else ""
+        n = len(self.hypotheses)
         return (
             f"{label}BLEU {self.bleu:.2f} (lowercased {self.bleu_lowercase:.2f}), "
-            f"chrF {self.chrf:.2f} | {len(self.hypotheses)} sentences in {self.seconds:.1f} s "
+            f"chrF {self.chrf:.2f} | {n} sentence{'' if n == 1 else 's'} in {self.seconds:.1f} s "
             f"({self.sentences_per_second:.1f}/s) | {self.signature}"
         )
 

@@ -797,6 +797,9 @@ def test_evaluate_reads_decoding_settings_as_the_translator_does(translator: Tra
 
     result = evaluate(translator, ["ein mann ."], ["a man ."], None, beam_size=1)
     assert result.decoding == "greedy"
+    assert " | 1 sentence in " in result.summary()  # was "1 sentences"
+    two = evaluate(translator, ["ein mann .", "ein hund ."], ["a man .", "a dog ."], beam_size=1)
+    assert " | 2 sentences in " in two.summary()
     with pytest.raises(TypeError, match="not dict"):
         evaluate(translator, ["ein mann ."], ["a man ."], {"beam_size": 1})
 
