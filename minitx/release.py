@@ -487,8 +487,13 @@ def check_evaluation(
             another language pair than `languages`, or other weights than `weights`.
     """
     results = evaluation.get("results") if isinstance(evaluation, Mapping) else None
-    if not isinstance(results, list) or not results:
+    if not isinstance(results, list):
         raise ConfigError(f"{where}: not a minitx-evaluate --json report (no 'results' list)")
+    if not results:
+        raise ConfigError(
+            f"{where}: its 'results' list is empty: no scores to record; give the report "
+            "minitx-evaluate --checkpoint ... --json wrote"
+        )
     for result in results:
         if not isinstance(result, Mapping) or not {"bleu", "signature"} <= set(result):
             raise ConfigError(f"{where}: each result needs 'bleu' and 'signature'")

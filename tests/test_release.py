@@ -861,6 +861,7 @@ RESULT = {"bleu": 30.0, "chrf": 55.5, "beam": 5, "signature": "nrefs:1|case:mixe
     ("evaluation", "message"),
     [
         ({}, r"^eval\.json: not a minitx-evaluate --json report"),
+        ({"results": []}, r"^eval\.json: its 'results' list is empty: no scores to record"),
         ({"results": [{"bleu": 30.0}]}, r"^eval\.json: each result needs 'bleu' and 'signature'"),
         # what a card prints: a number that fits "BLEU 12.34" (a string was a traceback), whole
         # counts, text that cannot start a heading or leave its code quotes
@@ -874,8 +875,8 @@ RESULT = {"bleu": 30.0, "chrf": 55.5, "beam": 5, "signature": "nrefs:1|case:mixe
         ({"results": [{"bleu": 1, "signature": "a`<b>`"}]}, r"signature must be text on one li"),
     ],
     ids=[
-        "no-results", "no-signature", "bleu-text", "bleu-nan", "bleu-huge", "chrf-text",
-        "beam-text", "sentences-text", "data-two-lines", "signature-backtick",
+        "no-results", "empty-results", "no-signature", "bleu-text", "bleu-nan", "bleu-huge",
+        "chrf-text", "beam-text", "sentences-text", "data-two-lines", "signature-backtick",
     ],
 )  # fmt: skip
 def test_save_pretrained_checks_the_evaluation_before_writing(
