@@ -1240,6 +1240,19 @@ def test_visualize_attention_writes_pngs_and_viewer(tiny_checkpoint, tmp_path, c
     assert "note:" not in err
 
 
+def test_visualize_labels_its_translation_with_a_hard_attention(
+    tiny_checkpoint, tmp_path, capsys
+) -> None:
+    """The printed translation names the decoding that made it, hard attention too, as
+    minitx-evaluate's results do (it said "greedy" alone)."""
+    script = command_module("visualize")
+    args = ["--checkpoint", str(tiny_checkpoint), TOY_TEST_SOURCES[0], "--beam", "1"]
+    args += ["--attention", "hard-argmax", "--out-dir", str(tmp_path / "maps"), "--no-html"]
+    assert script.main(args) == 0
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("translation:")]
+    assert line.endswith("(greedy, hard-argmax cross-attention)")
+
+
 def test_visualize_names_a_page_too_large_to_open(
     tiny_checkpoint, tmp_path, capsys, monkeypatch
 ) -> None:

@@ -20,6 +20,7 @@ from minitx.cli.common import (
     add_checkpoint_argument,
     add_decoding_arguments,
     check_decoding_args,
+    describe_attention,
     each_warning_once,
     load_translator,
     nonempty_path,
@@ -142,7 +143,8 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise UsageError(f"cannot write into --out-dir {out}: {exc.strerror or exc}") from None
     print(f"source:      {args.sentence}")
-    print(f"translation: {translation}  ({decoding.describe()})")
+    label = ", ".join(filter(None, [decoding.describe(), describe_attention(args)]))
+    print(f"translation: {translation}  ({label})")
     for path in paths:
         print(f"wrote {out / path.relative_to(tmp)}")
     if not args.no_html:
