@@ -4,6 +4,7 @@ translations and the budget schedule's clock."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import shlex
@@ -322,8 +323,15 @@ class ValidationExamples(L.Callback):
     def on_train_batch_start(self, trainer: L.Trainer, *args: Any, **kwargs: Any) -> None:
         self._show_pending()  # a validation inside the epoch: after its own line
 
-    def on_exception(self, trainer: L.Trainer, *args: Any, **kwargs: Any) -> None:
-        self._show_pending()  # e.g. a stop right after the validation
+    def on_exception(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
+    ) -> None:
+        # A stop right after the validation, not an error: standard output's own (a reader
+        # gone) would be raised again here, and the callbacks after this one (the checkpoint
+        # saved on a stop) would not run.
+        if isinstance(exception, KeyboardInterrupt | SIGTERMException):
+            with contextlib.suppress(OSError):
+                self._show_pending()
 
 
 class CheckpointOnInterrupt(L.Callback):
