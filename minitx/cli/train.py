@@ -1268,11 +1268,10 @@ def _train_and_test(args: list[str] | None) -> MinitxCLI:
         if trainer.interrupted and exc.code == 1:
             sigterm = isinstance(exc.__context__, Terminated)  # ours, a KeyboardInterrupt too
             what = "terminated (SIGTERM)" if sigterm else "interrupted (Ctrl-C)"
-            if alone and trainer.global_step in (0, resumed_at):  # while the data was prepared
-                _stopped_before_training(what, cli)
-            elif not alone and _rank() == 0 and trainer.global_step in (0, resumed_at):
-                # while the processes started: Lightning has ended the others (no collective)
-                _stopped_before_training(what, cli, alone=False)
+            # while the data was prepared, or under DDP while the processes started (the
+            # first process alone: Lightning has ended the others, no collective is left)
+            if trainer.global_step in (0, resumed_at) and (alone or _rank() == 0):
+                _stopped_before_training(what, cli, alone=alone)
             raise SystemExit(EXIT_SIGTERM if sigterm else EXIT_SIGINT) from None
         raise
     minutes = (time.perf_counter() - start) / 60
