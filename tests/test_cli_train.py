@@ -786,7 +786,7 @@ def test_a_corpus_error_under_ddp_is_one_line_not_buried_by_the_other_rank(
         "--trainer.strategy", "ddp", "--trainer.devices", "2", "--trainer.accelerator", "cpu",
         "--data.source", str(tmp_path / "{split}.jsonl"), "--trainer.max_epochs", "1",
     ]  # fmt: skip
-    result = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
+    result = run_python(cmd, cwd=tmp_path, env=env, timeout=240)  # rank 1: a new process
     assert result.returncode == 2, result.stderr[-3000:]
     assert "Traceback" not in result.stderr and "rank1" not in result.stderr, result.stderr
     errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]

@@ -444,14 +444,18 @@ def test_a_refusal_of_the_shared_settings_is_an_error_before_the_next_variant(
     commands = []
 
     def fake_run(command: list[str], **kwargs) -> subprocess.CompletedProcess:
-        commands.append(command)
-        if "--print_config" in command:  # parsing the shared settings alone
-            stderr = REFUSED_KEY if parsed == 2 else "Traceback ...\n  File x\nKeyError: 1"
-            return subprocess.CompletedProcess(command, parsed, "", stderr + "\n")
-        kwargs["stdout"].write(REFUSED_KEY if parsed == 2 else "error: d_model (64) must be ...")
-        return subprocess.CompletedProcess(command, 2)
+        commands.append(command)  # parsing the shared settings alone
+        stderr = REFUSED_KEY if parsed == 2 else "Traceback ...\n  File x\nKeyError: 1"
+        return subprocess.CompletedProcess(command, parsed, "", stderr + "\n")
 
+    def fake_training(command: list[str], log: IO[str]) -> int:
+        trainings.append(command)
+        log.write(REFUSED_KEY if parsed == 2 else "error: d_model (64) must be ...")
+        return 2
+
+    trainings: list[list[str]] = []
     monkeypatch.setattr(runner.subprocess, "run", fake_run)
+    monkeypatch.setattr(runner, "run_training", fake_training)
     settings = Settings(out=tmp_path / "exp", config="tiny", overrides=overrides)
     family = settings.out / "runs" / "key"
     family.mkdir(parents=True)
@@ -468,10 +472,11 @@ def test_a_refusal_of_the_shared_settings_is_an_error_before_the_next_variant(
         result = runner._train(settings, experiment, variant, family, "key")
         assert result["status"].startswith("failed (exit 2): ")
         assert (family / "train.log").is_file()
-    shared = [c for c in commands if "--print_config" in c]
-    assert len(shared) == 1, commands
+    assert trainings == [train_command(settings, variant, "key")]
+    (shared,) = commands
+    assert shared[-1] == "--print_config"
     # the shared settings alone, as each variant starts from them
-    assert shared[0][:-1] == train_command(settings, Variant("shared"), "key")
+    assert shared[:-1] == train_command(settings, Variant("shared"), "key")
 
 
 @pytest.mark.parametrize(
