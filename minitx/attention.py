@@ -44,6 +44,24 @@ def check_mask_dtype(mask: Tensor) -> None:
         raise TypeError(f"mask is {mask.dtype}: give a bool mask or an additive float one")
 
 
+def check_mask_fits(mask: Tensor, scores: tuple[int, ...]) -> None:
+    """Refuse a mask that does not broadcast to the `scores` shape (..., Tq, Tk), or that
+    broadcasts them to a larger one: its extra dimensions would come back in the output.
+
+    Raises:
+        ValueError: naming both shapes.
+    """
+    try:
+        fits = torch.broadcast_shapes(mask.shape, scores) == scores
+    except RuntimeError:  # sizes that do not broadcast
+        fits = False
+    if not fits:
+        raise ValueError(
+            f"mask {tuple(mask.shape)} does not broadcast to the scores {scores}: give "
+            "(..., Tq or 1, Tk or 1) with no more dimensions than the scores"
+        )
+
+
 def check_dropout(p: float) -> None:
     """Refuse an attention dropout probability outside [0, 1).
 
@@ -152,6 +170,10 @@ def scaled_dot_product_attention(
     Returns:
         output (..., Tq, Dv) and the weights (..., Tq, Tk): the softmax over the key axis (or
         its `reweight`), all zeros where every key is masked; `v` gets them after dropout.
+
+    Raises:
+        TypeError, ValueError: a mask of another dtype, or one that does not broadcast to
+            the scores (`check_mask_dtype`, `check_mask_fits`).
     """
     scores = ScaledDotScore()(q, k) if score is None else score(q, k)  # (..., Tq, Tk)
     want = (*torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]), q.size(-2), k.size(-2))
@@ -161,6 +183,7 @@ def scaled_dot_product_attention(
     dead = None  # (..., Tq or 1, 1): True where a query may attend to no key
     if mask is not None:
         check_mask_dtype(mask)
+        check_mask_fits(mask, want)
         if mask.dtype == torch.bool:  # True = may attend -> 0, False -> -inf
             mask = torch.zeros(mask.shape, device=mask.device).masked_fill(~mask, float("-inf"))
         # Such a row would give softmax(-inf, ...) = NaN: zeros instead, read off the small mask.
@@ -323,6 +346,10 @@ class MultiHeadAttention(nn.Module):
             # (B, Tk) would pass as (Tq, Tk) where B == Tq; 0/1 integers would mask nothing
             raise ValueError(
                 f"mask {mask.dtype} {tuple(mask.shape)}: give a 4-D bool or float mask"
+            )
+        if mask is not None and mask.size(1) not in (1, self.n_heads):
+            raise ValueError(  # else torch's size error, naming no mask
+                f"mask {tuple(mask.shape)}: its second size is the heads': give 1 or {self.n_heads}"
             )
         if memory is None:  # self-attention: one fused projection for q, k, v
             q, k, v = self._project(x, self.q_proj, self.k_proj, self.v_proj)

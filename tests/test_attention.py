@@ -791,6 +791,25 @@ def test_a_mask_that_fits_neither_queries_nor_keys_is_refused():
         mha(torch.randn(2, 5, 8), mask=torch.ones(2, 1, 1, 3, dtype=torch.bool))
 
 
+def test_a_mask_that_would_enlarge_the_scores_is_refused():
+    """A (7, ...) mask on (2, 2, 3, 3) scores came back as a 5-D output and weights, and a
+    mask of another head count failed in torch, naming tensor sizes a and b."""
+    q = k = v = torch.randn(2, 2, 3, 4)
+    with pytest.raises(ValueError, match=r"mask \(7, 2, 2, 3, 3\) does not broadcast to the"):
+        scaled_dot_product_attention(q, k, v, torch.ones(7, 2, 2, 3, 3, dtype=torch.bool))
+    with pytest.raises(ValueError, match=r"mask \(3, 1, 1\) does not broadcast to the scores"):
+        scaled_dot_product_attention(q, k, v, torch.ones(3, 1, 1, dtype=torch.bool))
+    out, _ = scaled_dot_product_attention(q, k, v, torch.ones(3, 3, dtype=torch.bool))
+    assert out.shape == (2, 2, 3, 4)  # a (Tq, Tk) mask still broadcasts
+    mha = MultiHeadAttention(8, 2)
+    for need_weights in (False, True):
+        with pytest.raises(ValueError, match=r"mask \(2, 3, 3, 3\): its second size is the"):
+            mha(torch.randn(2, 3, 8), mask=torch.ones(2, 3, 3, 3, dtype=torch.bool),
+                need_weights=need_weights)  # fmt: skip
+    out, _ = mha(torch.randn(2, 3, 8), mask=torch.ones(2, 2, 3, 3, dtype=torch.bool))
+    assert out.shape == (2, 3, 8)  # one mask per head
+
+
 def test_the_shape_helpers_name_a_wrong_rank() -> None:
     """1-D ids in padding_mask, a 2-D x in split_heads and a 3-D one in merge_heads failed as
     IndexError or "not enough values to unpack"; a bool head count built one head."""
