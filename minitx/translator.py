@@ -88,7 +88,9 @@ def encode_sources(
     Raises:
         TypeError: when `sentences` is one string (its characters would be the sentences), or
             holds something other than strings.
+        ConfigError: `first_line` is not a whole number >= 1.
     """
+    check_whole_number("first_line", first_line, 1)  # a line number, as the warnings print it
     texts = [s.strip() for s in sentence_list(sentences)]
     ids = tokenizer.encode(texts)
     limit = max_positions - 1  # eos takes one source position
@@ -185,6 +187,11 @@ class Translator:
             `minitx.hard_attention.HARD_ATTENTION_SCOPES`.
         attention_seed: seed of "hard-sample": each call of a translating method starts its
             draws afresh from it, so the same call gives the same output.
+
+    Raises:
+        TypeError: `model` is not a minitx `Transformer`.
+        ConfigError: `bf16` is not a bool, `device` cannot be used, or an attention setting
+            is unknown.
     """
 
     def __init__(
@@ -200,6 +207,13 @@ class Translator:
         attention_scope: str = "cross",
         attention_seed: int = 0,
     ) -> None:
+        if not isinstance(model, Transformer):  # else torch's AttributeError from `.to`
+            raise TypeError(
+                f"model must be a minitx Transformer, got {type(model).__name__}; to load a "
+                "checkpoint or a release, use Translator.from_pretrained(path)"
+            )
+        if not isinstance(bf16, bool):  # a string such as "no" is truthy: it turned bf16 on
+            raise ConfigError(f"bf16 must be True or False, got {bf16!r}")
         try:
             self.device = usable_device(device)
         except ConfigError as exc:

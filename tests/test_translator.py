@@ -915,6 +915,26 @@ def test_library_arguments_of_the_wrong_kind_are_named_at_once(
     translator.set_attention("soft")
 
 
+def test_a_translator_of_a_wrong_model_or_bf16_setting_is_refused(translator: Translator):
+    """bf16="no" is truthy: it built a bf16 copy and decoded with it; a model that is no
+    Transformer failed in torch's `.to`."""
+    for bf16 in ("no", None, 1):
+        with pytest.raises(
+            ConfigError, match=re.escape(f"bf16 must be True or False, got {bf16!r}")
+        ):
+            Translator(translator.model, translator.tokenizer, bf16=bf16)
+    with pytest.raises(TypeError, match="model must be a minitx Transformer, got str"):
+        Translator("model", translator.tokenizer)
+    assert Translator(translator.model, translator.tokenizer, bf16=False).bf16 is False
+
+
+def test_a_first_line_number_below_1_is_refused(translator: Translator) -> None:
+    """Line numbers in the warnings start at 1: first_line=0 printed "(line 0)"."""
+    for first_line in (0, 1.5):
+        with pytest.raises(ConfigError, match="first_line must be a whole number >= 1"):
+            translator.translate(["ein mann"], beam_size=1, first_line=first_line)
+
+
 @pytest.mark.parametrize(
     ("arguments", "error", "message"),
     [
