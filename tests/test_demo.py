@@ -74,6 +74,17 @@ def test_page_shows_the_translators_results(
     assert page.startswith("<!DOCTYPE html>") and "default-src 'none'" in page  # offline viewer
 
 
+@pytest.mark.parametrize("beam", [None, 2.7, "x", float("inf")])
+def test_a_beam_size_that_is_no_whole_number_is_refused_on_the_page(
+    translator: Translator, beam: object
+) -> None:
+    """An API client's beam size: None raised a TypeError the page does not show, 2.7 was cut
+    to 2 without a word. The slider's 4.0 is read as 4."""
+    with pytest.raises(ValueError, match=re.escape(f"beam size {beam!r}: give a whole number")):
+        translate_for_page(translator, SENTENCE, "beam", beam)
+    assert decoding_for("beam", 4.0) == DecodingConfig.for_beam(4)
+
+
 def test_an_empty_sentence_is_refused(translator: Translator) -> None:
     with pytest.raises(ValueError, match="type a sentence"):
         translate_for_page(translator, "   ", "greedy", 5)

@@ -37,7 +37,14 @@ def attribution_label(method: str) -> str:
 
 
 def check_kinds(kinds: Sequence[str]) -> tuple[str, ...]:
-    """The kinds as a tuple; ValueError when empty or not a subset of ``KINDS``."""
+    """The kinds as a tuple.
+
+    Raises:
+        TypeError: `kinds` is one string (its letters would be read as the kinds).
+        ValueError: `kinds` is empty or not a subset of ``KINDS``.
+    """
+    if isinstance(kinds, str):
+        raise TypeError(f"give a list of attention kinds, e.g. [{kinds!r}], not one string")
     kinds = tuple(kinds)
     unknown = [k for k in kinds if k not in KINDS]
     if unknown:

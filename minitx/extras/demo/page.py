@@ -85,9 +85,16 @@ def decoding_for(strategy: str, beam_size: int) -> DecodingConfig:
     reads one (beam search), its other settings at their defaults.
 
     Raises:
-        ConfigError: `strategy` is not registered (a `ValueError`, shown on the page).
+        ConfigError: `strategy` is not registered, or `beam_size` is no whole number (a
+            `ValueError`, shown on the page).
     """
     if reads_beam_size(strategy):
+        try:  # the slider sends 5 or 5.0; an API client may send anything (2.7 was cut to 2)
+            whole = float(beam_size).is_integer()
+        except (TypeError, ValueError):
+            whole = False
+        if not whole:
+            raise ConfigError(f"beam size {beam_size!r}: give a whole number")
         return DecodingConfig(strategy=strategy, beam_size=int(beam_size))
     return DecodingConfig(strategy=strategy)
 
