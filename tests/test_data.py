@@ -805,6 +805,12 @@ def test_datamodule_argument_errors(toy_corpus_dir: Path) -> None:
     ]:  # each named as the config and the command line name it
         with pytest.raises(ConfigError, match=rf"^data\.{setting} must be {bound}, got {value}"):
             TranslationDataModule(**{setting: value})
+    for seed in (-3, 2**64):  # numpy's sample and torch's generator failed with a traceback
+        with pytest.raises(
+            ConfigError, match=rf"^data\.seed={seed}: a seed lies in 0\.\.{2**64 - 1}"
+        ):
+            TranslationDataModule(seed=seed)
+    TranslationDataModule(seed=2**64 - 1)
     dm = TranslationDataModule(
         source=str(toy_corpus_dir), vocab_size=150, cache_dir=None, splits={"train": "train"}
     )

@@ -38,6 +38,9 @@ from minitx.errors import ConfigError, DataError, VocabularyTooLargeError
 from minitx.outputs import check_dir_takes_files, check_takes_files
 from minitx.tokenizer import ModelType, Tokenizer
 
+SEED_MAX = 2**64 - 1
+"""The largest `data.seed`: torch's generators take 64 bits (numpy's any size, none below 0)."""
+
 TOKENIZER_SAMPLE = 500_000
 """Default `data.tokenizer_sample`: sentences (both sides together) that train the tokenizer.
 
@@ -133,6 +136,8 @@ class TranslationDataModule(L.LightningDataModule):
             raise ConfigError(f"data.max_len must be >= 2, got {max_len}.")
         if num_workers < 0:
             raise ConfigError(f"data.num_workers must be >= 0, got {num_workers}.")
+        if not 0 <= seed <= SEED_MAX:  # else a traceback from numpy or torch, after the run began
+            raise ConfigError(f"data.seed={seed}: a seed lies in 0..{SEED_MAX}; give one there")
         if tokenizer_sample is not None and tokenizer_sample < 1:
             raise ConfigError(
                 f"data.tokenizer_sample must be >= 1 or null (every sentence), got "
