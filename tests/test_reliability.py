@@ -265,6 +265,28 @@ def test_a_config_file_that_cannot_be_read_as_written_is_refused(
     assert error.startswith("error: --config c.yaml: ") and re.search(message, error), error
 
 
+def test_a_config_file_included_by_another_is_checked_as_well(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """jsonargparse reads a ``config:`` key as files to include, relative to the including
+    file's folder. Included, a file with a section twice trained on the second alone, and a
+    misspelt key was named with no file; files that include each other are named too."""
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "twice.yaml").write_text("data: {vocab_size: 100}\ndata: {max_len: 50}\n")
+    (tmp_path / "sub" / "typo.yaml").write_text("data: {vocab_sizee: 100}\n")
+    (tmp_path / "sub" / "top.yaml").write_text("config: [typo.yaml]\n")
+    (tmp_path / "a.yaml").write_text("config: sub/twice.yaml\n")
+    (tmp_path / "loop.yaml").write_text("config: loop2.yaml\n")
+    (tmp_path / "loop2.yaml").write_text("config: loop.yaml\n")
+    for top, message in (
+        ("a.yaml", "error: sub/twice.yaml (included by a.yaml): key 'data' is given twice"),
+        ("sub/top.yaml", "error: sub/typo.yaml (included by sub/top.yaml): data.vocab_sizee is "),
+        ("loop.yaml", "error: loop.yaml (included by loop2.yaml): the config files include each"),
+    ):
+        error = refused_before_training(["--config", top], tmp_path, monkeypatch, capsys)
+        assert error.startswith(message), error
+
+
 def test_yaml_merge_keys_may_be_redone_and_are_read_as_yaml_reads_them() -> None:
     """A key given after `<<:` replaces the merged one (YAML's rule), not a key given twice."""
     from minitx.cli.train import _UniqueKeys

@@ -588,32 +588,50 @@ def check_config_sections(args: list[str], parser: LightningArgumentParser) -> N
     Raises:
         UsageError: naming the file, the key and what to write instead.
     """
-    defaults = None
+    defaults: list[Any] = []  # built once, at the first file
     for flag, value, _ in _config_args(args):
         path = Path(value)
-        if not path.is_file():  # jsonargparse reports a missing file (or parses inline YAML)
-            continue
-        try:
-            settings = yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeys)
-        except _KeyTwice as twice:
-            raise UsageError(
-                f"{flag} {path}: {twice}, and YAML would keep only the second: write it once"
-            ) from None
-        except yaml.YAMLError as exc:  # jsonargparse's message names no file
-            mark = getattr(exc, "problem_mark", None)
-            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-            problem = getattr(exc, "problem", None) or " ".join(str(exc).split())
-            raise UsageError(
-                f"{flag} {path}: not valid YAML ({problem}{where}); indent with spaces, "
-                "not tabs, and write 'key: value' pairs"
-            ) from None
-        if settings is None:
-            raise UsageError(
-                f"{flag} {path}: the file holds no settings (it is empty or all comments); "
-                "give keys such as 'trainer: {max_steps: 100}', or leave out this --config"
+        if path.is_file():  # else jsonargparse reports a missing file (or parses inline YAML)
+            _check_config_file(f"{flag} {path}", path, parser, defaults, [])
+
+
+def _check_config_file(
+    where: str, path: Path, parser: LightningArgumentParser, defaults: list[Any], seen: list[Path]
+) -> None:
+    """`check_config_sections` for one file, and for each file its ``config:`` key includes
+    (jsonargparse reads them relative to the including file's folder)."""
+    if path.resolve() in seen:
+        chain = " -> ".join(str(p) for p in [*seen, path.resolve()])
+        raise UsageError(f"{where}: the config files include each other ({chain}); remove one")
+    try:
+        settings = yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeys)
+    except _KeyTwice as twice:
+        raise UsageError(
+            f"{where}: {twice}, and YAML would keep only the second: write it once"
+        ) from None
+    except yaml.YAMLError as exc:  # jsonargparse's message names no file
+        mark = getattr(exc, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or " ".join(str(exc).split())
+        raise UsageError(
+            f"{where}: not valid YAML ({problem}{at}); indent with spaces, not tabs, and write "
+            "'key: value' pairs"
+        ) from None
+    if settings is None:
+        raise UsageError(
+            f"{where}: the file holds no settings (it is empty or all comments); give keys "
+            "such as 'trainer: {max_steps: 100}', or leave out this --config"
+        )
+    if not defaults:
+        defaults.append(parser.get_defaults())
+    _check_sections(where, settings, defaults[0], "")
+    included = settings.get("config") if isinstance(settings, dict) else None
+    for name in included if isinstance(included, list) else [included]:
+        if isinstance(name, str) and (path.parent / name).is_file():
+            inner = path.parent / name  # an absolute `name` stays itself
+            _check_config_file(
+                f"{inner} (included by {path})", inner, parser, defaults, [*seen, path.resolve()]
             )
-        defaults = parser.get_defaults() if defaults is None else defaults
-        _check_sections(f"{flag} {path}", settings, defaults, "")
 
 
 class _KeyTwice(Exception):
