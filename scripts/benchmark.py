@@ -97,6 +97,7 @@ from minitx.cli.common import (
     report_user_error,
 )
 from minitx.data import TokenBucketBatchSampler, collate
+from minitx.data.sources import DATA_DIR_ENV
 from minitx.decoding import DEFAULT_BATCH_SIZE, DecodingConfig, beam_search, greedy_decode
 from minitx.errors import ConfigError
 from minitx.flops import training_flops
@@ -769,21 +770,38 @@ def bench_budget(args: argparse.Namespace) -> None:
         f"\n== the budget: --config {args.budget_config} for {args.budget_time} (a fresh "
         "process, Lightning's SimpleProfiler; the test decoding after the fit not run) =="
     )
-    work = Path(args.budget_workdir or tempfile.mkdtemp(prefix="minitx-bench-budget-"))
-    work.mkdir(parents=True, exist_ok=True)
-    command = [
-        sys.executable, str(Path(__file__).with_name("train.py")),
-        "--config", args.budget_config,
-        "--trainer.max_time", args.budget_time,
-        "--trainer.enable_progress_bar", "false",
-        "--trainer.profiler", "lightning.pytorch.profilers.SimpleProfiler",
-        "--trainer.profiler.dirpath", str(work),
-        "--trainer.profiler.filename", "profile",
-        "--test", "false",
-    ]  # fmt: skip
-    done = subprocess.run(command, cwd=work, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise SystemExit(f"budget section: the training run failed:\n{done.stderr[-3000:]}")
+    # The run's folder is its working directory: paths given from here are made absolute.
+    work = Path(args.budget_workdir or tempfile.mkdtemp(prefix="minitx-bench-budget-")).resolve()
+    config = args.budget_config  # a file, or a packaged config's name
+    config = str(Path(config).resolve()) if Path(config).is_file() else config
+    env = dict(os.environ)
+    if env.get(DATA_DIR_ENV):
+        env[DATA_DIR_ENV] = os.path.abspath(env[DATA_DIR_ENV])
+    try:
+        work.mkdir(parents=True, exist_ok=True)
+        command = [
+            sys.executable, str(Path(__file__).with_name("train.py")),
+            "--config", config,
+            "--trainer.max_time", args.budget_time,
+            "--trainer.enable_progress_bar", "false",
+            "--trainer.profiler", "lightning.pytorch.profilers.SimpleProfiler",
+            "--trainer.profiler.dirpath", str(work),
+            "--trainer.profiler.filename", "profile",
+            "--test", "false",
+        ]  # fmt: skip
+        done = subprocess.run(command, cwd=work, env=env, capture_output=True, text=True)
+        if done.returncode != 0:  # its own error line last; 2: it refused a setting
+            print(f"budget section: the training run failed:\n{done.stderr[-3000:]}", end="",
+                  file=sys.stderr)  # fmt: skip
+            raise SystemExit(done.returncode if done.returncode > 0 else 1)
+        _print_budget(work)
+    finally:
+        if not args.budget_workdir:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def _print_budget(work: Path) -> None:
+    """The budget section's figures, from the run in `work`: its metrics and its profile."""
     metrics = next((work / "runs").rglob("metrics.csv"))
     rows = list(csv.DictReader(metrics.open(encoding="utf-8")))
     tokens = sum(float(r["train/tokens"]) for r in rows if r.get("train/tokens"))
@@ -803,8 +821,6 @@ def bench_budget(args: argparse.Namespace) -> None:
         f"  target tokens/s: {fit_rate:,.0f} over the whole fit, {step_rate:,.0f} in the "
         f"training steps alone; ratio {fit_rate / step_rate:.2f} (the share that trains)"
     )
-    if not args.budget_workdir:
-        shutil.rmtree(work, ignore_errors=True)
 
 
 # ------------------------------------------------------------------------------------ decode

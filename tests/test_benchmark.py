@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 
 import pytest
-from helpers import PYTHON, SCRIPTS_DIR, subprocess_env
+from helpers import PYTHON, SCRIPTS_DIR, TINY_CONFIG, subprocess_env
 from preloaded import run_python
 
 spec = importlib.util.spec_from_file_location("benchmark", SCRIPTS_DIR / "benchmark.py")
@@ -89,20 +90,40 @@ def test_budget_split_counts_each_second_once() -> None:
 
 @pytest.mark.slow
 def test_budget_section_trains_and_prints_every_share(tmp_path) -> None:
-    env = {**subprocess_env(), "OMP_NUM_THREADS": "1"}
+    """A config file given from here (the run works in a folder of its own: the path was
+    looked for there), and no folder left in the temporary directory."""
+    (tmp_path / "tmp").mkdir()
+    env = {**subprocess_env(), "OMP_NUM_THREADS": "1", "TMPDIR": str(tmp_path / "tmp")}
     env.pop("MINITX_DATA_DIR", None)  # the tiny config trains on the toy corpus
+    (tmp_path / "mine").mkdir()
+    shutil.copy(TINY_CONFIG, tmp_path / "mine" / "tiny.yaml")
     command = [
         PYTHON, str(SCRIPTS_DIR / "benchmark.py"), "--sections", "budget",
-        "--budget-config", "tiny", "--budget-time", "00:00:00:03",
+        "--budget-config", "mine/tiny.yaml", "--budget-time", "00:00:00:03",
     ]  # fmt: skip
     done = run_python(command, env=env, cwd=tmp_path)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert list((tmp_path / "tmp").iterdir()) == []
     lines = {line.strip().split("  ")[0]: line for line in done.stdout.splitlines()}
     for share in [*benchmark.budget_split({}), "the rest (setup, the loop)"]:
         assert share in lines, done.stdout
     training_seconds = float(lines["training steps"].split()[-2])
     assert training_seconds > 0, done.stdout
     assert "the share that trains" in done.stdout
+
+
+def test_a_budget_run_that_is_refused_exits_2_with_its_error_last(tmp_path) -> None:
+    """It exited 1 (a bug's status) and left its folder in the temporary directory."""
+    (tmp_path / "tmp").mkdir()
+    env = {**subprocess_env(), "OMP_NUM_THREADS": "1", "TMPDIR": str(tmp_path / "tmp")}
+    (tmp_path / "bad.yaml").write_text("data: {vocab_sizee: 100}\n")
+    command = [PYTHON, str(SCRIPTS_DIR / "benchmark.py"), "--sections", "budget"]
+    done = run_python([*command, "--budget-config", "bad.yaml"], env=env, cwd=tmp_path)
+    assert done.returncode == 2, done.stdout[-3000:] + done.stderr[-3000:]
+    assert done.stderr.splitlines()[-1].startswith(
+        f"error: --config {tmp_path / 'bad.yaml'}: data.vocab_sizee is not a setting"
+    ), done.stderr
+    assert list((tmp_path / "tmp").iterdir()) == []
 
 
 @pytest.mark.parametrize(
