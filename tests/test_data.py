@@ -329,11 +329,28 @@ def test_jsonl_errors_name_file_and_line(tmp_path: Path) -> None:
                 str(tmp_path / "{split}.jsonl"), "de", "en", splits={"train": "train"}
             )
     with pytest.raises(
-        FileNotFoundError, match=r"split 'validation'.*found in .*\['train\.jsonl'\]"
+        FileNotFoundError, match=r"split 'validation'.*jsonl files in .*: \['train\.jsonl'\]"
     ):
         load_parallel_corpus(
             str(tmp_path / "{split}.jsonl"), "de", "en", splits={"validation": "dev"}
         )
+    # a tsv pattern: "found in DIR: []" beside the folder's files
+    with pytest.raises(FileNotFoundError, match=r"names jsonl files: for \{split\}\.\{lang\} text"):
+        load_parallel_corpus(str(tmp_path / "{split}.tsv"), "de", "en", splits={"train": "train"})
+    # kept the last value, or one of the two pairs, without a word
+    for record, message in (
+        ('{"de": "hallo", "de": "gruss", "en": "hi"}', "line 2 gives the key 'de' twice; JSON"),
+        (
+            '{"translation": {"de": "A", "en": "B"}, "de": "C", "en": "D"}',
+            r"line 2 has both a translation object and flat \['de', 'en'\] fields; keep one",
+        ),
+        ('{"translation": {"de": "A", "de": "C", "en": "B"}}', "line 2 gives the key 'de' twice"),
+    ):
+        (tmp_path / "train.jsonl").write_text(f"{good}\n{record}\n", encoding="utf-8")
+        with pytest.raises(ValueError, match=message):
+            load_parallel_corpus(
+                str(tmp_path / "{split}.jsonl"), "de", "en", splits={"train": "train"}
+            )
 
 
 def test_a_lone_surrogate_in_jsonl_names_its_file_and_line(tmp_path: Path) -> None:

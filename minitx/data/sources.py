@@ -422,9 +422,16 @@ def _open_jsonl(
         if not path.is_file():
             parent = path.parent
             found = [p.name for p in _jsonl_files(parent)] if parent.is_dir() else []
+            text = (  # a {split}.tsv pattern found "[]" in a folder of files
+                ""
+                if path.name.endswith((".jsonl", ".jsonl.gz", ".json", ".json.gz"))
+                else "; a data.source pattern with {split} names jsonl files: for "
+                "{split}.{lang} text files, give their directory instead"
+            )
             raise MissingFileError(
-                f"missing jsonl file for split {split!r}: {path}; found in {parent}: {found}. "
-                "Set data.splits to map train/validation/test to the file stems."
+                f"missing jsonl file for split {split!r}: {path}; the jsonl files in {parent}: "
+                f"{found or 'none'}. Set data.splits to map train/validation/test to the file "
+                f"stems{text}."
             )
         streams[split] = JsonlStream(split, path, langs)
     return streams

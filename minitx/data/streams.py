@@ -170,7 +170,12 @@ class JsonlStream(PairStream):
     def _pair(self, line: str, number: int) -> tuple[str, str]:
         langs = self.langs
         try:
-            record = json.loads(line)
+            record = json.loads(line, object_pairs_hook=_unique_keys)
+        except _KeyTwice as twice:  # json keeps the last one without a word
+            raise DataError(
+                f"{self.path}: line {number} gives the key {twice} twice; JSON would keep only "
+                "the second: write it once"
+            ) from None
         except json.JSONDecodeError as exc:
             hint = (  # a {split} pattern reads jsonl only: say so where the name suggests text
                 ""
@@ -181,6 +186,11 @@ class JsonlStream(PairStream):
             raise DataError(
                 f"{self.path}: line {number} is not valid JSON ({exc.msg}){hint}."
             ) from None
+        if isinstance(record, dict) and "translation" in record and set(langs) & set(record):
+            raise DataError(  # which one is the pair?
+                f"{self.path}: line {number} has both a translation object and flat "
+                f"{sorted(set(langs) & set(record))} fields; keep one of them"
+            )
         pair = record.get("translation", record) if isinstance(record, dict) else None
         if not isinstance(pair, dict) or any(lang not in pair for lang in langs):
             shown = pair if isinstance(record, dict) else record  # {"translation": "x"}: str
@@ -207,6 +217,22 @@ class JsonlStream(PairStream):
                         "character itself, or both halves of its pair"
                     ) from None
         return values[0] or "", values[1] or ""
+
+
+class _KeyTwice(Exception):
+    """A JSON object of a jsonl line gives one key twice (the key is the message)."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """`json.loads`'s object_pairs_hook: the object as a dict, or `_KeyTwice`."""
+    record = dict(pairs)
+    if len(record) < len(pairs):  # rare: look for the key only then
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _KeyTwice(repr(key))
+            seen.add(key)
+    return record
 
 
 # ------------------------------------------------------------------------------------ hub
