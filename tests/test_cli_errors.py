@@ -376,8 +376,14 @@ def test_training_refuses_a_nan_or_infinite_setting_before_anything_runs(
         ("data:\n  source: null", "data.source=null: give text"),
         ("data:\n  src_lang: null", "data.src_lang=null: give text"),
         ("model:\n  transformer:\n    d_model: null", "d_model=null: give a whole number"),
+        # a null inside a mapping: jsonargparse's dump of each subtype and its error
+        (
+            "data:\n  splits: {train: train, validation: null}",
+            "data.splits={'train': 'train', 'validation': None}: give a mapping {name: text, "
+            "...} or null",
+        ),
     ],
-    ids=["run-name", "runs-dir", "source", "src-lang", "d-model"],
+    ids=["run-name", "runs-dir", "source", "src-lang", "d-model", "splits"],
 )
 @pytest.mark.filterwarnings("ignore:LightningCLI's args parameter")
 def test_a_null_for_a_setting_that_takes_none_is_one_error_line(

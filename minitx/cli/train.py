@@ -758,6 +758,7 @@ _KINDS = {
     "bool": "true or false",
     "str": "text",
     "NoneType": "null",
+    "dict[str, str]": "a mapping {name: text, ...}",
 }
 """How a setting's type is asked for in an error line (jsonargparse names Python's classes)."""
 
@@ -783,9 +784,10 @@ def _choices_message(message: str) -> str:
     literals = re.findall(r"Subtypes: \[(.*?)\] Errors:", message)
     if not (key and given and literals):
         return message
-    kinds = re.findall(r"<class '(\w+)'>", literals[0])
-    if kinds and re.fullmatch(r"(<class '\w+'>(, )?)+", literals[0]) and set(kinds) <= set(_KINDS):
-        return f"{key.group(1)}={given.group(1)}: give {' or '.join(_KINDS[k] for k in kinds)}"
+    subtypes = re.findall(r"dict\[str, str\]|<class '\w+'>", literals[0])
+    words = [_KINDS.get(re.sub(r"<class '(\w+)'>", r"\1", t)) for t in subtypes]
+    if subtypes and ", ".join(subtypes) == literals[0] and all(words):  # types, no literals
+        return f"{key.group(1)}={given.group(1)}: give {' or '.join(map(str, words))}"
     choices = re.findall(r"typing\.Literal\[(.*?)\]", literals[0])
     others = re.sub(r"typing\.Literal\[.*?\]|<class 'NoneType'>|[, ]", "", literals[0])
     if not choices or others:  # a type beside the literals (an int, a class): not a choice
