@@ -1351,6 +1351,21 @@ def test_config_values_jsonargparse_reads_itself_are_passed_on() -> None:
         assert resolve_config_names(["--config", value]) == ["--config", value]
 
 
+def test_a_packaged_config_name_is_found_beside_a_folder_of_that_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In runs/, `--config tiny` met the run family tiny/ and was refused as a directory; a
+    file of that name still comes first."""
+    from minitx.cli.train import CONFIG_DIR, resolve_config_names
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tiny").mkdir()
+    assert resolve_config_names(["--config", "tiny"]) == ["--config", str(CONFIG_DIR / "tiny.yaml")]
+    assert resolve_config_names(["--config=tiny"]) == [f"--config={CONFIG_DIR / 'tiny.yaml'}"]
+    (tmp_path / "long").write_text("trainer: {max_epochs: 1}\n")
+    assert resolve_config_names(["--config", "long"]) == ["--config", "long"]
+
+
 @pytest.mark.parametrize(
     ("argv0", "hint"),
     [

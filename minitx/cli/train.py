@@ -531,14 +531,16 @@ def resolve_config_names(args: list[str]) -> list[str]:
                 f"{flag} {value!r}: empty (is a shell variable unset?); give a config file or "
                 f"a packaged name ({_packaged_names()})"
             )
-        if path.exists() and not path.is_file():  # jsonargparse: "Path is not a file"
+        # no file of that name: a packaged config's, even beside a folder of that name (the
+        # run family runs/tiny/ of `--config tiny`)
+        if not path.is_file() and "/" not in value and packaged.is_file():
+            out[index] = str(packaged) if out[index] == value else f"--config={packaged}"
+        elif path.exists() and not path.is_file():  # jsonargparse: "Path is not a file"
             what = "a directory" if path.is_dir() else "a device or pipe"
             raise UsageError(
                 f"{flag} {value}: {what}, not a config file; give a YAML file or a packaged "
                 f"name ({_packaged_names()})"
             )
-        if not path.exists() and "/" not in value and packaged.is_file():
-            out[index] = str(packaged) if out[index] == value else f"--config={packaged}"
         elif path.is_file():
             _check_config_text(flag, path)
         elif not path.exists() and value != "-" and not any(c in value for c in "{}:\n"):
