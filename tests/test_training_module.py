@@ -442,3 +442,81 @@ def test_the_token_rate_is_logged_as_often_as_lightning_logs_steps(every: int) -
     for index in range(4):
         callback.on_train_batch_end(trainer, module, None, batch, index)
     assert logged == ["train/tokens_per_sec_step"] * (4 // every if every else 0)
+
+
+class FakeClock:
+    """`time.perf_counter` of `minitx.training.callbacks`, moved by hand."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def throughput_trainer(logged: dict[str, float]) -> SimpleNamespace:
+    """The parts of a Trainer `TokenThroughput` reads, its logged metrics into `logged`."""
+    from lightning.pytorch.trainer.states import TrainerFn
+
+    return SimpleNamespace(
+        log_every_n_steps=0,
+        global_step=3,
+        current_epoch=0,
+        sanity_checking=False,
+        state=SimpleNamespace(fn=TrainerFn.FITTING),
+        strategy=SimpleNamespace(reduce=lambda tensor, reduce_op: tensor),
+        loggers=[SimpleNamespace(log_metrics=lambda metrics, step: logged.update(metrics))],
+    )
+
+
+def test_an_epochs_seconds_end_at_its_last_update_less_its_validations(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The attention maps drawn at an epoch's end were counted as training: the tiny config's
+    tokens/s fell from about 4,300 to 1,300 (and the experiments' ms/step rose with it)."""
+    from minitx.training import callbacks
+    from minitx.vocab import PAD_ID
+
+    clock, logged = FakeClock(), {}
+    monkeypatch.setattr(callbacks.time, "perf_counter", clock)
+    callback, trainer = callbacks.TokenThroughput(), throughput_trainer(logged)
+    module = SimpleNamespace(device="cpu", log=lambda *args, **kwargs: None)
+    batch = {"tgt_out": torch.tensor([[5, 6, PAD_ID]])}  # 2 target tokens
+    callback.on_train_epoch_start(trainer, module)
+    for index in range(3):
+        clock.now += 1.0  # an update
+        callback.on_train_batch_end(trainer, module, None, batch, index)
+        if index == 1:  # a validation inside the epoch: 5 s
+            callback.on_validation_start(trainer, module)
+            clock.now += 5.0
+            callback.on_validation_end(trainer, module)
+    callback.on_validation_start(trainer, module)  # the epoch-end validation, then the maps
+    clock.now += 7.0
+    callback.on_validation_end(trainer, module)
+    clock.now += 11.0
+    callback.on_train_epoch_end(trainer, module)
+    assert logged == {"train/epoch_seconds": 3.0, "train/tokens_per_sec": 2.0}
+
+
+def test_the_fit_clock_goes_on_from_the_checkpoints_at_a_resume(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`time/fit_seconds` started again from 0 at every resume (curves over time went back)."""
+    from minitx.training import callbacks
+
+    clock, logged = FakeClock(), []
+    monkeypatch.setattr(callbacks.time, "perf_counter", clock)
+    trainer = throughput_trainer({})
+    module = SimpleNamespace(log=lambda name, value, **kwargs: logged.append((name, value)))
+    first = callbacks.TokenThroughput()
+    first.on_fit_start(trainer, module)
+    clock.now += 40.0
+    saved = first.state_dict()  # in the checkpoint
+    assert saved == {"fit_seconds": 40.0}
+    resumed = callbacks.TokenThroughput()
+    resumed.load_state_dict(saved)  # Lightning restores it before on_fit_start
+    clock.now += 100.0  # the time between the two processes is not the fit's
+    resumed.on_fit_start(trainer, module)
+    clock.now += 2.0
+    resumed.on_validation_epoch_end(trainer, module)
+    assert logged == [("time/fit_seconds", 42.0)]

@@ -189,13 +189,15 @@ class TokenThroughput(L.Callback):
     """Log training speed: target tokens per second and seconds per epoch.
 
     Each epoch `train/tokens_per_sec` (under DDP, of every process together) and
-    `train/epoch_seconds` (validation excluded), every `log_every_n_steps` steps
-    `train/tokens_per_sec_step` (the logging process's own batches), and after each validation
-    `time/fit_seconds` (validation included, as `trainer.max_time` counts), so that scores can
-    be plotted over training time. An epoch resumed inside gets no epoch figures (its start
-    was not seen). Lightning's `ThroughputMonitor` can count tokens too (its ``length_fn``),
-    but over a sliding window of batches only, under its own metric names, with no epoch or
-    fit-time figures, which the experiment reports and the progress line read.
+    `train/epoch_seconds` (from the epoch's start to its last update, validations excluded:
+    not the epoch-end work after it, such as drawing attention maps); every
+    `log_every_n_steps` steps `train/tokens_per_sec_step` (the logging process's own
+    batches); and after each validation `time/fit_seconds` (validation included, as
+    `trainer.max_time` counts), so that scores can be plotted over training time, a resumed
+    run's clock going on from its checkpoint's. An epoch resumed inside gets no epoch figures
+    (its start was not seen). Lightning's `ThroughputMonitor` can count tokens too (its
+    ``length_fn``), but over a sliding window of batches only, under its own metric names,
+    with no epoch or fit-time figures, which the experiment reports and the progress line read.
     """
 
     def __init__(self) -> None:
@@ -205,11 +207,20 @@ class TokenThroughput(L.Callback):
         self._epoch_tokens = self._window_tokens = 0
         self._val_seconds = 0.0
         self._val_start = 0.0
+        self._trained_until = 0.0  # the epoch's last update: its end, less validations before
         self._fit_start = 0.0
+        self._fit_seconds_before = 0.0  # a resumed run's, from its checkpoint
         self.last_tokens_per_sec: float | None = None  # of the last finished epoch
 
+    def state_dict(self) -> dict[str, float]:
+        return {"fit_seconds": time.perf_counter() - self._fit_start}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._fit_seconds_before = float(state_dict.get("fit_seconds", 0.0))
+
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._fit_start = time.perf_counter()
+        # Lightning restores the callbacks' states before this hook
+        self._fit_start = time.perf_counter() - self._fit_seconds_before
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._window_start = time.perf_counter()  # resumed inside an epoch: no epoch start
@@ -228,6 +239,7 @@ class TokenThroughput(L.Callback):
         batch: Any,
         batch_idx: int,
     ) -> None:
+        self._trained_until = time.perf_counter() - self._val_seconds
         tokens = int((batch["tgt_out"] != PAD_ID).sum())
         self._epoch_tokens += tokens
         self._window_tokens += tokens
@@ -258,7 +270,7 @@ class TokenThroughput(L.Callback):
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not self._epoch_started:  # resumed inside the epoch: its start is not known here
             return
-        seconds = time.perf_counter() - self._epoch_start - self._val_seconds
+        seconds = self._trained_until - self._epoch_start
         # Under DDP the processes' tokens together (each counted its own batches); one
         # process alone: its own count
         tokens = trainer.strategy.reduce(
