@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import fields
+from dataclasses import asdict, fields, replace
 from pathlib import Path
 from typing import IO
 
@@ -412,6 +412,35 @@ def test_a_variant_that_fails_says_so_and_every_variant_failing_is_an_error(
         "error: model.transformer: d_model (64) must be"
     ), proc.stderr[-2000:]
     assert not recwarn.list, [str(w.message) for w in recwarn]  # in a process: on its stderr
+
+
+def test_rows_of_other_settings_are_left_out_of_the_table_and_said(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """`--variants dot` with --steps 30 over a table of 20 steps kept the other row under a
+    header of 30 steps, without a word."""
+    experiment = EXPERIMENTS["scores"]
+    first, second = (v.name for v in experiment.variants[:2])
+    earlier = Settings(out=tmp_path / "exp", max_steps=20, config="tiny")
+    path = tmp_path / "results.json"
+    path.write_text(
+        json.dumps(
+            {
+                "settings": {k: str(v) for k, v in asdict(earlier).items()},
+                "variants": [{"name": first, "steps": 20}, {"name": second, "steps": 20}],
+            }
+        )
+    )
+    moved = replace(earlier, out=tmp_path / "moved")  # the same runs, another folder
+    rows = runner._merged(path, [{"name": first, "steps": 20}], experiment, moved)
+    assert [row["name"] for row in rows] == [first, second] and capsys.readouterr().out == ""
+    longer = replace(earlier, max_steps=30)
+    rows = runner._merged(path, [{"name": first, "steps": 30}], experiment, longer)
+    assert rows == [{"name": first, "steps": 30}]
+    assert capsys.readouterr().out == (
+        f"[scores] left out of the table, run with other settings: {second} (run them again "
+        "with these settings to compare)\n"
+    )
 
 
 REFUSED_KEY = "error: unrecognized arguments: --model.transformer.bogus=1"

@@ -482,8 +482,8 @@ def run_experiment(name: str, settings: Settings, only: list[str] | None = None)
     else:
         checkpoint = settings.checkpoint or default_checkpoint(settings)
         results, data = decode_variants(settings, name, variants, checkpoint)
-    if only:  # the other rows of an earlier call stay
-        results = _merged(settings.out / name / "results.json", results, experiment)
+    if only:  # the other rows of an earlier call with the same settings stay
+        results = _merged(settings.out / name / "results.json", results, experiment, settings)
     summary = {
         "experiment": name,
         "claim": experiment.claim,
@@ -499,11 +499,26 @@ def run_experiment(name: str, settings: Settings, only: list[str] | None = None)
     return summary
 
 
-def _merged(path: Path, results: list[dict], experiment: Experiment) -> list[dict]:
+def _merged(
+    path: Path, results: list[dict], experiment: Experiment, settings: Settings
+) -> list[dict]:
     """`results` merged into the variants of an earlier `results.json`, by name, in the
-    experiment's order."""
-    earlier = json.loads(path.read_text())["variants"] if path.is_file() else []
-    by_name = {v["name"]: v for v in earlier} | {v["name"]: v for v in results}
+    experiment's order, when that file was written with the same settings (`--out` aside);
+    else its other rows are left out, and said so: the table's header states one budget and
+    one config for every row."""
+    earlier = json.loads(path.read_text()) if path.is_file() else {}
+    ours = {k: str(v) for k, v in asdict(settings).items() if k != "out"}
+    theirs = {k: v for k, v in earlier.get("settings", {}).items() if k != "out"}
+    kept = earlier.get("variants", []) if theirs == ours else []
+    new = {v["name"] for v in results}
+    dropped = [v["name"] for v in earlier.get("variants", []) if theirs != ours]
+    if dropped := [name for name in dropped if name not in new]:
+        print(
+            f"[{experiment.name}] left out of the table, run with other settings: "
+            f"{', '.join(dropped)} (run them again with these settings to compare)",
+            flush=True,
+        )
+    by_name = {v["name"]: v for v in kept} | {v["name"]: v for v in results}
     return [by_name[v.name] for v in experiment.variants if v.name in by_name]
 
 
