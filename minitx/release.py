@@ -103,6 +103,7 @@ EVALUATION_KEYS = (
     "sentences",
     "src_lang",
     "tgt_lang",
+    "bf16",
 )
 RESULT_KEYS = ("decoding", "beam", "bleu", "chrf", "signature")
 """What a release keeps of a `minitx-evaluate --json` report: what its card shows and checks,
@@ -499,6 +500,8 @@ def check_evaluation(
             raise ConfigError(f"{where}: each result needs 'bleu' and 'signature'")
         _check_report_values(result, where, scores=("bleu", "chrf"), counts=("beam",))
     _check_report_values(evaluation, where, scores=(), counts=("sentences", "limit"))
+    if not isinstance(evaluation.get("bf16", False), bool):
+        raise ConfigError(f"{where}: bf16 must be true or false, got {evaluation['bf16']!r:.40}")
     scored = (evaluation.get("src_lang"), evaluation.get("tgt_lang"))
     if all(languages) and all(scored) and tuple(scored) != tuple(languages):
         raise ConfigError(
@@ -804,9 +807,11 @@ def _evaluation_lines(evaluation: Mapping[str, Any] | None) -> list[str]:
     limit = evaluation.get("limit")  # a partial score must not read as the split's
     part = f"the first {limit} lines of the `{split}` split" if limit else f"the `{split}` split"
     read = " as read from `MINITX_DATA_DIR`" if evaluation.get("data_dir_env") else ""
+    # bf16 decoding's translations may differ from the fp32 weights' (docs/guides/inference.md)
+    bf16 = ", decoded in bf16 (`--bf16`)" if evaluation.get("bf16") else ""
     lines = [
         f"sacreBLEU on {part} of `{evaluation.get('data', '?')}`{read} "
-        f"({evaluation.get('sentences', '?')} sentences), scored by `minitx-evaluate`:",
+        f"({evaluation.get('sentences', '?')} sentences), scored by `minitx-evaluate`{bf16}:",
         "",
     ]
     for result in evaluation["results"]:

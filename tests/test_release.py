@@ -722,6 +722,30 @@ def test_export_records_the_evaluation_in_the_card(
     capsys.readouterr()
 
 
+def test_the_card_says_when_the_scores_were_decoded_in_bf16(
+    release_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """A report of `minitx-evaluate --bf16` went into the card as the model's scores, with no
+    word of bf16, whose translations may differ from fp32's."""
+    from minitx.cli import evaluate as evaluate_cli
+
+    cards = {}
+    for name, flags in (("bf16", ["--bf16"]), ("fp32", [])):
+        report = tmp_path / f"{name}.json"
+        args = ["--checkpoint", str(release_dir), "--data", str(TOY_CORPUS_DIR), "--limit", "3"]
+        hyp = ["--hyp-out", str(tmp_path / f"{name}{{beam}}.hyp"), "--json", str(report)]
+        assert evaluate_cli.main([*args, "--beam", "1", *flags, *hyp]) == 0
+        out = tmp_path / name
+        args = ["--checkpoint", str(release_dir), "--out", str(out), "--evaluation", str(report)]
+        assert export_cli.main(args) == 0
+        cards[name] = (out / "README.md").read_text(encoding="utf-8")
+        kept = json.loads((out / "evaluation.json").read_text(encoding="utf-8"))
+        assert kept["bf16"] is bool(flags)
+    assert "scored by `minitx-evaluate`, decoded in bf16 (`--bf16`):" in cards["bf16"]
+    assert "bf16" not in cards["fp32"]
+    capsys.readouterr()
+
+
 def test_the_card_says_when_the_hub_corpus_was_read_from_minitx_data_dir(
     release_dir: Path,
     tmp_path: Path,
