@@ -702,7 +702,7 @@ def _write_release(
         CARD_FILE: model_card(release, evaluation),
     }
     if release.train_config is not None:
-        files[TRAIN_CONFIG_FILE] = release.train_config
+        files[TRAIN_CONFIG_FILE] = fresh_run_config(release.train_config)
     if evaluation is not None:
         kept = {key: evaluation[key] for key in EVALUATION_KEYS if key in evaluation}
         kept["results"] = [
@@ -794,6 +794,13 @@ def data_source(train_config: str | None) -> str | None:
     data = values.get("data") if isinstance(values, dict) else None
     source = data.get("source") if isinstance(data, dict) else None
     return str(source) if source else None
+
+
+def fresh_run_config(train_config: str) -> str:
+    """A run's resolved config (YAML text, as `minitx-train` dumps it) as a new run reads it:
+    without the checkpoint it resumed from (``ckpt_path``), which a copy elsewhere does not
+    have, and which would resume that run where it does."""
+    return re.sub(r"(?m)^ckpt_path: .*$", "ckpt_path: null", train_config)
 
 
 def _evaluation_lines(evaluation: Mapping[str, Any] | None) -> list[str]:
@@ -907,7 +914,9 @@ def model_card(release: Release, evaluation: Mapping[str, Any] | None = None) ->
     ]
     if release.train_config:
         body += [
-            f"The resolved training config is `{TRAIN_CONFIG_FILE}`; this retrains the model:",
+            f"The resolved training config is `{TRAIN_CONFIG_FILE}`; this trains a new run "
+            "with the same settings (step for step the same where the run was bound by its "
+            "steps, not by a clock):",
             "",
             "```bash",
             f"minitx-train --config {TRAIN_CONFIG_FILE}",

@@ -78,6 +78,24 @@ def test_files_of_a_release(release_dir: Path, original: Translator) -> None:
     assert "minitx-train --config train_config.yaml" in card
 
 
+def test_a_resumed_runs_training_config_is_written_for_a_new_run(
+    original: Translator, tmp_path: Path
+) -> None:
+    """A resumed run's config names the checkpoint it resumed from: `minitx-train --config
+    train_config.yaml`, which the card offers, failed elsewhere ("checkpoint not found") and
+    resumed that run where the file was."""
+    assert "\nckpt_path: null\n" in original.train_config
+    resumed = original.train_config.replace(
+        "\nckpt_path: null\n", "\nckpt_path: runs/tiny/x/checkpoints/last.ckpt\n"
+    )
+    translator = Translator(
+        original.model, original.tokenizer, languages=original.languages, train_config=resumed
+    )
+    translator.save_pretrained(tmp_path / "release")
+    written = (tmp_path / "release" / "train_config.yaml").read_text(encoding="utf-8")
+    assert written == original.train_config
+
+
 class OwnScore(nn.Module):
     """A score registered by the test itself, as a user's module would."""
 
