@@ -9,6 +9,7 @@ import os
 import re
 import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -94,6 +95,25 @@ def test_a_resumed_runs_training_config_is_written_for_a_new_run(
     translator.save_pretrained(tmp_path / "release")
     written = (tmp_path / "release" / "train_config.yaml").read_text(encoding="utf-8")
     assert written == original.train_config
+
+
+def test_evaluating_a_release_given_as_dot_writes_beside_it_not_into_it(
+    copy_of: Callable[[], Path], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """`cd de-en && minitx-evaluate --checkpoint .` wrote a hidden `.test....hyp` into the
+    release, which its next export then refused as a file of someone else's."""
+    from minitx.cli import evaluate as evaluate_cli
+
+    copy = copy_of()
+    monkeypatch.chdir(copy)
+    args = ["--checkpoint", ".", "--data", str(TOY_CORPUS_DIR), "--limit", "2", "--beam", "1"]
+    assert evaluate_cli.main(args) == 0
+    assert sorted(p.name for p in copy.iterdir()) == sorted(
+        set(release.RELEASE_FILES) - {release.EVALUATION_FILE}
+    )
+    (hyp,) = copy.parent.glob(f"{copy.name}.test.*.greedy.hyp")
+    assert len(hyp.read_text(encoding="utf-8").splitlines()) == 2
+    capsys.readouterr()
 
 
 class OwnScore(nn.Module):

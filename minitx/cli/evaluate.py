@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -201,9 +202,12 @@ def hypothesis_path(args: argparse.Namespace, beam: int, pair: str = "") -> Path
         tag += f"-seed{settings['seed']}" if args.attention == "hard-sample" else ""
     if args.bf16:  # bf16 decoding may differ from fp32: never overwrite the fp32 file
         tag += ".bf16"
-    name = f"{args.checkpoint.stem}.{args.split}{infix}.{tag}.hyp"
     local = args.checkpoint.exists()  # else a hub repo id: write into the current directory
-    return (args.checkpoint.parent if local else Path()) / name
+    # absolute: `--checkpoint .` in a release had no stem, and its parent was the release
+    # itself (links are not followed: the file goes beside the name given)
+    checkpoint = Path(os.path.abspath(args.checkpoint)) if local else args.checkpoint
+    name = f"{checkpoint.stem}.{args.split}{infix}.{tag}.hyp"
+    return (checkpoint.parent if local else Path()) / name
 
 
 def data_tag(data: str) -> str:
