@@ -901,14 +901,15 @@ def sentence_progress(total: int | None, decoding: str = "") -> Iterator[Callabl
 
             yield advance
         return
-    done = 0
+    done, translated = 0, start
 
     def count(n: int) -> None:
-        nonlocal done
+        nonlocal done, translated
         done += n
+        translated = time.perf_counter()  # what follows the last batch (scoring) is not translating
 
     yield count
-    seconds = time.perf_counter() - start
+    seconds = (translated if done else time.perf_counter()) - start
     print(
         f"{prefix}translated {done} sentence{'' if done == 1 else 's'} in {seconds:.1f} s "
         f"({done / max(seconds, 1e-9):.1f} sentences/s)",
