@@ -622,11 +622,7 @@ def check_release_dir(directory: Path, flag: str = "the release directory") -> N
         raise OutputError(f"{flag} {directory} is a file; give a directory")
     if not directory.exists() and (blocked := file_in_the_way(directory.parent)):
         raise OutputError(f"{flag} {directory}: {blocked}")
-    # A release inside a release: the outer one would hold a foreign folder, and exporting
-    # into it again would be refused for it. Resolved: rel/../new is not inside rel, and a
-    # link may lead into one.
-    outer = next((p for p in directory.resolve().parents if _is_release(p)), None)
-    if outer is not None:
+    if (outer := enclosing_release(directory)) is not None:
         raise OutputError(
             f"{flag} {directory} lies inside the release {outer}; give a directory outside it"
         )
@@ -661,6 +657,13 @@ def check_not_a_release_file(out: str | os.PathLike[str], flag: str = "--output"
             f"{flag} {out} is a file of the release {path.parent}, another command's output, "
             "which this command never replaces; choose another name"
         )
+
+
+def enclosing_release(path: Path) -> Path | None:
+    """The release directory `path` would lie inside (resolved: rel/../new is not inside rel,
+    and a link may lead into one), or None. An export written there would make the release
+    hold a folder of another's, and exporting it again would be refused for it."""
+    return next((p for p in path.resolve().parents if _is_release(p)), None)
 
 
 def _is_release(directory: Path) -> bool:

@@ -14,7 +14,7 @@ from helpers import PYTHON, TOY_CORPUS_DIR, TOY_TEST_REFERENCES, TOY_TEST_SOURCE
 from preloaded import run_python
 
 from minitx.activations import ACTIVATIONS
-from minitx.errors import ConfigError, MissingExtraError
+from minitx.errors import ConfigError, MissingExtraError, OutputError
 from minitx.model import Transformer, TransformerConfig
 from minitx.translator import Translator
 from minitx.vocab import frame_source, frame_target
@@ -88,6 +88,17 @@ def assert_same_scores(ct2_model: Ct2Translator, model: Transformer, translator:
 
 
 # ----------------------------------------------------------------------- the trained model
+def test_an_export_inside_a_release_is_refused(translator: Translator, tmp_path: Path) -> None:
+    """It was written there: the release then held a folder of another's, and exporting the
+    release again was refused for it (minitx-export refuses such an --out already)."""
+    translator.save_pretrained(tmp_path / "release")
+    for out in (tmp_path / "release" / "ct2", tmp_path / "release" / "sub" / "ct2"):
+        with pytest.raises(OutputError, match=r"--out .* lies inside the release .*release;"):
+            export_ctranslate2(tmp_path / "release", out)
+        assert not out.exists()
+    assert export_ctranslate2(tmp_path / "release", tmp_path / "release" / ".." / "ct2").is_dir()
+
+
 def test_exported_directory_holds_model_vocabulary_and_tokenizer(exported: Path) -> None:
     names = {p.name for p in exported.iterdir()}
     assert {"model.bin", "config.json", "shared_vocabulary.json", "sentencepiece.model"} <= names

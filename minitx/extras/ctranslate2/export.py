@@ -40,7 +40,7 @@ from torch import nn
 
 from minitx import release
 from minitx.decoding import DEFAULT_BATCH_SIZE, DecodingConfig
-from minitx.errors import ConfigError, check_whole_number, require_extra
+from minitx.errors import ConfigError, OutputError, check_whole_number, require_extra
 from minitx.model import Transformer, TransformerConfig
 from minitx.outputs import check_output_dir, written_whole
 from minitx.tokenizer import Tokenizer
@@ -294,11 +294,16 @@ def export_ctranslate2(
 
     Raises:
         MissingFileError, CheckpointError: the model is missing or not a usable one.
-        OutputError: as `export_model`, or `out_dir` holds `checkpoint`.
+        OutputError: as `export_model`, `out_dir` holds `checkpoint`, or lies inside a
+            release directory (`minitx.release.enclosing_release`).
         ConfigError, MissingExtraError: as `export_model`.
     """
     _check_quantization(quantization)  # fail before loading anything, and before --out's check
     # the inputs, before loading
+    if (outer := release.enclosing_release(Path(out_dir))) is not None:
+        raise OutputError(
+            f"--out {out_dir} lies inside the release {outer}; give a directory outside it"
+        )
     check_output_dir(out_dir, inputs=[checkpoint], force=force, kind=OUTPUT_KIND)
     loaded = release.load(checkpoint)
     return export_model(
