@@ -307,6 +307,14 @@ def _detach_stdout() -> None:
         pass  # not a real file (a test's capture): nothing is flushed at exit
 
 
+def stop_said(sigterm: bool) -> tuple[str, int]:
+    """How a stop is said in its line, and the exit status it ends with: a SIGTERM's
+    ("terminated (SIGTERM)", 143), else a Ctrl-C's ("interrupted (Ctrl-C)", 130)."""
+    if sigterm:
+        return "terminated (SIGTERM)", EXIT_SIGTERM
+    return "interrupted (Ctrl-C)", EXIT_SIGINT
+
+
 def stop_while_starting(signum: int, frame: object) -> NoReturn:
     """The SIGINT and SIGTERM handler while a command starts (`minitx.cli.launch`): one line
     and status 130 / 143, at once (SIGTERM's default ended the process unsaid).
@@ -315,12 +323,9 @@ def stop_while_starting(signum: int, frame: object) -> NoReturn:
     library broken, and what surfaces is another error (numpy's, as a RecursionError). Only
     imports and argument parsing have run, so there is nothing to save or remove.
     """
-    sigterm = signum == signal.SIGTERM
-    print_stop(
-        f"{'terminated (SIGTERM)' if sigterm else 'interrupted (Ctrl-C)'} while starting: "
-        "nothing was done"
-    )
-    os._exit(EXIT_SIGTERM if sigterm else EXIT_SIGINT)
+    what, status = stop_said(signum == signal.SIGTERM)
+    print_stop(f"{what} while starting: nothing was done")
+    os._exit(status)
 
 
 def check_stdout() -> None:
@@ -482,12 +487,10 @@ def run_cli(
             status = run(args)
             sys.stdout.flush()  # a gone reader or a full disk shows here, not at exit
             return status
-        except Terminated:
-            print_stop(f"terminated (SIGTERM): stopped before the end{resumes}")
-            return EXIT_SIGTERM
-        except KeyboardInterrupt:  # what was written stays: say that the rest was not done
-            print_stop(f"interrupted (Ctrl-C): stopped before the end{resumes}")
-            return EXIT_SIGINT
+        except KeyboardInterrupt as exc:  # what was written stays: say the rest was not done
+            what, status = stop_said(isinstance(exc, Terminated))
+            print_stop(f"{what}: stopped before the end{resumes}")
+            return status
         except BrokenPipeError:  # e.g. `... | head -1`: the reader has gone, nothing left to do
             return reader_gone()
         except Exception as exc:
@@ -860,6 +863,12 @@ def describe_attention(args: argparse.Namespace) -> str:
     where = "cross-attention" if settings["scope"] == "cross" else "attention everywhere"
     seed = f" (seed {settings['seed']})" if settings["mode"] == "hard-sample" else ""
     return f"{settings['mode']} {where}{seed}"
+
+
+def decoding_label(decoding: DecodingConfig, args: argparse.Namespace) -> str:
+    """How printed results name a decoding: "greedy", or with a hard ``--attention`` e.g.
+    "greedy, hard-argmax cross-attention" (`describe_attention`)."""
+    return ", ".join(filter(None, [decoding.describe(), describe_attention(args)]))
 
 
 @contextlib.contextmanager

@@ -27,7 +27,7 @@ from minitx.cli.common import (
     attention_from_args,
     beam_of,
     check_decoding_args,
-    describe_attention,
+    decoding_label,
     each_warning_once,
     file_path,
     hub_verbosity,
@@ -302,7 +302,7 @@ def run(args: argparse.Namespace) -> int:
     results = []
     with each_warning_once():  # the sources are read once per beam size
         for beam, decoding in args.decodings.items():  # in the order given
-            label = ", ".join(filter(None, [decoding.describe(), describe_attention(args)]))
+            label = decoding_label(decoding, args)
             with sentence_progress(len(data.sources), label) as progress:
                 result = evaluate(
                     translator,

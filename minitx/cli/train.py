@@ -56,6 +56,7 @@ from minitx.cli.common import (
     report_user_error,
     show_library_warnings,
     sigterm_raises,
+    stop_said,
     work_begins,
 )
 from minitx.data.datamodule import TranslationDataModule
@@ -1231,12 +1232,11 @@ def _train_and_test(args: list[str] | None) -> MinitxCLI:
                             flush=True,
                         )
                 del state  # memory-mapped: the file must not stay open while the run saves
-    except Terminated:  # e.g. a scheduler's SIGTERM while a resume checks its checkpoint
-        _stopped_before_training("terminated (SIGTERM)")
-        raise SystemExit(EXIT_SIGTERM) from None
-    except KeyboardInterrupt:  # while parsing or checking a resume (fit handles its own)
-        _stopped_before_training("interrupted (Ctrl-C)")
-        raise SystemExit(EXIT_SIGINT) from None
+    except KeyboardInterrupt as exc:  # while parsing or checking a resume (fit handles its
+        # own); `Terminated`: e.g. a scheduler's SIGTERM while a resume checks its checkpoint
+        what, status = stop_said(isinstance(exc, Terminated))
+        _stopped_before_training(what)
+        raise SystemExit(status) from None
     trainer = cli.trainer
     for callback in trainer.checkpoint_callbacks:  # set explicitly (checkpoint.dirpath)
         if callback.dirpath:
@@ -1288,13 +1288,13 @@ def _train_and_test(args: list[str] | None) -> MinitxCLI:
         raise SystemExit(EXIT_SIGINT if ctrl_c else EXIT_SIGTERM) from None
     except SystemExit as exc:  # Lightning ends a Ctrl-C interrupted fit with sys.exit(1)
         if trainer.interrupted and exc.code == 1:
-            sigterm = isinstance(exc.__context__, Terminated)  # ours, a KeyboardInterrupt too
-            what = "terminated (SIGTERM)" if sigterm else "interrupted (Ctrl-C)"
+            # `Terminated`: our SIGTERM, a KeyboardInterrupt that Lightning caught as one
+            what, status = stop_said(isinstance(exc.__context__, Terminated))
             # while the data was prepared, or under DDP while the processes started (the
             # first process alone: Lightning has ended the others, no collective is left)
             if trainer.global_step in (0, resumed_at) and (alone or _rank() == 0):
                 _stopped_before_training(what, cli, alone=alone)
-            raise SystemExit(EXIT_SIGTERM if sigterm else EXIT_SIGINT) from None
+            raise SystemExit(status) from None
         raise
     minutes = (time.perf_counter() - start) / 60
     best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
@@ -1339,13 +1339,12 @@ def _train_and_test(args: list[str] | None) -> MinitxCLI:
             with sigterm_raises():  # else SIGTERM's default ended the process unsaid
                 _test(cli, Path(tested), which, Path(run_dir))
         except KeyboardInterrupt as exc:  # `Terminated` for a SIGTERM
-            sigterm = isinstance(exc, Terminated)
+            what, status = stop_said(isinstance(exc, Terminated))
             print_stop(
-                f"test {'terminated (SIGTERM)' if sigterm else 'interrupted (Ctrl-C)'}: the "
-                "training is finished and saved; the same command with --ckpt_path last runs "
-                "the test again"
+                f"test {what}: the training is finished and saved; the same command with "
+                "--ckpt_path last runs the test again"
             )
-            raise SystemExit(EXIT_SIGTERM if sigterm else EXIT_SIGINT) from None
+            raise SystemExit(status) from None
     return cli
 
 

@@ -20,7 +20,7 @@ from minitx.cli.common import (
     add_checkpoint_argument,
     add_decoding_arguments,
     check_decoding_args,
-    describe_attention,
+    decoding_label,
     each_warning_once,
     load_translator,
     nonempty_path,
@@ -143,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise UsageError(f"cannot write into --out-dir {out}: {exc.strerror or exc}") from None
     print(f"source:      {args.sentence}")
-    label = ", ".join(filter(None, [decoding.describe(), describe_attention(args)]))
+    label = decoding_label(decoding, args)
     print(f"translation: {translation}  ({label})")
     for path in paths:
         print(f"wrote {out / path.relative_to(tmp)}")
