@@ -509,10 +509,11 @@ def _merged(
     earlier = json.loads(path.read_text()) if path.is_file() else {}
     ours = {k: str(v) for k, v in asdict(settings).items() if k != "out"}
     theirs = {k: v for k, v in earlier.get("settings", {}).items() if k != "out"}
-    kept = earlier.get("variants", []) if theirs == ours else []
+    same = theirs == ours
+    kept = earlier.get("variants", []) if same else []
     new = {v["name"] for v in results}
-    dropped = [v["name"] for v in earlier.get("variants", []) if theirs != ours]
-    if dropped := [name for name in dropped if name not in new]:
+    dropped = [v["name"] for v in earlier.get("variants", []) if not same and v["name"] not in new]
+    if dropped:
         print(
             f"[{experiment.name}] left out of the table, run with other settings: "
             f"{', '.join(dropped)} (run them again with these settings to compare)",
