@@ -783,6 +783,7 @@ def test_evaluate_two_beams_and_json(evaluate_command, tiny_checkpoint, tmp_path
         10,
     )
     assert [r["beam"] for r in data["results"]] == [1, 2]
+    assert [r["alpha"] for r in data["results"]] == [None, 1.0]  # greedy ranks nothing
     for result in data["results"]:
         assert "tok:13a" in result["signature"] and "nc:6" in result["chrf_signature"]
         assert len(result["precisions"]) == 4 and result["hyp_len"] > 0 < result["ref_len"]

@@ -327,7 +327,8 @@ def run(args: argparse.Namespace) -> int:
             results.append(
                 {
                     "beam": beam_of(args, beam),
-                    "alpha": args.alpha,
+                    # greedy decoding ranks no hypotheses: no length penalty to record
+                    "alpha": None if decoding.strategy == "greedy" else decoding.alpha,
                     **result.as_dict(),
                     "hypotheses_file": str(path),
                 }
