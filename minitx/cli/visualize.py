@@ -33,12 +33,10 @@ from minitx.maps import KINDS
 from minitx.outputs import check_output_dir, written_whole
 from minitx.textio import utf8_arguments
 from minitx.viz import DEFAULT_DPI, visualize
+from minitx.viz.common import check_dpi
 
 OUTPUT_KIND = "attention-maps"
 """What an output directory's `minitx.outputs.MARKER` says it holds."""
-MAX_DPI = 600
-"""Twice print quality: at 20,000 a long sentence's figure is an image of billions of pixels,
-which ends in a MemoryError after minutes."""
 LARGE_PAGE_BYTES = 50_000_000
 """An attention.html above this gets a note: its maps grow with the sentence's length squared
 (a 10,800-character line made a 230 MB page), more than a browser opens comfortably."""
@@ -168,8 +166,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("the sentence is empty")
     check_decoding_args(parser, args)  # builds args.decoding
     refuse_repeats(parser, "--kinds", args.kinds, "kind")
-    if not 0 < args.dpi <= MAX_DPI:
-        parser.error(f"--dpi must be between 1 and {MAX_DPI}, got {args.dpi}")
+    try:
+        check_dpi(args.dpi)
+    except ValueError as exc:  # "dpi must be ...": "--dpi must be ..."
+        parser.error(f"--{exc}")
     args.methods = ()
     if args.attributions is not None:
         try:

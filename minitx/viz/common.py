@@ -11,6 +11,12 @@ from minitx.maps import KINDS, AttentionMaps
 
 DEFAULT_DPI: int = 110
 """Resolution of saved PNG heatmaps."""
+MIN_DPI: int = 20
+"""Below about 6 dpi matplotlib's font renderer fails on the labels (FreeType's "invalid
+ppem"); a figure under 20 dpi has labels a few pixels high, too small to read."""
+MAX_DPI: int = 600
+"""Twice print quality: at 20,000 a long sentence's figure is an image of billions of pixels,
+which ends in a MemoryError after minutes."""
 
 KIND_LABELS: dict[str, str] = {
     "encoder": "encoder self-attention",
@@ -52,6 +58,17 @@ def check_kinds(kinds: Sequence[str]) -> tuple[str, ...]:
     if not kinds:
         raise ValueError(f"no attention kinds selected; expected a subset of {KINDS}")
     return kinds
+
+
+def check_dpi(dpi: int) -> int:
+    """`dpi` if a PNG can be drawn at it: a whole number from `MIN_DPI` to `MAX_DPI`.
+
+    Raises:
+        ValueError: any other value.
+    """
+    if isinstance(dpi, bool) or not isinstance(dpi, int) or not MIN_DPI <= dpi <= MAX_DPI:
+        raise ValueError(f"dpi must be a whole number from {MIN_DPI} to {MAX_DPI}, got {dpi!r}")
+    return dpi
 
 
 def check_attributions(

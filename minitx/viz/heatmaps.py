@@ -28,6 +28,7 @@ from minitx.viz.common import (
     KIND_LABELS,
     attribution_label,
     check_attributions,
+    check_dpi,
     check_kinds,
     check_map,
 )
@@ -281,7 +282,12 @@ def _save_figures(
     figures: Iterator[tuple[str, str, Figure]], out_dir: Path | str, prefix: str, dpi: int
 ) -> list[Path]:
     """Write each figure to ``out_dir/{prefix}{stem}.png``. Figures are built, saved and
-    released one at a time, so memory stays flat however many layers (or calls) there are."""
+    released one at a time, so memory stays flat however many layers (or calls) there are.
+
+    Raises:
+        ValueError: a `dpi` outside `check_dpi`'s range, before anything is written.
+    """
+    check_dpi(dpi)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths: list[Path] = []
