@@ -533,6 +533,16 @@ def test_a_refusal_of_the_shared_settings_is_an_error_before_the_next_variant(
             "--checkpoint is read by hard and explain only, not by scores; leave it out",
         ),
         (["hard", "--sentences", "5"], "--sentences is read by explain only, not by hard"),
+        (  # explain read the checkpoint and ran, the 5 steps unused and unsaid
+            ["explain", "--checkpoint", "run.ckpt", "--steps", "5"],
+            "--steps sets how a model trains, and with --checkpoint nothing trains (explain "
+            "reads the trained model); leave it out",
+        ),
+        (
+            ["hard", "explain", "--checkpoint", "run.ckpt", "--set", "data.max_len=20"],
+            "--set sets how a model trains, and with --checkpoint nothing trains (hard and "
+            "explain read",
+        ),
         (  # hard is named, but none of its variants is chosen: it is skipped
             ["hard", "scores", "--variants", "dot", "--checkpoint", "run.ckpt"],
             "not by scores; leave it out, or add hard or explain to the experiments and a vari",

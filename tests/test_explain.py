@@ -11,7 +11,7 @@ import pytest
 
 from minitx.attribution import METHODS, attribute
 from minitx.extras.experiments import EXPERIMENTS
-from minitx.extras.experiments.explain import log_probabilities
+from minitx.extras.experiments.explain import log_probabilities, markdown
 
 
 def test_the_experiment_is_defined_by_its_methods() -> None:
@@ -47,14 +47,17 @@ def test_the_command_writes_tables_and_figures(tiny_checkpoint: Path, tmp_path: 
     backend = matplotlib.get_backend()
     matplotlib.use("svg")  # the caller's own backend (a notebook's), which the figures keep
     try:
-        assert main([*args, "--sentences", "6", "--variants", "saliency", "ig"]) == 0
+        assert main([*args, "--sentences", "6", "--seed", "3", "--variants", "saliency", "ig"]) == 0
         assert matplotlib.get_backend() == "svg"
     finally:
         matplotlib.use(backend)
     summary = json.loads((out / "explain" / "results.json").read_text())
     assert summary["sentences"] + summary["skipped"] == 6
     assert summary["methods"] == ["saliency", "ig"]
-    assert summary["command"].endswith("--sentences 6 --variants saliency ig")
+    # the seed picks the random pieces removed: the command was written without it
+    assert summary["command"].endswith("--seed 3 --sentences 6 --variants saliency ig")
+    assert "Integrated gradients: " in markdown(summary)
+    assert "Integrated gradients" not in markdown({**summary, "methods": ["saliency"]})
     from minitx.translator import Translator
 
     config = Translator.from_pretrained(tiny_checkpoint).model.config

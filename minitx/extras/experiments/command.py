@@ -173,6 +173,27 @@ def run(args: argparse.Namespace) -> int:
                 f"leave it out, or add {' or '.join(by)} to the experiments"
                 + (" and a variant of it to --variants" if args.variants else "")
             )
+    if args.checkpoint is not None and not any(EXPERIMENTS[n].trains for n in running):
+        # hard and explain read the checkpoint: nothing trains, and these flags would be lost
+        defaults = Settings()
+        unread = [
+            flag
+            for flag, given in (
+                ("--budget", args.budget_minutes != defaults.budget_minutes),
+                ("--steps", args.max_steps is not None),
+                ("--config", args.config is not None),
+                ("--set", bool(args.overrides)),
+                ("--val-every", args.val_every != defaults.val_every),
+                ("--probe-pairs", args.probe_pairs != defaults.probe_pairs),
+            )
+            if given
+        ]
+        if unread:
+            raise UsageError(
+                f"{unread[0]} sets how a model trains, and with --checkpoint nothing trains "
+                f"({' and '.join(running)} {'reads' if len(running) == 1 else 'read'} the "
+                "trained model); leave it out"
+            )
     if args.checkpoint is not None and not args.checkpoint.exists():
         raise UsageError(f"--checkpoint {args.checkpoint}: no such file or release directory")
     settings = Settings(**{field.name: getattr(args, field.name) for field in fields(Settings)})

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import random
+import shlex
 import time
 from collections.abc import Sequence
 from itertools import combinations
@@ -263,6 +264,18 @@ def _layers_heads(summary: dict[str, Any]) -> tuple[list[str], list[str]]:
     return layers, heads
 
 
+def _ig_sentence(summary: dict[str, Any]) -> str:
+    """How integrated gradients were computed, and how far they were from complete."""
+    text = f" Integrated gradients: {summary['ig_steps']} Gauss-Legendre nodes"
+    delta = summary.get("ig_delta")
+    if delta and delta["mean_abs"] is not None:
+        return text + (
+            f", completeness gap {delta['mean_abs']:.3f} nats on average "
+            f"(largest {delta['max_abs']:.3f})."
+        )
+    return text + "."
+
+
 def markdown(summary: dict[str, Any]) -> str:
     """The results as markdown: the claim, the settings, the tables, the command."""
     layers, heads = _layers_heads(summary)
@@ -274,14 +287,8 @@ def markdown(summary: dict[str, Any]) -> str:
         f"`{summary['checkpoint']}`: {summary['sentences']} test sentences of "
         f"`{summary.get('data', '?')}` translated greedily "
         f"(of {summary['sentences'] + summary['skipped']} read; a one-piece source or an empty "
-        f"translation is skipped), BLEU {summary['bleu']:.2f}. Integrated gradients: "
-        f"{summary['ig_steps']} Gauss-Legendre nodes"
-        + (
-            f", completeness gap {summary['ig_delta']['mean_abs']:.3f} nats on average "
-            f"(largest {summary['ig_delta']['max_abs']:.3f})."
-            if summary.get("ig_delta") and summary["ig_delta"]["mean_abs"] is not None
-            else "."
-        ),
+        f"translation is skipped), BLEU {summary['bleu']:.2f}."
+        + (_ig_sentence(summary) if "ig" in summary["methods"] else ""),
         "",
         "### Attention against attributions",
         "",
@@ -449,7 +456,9 @@ def run_explain(
         ig_steps=ig_steps,
         seed=settings.seed,
     )
-    command = f"minitx-experiment {NAME} --checkpoint {checkpoint}"
+    # every flag the results depend on: the seed picks the random pieces removed
+    command = f"minitx-experiment {NAME} --checkpoint {shlex.quote(str(checkpoint))}"
+    command += f" --seed {settings.seed}"
     if sentences is not None:
         command += f" --sentences {sentences}"
     if only:
