@@ -26,7 +26,7 @@ source side is attributed.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import torch
@@ -119,6 +119,21 @@ class Attributions:
         """(row labels, column labels): the predicted pieces and the source pieces, as
         `AttentionMaps.axes("cross")`."""
         return self.predicted_tokens, self.src_tokens
+
+    def without_last_position(self) -> Attributions:
+        """These attributions less the last row, the one of eos: for a translation that
+        decoding cut at its length cap (as `AttentionMaps.without_last_position`). Each row
+        is the gradient of its own piece's log-probability, so the others are unchanged."""
+        if len(self.tgt_tokens) < 2:
+            raise ValueError("Attributions: one row, none to keep without it")
+        return replace(
+            self,
+            tgt_tokens=self.tgt_tokens[:-1],
+            predicted_tokens=self.predicted_tokens[:-1],
+            scores={method: matrix[:-1] for method, matrix in self.scores.items()},
+            log_probs=self.log_probs[:-1],
+            ig_delta=None if self.ig_delta is None else self.ig_delta[:-1],
+        )
 
 
 # ------------------------------------------------------------------------ the gradients

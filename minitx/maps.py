@@ -8,7 +8,7 @@ dimension removed, so that plotting and the HTML viewer work on a single sentenc
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -29,8 +29,10 @@ class AttentionMaps:
     """All attention weights of one translation.
 
     Decoder position t reads the input piece ``tgt_tokens[t]`` and predicts
-    ``predicted_tokens[t]`` (the next piece; eos at the end). Rows of decoder self- and
-    cross-attention are therefore labelled with `predicted_tokens` by `axes`: the row of
+    ``predicted_tokens[t]`` (the next piece; eos at the end, unless the maps are of a
+    translation that decoding cut at its length cap: `without_last_position`). Rows of
+    decoder self- and cross-attention are therefore labelled with `predicted_tokens` by
+    `axes`: the row of
     "loading" is the one that *produces* "loading", not the one that reads it.
 
     Attributes:
@@ -116,6 +118,20 @@ class AttentionMaps:
                 self.predicted_tokens if decoder_tokens == "predicted" else self.tgt_tokens
             ),
         }
+
+    def without_last_position(self) -> AttentionMaps:
+        """These maps less the last decoder position, the one predicting eos: for a
+        translation that decoding cut at its length cap, which predicted no eos. The rest is
+        unchanged, since the decoder is causal (no earlier position reads the last)."""
+        if len(self.tgt_tokens) < 2:
+            raise ValueError("AttentionMaps: one decoder position, none to keep without it")
+        return replace(
+            self,
+            tgt_tokens=self.tgt_tokens[:-1],
+            predicted_tokens=self.predicted_tokens[:-1],
+            decoder_attentions=tuple(m[:, :-1, :-1] for m in self.decoder_attentions),
+            cross_attentions=tuple(m[:, :-1] for m in self.cross_attentions),
+        )
 
     def query_inputs(self, kind: str) -> list[str] | None:
         """The input piece each query position reads (decoder and cross), None for encoder

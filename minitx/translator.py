@@ -565,10 +565,12 @@ class Translator:
         translation: str | None,
         decoding: DecodingConfig | None,
         changes: dict[str, Any],
-    ) -> str | list[int]:
-        """`translation`, or else the pieces of the model's own translation of `sentence`
-        exactly as decoded (no eos): what `attention` and `attributions` read. An empty
-        `sentence` translates to no pieces; `minitx.teacher_forcing.pair_ids` then refuses it."""
+    ) -> tuple[str | list[int], bool]:
+        """What `attention` and `attributions` read: `translation`, or else the pieces of the
+        model's own translation of `sentence` exactly as decoded (no eos); and whether the
+        last position predicts the eos that ends it, False when decoding stopped at its
+        length cap. An empty `sentence` translates to no pieces; `minitx.teacher_forcing.
+        pair_ids` then refuses it."""
         for name, value in (("sentence", sentence), ("translation", translation)):
             if not isinstance(value, str) and not (name == "translation" and value is None):
                 raise TypeError(
@@ -576,9 +578,15 @@ class Translator:
                     "read one sentence (and its translation), each a string"
                 )
         if translation is not None:
-            return translation
+            return translation, True
+        config = DecodingConfig.from_arguments(decoding, **changes)
         ids = encode_sources(self.tokenizer, [sentence], self.model.config.max_positions)
-        return self.translate_ids(ids, decoding, batch_size=1, **changes)[0]  # the best only
+        with torch.inference_mode():
+            (hypotheses,) = self._decode(ids, config, batch_size=1)
+        if hypotheses is None:  # an empty sentence
+            return [], True
+        best = hypotheses[0].tokens
+        return _without_specials(best), EOS_ID in best
 
     @torch.inference_mode()
     def attention(
@@ -600,9 +608,11 @@ class Translator:
         "hard-sample" the teacher-forced pass draws afresh (from the same seed), so its rows
         need not be the draws that produced it.
         """
-        target = self._target(sentence, translation, decoding, changes)
+        target, ends = self._target(sentence, translation, decoding, changes)
         with self._attention_context():
-            return teacher_forced_maps(self.model, self.tokenizer, sentence, target)
+            maps = teacher_forced_maps(self.model, self.tokenizer, sentence, target)
+        # cut at the length cap: the last position predicted no eos, and its row would say so
+        return maps if ends else maps.without_last_position()
 
     def attributions(
         self,
@@ -632,8 +642,9 @@ class Translator:
             ConfigError: an unknown method.
         """
         methods = check_methods(methods)
-        target = self._target(sentence, translation, decoding, changes)
+        target, ends = self._target(sentence, translation, decoding, changes)
         with self._attention_context():
-            return teacher_forced_attributions(
+            found = teacher_forced_attributions(
                 self.model, self.tokenizer, sentence, target, methods, ig_steps=ig_steps
             )
+        return found if ends else found.without_last_position()  # as `attention`

@@ -29,7 +29,7 @@ from minitx.alignment import AlignmentConfig
 from minitx.checkpoint import CHECKPOINT_KEY, load_checkpoint, read_checkpoint
 from minitx.decoding import DecodingConfig, greedy_decode
 from minitx.errors import CheckpointError, ConfigError
-from minitx.maps import AttentionMaps
+from minitx.maps import AttentionMaps, teacher_forced_maps
 from minitx.model import Transformer
 from minitx.teacher_forcing import frame_pairs, target_log_probs, teacher_forced
 from minitx.translator import Translator
@@ -362,11 +362,12 @@ def test_attention_follows_the_generated_pieces(translator: Translator) -> None:
     tok = translator.tokenizer
     for sentence in TOY_TEST_SOURCES:
         src = torch.tensor([tok.encode([sentence])[0] + [EOS_ID]])
-        generated = [
-            i for i in greedy_decode(translator.model, src)[0].tolist() if i not in (PAD_ID, EOS_ID)
-        ]
+        decoded = greedy_decode(translator.model, src)[0].tolist()
+        generated = tok.id_to_piece([i for i in decoded if i not in (PAD_ID, EOS_ID)])
         maps = translator.attention(sentence, beam_size=1)  # greedy, as generated above
-        assert maps.tgt_tokens[1:] == tok.id_to_piece(generated), sentence
+        # the row predicting eos only where decoding ended with it, not at its length cap
+        assert maps.predicted_tokens == generated + ["</s>"] * (EOS_ID in decoded), sentence
+        assert maps.tgt_tokens == ["<s>", *maps.predicted_tokens[:-1]]
 
 
 # ------------------------------------------------------------------------------- errors
@@ -958,3 +959,25 @@ def test_bad_batching_arguments_are_refused_before_any_sentence_is_read(
             translator.align(sentences, sentences, **arguments)
         with pytest.raises(error, match=message):  # ran, whatever the batch size (0, -1)
             translator.translate_ids([[5, 6]], beam_size=1, **arguments)
+
+
+def test_maps_of_a_translation_cut_at_its_length_cap_have_no_eos_row(translator) -> None:
+    """Was: decoding stopped at its cap without eos, and the maps still had a last row
+    labelled eos, a prediction the model never made."""
+    sentence = "ein mann fährt fahrrad ."
+    cut = DecodingConfig(beam_size=1, max_len_a=0.0, max_len_b=2)  # two pieces, then the cap
+    pieces = translator.translate_ids(translator.tokenizer.encode([sentence]), cut)[0]
+    assert len(pieces) == 2  # the tiny model ends no sentence within two pieces
+    maps = translator.attention(sentence, decoding=cut)
+    assert maps.predicted_tokens == translator.tokenizer.id_to_piece(pieces)
+    assert maps.tgt_tokens == ["<s>", maps.predicted_tokens[0]]
+    whole = teacher_forced_maps(translator.model, translator.tokenizer, sentence, pieces)
+    for kind in ("decoder", "cross"):  # the same rows as teacher forcing all of it, less eos's
+        assert [m.shape[-2] for m in maps.layers(kind)] == [2] * len(maps.layers(kind))
+        for short, full in zip(maps.layers(kind), whole.layers(kind), strict=True):
+            assert torch.allclose(short, full[:, :2, : short.shape[-1]], atol=1e-6)
+    found = translator.attributions(sentence, decoding=cut, methods=["saliency"])
+    assert found.axes() == maps.axes("cross") and found.scores["saliency"].shape[0] == 2
+    assert found.log_probs.shape == (2,)
+    ended = translator.attention(sentence)  # a translation that ends keeps its eos row
+    assert ended.predicted_tokens[-1] == "</s>"
