@@ -32,8 +32,8 @@ class AttentionMaps:
     ``predicted_tokens[t]`` (the next piece; eos at the end, unless the maps are of a
     translation that decoding cut at its length cap: `without_last_position`). Rows of
     decoder self- and cross-attention are therefore labelled with `predicted_tokens` by
-    `axes`: the row of
-    "loading" is the one that *produces* "loading", not the one that reads it.
+    `axes`: the row of "loading" is the one that *produces* "loading", not the one that
+    reads it.
 
     Attributes:
         src_tokens: source subword pieces, length S (as fed to the encoder, eos included).
