@@ -544,6 +544,30 @@ def test_a_schedule_registered_in_this_file_is_model_optim_schedule(
         TranslationModule(transformer=SMALL, optim={"schedule": "step_down"})
 
 
+class HalfRate(Schedule):
+    """The guide's recipe to the letter: `__call__` alone, the plan kept by `Schedule`."""
+
+    def __call__(self, step: int) -> float:
+        return 1.0 if step < self.warmup_steps else 0.5
+
+
+class HalfWay(HalfRate):
+    needs_total_steps: ClassVar[bool] = True
+
+    def __call__(self, step: int) -> float:
+        return 1.0 if step < self.total_steps // 2 else 0.5
+
+
+def test_a_schedule_with_its_call_alone_gets_the_plan() -> None:
+    """Was: `Schedule` had no `__init__`, and building one as `cls(warmup_steps)` ended in
+    "HalfRate() takes no arguments" once training began."""
+    with SCHEDULES.temporarily("half_rate", HalfRate), SCHEDULES.temporarily("half_way", HalfWay):
+        schedule = make_schedule("half_rate", 10, None)
+        assert schedule.warmup_steps == 10 and [schedule(9), schedule(10)] == [1.0, 0.5]
+        schedule = make_schedule("half_way", 10, 200)
+        assert schedule.total_steps == 200 and [schedule(99), schedule(100)] == [1.0, 0.5]
+
+
 def _paper(step: int, warmup: int) -> float:
     """The schedules' formulas as they were before the registry (the numbers must not move)."""
     warmup, step = max(1, warmup), max(1, step)

@@ -31,6 +31,12 @@ class Schedule:
     needs_total_steps: ClassVar[bool] = False
     """Whether it ends at a known step (`OptimConfig.total_steps`, else the run's plan)."""
 
+    def __init__(self, warmup_steps: int, total_steps: int | None = None) -> None:
+        """Keep the plan as given, so that a schedule needing nothing more implements
+        `__call__` alone and reads ``self.warmup_steps`` (and ``self.total_steps``)."""
+        self.warmup_steps = warmup_steps
+        self.total_steps = total_steps
+
     def __call__(self, step: int) -> float:
         """The factor of the peak rate at optimizer step `step` (0-based, as `LambdaLR`)."""
         raise NotImplementedError(f"{type(self).__name__} must implement __call__")
