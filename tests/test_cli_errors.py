@@ -483,6 +483,40 @@ def test_training_refuses_a_malformed_budget_or_seed_in_one_line(
     assert not list(tmp_path.glob("runs/*/*"))  # refused before a run directory is made
 
 
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--trainer.max_time", "bad"], "trainer.max_time='bad': not a duration"),
+        (["--seed_everything", "-1"], "seed_everything=-1: a seed lies in 0..4294967295"),
+        (["--model.optim.lr", ".nan"], "model.optim.lr=nan: not a finite number"),
+        (
+            ["--averaging.last_n", "2", "--averaging.filename", "last.ckpt"],
+            "averaging.filename 'last.ckpt' names a checkpoint the run saves",
+        ),
+    ],
+)
+@pytest.mark.parametrize("flag", ["--print_config", "--print_config=skip_default"])
+def test_print_config_refuses_what_a_run_refuses(
+    flag: str,
+    args: list[str],
+    message: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+) -> None:
+    """Was: --print_config printed these (`lr: .nan`, `max_time: bad`), exit 0, as the values
+    a run would use; the run then refused them."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MINITX_DEBUG", raising=False)
+    with pytest.raises(SystemExit) as exit_info:
+        train_main(["--config", str(TINY_CONFIG), flag, *args])
+    assert exit_info.value.code == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    line = the_error_line(captured.err)
+    assert line.startswith("error: ") and message in line, line
+
+
 def train_process(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
     """`minitx-train ...` (`python -m minitx.cli.train`) as a user runs it, standard error
     captured (a pipe)."""

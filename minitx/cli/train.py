@@ -840,6 +840,24 @@ LINKED_SETTINGS = {
 from: a config file that sets them is refused (jsonargparse would replace the value)."""
 
 
+def check_settings(config: Any) -> None:
+    """The checks of the settings' values that need neither the data nor the model: a run
+    makes them before it builds anything, and ``--print_config`` before it prints."""
+    check_finite(config)
+    check_trainer_counts(config)
+    _check_checkpoint(config)
+    _check_bleu_schedule(config)
+    _check_splits(config)
+    _check_averaging(config)
+
+
+def check_values(parser: LightningArgumentParser, config: Any) -> None:
+    """Every check of a parsed config's values that a run makes before building anything."""
+    check_no_null(parser, config)
+    check_budget_and_seed(config)
+    check_settings(config)
+
+
 class MinitxCLI(LightningCLI):
     """LightningCLI with minitx's links, run directories, callbacks and resume logic."""
 
@@ -891,7 +909,13 @@ class MinitxCLI(LightningCLI):
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
         """Parse, then quiet the libraries unless ``--verbose`` (before the seed is set: its
         message is Lightning's first line)."""
-        check_config_sections(sys.argv[1:] if args is None else list(args), parser)
+        given = sys.argv[1:] if args is None else list(args)
+        check_config_sections(given, parser)
+        printed = [a for a in given if a == "--print_config" or a.startswith("--print_config=")]
+        if printed:
+            # jsonargparse prints inside its parse, before any value is checked: a config it
+            # printed (lr nan, max_time "bad") would then be refused by the run
+            check_values(parser, parser.parse_args([a for a in given if a not in printed]))
         super().parse_arguments(parser, args)
         # as given: Lightning replaces true by the seed it chooses (which may differ at a resume)
         self.seed_given = self.config.get("seed_everything")
@@ -903,12 +927,7 @@ class MinitxCLI(LightningCLI):
 
     def before_instantiate_classes(self) -> None:
         config = self.config
-        check_finite(config)
-        check_trainer_counts(config)
-        _check_checkpoint(config)
-        _check_bleu_schedule(config)
-        _check_splits(config)
-        _check_averaging(config)
+        check_settings(config)
         if config.ckpt_path is not None and not str(config.ckpt_path).strip():
             raise UsageError(
                 "--ckpt_path is empty; give a checkpoint file or 'last' (a shell variable such "
