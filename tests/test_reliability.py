@@ -130,6 +130,7 @@ def test_debug_env_shows_the_traceback(tmp_path: Path, monkeypatch: pytest.Monke
         (["--checkpoint.dirpath", "a_file/ckpt"], r"cannot write the checkpoint directory"),
         (["--data.max_len", "5000"], r"data.max_len \(5000\) exceeds .* max_positions \(1024\)"),
         (["--model.optim.skip_bad_batches", "-1"], r"model.optim.skip_bad_batches must be >= 0"),
+        (["--model.optim.betas", "[1.5, 0.98]"], r"model.optim.betas must each lie in \[0, 1\)"),
         (["--ckpt_path", "last"], r"no runs/tiny/\*/checkpoints/last.ckpt to resume from"),
         (["--model.transformer.n_heads", "abc"], r"model.transformer.n_heads=abc: give a whole"),
         (
@@ -160,6 +161,7 @@ def test_debug_env_shows_the_traceback(tmp_path: Path, monkeypatch: pytest.Monke
         "checkpoint-dir",
         "max-len",
         "skip-bad-batches",
+        "betas",
         "nothing-to-resume",
         "not-a-number",
         "not-a-bool",

@@ -87,6 +87,8 @@ class OptimConfig:
             raise ConfigError(
                 f"OptimConfig.label_smoothing must be in [0, 1), got {self.label_smoothing}"
             )
+        if not all(0.0 <= beta < 1.0 for beta in self.betas):  # AdamW's ValueError, at fit start
+            raise ConfigError(f"OptimConfig.betas must each lie in [0, 1), got {list(self.betas)}")
         if self.lr <= 0 or self.warmup_steps < 0 or self.weight_decay < 0:
             raise ConfigError(
                 "OptimConfig: lr must be > 0, warmup_steps and weight_decay >= 0, got "
