@@ -16,6 +16,7 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
+from types import SimpleNamespace
 
 import lightning as L
 import pytest
@@ -145,3 +146,23 @@ def test_only_the_first_process_of_node_0_is_rank_zero(
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     assert (train_cli._rank() == 0) is zero
+
+
+def test_several_nodes_without_a_launcher_are_refused_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """Was: `--trainer.num_nodes 2` on one machine, with nothing naming node 0, printed
+    nothing and waited for the other node, ignoring SIGTERM and Ctrl-C."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MINITX_DEBUG", raising=False)
+    for name in ("MASTER_ADDR", "SLURM_NTASKS", "RANK", "LSB_JOBID"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(SystemExit) as exit_info:
+        train_cli.main(["--config", str(TINY_CONFIG), "--trainer.num_nodes", "2"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "error: trainer.num_nodes=2, and nothing says where node 0 is" in err
+    assert err.count("\n") == 1 and not (tmp_path / "runs").exists()
+    train_cli.check_launcher(SimpleNamespace(trainer={"num_nodes": 1}))  # one node needs none
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")  # Lightning's own launcher's variables
+    train_cli.check_launcher(SimpleNamespace(trainer={"num_nodes": 2}))

@@ -131,6 +131,10 @@ def test_debug_env_shows_the_traceback(tmp_path: Path, monkeypatch: pytest.Monke
         (["--data.max_len", "5000"], r"data.max_len \(5000\) exceeds .* max_positions \(1024\)"),
         (["--model.optim.skip_bad_batches", "-1"], r"model.optim.skip_bad_batches must be >= 0"),
         (["--model.optim.betas", "[1.5, 0.98]"], r"model.optim.betas must each lie in \[0, 1\)"),
+        (  # Lightning logged every step without a word
+            ["--trainer.log_every_n_steps", "-1"],
+            r"trainer.log_every_n_steps=-1: give a number of steps \(at least 1\), or 0",
+        ),
         (["--ckpt_path", "last"], r"no runs/tiny/\*/checkpoints/last.ckpt to resume from"),
         (["--model.transformer.n_heads", "abc"], r"model.transformer.n_heads=abc: give a whole"),
         (
@@ -162,6 +166,7 @@ def test_debug_env_shows_the_traceback(tmp_path: Path, monkeypatch: pytest.Monke
         "max-len",
         "skip-bad-batches",
         "betas",
+        "log-every-negative",
         "nothing-to-resume",
         "not-a-number",
         "not-a-bool",

@@ -272,6 +272,12 @@ def check_trainer_counts(config: Any) -> None:
             f"trainer.strategy={strategy}: minitx-train starts its processes with "
             "--trainer.strategy ddp (multi-node.md), not by spawning; use ddp"
         )
+    every = trainer.get("log_every_n_steps")
+    if is_whole_number(every) and every < 0:  # Lightning logged every step, without a word
+        raise ConfigError(
+            f"trainer.log_every_n_steps={every}: give a number of steps (at least 1), or 0 "
+            "for no per-step curves"
+        )
     interval = trainer.get("val_check_interval")
     if is_whole_number(interval) and interval < 1:  # 0.0, a fraction, validates every batch
         raise ConfigError(
@@ -840,6 +846,29 @@ LINKED_SETTINGS = {
 from: a config file that sets them is refused (jsonargparse would replace the value)."""
 
 
+def check_launcher(config: Any) -> None:
+    """Refuse several nodes that nothing connects: without a launcher (torchrun, SLURM, LSF)
+    or ``MASTER_ADDR``, node 0 waited for the others in silence, deaf to Ctrl-C.
+
+    Raises:
+        UsageError: naming the ways to start the nodes.
+    """
+    from lightning.fabric.plugins.environments import (
+        LSFEnvironment,
+        SLURMEnvironment,
+        TorchElasticEnvironment,
+    )
+
+    nodes = config.trainer.get("num_nodes") or 1
+    launchers = (TorchElasticEnvironment, SLURMEnvironment, LSFEnvironment)
+    if nodes > 1 and not any(env.detect() for env in launchers) and "MASTER_ADDR" not in os.environ:
+        raise UsageError(
+            f"trainer.num_nodes={nodes}, and nothing says where node 0 is: on every node, set "
+            "MASTER_ADDR, MASTER_PORT and NODE_RANK, or start it with torchrun or under SLURM "
+            "(the multi-node guide); on one machine, use --trainer.devices N"
+        )
+
+
 def check_settings(config: Any) -> None:
     """The checks of the settings' values that need neither the data nor the model: a run
     makes them before it builds anything, and ``--print_config`` before it prints."""
@@ -928,6 +957,7 @@ class MinitxCLI(LightningCLI):
     def before_instantiate_classes(self) -> None:
         config = self.config
         check_settings(config)
+        check_launcher(config)
         if config.ckpt_path is not None and not str(config.ckpt_path).strip():
             raise UsageError(
                 "--ckpt_path is empty; give a checkpoint file or 'last' (a shell variable such "
