@@ -131,6 +131,10 @@ def test_debug_env_shows_the_traceback(tmp_path: Path, monkeypatch: pytest.Monke
         (["--data.max_len", "5000"], r"data.max_len \(5000\) exceeds .* max_positions \(1024\)"),
         (["--model.optim.skip_bad_batches", "-1"], r"model.optim.skip_bad_batches must be >= 0"),
         (["--model.optim.betas", "[1.5, 0.98]"], r"model.optim.betas must each lie in \[0, 1\)"),
+        (  # the test after fitting read it not, and decoded every sentence
+            ["--trainer.limit_test_batches", "0"],
+            r"trainer.limit_test_batches=0: the test after fitting decodes the whole test split",
+        ),
         (  # Lightning logged every step without a word
             ["--trainer.log_every_n_steps", "-1"],
             r"trainer.log_every_n_steps=-1: give a number of steps \(at least 1\), or 0",
@@ -166,6 +170,7 @@ def test_debug_env_shows_the_traceback(tmp_path: Path, monkeypatch: pytest.Monke
         "max-len",
         "skip-bad-batches",
         "betas",
+        "limit-test-batches",
         "log-every-negative",
         "nothing-to-resume",
         "not-a-number",

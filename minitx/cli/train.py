@@ -278,6 +278,13 @@ def check_trainer_counts(config: Any) -> None:
             f"trainer.log_every_n_steps={every}: give a number of steps (at least 1), or 0 "
             "for no per-step curves"
         )
+    limit = trainer.get("limit_test_batches")
+    if limit is not None and limit != 1.0:  # 0 tested everything, and so did 1 batch
+        raise ConfigError(
+            f"trainer.limit_test_batches={limit}: the test after fitting decodes the whole test "
+            "split (greedy and beam 5), outside Lightning's test loop; leave it out, and use "
+            "--test false for no test, or minitx-evaluate --limit N on the checkpoint"
+        )
     interval = trainer.get("val_check_interval")
     if is_whole_number(interval) and interval < 1:  # 0.0, a fraction, validates every batch
         raise ConfigError(
