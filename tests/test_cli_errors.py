@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from helpers import PYTHON, TINY_CONFIG, TOY_CORPUS_DIR, command_module, subprocess_env
 from lightning.pytorch.callbacks import ModelSummary
 from preloaded import run_python
@@ -481,6 +482,33 @@ def test_training_refuses_a_malformed_budget_or_seed_in_one_line(
     line = the_error_line(capsys.readouterr().err)
     assert line.startswith("error: ") and message in line, line
     assert not list(tmp_path.glob("runs/*/*"))  # refused before a run directory is made
+
+
+@pytest.mark.parametrize("form", ["--config", "-c", "--config="])
+def test_a_flag_before_a_config_that_sets_its_key_again_is_refused(
+    form: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """Was: the file, read after the flag, won: `--trainer.accelerator gpu --config tiny`
+    trained on the CPU, and `--model.optim.lr 0.1 --config long` at long's rate, unsaid."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MINITX_DEBUG", raising=False)
+    config = [f"--config={TINY_CONFIG}"] if form == "--config=" else [form, str(TINY_CONFIG)]
+    with pytest.raises(SystemExit) as exit_info:
+        train_main(["--model.optim.lr=0.1", *config])
+    assert exit_info.value.code == 2
+    line = the_error_line(capsys.readouterr().err)
+    flag = "--config" if form == "--config=" else form
+    assert line == (
+        f"error: --model.optim.lr comes before {flag} {TINY_CONFIG}, which sets model.optim.lr "
+        f"again and wins (the command line is read in order); put --model.optim.lr after "
+        f"{flag} {TINY_CONFIG}"
+    )
+    # a key the file leaves alone may come first, and the same flag after the file wins
+    with pytest.raises(SystemExit) as exit_info:
+        train_main(["--data.max_len", "50", *config, "--model.optim.lr", "0.1", "--print_config"])
+    assert exit_info.value.code == 0
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert (printed["data"]["max_len"], printed["model"]["optim"]["lr"]) == (50, 0.1)
 
 
 @pytest.mark.parametrize(

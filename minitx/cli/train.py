@@ -605,17 +605,38 @@ def check_config_sections(args: list[str], parser: LightningArgumentParser) -> N
         UsageError: naming the file, the key and what to write instead.
     """
     defaults: list[Any] = []  # built once, at the first file
-    for flag, value, _ in _config_args(args):
+    for flag, value, index in _config_args(args):
         path = Path(value)
         if path.is_file():  # else jsonargparse reports a missing file (or parses inline YAML)
-            _check_config_file(f"{flag} {path}", path, parser, defaults, [])
+            keys = _check_config_file(f"{flag} {path}", path, parser, defaults, [])
+            at = index if args[index].startswith("--config=") else index - 1  # the flag's item
+            _check_flags_before(args[:at], keys, flag, value)
+
+
+def _check_flags_before(earlier: list[str], keys: set[str], flag: str, value: str) -> None:
+    """Refuse a flag given before a config file that sets its key again: the command line is
+    read in order, so the file's value won and the flag was lost without a word.
+
+    Raises:
+        UsageError: naming the flag, the file and the order to write.
+    """
+    for arg in earlier:
+        if not arg.startswith("--") or arg.startswith(("--config", "--print_config")):
+            continue
+        key = arg[2:].split("=", 1)[0]
+        if any(k == key or k.startswith(f"{key}.") or key.startswith(f"{k}.") for k in keys):
+            raise UsageError(
+                f"--{key} comes before {flag} {value}, which sets {key} again and wins (the "
+                f"command line is read in order); put --{key} after {flag} {value}"
+            )
 
 
 def _check_config_file(
     where: str, path: Path, parser: LightningArgumentParser, defaults: list[Any], seen: list[Path]
-) -> None:
+) -> set[str]:
     """`check_config_sections` for one file, and for each file its ``config:`` key includes
-    (jsonargparse reads them relative to the including file's folder)."""
+    (jsonargparse reads them relative to the including file's folder); returns the dotted
+    keys they set."""
     if path.resolve() in seen:
         chain = " -> ".join(str(p) for p in [*seen, path.resolve()])
         raise UsageError(f"{where}: the config files include each other ({chain}); remove one")
@@ -641,13 +662,22 @@ def _check_config_file(
     if not defaults:
         defaults.append(parser.get_defaults())
     _check_sections(where, settings, defaults[0], "")
+    keys = _dotted_keys(settings)
     included = settings.get("config") if isinstance(settings, dict) else None
     for name in included if isinstance(included, list) else [included]:
         if isinstance(name, str) and (path.parent / name).is_file():
             inner = path.parent / name  # an absolute `name` stays itself
-            _check_config_file(
+            keys |= _check_config_file(
                 f"{inner} (included by {path})", inner, parser, defaults, [*seen, path.resolve()]
             )
+    return keys - {"config"}
+
+
+def _dotted_keys(settings: Any, prefix: str = "") -> set[str]:
+    """The keys a config's mapping sets, each as its flag names it: {"model.optim.lr", ...}."""
+    if not isinstance(settings, dict):
+        return {prefix.rstrip(".")} if prefix else set()
+    return {k for key, value in settings.items() for k in _dotted_keys(value, f"{prefix}{key}.")}
 
 
 class _KeyTwice(Exception):
