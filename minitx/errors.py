@@ -59,6 +59,12 @@ class DataError(MinitxError, ValueError):
     missing split or language); the message names the file and, where it helps, the line."""
 
 
+class CorpusError(DataError):
+    """A corpus split cannot be scored: it cannot be read, it is not there, or it has no
+    usable pair. The message names the corpus and the split; the commands report it as one
+    ``error:`` line."""
+
+
 class MissingFileError(MinitxError, FileNotFoundError):
     """A file or directory the user named (corpus, tokenizer, checkpoint) does not exist."""
 
@@ -76,8 +82,17 @@ class ResumeError(MinitxError):
     weights-only file, a setting the checkpoint overrides)."""
 
 
+class ResumeMismatchError(ResumeError):
+    """The checkpoint to resume from was trained with another model config or tokenizer."""
+
+
 class TrainingError(MinitxError):
     """Training cannot go on (a non-finite loss or weights: the settings' doing)."""
+
+
+class DivergenceError(TrainingError):
+    """Training produced a non-finite loss or non-finite weights (the settings' doing: the
+    learning rate, the warm-up; not a bug)."""
 
 
 class OutputError(MinitxError):

@@ -11,16 +11,10 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from minitx.decoding import DEFAULT_BATCH_SIZE, DecodingConfig
-from minitx.errors import DataError
+from minitx.errors import CorpusError
 from minitx.metrics import bleu_metric, corpus_scores
 from minitx.textio import sentence_list
 from minitx.translator import Progress, Translator
-
-
-class CorpusError(DataError):
-    """A corpus split cannot be scored: it cannot be read, it is not there, or it has no
-    usable pair. The message names the corpus and the split; the commands report it as one
-    ``error:`` line."""
 
 
 class Split(NamedTuple):

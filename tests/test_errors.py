@@ -12,8 +12,6 @@ import pytest
 from helpers import REPO_DIR
 
 import minitx.errors
-import minitx.evaluation  # noqa: F401  (CorpusError)
-import minitx.training.module  # noqa: F401  (DivergenceError, ResumeMismatchError)
 from minitx.cli.common import EXIT_USER_ERROR, run_cli
 from minitx.errors import MinitxError
 

@@ -5,6 +5,7 @@ Imports the model, the data layer, decoding and viz; never the inference API
 (`minitx.translator`), so training code cannot depend on how models are served.
 """
 
+from minitx.errors import DivergenceError, ResumeMismatchError
 from minitx.training.averaging import CheckpointAveraging
 from minitx.training.callbacks import (
     AttentionMapLogger,
@@ -16,11 +17,7 @@ from minitx.training.callbacks import (
     ValidationExamples,
 )
 from minitx.training.config import OptimConfig, ValidationConfig
-from minitx.training.module import (
-    DivergenceError,
-    ResumeMismatchError,
-    TranslationModule,
-)
+from minitx.training.module import TranslationModule
 
 __all__ = [
     "AttentionMapLogger",

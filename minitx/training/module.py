@@ -31,8 +31,8 @@ from minitx.decoding import generate
 from minitx.errors import (
     CheckpointError,
     ConfigError,
-    ResumeError,
-    TrainingError,
+    DivergenceError,
+    ResumeMismatchError,
     is_whole_number,
 )
 from minitx.metrics import corpus_scores
@@ -42,15 +42,6 @@ from minitx.training.schedules import SCHEDULES, make_schedule
 from minitx.vocab import PAD_ID
 
 logger = logging.getLogger(__name__)
-
-
-class DivergenceError(TrainingError):
-    """Training produced a non-finite loss or non-finite weights (the settings' doing: the
-    learning rate, the warm-up; not a bug)."""
-
-
-class ResumeMismatchError(ResumeError):
-    """The checkpoint to resume from was trained with another model config or tokenizer."""
 
 
 def _coerce(value: Any, cls: type) -> Any:
