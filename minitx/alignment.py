@@ -31,7 +31,8 @@ UNITS = ("word", "piece")
 """What an alignment index counts: whitespace words or sentencepiece pieces."""
 DEFAULT_LAYER: int | None = None
 """The decoder layer whose cross-attention aligns by default: None, the mean of every layer,
-which scored best on a de->en checkpoint (scripts/alignment_layers.py; README, "Alignments")."""
+which scored best on a de->en checkpoint (scripts/alignment_layers.py; the inference guide,
+"Word alignments")."""
 
 Alignment = list[tuple[int, int]]
 """(source index, target index) pairs, 0-based, sorted by target index."""
