@@ -193,6 +193,12 @@ def test_a_number_option_refuses_nan_and_infinity_on_one_line(
         ("export", ["--checkpoint", "x.ckpt"], "required: --out"),
         ("ct2", ["--out", "d"], "required: --checkpoint"),
         ("translate", ["--checkpoint", "x.ckpt", "--beam", "two"], "invalid int value: 'two'"),
+        (  # argparse reads -1e-3 as a flag, and said only "expected one argument"
+            "translate",
+            ["--checkpoint", "x.ckpt", "--alpha", "-1e-3"],
+            "argument --alpha: expected one argument; give it one (a value starting with '-' "
+            "reads as a flag: --alpha=VALUE)",
+        ),
     ],
     ids=[
         "beam",
@@ -220,6 +226,7 @@ def test_a_number_option_refuses_nan_and_infinity_on_one_line(
         "export",
         "ct2",
         "not-a-number",
+        "negative-value",
     ],
 )
 def test_a_command_line_mistake_is_one_error_line_without_the_usage_block(
@@ -421,6 +428,12 @@ def test_a_null_for_a_setting_that_takes_none_is_one_error_line(
         (["--trainer.max_time", "00:00:00:00"], "the budget must be longer than zero"),
         (["--seed_everything", "-1"], "seed_everything=-1: a seed lies in 0..4294967295"),
         (["--seed_everything", str(2**32)], f"seed_everything={2**32}: a seed lies in"),
+        (["--model.optim.lr", "inf"], "model.optim.lr=inf: not a finite number"),  # "give a number"
+        (
+            ["--model.optim.lr", "-1e-3"],
+            "argument --model.optim.lr: expected one argument; give it one (a value starting "
+            "with '-' reads as a flag: --model.optim.lr=VALUE)",
+        ),
         (  # it trained the whole run, then failed before the test
             ["--data.splits", "{train: train, validation: val}"],
             "has no 'test', which --test true (the default) scores after fitting",
@@ -458,6 +471,8 @@ def test_a_null_for_a_setting_that_takes_none_is_one_error_line(
         "max-time-zero",
         "seed-negative",
         "seed-big",
+        "lr-inf",
+        "lr-negative-exponent",
         "no-test-split",
         "misnamed-validation-split",
         "no-attention-kinds",

@@ -84,6 +84,17 @@ def report_user_error(exc: BaseException) -> int | None:
     return EXIT_USER_ERROR
 
 
+def with_negative_value_hint(message: str) -> str:
+    """argparse's "argument --X: expected one argument", with how to give a value that starts
+    with '-' (``--lr -1e-3`` reads -1e-3 as a flag: argparse takes only plain negative numbers
+    such as -2 or -0.5 as values)."""
+    missing = re.fullmatch(r"argument (--[\w.-]+)(?:/[^:]*)?: expected one argument", message)
+    if missing is None:
+        return message
+    flag = missing[1]
+    return f"{message}; give it one (a value starting with '-' reads as a flag: {flag}=VALUE)"
+
+
 class OneLineArgumentParser(argparse.ArgumentParser):
     """The argparse parser of every command: a command-line error is one line, ``error:
     <message>  (PROG --help shows the usage)``, exit status 2, without argparse's usage block
@@ -98,7 +109,7 @@ class OneLineArgumentParser(argparse.ArgumentParser):
         """Print ``error: <message>`` on one line and exit with status 2."""
         if debug_requested():
             super().error(message)
-        one_line = " ".join(message.split())
+        one_line = with_negative_value_hint(" ".join(message.split()))
         extra = one_line.removeprefix("unrecognized arguments: ")
         if self.one_positional and extra != one_line and not extra.startswith("-"):
             one_line += f"; give one {self.one_positional}: quote it if it has spaces"

@@ -57,6 +57,7 @@ from minitx.cli.common import (
     show_library_warnings,
     sigterm_raises,
     stop_said,
+    with_negative_value_hint,
     work_begins,
 )
 from minitx.data.datamodule import TranslationDataModule
@@ -761,6 +762,7 @@ class OneLineErrorParser(LightningArgumentParser):
             super().error(message, ex)
         one_line = " ".join(str(message).split())
         one_line = self._section_message(one_line) or _choices_message(one_line)
+        one_line = with_negative_value_hint(one_line)
         one_line += self._did_you_mean(message)
         print(f"error: {one_line}  ({_command()} --help lists every key)", file=sys.stderr)
         raise SystemExit(EXIT_USER_ERROR)
@@ -815,7 +817,10 @@ def _choices_message(message: str) -> str:
     Its refusal of ``nan`` for a float is said as a NaN's (``.nan``) is, and a value of the
     wrong type (``<class 'int'>``, a union of such) as the kind of value to give."""
     nan = re.fullmatch(
-        r"Parser key \"([\w.]+)\": Expected a <class 'float'>\. Got value: (nan)", message, re.I
+        r"Parser key \"([\w.]+)\": Expected a <class 'float'>\. Got value: "
+        r"(nan|[+-]?inf(?:inity)?)",
+        message,
+        re.I,
     )
     if nan:  # YAML reads 'nan' as text: only '.nan' is the float, which check_finite refuses
         return f"{nan.group(1)}={nan.group(2)}: not a finite number; give a finite value"
