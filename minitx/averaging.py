@@ -176,7 +176,7 @@ def _compatible(first: Mapping[str, Any], other: Mapping[str, Any], names: tuple
     """Refuse to average checkpoints of different models, tokenizers or language pairs."""
     ours, theirs = first[CHECKPOINT_KEY], other[CHECKPOINT_KEY]
     a, b = _model_config(first, names[0]), _model_config(other, names[1])
-    differ = model_config_differences(a, b, between="vs")
+    differ = model_config_differences(b, a, between="vs")  # in the order the message names
     hint = "average checkpoints of one training run"
     if differ:
         raise CheckpointError(
@@ -191,7 +191,7 @@ def _compatible(first: Mapping[str, Any], other: Mapping[str, Any], names: tuple
     if ours.get("data") != theirs.get("data"):
         raise CheckpointError(
             f"{names[1]}: cannot be averaged with {names[0]}: the language pairs differ "
-            f"({ours.get('data')} vs {theirs.get('data')}); {hint}"
+            f"({theirs.get('data')} vs {ours.get('data')}); {hint}"
         )
 
 

@@ -130,11 +130,14 @@ def test_average_of_two_checkpoints_is_the_mean_of_their_weights(
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        (lambda c: c[CHECKPOINT_KEY]["model_config"].update(d_ff=96), "model configs differ"),
+        (  # the values in the order the message names the files: the other one's first
+            lambda c: c[CHECKPOINT_KEY]["model_config"].update(d_ff=96),
+            r"other.ckpt: cannot be averaged with .*: the model configs differ \(d_ff: 96 vs",
+        ),
         (lambda c: c[CHECKPOINT_KEY].update(tokenizer=b"other"), "tokenizers differ"),
         (
             lambda c: c[CHECKPOINT_KEY].update(data={"src_lang": "en", "tgt_lang": "de"}),
-            "language pairs differ",
+            r"language pairs differ \(\{'src_lang': 'en', 'tgt_lang': 'de'\} vs",
         ),
     ],
     ids=["model_config", "tokenizer", "languages"],
