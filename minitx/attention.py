@@ -179,7 +179,8 @@ def scaled_dot_product_attention(
     want = (*torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]), q.size(-2), k.size(-2))
     if scores.shape != want:  # a new score's slip would broadcast, or fail far from its cause
         raise ValueError(f"score {type(score).__name__} gave {tuple(scores.shape)}, not {want}")
-    scores = scores.float()  # softmax in fp32, also under autocast
+    # softmax in fp32 at least, also under autocast; float64 stays float64
+    scores = scores.to(torch.promote_types(scores.dtype, torch.float32))
     dead = None  # (..., Tq or 1, 1): True where a query may attend to no key
     if mask is not None:
         check_mask_dtype(mask)

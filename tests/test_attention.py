@@ -143,6 +143,20 @@ def test_sdpa_equals_torch_bf16(kind):
     assert (weights[~allowed] == 0).all()
 
 
+@pytest.mark.parametrize("kind", ["none", "causal+padding"])
+def test_sdpa_keeps_float64(kind):
+    """Was: the scores went to float32 whatever came in (to lift bf16), so float64 lost its
+    precision (1e-7 off torch's) and `gradcheck` failed."""
+    lead, tq, tk, dk, dv = (2, 2), 3, 5, 8, 6
+    q, k, v = (t.double().requires_grad_() for t in qkv(lead, tq, tk, dk, dv, seed=5))
+    mask, _ = make_mask(kind, lead, tq, tk)
+    out, weights = scaled_dot_product_attention(q, k, v, mask)
+    assert out.dtype == weights.dtype == torch.float64
+    expected = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    torch.testing.assert_close(out, expected, atol=1e-12, rtol=1e-12)
+    assert torch.autograd.gradcheck(lambda *t: scaled_dot_product_attention(*t, mask)[0], (q, k, v))
+
+
 def test_sdpa_scales_q_before_matmul_and_matches_manual_formula():
     q, k, v = qkv((2, 2), 3, 4, 16, 5, seed=3)
     out, weights = scaled_dot_product_attention(q, k, v)
