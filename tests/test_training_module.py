@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 from types import SimpleNamespace
 
 import lightning
@@ -12,7 +13,8 @@ import torch.nn.functional as F
 from preloaded import fork_server
 
 import minitx.attention
-from minitx.errors import CheckpointError, ConfigError
+from minitx.checkpoint import CHECKPOINT_KEY, read_checkpoint
+from minitx.errors import CheckpointError, ConfigError, ResumeMismatchError
 from minitx.model import PACK_ROWS, TransformerConfig
 from minitx.training import OptimConfig, TranslationModule, ValidationConfig
 from minitx.training.schedules import (
@@ -21,6 +23,7 @@ from minitx.training.schedules import (
     InverseSqrtSchedule,
     LinearDecaySchedule,
 )
+from minitx.vocab import EOS_ID
 
 SMALL = dict(
     src_vocab_size=40,
@@ -520,3 +523,29 @@ def test_the_fit_clock_goes_on_from_the_checkpoints_at_a_resume(
     clock.now += 2.0
     resumed.on_validation_epoch_end(trainer, module)
     assert logged == [("time/fit_seconds", 42.0)]
+
+
+def test_a_module_loaded_from_a_checkpoint_has_its_tokenizer_and_keeps_it(
+    tiny_checkpoint: Path,
+) -> None:
+    """Was: `load_from_checkpoint` left `tokenizer` None, though the checkpoint carries it:
+    decoding failed on None.decode, validation left BLEU out, and a fit on a data module with
+    another tokenizer went on with ids that meant other pieces."""
+    module = TranslationModule.load_from_checkpoint(tiny_checkpoint, map_location="cpu")
+    saved = read_checkpoint(tiny_checkpoint)[CHECKPOINT_KEY]["tokenizer"]
+    assert module.tokenizer is not None and module.tokenizer.model_bytes == saved
+    ids = torch.tensor([module.tokenizer.encode(["ein hund ."])[0] + [EOS_ID]])
+    assert isinstance(module.translate_ids(ids)[0], str)
+    other = SimpleNamespace(model_bytes=b"another model", vocab_size=module.tokenizer.vocab_size)
+    module._trainer = SimpleNamespace(datamodule=SimpleNamespace(tokenizer=other))
+    with pytest.raises(ResumeMismatchError, match="differs from the data module's"):
+        module.setup("fit")
+
+
+def test_a_fit_without_a_tokenizer_is_refused() -> None:
+    """Was: a fit with bare dataloaders trained without a word about BLEU, the attention maps
+    and the checkpoints' tokenizer, all left out; the checkpoints then failed to load."""
+    module = TranslationModule(transformer=SMALL)
+    with pytest.raises(ConfigError, match="has no tokenizer: fit it with datamodule="):
+        module.setup("fit")
+    module.setup("validate")  # a loss needs no tokenizer

@@ -37,6 +37,7 @@ from minitx.errors import (
 )
 from minitx.metrics import corpus_scores
 from minitx.model import PACK_ROWS, Transformer, TransformerConfig
+from minitx.tokenizer import Tokenizer
 from minitx.training.config import SDPA_BACKENDS, OptimConfig, ValidationConfig
 from minitx.training.schedules import SCHEDULES, make_schedule
 from minitx.vocab import PAD_ID
@@ -138,9 +139,21 @@ class TranslationModule(L.LightningModule):
                 "model.optim.skip_bad_batches works in single-process training only (a rank "
                 "that skips a batch would leave the others waiting); set it to 0 for DDP"
             )
-        datamodule = getattr(trainer, "datamodule", None)
-        if datamodule is not None and getattr(datamodule, "tokenizer", None) is not None:
-            self.tokenizer = datamodule.tokenizer
+        theirs = getattr(getattr(trainer, "datamodule", None), "tokenizer", None)
+        if theirs is None and self.tokenizer is None and stage == TrainerFn.FITTING:
+            raise ConfigError(  # BLEU, the maps and the checkpoint's tokenizer were left out
+                "TranslationModule has no tokenizer: fit it with datamodule="
+                "TranslationDataModule(...), which gives it one (validation BLEU, attention "
+                "maps and checkpoints that translate need it)"
+            )
+        if theirs is not None:
+            if self.tokenizer is not None and self.tokenizer.model_bytes != theirs.model_bytes:
+                raise ResumeMismatchError(  # a loaded checkpoint's: its ids mean other pieces
+                    "this model's tokenizer (from its checkpoint) differs from the data "
+                    "module's: give the data module the checkpoint's data settings (source, "
+                    "languages, vocab_size, tokenizer_type)"
+                )
+            self.tokenizer = theirs
             sizes = {self.model_config.src_vocab_size, self.model_config.tgt_vocab_size}
             if sizes != {self.tokenizer.vocab_size}:
                 raise ValueError(
@@ -158,6 +171,9 @@ class TranslationModule(L.LightningModule):
         `optim.fused`: the saved values would win.
         """
         self.check_resume(checkpoint, self._languages())  # another model's: said first
+        saved = (checkpoint.get(CHECKPOINT_KEY) or {}).get("tokenizer")
+        if self.tokenizer is None and saved is not None:  # load_from_checkpoint: it decodes
+            self.tokenizer = Tokenizer(saved)
         trainer = self._attached_trainer()  # a resume; not load_from_checkpoint nor a test
         if trainer is not None and trainer.state.fn == TrainerFn.FITTING:
             self.check_training_state(checkpoint)
