@@ -549,3 +549,10 @@ def test_a_fit_without_a_tokenizer_is_refused() -> None:
     with pytest.raises(ConfigError, match="has no tokenizer: fit it with datamodule="):
         module.setup("fit")
     module.setup("validate")  # a loss needs no tokenizer
+
+
+@pytest.mark.parametrize("group", ["transformer", "optim", "validation"])
+def test_a_misspelt_key_of_a_settings_group_is_named(group: str) -> None:
+    """Was: TypeError "__init__() got an unexpected keyword argument 'lrr'"."""
+    with pytest.raises(ConfigError, match=r"unknown keys \['lrr'\]; known keys are \["):
+        TranslationModule(**{group: {"lrr": 1}})

@@ -11,7 +11,7 @@ import contextlib
 import logging
 import math
 from collections.abc import Mapping
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from typing import Any
 
 import lightning as L
@@ -33,6 +33,7 @@ from minitx.errors import (
     ConfigError,
     DivergenceError,
     ResumeMismatchError,
+    check_known_keys,
     is_whole_number,
 )
 from minitx.metrics import corpus_scores
@@ -46,8 +47,10 @@ logger = logging.getLogger(__name__)
 
 
 def _coerce(value: Any, cls: type) -> Any:
-    """Accept a config dataclass or a plain mapping of its fields."""
+    """Accept a config dataclass or a plain mapping of its fields (a misspelt key is named,
+    with the known ones, not a TypeError about a keyword)."""
     if isinstance(value, Mapping):
+        check_known_keys(cls.__name__, value, (f.name for f in fields(cls)))
         return cls(**value)
     return value
 
