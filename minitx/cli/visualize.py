@@ -172,13 +172,14 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--{exc}")
     args.methods = ()
     if args.attributions is not None:
+        names = [m.strip() for m in args.attributions.split(",")]
+        if "all" in names and len(names) > 1:  # all is every method: another beside it is moot
+            parser.error(f"--attributions {args.attributions}: give all alone, or some methods")
+        refuse_repeats(parser, "--attributions", names, "method")  # as --kinds does
         try:
-            names = args.attributions.split(",")
-            args.methods = check_methods(
-                METHODS if args.attributions == "all" else [m.strip() for m in names]
-            )
+            args.methods = check_methods(METHODS if names == ["all"] else names)
         except ConfigError as exc:
-            parser.error(f"--attributions: {exc}")
+            parser.error(f"--attributions: {exc}, or all")
     if args.ig_steps is not None and "ig" not in args.methods:  # else ignored without a word
         parser.error("--ig-steps sets integrated gradients: add --attributions ig (or all)")
     args.ig_steps = DEFAULT_IG_STEPS if args.ig_steps is None else args.ig_steps
