@@ -69,7 +69,9 @@ def main() -> int:
     parser = OneLineArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("checkpoint", help="a .ckpt or release directory of a de->en model")
     parser.add_argument("data", help="corpus whose test split is read, as minitx-evaluate --data")
-    parser.add_argument("sentences", type=int, nargs="?", default=500)
+    parser.add_argument(
+        "sentences", type=int, nargs="?", default=500, help="test sentences read (default: 500)"
+    )
     args = parser.parse_args()
     if args.sentences < 1:
         parser.error(f"sentences must be >= 1, got {args.sentences}")
@@ -95,7 +97,8 @@ def report(args: argparse.Namespace) -> int:
         )
     layers, heads = translator.model.config.n_decoder_layers, translator.model.config.n_heads
     print(
-        f"{len(items)} lexicon pairs in {len(sources)} sentences; {layers} layers x {heads} heads"
+        f"{len(items)} lexicon pairs in {len(sources)} sentences; {layers} decoder "
+        f"layer{'s' if layers > 1 else ''} x {heads} head{'s' if heads > 1 else ''}"
     )
     configs = [(f"layer {x}, mean of heads", AlignmentConfig(layer=x)) for x in range(layers)]
     configs += [("mean of layers and heads", AlignmentConfig(layer=None))]

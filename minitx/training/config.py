@@ -109,7 +109,9 @@ class ValidationConfig:
         validations_per_run: about N validations spread over the run's budget, and one where
             it ends (the training guide, "When validation runs"). 0 = Lightning's cadence,
             which also applies where the run sets ``trainer.check_val_every_n_epoch`` or
-            ``trainer.val_check_interval`` itself.
+            ``trainer.val_check_interval`` itself. minitx-train turns it into the trainer's
+            settings (`minitx.training.cadence.validation_cadence`); a Trainer built by hand
+            sets its own cadence, and this value goes unread.
         bleu_every_n_epochs: translate the validation set and compute BLEU/chrF every N epochs
             (and always in the last epoch and in a validation that ends the run early, at
             ``trainer.max_steps`` or ``max_time``); 0 disables it.
