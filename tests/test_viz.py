@@ -535,8 +535,11 @@ def test_attribution_figures_sit_beside_cross_attention(maps: AttentionMaps) -> 
     panels = image_axes(fig)
     assert [ax.get_title() for ax in panels] == [
         "integrated gradients",
-        *(f"cross-attention layer {i}, mean of heads" for i in range(N_LAYERS)),
+        *(f"layer {i}, mean of heads" for i in range(N_LAYERS)),
     ]
+    fig.canvas.draw()  # the panels' titles side by side: they ran into each other
+    boxes = [ax.title.get_window_extent(fig.canvas.get_renderer()) for ax in panels]
+    assert not any(a.overlaps(b) for a, b in zip(boxes, boxes[1:], strict=False))
     queries, keys = maps.axes("cross")
     for ax in panels:
         assert tick_texts(ax.get_yticklabels()) == queries

@@ -326,7 +326,7 @@ def _iter_attribution_figures(
     averages = [weights.float().mean(0) for weights in maps.cross_attentions]  # (T, S) each
     for method, matrix in checked.items():
         names = [ATTRIBUTION_LABELS.get(method, method)]
-        names += [f"cross-attention layer {i}, mean of heads" for i in range(len(averages))]
+        names += [f"layer {i}, mean of heads" for i in range(len(averages))]  # the title says cross
         panels = torch.stack([matrix.float().cpu(), *(a.cpu() for a in averages)])
         figure = plot_attention_heads(
             panels,
