@@ -119,6 +119,14 @@ class AttentionMaps:
             ),
         }
 
+    def translation(self) -> str:
+        """The translation these maps are of, as text: the predicted pieces, eos left out,
+        joined as sentencepiece writes words (a cut translation keeps its last piece, which
+        `tgt_tokens` no longer reads)."""
+        pieces = self.predicted_tokens
+        pieces = pieces[:-1] if pieces[-1:] == [EOS_PIECE] else pieces
+        return "".join(pieces).replace("\u2581", " ").strip()
+
     def without_last_position(self) -> AttentionMaps:
         """These maps less the last decoder position, the one predicting eos: for a
         translation that decoding cut at its length cap, which predicted no eos. The rest is

@@ -981,3 +981,7 @@ def test_maps_of_a_translation_cut_at_its_length_cap_have_no_eos_row(translator)
     assert found.log_probs.shape == (2,)
     ended = translator.attention(sentence)  # a translation that ends keeps its eos row
     assert ended.predicted_tokens[-1] == "</s>"
+    # the text visualize prints, the cut translation's last piece included
+    words = "".join(translator.tokenizer.id_to_piece(pieces)).replace("\u2581", " ").split()
+    assert maps.translation().split() == words and len(words) >= 1
+    assert ended.translation() == "".join(ended.tgt_tokens[1:]).replace("\u2581", " ").strip()

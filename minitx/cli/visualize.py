@@ -124,9 +124,7 @@ def run(args: argparse.Namespace) -> int:
             if found.predicted_tokens != maps.predicted_tokens:
                 raise RuntimeError("the attributions and the maps read different translations")
             scores = found.scores
-    translation = (
-        "".join(maps.tgt_tokens[1:]).replace("\u2581", " ").strip()
-    )  # sentencepiece detokenisation
+    translation = maps.translation()
     try:
         with written_whole(out, OUTPUT_KIND) as tmp:
             paths = visualize(
