@@ -531,17 +531,19 @@ def test_a_flag_before_a_config_that_sets_its_key_again_is_refused(
     assert exit_info.value.code == 2
     line = the_error_line(capsys.readouterr().err)
     flag = "--config" if form == "--config=" else form
-    assert line == (
-        f"error: --model.optim.lr comes before {flag} {TINY_CONFIG}, which sets model.optim.lr "
-        f"again and wins (the command line is read in order); put --model.optim.lr after "
-        f"{flag} {TINY_CONFIG}"
+    assert line == (  # a packaged config by the name it is given
+        f"error: --model.optim.lr comes before {flag} tiny, which sets model.optim.lr again and "
+        f"wins (the command line is read in order); put --model.optim.lr after {flag} tiny"
     )
-    # a key the file leaves alone may come first, and the same flag after the file wins
+    # a key the file leaves alone may come first, and so may a section's value (jsonargparse
+    # merges the file's keys into it); the same flag after the file wins
+    first = ["--data.max_len", "50", "--attention_maps", "{kinds: [cross]}"]
     with pytest.raises(SystemExit) as exit_info:
-        train_main(["--data.max_len", "50", *config, "--model.optim.lr", "0.1", "--print_config"])
+        train_main([*first, *config, "--model.optim.lr", "0.1", "--print_config"])
     assert exit_info.value.code == 0
     printed = yaml.safe_load(capsys.readouterr().out)
     assert (printed["data"]["max_len"], printed["model"]["optim"]["lr"]) == (50, 0.1)
+    assert printed["attention_maps"]["kinds"] == ["cross"]
 
 
 @pytest.mark.parametrize(

@@ -616,20 +616,30 @@ def check_config_sections(args: list[str], parser: LightningArgumentParser) -> N
 
 def _check_flags_before(earlier: list[str], keys: set[str], flag: str, value: str) -> None:
     """Refuse a flag given before a config file that sets its key again: the command line is
-    read in order, so the file's value won and the flag was lost without a word.
+    read in order, so the file's value won and the flag was lost without a word. A section's
+    flag (``--attention_maps '{kinds: [cross]}'``) loses only the keys the file sets, which
+    jsonargparse merges: those are not known here, and it passes.
 
     Raises:
-        UsageError: naming the flag, the file and the order to write.
+        UsageError: naming the flag, the file (as its packaged name where it is one) and the
+            order to write.
     """
     for arg in earlier:
         if not arg.startswith("--") or arg.startswith(("--config", "--print_config")):
             continue
-        key = arg[2:].split("=", 1)[0]
-        if any(k == key or k.startswith(f"{key}.") or key.startswith(f"{k}.") for k in keys):
+        key = _without_init_args(arg[2:].split("=", 1)[0])
+        if any(k == key or key.startswith(f"{k}.") for k in keys):
+            shown = Path(value).stem if Path(value).parent == CONFIG_DIR else value
             raise UsageError(
-                f"--{key} comes before {flag} {value}, which sets {key} again and wins (the "
-                f"command line is read in order); put --{key} after {flag} {value}"
+                f"--{key} comes before {flag} {shown}, which sets {key} again and wins (the "
+                f"command line is read in order); put --{key} after {flag} {shown}"
             )
+
+
+def _without_init_args(key: str) -> str:
+    """A dotted key as its value is set: ``trainer.logger.init_args.save_dir`` and
+    ``trainer.logger.save_dir`` (jsonargparse takes both) are one setting."""
+    return ".".join(part for part in key.split(".") if part != "init_args")
 
 
 def _check_config_file(
@@ -678,7 +688,11 @@ def _dotted_keys(settings: Any, prefix: str = "") -> set[str]:
     """The keys a config's mapping sets, each as its flag names it: {"model.optim.lr", ...}."""
     if not isinstance(settings, dict):
         return {prefix.rstrip(".")} if prefix else set()
-    return {k for key, value in settings.items() for k in _dotted_keys(value, f"{prefix}{key}.")}
+    return {
+        _without_init_args(k)
+        for key, value in settings.items()
+        for k in _dotted_keys(value, f"{prefix}{key}.")
+    }
 
 
 class _KeyTwice(Exception):
