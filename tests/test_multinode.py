@@ -164,5 +164,7 @@ def test_several_nodes_without_a_launcher_are_refused_at_once(
     assert "error: trainer.num_nodes=2, and nothing says where node 0 is" in err
     assert err.count("\n") == 1 and not (tmp_path / "runs").exists()
     train_cli.check_launcher(SimpleNamespace(trainer={"num_nodes": 1}))  # one node needs none
+    # a cluster plugin is Lightning's to read: it may be the environment that connects them
+    train_cli.check_launcher(SimpleNamespace(trainer={"num_nodes": 2, "plugins": ["cluster"]}))
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")  # Lightning's own launcher's variables
     train_cli.check_launcher(SimpleNamespace(trainer={"num_nodes": 2}))

@@ -135,6 +135,10 @@ def test_debug_env_shows_the_traceback(tmp_path: Path, monkeypatch: pytest.Monke
             ["--trainer.limit_test_batches", "0"],
             r"trainer.limit_test_batches=0: the test after fitting decodes the whole test split",
         ),
+        (  # Lightning's one batch, not all of them
+            ["--trainer.limit_test_batches", "1"],
+            r"trainer.limit_test_batches=1: the test after fitting decodes the whole test split",
+        ),
         (  # Lightning logged every step without a word
             ["--trainer.log_every_n_steps", "-1"],
             r"trainer.log_every_n_steps=-1: give a number of steps \(at least 1\), or 0",
@@ -171,6 +175,7 @@ def test_debug_env_shows_the_traceback(tmp_path: Path, monkeypatch: pytest.Monke
         "skip-bad-batches",
         "betas",
         "limit-test-batches",
+        "limit-test-batches-one",
         "log-every-negative",
         "nothing-to-resume",
         "not-a-number",

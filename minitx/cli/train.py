@@ -238,10 +238,13 @@ def random_seed() -> int:
 
 
 def check_trainer_counts(config: Any) -> None:
-    """Refuse the trainer settings Lightning's Trainer accepts at zero but divides by inside
-    the loop: a ZeroDivisionError after the run directory is written, and a "resume with
-    --ckpt_path last" that fails the same way; a zero plan, a run that trains nothing; and a
-    negative gradient clip, by which torch scales the gradients (the run diverged).
+    """Refuse the trainer settings Lightning's Trainer accepts but then fails on, or reads
+    otherwise than a user meant: a count of zero it divides by inside the loop (a
+    ZeroDivisionError after the run directory is written); a zero plan, a run that trains
+    nothing; a negative gradient clip, by which torch scales the gradients (the run
+    diverged); a negative ``log_every_n_steps`` (every step); a ``limit_test_batches``, which
+    the test after fitting does not read; a spawning strategy; a ``val_check_interval``
+    below one batch.
 
     Raises:
         ConfigError: naming the setting and the values it takes.
@@ -280,7 +283,7 @@ def check_trainer_counts(config: Any) -> None:
             "for no per-step curves"
         )
     limit = trainer.get("limit_test_batches")
-    if limit is not None and limit != 1.0:  # 0 tested everything, and so did 1 batch
+    if limit is not None:  # 0 tested everything, and so did 1 batch
         raise ConfigError(
             f"trainer.limit_test_batches={limit}: the test after fitting decodes the whole test "
             "split (greedy and beam 5), outside Lightning's test loop; leave it out, and use "
@@ -903,44 +906,49 @@ from: a config file that sets them is refused (jsonargparse would replace the va
 
 
 def check_launcher(config: Any) -> None:
-    """Refuse several nodes that nothing connects: without a launcher (torchrun, SLURM, LSF)
-    or ``MASTER_ADDR``, node 0 waited for the others in silence, deaf to Ctrl-C.
+    """Refuse several nodes that nothing connects: without a launcher Lightning detects
+    (torchrun, SLURM, LSF, MPI), a cluster plugin or ``MASTER_ADDR``, node 0 waited for the
+    others in silence, deaf to Ctrl-C.
 
     Raises:
         UsageError: naming the ways to start the nodes.
     """
     from lightning.fabric.plugins.environments import (
         LSFEnvironment,
+        MPIEnvironment,
         SLURMEnvironment,
         TorchElasticEnvironment,
     )
 
-    nodes = config.trainer.get("num_nodes") or 1
-    launchers = (TorchElasticEnvironment, SLURMEnvironment, LSFEnvironment)
-    if nodes > 1 and not any(env.detect() for env in launchers) and "MASTER_ADDR" not in os.environ:
+    trainer = config.trainer
+    if (
+        (trainer.get("num_nodes") or 1) == 1
+        or trainer.get("plugins")
+        or "MASTER_ADDR" in os.environ
+    ):
+        return  # a plugin may be the cluster's environment: Lightning reads it
+    launchers = (TorchElasticEnvironment, SLURMEnvironment, LSFEnvironment, MPIEnvironment)
+    if not any(env.detect() for env in launchers):
         raise UsageError(
-            f"trainer.num_nodes={nodes}, and nothing says where node 0 is: on every node, set "
-            "MASTER_ADDR, MASTER_PORT and NODE_RANK, or start it with torchrun or under SLURM "
-            "(the multi-node guide); on one machine, use --trainer.devices N"
+            f"trainer.num_nodes={trainer.get('num_nodes')}, and nothing says where node 0 is: "
+            "on every node, set MASTER_ADDR, MASTER_PORT and NODE_RANK, or start it with "
+            "torchrun, SLURM or mpirun (the multi-node guide); on one machine, use "
+            "--trainer.devices N"
         )
 
 
-def check_settings(config: Any) -> None:
-    """The checks of the settings' values that need neither the data nor the model: a run
-    makes them before it builds anything, and ``--print_config`` before it prints."""
+def check_values(parser: LightningArgumentParser, config: Any) -> None:
+    """The checks of a parsed config's values alone, with neither the data, the model nor
+    the machine: a run makes them as soon as it has parsed its command line, and
+    ``--print_config`` before it prints."""
+    check_no_null(parser, config)
+    check_budget_and_seed(config)
     check_finite(config)
     check_trainer_counts(config)
     _check_checkpoint(config)
     _check_bleu_schedule(config)
     _check_splits(config)
     _check_averaging(config)
-
-
-def check_values(parser: LightningArgumentParser, config: Any) -> None:
-    """Every check of a parsed config's values that a run makes before building anything."""
-    check_no_null(parser, config)
-    check_budget_and_seed(config)
-    check_settings(config)
 
 
 class MinitxCLI(LightningCLI):
@@ -1005,14 +1013,12 @@ class MinitxCLI(LightningCLI):
         # as given: Lightning replaces true by the seed it chooses (which may differ at a resume)
         self.seed_given = self.config.get("seed_everything")
         set_verbosity(bool(self.config.get("verbose")))
-        check_no_null(parser, self.config)
-        check_budget_and_seed(self.config)
+        check_values(parser, self.config)
         if self.seed_given is True:
             self.config["seed_everything"] = random_seed()
 
     def before_instantiate_classes(self) -> None:
         config = self.config
-        check_settings(config)
         check_launcher(config)
         if config.ckpt_path is not None and not str(config.ckpt_path).strip():
             raise UsageError(
