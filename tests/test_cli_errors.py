@@ -157,12 +157,12 @@ def test_a_number_option_refuses_nan_and_infinity_on_one_line(
         (  # matplotlib's fonts failed below 6 dpi, in a traceback
             "visualize",
             ["Ein Hund.", "--checkpoint", "x.ckpt", "--dpi", "5"],
-            "--dpi must be a whole number from 20 to 600, got 5",
+            "--dpi must be a number from 20 to 600, got 5",
         ),
         (
             "visualize",
             ["Ein Hund.", "--checkpoint", "x.ckpt", "--dpi", "20000"],
-            "--dpi must be a whole number from 20 to 600, got 20000",
+            "--dpi must be a number from 20 to 600, got 20000",
         ),
         (  # numpy's MemoryError (75 GiB for the nodes), after the translation
             "visualize",

@@ -3,6 +3,7 @@ and checks that an attention map (or an attribution matrix) fits its tokens."""
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Mapping, Sequence
 
 import torch
@@ -60,14 +61,16 @@ def check_kinds(kinds: Sequence[str]) -> tuple[str, ...]:
     return kinds
 
 
-def check_dpi(dpi: int) -> int:
-    """`dpi` if a PNG can be drawn at it: a whole number from `MIN_DPI` to `MAX_DPI`.
+def check_dpi(dpi: float) -> float:
+    """`dpi` if a PNG can be drawn at it: a number from `MIN_DPI` to `MAX_DPI` (matplotlib
+    takes a float as well as an int).
 
     Raises:
         ValueError: any other value.
     """
-    if isinstance(dpi, bool) or not isinstance(dpi, int) or not MIN_DPI <= dpi <= MAX_DPI:
-        raise ValueError(f"dpi must be a whole number from {MIN_DPI} to {MAX_DPI}, got {dpi!r}")
+    number = isinstance(dpi, numbers.Real) and not isinstance(dpi, bool)
+    if not number or not MIN_DPI <= dpi <= MAX_DPI:  # nan fails the range too
+        raise ValueError(f"dpi must be a number from {MIN_DPI} to {MAX_DPI}, got {dpi!r}")
     return dpi
 
 
