@@ -50,6 +50,8 @@ def _coerce(value: Any, cls: type) -> Any:
     """Accept a config dataclass or a plain mapping of its fields (a misspelt key is named,
     with the known ones, not a TypeError about a keyword)."""
     if isinstance(value, Mapping):
+        if cls is TransformerConfig:  # which also reads the older checkpoints' keys
+            return TransformerConfig.from_dict(dict(value))
         check_known_keys(cls.__name__, value, (f.name for f in fields(cls)))
         return cls(**value)
     return value
@@ -146,15 +148,16 @@ class TranslationModule(L.LightningModule):
         if theirs is None and self.tokenizer is None and stage == TrainerFn.FITTING:
             raise ConfigError(  # BLEU, the maps and the checkpoint's tokenizer were left out
                 "TranslationModule has no tokenizer: fit it with datamodule="
-                "TranslationDataModule(...), which gives it one (validation BLEU, attention "
-                "maps and checkpoints that translate need it)"
+                "TranslationDataModule(...), or set module.tokenizer first (validation BLEU, "
+                "attention maps and checkpoints that translate need it)"
             )
         if theirs is not None:
             if self.tokenizer is not None and self.tokenizer.model_bytes != theirs.model_bytes:
-                raise ResumeMismatchError(  # a loaded checkpoint's: its ids mean other pieces
-                    "this model's tokenizer (from its checkpoint) differs from the data "
-                    "module's: give the data module the checkpoint's data settings (source, "
-                    "languages, vocab_size, tokenizer_type)"
+                raise ConfigError(  # a checkpoint's or an earlier fit's: ids mean other pieces
+                    "this model's tokenizer (from its checkpoint or an earlier fit) differs "
+                    "from the data module's, whose ids would mean other pieces: give the data "
+                    "module the same data settings (source, languages, vocab_size, "
+                    "tokenizer_type)"
                 )
             self.tokenizer = theirs
             sizes = {self.model_config.src_vocab_size, self.model_config.tgt_vocab_size}
@@ -176,7 +179,10 @@ class TranslationModule(L.LightningModule):
         self.check_resume(checkpoint, self._languages())  # another model's: said first
         saved = (checkpoint.get(CHECKPOINT_KEY) or {}).get("tokenizer")
         if self.tokenizer is None and saved is not None:  # load_from_checkpoint: it decodes
-            self.tokenizer = Tokenizer(saved)
+            try:
+                self.tokenizer = Tokenizer(saved)
+            except (ValueError, TypeError, RuntimeError) as exc:  # as model_from_checkpoint
+                raise CheckpointError(f"damaged minitx checkpoint: its tokenizer: {exc}") from exc
         trainer = self._attached_trainer()  # a resume; not load_from_checkpoint nor a test
         if trainer is not None and trainer.state.fn == TrainerFn.FITTING:
             self.check_training_state(checkpoint)
