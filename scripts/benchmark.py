@@ -291,7 +291,7 @@ def peak_flops(args: argparse.Namespace) -> tuple[float, str] | None:
     card's bf16 peak from GPU_BF16_PEAK_TFLOPS; None: measure a matmul peak here instead."""
     if args.peak_tflops is not None:
         return args.peak_tflops * 1e12, "peak given (--peak-tflops)"
-    if args.device == "cpu":
+    if torch.device(args.device).type == "cpu":  # "cpu:0" too
         return None
     name = torch.cuda.get_device_name(args.device)
     for part, tflops in GPU_BF16_PEAK_TFLOPS.items():
@@ -836,14 +836,16 @@ def _test_split(args: argparse.Namespace) -> tuple[list[str], list[str]]:
 
 def _decode_inputs(args: argparse.Namespace) -> tuple[Transformer, list[torch.Tensor], str]:
     if args.checkpoint:
-        from minitx.translator import Translator
+        from minitx.translator import Translator, encode_sources
+        from minitx.vocab import frame_source, pad
 
         translator = Translator.from_pretrained(args.checkpoint)
         sources, _ = _test_split(args)
-        ids = translator.tokenizer.encode(sources)
+        # as the Translator reads them: cut to the model's positions, eos added, right-padded
+        ids = encode_sources(translator.tokenizer, sources, translator.model.config.max_positions)
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
         batches = [
-            translator._src_tensor([ids[i] for i in order[j : j + args.decode_batch]])
+            pad([frame_source(ids[i]) for i in order[j : j + args.decode_batch]])
             for j in range(0, len(order), args.decode_batch)
         ]
         return translator.model, batches, f"{len(sources)} test sentences, trained model"

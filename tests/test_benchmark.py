@@ -10,7 +10,7 @@ import os
 import shutil
 
 import pytest
-from helpers import PYTHON, SCRIPTS_DIR, TINY_CONFIG, subprocess_env
+from helpers import PYTHON, SCRIPTS_DIR, TINY_CONFIG, TOY_CORPUS_DIR, subprocess_env
 from preloaded import run_python
 
 spec = importlib.util.spec_from_file_location("benchmark", SCRIPTS_DIR / "benchmark.py")
@@ -169,3 +169,20 @@ def test_mkls_code_path_is_caught_below_python_and_the_output_goes_on(
     os.write(1, b"after\n")  # below Python, where a descriptor left redirected would lose it
     out = capfd.readouterr().out
     assert "MKL_VERBOSE" not in out and out.endswith("after\n"), out
+
+
+def test_decode_section_reads_a_trained_checkpoint(tiny_checkpoint, capsys) -> None:
+    """Was: --checkpoint ended in AttributeError: 'Translator' object has no attribute
+    '_src_tensor' (a helper the Translator no longer has)."""
+    args = benchmark.argparse.Namespace(
+        checkpoint=str(tiny_checkpoint), decode_sentences=4, decode_batch=2, beam=2,
+        device="cpu:0", precisions=["fp32"], data=str(TOY_CORPUS_DIR), src_lang="de",
+        tgt_lang="en", peak_tflops=None,
+    )  # fmt: skip
+    benchmark.bench_decode(args)
+    out = capsys.readouterr().out
+    assert "4 test sentences, trained model" in out
+    assert [row.split()[:2] for row in out.strip().splitlines()[1:]] == [
+        ["fp32", "greedy"], ["fp32", "beam"]
+    ]  # fmt: skip
+    assert benchmark.peak_flops(args) is None  # "cpu:0" is the CPU: its peak is measured
