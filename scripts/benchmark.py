@@ -802,7 +802,8 @@ def bench_budget(args: argparse.Namespace) -> None:
 
 def _print_budget(work: Path) -> None:
     """The budget section's figures, from the run in `work`: its metrics and its profile."""
-    metrics = next((work / "runs").rglob("metrics.csv"))
+    # the newest run's: a --budget-workdir used before holds earlier runs, found in any order
+    metrics = max((work / "runs").rglob("metrics.csv"), key=lambda path: path.stat().st_mtime)
     rows = list(csv.DictReader(metrics.open(encoding="utf-8")))
     tokens = sum(float(r["train/tokens"]) for r in rows if r.get("train/tokens"))
     updates = max(int(r["step"]) for r in rows if r.get("step")) + 1
@@ -811,8 +812,10 @@ def _print_budget(work: Path) -> None:
     fit_s = actions["Total"]  # the profiler's clock: from setup to the end of the fit
     split = budget_split(actions)
     rest = fit_s - sum(split.values())
-    print(f"  {updates:,d} updates, {tokens:,.0f} target tokens in {fit_s:.0f} s of fit; "
-          f"{len(bleu)} validations, last val BLEU {bleu[-1]:.2f}" if bleu else "")  # fmt: skip
+    validated = f"{len(bleu)} validations, last val BLEU {bleu[-1]:.2f}" if bleu else "no BLEU"
+    print(
+        f"  {updates:,d} updates, {tokens:,.0f} target tokens in {fit_s:.0f} s of fit; {validated}"
+    )
     print("  share of the fit            seconds      %")
     for name, seconds in [*split.items(), ("the rest (setup, the loop)", rest)]:
         print(f"  {name:<28} {seconds:8.1f} {100 * seconds / fit_s:6.1f}")

@@ -186,3 +186,19 @@ def test_decode_section_reads_a_trained_checkpoint(tiny_checkpoint, capsys) -> N
         ["fp32", "greedy"], ["fp32", "beam"]
     ]  # fmt: skip
     assert benchmark.peak_flops(args) is None  # "cpu:0" is the CPU: its peak is measured
+
+
+def test_budget_figures_are_the_newest_runs(tmp_path, monkeypatch, capsys) -> None:
+    """Was: the first metrics.csv in directory order, an earlier run's in a reused work
+    directory; and a run without BLEU printed an empty line instead of its updates."""
+    for name, steps, age in (("2026-12-05_09-00-00", 9, 0), ("2026-12-01_09-00-00", 5, 1000)):
+        run = tmp_path / "runs" / "tiny" / name / "csv"
+        run.mkdir(parents=True)
+        rows = "".join(f"{s},64\n" for s in range(steps))
+        (run / "metrics.csv").write_text(f"step,train/tokens\n{rows}", encoding="utf-8")
+        os.utime(run / "metrics.csv", (1e9 - age, 1e9 - age))
+    monkeypatch.setattr(benchmark, "_profiled_actions", lambda path: {"Total": 10.0})
+    monkeypatch.setattr(benchmark, "budget_split", lambda actions: {"training steps": 8.0})
+    benchmark._print_budget(tmp_path)
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first == "  9 updates, 576 target tokens in 10 s of fit; no BLEU"
