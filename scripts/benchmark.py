@@ -90,7 +90,9 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from minitx.attention import padding_mask, scaled_dot_product_attention
 from minitx.cli.allocator import keep_freed_memory
 from minitx.cli.common import (
+    EXIT_USER_ERROR,
     OneLineArgumentParser,
+    UsageError,
     check_device,
     positive_float,
     positive_int,
@@ -674,6 +676,12 @@ def _run_child(corpus: Path, cache: Path) -> dict:
     command = [sys.executable, __file__, "--data-child", str(corpus), str(cache)]
     env = {**os.environ, "MINITX_DATA_DIR": ""}  # the synthetic corpus, nothing else
     done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+    said = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+    if done.returncode == EXIT_USER_ERROR and said:  # the corpus, not a bug: its one line
+        raise UsageError(
+            f"data section, {corpus.name}: {said[-1].removeprefix('error: ')} (the default "
+            "data settings need a larger --data-pairs)"
+        )
     if done.returncode != 0:
         raise SystemExit(f"data section: the preparation process failed:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])

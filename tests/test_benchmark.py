@@ -202,3 +202,18 @@ def test_budget_figures_are_the_newest_runs(tmp_path, monkeypatch, capsys) -> No
     benchmark._print_budget(tmp_path)
     first = capsys.readouterr().out.splitlines()[0]
     assert first == "  9 updates, 576 target tokens in 10 s of fit; no BLEU"
+
+
+def test_data_section_passes_on_its_preparation_error_in_one_line(tmp_path, monkeypatch) -> None:
+    """Was: a corpus too small for the default vocabulary ended with status 1 and the child's
+    whole standard error, progress bars included, around its one error line."""
+    child = benchmark.subprocess.CompletedProcess(
+        [], 2, stdout="", stderr="Map: 100%|###|\nerror: data.vocab_size=8000 is too large\n"
+    )
+    monkeypatch.setattr(benchmark.subprocess, "run", lambda *args, **kwargs: child)
+    with pytest.raises(benchmark.UsageError) as refused:
+        benchmark._run_child(tmp_path / "corpus-200", tmp_path / "cache")
+    assert str(refused.value) == (
+        "data section, corpus-200: data.vocab_size=8000 is too large (the default data "
+        "settings need a larger --data-pairs)"
+    )
