@@ -267,6 +267,9 @@ def test_the_alignment_layers_script_scores_every_layer_and_head(
     rows = [line.split() for line in proc.stdout.splitlines()[1:]]
     assert len(rows) == layers + 1 + layers * heads, proc.stdout
     assert all(0 <= float(row[-1]) <= 1 for row in rows)
-    assert proc.stdout.startswith(f"6 lexicon pairs in 2 sentences; {layers} layers")
+    plural = "s" if layers > 1 else ""
+    assert proc.stdout.startswith(
+        f"6 lexicon pairs in 2 sentences; {layers} decoder layer{plural} x"
+    )
     unknown = [line for line in proc.stderr.splitlines() if "read as <unk>" in line]
     assert len(unknown) == len(set(unknown)) == 2, proc.stderr[-2000:]  # sources, references
