@@ -688,13 +688,14 @@ def _check_config_file(
 
 
 def _dotted_keys(settings: Any, prefix: str = "") -> set[str]:
-    """The keys a config's mapping sets, each as its flag names it: {"model.optim.lr", ...}."""
+    """The keys a config's mapping sets, each as its flag names it: {"model.optim.lr", ...}
+    (an ``init_args`` level adds no part, as `_without_init_args` reads a flag)."""
     if not isinstance(settings, dict):
         return {prefix.rstrip(".")} if prefix else set()
     return {
-        _without_init_args(k)
+        k
         for key, value in settings.items()
-        for k in _dotted_keys(value, f"{prefix}{key}.")
+        for k in _dotted_keys(value, prefix if key == "init_args" else f"{prefix}{key}.")
     }
 
 
