@@ -176,6 +176,10 @@ for name in $STEPS; do
         exit 2
     fi
 done
+if [[ -n ${GPU_CHECK_BUDGET:-} && ! $GPU_CHECK_BUDGET =~ ^[1-9][0-9]*$ ]]; then
+    echo "error: GPU_CHECK_BUDGET is '$GPU_CHECK_BUDGET'; give a whole number of seconds, e.g. 340" >&2
+    exit 2
+fi
 mkdir -p "$OUT" || exit 2
 export REPO PYTHON WHEELS GPU_DATA SITE DRY OUT  # for the steps that are functions
 OUT=$(cd "$OUT" && pwd)

@@ -93,8 +93,23 @@ def test_gpu_check_steps_runs_only_the_steps_named(tmp_path: Path) -> None:
     assert "failed steps: setup bench" in done.stderr
 
 
-def test_an_unknown_step_in_gpu_check_steps_exits_2(tmp_path: Path) -> None:
-    env = {**os.environ, "PYTHON": "false", "GPU_CHECK_STEPS": "setup train_fast"}
+@pytest.mark.parametrize(
+    ("variable", "value", "error"),
+    [
+        (
+            "GPU_CHECK_STEPS",
+            "setup train_fast",
+            "GPU_CHECK_STEPS names 'train_fast'; the steps are: ",
+        ),
+        ("GPU_CHECK_BUDGET", "abc", "GPU_CHECK_BUDGET is 'abc'; give a whole number of seconds"),
+        ("GPU_CHECK_BUDGET", "0", "GPU_CHECK_BUDGET is '0'; give a whole number of seconds"),
+    ],
+)
+def test_a_bad_environment_variable_exits_2(
+    variable: str, value: str, error: str, tmp_path: Path
+) -> None:
+    """Before anything is written; a budget that is not a number was bash's "unbound variable"."""
+    env = {**os.environ, "PYTHON": "false", variable: value}
     done = subprocess.run(
         ["bash", str(SCRIPT), str(tmp_path / "out")],
         capture_output=True,
@@ -103,7 +118,8 @@ def test_an_unknown_step_in_gpu_check_steps_exits_2(tmp_path: Path) -> None:
         timeout=60,
     )
     assert done.returncode == 2
-    assert done.stderr.startswith("error: GPU_CHECK_STEPS names 'train_fast'; the steps are: ")
+    assert done.stderr.startswith(f"error: {error}"), done.stderr
+    assert len(done.stderr.splitlines()) == 1
     assert not (tmp_path / "out").exists()
 
 
