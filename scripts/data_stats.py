@@ -82,7 +82,12 @@ def main() -> int:
     parser.add_argument("--tgt-lang", default="en")
     parser.add_argument("--vocab-size", type=int, default=8000)
     parser.add_argument("--max-tokens", type=int, nargs="+", default=[4096, 8192])
-    parser.add_argument("--max-len", type=int, default=128, help="data.max_len (default 128)")
+    parser.add_argument(
+        "--max-len",
+        type=int,
+        default=128,
+        help="pieces a side at most, as minitx-train's data.max_len (default 128)",
+    )
     parser.add_argument("--pad-multiple", type=int, default=8)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
@@ -98,9 +103,10 @@ def main() -> int:
     if args.seed < 0:  # numpy's default_rng refused it with a traceback
         parser.error(f"--seed must be >= 0, got {args.seed}")
     datasets_progress_bars()  # a log file gets the figures, not the bars' frames
-    # The figures on standard error; not the root logger's INFO, which let every library's
-    # lines by (each of the hub's retries offline) and printed minitx's warnings twice.
-    figures = logging.StreamHandler()
+    # The figures on standard output (a report to keep; warnings and errors stay on standard
+    # error); not the root logger's INFO, which let every library's lines by (each of the
+    # hub's retries offline) and printed minitx's warnings twice.
+    figures = logging.StreamHandler(sys.stdout)
     figures.setFormatter(logging.Formatter("%(message)s"))
     logger.addHandler(figures)
     logger.setLevel(logging.INFO)
@@ -142,8 +148,8 @@ def report(args: argparse.Namespace) -> int:
                 stream, tokenizer, Path(cache), max_len=args.max_len, filter_long=True
             )
             logger.info("%s: %.2f s", what, time.perf_counter() - start)
-        if len(data) == 0:  # no lengths to describe: said as minitx-train says it
-            raise empty_split_error("train", stream, skipped, args.max_len)
+            if len(data) == 0:  # no lengths to describe: said as minitx-train says it, once
+                raise empty_split_error("train", stream, skipped, args.max_len, "--max-len")
         src_len = np.asarray(data["src_len"][:])
         tgt_len = np.asarray(data["tgt_len"][:])
         logger.info(

@@ -1317,7 +1317,8 @@ def test_a_validation_interval_longer_than_an_epoch_is_one_error_line(
         (  # every pair skipped: the statistics of nothing were a traceback
             "data_stats.py",
             ["--source", "builtin:toy", "--vocab-size", "100", "--max-len", "2"],
-            "has no pair to use (skipped: 60 too_long); it needs line pairs with both sides",
+            "(skipped: 60 too_long); it needs line pairs with both sides non-empty and at most "
+            "--max-len (2) pieces a side",  # the script's flag, not minitx-train's data.max_len
         ),
         (  # named data.vocab_size, a key of minitx-train's configs, not this script's flag
             "data_stats.py",
@@ -1367,6 +1368,9 @@ def test_the_scripts_report_a_user_error_in_one_line(
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
     assert proc.returncode == 2 and len(errors) == 1, proc.stderr
     assert message in errors[0] and "Traceback" not in proc.stderr, proc.stderr
+    if "too_long" in message:  # the pass before the error reported on standard output
+        assert "tokenization (train split" in proc.stdout, proc.stdout
+        assert proc.stderr.count("skipped 60 of 60 pairs") == 1, proc.stderr
 
 
 @pytest.mark.filterwarnings("ignore:LightningCLI's args parameter")

@@ -358,13 +358,18 @@ def _check_same_tokenizer(tokenizer: Tokenizer, cache_dir: str | None) -> None:
 
 
 def empty_split_error(
-    split: str, stream: PairStream, skipped: dict[str, int], max_len: int
+    split: str,
+    stream: PairStream,
+    skipped: dict[str, int],
+    max_len: int,
+    max_len_setting: str = "data.max_len",
 ) -> DataError:
     """The error for a split with no pair left to use: where it was read, what was skipped
-    (`prepare_split`'s counts)."""
+    (`prepare_split`'s counts). `max_len_setting` names the limit as the caller's user sets it
+    (a script's flag rather than minitx-train's key)."""
     reasons = ", ".join(f"{n} {reason}" for reason, n in skipped.items() if n)
     reasons = reasons or "none, the files are empty"
-    limit = f" and at most data.max_len ({max_len}) pieces a side" if split == "train" else ""
+    limit = f" and at most {max_len_setting} ({max_len}) pieces a side" if split == "train" else ""
     return DataError(
         f"the {split!r} split ({stream.location}) has no pair to use (skipped: {reasons}); it "
         f"needs line pairs with both sides non-empty{limit}"
