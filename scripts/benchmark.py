@@ -125,6 +125,9 @@ SMOKE_SIZES = dict(  # --smoke: a model small enough that every section runs in 
 )
 SMOKE_DATA_PAIRS = 3_000
 """--smoke: the data section's corpora have at most this many pairs."""
+ATTENTION_SHAPES = dict(tokens=4096, lengths=(16, 32, 64, 128, 256, 512))
+"""The attention section's batches: B*T tokens at each length T."""
+SMOKE_ATTENTION_SHAPES = dict(tokens=256, lengths=(16, 32))
 
 
 # ------------------------------------------------------------------------------------ data
@@ -568,14 +571,15 @@ def _time(fn: Callable[[], object], repeats: int, device: str = "cpu") -> float:
 
 
 def bench_attention(args: argparse.Namespace) -> None:
-    print("\n== attention core: B*T = 4096 tokens, 4 heads of 64; median ms per call ==")
+    tokens = ATTENTION_SHAPES["tokens"]
+    print(f"\n== attention core: B*T = {tokens} tokens, 4 heads of 64; median ms per call ==")
     print(
         f"  {'dtype':5s} {'T':>4s} | {'explicit':>9s} {'fused':>9s} (forward) | "
         f"{'explicit':>9s} {'flash':>9s} {'math':>9s} (forward+backward)"
     )
     for dtype in (torch.bfloat16, torch.float32):
-        for t in (16, 32, 64, 128, 256, 512):
-            fwd, both = _attention_times(dtype, t, args.repeats)
+        for t in ATTENTION_SHAPES["lengths"]:
+            fwd, both = _attention_times(dtype, t, tokens, args.repeats)
             name = "bf16" if dtype == torch.bfloat16 else "fp32"
             print(
                 f"  {name:5s} {t:4d} | {fwd[0]:9.2f} {fwd[1]:9.2f}           | "
@@ -583,9 +587,12 @@ def bench_attention(args: argparse.Namespace) -> None:
             )
 
 
-def _attention_times(dtype: torch.dtype, t: int, repeats: int) -> tuple[list[float], list[float]]:
-    """([explicit, fused] forward ms, [explicit, flash, math] forward+backward ms) at length t."""
-    b = max(1, 4096 // t)
+def _attention_times(
+    dtype: torch.dtype, t: int, tokens: int, repeats: int
+) -> tuple[list[float], list[float]]:
+    """([explicit, fused] forward ms, [explicit, flash, math] forward+backward ms) at length t,
+    in a batch of about `tokens` tokens."""
+    b = max(1, tokens // t)
     q, k, v = (torch.randn(b, 4, t, 64, dtype=dtype, requires_grad=True) for _ in range(3))
     grad = torch.randn(b, 4, t, 64, dtype=dtype)
     ids = torch.ones(b, t, dtype=torch.long)
@@ -725,6 +732,20 @@ def bench_data(args: argparse.Namespace) -> None:
         if not args.data_workdir:
             shutil.rmtree(root, ignore_errors=True)
     print(f"  (peak RSS right after the imports: {cold['rss_imports_mb']:.0f} MB)")
+
+
+def check_workdir(parser: argparse.ArgumentParser, flag: str, folder: Path) -> None:
+    """A work folder the section can write in, made now: else one line naming `flag`, before
+    any section runs (an OSError after the section's header named only the path)."""
+    if folder.exists() and not folder.is_dir():
+        parser.error(f"{flag} {folder}: not a folder; give a folder the benchmark can write in")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        writable = os.access(folder, os.W_OK | os.X_OK)
+    except OSError as exc:
+        parser.error(f"{flag} {folder}: {exc.strerror}; give a folder the benchmark can write in")
+    if not writable:
+        parser.error(f"{flag} {folder}: not writable; give a folder the benchmark can write in")
 
 
 # ------------------------------------------------------------------------------------ budget
@@ -1155,8 +1176,9 @@ def main() -> None:
     parser.add_argument(
         "--smoke",
         action="store_true",
-        help="a tiny model instead of the benchmark's, and data corpora of at most "
-        f"{SMOKE_DATA_PAIRS:,} pairs: checks that the sections run (the figures mean nothing)",
+        help="a tiny model instead of the benchmark's, data corpora of at most "
+        f"{SMOKE_DATA_PAIRS:,} pairs and small attention batches: checks that the sections "
+        "run (the figures mean nothing)",
     )
     parser.add_argument("--data-child", nargs=2, help=argparse.SUPPRESS)  # the measured process
     args = parser.parse_args()
@@ -1174,8 +1196,15 @@ def main() -> None:
     on_gpu = torch.device(args.device).type == "cuda"
     if on_gpu and set(args.sections) - {"train", "decode"}:
         parser.error(f"--device {args.device!r} runs the train and decode sections only")
+    for flag, folder, section in (
+        ("--data-workdir", args.data_workdir, "data"),
+        ("--budget-workdir", args.budget_workdir, "budget"),
+    ):
+        if folder is not None and section in args.sections:
+            check_workdir(parser, flag, Path(folder))
     if args.smoke:
         SIZES.update(SMOKE_SIZES)
+        ATTENTION_SHAPES.update(SMOKE_ATTENTION_SHAPES)
         args.data_pairs = sorted({min(n, SMOKE_DATA_PAIRS) for n in args.data_pairs})
     if args.precisions is None:
         args.precisions = ["fp32", "bf16"] if on_gpu or cpu_has_fast_bf16() else ["fp32"]

@@ -31,6 +31,14 @@ spec.loader.exec_module(benchmark)
             ["--sections", "attention", "ct2", "--precisions", "bf16"],
             "--precisions applies to the train, decode, scores, padding, levers sections, none",
         ),
+        (  # was an OSError naming the path alone, after the section's header
+            ["--sections", "data", "--data-workdir", str(SCRIPTS_DIR / "benchmark.py")],
+            f"--data-workdir {SCRIPTS_DIR / 'benchmark.py'}: not a folder; give a folder",
+        ),
+        (
+            ["--sections", "budget", "--budget-workdir", str(SCRIPTS_DIR / "benchmark.py" / "x")],
+            f"--budget-workdir {SCRIPTS_DIR / 'benchmark.py' / 'x'}: Not a directory; give",
+        ),
     ],
 )
 def test_numbers_no_section_can_use_are_refused_before_any_runs(
@@ -60,6 +68,23 @@ def test_decode_section_measures_each_precision(monkeypatch: pytest.MonkeyPatch,
     assert [row.split()[:2] for row in rows] == [
         ["fp32", "greedy"], ["fp32", "beam"], ["bf16", "greedy"], ["bf16", "beam"]
     ]  # fmt: skip
+
+
+def test_smoke_shrinks_the_attention_section(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    """Was: --smoke timed the full 4,096-token batches up to length 512 (minutes on 2 cores)."""
+    monkeypatch.setattr(benchmark, "ATTENTION_SHAPES", dict(benchmark.ATTENTION_SHAPES))
+    monkeypatch.setattr(benchmark, "SIZES", dict(benchmark.SIZES))
+    timed = []
+
+    def attention_times(dtype, t: int, tokens: int, repeats: int):
+        timed.append((t, tokens))
+        return [1.0, 1.0], [1.0, 1.0, 1.0]
+
+    monkeypatch.setattr(benchmark, "_attention_times", attention_times)
+    monkeypatch.setattr("sys.argv", ["benchmark.py", "--smoke", "--sections", "attention"])
+    benchmark.main()
+    assert timed == [(16, 256), (32, 256)] * 2  # bf16, then fp32
+    assert "B*T = 256 tokens" in capsys.readouterr().out
 
 
 def test_budget_split_counts_each_second_once() -> None:
