@@ -116,6 +116,41 @@ def test_max_target_lengths():
     assert max_target_lengths(src, model, 1.5, 2).tolist() == [6, 9, 3]  # floor(1.5 n) + 2
     assert max_target_lengths(src, model, 0.0, 0).tolist() == [1, 1, 1]  # at least one token
     assert max_target_lengths(src, model, 3.0, 5).tolist() == [11, 11, 8]  # bos takes a position
+    # a huge but finite a or b: the model's cap (it overflowed int64 and became one token)
+    assert max_target_lengths(src, model, 1e19, 0).tolist() == [11, 11, 11]
+    assert max_target_lengths(src, model, 0.0, 10**30).tolist() == [11, 11, 11]
+
+
+@pytest.mark.parametrize(
+    ("src", "message"),
+    [
+        (torch.tensor([5, 6, EOS]), r"src \(3,\): give \(B, S\) token ids, src\[None\] for one"),
+        (torch.tensor([[5.0, 6.0, EOS]]), "src is torch.float32: give integer token ids"),
+        (torch.tensor([[5, 12, EOS]]), r"src holds id 12, not a piece of this model's source"),
+        (torch.tensor([[5, -1, EOS]]), "src holds id -1, not a piece"),
+    ],
+    ids=["one-dimensional", "float", "above-the-vocabulary", "negative"],
+)
+@pytest.mark.parametrize("strategy", ["greedy", "beam", "sample"])
+def test_generate_refuses_sources_it_cannot_read(model, src, message, strategy):
+    """Was torch's IndexError from the embedding, a dtype error, or (sampling a 1-D source)
+    "'int' object is not iterable", by strategy."""
+    with pytest.raises(ValueError, match=message):
+        generate(model, src, DecodingConfig(strategy=strategy))
+
+
+def test_generate_refuses_a_model_in_training_mode_and_takes_an_empty_batch():
+    """Was: dropout on in every decoding step, without a word; an empty batch was torch's
+    "max(): Expected reduction dim" (greedy, sample) or "max() arg is an empty sequence"."""
+    model = make_model(dropout=0.5).train()
+    with pytest.raises(ValueError, match=r"training mode \(dropout on\): call model.eval"):
+        generate(model, torch.tensor([[5, EOS]]), DecodingConfig())
+    model.eval()
+    for strategy in ("greedy", "beam", "sample"):
+        assert (
+            generate(model, torch.zeros(0, 4, dtype=torch.long), DecodingConfig(strategy=strategy))
+            == []
+        )
 
 
 def test_greedy_with_and_without_cache_identical(model, sources):

@@ -37,8 +37,11 @@ def length_penalty(length: int, alpha: float) -> float:
 def max_target_lengths(src: Tensor, model: Transformer, max_len_a: float, max_len_b: int) -> Tensor:
     """Per-sentence cap on generated tokens (eos included): (B,) long tensor."""
     src_len = (src != PAD_ID).sum(-1)  # (B,)
-    limit = (src_len.float() * max_len_a).long() + max_len_b
-    return limit.clamp(1, model.config.max_positions - 1)  # bos takes one position
+    most = model.config.max_positions - 1  # bos takes one position
+    # Capped before the cast to int64: a huge a or b overflowed it to a negative cap, which
+    # the clamp then made one token. The product stays fp32 (the caps of every a as before).
+    limit = ((src_len.float() * max_len_a).double() + float(max_len_b)).clamp(1, most)
+    return limit.long()
 
 
 def next_token_log_probs(

@@ -141,7 +141,9 @@ class DecodingConfig:
             0 disables it.
         max_len_a: length cap a·|src| + b generated tokens (eos included) ...
         max_len_b: ... per sentence.
-        use_cache: reuse the keys and values of earlier steps (same result, much faster).
+        use_cache: reuse the keys and values of earlier steps (same result, much faster;
+            under "hard-sample" attention the draws differ, since without the cache every
+            step draws again for the earlier positions).
         temperature: sampling only: divide the logits by it; 0 means argmax (greedy's output).
         top_k: sampling only: draw among the k most probable tokens (0 = no limit).
         top_p: sampling only: then among the smallest set of most probable tokens whose

@@ -142,9 +142,14 @@ def generate(model: Transformer, src: Tensor, config: DecodingConfig) -> list[li
     hypotheses, best first; their tokens end with eos when one came before the length cap.
 
     Raises:
+        ValueError: `src` is not (B, S) integer ids of the model's source vocabulary, or the
+            model is in training mode (its dropout would change every output).
         TypeError: the strategy returned something else (one of your own, say), which would
             fail later where the hypotheses are read, naming neither it nor the contract.
     """
+    check_source(model, src)
+    if src.size(0) == 0:  # nothing to translate: no strategy needs to see an empty batch
+        return []
     hypotheses = strategy_for(config.strategy).decode(model, src, config)
     if not (
         isinstance(hypotheses, list)
@@ -158,3 +163,24 @@ def generate(model: Transformer, src: Tensor, config: DecodingConfig) -> list[li
             "here), best first"
         )
     return hypotheses
+
+
+def check_source(model: Transformer, src: Tensor) -> None:
+    """`generate`'s checks, before any strategy runs: torch's own errors for these (an
+    IndexError from the embedding, a float tensor's dtype error) named neither the ids nor
+    the fix, and a model left in training mode decoded with dropout, without a word."""
+    if not isinstance(src, Tensor) or src.dim() != 2:
+        shape = tuple(src.shape) if isinstance(src, Tensor) else type(src).__name__
+        one = ", src[None] for one sentence" if isinstance(src, Tensor) and src.dim() == 1 else ""
+        raise ValueError(f"src {shape}: give (B, S) token ids{one}")
+    if src.dtype.is_floating_point or src.dtype.is_complex or src.dtype == torch.bool:
+        raise ValueError(f"src is {src.dtype}: give integer token ids (torch.long)")
+    vocab = model.config.src_vocab_size
+    if src.numel() and not (0 <= int(src.min()) and int(src.max()) < vocab):
+        bad = int(src[(src < 0) | (src >= vocab)][0])
+        raise ValueError(
+            f"src holds id {bad}, not a piece of this model's source vocabulary (0 to "
+            f"{vocab - 1}); encode text with the model's tokenizer"
+        )
+    if model.training:
+        raise ValueError("the model is in training mode (dropout on): call model.eval() first")

@@ -506,8 +506,14 @@ class TranslationModule(L.LightningModule):
 
     def translate_ids(self, src: Tensor) -> list[str]:
         """Translations (detokenised strings) of a batch of source ids (B, S), decoded as
-        `validation.decoding` says."""
-        hypotheses = generate(self.model, src, self.validation.decoding)
+        `validation.decoding` says, in eval mode (a module fresh from `load_from_checkpoint`
+        is in training mode; its mode is restored after)."""
+        training = self.model.training
+        self.model.eval()
+        try:
+            hypotheses = generate(self.model, src, self.validation.decoding)
+        finally:
+            self.model.train(training)
         return self.tokenizer.decode([hyps[0].tokens for hyps in hypotheses])
 
     # ---------------------------------------------------------------- optimisation
