@@ -1,7 +1,7 @@
 """Hard attention, an inference mode: each row of attention weights becomes one-hot
 (`ATTENTION_MODES`, `hard_weights`), after the softmax and the mask.
 
-The switch is `Transformer.attention_mode` (a context manager; `set_attention_mode` below
+The switch is `attention_mode(model, ...)` (a context manager; `set_attention_mode` below
 without the restore): it hands a `HardAttention` to the chosen `MultiHeadAttention` modules
 as their `reweight`, which `scaled_dot_product_attention` applies to its weights. It changes
 no parameter, so no checkpoint holds it.
@@ -67,7 +67,7 @@ def hard_weights(weights: Tensor, mode: str, generator: torch.Generator | None =
         (..., Tq, Tk) one-hot (or all-zero) rows, in the dtype of `weights`.
     """
     check_attention_mode(mode)
-    if mode == "soft":
+    if mode == "soft" or weights.size(-1) == 0:  # no key to pick (an empty source)
         return weights
     alive = weights.sum(dim=-1, keepdim=True) > 0  # (..., Tq, 1); False: every key masked
     if mode == "hard-argmax":
@@ -117,8 +117,10 @@ def set_attention_mode(model: nn.Module, mode: str, *, scope: str, seed: int) ->
     inputs and batches give the same draws.
 
     Raises:
-        ConfigError: an unknown mode (from `HardAttention`) or scope.
+        ConfigError: an unknown mode (from `HardAttention`) or scope, or a seed that is not a
+            whole number.
     """
+    check_attention_seed(seed)
     chosen = {id(module) for module in attention_modules(model, scope)}
     hard = None
     if mode != "soft":

@@ -66,6 +66,11 @@ def check_transformer_config(c: Any) -> None:
                 f"TransformerConfig.{name} must be at most {MODEL_MAXIMA[name]} (the largest "
                 f"minitx builds), got {getattr(c, name)}"
             )
+    if c.max_positions < 2:  # bos takes one: a decoder of one position generates nothing
+        raise ConfigError(
+            f"TransformerConfig.max_positions must be at least 2 (bos and one token), got "
+            f"{c.max_positions}"
+        )
     if c.d_model % c.n_heads:
         raise ConfigError(
             f"TransformerConfig: d_model ({c.d_model}) must be divisible by n_heads "

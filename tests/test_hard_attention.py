@@ -207,6 +207,26 @@ def test_hard_sample_decoding_repeats_with_its_seed() -> None:
     assert not torch.equal(runs[0], runs[2])
 
 
+@pytest.mark.parametrize("mode", HARD_MODES)
+def test_hard_attention_decodes_an_empty_source_as_soft_attention_does(mode) -> None:
+    """Was torch's argmax IndexError (hard-argmax) or a reshape error (hard-sample): with no
+    key to pick, the weights stay the empty ones soft attention has."""
+    empty = torch.zeros(2, 3, 4, 0)
+    assert hard_weights(empty, mode) is empty
+    model, src = _model(), torch.zeros(1, 0, dtype=torch.long)
+    soft = greedy_decode(model, src)
+    with attention_mode(model, mode, scope="all", seed=1):
+        assert torch.equal(greedy_decode(model, src), soft)
+
+
+@pytest.mark.parametrize("seed", [1.5, "a"])
+def test_attention_mode_refuses_a_seed_that_is_not_a_whole_number(seed) -> None:
+    """Was torch's manual_seed RuntimeError, or a string-formatting TypeError."""
+    with pytest.raises(ConfigError, match="attention seed"):
+        with attention_mode(_model(), "hard-sample", seed=seed):
+            pass
+
+
 def test_hard_sample_takes_any_whole_seed_as_sampling_does() -> None:
     """A seed beyond torch's range (2**64 and up, below -2**63) was a traceback at the first
     translation (manual_seed's overflow), where --sample took it: it seeds as its value modulo

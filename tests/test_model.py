@@ -59,6 +59,7 @@ BAD_CONFIGS = [
     (dict(tgt_vocab_size=-5, share_embeddings=False), r"tgt_vocab_size must be positive"),
     (dict(d_ff=-1), r"d_ff must be positive"),
     (dict(max_positions=0), r"max_positions must be positive"),
+    (dict(max_positions=1), r"max_positions must be at least 2 \(bos and one token\)"),
     (dict(n_encoder_layers=0), r"n_encoder_layers must be positive, got 0"),
     (dict(n_decoder_layers=-2), r"n_decoder_layers must be positive, got -2"),
     (dict(dropout=1.0), r"dropout must be in \[0, 1\), got 1.0"),
