@@ -135,8 +135,12 @@ def align(
     if unit not in UNITS:
         raise ValueError(f"align: unit must be one of {UNITS}, got {unit!r}")
     n_src, n_tgt = len(src_pieces), len(tgt_pieces)
+    if weights.dim() != 2:
+        raise ValueError(f"align: weights {tuple(weights.shape)}: give one (T, S') map")
     if weights.size(0) < n_tgt:
         raise ValueError(f"align: {weights.size(0)} attention rows for {n_tgt} target pieces")
+    if weights.size(1) < n_src:  # else pieces beyond the columns were never aligned, silently
+        raise ValueError(f"align: {weights.size(1)} attention columns for {n_src} source pieces")
     if n_src == 0 or n_tgt == 0:
         return []
     w = weights[:n_tgt, :n_src].float()  # (T, S)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from numbers import Integral
 
 import torch
 from torch import Tensor
@@ -44,12 +45,19 @@ def pair_ids(
     without bos or eos (e.g. generated ones).
 
     Raises:
-        ValueError: when the source is empty.
+        ValueError: when the source is empty, or a target id is outside the vocabulary.
     """
     source_ids = tokenizer.encode([source.strip()])[0]
     if not source_ids:
         raise ValueError(f"{what} need a non-empty source sentence")
     target_ids = tokenizer.encode([target.strip()])[0] if isinstance(target, str) else list(target)
+    vocab = model.config.tgt_vocab_size  # given ids: else torch's IndexError in the embedding
+    bad = next((t for t in target_ids if not (isinstance(t, Integral) and 0 <= t < vocab)), None)
+    if bad is not None:
+        raise ValueError(
+            f"{what}: target id {bad!r} is not a piece of this model's target vocabulary (0 "
+            f"to {vocab - 1}); give text, or ids the model generated"
+        )
     limit = model.config.max_positions - 1  # eos / bos take one position
     for side, ids in (("source", source_ids), ("target", target_ids)):
         if len(ids) > limit:

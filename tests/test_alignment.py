@@ -120,6 +120,11 @@ def test_word_alignment_aggregates_pieces() -> None:
     assert align(weights, src, tgt, "piece") == [(0, 0), (3, 1), (1, 2)]
     assert align(weights, src, tgt, "word") == [(0, 0), (1, 1)]
     assert align(weights, src, [], "word") == [] and align(weights[:0], [], tgt[:0]) == []
+    for unit in ("piece", "word"):  # fewer columns than source pieces: was pairs that never
+        with pytest.raises(ValueError, match="align: 3 attention columns for 4 source pieces"):
+            align(weights[:, :3], src, tgt, unit)  # named the last piece, or a matmul error
+    with pytest.raises(ValueError, match=r"align: weights \(4,\): give one \(T, S'\) map"):
+        align(weights[0], src, tgt[:1])
 
 
 def test_word_index() -> None:

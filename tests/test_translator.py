@@ -985,3 +985,11 @@ def test_maps_of_a_translation_cut_at_its_length_cap_have_no_eos_row(translator)
     words = "".join(translator.tokenizer.id_to_piece(pieces)).replace("\u2581", " ").split()
     assert maps.translation().split() == words and len(words) >= 1
     assert ended.translation() == "".join(ended.tgt_tokens[1:]).replace("\u2581", " ").strip()
+
+
+@pytest.mark.parametrize("bad", [-1, 10**6, 2.0])
+def test_teacher_forced_maps_refuse_a_target_id_outside_the_vocabulary(translator, bad) -> None:
+    """Was torch's "IndexError: index out of range in self" from the embedding."""
+    model, tokenizer = translator.model, translator.tokenizer
+    with pytest.raises(ValueError, match=rf"attention maps: target id {bad!r} is not a piece"):
+        teacher_forced_maps(model, tokenizer, "ein mann .", [5, bad])
