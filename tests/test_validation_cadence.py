@@ -99,6 +99,23 @@ def test_a_step_bound_run_validates_every_nth_of_its_plan_across_epochs(tmp_path
     assert best["global_step"] in [10, 20, 30, 40]
 
 
+def test_more_validations_than_updates_validate_after_each_and_say_so(
+    tmp_path: Path, capsys
+) -> None:
+    """Was: three validations where five were asked, without a word."""
+    run = train_tiny_without_maps(
+        tmp_path,
+        max_epochs=-1,
+        test=False,
+        extra=("--trainer.max_steps", "3", "--model.validation.validations_per_run", "5"),
+    )
+    assert validation_steps(run.run_dir) == [1, 2, 3]
+    assert (
+        "note: model.validation.validations_per_run (5) is above trainer.max_steps (3): the run "
+        "validates after each of its 3 updates"
+    ) in capsys.readouterr().err
+
+
 def test_a_clock_led_run_spreads_its_validations_over_the_budget(tmp_path: Path) -> None:
     """A plan far beyond a 10-second budget: the clock leads, a validation about every 2.5
     seconds of training (counted from the end of the previous one); they fall at

@@ -1148,7 +1148,18 @@ class MinitxCLI(LightningCLI):
             )
         if getattr(self, "root_dir", None) is not None:  # no logger (trainer.logger false)
             kwargs["default_root_dir"] = str(self.root_dir)
-        kwargs.update(self._validation_cadence(trainer_config))
+        cadence = self._validation_cadence(trainer_config)
+        kwargs.update(cadence)
+        per_run, max_steps = (
+            self.model.validation.validations_per_run,
+            trainer_config.get("max_steps", -1),
+        )
+        step_bound = isinstance(cadence.get("val_check_interval"), int)  # by max_steps
+        if step_bound and max_steps < per_run:  # else fewer validations than asked, silently
+            notes.append(
+                f"model.validation.validations_per_run ({per_run}) is above trainer.max_steps "
+                f"({max_steps}): the run validates after each of its {max_steps} updates"
+            )
         try:
             trainer = super().instantiate_trainer(**kwargs)
         except MinitxError:
