@@ -357,6 +357,12 @@ class CheckpointOnInterrupt(L.Callback):
     back in front of it when training starts. `stop_signal` tells ``minitx-train`` which
     signal it was (exit status 130 or 143). Under DDP, Lightning's own handling applies (it
     checks SIGTERM on every rank).
+
+    Once the stop is under way (handed over, a second signal acted on, or the checkpoint being
+    saved), further signals are noted in one line and ignored until the fit has ended: all
+    that is left is logging the last row, writing `last.ckpt` and Lightning's teardown, and a
+    signal there cut the write short (a traceback, exit status 1) or lost the row of an update
+    the checkpoint holds. After the fit a signal stops at once, as a second one does.
     """
 
     def __init__(self) -> None:
@@ -367,10 +373,14 @@ class CheckpointOnInterrupt(L.Callback):
         self._lightning_sigterm: Any = None  # Lightning's SIGTERM handler, once ours is in front
         self._validating = False  # inside a validation of the fit (not the sanity check)
         self._cut: int | None = None  # a second signal inside one: acted on after its batch
+        self._stopping = False  # the stop under way: further signals ignored while the fit ends
+        self._said_stopping = False
+        self._trainer: L.Trainer | None = None
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.stop_signal, self._handed_over, self._lightning_sigterm = None, False, None
         self._validating, self._cut = False, None
+        self._stopping, self._said_stopping, self._trainer = False, False, trainer
         main_thread = threading.current_thread() is threading.main_thread()
         if trainer.world_size == 1 and main_thread:  # signal handlers: main thread only
             for signum in (signal.SIGINT, signal.SIGTERM):
@@ -388,6 +398,12 @@ class CheckpointOnInterrupt(L.Callback):
     def _note_signal(self, signum: int, frame: Any) -> None:
         if self._passing:
             return
+        if self._stopping and self._trainer is not None and self._trainer.state.stage is not None:
+            # Lightning clears the stage once an interrupted fit's teardown is done
+            if not self._said_stopping:
+                self._said_stopping = True
+                print_stop("already stopping: last.ckpt is being saved (kill -9 ends at once)")
+            return
         if self.stop_signal is not None and self._validating and self._cut is None:
             # After the batch, not inside the validation step: stopped there, Lightning's
             # resume ran the validation's remaining number of batches, from its loader's start,
@@ -396,6 +412,7 @@ class CheckpointOnInterrupt(L.Callback):
             self._cut = signum
             return
         if self.stop_signal is not None:  # the second one (a third in a validation): stop now
+            self._stopping = True
             _raise_for(signum)
         self.stop_signal = signum
         what = "Ctrl-C" if signum == signal.SIGINT else "SIGTERM"
@@ -413,9 +430,8 @@ class CheckpointOnInterrupt(L.Callback):
         """
         if self.stop_signal is None or self._handed_over:
             return
-        self._handed_over = True
+        self._handed_over = self._stopping = True
         lightning = self._lightning_sigterm
-        self._restore_handlers()  # a further signal: Python's and Lightning's own handling
         if not (after_logging and lightning is not None):
             raise SIGTERMException
         self._passing = True
@@ -450,6 +466,7 @@ class CheckpointOnInterrupt(L.Callback):
 
     def on_validation_batch_end(self, trainer: L.Trainer, *args: Any, **kwargs: Any) -> None:
         if self._cut is not None:
+            self._stopping = True
             _raise_for(self._cut)
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -468,7 +485,7 @@ class CheckpointOnInterrupt(L.Callback):
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self.stop_signal is not None and not self._handed_over:
-            self._restore_handlers()
+            self._stopping = True
             _raise_for(self.stop_signal)
 
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
@@ -477,7 +494,7 @@ class CheckpointOnInterrupt(L.Callback):
     def on_exception(
         self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
     ) -> None:
-        self._restore_handlers()
+        self._stopping = True  # a signal now would cut the checkpoint's write short
         callback = trainer.checkpoint_callback
         if callback is None or callback.dirpath is None or trainer.global_step == 0:
             return
