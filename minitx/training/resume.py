@@ -80,14 +80,24 @@ class RandomState(L.Callback):
     first update after the stop. (The data order has its own state: `ResumableDataLoader`.)
     Under DDP the checkpoint holds the first process's generators, and every process takes
     them, as every process takes one seed at the start.
+
+    A checkpoint written while a step is under way (a second Ctrl-C stops inside one, or an
+    error does; the resume trains its batch again) holds the generators from that step's
+    start: it had drawn some of its masks already, and the resume drew others.
     """
+
+    def __init__(self) -> None:
+        self._step_start: dict[str, Any] | None = None  # the generators before the current step
+
+    def on_train_batch_start(self, *args: Any, **kwargs: Any) -> None:
+        self._step_start = _generators()
+
+    def on_train_batch_end(self, *args: Any, **kwargs: Any) -> None:
+        self._step_start = None
 
     def state_dict(self) -> dict[str, Any]:
         """The generators' states: tensors, which a weights-only load reads."""
-        state: dict[str, Any] = {"cpu": torch.get_rng_state()}
-        if torch.cuda.is_available() and torch.cuda.is_initialized():
-            state["cuda"] = torch.cuda.get_rng_state()  # this process's device
-        return state
+        return self._step_start if self._step_start is not None else _generators()
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore the saved generators; one that is damaged, or a GPU's where none is in use,
@@ -106,6 +116,14 @@ class RandomState(L.Callback):
             torch.cuda.set_rng_state(cuda)
         else:
             _left_out("the GPU's random generator state is damaged")
+
+
+def _generators() -> dict[str, Any]:
+    """torch's generator states: the CPU's, and the current GPU's once CUDA is in use."""
+    state: dict[str, Any] = {"cpu": torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state()  # this process's device
+    return state
 
 
 def _left_out(why: str) -> None:
