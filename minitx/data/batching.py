@@ -193,11 +193,16 @@ class ResumableDataLoader(DataLoader):
         same_epoch = resume is not None and resume["epoch"] == sampler.epoch
         layout = self._layout()
         if same_epoch and any(resume.get(key) != value for key, value in layout.items()):
+            # Lightning's loop restores its own count of the epoch's batches and ends the
+            # epoch by it: the new batches are served from their start, as many as it allows.
             logger.warning(
-                "the epoch is resumed from its first batch: its batches are not the "
-                "checkpoint's (%s then, %s now)",
+                "the epoch's batches are not the checkpoint's (%s then, %s now): the epoch goes "
+                "on with the first %d of its new batches (Lightning counts the %d served "
+                "before the stop), then the next epoch begins whole",
                 resume,
                 layout,
+                max(0, layout["batches"] - resume["served"]),
+                resume["served"],
             )
             same_epoch = False
         self.served = sampler.skip = resume["served"] if same_epoch else 0
