@@ -1768,6 +1768,42 @@ def test_a_users_csv_logger_resumed_keeps_its_rows_prefix_and_flush(tmp_path: Pa
     assert [(r["step"], r["p-a"]) for r in rows] == [("0", "1.0"), ("1", "2.0"), ("2", "5.0")]
 
 
+@pytest.mark.parametrize("prefix", ["", "p"])
+def test_a_resume_from_an_older_checkpoint_drops_the_next_updates_rows_at_its_step(
+    prefix: str, tmp_path: Path
+) -> None:
+    """A last.ckpt older than the history (a stop whose write was cut short): the rows at its
+    step 30 that the next update logged (its learning rate, its loss) were kept and logged
+    again by the resume. The rows of the validation and maps at that step stay."""
+    from minitx.training.loggers import ContinuingCSVLogger
+
+    key = (lambda name: f"{prefix}-{name}") if prefix else (lambda name: name)
+    names = ["lr-AdamW/pg1", "train/loss", "attention_entropy/cross", "test/bleu", "val/bleu"]
+    header = ["step", *map(key, names)]
+    rows = [
+        (29, "train/loss"),
+        (29, "val/bleu"),
+        (30, "attention_entropy/cross"),
+        (30, "lr-AdamW/pg1"),
+        (30, "train/loss"),
+        (30, "test/bleu"),
+        (31, "train/loss"),
+    ]
+    metrics = tmp_path / "csv" / "metrics.csv"
+    metrics.parent.mkdir()
+    with metrics.open("w", newline="", encoding="utf-8") as file:
+        writer = csv.DictWriter(file, fieldnames=header)
+        writer.writeheader()
+        writer.writerows({"step": step, key(name): 1.0} for step, name in rows)
+    logger = ContinuingCSVLogger(str(tmp_path), version="csv", resume_step=30, prefix=prefix)
+    logger.save()
+    kept = [
+        (int(r["step"]), next(name for name in names if r[key(name)]))
+        for r in csv.DictReader(metrics.open(encoding="utf-8"))
+    ]
+    assert kept == [(29, "train/loss"), (29, "val/bleu"), (30, "attention_entropy/cross")]
+
+
 def test_a_resume_that_max_epochs_ends_before_its_new_step_plan_says_so(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:

@@ -30,6 +30,10 @@ FLUSH_EVERY_N_STEPS = 100
 
 TEST_PREFIX = "test/"
 """What the names of the test's scores after training begin with (``test/bleu_greedy``)."""
+TRAIN_LOSS = "train/loss"
+"""The training loss, logged with each update's other per-update figures."""
+LEARNING_RATE_PREFIX = "lr-"
+"""What Lightning's `LearningRateMonitor` names its columns with (``lr-AdamW/pg1``)."""
 
 
 class ContinuingCSVLogger(Logger):
@@ -138,18 +142,23 @@ class ContinuingCSVLogger(Logger):
         with self.path.open(newline="", encoding="utf-8") as file:
             reader = csv.DictReader(file)
             header = list(reader.fieldnames or [])
-            rows = [r for r in reader if r.get("step") and _before(r, self.resume_step)]
+            rows = [r for r in reader if r.get("step") and self._before(r)]
         _write_rows(self.path, header, rows)
         self.keys = header
 
-
-def _before(row: dict[str, str], resume_step: int) -> bool:
-    """Whether a resume from `resume_step` keeps `row`: logged up to the checkpoint's step, but
-    not the test's scores at that step, which a resume with nothing left to train (a finished
-    run, or one stopped in its test) logs again when it tests."""
-    step = int(row["step"])
-    tested = any(key.startswith(TEST_PREFIX) and value for key, value in row.items())
-    return step < resume_step or (step == resume_step and not tested)
+    def _before(self, row: dict[str, str]) -> bool:
+        """Whether a resume from `resume_step` keeps `row`: logged up to the checkpoint's
+        step, but not, at that step, the next update's (its loss and its learning rate:
+        Lightning logs an update's rows at the step before it, so they are there when the
+        checkpoint is older than the history) nor the test's scores, which a resume with
+        nothing left to train (a finished run, or one stopped in its test) logs again."""
+        step = int(row["step"])
+        if step != self.resume_step:
+            return step < self.resume_step
+        join = CSVLogger.LOGGER_JOIN_CHAR if self.prefix else ""
+        names = [key.removeprefix(f"{self.prefix}{join}") for key, value in row.items() if value]
+        later = (TEST_PREFIX, TRAIN_LOSS, LEARNING_RATE_PREFIX)
+        return not any(name.startswith(later) for name in names)
 
 
 def run_directory(trainer: Trainer) -> str | None:
