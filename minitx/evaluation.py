@@ -227,11 +227,13 @@ def evaluate(
     decoding: DecodingConfig | None = None,
     *,
     batch_size: int = DEFAULT_BATCH_SIZE,
+    lines: Sequence[int] | None = None,
     progress: Progress | None = None,
     **changes: Any,
 ) -> EvaluationResult:
     """Translate `sources` with `translator` and score them against `references` (one per
-    source); the other arguments are `Translator.translate`'s.
+    source); the other arguments are `Translator.translate`'s (`lines`: each source's line in
+    its file, for the warnings, e.g. a `Split`'s).
 
     Raises:
         TypeError: `sources` or `references` is one string or holds something else than
@@ -246,7 +248,9 @@ def evaluate(
         raise ValueError("evaluate: no sentences to score; give at least one source and reference")
     config = DecodingConfig.from_arguments(decoding, **changes)
     start = time.perf_counter()
-    hypotheses = translator.translate(sources, config, batch_size=batch_size, progress=progress)
+    hypotheses = translator.translate(
+        sources, config, batch_size=batch_size, lines=lines, progress=progress
+    )
     result = score(hypotheses, references, time.perf_counter() - start)
     result.decoding = config.describe()
     return result

@@ -75,15 +75,17 @@ def encode_sources(
     max_positions: int,
     first_line: int = 1,
     *,
+    lines: Sequence[int] | None = None,
     use: str = "translated",
 ) -> list[list[int]]:
     """Source ids per sentence (no eos), as a model with `max_positions` positions reads them.
 
     A sentence longer than the model's positions is cut to fit (the rest is not `use`d, e.g.
     translated), counted and logged with its line number (`first_line` is the number of the
-    first sentence); so is a sentence with characters the vocabulary lacks (read as
-    ``<unk>``). The `Translator` and the CTranslate2 export read their sources this way, and
-    `Translator.align` both sides of its pairs.
+    first sentence, the next ones following it; or `lines` gives each sentence's, e.g. the
+    file lines of a corpus's usable pairs); so is a sentence with characters the vocabulary
+    lacks (read as ``<unk>``). The `Translator` and the CTranslate2 export read their sources
+    this way, and `Translator.align` both sides of its pairs.
 
     Raises:
         TypeError: when `sentences` is one string (its characters would be the sentences), or
@@ -92,6 +94,10 @@ def encode_sources(
     """
     check_whole_number("first_line", first_line, 1)  # a line number, as the warnings print it
     texts = [s.strip() for s in sentence_list(sentences)]
+    if lines is None:
+        lines = range(first_line, first_line + len(texts))
+    elif len(lines) != len(texts):
+        raise ValueError(f"{len(lines)} line numbers for {len(texts)} sentences")
     ids = tokenizer.encode(texts)
     limit = max_positions - 1  # eos takes one source position
     too_long = [i for i, seq in enumerate(ids) if len(seq) > limit]
@@ -104,7 +110,7 @@ def encode_sources(
             limit,
             use,
             limit,
-            quote_lines([i + first_line for i in too_long]),
+            quote_lines([lines[i] for i in too_long]),
         )
         for i in too_long:
             ids[i] = ids[i][:limit]
@@ -117,7 +123,7 @@ def encode_sources(
             len(ids),
             UNK_PIECE,
             quote_characters(lacking),
-            quote_lines([i + first_line for i in unknown]),
+            quote_lines([lines[i] for i in unknown]),
         )
     return ids
 
@@ -396,6 +402,7 @@ class Translator:
         *,
         batch_size: int = DEFAULT_BATCH_SIZE,
         first_line: int = 1,
+        lines: Sequence[int] | None = None,
         progress: Progress | None = None,
         **changes: Any,
     ) -> list[list[tuple[str, float]]]:
@@ -406,6 +413,7 @@ class Translator:
             batch_size: sentences per batch (sorted by length internally); fewer where their
                 beams or samples would pass `MAX_DECODER_ROWS` decoder rows.
             first_line: the line number of the first sentence, for warnings.
+            lines: or the line number of each sentence (a corpus's usable pairs).
             progress: called with the number of sentences finished, after each batch.
             **changes: `DecodingConfig` fields to override, e.g. `beam_size=5, n_best=3`,
                 or `strategy="sample", n_best=4, top_p=0.9, seed=1` for four samples. A
@@ -416,7 +424,8 @@ class Translator:
         """
         config = DecodingConfig.from_arguments(decoding, **changes)
         _check_batching(batch_size, progress)
-        ids = encode_sources(self.tokenizer, sentences, self.model.config.max_positions, first_line)
+        positions = self.model.config.max_positions
+        ids = encode_sources(self.tokenizer, sentences, positions, first_line, lines=lines)
         return self._texts(self._decode(ids, config, batch_size, progress))
 
     @torch.inference_mode()
@@ -427,6 +436,7 @@ class Translator:
         *,
         batch_size: int = DEFAULT_BATCH_SIZE,
         first_line: int = 1,
+        lines: Sequence[int] | None = None,
         progress: Progress | None = None,
         **changes: Any,
     ) -> list[str]:
@@ -441,6 +451,7 @@ class Translator:
             decoding,
             batch_size=batch_size,
             first_line=first_line,
+            lines=lines,
             progress=progress,
             **changes,
         )

@@ -1060,12 +1060,13 @@ def test_bf16_on_a_cpu_without_bf16_is_kept_with_a_note(
 
 def test_evaluate_counts_empty_pairs(evaluate_command, tiny_checkpoint, tmp_path, capsys) -> None:
     """Pairs with an empty side are not scored and are counted (as in training); their line
-    in the hypotheses file is empty, so it stays aligned with the source file. Only the
-    split's files are needed."""
+    in the hypotheses file is empty, so it stays aligned with the source file, and the
+    warnings name the file's lines. Only the split's files are needed."""
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     src, ref = list(TOY_TEST_SOURCES), list(TOY_TEST_REFERENCES)
     src[2], ref[5] = "", "  "
+    src[6] += " ж"  # a character the vocabulary lacks, on line 7: after both skipped pairs
     (corpus / "test_2016_flickr.de").write_text("\n".join(src) + "\n", encoding="utf-8")
     (corpus / "test_2016_flickr.en").write_text("\n".join(ref) + "\n", encoding="utf-8")
     hyp = tmp_path / "out.hyp"
@@ -1078,6 +1079,8 @@ def test_evaluate_counts_empty_pairs(evaluate_command, tiny_checkpoint, tmp_path
     out, err = capsys.readouterr()
     assert "8 sentences" in out
     assert "scoring 8 of 10 pairs" in err and "empty line in the hypotheses: 2 empty" in err
+    assert "1 of 8 sentences hold characters the model's vocabulary lacks" in err
+    assert "'ж' (line 7)" in err  # its line in the file (was line 5, its place among the 8)
     lines = hyp.read_text(encoding="utf-8").split("\n")
     assert len(lines) == 11 and lines[-1] == ""  # 10 lines, each ended by a newline
     assert lines[2] == lines[5] == ""

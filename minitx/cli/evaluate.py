@@ -310,6 +310,7 @@ def run(args: argparse.Namespace) -> int:
                     data.references,
                     decoding,
                     batch_size=args.batch_size,
+                    lines=data.lines,  # the file's lines: the pairs with an empty side are out
                     progress=progress,
                 )
             result.decoding = label  # e.g. "greedy, hard-argmax cross-attention"

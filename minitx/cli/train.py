@@ -1489,7 +1489,9 @@ def _test(cli: MinitxCLI, checkpoint: Path, which: str, run_dir: Path) -> None:
     scores: dict[str, float] = {}
     with each_warning_once():  # the sources are read once per decoding
         for decoding in (DecodingConfig(strategy="greedy"), DecodingConfig()):
-            result = evaluate(translator, split.sources, split.references, decoding)
+            result = evaluate(
+                translator, split.sources, split.references, decoding, lines=split.lines
+            )
             hyp_path = run_dir / f"test.{decoding.file_tag}.hyp"  # as minitx-evaluate names it
             write_text_atomic(hyp_path, aligned_lines(split, result.hypotheses))
             print(f"  {result.summary()}")
