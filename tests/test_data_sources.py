@@ -78,3 +78,24 @@ def test_a_data_dir_variable_naming_no_directory_says_so(
     assert resolve_data_source(str(tmp_path)) == str(tmp_path)  # a local source: not replaced
     monkeypatch.setenv("MINITX_DATA_DIR", str(tmp_path / "{split}.jsonl"))  # a pattern: kept
     assert resolve_data_source("bentrevett/multi30k") == str(tmp_path / "{split}.jsonl")
+
+
+def test_an_unreachable_hub_dataset_names_the_files_of_its_own_language_pair(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Was: German and English file names (train.de, ...) for any hub dataset offline."""
+    import datasets
+
+    from minitx.data import open_parallel_corpus
+    from minitx.errors import SourceUnreachableError
+
+    def offline(*args, **kwargs):
+        raise ConnectionError("no network")
+
+    monkeypatch.setattr(datasets, "load_dataset", offline)
+    with pytest.raises(SourceUnreachableError) as error:
+        open_parallel_corpus("wmt/wmt16", "en", "ro")
+    assert (
+        "(e.g. train.en, train.ro, val.en, val.ro, test_2016_flickr.en, test_2016_flickr.ro,"
+        in (str(error.value))
+    )

@@ -221,9 +221,10 @@ def _log_record(
         )
     elif record.get("too_long_kept"):
         logger.info(
-            "%s: %d pairs are longer than max_len=%d; evaluation splits keep them.",
+            "%s: %d %s longer than max_len=%d; evaluation splits keep them.",
             split,
             record["too_long_kept"],
+            "pair is" if record["too_long_kept"] == 1 else "pairs are",
             max_len,
         )
     unknown = record.get("unknown")  # absent from the record of an earlier minitx's cache

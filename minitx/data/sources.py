@@ -456,14 +456,15 @@ def _open_hub(
         error = SourceUnreachableError if isinstance(exc, ConnectionError) else MissingFileError
         # `export MINITX_DATA_DIR=$DIR` with DIR unset: set, but to nothing, so not applied
         empty = f" ({DATA_DIR_ENV} is set but empty: is a shell variable unset?)"
+        # the files this language pair needs (the example was German and English for any)
+        files = ", ".join(f"{stem}.{lang}" for stem in MULTI30K_SPLITS.values() for lang in langs)
         raise error(
             f"Could not load the Hugging Face hub dataset {described!r} "
             f"({type(exc).__name__}: {exc}); no local directory {source!r} exists either. "
             f"To use local files, set {DATA_DIR_ENV}"
             f"{empty if DATA_DIR_ENV in os.environ else ''} or {SOURCE_SETTING} to a directory of "
-            "{split}.{lang}[.gz] files (e.g. train.de, train.en, val.de, val.en, "
-            "test_2016_flickr.de, test_2016_flickr.en, as in the multi30k/dataset repository's "
-            "data/task1/raw)."
+            f"{{split}}.{{lang}}[.gz] files (e.g. {files}, as in the multi30k/dataset "
+            "repository's data/task1/raw; other names: data.splits)."
         ) from exc
     streams: dict[str, PairStream] = {}
     for split, name in splits.items():
