@@ -99,3 +99,27 @@ def test_an_unreachable_hub_dataset_names_the_files_of_its_own_language_pair(
         "(e.g. train.en, train.ro, val.en, val.ro, test_2016_flickr.en, test_2016_flickr.ro,"
         in (str(error.value))
     )
+
+
+@pytest.mark.parametrize(
+    ("files", "said"),
+    [
+        (["dataset_dict.json"], "It holds a dataset saved with datasets' save_to_disk, which"),
+        (["data/train-00000-of-00001.parquet"], "Parquet files are read through datasets: "),
+        (["corpus.tsv"], "found splits [], languages []; files: [corpus.tsv]"),  # not a language
+    ],
+    ids=["save-to-disk", "parquet", "tsv"],
+)
+def test_a_directory_in_another_format_says_how_to_read_it(
+    files: list[str], said: str, tmp_path: Path
+) -> None:
+    """Was: only the missing raw files, with 'tsv' among the languages found."""
+    from minitx.data import open_parallel_corpus
+    from minitx.errors import MissingFileError
+
+    for name in files:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("{}", encoding="utf-8")
+    with pytest.raises(MissingFileError) as error:
+        open_parallel_corpus(str(tmp_path), "de", "en")
+    assert said in str(error.value)

@@ -361,6 +361,27 @@ def _jsonl_files(directory: Path) -> list[Path]:
     return sorted(p for p in directory.iterdir() if p.name.endswith((".jsonl", ".jsonl.gz")))
 
 
+NOT_LANGUAGES = ("jsonl", "json", "txt", "md", "tsv", "csv", "parquet", "arrow")
+"""File extensions that name a format, not a language (``corpus.tsv`` is no side of a pair)."""
+
+
+def _other_format_hint(directory: Path) -> str:
+    """For the missing-files error: how to read a directory in a format minitx does not read
+    from a path, a saved Hugging Face dataset or Parquet files."""
+    if any((directory / name).is_file() for name in ("dataset_dict.json", "state.json")):
+        return (
+            " It holds a dataset saved with datasets' save_to_disk, which minitx does not read: "
+            "write each split with Dataset.to_json('DIR/{split}.jsonl') and give data.source "
+            "'DIR/{split}.jsonl'."
+        )
+    if next(directory.glob("**/*.parquet"), None) is not None:
+        return (
+            " Parquet files are read through datasets: data.source parquet and data.hub_options "
+            f"'{{data_dir: {directory.resolve()}}}' (the folder that holds them)."
+        )
+    return ""
+
+
 def describe_directory(directory: Path) -> str:
     """What a corpus directory holds: raw splits, languages and file names (for errors); a
     ``.gz`` is read as a compression suffix (test.de.gz: split test, language de)."""
@@ -369,7 +390,7 @@ def describe_directory(directory: Path) -> str:
     found_langs: set[str] = set()
     for name in names:
         match = _RAW_NAME.fullmatch(name)
-        if match and match["lang"] not in ("jsonl", "json", "txt", "md"):
+        if match and match["lang"] not in NOT_LANGUAGES:
             found_splits.add(match["stem"])
             found_langs.add(match["lang"])
     shown = ", ".join(names[:20]) + (f", ... ({len(names)} files)" if len(names) > 20 else "")
@@ -398,6 +419,7 @@ def _open_raw_dir(
             f"missing corpus files in {directory}: {', '.join(names)} (wanted splits "
             f"{dict(splits)} for languages {list(langs)}); {describe_directory(directory)}. Set "
             f"data.splits / data.src_lang / data.tgt_lang to match the files{without_test}."
+            f"{_other_format_hint(directory)}"
         )
     streams: dict[str, PairStream] = {}
     for split, stem in splits.items():
