@@ -756,21 +756,25 @@ def test_datamodule_counts_empty_lines(toy_corpus_dir: Path, tmp_path: Path) -> 
 
 
 @pytest.mark.parametrize("content", ["", "\n" * 10], ids=["empty-files", "blank-lines"])
+@pytest.mark.parametrize("stem", ["val", "test_2016_flickr"])
 def test_a_split_with_no_pair_is_named_with_its_files(
-    content: str, toy_corpus_dir: Path, tmp_path: Path
+    content: str, stem: str, toy_corpus_dir: Path, tmp_path: Path
 ) -> None:
     """Refused while the data is prepared, naming the files (the error came when the loader
-    was asked for, after the training split's notices, and named neither file nor fix)."""
+    was asked for, after the training split's notices, and named neither file nor fix); an
+    empty test split says how to train without one (training reads it, --test false or not)."""
     directory = _copy_toy(toy_corpus_dir, tmp_path / "corpus")
     for lang in ("de", "en"):
-        (directory / f"val.{lang}").write_text(content, encoding="utf-8")
+        (directory / f"{stem}.{lang}").write_text(content, encoding="utf-8")
     dm = TranslationDataModule(source=str(directory), vocab_size=150, cache_dir=None)
     skipped = "10 empty" if content else "none, the files are empty"
+    split = "validation" if stem == "val" else "test"
     message = (
-        rf"'validation' split \(.*val.de and .*val.en\) has no pair to use \(skipped: {skipped}"
+        rf"'{split}' split \(.*{stem}.de and .*{stem}.en\) has no pair to use \(skipped: {skipped}"
     )
-    with pytest.raises(DataError, match=message):
+    with pytest.raises(DataError, match=message) as error:
         dm.setup()
+    assert ("--test false" in str(error.value)) == (split == "test")
 
 
 @pytest.mark.parametrize("content", ["", " \n\t\n"], ids=["empty-files", "blank-lines"])

@@ -28,6 +28,7 @@ from minitx.data.prepare import prepare_split
 from minitx.data.sample import sample_sentences
 from minitx.data.sources import (
     DEFAULT_SOURCE,
+    WITHOUT_TEST,
     check_data_source,
     check_languages,
     open_parallel_corpus,
@@ -370,7 +371,8 @@ def empty_split_error(
     reasons = ", ".join(f"{n} {reason}" for reason, n in skipped.items() if n)
     reasons = reasons or "none, the files are empty"
     limit = f" and at most {max_len_setting} ({max_len}) pieces a side" if split == "train" else ""
+    without = WITHOUT_TEST if split == "test" else ""
     return DataError(
         f"the {split!r} split ({stream.location}) has no pair to use (skipped: {reasons}); it "
-        f"needs line pairs with both sides non-empty{limit}"
+        f"needs line pairs with both sides non-empty{limit}{without}"
     )

@@ -361,6 +361,12 @@ def _jsonl_files(directory: Path) -> list[Path]:
     return sorted(p for p in directory.iterdir() if p.name.endswith((".jsonl", ".jsonl.gz")))
 
 
+WITHOUT_TEST = (  # training reads every split of data.splits, --test false or not
+    " (a corpus without a test split: data.splits '{train: STEM, validation: STEM}' and "
+    "--test false)"
+)
+"""How a corpus without a usable test split trains, for the errors that find none."""
+
 NOT_LANGUAGES = ("jsonl", "json", "txt", "md", "tsv", "csv", "parquet", "arrow")
 """File extensions that name a format, not a language (``corpus.tsv`` is no side of a pair)."""
 
@@ -409,12 +415,7 @@ def _open_raw_dir(
     ]
     if missing:
         names = [name for _, name in missing]
-        without_test = (  # training reads every split of data.splits, --test false or not
-            " (a corpus without a test split: data.splits '{train: STEM, validation: STEM}' and "
-            "--test false)"
-            if {split for split, _ in missing} == {"test"}
-            else ""
-        )
+        without_test = WITHOUT_TEST if {split for split, _ in missing} == {"test"} else ""
         raise MissingFileError(
             f"missing corpus files in {directory}: {', '.join(names)} (wanted splits "
             f"{dict(splits)} for languages {list(langs)}); {describe_directory(directory)}. Set "
