@@ -1359,9 +1359,12 @@ def test_an_interrupted_test_exits_130_or_143_and_the_resume_runs_it(
         else:
             pytest.fail("the interrupted command exited 0")
     what = "terminated (SIGTERM)" if signum == signal.SIGTERM else "interrupted (Ctrl-C)"
-    assert f"test {what}" in capsys.readouterr().err
+    err = capsys.readouterr().err
     assert decodings == ["greedy", "beam"]
     (run_dir,) = run_dirs(tmp_path)
+    last = run_dir / "checkpoints" / "last.ckpt"  # the path, as a stopped fit names it
+    assert f"test {what}: the training is finished and saved; the same command with " in err
+    assert f"--ckpt_path {last.relative_to(tmp_path)} runs the test again" in err, err
     assert not [r for r in metrics(run_dir) if r.get("test/bleu_greedy")]
     assert not (run_dir / "test.beam5.hyp").exists()
 

@@ -1463,9 +1463,13 @@ def _train_and_test(args: list[str] | None) -> MinitxCLI:
                 _test(cli, Path(tested), which, Path(run_dir))
         except KeyboardInterrupt as exc:  # `Terminated` for a SIGTERM
             what, status = stop_said(isinstance(exc, Terminated))
+            # that path, as a stopped fit says it: `last` would take a later run of the family
+            callback = trainer.checkpoint_callback
+            last = Path(callback.dirpath) / "last.ckpt" if callback and callback.dirpath else None
+            again = shlex.quote(str(last)) if last and last.is_file() else "last"
             print_stop(
                 f"test {what}: the training is finished and saved; the same command with "
-                "--ckpt_path last runs the test again"
+                f"--ckpt_path {again} runs the test again"
             )
             raise SystemExit(status) from None
     return cli
