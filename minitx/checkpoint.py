@@ -100,6 +100,15 @@ def read_checkpoint(path: str | Path, *, mmap: bool = False) -> dict[str, Any]:
             CRC-32s, or holding objects other than tensors and plain data.
     """
     path = Path(path)
+    weights = path.suffix == ".safetensors"
+    if weights or (path.is_dir() and any(path.glob("*.safetensors"))):
+        # else "a directory", or "truncated, corrupt or another kind of file"
+        what = "the weights of a release" if weights else "a release directory"
+        raise MissingFileError(
+            f"{path} is {what} (minitx-export writes them), not a .ckpt checkpoint: a release "
+            "holds the weights only, with no optimizer or loop state (pass the .ckpt written "
+            "under <run dir>/checkpoints/)"
+        )
     if not path.is_file():
         what = "is a directory, not a .ckpt file" if path.is_dir() else "not found"
         if path.exists() and not path.is_dir():  # /dev/null, a pipe: there, but no file

@@ -96,3 +96,22 @@ def test_resume_from_a_crafted_checkpoint_is_one_line_and_runs_nothing(
     assert "evil.ckpt" in lines[0]
     assert not marker.exists()
     assert not list(tmp_path.glob("runs/*/*"))  # refused before a run directory is written
+
+
+def test_a_release_given_as_a_checkpoint_is_named_as_one(tmp_path: Path) -> None:
+    """Was "checkpoint is a directory", or, for its weights, "truncated, corrupt or another
+    kind of file" (a resume, or minitx-average, given minitx-export's output)."""
+    from minitx.checkpoint import read_checkpoint
+    from minitx.errors import MissingFileError
+
+    (tmp_path / "model.safetensors").write_bytes(b"{}")
+    for path, what in (
+        (tmp_path, "a release directory"),
+        (tmp_path / "model.safetensors", "the weights of a release"),
+    ):
+        with pytest.raises(
+            MissingFileError,
+            match=f"is {what} \\(minitx-export writes them\\), "
+            "not a .ckpt checkpoint: a release holds the weights only",
+        ):
+            read_checkpoint(path)
