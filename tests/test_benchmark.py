@@ -81,6 +81,8 @@ def test_smoke_shrinks_the_attention_section(monkeypatch: pytest.MonkeyPatch, ca
         return [1.0, 1.0], [1.0, 1.0, 1.0]
 
     monkeypatch.setattr(benchmark, "_attention_times", attention_times)
+    # MKL names its code path once per process: a call here would leave none for the test below
+    monkeypatch.setattr(benchmark, "mkl_code_path", lambda: None)
     monkeypatch.setattr("sys.argv", ["benchmark.py", "--smoke", "--sections", "attention"])
     benchmark.main()
     assert timed == [(16, 256), (32, 256)] * 2  # bf16, then fp32
