@@ -284,7 +284,7 @@ def teacher_forced_attributions(
     same pieces and axes, and with the same cut of a side longer than the model's positions.
 
     Raises:
-        ValueError: when the source is empty.
+        EmptyInputError: when the source has no piece (a `ValueError`).
         ConfigError: an unknown method.
     """
     src_ids, tgt_ids = pair_ids(model, tokenizer, source, target, "attributions")

@@ -100,6 +100,11 @@ class OutputError(MinitxError):
     input, or the current directory; or the disk has no room for it."""
 
 
+class EmptyInputError(MinitxError, ValueError):
+    """A sentence with nothing to read: empty, or only characters the tokenizer drops (spaces,
+    zero-width ones)."""
+
+
 class InputTooLongError(MinitxError, ValueError):
     """An input over a size limit (characters or sentencepiece pieces); the message says which
     limit, how long the input is and how to raise the limit."""

@@ -173,7 +173,7 @@ def teacher_forced_maps(
     positions is cut to fit, with a warning (`minitx.teacher_forcing.pair_ids`).
 
     Raises:
-        ValueError: when the source is empty.
+        EmptyInputError: when the source has no piece (a `ValueError`).
     """
     src_ids, tgt_ids = pair_ids(model, tokenizer, source, target, "attention maps")
     return pair_maps(model, tokenizer, src_ids, tgt_ids)

@@ -15,7 +15,7 @@ from numbers import Integral
 import torch
 from torch import Tensor
 
-from minitx.errors import check_whole_number
+from minitx.errors import EmptyInputError, check_whole_number
 from minitx.kv_cache import check_one_row_each
 from minitx.model import Transformer
 from minitx.model_outputs import TransformerOutput
@@ -45,11 +45,15 @@ def pair_ids(
     without bos or eos (e.g. generated ones).
 
     Raises:
-        ValueError: when the source is empty, or a target id is outside the vocabulary.
+        EmptyInputError: when the source has no piece.
+        ValueError: a target id is outside the vocabulary.
     """
     source_ids = tokenizer.encode([source.strip()])[0]
-    if not source_ids:
-        raise ValueError(f"{what} need a non-empty source sentence")
+    if not source_ids:  # "" or "\u200b": no piece (a ValueError: the command's traceback)
+        raise EmptyInputError(
+            f"{what} need a non-empty source sentence: this one has no piece (only spaces or "
+            "invisible characters)"
+        )
     target_ids = tokenizer.encode([target.strip()])[0] if isinstance(target, str) else list(target)
     vocab = model.config.tgt_vocab_size  # given ids: else torch's IndexError in the embedding
     bad = next((t for t in target_ids if not (isinstance(t, Integral) and 0 <= t < vocab)), None)

@@ -821,6 +821,19 @@ def test_a_flag_that_would_be_dropped_without_a_word_is_refused(
     assert not (tmp_path / "release").exists()
 
 
+def test_visualize_a_sentence_of_invisible_characters_is_one_error_line(
+    tiny_checkpoint: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """Was a ValueError's traceback, exit status 1: the sentence passed the emptiness check
+    (str.strip keeps zero-width characters) and the tokenizer made no piece of it."""
+    out = tmp_path / "maps"
+    argv = ["\u200b\ufeff", "--checkpoint", str(tiny_checkpoint), "--out-dir", str(out)]
+    assert command("visualize").main(argv) == 2
+    error = the_error_line(capsys.readouterr().err)
+    assert error.startswith("error: attention maps need a non-empty source sentence: this one")
+    assert not list(out.glob("*.png")) and not list(out.glob("*.html"))
+
+
 # ------------------------------------------------------------------ every flag, bad values
 RUNS_FOR_REAL = ("translate", "evaluate", "average")
 """Commands run to the end on the tiny checkpoint with each bad value; the others (a server, a
