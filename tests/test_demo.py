@@ -30,10 +30,12 @@ from minitx.decoding import DecodingConfig
 from minitx.errors import ConfigError, InputTooLongError
 from minitx.extras.demo.page import (
     DEFAULT_MAX_CHARS,
+    DEFAULT_MAX_PIECES,
     build_demo,
     check_sentence_length,
     decoding_for,
     model_max_pieces,
+    page_limits,
     translate_for_page,
 )
 from minitx.translator import Translator
@@ -186,10 +188,12 @@ def test_serving_beyond_this_machine_is_said_before_loading(
 
 
 def longest_sentence(translator: Translator, chars: int = DEFAULT_MAX_CHARS) -> str:
-    """Toy test sentences, joined and cut to `chars` characters (the largest input the page
-    takes by default: within the model's pieces too)."""
+    """Toy test sentences, joined and cut to `chars` characters, and shorter where the page's
+    default piece limit needs it (about the largest input the page takes by default)."""
     sentence = " ".join(itertools.islice(itertools.cycle(TOY_TEST_SOURCES), chars))[:chars]
-    assert len(translator.tokenizer.encode([sentence])[0]) <= model_max_pieces(translator)
+    pieces = page_limits(translator)[1]
+    while len(translator.tokenizer.encode([sentence])[0]) > pieces:
+        sentence = sentence[: len(sentence) * 9 // 10].strip()
     return sentence
 
 
@@ -216,6 +220,23 @@ def test_a_sentence_over_the_character_limit_is_not_translated(
     assert "--max-chars" in message
     with pytest.raises(InputTooLongError, match="3 characters, more than the 2 "):
         translate_for_page(translator, "abc", "greedy", 5, max_chars=2)
+    with pytest.raises(ValueError, match="only spaces or invisible characters: type a sentence"):
+        translate_for_page(translator, "\u200b\ufeff", "greedy", 5)  # no piece: was decoded
+    check_sentence_length(translator, "ab\n", max_chars=2)  # a pasted line's newline: stripped
+
+
+def test_the_default_piece_limit_keeps_the_page_small_where_the_model_reads_more() -> None:
+    """Was the model's 1,023 pieces: 1,000 made a 233 MB page on the default config's model."""
+    from types import SimpleNamespace
+
+    def reading(positions: int) -> Any:
+        return SimpleNamespace(
+            model=SimpleNamespace(config=SimpleNamespace(max_positions=positions))
+        )
+
+    assert page_limits(reading(1024)) == (DEFAULT_MAX_CHARS, DEFAULT_MAX_PIECES)
+    assert page_limits(reading(64)) == (DEFAULT_MAX_CHARS, 63)
+    assert page_limits(reading(1024), max_pieces=1023) == (DEFAULT_MAX_CHARS, 1023)
 
 
 def test_the_characters_are_counted_before_tokenizing(
@@ -226,7 +247,7 @@ def test_the_characters_are_counted_before_tokenizing(
 
     monkeypatch.setattr(translator.tokenizer, "encode", tokenize)
     with pytest.raises(InputTooLongError, match="1,000,000 characters"):
-        check_sentence_length(translator, "Ein Mann. " * 100_000)
+        check_sentence_length(translator, "Ein Mann. " * 99_999 + "Ein Mann.x")
 
 
 def test_a_sentence_over_the_piece_limit_is_not_translated(
@@ -238,10 +259,11 @@ def test_a_sentence_over_the_piece_limit_is_not_translated(
     message = str(caught.value)
     assert f"{pieces} sentencepiece pieces, more than the {pieces - 1} " in message
     assert f"--max-pieces (at most {model_max_pieces(translator):,}" in message
-    # the default piece limit is what the model reads: beyond it, only a shorter sentence helps
-    long = " ".join(["Mann"] * (model_max_pieces(translator) + 1))
+    # the most the model reads: beyond it, only a shorter sentence helps
+    most = model_max_pieces(translator)
+    long = " ".join(["Mann"] * (most + 1))
     with pytest.raises(InputTooLongError, match="shorten it \\(the model reads no more\\)"):
-        translate_for_page(translator, long, "greedy", 5, max_chars=len(long))
+        translate_for_page(translator, long, "greedy", 5, max_chars=len(long), max_pieces=most)
 
 
 def test_limits_the_model_cannot_honour_are_refused(translator: Translator) -> None:

@@ -55,6 +55,10 @@ EXAMPLES: dict[str, list[str]] = {
 VIEWER_HEIGHT_PX = 820
 DEFAULT_MAX_CHARS = 1000
 """Longest sentence the page translates by default, in characters (checked before tokenizing)."""
+DEFAULT_MAX_PIECES = 256
+"""Longest sentence the page translates by default, in pieces, where the model reads more: the
+viewer grows with pieces² × layers × heads (1,000 pieces on the default config's model made a
+233 MB page; 256 make about 15 MB)."""
 MAX_SESSIONS = 4
 """Browser tabs / API clients whose last input and output values Gradio keeps in memory (its
 ``state_session_capacity``): the page needs none of them between requests, and each can hold a
@@ -118,13 +122,13 @@ def page_limits(
     translator: Translator, max_chars: int = DEFAULT_MAX_CHARS, max_pieces: int | None = None
 ) -> tuple[int, int]:
     """The page's (characters, pieces) limits: `max_chars`, and `max_pieces` or, when None,
-    the most the model reads (`model_max_pieces`).
+    `DEFAULT_MAX_PIECES` or the most the model reads (`model_max_pieces`), the fewer.
 
     Raises:
         ConfigError: a limit below 1, or `max_pieces` over what the model reads.
     """
     most = model_max_pieces(translator)
-    pieces = most if max_pieces is None else max_pieces
+    pieces = min(DEFAULT_MAX_PIECES, most) if max_pieces is None else max_pieces
     if max_chars < 1:
         raise ConfigError(f"--max-chars (max_chars) must be at least 1, got {max_chars}")
     if not 1 <= pieces <= most:
@@ -151,12 +155,13 @@ def check_sentence_length(
         ConfigError: impossible limits (see `page_limits`).
     """
     max_chars, max_pieces = page_limits(translator, max_chars, max_pieces)
+    sentence = sentence.strip()  # as translated: a pasted line's newline is no character of it
     if len(sentence) > max_chars:
         raise InputTooLongError(
             f"This sentence has {len(sentence):,} characters, more than the {max_chars:,} the "
             "demo translates: shorten it, or start minitx-demo with a larger --max-chars."
         )
-    pieces = len(translator.tokenizer.encode([sentence.strip()])[0])
+    pieces = len(translator.tokenizer.encode([sentence])[0])
     if pieces > max_pieces:
         most = model_max_pieces(translator)
         how = (
@@ -192,6 +197,8 @@ def translate_for_page(
     check_sentence_length(translator, sentence, max_chars=max_chars, max_pieces=max_pieces)
     if not sentence.strip():
         raise ValueError("type a sentence first")
+    if not translator.tokenizer.encode([sentence.strip()])[0]:  # before any decoding
+        raise ValueError("this sentence has only spaces or invisible characters: type a sentence")
     decoding = decoding_for(strategy, beam_size)
     n_best = translator.translate_n_best([sentence], decoding.replace(n_best=decoding.width))[0]
     maps = translator.attention(sentence, decoding=decoding)
