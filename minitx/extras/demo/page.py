@@ -58,7 +58,7 @@ DEFAULT_MAX_CHARS = 1000
 DEFAULT_MAX_PIECES = 256
 """Longest sentence the page translates by default, in pieces, where the model reads more: the
 viewer grows with pieces² × layers × heads (1,000 pieces on the default config's model made a
-233 MB page; 256 make about 15 MB)."""
+233 MB page; by that scaling, 256 pieces and their translation of up to 394 make a tenth)."""
 MAX_SESSIONS = 4
 """Browser tabs / API clients whose last input and output values Gradio keeps in memory (its
 ``state_session_capacity``): the page needs none of them between requests, and each can hold a
