@@ -273,7 +273,7 @@ def build_demo(
         n_best = gr.Dataframe(
             headers=["rank", "score", "translation"],
             label="n-best list (beam search: the whole beam, best first; score: "
-            "length-normalised log-probability; greedy decoding: one)",
+            "length-normalised log-probability; greedy decoding and sampling: one)",
             interactive=False,
             elem_id="n-best",
         )
