@@ -192,6 +192,16 @@ def is_standard_output(
     )
 
 
+def same_regular_file(first: TextIO | None, second: TextIO | None) -> bool:
+    """Whether two streams (standard input and output, say) read and write one regular file."""
+    try:
+        one, other = os.fstat(first.fileno()), os.fstat(second.fileno())
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        return False  # a stream without a file (captured, closed, None)
+    same = (one.st_dev, one.st_ino) == (other.st_dev, other.st_ino)
+    return stat.S_ISREG(one.st_mode) and one.st_ino != 0 and same
+
+
 def check_output_file(
     out: str | os.PathLike[str],
     *,

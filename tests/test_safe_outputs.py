@@ -382,6 +382,34 @@ def test_average_and_translate_refuse_an_output_that_is_an_input(
     assert source.read_text() == "ein mann .\n"
 
 
+@pytest.mark.parametrize("to", ["--output", "standard output"])
+def test_translate_never_writes_onto_the_file_standard_input_reads(
+    to: str,
+    tmp_path: Path,
+    tiny_checkpoint: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+) -> None:
+    """Was: ``< f.de --output f.de`` replaced the sources by their translations (exit 0), and
+    ``< f.de >> f.de`` read its own translations back until the disk was full."""
+    from minitx.cli import translate
+
+    source = tmp_path / "f.de"
+    source.write_text("ein mann .\n", encoding="utf-8")
+    argv = ["--checkpoint", str(tiny_checkpoint), "--beam", "1"]
+    with source.open(encoding="utf-8") as stdin, source.open("a", encoding="utf-8") as appended:
+        monkeypatch.setattr(sys, "stdin", stdin)
+        if to == "--output":
+            argv += ["--output", str(source)]
+        else:
+            monkeypatch.setattr(sys, "stdout", appended)
+        status = translate.main(argv)
+    assert status == 2
+    said = "is the file standard input reads" if to == "--output" else "goes to the file standard"
+    assert said in capsys.readouterr().err
+    assert source.read_text(encoding="utf-8") == "ein mann .\n"
+
+
 BINARY = r"holds binary \(or UTF-16\) data"
 
 

@@ -35,8 +35,13 @@ from minitx.cli.common import (
     run_cli,
     sentence_progress,
 )
-from minitx.errors import MissingFileError
-from minitx.outputs import check_output_file, files_read_from, is_standard_output
+from minitx.errors import MissingFileError, OutputError
+from minitx.outputs import (
+    check_output_file,
+    files_read_from,
+    is_standard_output,
+    same_regular_file,
+)
 from minitx.textio import (
     atomic_output,
     check_line_ends,
@@ -389,6 +394,29 @@ def interactive(translator: Translator, args: argparse.Namespace, out: TextIO) -
         index += 1
 
 
+def check_not_standard_input(output: str | None) -> None:
+    """Refuse an output that is the regular file standard input reads (``< f.de --output
+    f.de`` replaced the sources with their translations; ``< f.de >> f.de`` read its own
+    translations back and never ended).
+
+    Raises:
+        OutputError: `output` (or, without it, standard output) is that file.
+    """
+    stdin = sys.stdin
+    if stdin is None:
+        return
+    if output is not None:
+        if is_standard_output(output, stdin):
+            raise OutputError(
+                f"--output {output} is the file standard input reads; write to another file"
+            )
+    elif same_regular_file(stdin, sys.stdout):
+        raise OutputError(
+            "standard output goes to the file standard input reads: the translations would be "
+            "read back as sentences; write them to another file"
+        )
+
+
 def run(args: argparse.Namespace) -> int:
     """Read, translate, write. Raises `UsageError` for input problems."""
     if args.output is not None and is_standard_output(args.output):
@@ -401,6 +429,8 @@ def run(args: argparse.Namespace) -> int:
         check_not_a_release_file(args.output)
     chunks: Iterable[list[str]] | None  # None: interactive
     source = input_source(args)
+    if source == "pipe":  # standard input redirected from a file: that file is an input too
+        check_not_standard_input(args.output)
     if source == "arguments":
         chunks = [
             utf8_arguments({f"SENTENCE argument {i}": s for i, s in enumerate(args.sentences, 1)})
