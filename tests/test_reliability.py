@@ -884,6 +884,28 @@ def test_training_without_a_logger_leaves_out_the_rate_monitor_and_says_so(
     assert "note: trainer.logger false: LearningRateMonitor left out" in capsys.readouterr().err
 
 
+def test_a_tilde_the_shell_left_is_the_home_directory_in_every_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Was: runs_dir '~/runs' (quoted, or from a config file) split a run between the home
+    directory (TensorBoard's events) and a folder named ~ here (the CSV, the checkpoints), and
+    ended in Lightning's traceback; data.cache_dir and the commands' --out made a folder ~."""
+    from minitx.cli.common import nonempty_path
+    from minitx.data.datamodule import TranslationDataModule
+
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(tmp_path)
+    cli = build_cli(TINY + ["--runs_dir", "~/runs", "--data.cache_dir", "~/cache"])
+    assert cli.run_root == home / "runs" / "tiny"
+    assert cli.datamodule.hparams.cache_dir == str(home / "cache")
+    dm = TranslationDataModule(source=str(TOY_CORPUS_DIR), cache_dir="~/c")
+    assert dm.hparams.cache_dir == str(home / "c")
+    assert nonempty_path("~/rel") == home / "rel"
+    assert not (tmp_path / "~").exists()
+
+
 def test_an_empty_ckpt_path_is_one_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:

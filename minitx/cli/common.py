@@ -168,7 +168,9 @@ class _CurrentStderr(logging.StreamHandler):
 def nonempty_path(text: str, *, expected: str = "a file or directory name") -> Path:
     """argparse ``type=`` of a file or directory argument: never an empty value, which
     ``Path("")`` reads as the current directory (a shell variable such as $OUT unset).
-    `expected` says what to give instead (`checkpoint_path` passes its own).
+    `expected` says what to give instead (`checkpoint_path` passes its own). A leading ``~``
+    the shell left (quoted) is the home directory, as every path of minitx reads it: kept,
+    ``--out '~/rel'`` made a folder named ``~`` here.
 
     Raises:
         argparse.ArgumentTypeError: for an empty or blank value.
@@ -178,7 +180,7 @@ def nonempty_path(text: str, *, expected: str = "a file or directory name") -> P
             f"is empty; give {expected} (a shell variable may be unset, or a pattern matched "
             "nothing)"
         )
-    return Path(text)
+    return Path(text).expanduser()
 
 
 def file_path(text: str) -> Path:

@@ -1032,6 +1032,9 @@ class MinitxCLI(LightningCLI):
                     f"--{key} is empty; give a directory name (a shell variable may be unset), "
                     f"or leave --{key} out for the default ({default!r}, or the config's)"
                 )
+        # a ~ the shell left (quoted, or from a config file): TensorBoard's logger read it as
+        # the home directory, the CSV logger and the checkpoints as a folder named ~ here
+        config.runs_dir = os.path.expanduser(config.runs_dir)
         name = os.path.normpath(config.run_name)
         if os.path.isabs(name) or name.split(os.sep)[0] in (".", ".."):
             raise UsageError(  # the run would land beside the run families, or outside runs_dir

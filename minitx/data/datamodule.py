@@ -150,6 +150,9 @@ class TranslationDataModule(L.LightningDataModule):
                 "cache (a variable holding it may be unset)"
             )
         if cache_dir is not None:  # a file where a directory must go fails only at the first write
+            # a ~ left by the shell (quoted, or from a config file) is the home directory, as
+            # for data.source: kept, it made a folder named ~ in the working directory
+            cache_dir = str(Path(cache_dir).expanduser())
             cache = Path(cache_dir)
             blocking = next((p for p in (cache, *cache.parents) if p.is_file()), None)
             if blocking is not None:
@@ -177,6 +180,8 @@ class TranslationDataModule(L.LightningDataModule):
                 "multiple of data.pad_multiple"
             )
         self.save_hyperparameters()
+        # as expanded above: LightningCLI hands save_hyperparameters the values as given
+        self.hparams.cache_dir = cache_dir
         self.prepare_data_per_node = prepare_data_per_node
         self._scratch: Path | None = None
         self.tokenizer: Tokenizer | None = None
