@@ -782,3 +782,13 @@ def test_an_output_directory_given_as_a_link_is_written_into_its_target(tmp_path
         (tmp / "a.png").write_bytes(b"png")
     assert link.is_symlink() and (target / "a.png").read_bytes() == b"png"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["link", "target"]
+
+
+def test_an_output_with_a_long_name_is_written(tmp_path: Path) -> None:
+    """Was: a name of 229 to 255 bytes refused as "File name too long", the temporary file's
+    name (the name, the host, the process) being over the limit, not the file's."""
+    out = tmp_path / ("w" * 250)
+    write_text_atomic(out, "hi\n")
+    assert out.read_text() == "hi\n" and sorted(tmp_path.iterdir()) == [out]
+    with atomic_path(out) as tmp:
+        assert tmp.name.startswith(f".{'w' * 100}~") and len(tmp.name.encode()) < 255
