@@ -255,7 +255,9 @@ def run(args: argparse.Namespace) -> int:
     if ckpt_src and ckpt_tgt and (src_lang, tgt_lang) != (ckpt_src, ckpt_tgt):
         pair = f"{src_lang}-{tgt_lang}"
     hyp_flag = "the hypotheses file" if args.hyp_out is None else "--hyp-out"
-    outputs = [(hyp_flag, hypothesis_path(args, beam, pair)) for beam in args.decodings]
+    # decided once, here: where the checkpoint went while it decoded changed nothing
+    hypotheses = {beam: hypothesis_path(args, beam, pair) for beam in args.decodings}
+    outputs = [(hyp_flag, path) for path in hypotheses.values()]
     json_path = None if args.json is None else path_or_stream(args.json)  # None: stdout
     if json_path is not None and is_standard_output(json_path):  # /dev/stdout: as `-`
         json_path = None
@@ -314,7 +316,7 @@ def run(args: argparse.Namespace) -> int:
                     progress=progress,
                 )
             result.decoding = label  # e.g. "greedy, hard-argmax cross-attention"
-            path = hypothesis_path(args, beam, pair)
+            path = hypotheses[beam]
             try:
                 write_text_atomic(path, aligned_lines(data, result.hypotheses))
             except OSError as exc:
