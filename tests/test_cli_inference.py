@@ -1089,6 +1089,31 @@ def test_evaluate_counts_empty_pairs(evaluate_command, tiny_checkpoint, tmp_path
     assert [line for i, line in enumerate(lines[:10]) if i not in (2, 5)] == expected
 
 
+def test_evaluate_writes_where_it_said_though_the_checkpoint_moves_meanwhile(
+    evaluate_command, tiny_checkpoint, tmp_path, monkeypatch
+) -> None:
+    """Was: the hypotheses' path was worked out again after decoding; the checkpoint gone, it
+    was taken for a hub repo id, and the file went to the working directory, unchecked."""
+    (tmp_path / "runs").mkdir()
+    ckpt = tmp_path / "runs" / "a.ckpt"
+    shutil.copy(tiny_checkpoint, ckpt)
+    monkeypatch.chdir(tmp_path)
+    from minitx import evaluation
+
+    decode = evaluation.evaluate
+
+    def moved_meanwhile(*args, **kwargs):
+        ckpt.rename(tmp_path / "moved.ckpt")
+        return decode(*args, **kwargs)
+
+    monkeypatch.setattr(evaluation, "evaluate", moved_meanwhile)
+    argv = ["--checkpoint", str(ckpt), "--data", str(TOY_CORPUS_DIR), "--beam", "1"]
+    assert evaluate_command.main([*argv, "--limit", "2"]) == 0
+    [written] = (tmp_path / "runs").iterdir()  # beside where the checkpoint was
+    assert written.name.startswith("a.test.") and written.name.endswith(".first2.greedy.hyp")
+    assert not list(tmp_path.glob("*.hyp"))
+
+
 def test_evaluate_default_data_follows_minitx_data_dir(
     evaluate_command, tiny_checkpoint, tmp_path, monkeypatch, capsys
 ) -> None:
