@@ -312,6 +312,18 @@ def file_in_the_way(directory: Path) -> str | None:
     return None if blocking is None else f"{blocking} is a file, not a directory; give another path"
 
 
+def dangling_link(directory: Path) -> str | None:
+    """For an error message: the link at `directory` or above it whose target does not exist
+    (``mkdir -p`` there fails with "File exists"), and what to do; None when there is none."""
+    for path in (directory, *directory.parents):
+        if path.is_symlink() and not path.exists():
+            return (
+                f"{path} is a link to {os.readlink(path)}, which does not exist; create that "
+                "directory or give another path"
+            )
+    return None
+
+
 def files_read_from(source: str | os.PathLike[str]) -> list[Path]:
     """The local files a command reads from `source`, for `check_output_file`'s `inputs`: the
     file itself, or the files of a directory (a release, a corpus); none for a hub id."""

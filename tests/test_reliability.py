@@ -906,6 +906,24 @@ def test_a_tilde_the_shell_left_is_the_home_directory_in_every_path(
     assert not (tmp_path / "~").exists()
 
 
+def test_a_dangling_link_as_a_directory_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """Was "File exists", after the data was prepared (data.cache_dir), or before (runs_dir)."""
+    from minitx.data.datamodule import TranslationDataModule
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "cache").symlink_to("nowhere")
+    (tmp_path / "runs").symlink_to("elsewhere")
+    with pytest.raises(ConfigError, match="cache is a link to nowhere, which does not exist"):
+        TranslationDataModule(source=str(TOY_CORPUS_DIR), cache_dir="cache")
+    with pytest.raises(SystemExit) as exit_info:
+        main(TINY + QUIET)
+    assert exit_info.value.code == 2
+    error = one_error_line(capsys.readouterr().err)
+    assert "runs is a link to elsewhere, which does not exist; create that directory" in error
+
+
 def test_an_empty_ckpt_path_is_one_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:

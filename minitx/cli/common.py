@@ -39,7 +39,7 @@ from minitx.errors import (  # UsageError: re-exported, the commands import it f
     UsageError,  # noqa: F401
     debug_requested,
 )
-from minitx.outputs import make_dirs
+from minitx.outputs import dangling_link, make_dirs
 from minitx.textio import NO_ROOM, print_stop
 
 if TYPE_CHECKING:
@@ -366,10 +366,11 @@ def check_writable_dir(directory: Path, what: str, setting: str) -> None:
         with tempfile.TemporaryFile(dir=directory):
             pass
     except OSError as exc:
-        raise UsageError(
-            f"cannot write {what} {directory}: {exc.strerror or exc}; "
-            f"point {setting} at a writable directory"
-        ) from None
+        reason = (
+            dangling_link(directory)
+            or f"{exc.strerror or exc}; point {setting} at a writable directory"
+        )
+        raise UsageError(f"cannot write {what} {directory}: {reason}") from None
 
 
 def escape_what_stdout_cannot_encode() -> None:

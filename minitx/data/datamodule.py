@@ -36,7 +36,7 @@ from minitx.data.sources import (
 )
 from minitx.data.streams import PairStream
 from minitx.errors import ConfigError, DataError, VocabularyTooLargeError
-from minitx.outputs import check_dir_takes_files, check_takes_files
+from minitx.outputs import check_dir_takes_files, check_takes_files, dangling_link
 from minitx.tokenizer import ModelType, Tokenizer
 
 SEED_MAX = 2**64 - 1
@@ -154,6 +154,8 @@ class TranslationDataModule(L.LightningDataModule):
             # for data.source: kept, it made a folder named ~ in the working directory
             cache_dir = str(Path(cache_dir).expanduser())
             cache = Path(cache_dir)
+            if (dangling := dangling_link(cache)) is not None:  # else "File exists", later
+                raise ConfigError(f"data.cache_dir {cache_dir}: {dangling}")
             blocking = next((p for p in (cache, *cache.parents) if p.is_file()), None)
             if blocking is not None:
                 raise ConfigError(
