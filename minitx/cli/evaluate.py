@@ -254,7 +254,9 @@ def run(args: argparse.Namespace) -> int:
     pair = ""  # in the hypotheses' file names when it is not the checkpoint's own
     if ckpt_src and ckpt_tgt and (src_lang, tgt_lang) != (ckpt_src, ckpt_tgt):
         pair = f"{src_lang}-{tgt_lang}"
-    hyp_flag = "the hypotheses file" if args.hyp_out is None else "--hyp-out"
+    hyp_flag = (
+        "the hypotheses file (--hyp-out names another)" if args.hyp_out is None else "--hyp-out"
+    )
     # decided once, here: where the checkpoint went while it decoded changed nothing
     hypotheses = {beam: hypothesis_path(args, beam, pair) for beam in args.decodings}
     outputs = [(hyp_flag, path) for path in hypotheses.values()]
