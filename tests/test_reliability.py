@@ -903,6 +903,7 @@ def test_a_tilde_the_shell_left_is_the_home_directory_in_every_path(
     dm = TranslationDataModule(source=str(TOY_CORPUS_DIR), cache_dir="~/c")
     assert dm.hparams.cache_dir == str(home / "c")
     assert nonempty_path("~/rel") == home / "rel"
+    assert nonempty_path("~no-such-user-here") == Path("~no-such-user-here")  # a name, as before
     assert not (tmp_path / "~").exists()
 
 

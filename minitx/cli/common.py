@@ -180,7 +180,7 @@ def nonempty_path(text: str, *, expected: str = "a file or directory name") -> P
             f"is empty; give {expected} (a shell variable may be unset, or a pattern matched "
             "nothing)"
         )
-    return Path(text).expanduser()
+    return Path(os.path.expanduser(text))  # a ~name of no user stays as it is
 
 
 def file_path(text: str) -> Path:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import logging
+import os
 import shutil
 import tempfile
 import time
@@ -152,7 +153,7 @@ class TranslationDataModule(L.LightningDataModule):
         if cache_dir is not None:  # a file where a directory must go fails only at the first write
             # a ~ left by the shell (quoted, or from a config file) is the home directory, as
             # for data.source: kept, it made a folder named ~ in the working directory
-            cache_dir = str(Path(cache_dir).expanduser())
+            cache_dir = os.path.expanduser(cache_dir)  # a ~name of no user stays as it is
             cache = Path(cache_dir)
             if (dangling := dangling_link(cache)) is not None:  # else "File exists", later
                 raise ConfigError(f"data.cache_dir {cache_dir}: {dangling}")

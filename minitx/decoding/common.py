@@ -39,9 +39,9 @@ def max_target_lengths(src: Tensor, model: Transformer, max_len_a: float, max_le
     src_len = (src != PAD_ID).sum(-1)  # (B,)
     most = model.config.max_positions - 1  # bos takes one position
     # Capped before the cast to int64: a huge a or b overflowed it to a negative cap, which
-    # the clamp then made one token. The product stays fp32 (the caps of every a as before).
-    limit = ((src_len.float() * max_len_a).double() + float(max_len_b)).clamp(1, most)
-    return limit.long()
+    # the clamp then made one token. In fp32 (no float64 on mps), the caps of every a as before.
+    limit = (src_len.float() * max_len_a).clamp(max=most).long() + min(max_len_b, most)
+    return limit.clamp(1, most)
 
 
 def next_token_log_probs(
