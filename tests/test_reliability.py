@@ -523,7 +523,7 @@ def test_a_signal_while_the_stop_saves_is_ignored_and_the_checkpoint_written(
         main(TINY + QUIET + ["--trainer.max_epochs", "1"])
     assert exit_info.value.code == 130
     err = capsys.readouterr().err
-    assert err.count("already stopping: last.ckpt is being saved") == 1, err
+    assert err.count("already stopping (kill -9 ends at once)") == 1, err
     assert "Traceback" not in err and "training interrupted (KeyboardInterrupt): saved" in err
     (run_dir,) = run_dirs(tmp_path)
     saved = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)
@@ -563,10 +563,34 @@ def test_a_signal_after_the_hand_over_is_not_swallowed() -> None:
     from minitx.training.callbacks import CheckpointOnInterrupt
 
     callback = CheckpointOnInterrupt()
-    callback.stop_signal, callback._handed_over, callback._stopping = signal.SIGINT, True, True
-    callback._trainer = SimpleNamespace(state=SimpleNamespace(stage=None))  # the fit has ended
+    callback.stop_signal, callback._handed_over = signal.SIGINT, True
     with pytest.raises(SIGTERMException):
         callback._note_signal(signal.SIGTERM, None)
+
+
+@pytest.mark.parametrize("ignore_after_stop", [False, True])
+def test_the_handlers_come_back_once_the_stop_has_saved_unless_the_process_ends(
+    ignore_after_stop: bool,
+) -> None:
+    """As a library callback (a notebook goes on) the handlers from before the fit are back
+    once last.ckpt is written; minitx-train's keeps ignoring signals through Lightning's
+    teardown (a signal there was a traceback) and puts its own back after the fit."""
+    from minitx.training.callbacks import CheckpointOnInterrupt
+
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    callback = CheckpointOnInterrupt(ignore_after_stop=ignore_after_stop)
+    trainer = SimpleNamespace(world_size=1, checkpoint_callback=None, global_step=0)
+    try:
+        callback.on_fit_start(trainer, None)
+        callback.stop_signal = signal.SIGINT
+        callback.on_exception(trainer, None, KeyboardInterrupt())
+        ours = signal.getsignal(signal.SIGINT) == callback._note_signal
+        assert ours == ignore_after_stop
+        if ignore_after_stop:
+            callback._note_signal(signal.SIGTERM, None)  # ignored: no SIGTERMException
+    finally:
+        signal.signal(signal.SIGINT, before[0])
+        signal.signal(signal.SIGTERM, before[1])
 
 
 class InterruptTraining(Callback):

@@ -1235,7 +1235,8 @@ def build_cli(args: list[str] | None = None) -> MinitxCLI:
                 MovedRunCheckpoints(),
                 RandomState(),
                 TokenThroughput(),
-                CheckpointOnInterrupt(),
+                # the process ends after the fit; _train_and_test puts its handlers back
+                CheckpointOnInterrupt(ignore_after_stop=True),
                 ValidateAtEnd(),
                 BudgetClock(),
             ]

@@ -359,13 +359,16 @@ class CheckpointOnInterrupt(L.Callback):
     checks SIGTERM on every rank).
 
     Once the stop is under way (handed over, a second signal acted on, or the checkpoint being
-    saved), further signals are noted in one line and ignored until the fit has ended: all
-    that is left is logging the last row, writing `last.ckpt` and Lightning's teardown, and a
-    signal there cut the write short (a traceback, exit status 1) or lost the row of an update
-    the checkpoint holds. After the fit a signal stops at once, as a second one does.
+    saved), further signals are noted in one line and ignored: all that is left is logging
+    the last row and writing `last.ckpt`, and a signal there cut the write short (a traceback,
+    exit status 1) or lost the row of an update the checkpoint holds. Once `last.ckpt` is
+    written the handlers from before the fit are back, unless `ignore_after_stop`: a command
+    whose process ends after the fit (``minitx-train``, which then puts back its own) keeps
+    ignoring them through Lightning's teardown too.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, ignore_after_stop: bool = False) -> None:
+        self.ignore_after_stop = ignore_after_stop
         self.stop_signal: int | None = None  # the first Ctrl-C (SIGINT) or SIGTERM of the fit
         self._handed_over = False
         self._passing = False  # `_hand_over` is calling Lightning's handler, which calls ours
@@ -373,14 +376,13 @@ class CheckpointOnInterrupt(L.Callback):
         self._lightning_sigterm: Any = None  # Lightning's SIGTERM handler, once ours is in front
         self._validating = False  # inside a validation of the fit (not the sanity check)
         self._cut: int | None = None  # a second signal inside one: acted on after its batch
-        self._stopping = False  # the stop under way: further signals ignored while the fit ends
+        self._stopping = False  # the stop under way: further signals are ignored
         self._said_stopping = False
-        self._trainer: L.Trainer | None = None
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.stop_signal, self._handed_over, self._lightning_sigterm = None, False, None
         self._validating, self._cut = False, None
-        self._stopping, self._said_stopping, self._trainer = False, False, trainer
+        self._stopping, self._said_stopping = False, False
         main_thread = threading.current_thread() is threading.main_thread()
         if trainer.world_size == 1 and main_thread:  # signal handlers: main thread only
             for signum in (signal.SIGINT, signal.SIGTERM):
@@ -398,11 +400,10 @@ class CheckpointOnInterrupt(L.Callback):
     def _note_signal(self, signum: int, frame: Any) -> None:
         if self._passing:
             return
-        if self._stopping and self._trainer is not None and self._trainer.state.stage is not None:
-            # Lightning clears the stage once an interrupted fit's teardown is done
+        if self._stopping:
             if not self._said_stopping:
                 self._said_stopping = True
-                print_stop("already stopping: last.ckpt is being saved (kill -9 ends at once)")
+                print_stop("already stopping (kill -9 ends at once)")
             return
         if self.stop_signal is not None and self._validating and self._cut is None:
             # After the batch, not inside the validation step: stopped there, Lightning's
@@ -495,6 +496,17 @@ class CheckpointOnInterrupt(L.Callback):
         self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
     ) -> None:
         self._stopping = True  # a signal now would cut the checkpoint's write short
+        try:
+            self._save_last(trainer, pl_module, exception)
+        finally:
+            if not self.ignore_after_stop:  # the process goes on: its handlers are back
+                self._stopping = False
+                self._restore_handlers()
+
+    def _save_last(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
+    ) -> None:
+        """Save `last.ckpt` for a fit that `exception` ended, and say how to resume."""
         callback = trainer.checkpoint_callback
         if callback is None or callback.dirpath is None or trainer.global_step == 0:
             return
