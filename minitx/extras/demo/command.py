@@ -68,8 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help=(
             "longest sentence the page translates, in sentencepiece pieces; a longer one is "
-            "refused with a message on the page (default and most: what the model reads, its "
-            "max_positions - 1)"
+            "refused with a message on the page (default: 256, or what the model reads if fewer; "
+            "at most what the model reads, its max_positions - 1)"
         ),
     )
     return parser

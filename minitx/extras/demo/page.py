@@ -12,8 +12,9 @@ a font CDN), the viewer forbids every network load, and the server binds to 127.
 unless told otherwise. ``minitx-demo`` (minitx/extras/demo/command.py) is the command.
 
 The page's memory is bounded, so it stays flat under repeated requests: a sentence over the
-page's limits (`DEFAULT_MAX_CHARS` characters, checked before tokenizing, and the model's
-positions in sentencepiece pieces; `build_demo`'s ``max_chars`` / ``max_pieces``) is refused
+page's limits (`DEFAULT_MAX_CHARS` characters, checked before tokenizing, and
+`DEFAULT_MAX_PIECES` sentencepiece pieces or the model's positions, the fewer; `build_demo`'s
+``max_chars`` / ``max_pieces``) is refused
 with a message on the page before anything is translated, since the viewer grows with
 pieces² × layers × heads; and Gradio keeps the last input and output values of only
 `MAX_SESSIONS` browser tabs or API clients (with its default, 10,000, it kept a copy of
@@ -148,7 +149,7 @@ def check_sentence_length(
 ) -> None:
     """Refuse a sentence over the page's limits: more than `max_chars` characters (counted
     before tokenizing, so a huge input costs nothing more) or more than `max_pieces`
-    sentencepiece pieces (None: the most the model reads).
+    sentencepiece pieces (None: `DEFAULT_MAX_PIECES` or the most the model reads, the fewer).
 
     Raises:
         InputTooLongError: over a limit; the message is one sentence for the page.
@@ -187,8 +188,8 @@ def translate_for_page(
 ) -> tuple[str, list[list[Any]], str]:
     """What the page shows for one sentence, as typed (`strategy` and `beam_size` as
     `decoding_for` reads them): the translation, the n-best rows (rank, score, translation;
-    the strategy's `width` hypotheses, best first: the whole beam; greedy: one row, with its
-    log-probability) and the attention viewer's iframe.
+    the strategy's `width` hypotheses, best first: the whole beam; greedy decoding and sampling:
+    one row, with its log-probability) and the attention viewer's iframe.
 
     Raises:
         InputTooLongError: over the limits (`check_sentence_length`); nothing is translated.
