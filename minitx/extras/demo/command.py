@@ -28,7 +28,12 @@ from minitx.cli.common import (
     positive_int,
     run_cli,
 )
-from minitx.extras.demo.page import DEFAULT_HOST, DEFAULT_MAX_CHARS, DEFAULT_PORT
+from minitx.extras.demo.page import (
+    DEFAULT_HOST,
+    DEFAULT_MAX_CHARS,
+    DEFAULT_MAX_PIECES,
+    DEFAULT_PORT,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -68,8 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help=(
             "longest sentence the page translates, in sentencepiece pieces; a longer one is "
-            "refused with a message on the page (default: 256, or what the model reads if fewer; "
-            "at most what the model reads, its max_positions - 1)"
+            f"refused with a message on the page (default: {DEFAULT_MAX_PIECES}, or what the "
+            "model reads if fewer; at most what the model reads, its max_positions - 1)"
         ),
     )
     return parser
