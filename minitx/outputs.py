@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import hashlib
 import io
 import itertools
 import json
@@ -342,6 +343,21 @@ def _through_link(out: str | os.PathLike[str]) -> Path:
     return out.resolve() if out.is_symlink() else out
 
 
+TEMPORARY_NAME_BYTES = 100
+"""The most of a file's name its temporary files repeat: with the writer's host, process and
+a random part they stay within a file system's 255 bytes (a name of 229 bytes was refused
+as too long, though the file itself could be made)."""
+
+
+def temporary_stem(name: str) -> str:
+    """A file or directory name as the names of its temporary files and directories repeat
+    it: whole, or a long one cut to `TEMPORARY_NAME_BYTES` and told apart by a hash of it."""
+    if len(name.encode()) <= TEMPORARY_NAME_BYTES:
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:8]
+    return name.encode()[:TEMPORARY_NAME_BYTES].decode(errors="ignore") + f"~{digest}"
+
+
 def replace_dir(new: str | os.PathLike[str], out: str | os.PathLike[str]) -> None:
     """Move the finished directory `new` to `out`, replacing an existing `out` by renames.
 
@@ -353,7 +369,7 @@ def replace_dir(new: str | os.PathLike[str], out: str | os.PathLike[str]) -> Non
     if not out.exists():
         os.replace(new, out)
         return
-    old = out.parent / f".{out.name}.old-{os.getpid()}"
+    old = out.parent / f".{temporary_stem(out.name)}.old-{os.getpid()}"
     shutil.rmtree(old, ignore_errors=True)
     os.replace(out, old)
     try:
@@ -375,7 +391,7 @@ def written_whole(out: str | os.PathLike[str], kind: str | None) -> Iterator[Pat
     """
     out = _through_link(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
+    tmp = out.parent / f".{temporary_stem(out.name)}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)  # left by a killed writer of the same pid
     tmp.mkdir()
     try:

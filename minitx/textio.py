@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import gzip
-import hashlib
 import os
 import shutil
 import socket
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import BinaryIO, TextIO
 
 from minitx.errors import DataError, MissingFileError, OutputError, UsageError
+from minitx.outputs import temporary_stem
 
 GZIP_MAGIC = b"\x1f\x8b"
 """The first bytes of a gzip file (RFC 1952); 0x8b cannot follow 0x1f in UTF-8 text."""
@@ -239,20 +239,9 @@ NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 """Errors that mean "the destination has no room": disk full, quota, file-size limit."""
 
 
-TEMPORARY_NAME_BYTES = 100
-"""The most of a file's name its temporary files repeat: with the writer's host, process and
-a random part they stay within a file system's 255 bytes (a name of 229 bytes was refused
-as too long, though the file itself could be made)."""
-
-
 def _temporary_prefix(path: Path) -> str:
-    """The name every temporary file for `path` starts with: ``.{name}.tmp-``, a long name cut
-    to `TEMPORARY_NAME_BYTES` and told apart by a hash of the whole."""
-    name = path.name
-    if len(name.encode()) > TEMPORARY_NAME_BYTES:
-        digest = hashlib.sha256(name.encode()).hexdigest()[:8]
-        name = name.encode()[:TEMPORARY_NAME_BYTES].decode(errors="ignore") + f"~{digest}"
-    return f".{name}.tmp-"
+    """The name every temporary file for `path` starts with: ``.{name}.tmp-``."""
+    return f".{temporary_stem(path.name)}.tmp-"
 
 
 def _remove_orphans(path: Path) -> None:

@@ -792,3 +792,8 @@ def test_an_output_with_a_long_name_is_written(tmp_path: Path) -> None:
     assert out.read_text() == "hi\n" and sorted(tmp_path.iterdir()) == [out]
     with atomic_path(out) as tmp:
         assert tmp.name.startswith(f".{'w' * 100}~") and len(tmp.name.encode()) < 255
+    folder = tmp_path / ("d" * 250)  # a release, say: its temporary and old folders too
+    for _ in range(2):  # made, then replaced
+        with written_whole(folder, "test") as tmp:
+            (tmp / "f").write_text("1")
+    assert (folder / "f").read_text() == "1" and len(list(tmp_path.iterdir())) == 2
