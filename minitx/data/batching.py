@@ -194,15 +194,17 @@ class ResumableDataLoader(DataLoader):
         layout = self._layout()
         if same_epoch and any(resume.get(key) != value for key, value in layout.items()):
             # Lightning's loop restores its own count of the epoch's batches and ends the
-            # epoch by it: the new batches are served from their start, as many as it allows.
+            # epoch when it reaches the new number: the new batches are served from their
+            # start, as many as it allows (all of them where the count is past that number).
+            batches, served = layout["batches"], resume["served"]
             logger.warning(
                 "the epoch's batches are not the checkpoint's (%s then, %s now): the epoch goes "
                 "on with the first %d of its new batches (Lightning counts the %d served "
                 "before the stop), then the next epoch begins whole",
                 resume,
                 layout,
-                max(0, layout["batches"] - resume["served"]),
-                resume["served"],
+                batches - served if served <= batches else batches,
+                served,
             )
             same_epoch = False
         self.served = sampler.skip = resume["served"] if same_epoch else 0
