@@ -97,14 +97,15 @@ def read_checkpoint(path: str | Path, *, mmap: bool = False) -> dict[str, Any]:
     Raises:
         MissingFileError: no file at `path` (a `FileNotFoundError`).
         CheckpointError: unreadable (truncated / not a torch file), bytes that fail their
-            CRC-32s, or holding objects other than tensors and plain data.
+            CRC-32s, or holding objects other than tensors and plain data; or a release
+            (minitx-export's directory, or its weights), which holds no training state.
     """
     path = Path(path)
     weights = path.suffix == ".safetensors"
     if weights or (path.is_dir() and any(path.glob("*.safetensors"))):
         # else "a directory", or "truncated, corrupt or another kind of file"
         what = "the weights of a release" if weights else "a release directory"
-        raise MissingFileError(
+        raise CheckpointError(
             f"{path} is {what} (minitx-export writes them), not a .ckpt checkpoint: a release "
             "holds the weights only, with no optimizer or loop state (pass the .ckpt written "
             "under <run dir>/checkpoints/)"

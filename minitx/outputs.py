@@ -187,10 +187,13 @@ def is_standard_output(
             kind = stat.S_ISREG(ours.st_mode)
     except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
         return False  # no such file, or a stream without a file (captured)
-    # st_ino 0: no inode numbers (Windows' consoles and NUL), so nothing to compare
-    return (
-        kind and ours.st_ino != 0 and (ours.st_dev, ours.st_ino) == (theirs.st_dev, theirs.st_ino)
-    )
+    return kind and _one_file(ours, theirs)
+
+
+def _one_file(one: os.stat_result, other: os.stat_result) -> bool:
+    """Whether two `os.stat` results are of one file (st_ino 0: no inode numbers, Windows'
+    consoles and NUL, so nothing to compare)."""
+    return one.st_ino != 0 and (one.st_dev, one.st_ino) == (other.st_dev, other.st_ino)
 
 
 def same_regular_file(first: TextIO | None, second: TextIO | None) -> bool:
@@ -199,8 +202,7 @@ def same_regular_file(first: TextIO | None, second: TextIO | None) -> bool:
         one, other = os.fstat(first.fileno()), os.fstat(second.fileno())
     except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
         return False  # a stream without a file (captured, closed, None)
-    same = (one.st_dev, one.st_ino) == (other.st_dev, other.st_ino)
-    return stat.S_ISREG(one.st_mode) and one.st_ino != 0 and same
+    return stat.S_ISREG(one.st_mode) and _one_file(one, other)
 
 
 def check_output_file(

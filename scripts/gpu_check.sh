@@ -177,7 +177,7 @@ for name in $STEPS; do
     fi
 done
 if [[ -n ${GPU_CHECK_BUDGET:-} && ! $GPU_CHECK_BUDGET =~ ^[1-9][0-9]*$ ]]; then
-    echo "error: GPU_CHECK_BUDGET is '$GPU_CHECK_BUDGET'; give a whole number of seconds, e.g. 340" >&2
+    echo "error: GPU_CHECK_BUDGET is '$GPU_CHECK_BUDGET'; give a positive whole number of seconds, e.g. 340" >&2
     exit 2
 fi
 mkdir -p "$OUT" || exit 2

@@ -102,7 +102,6 @@ def test_a_release_given_as_a_checkpoint_is_named_as_one(tmp_path: Path) -> None
     """Was "checkpoint is a directory", or, for its weights, "truncated, corrupt or another
     kind of file" (a resume, or minitx-average, given minitx-export's output)."""
     from minitx.checkpoint import read_checkpoint
-    from minitx.errors import MissingFileError
 
     (tmp_path / "model.safetensors").write_bytes(b"{}")
     for path, what in (
@@ -110,7 +109,7 @@ def test_a_release_given_as_a_checkpoint_is_named_as_one(tmp_path: Path) -> None
         (tmp_path / "model.safetensors", "the weights of a release"),
     ):
         with pytest.raises(
-            MissingFileError,
+            CheckpointError,
             match=f"is {what} \\(minitx-export writes them\\), "
             "not a .ckpt checkpoint: a release holds the weights only",
         ):

@@ -101,8 +101,8 @@ def test_gpu_check_steps_runs_only_the_steps_named(tmp_path: Path) -> None:
             "setup train_fast",
             "GPU_CHECK_STEPS names 'train_fast'; the steps are: ",
         ),
-        ("GPU_CHECK_BUDGET", "abc", "GPU_CHECK_BUDGET is 'abc'; give a whole number of seconds"),
-        ("GPU_CHECK_BUDGET", "0", "GPU_CHECK_BUDGET is '0'; give a whole number of seconds"),
+        ("GPU_CHECK_BUDGET", "abc", "GPU_CHECK_BUDGET is 'abc'; give a positive whole number"),
+        ("GPU_CHECK_BUDGET", "0", "GPU_CHECK_BUDGET is '0'; give a positive whole number"),
     ],
 )
 def test_a_bad_environment_variable_exits_2(

@@ -380,10 +380,12 @@ def _other_format_hint(directory: Path) -> str:
             "write each split with Dataset.to_json('DIR/{split}.jsonl') and give data.source "
             "'DIR/{split}.jsonl'."
         )
-    if next(directory.glob("**/*.parquet"), None) is not None:
+    # two levels at most (the hub's layout: data/*.parquet): never a walk of a whole tree
+    found = next(directory.glob("*.parquet"), None) or next(directory.glob("*/*.parquet"), None)
+    if found is not None:
         return (
             " Parquet files are read through datasets: data.source parquet and data.hub_options "
-            f"'{{data_dir: {directory.resolve()}}}' (the folder that holds them)."
+            f"'{{data_dir: {found.parent.resolve()}}}' (the folder that holds them)."
         )
     return ""
 

@@ -81,8 +81,8 @@ class RandomState(L.Callback):
     Under DDP the checkpoint holds the first process's generators, and every process takes
     them, as every process takes one seed at the start.
 
-    A checkpoint written while a step is under way (a second Ctrl-C stops inside one, or an
-    error does; the resume trains its batch again) holds the generators from that step's
+    A checkpoint written while a batch is under way (a second Ctrl-C stops inside one, or an
+    error does; the resume trains that batch again) holds the generators from that batch's
     start: it had drawn some of its masks already, and the resume drew others.
     """
 
