@@ -91,11 +91,15 @@ def encode_sources(
         TypeError: when `sentences` is one string (its characters would be the sentences), or
             holds something other than strings.
         ConfigError: `first_line` is not a whole number >= 1.
+        ValueError: both `first_line` and `lines`, or a number of `lines` other than the
+            sentences'.
     """
     check_whole_number("first_line", first_line, 1)  # a line number, as the warnings print it
     texts = [s.strip() for s in sentence_list(sentences)]
     if lines is None:
         lines = range(first_line, first_line + len(texts))
+    elif first_line != 1:  # one of them would be left out without a word
+        raise ValueError("give first_line or lines, not both")
     elif len(lines) != len(texts):
         raise ValueError(f"{len(lines)} line numbers for {len(texts)} sentences")
     ids = tokenizer.encode(texts)

@@ -993,3 +993,14 @@ def test_teacher_forced_maps_refuse_a_target_id_outside_the_vocabulary(translato
     model, tokenizer = translator.model, translator.tokenizer
     with pytest.raises(ValueError, match=rf"attention maps: target id {bad!r} is not a piece"):
         teacher_forced_maps(model, tokenizer, "ein mann .", [5, bad])
+
+
+def test_line_numbers_are_given_one_way(translator: Translator) -> None:
+    """`lines` names each sentence's line; with `first_line` too, one was left out unsaid."""
+    from minitx.translator import encode_sources
+
+    tokenizer, positions = translator.tokenizer, translator.model.config.max_positions
+    with pytest.raises(ValueError, match="give first_line or lines, not both"):
+        encode_sources(tokenizer, ["ein mann ."], positions, 3, lines=[7])
+    with pytest.raises(ValueError, match="2 line numbers for 1 sentences"):
+        encode_sources(tokenizer, ["ein mann ."], positions, lines=[7, 8])
