@@ -1451,13 +1451,14 @@ def _train_and_test(args: list[str] | None) -> MinitxCLI:
                 file=sys.stderr,
             )
     tested = averaged or best  # what the user would ship: the average when averaging is on
+    callback = trainer.checkpoint_callback  # the run's last.ckpt, where it saved one
+    last = Path(callback.dirpath) / "last.ckpt" if callback and callback.dirpath else None
+    last = last if last is not None and last.is_file() else None
     if cli.config.test and not tested and trainer.is_global_zero:
-        callback = trainer.checkpoint_callback
-        last = Path(callback.dirpath) / "last.ckpt" if callback and callback.dirpath else None
         fix = f"; minitx-evaluate --checkpoint {last} scores the last weights" if last else ""
         print(
             "note: no test: no best checkpoint was kept (checkpoint.save_top_k 0, or no "
-            f"validation ran){fix if last and last.is_file() else ''}",
+            f"validation ran){fix}",
             file=sys.stderr,
         )
     if cli.config.test and tested and trainer.is_global_zero:
@@ -1468,9 +1469,7 @@ def _train_and_test(args: list[str] | None) -> MinitxCLI:
         except KeyboardInterrupt as exc:  # `Terminated` for a SIGTERM
             what, status = stop_said(isinstance(exc, Terminated))
             # that path, as a stopped fit says it: `last` would take a later run of the family
-            callback = trainer.checkpoint_callback
-            last = Path(callback.dirpath) / "last.ckpt" if callback and callback.dirpath else None
-            again = shlex.quote(str(last)) if last and last.is_file() else "last"
+            again = shlex.quote(str(last)) if last else "last"
             print_stop(
                 f"test {what}: the training is finished and saved; the same command with "
                 f"--ckpt_path {again} runs the test again"
