@@ -146,10 +146,11 @@ def check_sentence_length(
     *,
     max_chars: int = DEFAULT_MAX_CHARS,
     max_pieces: int | None = None,
-) -> None:
+) -> int:
     """Refuse a sentence over the page's limits: more than `max_chars` characters (counted
     before tokenizing, so a huge input costs nothing more) or more than `max_pieces`
     sentencepiece pieces (None: `DEFAULT_MAX_PIECES` or the most the model reads, the fewer).
+    Returns its number of pieces (0: nothing the tokenizer keeps).
 
     Raises:
         InputTooLongError: over a limit; the message is one sentence for the page.
@@ -175,6 +176,7 @@ def check_sentence_length(
             f"This sentence has {pieces:,} sentencepiece pieces, more than the {max_pieces:,} "
             f"the demo translates: {how}."
         )
+    return pieces
 
 
 def translate_for_page(
@@ -195,10 +197,10 @@ def translate_for_page(
         InputTooLongError: over the limits (`check_sentence_length`); nothing is translated.
         ValueError: for an empty sentence (shown on the page as an error).
     """
-    check_sentence_length(translator, sentence, max_chars=max_chars, max_pieces=max_pieces)
+    pieces = check_sentence_length(translator, sentence, max_chars=max_chars, max_pieces=max_pieces)
     if not sentence.strip():
         raise ValueError("type a sentence first")
-    if not translator.tokenizer.encode([sentence.strip()])[0]:  # before any decoding
+    if not pieces:  # before any decoding
         raise ValueError("this sentence has only spaces or invisible characters: type a sentence")
     decoding = decoding_for(strategy, beam_size)
     n_best = translator.translate_n_best([sentence], decoding.replace(n_best=decoding.width))[0]
