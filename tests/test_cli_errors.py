@@ -1463,7 +1463,7 @@ def test_the_help_of_config_names_the_packaged_configs(capsys: pytest.CaptureFix
 def test_config_values_jsonargparse_reads_itself_are_passed_on() -> None:
     """Standard input (``--config -``), YAML text and URLs are jsonargparse's to read: not
     refused as unknown config names."""
-    from minitx.cli.train import resolve_config_names
+    from minitx.cli.train_config import resolve_config_names
 
     for value in ("-", "{trainer: {max_epochs: 1}}", "trainer: {max_epochs: 1}", "file:///x.yaml"):
         assert resolve_config_names(["--config", value]) == ["--config", value]
@@ -1474,7 +1474,7 @@ def test_a_packaged_config_name_is_found_beside_a_folder_of_that_name(
 ) -> None:
     """In runs/, `--config tiny` met the run family tiny/ and was refused as a directory; a
     file of that name still comes first."""
-    from minitx.cli.train import CONFIG_DIR, resolve_config_names
+    from minitx.cli.train_config import CONFIG_DIR, resolve_config_names
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "tiny").mkdir()

@@ -25,6 +25,8 @@ from helpers import REPO_DIR, TINY_CONFIG, TOY_CORPUS_DIR, subprocess_env
 from preloaded import PreloadedProcess
 
 from minitx.cli import train as train_cli
+from minitx.cli.train_config import check_launcher
+from minitx.cli.train_runs import launch_rank
 
 TESTS_DIR = Path(__file__).resolve().parent
 
@@ -145,7 +147,7 @@ def test_only_the_first_process_of_node_0_is_rank_zero(
         monkeypatch.delenv(name, raising=False)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    assert (train_cli._rank() == 0) is zero
+    assert (launch_rank() == 0) is zero
 
 
 def test_several_nodes_without_a_launcher_are_refused_at_once(
@@ -163,8 +165,8 @@ def test_several_nodes_without_a_launcher_are_refused_at_once(
     err = capsys.readouterr().err
     assert "error: trainer.num_nodes=2, and nothing says where node 0 is" in err
     assert err.count("\n") == 1 and not (tmp_path / "runs").exists()
-    train_cli.check_launcher(SimpleNamespace(trainer={"num_nodes": 1}))  # one node needs none
+    check_launcher(SimpleNamespace(trainer={"num_nodes": 1}))  # one node needs none
     # a cluster plugin is Lightning's to read: it may be the environment that connects them
-    train_cli.check_launcher(SimpleNamespace(trainer={"num_nodes": 2, "plugins": ["cluster"]}))
+    check_launcher(SimpleNamespace(trainer={"num_nodes": 2, "plugins": ["cluster"]}))
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")  # Lightning's own launcher's variables
-    train_cli.check_launcher(SimpleNamespace(trainer={"num_nodes": 2}))
+    check_launcher(SimpleNamespace(trainer={"num_nodes": 2}))

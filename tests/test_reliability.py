@@ -45,7 +45,8 @@ from minitx.cli import train as train_cli
 from minitx.cli import translate as translate_cli
 from minitx.cli import visualize as visualize_cli
 from minitx.cli.common import UsageError
-from minitx.cli.train import _own_run_version, build_cli, elsewhere_note, main
+from minitx.cli.train import build_cli, main
+from minitx.cli.train_runs import elsewhere_note, own_run_version
 from minitx.errors import ConfigError
 from minitx.model import TransformerConfig
 from minitx.training import DivergenceError, OptimConfig, TranslationModule
@@ -306,7 +307,7 @@ def test_a_config_file_included_by_another_is_checked_as_well(
 
 def test_yaml_merge_keys_may_be_redone_and_are_read_as_yaml_reads_them() -> None:
     """A key given after `<<:` replaces the merged one (YAML's rule), not a key given twice."""
-    from minitx.cli.train import _UniqueKeys
+    from minitx.cli.train_config import _UniqueKeys
 
     text = "base: &b {max_steps: 2, max_epochs: 3}\ntrainer:\n  <<: *b\n  max_steps: 4\n"
     read = yaml.load(text, Loader=_UniqueKeys)
@@ -661,10 +662,10 @@ def test_only_a_runs_last_checkpoint_resumes_in_its_directory(tmp_path: Path) ->
     checkpoints = runs / "tiny" / "2026-01-01_00-00-00" / "checkpoints"
     checkpoints.mkdir(parents=True)
     last, best = checkpoints / "last.ckpt", checkpoints / "epoch00-bleu1.00.ckpt"
-    assert _own_run_version(last, runs / "tiny") == "2026-01-01_00-00-00"
-    assert _own_run_version(best, runs / "tiny") is None
-    assert _own_run_version(last, runs / "multi30k_de_en") is None
-    assert _own_run_version(tmp_path / "last.ckpt", runs / "tiny") is None
+    assert own_run_version(last, runs / "tiny") == "2026-01-01_00-00-00"
+    assert own_run_version(best, runs / "tiny") is None
+    assert own_run_version(last, runs / "multi30k_de_en") is None
+    assert own_run_version(tmp_path / "last.ckpt", runs / "tiny") is None
 
 
 def test_a_runs_last_checkpoint_from_another_directory_says_how_to_continue_in_place(

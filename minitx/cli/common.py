@@ -99,7 +99,7 @@ class OneLineArgumentParser(argparse.ArgumentParser):
     """The argparse parser of every command: a command-line error is one line, ``error:
     <message>  (PROG --help shows the usage)``, exit status 2, without argparse's usage block
     (``--help`` shows it; ``MINITX_DEBUG=1`` keeps argparse's own report). minitx-train's
-    jsonargparse parser (`minitx.cli.train.OneLineErrorParser`) reports the same way."""
+    jsonargparse parser (`minitx.cli.train_config.OneLineErrorParser`) reports the same way."""
 
     one_positional: str | None = None
     """The name of a command's one positional argument (minitx-visualize: "SENTENCE"): extra
