@@ -407,6 +407,35 @@ def download(repo_id: str, *, revision: str | None = None) -> Path:
         ) from None
 
 
+def resolve(source: str | Path, *, revision: str | None = None) -> Path:
+    """The local path `load` reads for `source`: the path itself where it exists, else the
+    release directory that a hub repo id ("owner/name") downloads to (`download`).
+
+    Raises:
+        MissingFileError: no such file or directory, and not a repo id; or `source` is empty.
+        CheckpointError: the download failed.
+        TypeError: `source` is no path or name (None, say).
+    """
+    if not isinstance(source, (str, os.PathLike)):  # else pathlib's "argument should be a str"
+        raise TypeError(
+            f"give a .ckpt path, a release directory or a hub repo id, not {type(source).__name__}"
+        )
+    if not str(source).strip():  # Path("") is the current directory
+        raise MissingFileError(
+            "the checkpoint path is empty (''): give a .ckpt path, a release directory or a hub "
+            "repo id (a variable holding it may be unset)"
+        )
+    path = Path(source)
+    if path.exists():
+        return path
+    if _REPO_ID.match(str(source)) and not str(source).endswith(".ckpt"):
+        return download(str(source), revision=revision)
+    raise MissingFileError(
+        f"checkpoint not found: {path} (pass a .ckpt written under <run dir>/checkpoints/, a "
+        "release directory written by minitx-export, or a hub repo id owner/name)"
+    )
+
+
 def load(source: str | Path, *, revision: str | None = None) -> Release:
     """The one loading path: a `Release` from a `.ckpt` file, a release directory or a hub
     repo id ("owner/name").
@@ -429,43 +458,27 @@ def load(source: str | Path, *, revision: str | None = None) -> Release:
         CheckpointError: a damaged checkpoint or release, or a failed download.
         TypeError: `source` is no path or name (None, say).
     """
-    if not isinstance(source, (str, os.PathLike)):  # else pathlib's "argument should be a str"
-        raise TypeError(
-            f"give a .ckpt path, a release directory or a hub repo id, not {type(source).__name__}"
-        )
-    if not str(source).strip():  # Path("") is the current directory
-        raise MissingFileError(
-            "the checkpoint path is empty (''): give a .ckpt path, a release directory or a hub "
-            "repo id (a variable holding it may be unset)"
-        )
-    path = Path(source)
+    path = resolve(source, revision=revision)
     if path.is_dir():
         return load_pretrained(path)
-    if path.exists():
-        if path.name in RELEASE_FILES and (path.parent / WEIGHTS_FILE).is_file():
-            # config.json or model.safetensors: "not a file written by torch.save" alone
-            raise CheckpointError(
-                f"{path} is one file of a release directory: pass the directory, {path.parent}"
-            )
-        try:
-            checkpoint = load_checkpoint(path)
-        except CheckpointError:
-            if path.suffix != ".ckpt" and _is_ct2_model(path.parent):  # its model.bin, config.json
-                raise CheckpointError(_ct2_model_message(path.parent)) from None
-            raise
-        model, tokenizer = model_from_checkpoint(checkpoint, path)
-        train_config = checkpoint[CHECKPOINT_KEY].get("train_config")
-        return Release(
-            model,
-            tokenizer,
-            languages_of(checkpoint, path),
-            train_config if isinstance(train_config, str) else None,
+    if path.name in RELEASE_FILES and (path.parent / WEIGHTS_FILE).is_file():
+        # config.json or model.safetensors: "not a file written by torch.save" alone
+        raise CheckpointError(
+            f"{path} is one file of a release directory: pass the directory, {path.parent}"
         )
-    if _REPO_ID.match(str(source)) and not str(source).endswith(".ckpt"):
-        return load_pretrained(download(str(source), revision=revision))
-    raise MissingFileError(
-        f"checkpoint not found: {path} (pass a .ckpt written under <run dir>/checkpoints/, a "
-        "release directory written by minitx-export, or a hub repo id owner/name)"
+    try:
+        checkpoint = load_checkpoint(path)
+    except CheckpointError:
+        if path.suffix != ".ckpt" and _is_ct2_model(path.parent):  # its model.bin, config.json
+            raise CheckpointError(_ct2_model_message(path.parent)) from None
+        raise
+    model, tokenizer = model_from_checkpoint(checkpoint, path)
+    train_config = checkpoint[CHECKPOINT_KEY].get("train_config")
+    return Release(
+        model,
+        tokenizer,
+        languages_of(checkpoint, path),
+        train_config if isinstance(train_config, str) else None,
     )
 
 

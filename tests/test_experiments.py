@@ -527,7 +527,7 @@ def test_a_refusal_of_the_shared_settings_is_an_error_before_the_next_variant(
         (["scores", "--val-every", "-2"], "argument --val-every: must be at least 1, got -2"),
         (["scores", "--budget", "1", "--steps", "9"], "--steps: not allowed with argument --bud"),
         (["scores", "--out", "{mine}"], "holds a README.md that minitx-experiment did not write"),
-        (["hard", "--checkpoint", "missing.ckpt"], "no such file"),
+        (["hard", "--checkpoint", "missing.ckpt"], "checkpoint not found: missing.ckpt (pass"),
         (  # only hard and explain read a checkpoint: scores would have trained without it
             ["scores", "--checkpoint", "run.ckpt"],
             "--checkpoint is read by hard and explain only, not by scores; leave it out",
@@ -625,6 +625,63 @@ def test_a_results_directory_is_rewritten_whole_and_never_takes_the_users_files(
         assert "so minitx-experiment does not replace it" in err and err.count("\n") == 1
         after = {p: p.read_bytes() for p in (tmp_path / "exp").rglob("*") if p.is_file()}
         assert after == before
+
+
+def test_hard_decodes_a_hub_repo_id_downloaded_before_it_runs(
+    tmp_path: Path,
+    tiny_checkpoint: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+) -> None:
+    """`--checkpoint owner/name` is a hub repo id, as in every command that reads a model: it
+    was refused as "no such file or release directory". The download (a stand-in here: a
+    release of the tiny model) comes before any experiment runs."""
+    from minitx import release
+    from minitx.extras.experiments.command import main
+
+    local = tmp_path / "hub-cache" / "release"
+    Translator.from_pretrained(tiny_checkpoint).save_pretrained(local)
+    asked: list[str] = []
+
+    def download(repo_id: str, *, revision: str | None = None) -> Path:
+        asked.append(repo_id)
+        return local
+
+    monkeypatch.setattr(release, "download", download)
+    out = tmp_path / "exp"
+    status = main(
+        ["hard", "--checkpoint", "you/minitx-tiny", "--variants", "soft", "--out", str(out)]
+    )
+    assert status == 0, capsys.readouterr().err[-2000:]
+    assert asked == ["you/minitx-tiny"]
+    summary = json.loads((out / "hard" / "results.json").read_text())
+    assert summary["checkpoint"] == str(local)  # the commands in its table read that copy
+    assert summary["variants"][0]["status"] == "ok"
+
+
+def test_an_offline_hub_id_is_one_line_before_anything_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """Offline, a repo id ends at once, in one line that says how to go on: huggingface_hub's
+    retries are quiet, as in the other commands (`hub_verbosity`)."""
+    import logging
+
+    from minitx import release
+    from minitx.cli.common import HUB_RETRY_LOGGER
+    from minitx.errors import CheckpointError
+    from minitx.extras.experiments.command import main
+
+    def offline(repo_id: str, *, revision: str | None = None) -> Path:
+        for attempt in range(1, 4):  # as huggingface_hub logs its retries
+            logging.getLogger(HUB_RETRY_LOGGER).warning(f"Retrying in 1s [Retry {attempt}/5].")
+        raise CheckpointError(f"{repo_id!r}: the download failed; offline, pass a directory")
+
+    monkeypatch.setattr(release, "download", offline)
+    status = main(["explain", "--checkpoint", "you/minitx", "--out", str(tmp_path / "exp")])
+    err = capsys.readouterr().err
+    assert status == 2 and "Retry" not in err
+    assert err.splitlines()[-1].startswith("error: 'you/minitx': the download failed")
+    assert not (tmp_path / "exp" / "explain").exists()
 
 
 def test_the_report_figures_leave_the_callers_matplotlib_backend(tmp_path: Path) -> None:

@@ -31,6 +31,7 @@ from minitx.cli.common import (
     UsageError,
     check_writable_dir,
     checkpoint_path,
+    hub_verbosity,
     nonempty_path,
     positive_float,
     positive_int,
@@ -45,8 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
     names, defaults = ", ".join(EXPERIMENTS), Settings()  # the defaults live in Settings
     parser = OneLineArgumentParser(
         description="Measure the claims made about attention: train variants of the 45-minute "
-        "de->en recipe (--config long) within a time budget each, probe them, write tables "
-        "and figures.",
+        "de->en recipe (--config long) within a time budget each, or decode a trained model "
+        "(hard, explain), probe them, write tables and figures.",
         epilog=f"experiments: {names}; `all` runs them in this order.",
     )
     parser.add_argument(
@@ -89,8 +90,8 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     parser.add_argument(
         "--checkpoint", type=checkpoint_path, metavar="CKPT",
-        help="the trained model `hard` decodes and `explain` reads (default: the default "
-        "settings trained within --budget)",
+        help="the trained model `hard` decodes and `explain` reads: a .ckpt file, a release "
+        "directory or a hub repo id (default: the default settings trained within --budget)",
     )  # fmt: skip
     parser.add_argument(
         "--sentences", type=positive_int, metavar="N",
@@ -121,6 +122,7 @@ def run(args: argparse.Namespace) -> int:
     from minitx.extras.experiments.report import INDEX_HEADING, check_results_dir, write_index
     from minitx.extras.experiments.runner import REUSABLE
 
+    hub_verbosity(verbose=False)  # offline, one line before the error, not each retry
     names = list(EXPERIMENTS) if "all" in args.experiments else args.experiments
     if args.variants:
         known = {v.name for n in names for v in EXPERIMENTS[n].variants}
@@ -194,8 +196,12 @@ def run(args: argparse.Namespace) -> int:
                 f"({' and '.join(running)} {'reads' if len(running) == 1 else 'read'} the "
                 "trained model); leave it out"
             )
-    if args.checkpoint is not None and not args.checkpoint.exists():
-        raise UsageError(f"--checkpoint {args.checkpoint}: no such file or release directory")
+    if args.checkpoint is not None:
+        from minitx.release import resolve
+
+        # a hub repo id is downloaded now, and a missing path refused, before any variant
+        # trains (`all` runs hard and explain last)
+        args.checkpoint = resolve(args.checkpoint)
     settings = Settings(**{field.name: getattr(args, field.name) for field in fields(Settings)})
     for name in names:
         if name not in running:
