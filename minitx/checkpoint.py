@@ -123,7 +123,10 @@ def read_checkpoint(path: str | Path, *, mmap: bool = False) -> dict[str, Any]:
     with path.open("rb") as file:
         head = file.read(2)
     if not head.startswith(TORCH_FILE_MAGIC):  # torch would call a text file "unsafe" below
-        raise CheckpointError(f"{unreadable}: it is not a file written by torch.save")
+        raise CheckpointError(
+            f"{unreadable}: it is not a file written by torch.save; pass the .ckpt written "
+            "under <run dir>/checkpoints/, or a release directory"
+        )
     try:
         with warnings.catch_warnings():  # a legacy file's protocol is not 2: "file an issue"
             warnings.filterwarnings("ignore", message="Detected pickle protocol")

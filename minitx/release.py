@@ -525,10 +525,10 @@ def check_evaluation(
         # a release's report names no checkpoint (the export leaves the path out)
         scored = f" (it evaluated {evaluation['checkpoint']})" if "checkpoint" in evaluation else ""
         raise ConfigError(
-            f"{where}: scores other weights than this model's{scored}: the weights changed "
-            "after it was written (a later export or push without --evaluation), or the "
-            "weights file is damaged; score this model with minitx-evaluate --checkpoint ... "
-            "--json and give that report"
+            f"{where}: scores other weights than this model's{scored}: another model's "
+            "report, or the weights changed after it was written (a later export or push "
+            "without --evaluation), or the weights file is damaged; score this model with "
+            "minitx-evaluate --checkpoint ... --json and give that report"
             if "weights_sha256" in evaluation
             else f"{where}: does not say which weights it scored (no weights_sha256); write it "
             "with minitx-evaluate --checkpoint ... --json"
