@@ -227,7 +227,14 @@ def refused_before_training(
         ("model:", r"model is empty, but it is a section"),
         ("# nothing but a comment", r"the file holds no settings"),
         ("- trainer", r"the file holds list \['trainer'\], not a mapping of settings"),
-        ("trainer:\n\tmax_steps: 5", r"not valid YAML \(found character .* line 2, column 1\)"),
+        (
+            "trainer:\n\tmax_steps: 5",
+            r"not valid YAML \(found character .* line 2, column 1\); indent with spaces, not tabs",
+        ),
+        (  # the hint was about tabs whatever the error
+            "trainer: {max_steps: 5",
+            r"not valid YAML \(expected ',' or '}'.*\); check the brackets, quotes and indents",
+        ),
         # the first section was dropped without a word: the second alone was read
         (
             "model: {transformer: {d_model: 64}}\ntrainer: {max_steps: 3}\nmodel: {optim: {}}",
@@ -262,6 +269,7 @@ def refused_before_training(
         "empty",
         "list",
         "tab",  # jsonargparse's message named no file
+        "bracket",
         "section-twice",
         "key-twice",
         "typo",
@@ -292,7 +300,7 @@ def test_a_config_file_included_by_another_is_checked_as_well(
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "twice.yaml").write_text("data: {vocab_size: 100}\ndata: {max_len: 50}\n")
     (tmp_path / "sub" / "typo.yaml").write_text("data: {vocab_sizee: 100}\n")
-    (tmp_path / "sub" / "top.yaml").write_text("config: [typo.yaml]\n")
+    (tmp_path / "sub" / "top.yaml").write_text("config: typo.yaml\n")
     (tmp_path / "a.yaml").write_text("config: sub/twice.yaml\n")
     (tmp_path / "loop.yaml").write_text("config: loop2.yaml\n")
     (tmp_path / "loop2.yaml").write_text("config: loop.yaml\n")
@@ -303,6 +311,53 @@ def test_a_config_file_included_by_another_is_checked_as_well(
     ):
         error = refused_before_training(["--config", top], tmp_path, monkeypatch, capsys)
         assert error.startswith(message), error
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        # a list was dropped without a word (jsonargparse follows one path), a missing file
+        # in it too; a number ended in jsonargparse's AttributeError traceback
+        ("config: [sub.yaml]", r"config: \['sub.yaml'\]: give the path of one YAML file"),
+        ("config: 3", r"config: 3: give the path of one YAML file to include"),
+        ("config: ''", r"config: '': give the path of one YAML file to include"),
+        # jsonargparse's "File does not exist" named no including file
+        ("config: nosuch.yaml", r"config: nosuch.yaml: no such file \(.*nosuch.yaml\); give"),
+        ("config: tiny", r"a packaged config is read from the command line: --config tiny --co"),
+        ("config: sub", r"config: sub: a directory \("),
+        # the including file's model section replaced the included one's: lr was lost
+        (
+            "config: sub.yaml\nmodel: {transformer: {d_model: 32}}",
+            r"it sets model keys and includes .*sub.yaml, whose model.optim.lr would be lost",
+        ),
+    ],
+)
+def test_an_include_that_jsonargparse_would_drop_or_crash_on_is_refused(
+    text: str,
+    message: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+) -> None:
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub.yaml").write_text("model: {optim: {lr: 0.0123}}\n")
+    (tmp_path / "c.yaml").write_text(text + "\n")
+    error = refused_before_training(["--config", "c.yaml"], tmp_path, monkeypatch, capsys)
+    assert error.startswith("error: --config c.yaml: ") and re.search(message, error), error
+
+
+def test_an_include_in_other_sections_is_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """The include's keys stand where the including file sets none of their section."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sub.yaml").write_text("model: {optim: {lr: 0.0123}}\n")
+    (tmp_path / "c.yaml").write_text("config: sub.yaml\ntrainer: {max_steps: 7}\n")
+    with pytest.raises(SystemExit) as exit_info:
+        main([*TINY, "--config", "c.yaml", "--print_config"])
+    assert exit_info.value.code == 0
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert (printed["model"]["optim"]["lr"], printed["trainer"]["max_steps"]) == (0.0123, 7)
 
 
 def test_yaml_merge_keys_may_be_redone_and_are_read_as_yaml_reads_them() -> None:

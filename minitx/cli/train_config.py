@@ -437,9 +437,10 @@ def _check_config_file(
         mark = getattr(exc, "problem_mark", None)
         at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or " ".join(str(exc).split())
+        tab = "'\\t'" in problem  # PyYAML writes the character escaped
+        fix = "indent with spaces, not tabs" if tab else "check the brackets, quotes and indents"
         raise UsageError(
-            f"{where}: not valid YAML ({problem}{at}); indent with spaces, not tabs, and write "
-            "'key: value' pairs"
+            f"{where}: not valid YAML ({problem}{at}); {fix}, and write 'key: value' pairs"
         ) from None
     if settings is None:
         raise UsageError(
@@ -449,15 +450,54 @@ def _check_config_file(
     if not defaults:
         defaults.append(parser.get_defaults())
     _check_sections(where, settings, defaults[0], "")
-    keys = _dotted_keys(settings)
-    included = settings.get("config") if isinstance(settings, dict) else None
-    for name in included if isinstance(included, list) else [included]:
-        if isinstance(name, str) and (path.parent / name).is_file():
-            inner = path.parent / name  # an absolute `name` stays itself
-            keys |= _check_config_file(
-                f"{inner} (included by {path})", inner, parser, defaults, [*seen, path.resolve()]
-            )
-    return keys - {"config"}
+    keys = _dotted_keys(settings) - {"config"}
+    if "config" not in settings:
+        return keys
+    inner = _included_file(where, path, settings["config"])
+    included = _check_config_file(
+        f"{inner} (included by {path})", inner, parser, defaults, [*seen, path.resolve()]
+    )
+    # jsonargparse reads the include, then puts back each of this file's top-level keys
+    # whole: a section both set keeps this file's keys alone
+    sections = {key for key, value in settings.items() if isinstance(value, dict)}
+    lost = sorted(k for k in included - keys if k.split(".")[0] in sections)
+    if lost:
+        section = lost[0].split(".")[0]
+        raise UsageError(
+            f"{where}: it sets {section} keys and includes {inner}, whose {lost[0]} would be "
+            f"lost (a section of the including file replaces the included one's whole); set "
+            f"them in one file, or give both: --config {inner} --config {path}"
+        )
+    return keys | included
+
+
+def _included_file(where: str, path: Path, name: Any) -> Path:
+    """The file a config file's ``config:`` key includes: one path, relative to the including
+    file's folder (jsonargparse follows no other value: a list was dropped without a word, a
+    number ended in a traceback).
+
+    Raises:
+        UsageError: naming the including file, the value and what to give instead.
+    """
+    if not isinstance(name, str) or not name.strip():
+        raise UsageError(
+            f"{where}: config: {name!r}: give the path of one YAML file to include, relative "
+            "to this file's folder; to read several files, give --config once for each"
+        )
+    inner = path.parent / name  # an absolute `name` stays itself
+    if inner.is_file():
+        return inner
+    packaged = (CONFIG_DIR / name).with_suffix(".yaml")
+    what = "a directory" if inner.is_dir() else "no such file"
+    hint = (
+        f"; a packaged config is read from the command line: --config {name} --config {path}"
+        if packaged.is_file() and "/" not in name
+        else ""
+    )
+    raise UsageError(
+        f"{where}: config: {name}: {what} ({inner}); give the path of a YAML file, relative to "
+        f"this file's folder{hint}"
+    )
 
 
 def _dotted_keys(settings: Any, prefix: str = "") -> set[str]:
