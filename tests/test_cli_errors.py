@@ -556,6 +556,8 @@ def test_a_flag_before_a_config_that_sets_its_key_again_is_refused(
             ["--averaging.last_n", "2", "--averaging.filename", "last.ckpt"],
             "averaging.filename 'last.ckpt' names a checkpoint the run saves",
         ),
+        (["--run_name", ""], "--run_name is empty; give a directory name"),
+        (["--run_name", "../../escape"], "--run_name ../../escape: give a name inside runs_dir"),
     ],
 )
 @pytest.mark.parametrize("flag", ["--print_config", "--print_config=skip_default"])

@@ -284,25 +284,9 @@ class MinitxCLI(LightningCLI):
     def before_instantiate_classes(self) -> None:
         config = self.config
         check_launcher(config)
-        if config.ckpt_path is not None and not str(config.ckpt_path).strip():
-            raise UsageError(
-                "--ckpt_path is empty; give a checkpoint file or 'last' (a shell variable such "
-                "as $CKPT may be unset), or leave --ckpt_path out to start a new run"
-            )
-        for key, default in (("runs_dir", "runs"), ("run_name", "run")):
-            if not str(config[key]).strip():  # else the run lands in ./RUN_NAME or runs/
-                raise UsageError(
-                    f"--{key} is empty; give a directory name (a shell variable may be unset), "
-                    f"or leave --{key} out for the default ({default!r}, or the config's)"
-                )
         # a ~ the shell left (quoted, or from a config file): TensorBoard's logger read it as
         # the home directory, the CSV logger and the checkpoints as a folder named ~ here
         config.runs_dir = os.path.expanduser(config.runs_dir)
-        name = os.path.normpath(config.run_name)
-        if os.path.isabs(name) or name.split(os.sep)[0] in (".", ".."):
-            raise UsageError(  # the run would land beside the run families, or outside runs_dir
-                f"--run_name {config.run_name}: give a name inside runs_dir, such as my_run"
-            )
         self.resume_path: str | None = config.ckpt_path
         self.resume_note: str | None = None  # printed at fit start
         self.run_version: str | None = None

@@ -722,6 +722,31 @@ def check_launcher(config: Any) -> None:
         )
 
 
+def _check_run_settings(config: Any) -> None:
+    """Refuse an empty ``ckpt_path``, ``runs_dir`` or ``run_name`` (a shell variable unset: the
+    run landed in ./RUN_NAME or runs/) and a ``run_name`` outside ``runs_dir``.
+
+    Raises:
+        UsageError: naming the flag and what to give.
+    """
+    if config.ckpt_path is not None and not str(config.ckpt_path).strip():
+        raise UsageError(
+            "--ckpt_path is empty; give a checkpoint file or 'last' (a shell variable such "
+            "as $CKPT may be unset), or leave --ckpt_path out to start a new run"
+        )
+    for key, default in (("runs_dir", "runs"), ("run_name", "run")):
+        if not str(config[key]).strip():  # else the run lands in ./RUN_NAME or runs/
+            raise UsageError(
+                f"--{key} is empty; give a directory name (a shell variable may be unset), "
+                f"or leave --{key} out for the default ({default!r}, or the config's)"
+            )
+    name = os.path.normpath(config.run_name)
+    if os.path.isabs(name) or name.split(os.sep)[0] in (".", ".."):
+        raise UsageError(  # the run would land beside the run families, or outside runs_dir
+            f"--run_name {config.run_name}: give a name inside runs_dir, such as my_run"
+        )
+
+
 def check_values(parser: LightningArgumentParser, config: Any) -> None:
     """The checks of a parsed config's values alone, with neither the data, the model nor
     the machine: a run makes them as soon as it has parsed its command line, and
@@ -734,6 +759,7 @@ def check_values(parser: LightningArgumentParser, config: Any) -> None:
     _check_bleu_schedule(config)
     _check_splits(config)
     _check_averaging(config)
+    _check_run_settings(config)
 
 
 def config_message(exc: ConfigError) -> ConfigError:
