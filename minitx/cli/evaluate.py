@@ -85,7 +85,7 @@ examples:
   minitx-evaluate --checkpoint RUN.ckpt --beam 1 --attention hard-argmax   # hard cross-attention
   minitx-evaluate --checkpoint RUN.ckpt --beam 1 --attention hard-sample --hard-attention-scope all
   minitx-evaluate --checkpoint RUN.ckpt --data builtin:toy --split validation --limit 5
-  MINITX_DATA_DIR=../shared/data/multi30k minitx-evaluate --checkpoint RUN.ckpt
+  MINITX_DATA_DIR=/path/to/multi30k/data/task1/raw minitx-evaluate --checkpoint RUN.ckpt
 
 standard output, per beam size: `greedy: BLEU ... | <sacreBLEU signature>`, then
 `  BLEU = 39.55 71.2/46.3/... (BP = ... ratio = ... hyp_len = ... ref_len = ...) | chrF2 ...`
