@@ -85,6 +85,9 @@ def test_tutorial_runs(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPat
     # one thread, as the suite's other child processes (helpers.subprocess_env): tiny models
     # gain nothing from more, and spinning threads stall on a busy 2-core machine
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    # the notebooks keep their runs in a tempfile.mkdtemp folder for the reader to look at:
+    # under the test's own folder, not left in /tmp by every run of the suite
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
     notebook = nbformat.read(path, as_version=4)
     client = nbclient.NotebookClient(
         notebook,
