@@ -838,6 +838,47 @@ def test_a_sigterm_while_ddp_starts_its_processes_ends_them_all_and_says_so(
     assert found.stdout.strip() == "", "the second process still runs"
 
 
+def test_a_ctrl_c_of_one_ddp_process_stops_them_all_at_one_update(tmp_path: Path) -> None:
+    """The second process alone gets a Ctrl-C after update 3 (a Ctrl-C reaches each
+    process at its own moment): every process stops before update 4, and last.ckpt holds 3.
+    The process that got it stopped alone, and the other waited in its next collective: a
+    hang, or a crash without a checkpoint."""
+    script = tmp_path / "train_then_signal.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import os, signal, sys
+            from minitx.cli.launch import train
+            from minitx.training import TokenThroughput
+
+            end = TokenThroughput.on_train_batch_end
+
+            def signal_the_second(self, trainer, *args, **kwargs):
+                end(self, trainer, *args, **kwargs)
+                if os.environ["LOCAL_RANK"] == "1" and trainer.global_step == 3:
+                    os.kill(os.getpid(), signal.SIGINT)
+
+            TokenThroughput.on_train_batch_end = signal_the_second
+            sys.exit(train())
+            """
+        ),
+        encoding="utf-8",
+    )
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    cmd = [
+        sys.executable, str(script), *TINY, "--trainer.enable_progress_bar", "false",
+        "--trainer.strategy", "ddp", "--trainer.devices", "2", "--trainer.accelerator", "cpu",
+        "--test", "false",
+    ]  # fmt: skip
+    result = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
+    assert result.returncode == 130, result.stderr[-3000:]
+    (run_dir,) = run_dirs(tmp_path)
+    last = run_dir / "checkpoints" / "last.ckpt"
+    assert torch.load(last, weights_only=True, map_location="cpu")["global_step"] == 3
+    assert "training interrupted (Ctrl-C): saved " in result.stderr
+    assert "Traceback" not in result.stderr
+
+
 def test_ddp_two_cpu_processes(tmp_path: Path) -> None:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     cmd = [

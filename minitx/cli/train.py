@@ -599,7 +599,7 @@ def _train_and_test(args: list[str] | None) -> MinitxCLI:
                 Path(callback.dirpath), "the checkpoint directory", "checkpoint.dirpath"
             )
     start = time.perf_counter()
-    alone = trainer.world_size == 1  # under DDP, Lightning handles the signals on every rank
+    alone = trainer.world_size == 1  # under DDP: several processes, which stop together
     try:
         # Until CheckpointOnInterrupt sets its handlers (on_fit_start, after the data is
         # prepared), or under DDP Lightning its own (the processes started), a SIGTERM raises

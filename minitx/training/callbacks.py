@@ -355,8 +355,15 @@ class CheckpointOnInterrupt(L.Callback):
     redoes nothing: Lightning alone would cut a validation short on SIGTERM, and Python on
     Ctrl-C. Lightning puts its SIGTERM handler around ours after on_fit_start, so ours goes
     back in front of it when training starts. `stop_signal` tells ``minitx-train`` which
-    signal it was (exit status 130 or 143). Under DDP, Lightning's own handling applies (it
-    checks SIGTERM on every rank).
+    signal it was (exit status 130 or 143).
+
+    Under DDP each process notes its own signal (a Ctrl-C reaches them all, each at its own
+    moment), and wherever the stop may be handed over the processes first agree on it in one
+    collective (`_noted`): all stop after the same update and save `last.ckpt` together. A
+    process stopping alone (Python's KeyboardInterrupt, or Lightning's SIGTERM check, which
+    reads each process's own flag) left the others waiting in another collective: a hang,
+    or a crash without a checkpoint. A second signal is not acted on there: only together
+    can the processes stop.
 
     Once the stop is under way (handed over, a second signal acted on, or the checkpoint being
     saved), further signals are noted in one line and ignored: all that is left is logging
@@ -378,13 +385,16 @@ class CheckpointOnInterrupt(L.Callback):
         self._cut: int | None = None  # a second signal inside one: acted on after its batch
         self._stopping = False  # the stop under way: further signals are ignored
         self._said_stopping = False
+        self._distributed = False  # several processes (DDP): they stop together
+        self._speaks = True  # the process that says so: the first (global rank 0)
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.stop_signal, self._handed_over, self._lightning_sigterm = None, False, None
         self._validating, self._cut = False, None
         self._stopping, self._said_stopping = False, False
+        self._distributed, self._speaks = trainer.world_size > 1, trainer.is_global_zero
         main_thread = threading.current_thread() is threading.main_thread()
-        if trainer.world_size == 1 and main_thread:  # signal handlers: main thread only
+        if main_thread:  # signal handlers: main thread only
             for signum in (signal.SIGINT, signal.SIGTERM):
                 self._previous[signum] = signal.signal(signum, self._note_signal)
 
@@ -400,8 +410,8 @@ class CheckpointOnInterrupt(L.Callback):
     def _note_signal(self, signum: int, frame: Any) -> None:
         if self._passing:
             return
-        if self._stopping:
-            if not self._said_stopping:
+        if self._stopping or (self._distributed and self.stop_signal is not None):
+            if not self._said_stopping and self._speaks:
                 self._said_stopping = True
                 print_stop("already stopping (kill -9 ends at once)")
             return
@@ -417,9 +427,10 @@ class CheckpointOnInterrupt(L.Callback):
             _raise_for(signum)
         self.stop_signal = signum
         what = "Ctrl-C" if signum == signal.SIGINT else "SIGTERM"
-        print_stop(
-            f"{what}: stopping after this update or validation (a second {what} stops at once)"
-        )
+        then = f"a second {what} stops at once"
+        then = "every process stops there" if self._distributed else then
+        if self._speaks:
+            print_stop(f"{what}: stopping after this update or validation ({then})")
 
     def _hand_over(self, *, after_logging: bool) -> None:
         """Stop the fit for a noted signal, the checkpoint then saved by `on_exception`.
@@ -427,7 +438,8 @@ class CheckpointOnInterrupt(L.Callback):
         `after_logging`: at the end of an update, whose metrics Lightning logs after this
         hook: Lightning's SIGTERM handler is called, and Lightning stops the fit once that row
         is logged. Otherwise (at a validation's end, its scores logged) it stops now, with
-        Lightning's exception for it.
+        Lightning's exception for it. Under DDP every process hands over at the same point
+        (`_noted`), as Lightning's handler broadcasts the stop, a collective.
         """
         if self.stop_signal is None or self._handed_over:
             return
@@ -446,6 +458,16 @@ class CheckpointOnInterrupt(L.Callback):
             signal.signal(signum, handler)
         self._previous = {}
 
+    def _noted(self, trainer: L.Trainer) -> bool:
+        """Whether a stop signal is noted and not yet handed over. Under DDP: by any process,
+        and then the same one in every process (a collective: every process asks at the same
+        point of the fit)."""
+        if self._handed_over:
+            return False
+        if self._distributed:
+            self.stop_signal = _agreed_stop(trainer, self.stop_signal)
+        return self.stop_signal is not None
+
     def on_train_batch_end(
         self,
         trainer: L.Trainer,
@@ -459,7 +481,7 @@ class CheckpointOnInterrupt(L.Callback):
         # inside an accumulation of gradients (they are not saved: the update would be lost).
         epoch_end = trainer.fit_loop.epoch_loop.batch_progress.is_last_batch
         updated = (batch_idx + 1) % trainer.accumulate_grad_batches == 0
-        if updated and not epoch_end and not _run_ends_here(trainer):
+        if updated and not epoch_end and not _run_ends_here(trainer) and self._noted(trainer):
             self._hand_over(after_logging=True)
 
     def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -473,8 +495,7 @@ class CheckpointOnInterrupt(L.Callback):
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._validating = False
         fitting = trainer.state.fn == TrainerFn.FITTING and not trainer.sanity_checking
-        stopping = self.stop_signal is not None and not self._handed_over
-        if fitting and stopping and not _run_ends_here(trainer):
+        if fitting and not _run_ends_here(trainer) and self._noted(trainer):
             # Lightning runs the checkpoint callbacks last (and, at an epoch's end, saves in
             # on_train_epoch_end): this validation's best checkpoint is saved before the stop,
             # which skips the hooks after this one.
@@ -485,8 +506,10 @@ class CheckpointOnInterrupt(L.Callback):
             self._hand_over(after_logging=False)
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if self.stop_signal is not None and not self._handed_over:
+        if self._noted(trainer):  # during the run's last validation, say
             self._stopping = True
+            if self._distributed:  # Lightning would end the other processes by SIGKILL
+                raise SIGTERMException
             _raise_for(self.stop_signal)
 
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
@@ -529,9 +552,9 @@ class CheckpointOnInterrupt(L.Callback):
         if isinstance(exception, MinitxError):  # e.g. divergence: resuming would repeat it
             logger.warning("training stopped: saved %s (the weights before this step)", path)
             return
-        reason = type(exception).__name__
-        if self.stop_signal == signal.SIGINT:
-            reason = KeyboardInterrupt.__name__  # handed to Lightning as a SIGTERM
+        # a Ctrl-C is handed to Lightning as a SIGTERM: the signal says what stopped the fit
+        signals = {signal.SIGINT: "Ctrl-C", signal.SIGTERM: "SIGTERM"}
+        reason = signals.get(self.stop_signal or 0, type(exception).__name__)
         logger.warning(
             "training interrupted (%s): saved %s; to resume, run the same command with "
             "--ckpt_path %s added",  # that path: `last` would take a later run of the family
@@ -539,6 +562,14 @@ class CheckpointOnInterrupt(L.Callback):
             path,
             shlex.quote(str(path)),
         )
+
+
+def _agreed_stop(trainer: L.Trainer, signum: int | None) -> int | None:
+    """The stop signal any process of the run has noted (SIGTERM over Ctrl-C), or None: the
+    same in every process. A collective: every process calls it at the same point."""
+    noted = torch.tensor([signum or 0], device=trainer.strategy.root_device)
+    agreed = int(trainer.strategy.reduce(noted, reduce_op="max").item())
+    return agreed or None
 
 
 def _raise_for(signum: int) -> NoReturn:
