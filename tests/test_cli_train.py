@@ -879,6 +879,36 @@ def test_a_ctrl_c_of_one_ddp_process_stops_them_all_at_one_update(tmp_path: Path
     assert "Traceback" not in result.stderr
 
 
+def test_a_master_port_in_use_is_one_line_and_ends_the_second_process(tmp_path: Path) -> None:
+    """Was: torch's DistNetworkError traceback, exit status 1, the new run directory left, and
+    the second process waiting for the first (gloo: 30 minutes) after the command returned."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "MASTER_ADDR": "127.0.0.1"}
+        env["MASTER_PORT"] = str(port)
+        cmd = [
+            sys.executable, "-m", "minitx.cli.train", *TINY, "--test", "false",
+            "--trainer.strategy", "ddp", "--trainer.devices", "2", "--trainer.accelerator", "cpu",
+            "--run_name", f"port-{port}",  # the process to look for below
+        ]  # fmt: skip
+        result = subprocess.run(
+            cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+        )
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert result.stderr.splitlines() == [
+        f"error: MASTER_PORT {port} is in use on this machine (another program, or another run): "
+        "set MASTER_PORT to a free port, or leave it unset on one machine"
+    ]
+    assert run_dirs(tmp_path, f"port-{port}") == []
+    time.sleep(1)  # the kill reaches the second process
+    found = subprocess.run(["pgrep", "-f", f"port-{port}"], capture_output=True, text=True)
+    assert found.stdout.strip() == "", "the second process still runs"
+
+
 def test_ddp_two_cpu_processes(tmp_path: Path) -> None:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     cmd = [

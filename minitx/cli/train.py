@@ -537,6 +537,29 @@ def _peer_gone(exc: BaseException) -> bool:
     )
 
 
+def _unconnected(exc: BaseException, trainer: L.Trainer) -> bool:
+    """Whether `exc` is the first process of a DDP run failing to open the processes' meeting
+    point (``MASTER_ADDR:MASTER_PORT``), before any of them has connected."""
+    first = trainer.world_size > 1 and launch_rank() == 0
+    return first and type(exc).__name__ == "DistNetworkError" and trainer.global_step == 0
+
+
+def _connect_message(exc: BaseException) -> str:
+    """The error line for `_unconnected`: the address and port, and what to change."""
+    address = os.environ.get("MASTER_ADDR", "127.0.0.1")
+    port = os.environ.get("MASTER_PORT", "(Lightning's choice)")
+    if "EADDRINUSE" in str(exc):
+        return (
+            f"MASTER_PORT {port} is in use on this machine (another program, or another run): "
+            "set MASTER_PORT to a free port, or leave it unset on one machine"
+        )
+    return (
+        f"the training processes cannot meet at MASTER_ADDR {address}, MASTER_PORT {port} "
+        f"({_first_line(exc)}); set MASTER_ADDR to an address of this machine and "
+        "MASTER_PORT to a free port (the multi-node guide)"
+    )
+
+
 def _first_line(exc: BaseException) -> str:
     """The first line of a library's error message (its name when it has none)."""
     text = str(exc).strip()
@@ -637,6 +660,16 @@ def _train_and_test(args: list[str] | None) -> MinitxCLI:
                     f"a trainer setting Lightning refuses: {_first_line(exc)} (the trainer.* "
                     "settings: minitx-train --help)"
                 ) from None
+            except RuntimeError as exc:
+                if not _unconnected(exc, trainer):
+                    raise
+                # the processes it started would wait for it (gloo: 30 minutes); they have
+                # done nothing yet
+                launcher = trainer.strategy.launcher
+                if launcher is not None:
+                    launcher.kill(signal.SIGKILL)
+                _remove_unstarted_run(cli, collective=False)
+                raise UsageError(_connect_message(exc)) from None
     except SIGTERMException:  # a bare SystemExit: it would end the process with status 0
         stops = [c.stop_signal for c in trainer.callbacks if isinstance(c, CheckpointOnInterrupt)]
         ctrl_c = signal.SIGINT in stops  # a Ctrl-C that Lightning handled as a SIGTERM
