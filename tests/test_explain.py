@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 import matplotlib
@@ -54,8 +55,11 @@ def test_the_command_writes_tables_and_figures(tiny_checkpoint: Path, tmp_path: 
     summary = json.loads((out / "explain" / "results.json").read_text())
     assert summary["sentences"] + summary["skipped"] == 6
     assert summary["methods"] == ["saliency", "ig"]
-    # the seed picks the random pieces removed: the command was written without it
-    assert summary["command"].endswith("--seed 3 --sentences 6 --variants saliency ig")
+    # the seed picks the random pieces removed: the command was written without it, and
+    # without --out, so that running it again wrote into ./experiments
+    assert summary["command"].endswith(
+        f"--seed 3 --sentences 6 --variants saliency ig --out {shlex.quote(str(out))}"
+    )
     assert "Integrated gradients: " in markdown(summary)
     assert "Integrated gradients" not in markdown({**summary, "methods": ["saliency"]})
     from minitx.translator import Translator

@@ -463,6 +463,7 @@ def run_explain(
         command += f" --sentences {sentences}"
     if only:
         command += " --variants " + " ".join(methods)
+    command += f" --out {shlex.quote(str(settings.out))}"  # else the rerun wrote elsewhere
     summary = {
         "experiment": NAME,
         "claim": experiment.claim,
