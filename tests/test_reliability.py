@@ -346,18 +346,33 @@ def test_an_include_that_jsonargparse_would_drop_or_crash_on_is_refused(
     assert error.startswith("error: --config c.yaml: ") and re.search(message, error), error
 
 
+@pytest.mark.parametrize(
+    "include",
+    [
+        "sub.yaml",
+        "~/sub.yaml",  # jsonargparse reads ~ as the home directory
+        "'{model: {optim: {lr: 0.0123}}}'",  # settings written inline, as --config takes them
+    ],
+)
 def test_an_include_in_other_sections_is_read(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+    include: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
 ) -> None:
-    """The include's keys stand where the including file sets none of their section."""
+    """The include's keys stand where the including file sets none of their section; a null
+    include is none."""
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path))
     (tmp_path / "sub.yaml").write_text("model: {optim: {lr: 0.0123}}\n")
-    (tmp_path / "c.yaml").write_text("config: sub.yaml\ntrainer: {max_steps: 7}\n")
-    with pytest.raises(SystemExit) as exit_info:
-        main([*TINY, "--config", "c.yaml", "--print_config"])
-    assert exit_info.value.code == 0
-    printed = yaml.safe_load(capsys.readouterr().out)
-    assert (printed["model"]["optim"]["lr"], printed["trainer"]["max_steps"]) == (0.0123, 7)
+    (tmp_path / "c.yaml").write_text(f"config: {include}\ntrainer: {{max_steps: 7}}\n")
+    (tmp_path / "none.yaml").write_text("config: null\ntrainer: {max_steps: 7}\n")
+    for config, lr in (("c.yaml", 0.0123), ("none.yaml", 0.005)):  # tiny's own rate
+        with pytest.raises(SystemExit) as exit_info:
+            main([*TINY, "--config", config, "--print_config"])
+        assert exit_info.value.code == 0
+        printed = yaml.safe_load(capsys.readouterr().out)
+        assert (printed["model"]["optim"]["lr"], printed["trainer"]["max_steps"]) == (lr, 7)
 
 
 def test_yaml_merge_keys_may_be_redone_and_are_read_as_yaml_reads_them() -> None:
@@ -650,6 +665,32 @@ def test_the_handlers_come_back_once_the_stop_has_saved_unless_the_process_ends(
     finally:
         signal.signal(signal.SIGINT, before[0])
         signal.signal(signal.SIGTERM, before[1])
+
+
+def test_under_ddp_a_signal_during_the_agreement_waits_for_the_next_one() -> None:
+    """The processes agree on a stop in an all-reduce (`_noted`); a signal noted while it
+    waits for the others is not in this agreement, and was then thrown away: said ("stopping
+    after this update"), never acted on, and a later one taken as the first."""
+    import torch
+
+    from minitx.training.callbacks import CheckpointOnInterrupt
+
+    callback = CheckpointOnInterrupt()
+    callback._distributed, callback._speaks = True, False
+    others = [0]  # what the other process has noted, by agreement
+
+    class Strategy:
+        root_device = torch.device("cpu")
+
+        def reduce(self, tensor: torch.Tensor, reduce_op: str) -> torch.Tensor:
+            callback._note_signal(signal.SIGTERM, None)  # lands while the collective waits
+            return torch.maximum(tensor, torch.tensor(others))
+
+    trainer = SimpleNamespace(strategy=Strategy())
+    assert not callback._noted(trainer)  # the other process knows nothing of it yet
+    assert callback.stop_signal == signal.SIGTERM
+    assert callback._noted(trainer)  # at the next point, both stop
+    assert callback.stop_signal == signal.SIGTERM
 
 
 class InterruptTraining(Callback):

@@ -541,17 +541,18 @@ def _unconnected(exc: BaseException, trainer: L.Trainer) -> bool:
     """Whether `exc` is the first process of a DDP run failing to open the processes' meeting
     point (``MASTER_ADDR:MASTER_PORT``), before any of them has connected."""
     first = trainer.world_size > 1 and launch_rank() == 0
-    return first and type(exc).__name__ == "DistNetworkError" and trainer.global_step == 0
+    met = torch.distributed.is_available() and torch.distributed.is_initialized()
+    return first and not met and type(exc).__name__ == "DistNetworkError"
 
 
 def _connect_message(exc: BaseException) -> str:
     """The error line for `_unconnected`: the address and port, and what to change."""
     address = os.environ.get("MASTER_ADDR", "127.0.0.1")
-    port = os.environ.get("MASTER_PORT", "(Lightning's choice)")
+    port = os.environ.get("MASTER_PORT", "")  # set by Lightning if not by the user
     if "EADDRINUSE" in str(exc):
         return (
             f"MASTER_PORT {port} is in use on this machine (another program, or another run): "
-            "set MASTER_PORT to a free port, or leave it unset on one machine"
+            "set MASTER_PORT to a free port"
         )
     return (
         f"the training processes cannot meet at MASTER_ADDR {address}, MASTER_PORT {port} "

@@ -451,9 +451,9 @@ def _check_config_file(
         defaults.append(parser.get_defaults())
     _check_sections(where, settings, defaults[0], "")
     keys = _dotted_keys(settings) - {"config"}
-    if "config" not in settings:
+    inner = _included_file(where, path, settings.get("config"))
+    if inner is None:
         return keys
-    inner = _included_file(where, path, settings["config"])
     included = _check_config_file(
         f"{inner} (included by {path})", inner, parser, defaults, [*seen, path.resolve()]
     )
@@ -471,22 +471,27 @@ def _check_config_file(
     return keys | included
 
 
-def _included_file(where: str, path: Path, name: Any) -> Path:
+def _included_file(where: str, path: Path, name: Any) -> Path | None:
     """The file a config file's ``config:`` key includes: one path, relative to the including
     file's folder (jsonargparse follows no other value: a list was dropped without a word, a
-    number ended in a traceback).
+    number ended in a traceback). None: no include (no key, or null), or settings written
+    inline (``config: "{trainer: {max_steps: 3}}"``), which jsonargparse reads itself.
 
     Raises:
         UsageError: naming the including file, the value and what to give instead.
     """
+    if name is None:
+        return None
     if not isinstance(name, str) or not name.strip():
         raise UsageError(
             f"{where}: config: {name!r}: give the path of one YAML file to include, relative "
             "to this file's folder; to read several files, give --config once for each"
         )
-    inner = path.parent / name  # an absolute `name` stays itself
+    inner = path.parent / Path(name).expanduser()  # an absolute `name` stays itself
     if inner.is_file():
         return inner
+    if not inner.exists() and any(c in name for c in "{}:\n"):  # YAML text, as --config takes
+        return None
     packaged = (CONFIG_DIR / name).with_suffix(".yaml")
     what = "a directory" if inner.is_dir() else "no such file"
     hint = (

@@ -3,8 +3,8 @@
 A run's directory is ``{runs_dir}/{run_name}/{version}``: a new run claims a fresh version
 (`shared_version`, the same in every DDP process), ``--ckpt_path last`` takes the family's
 newest ``last.ckpt`` (`last_run_checkpoint`), and a resume from a run's own ``last.ckpt`` goes on
-in that run's directory (`own_run_version`). `check_resume` refuses a checkpoint the run
-cannot go on from before anything is written.
+in that run's directory (`own_run_version`); the resume's own checks are the command's
+(`minitx.cli.train`).
 """
 
 from __future__ import annotations
@@ -13,16 +13,10 @@ import os
 import shlex
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from minitx.checkpoint import read_checkpoint
-from minitx.errors import (
-    is_whole_number,
-)
+from minitx.errors import is_whole_number
 from minitx.outputs import RUN_STAMP, claim_run_dir
-
-if TYPE_CHECKING:
-    pass
 
 
 def last_run_checkpoint(run_root: Path) -> Path | None:

@@ -398,10 +398,17 @@ class CheckpointOnInterrupt(L.Callback):
             for signum in (signal.SIGINT, signal.SIGTERM):
                 self._previous[signum] = signal.signal(signum, self._note_signal)
 
+    def on_sanity_check_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._in_front()  # Lightning's handler is in place by now: under DDP it broadcasts
+
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        # Lightning's handler, which wraps ours, marks the stop at once: it ended a validation
-        # after its current batch, and the history never got that validation's scores. Ours,
-        # in front, hands the stop on when it is time.
+        self._in_front()
+
+    def _in_front(self) -> None:
+        """Put our SIGTERM handler in front of Lightning's. Lightning's, which wraps ours,
+        marks the stop at once: it ended a validation after its current batch, and the
+        history never got that validation's scores; under DDP it broadcasts, a collective,
+        from inside the handler of one process. Ours hands the stop on when it is time."""
         current = signal.getsignal(signal.SIGTERM)
         if self._previous and callable(current) and current != self._note_signal:
             self._lightning_sigterm = current
@@ -464,9 +471,13 @@ class CheckpointOnInterrupt(L.Callback):
         point of the fit)."""
         if self._handed_over:
             return False
-        if self._distributed:
-            self.stop_signal = _agreed_stop(trainer, self.stop_signal)
-        return self.stop_signal is not None
+        if not self._distributed:
+            return self.stop_signal is not None
+        agreed = _agreed_stop(trainer, self.stop_signal)
+        if agreed is None:  # a signal noted during the collective waits for the next point
+            return False
+        self.stop_signal = agreed
+        return True
 
     def on_train_batch_end(
         self,
@@ -552,9 +563,11 @@ class CheckpointOnInterrupt(L.Callback):
         if isinstance(exception, MinitxError):  # e.g. divergence: resuming would repeat it
             logger.warning("training stopped: saved %s (the weights before this step)", path)
             return
-        # a Ctrl-C is handed to Lightning as a SIGTERM: the signal says what stopped the fit
-        signals = {signal.SIGINT: "Ctrl-C", signal.SIGTERM: "SIGTERM"}
-        reason = signals.get(self.stop_signal or 0, type(exception).__name__)
+        reason = type(exception).__name__
+        if isinstance(exception, KeyboardInterrupt | SIGTERMException):
+            # a Ctrl-C is handed to Lightning as a SIGTERM: the signal says what stopped it
+            signals = {signal.SIGINT: "Ctrl-C", signal.SIGTERM: "SIGTERM"}
+            reason = signals.get(self.stop_signal or 0, reason)
         logger.warning(
             "training interrupted (%s): saved %s; to resume, run the same command with "
             "--ckpt_path %s added",  # that path: `last` would take a later run of the family
