@@ -793,6 +793,26 @@ def test_a_corpus_error_under_ddp_is_one_line_not_buried_by_the_other_rank(
     assert len(errors) == 1 and "train.jsonl: line 61 is not valid JSON" in errors[0], errors
 
 
+def patched_ddp_run(
+    tmp_path: Path, patch: str, *args: str, timeout: float
+) -> subprocess.CompletedProcess:
+    """Train the tiny config in two DDP processes on the CPU, `patch` (Python code) run first
+    in each: a real process, since Lightning starts the second by running the first's command
+    line again. The script is `tmp_path / "train_patched.py"`."""
+    script = tmp_path / "train_patched.py"
+    launch = "\nimport sys\nfrom minitx.cli.launch import train\nsys.exit(train())\n"
+    script.write_text(textwrap.dedent(patch) + launch, encoding="utf-8")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    cmd = [
+        sys.executable, str(script), *TINY, "--trainer.enable_progress_bar", "false",
+        "--trainer.strategy", "ddp", "--trainer.devices", "2", "--trainer.accelerator", "cpu",
+        *args,
+    ]  # fmt: skip
+    return subprocess.run(
+        cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
 def test_a_sigterm_while_ddp_starts_its_processes_ends_them_all_and_says_so(
     tmp_path: Path,
 ) -> None:
@@ -800,41 +820,27 @@ def test_a_sigterm_while_ddp_starts_its_processes_ends_them_all_and_says_so(
     they connect): one line, status 143, the second process ended and the new run directory
     removed. SIGTERM's default ended the first process unsaid, its directory left, and the
     second waited for it (gloo's timeout: 30 minutes)."""
-    script = tmp_path / "train_then_sigterm.py"
-    script.write_text(
-        textwrap.dedent(
-            """
-            import os, signal, sys, time
-            from lightning.pytorch.strategies import DDPStrategy
-            from minitx.cli.launch import train
+    patch = """
+        import os, signal, time
+        from lightning.pytorch.strategies import DDPStrategy
 
-            connect = DDPStrategy.setup_environment
+        connect = DDPStrategy.setup_environment
 
-            def sigterm_first(self):  # the second process is started by now
-                if os.environ["LOCAL_RANK"] == "0":  # the first process (its launcher's)
-                    os.kill(os.getpid(), signal.SIGTERM)
-                    time.sleep(5)  # the handler runs here
-                connect(self)
+        def sigterm_first(self):  # the second process is started by now
+            if os.environ["LOCAL_RANK"] == "0":  # the first process (its launcher's)
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(5)  # the handler runs here
+            connect(self)
 
-            DDPStrategy.setup_environment = sigterm_first
-            sys.exit(train())
-            """
-        ),
-        encoding="utf-8",
-    )
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    cmd = [
-        sys.executable, str(script), *TINY, "--trainer.enable_progress_bar", "false",
-        "--trainer.strategy", "ddp", "--trainer.devices", "2", "--trainer.accelerator", "cpu",
-    ]  # fmt: skip
-    # a real process: Lightning starts the second by running the first's command line again
-    result = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
+        DDPStrategy.setup_environment = sigterm_first
+        """
+    result = patched_ddp_run(tmp_path, patch, timeout=240)
     assert result.returncode == 143, result.stderr[-3000:]
     last = result.stderr.strip().splitlines()[-1]
     assert last == "terminated (SIGTERM) before training began: nothing was trained"
     assert run_dirs(tmp_path) == []
     time.sleep(1)  # Lightning's kill reaches the second process
-    found = subprocess.run(["pgrep", "-f", str(script)], capture_output=True, text=True)
+    found = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True)
     assert found.stdout.strip() == "", "the second process still runs"
 
 
@@ -843,34 +849,20 @@ def test_a_ctrl_c_of_one_ddp_process_stops_them_all_at_one_update(tmp_path: Path
     process at its own moment): every process stops before update 4, and last.ckpt holds 3.
     The process that got it stopped alone, and the other waited in its next collective: a
     hang, or a crash without a checkpoint."""
-    script = tmp_path / "train_then_signal.py"
-    script.write_text(
-        textwrap.dedent(
-            """
-            import os, signal, sys
-            from minitx.cli.launch import train
-            from minitx.training import TokenThroughput
+    patch = """
+        import os, signal
+        from minitx.training import TokenThroughput
 
-            end = TokenThroughput.on_train_batch_end
+        end = TokenThroughput.on_train_batch_end
 
-            def signal_the_second(self, trainer, *args, **kwargs):
-                end(self, trainer, *args, **kwargs)
-                if os.environ["LOCAL_RANK"] == "1" and trainer.global_step == 3:
-                    os.kill(os.getpid(), signal.SIGINT)
+        def signal_the_second(self, trainer, *args, **kwargs):
+            end(self, trainer, *args, **kwargs)
+            if os.environ["LOCAL_RANK"] == "1" and trainer.global_step == 3:
+                os.kill(os.getpid(), signal.SIGINT)
 
-            TokenThroughput.on_train_batch_end = signal_the_second
-            sys.exit(train())
-            """
-        ),
-        encoding="utf-8",
-    )
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    cmd = [
-        sys.executable, str(script), *TINY, "--trainer.enable_progress_bar", "false",
-        "--trainer.strategy", "ddp", "--trainer.devices", "2", "--trainer.accelerator", "cpu",
-        "--test", "false",
-    ]  # fmt: skip
-    result = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
+        TokenThroughput.on_train_batch_end = signal_the_second
+        """
+    result = patched_ddp_run(tmp_path, patch, "--test", "false", timeout=180)
     assert result.returncode == 130, result.stderr[-3000:]
     (run_dir,) = run_dirs(tmp_path)
     last = run_dir / "checkpoints" / "last.ckpt"
