@@ -561,6 +561,24 @@ SHORT = (
         (540.0, 660.0, 1475, 1475, UNUSED),  # a faster machine: 1,475 * 1,200 / 660 = 2,681
         (540.0, 660.0, 1300, 1475, ""),  # early stopping on that machine: no advice
         (12.0, 3.0, 46, 46, SHORT),  # a quarter of a minute: not "0 min"
+        # was "about 25 updates would fill it: --trainer.max_steps 25" after 30, and
+        # "--trainer.max_steps 0", which minitx-train refuses: a round number only above the plan
+        (
+            0.3,
+            1.7,
+            30,
+            30,
+            ", the plan done with 0.0 of trainer.max_time's 0.03 min left "
+            "(about 35 updates would fill it: --trainer.max_steps 35)",
+        ),
+        (
+            0.5,
+            0.5,
+            1,
+            1,
+            ", the plan done with 0.0 of trainer.max_time's 0.02 min left "
+            "(about 2 updates would fill it: --trainer.max_steps 2)",
+        ),
     ],
 )
 def test_the_end_of_fit_line_says_how_the_plan_met_max_time(

@@ -689,7 +689,7 @@ def _train_and_test(args: list[str] | None) -> MinitxCLI:
     best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
     run_dir = run_directory(trainer)  # a collective under DDP: every rank must ask
     if trainer.is_global_zero:
-        note = _time_budget_note(trainer) or _epochs_note(trainer)
+        note = _epochs_note(trainer) + _time_budget_note(trainer)  # max_epochs, then the clock
         print(
             f"fit finished in {minutes:.1f} min{note}; "
             f"best checkpoint: {best or '(none)'}; run dir: {run_dir or '(none)'}"
@@ -815,7 +815,11 @@ def time_budget_note(
     budget = remaining_s + (elapsed_s or 0.0)
     if global_step < planned or not elapsed_s or remaining_s <= UNUSED_BUDGET_NOTE * budget:
         return ""  # stopped early (e.g. early stopping), or the plan used the budget
-    fill = int(global_step * budget / elapsed_s) // 25 * 25
+    fill = int(global_step * budget / elapsed_s)
+    rounded = fill // 25 * 25  # a round number, unless that falls to the plan just done (or 0)
+    fill = rounded if rounded > global_step else fill
+    if fill <= global_step:
+        return ""
     flags = f"--trainer.max_steps {fill}"
     if max_epochs is not None and 0 < max_epochs * steps_per_epoch < fill:
         flags += f" --trainer.max_epochs {math.ceil(fill / steps_per_epoch)}"
