@@ -667,6 +667,29 @@ def test_the_handlers_come_back_once_the_stop_has_saved_unless_the_process_ends(
         signal.signal(signal.SIGTERM, before[1])
 
 
+@pytest.mark.filterwarnings("ignore:LightningCLI's args parameter")
+def test_a_resume_with_a_budget_below_the_time_spent_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """Was: accepted with exit status 0, nothing trained, the last updates left unvalidated,
+    and config.yaml saying the run had a 1-second budget. The run's own budget, spent,
+    resumes (a finished run, for its test)."""
+    monkeypatch.chdir(tmp_path)
+    budget = ["--trainer.max_time", "00:00:10:00", "--trainer.max_steps", "3"]
+    main(TINY + QUIET + budget)
+    with pytest.raises(SystemExit) as exit_info:
+        main(TINY + QUIET + ["--ckpt_path", "last", "--trainer.max_time", "{microseconds: 1}"])
+    assert exit_info.value.code == 2
+    error = one_error_line(capsys.readouterr().err)
+    assert re.fullmatch(
+        r"error: --ckpt_path \S+last.ckpt: its run has trained for \d+ s of its trainer.max_time "
+        r"00:00:10:00, more than --trainer.max_time \{'microseconds': 1\}; resume with its own "
+        r"budget \(00:00:10:00\) or a longer one, or null, or start a new run",
+        error,
+    ), error
+    main(TINY + QUIET + [*budget, "--ckpt_path", "last"])  # its own budget: accepted
+
+
 def test_under_ddp_a_signal_during_the_agreement_waits_for_the_next_one() -> None:
     """The processes agree on a stop in an all-reduce (`_noted`); a signal noted while it
     waits for the others is not in this agreement, and was then thrown away: said ("stopping

@@ -95,7 +95,7 @@ from minitx.training import (
     ValidateAtEnd,
     ValidationExamples,
 )
-from minitx.training.cadence import validation_cadence
+from minitx.training.cadence import duration, validation_cadence
 from minitx.training.callbacks import (
     BudgetClock,
     budget_schedules,
@@ -957,11 +957,44 @@ def _check_resume(cli: MinitxCLI, path: Path) -> dict[str, Any]:
             f"--trainer.max_steps {max_steps}; resume with --trainer.max_steps {steps} or more "
             "(the run's own setting, if it was larger), or start a new run"
         )
+    _check_resumed_budget(cli, state, path)
     if (state.get(CHECKPOINT_KEY) or {}).get("tokenizer") is not None:
         cli.datamodule.setup("fit")
         cli.model.tokenizer = cli.datamodule.tokenizer
         cli.model.check_resume(state)
     return state
+
+
+def _check_resumed_budget(cli: MinitxCLI, state: Mapping[str, Any], path: Path) -> None:
+    """Refuse a ``trainer.max_time`` below both the training time the checkpoint's run has
+    spent and that run's own budget: Lightning trained nothing, and the last updates stayed
+    unvalidated, with exit status 0. The run's own budget, spent (a finished run resumed for
+    its test), passes.
+
+    Raises:
+        UsageError: naming both budgets and the time spent.
+    """
+    given = cli.config.trainer.get("max_time")
+    timer = (state.get("callbacks") or {}).get("Timer") or {}
+    spent = (timer.get("time_elapsed") or {}).get("train")
+    saved = state[CHECKPOINT_KEY].get("train_config")
+    try:
+        own = _flat(yaml.safe_load(saved)).get("trainer.max_time") if saved else None
+    except yaml.YAMLError:
+        own = None
+    if given is None or own is None or not isinstance(spent, (int, float)):
+        return
+    try:
+        own_budget = duration(own).total_seconds()
+    except ConfigError:  # a damaged record: the resume's other checks decide
+        return
+    budget = duration(given).total_seconds()
+    if budget < spent and budget < own_budget:
+        raise UsageError(
+            f"--ckpt_path {path}: its run has trained for {spent:.0f} s of its "
+            f"trainer.max_time {own}, more than --trainer.max_time {given}; resume with its own "
+            f"budget ({own}) or a longer one, or null, or start a new run"
+        )
 
 
 def run() -> int:
