@@ -222,3 +222,30 @@ def test_a_step_bound_run_with_a_clock_repeats_exactly(tmp_path: Path) -> None:
     assert len(losses) > 20 and losses == losses_again
     assert weights.keys() == weights_again.keys()
     assert all(torch.equal(weights[k], weights_again[k]) for k in weights)
+
+
+def test_a_run_resumed_with_a_longer_budget_takes_its_rate_from_the_new_one() -> None:
+    """A run that its 5-second budget ended, resumed with 8 seconds: before the first update
+    `BudgetClock` tells the schedule the new budget, from which the update's rate is set.
+    Without it the update took the old plan's rate, 0 (the budget spent)."""
+    from types import SimpleNamespace
+
+    from lightning.pytorch.callbacks import Timer
+
+    from minitx.training.callbacks import BudgetClock
+
+    schedule = BudgetSchedule(WARMUP, TOTAL)
+    run(schedule, 0.05, 5.0, 100)  # the first run: 100 updates in its 5 seconds
+    assert schedule(100) == 0.0
+    timer = Timer(duration={"seconds": 8})  # the resumed run's, its clock at 5 seconds
+    timer.load_state_dict({"time_elapsed": {"train": 5.0}})
+    scheduler = SimpleNamespace(lr_lambdas=[schedule])
+    trainer = SimpleNamespace(
+        global_step=100,
+        callbacks=[timer],
+        lr_scheduler_configs=[SimpleNamespace(scheduler=scheduler)],
+        strategy=SimpleNamespace(broadcast=lambda value: value),
+    )
+    BudgetClock().on_train_start(trainer, None)
+    assert schedule(100) == pytest.approx(1 - (5.0 - 0.5) / (8.0 - 0.5))  # the new line's
+    assert schedule.clock_led_steps == 90  # the first run's count: nothing new was trained

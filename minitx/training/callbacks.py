@@ -745,6 +745,17 @@ class BudgetClock(L.Callback):
     ) -> None:
         """Tell the time just before the update: Lightning steps the schedulers right after
         it (before ``on_train_batch_end``), so the next update's rate reads this time."""
+        self._tell(trainer, trainer.global_step + 1)
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """A resumed run: tell its budget before the first update, whose rate is set from the
+        schedule before it (`TranslationModule.on_train_start`, after this hook). The
+        checkpoint's schedule holds the budget of the run that wrote it: resumed with a longer
+        ``max_time``, the first update took the old plan's rate (0 once that was spent)."""
+        if trainer.global_step > 0:
+            self._tell(trainer, trainer.global_step)
+
+    def _tell(self, trainer: L.Trainer, step: int) -> None:
         schedules = budget_schedules(trainer)
         if not schedules:
             return
@@ -753,7 +764,7 @@ class BudgetClock(L.Callback):
         # Every process reads rank 0's clock: under DDP the replicas must use the same rate.
         elapsed, budget = trainer.strategy.broadcast((elapsed, budget))
         for schedule in schedules:
-            schedule.tell(trainer.global_step + 1, elapsed or 0.0, budget)
+            schedule.tell(step, elapsed or 0.0, budget)
 
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any, **kwargs: Any
