@@ -30,7 +30,7 @@ def duration(value: str | dict[str, int] | timedelta) -> timedelta:
     except (MisconfigurationException, TypeError, AttributeError, ValueError, OverflowError):
         raise ConfigError(
             f"trainer.max_time={value!r}: not a duration; give DD:HH:MM:SS (e.g. 00:00:20:00 "
-            "for 20 minutes), a dict such as {minutes: 20}, or null for none"
+            "for 20 minutes), a dict of whole numbers such as {minutes: 20}, or null for none"
         ) from None
 
 

@@ -552,8 +552,9 @@ class TranslationModule(L.LightningModule):
         if not math.isfinite(planned):
             raise ConfigError(
                 f"model.optim.schedule {o.schedule!r} decays to zero at the last planned step, "
-                "but the run has no planned length; set trainer.max_epochs or "
-                "trainer.max_steps, or model.optim.total_steps"
+                "but the run has no planned length (trainer.max_time bounds it, but plans no "
+                "number of steps); set trainer.max_epochs or trainer.max_steps, or "
+                "model.optim.total_steps"
             )
         planned = int(planned)
         if planned > o.warmup_steps:
