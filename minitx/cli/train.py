@@ -880,12 +880,8 @@ def _changed_settings(cli: MinitxCLI, checkpoint: Mapping[str, Any]) -> str:
     ``key old -> new`` joined by "; " (``ckpt_path`` and keys only one of them has aside), or
     "" when it carries no training config. Said at the resume: config.yaml then holds them as
     if the run had begun with them."""
-    saved = checkpoint[CHECKPOINT_KEY].get("train_config")
-    if not isinstance(saved, str):
-        return ""
-    try:
-        before = _flat(yaml.safe_load(saved))
-    except yaml.YAMLError:
+    before = _saved_settings(checkpoint)
+    if before is None:
         return ""
     now = _flat(yaml.safe_load(cli.parser.dump(cli.config, skip_none=False)))
     # keys in both: a checkpoint of an earlier minitx lacks the settings added since
@@ -894,6 +890,18 @@ def _changed_settings(cli: MinitxCLI, checkpoint: Mapping[str, Any]) -> str:
         for key in sorted(before.keys() & now.keys())
         if before[key] != now[key] and key != "ckpt_path"
     )
+
+
+def _saved_settings(checkpoint: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The settings `checkpoint`'s run was trained with, as dotted keys (`_flat`); None when
+    it carries no readable training config."""
+    saved = checkpoint[CHECKPOINT_KEY].get("train_config")
+    if not isinstance(saved, str):
+        return None
+    try:
+        return _flat(yaml.safe_load(saved))
+    except yaml.YAMLError:
+        return None
 
 
 def _flat(settings: Any, prefix: str = "") -> dict[str, Any]:
@@ -977,11 +985,7 @@ def _check_resumed_budget(cli: MinitxCLI, state: Mapping[str, Any], path: Path) 
     given = cli.config.trainer.get("max_time")
     timer = (state.get("callbacks") or {}).get("Timer") or {}
     spent = (timer.get("time_elapsed") or {}).get("train")
-    saved = state[CHECKPOINT_KEY].get("train_config")
-    try:
-        own = _flat(yaml.safe_load(saved)).get("trainer.max_time") if saved else None
-    except yaml.YAMLError:
-        own = None
+    own = (_saved_settings(state) or {}).get("trainer.max_time")
     if given is None or own is None or not isinstance(spent, (int, float)):
         return
     try:
