@@ -315,7 +315,7 @@ def resolve_config_names(args: list[str]) -> list[str]:
     printing = [a for a in args if a == "--print_config" or a.startswith("--print_config=")]
     out = [a for a in args if a not in printing] + printing
     for flag, value, index in _config_args(out):
-        packaged = CONFIG_DIR / (value if value.endswith(".yaml") else f"{value}.yaml")
+        packaged = _packaged(value)
         path = Path(value).expanduser()  # as jsonargparse reads it: --config=~/my.yaml
         if not value.strip():  # jsonargparse: "Unexpected config:", naming nothing
             raise UsageError(
@@ -324,7 +324,7 @@ def resolve_config_names(args: list[str]) -> list[str]:
             )
         # no file of that name: a packaged config's, even beside a folder of that name (the
         # run family runs/tiny/ of `--config tiny`)
-        if not path.is_file() and "/" not in value and packaged.is_file():
+        if not path.is_file() and packaged is not None:
             out[index] = str(packaged) if out[index] == value else f"--config={packaged}"
         elif path.exists() and not path.is_file():  # jsonargparse: "Path is not a file"
             what = "a directory" if path.is_dir() else "a device or pipe"
@@ -334,13 +334,25 @@ def resolve_config_names(args: list[str]) -> list[str]:
             )
         elif path.is_file():
             _check_config_text(flag, path)
-        elif not path.exists() and value != "-" and not any(c in value for c in "{}:\n"):
+        elif not path.exists() and value != "-" and not _yaml_text(value):
             # neither a file, standard input (-), nor a YAML text or URL: a mistyped name
             raise UsageError(
                 f"{flag} {value}: no such file, nor a packaged config of that name; give a "
                 f"config file or a packaged name ({packaged_names()})"
             )
     return out
+
+
+def _packaged(name: str) -> Path | None:
+    """The packaged config `name` (``tiny`` or ``tiny.yaml``) names, or None: a name with a
+    folder in it, or of no packaged config."""
+    packaged = CONFIG_DIR / (name if name.endswith(".yaml") else f"{name}.yaml")
+    return packaged if "/" not in name and packaged.is_file() else None
+
+
+def _yaml_text(value: str) -> bool:
+    """Whether a config value is YAML text (or a URL), as jsonargparse reads it, not a path."""
+    return any(c in value for c in "{}:\n")
 
 
 def packaged_names() -> str:
@@ -490,13 +502,12 @@ def _included_file(where: str, path: Path, name: Any) -> Path | None:
     inner = path.parent / Path(name).expanduser()  # an absolute `name` stays itself
     if inner.is_file():
         return inner
-    if not inner.exists() and any(c in name for c in "{}:\n"):  # YAML text, as --config takes
+    if not inner.exists() and _yaml_text(name):  # read as --config reads it
         return None
-    packaged = (CONFIG_DIR / name).with_suffix(".yaml")
     what = "a directory" if inner.is_dir() else "no such file"
     hint = (
         f"; a packaged config is read from the command line: --config {name} --config {path}"
-        if packaged.is_file() and "/" not in name
+        if _packaged(name) is not None
         else ""
     )
     raise UsageError(
