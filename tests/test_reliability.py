@@ -258,6 +258,20 @@ def refused_before_training(
             r"data.max_positions is set from model.transformer.max_positions; set that instead$",
         ),
         ("? [a, b]\n: 1", r"not valid YAML \(found unhashable key"),  # was a TypeError
+        # a list was dropped without a word (jsonargparse follows one path), a missing file
+        # in it too; a number ended in jsonargparse's AttributeError traceback
+        ("config: [sub.yaml]", r"config: \['sub.yaml'\]: give the path of one YAML file"),
+        ("config: 3", r"config: 3: give the path of one YAML file to include"),
+        ("config: ''", r"config: '': give the path of one YAML file to include"),
+        # jsonargparse's "File does not exist" named no including file
+        ("config: nosuch.yaml", r"config: nosuch.yaml: no such file \(.*nosuch.yaml\); give"),
+        ("config: tiny", r"a packaged config is read from the command line: --config tiny --co"),
+        ("config: sub", r"config: sub: a directory \("),
+        # the including file's model section replaced the included one's: lr was lost
+        (
+            "config: sub.yaml\nmodel: {transformer: {d_model: 32}}",
+            r"it sets model keys and includes .*sub.yaml, whose model.optim.lr would be lost",
+        ),
     ],
     ids=[
         "model",
@@ -277,6 +291,13 @@ def refused_before_training(
         "typo-in-init-args",
         "linked",
         "list-key",
+        "include-list",
+        "include-number",
+        "include-empty",
+        "include-missing",
+        "include-packaged-name",
+        "include-directory",
+        "include-section-lost",
     ],
 )
 def test_a_config_file_that_cannot_be_read_as_written_is_refused(
@@ -286,6 +307,8 @@ def test_a_config_file_that_cannot_be_read_as_written_is_refused(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture,
 ) -> None:
+    (tmp_path / "sub").mkdir()  # what the include cases name: a folder, and a file of settings
+    (tmp_path / "sub.yaml").write_text("model: {optim: {lr: 0.0123}}\n")
     (tmp_path / "c.yaml").write_text(text + "\n")
     error = refused_before_training(["--config", "c.yaml"], tmp_path, monkeypatch, capsys)
     assert error.startswith("error: --config c.yaml: ") and re.search(message, error), error
@@ -311,39 +334,6 @@ def test_a_config_file_included_by_another_is_checked_as_well(
     ):
         error = refused_before_training(["--config", top], tmp_path, monkeypatch, capsys)
         assert error.startswith(message), error
-
-
-@pytest.mark.parametrize(
-    ("text", "message"),
-    [
-        # a list was dropped without a word (jsonargparse follows one path), a missing file
-        # in it too; a number ended in jsonargparse's AttributeError traceback
-        ("config: [sub.yaml]", r"config: \['sub.yaml'\]: give the path of one YAML file"),
-        ("config: 3", r"config: 3: give the path of one YAML file to include"),
-        ("config: ''", r"config: '': give the path of one YAML file to include"),
-        # jsonargparse's "File does not exist" named no including file
-        ("config: nosuch.yaml", r"config: nosuch.yaml: no such file \(.*nosuch.yaml\); give"),
-        ("config: tiny", r"a packaged config is read from the command line: --config tiny --co"),
-        ("config: sub", r"config: sub: a directory \("),
-        # the including file's model section replaced the included one's: lr was lost
-        (
-            "config: sub.yaml\nmodel: {transformer: {d_model: 32}}",
-            r"it sets model keys and includes .*sub.yaml, whose model.optim.lr would be lost",
-        ),
-    ],
-)
-def test_an_include_that_jsonargparse_would_drop_or_crash_on_is_refused(
-    text: str,
-    message: str,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture,
-) -> None:
-    (tmp_path / "sub").mkdir()
-    (tmp_path / "sub.yaml").write_text("model: {optim: {lr: 0.0123}}\n")
-    (tmp_path / "c.yaml").write_text(text + "\n")
-    error = refused_before_training(["--config", "c.yaml"], tmp_path, monkeypatch, capsys)
-    assert error.startswith("error: --config c.yaml: ") and re.search(message, error), error
 
 
 @pytest.mark.parametrize(
