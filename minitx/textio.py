@@ -35,13 +35,8 @@ def decode_utf8(raw: bytes, name: str, *, first_line: int = 1) -> str:
         DataError: invalid UTF-8, or a NUL byte; the message names `name`, the line and the
             byte within it, and how to re-encode the file. Compressed text is said as such.
     """
-    if first_line == 1 and raw.startswith(GZIP_MAGIC):  # else "iconv -f latin1", no help
-        raise DataError(f"{name} is gzip-compressed, not text: decompress it, e.g. `gzip -dc`")
-    if first_line == 1 and raw.startswith(ZIP_MAGIC):  # else "iconv -f utf-16", no help
-        raise DataError(
-            f"{name} is a zip archive (a checkpoint, say), not text: give a text file, one "
-            "sentence per line"
-        )
+    if first_line == 1:
+        _check_not_packed(raw, name)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -63,15 +58,34 @@ def decode_utf8(raw: bytes, name: str, *, first_line: int = 1) -> str:
     ) from None
 
 
+def _check_not_packed(start: bytes, name: str) -> None:
+    """Refuse bytes that open a gzip file or a zip archive, said as such: read as text, they
+    were "not valid UTF-8, iconv -f latin1", or, holding a carriage return, "old Mac line
+    ends".
+
+    Raises:
+        DataError: naming `name` and what to give instead.
+    """
+    if start.startswith(GZIP_MAGIC):
+        raise DataError(f"{name} is gzip-compressed, not text: decompress it, e.g. `gzip -dc`")
+    if start.startswith(ZIP_MAGIC):
+        raise DataError(
+            f"{name} is a zip archive (a checkpoint, say), not text: give a text file, one "
+            "sentence per line"
+        )
+
+
 def check_line_ends(first_line: bytes, name: str, fix: str) -> None:
     """Refuse text whose start `first_line` (its bytes up to and with the first newline, or
     all of them) holds no newline but a carriage return before its end: line ends that are
     carriage returns only (an old Mac format) would make the whole text one sentence. `fix`
-    is the command that converts it (``tr '\\r' '\\n' < FILE``).
+    is the command that converts it (``tr '\\r' '\\n' < FILE``). Compressed bytes are said
+    as such first (`_check_not_packed`).
 
     Raises:
-        DataError: naming `name` and the fix.
+        DataError: naming `name` and the fix, or what the bytes are.
     """
+    _check_not_packed(first_line, name)
     if b"\n" not in first_line and b"\r" in first_line.rstrip(b"\r"):
         raise DataError(
             f"{name}: no \\n in the text, but carriage returns (\\r): its line ends are \\r "
