@@ -1,4 +1,4 @@
-"""Corpus-level scoring of a `Translator` with sacreBLEU (BLEU cased 13a, lowercased BLEU, chrF),
+"""Corpus-level scoring of a `Translator` with sacreBLEU (cased BLEU, lowercased BLEU, chrF),
 and the corpus split it scores (`load_split`: the reader of minitx-evaluate and of the
 experiments' probes)."""
 
@@ -124,7 +124,8 @@ class EvaluationResult:
     """Scores of one decoding run over a corpus.
 
     Attributes:
-        bleu: sacreBLEU, cased, 13a tokenisation (the standard WMT-style figure).
+        bleu: sacreBLEU, cased, tokenized as `minitx.metrics.bleu_metric` does for the
+            target language (13a, the standard WMT-style figure, for most).
         signature: sacreBLEU's signature string for `bleu` (what to cite).
         bleu_lowercase: the same BLEU computed case-insensitively.
         chrf: chrF2 (sacreBLEU defaults).
@@ -133,9 +134,9 @@ class EvaluationResult:
         decoding: how they were decoded, e.g. "beam 5 (alpha 1)" (empty when unknown).
         precisions: BLEU's 1- to 4-gram precisions (%), cased.
         brevity_penalty: BLEU's brevity penalty.
-        length_ratio: hypothesis length / reference length (13a tokens).
-        hyp_len: hypothesis length in 13a tokens.
-        ref_len: reference length in 13a tokens.
+        length_ratio: hypothesis length / reference length (BLEU's tokens).
+        hyp_len: hypothesis length in BLEU's tokens.
+        ref_len: reference length in BLEU's tokens.
         chrf_signature: sacreBLEU's signature string for `chrf`.
     """
 
@@ -185,9 +186,14 @@ class EvaluationResult:
 
 
 def score(
-    hypotheses: Sequence[str], references: Sequence[str], seconds: float = 0.0
+    hypotheses: Sequence[str],
+    references: Sequence[str],
+    seconds: float = 0.0,
+    *,
+    language: str | None = None,
 ) -> EvaluationResult:
-    """Score translations against one reference each.
+    """Score translations in the target `language` (an ISO code, which picks BLEU's
+    tokenization: `minitx.metrics.bleu_metric`) against one reference each.
 
     Raises:
         TypeError: `hypotheses` or `references` is one string or holds something else than
@@ -201,8 +207,10 @@ def score(
         raise ValueError(f"score: {len(hypotheses)} hypotheses but {len(references)} references")
     if not hypotheses:  # sacreBLEU's IndexError
         raise ValueError("score: no sentences to score; give at least one hypothesis")
-    scores = corpus_scores(hypotheses, references)
-    lowercase = bleu_metric(lowercase=True).corpus_score(list(hypotheses), [list(references)])
+    scores = corpus_scores(hypotheses, references, language=language)
+    lowercase = bleu_metric(lowercase=True, language=language).corpus_score(
+        list(hypotheses), [list(references)]
+    )
     cased = scores.bleu
     return EvaluationResult(
         cased.score,
@@ -229,11 +237,13 @@ def evaluate(
     batch_size: int = DEFAULT_BATCH_SIZE,
     lines: Sequence[int] | None = None,
     progress: Progress | None = None,
+    language: str | None = None,
     **changes: Any,
 ) -> EvaluationResult:
     """Translate `sources` with `translator` and score them against `references` (one per
-    source); the other arguments are `Translator.translate`'s (`lines`: each source's line in
-    its file, for the warnings, e.g. a `Split`'s).
+    source), in the target `language` (default: the translator's; `score`); the other
+    arguments are `Translator.translate`'s (`lines`: each source's line in its file, for the
+    warnings, e.g. a `Split`'s).
 
     Raises:
         TypeError: `sources` or `references` is one string or holds something else than
@@ -251,6 +261,7 @@ def evaluate(
     hypotheses = translator.translate(
         sources, config, batch_size=batch_size, lines=lines, progress=progress
     )
-    result = score(hypotheses, references, time.perf_counter() - start)
+    language = language or translator.languages[1]  # BLEU's tokenization follows it
+    result = score(hypotheses, references, time.perf_counter() - start, language=language)
     result.decoding = config.describe()
     return result

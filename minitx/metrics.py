@@ -1,6 +1,11 @@
 """Corpus BLEU and chrF of translations, with sacreBLEU's settings written once: validation
 during training and minitx-evaluate (`minitx.evaluation`) score with the same metrics, so a
-validation BLEU and a test BLEU are the same figure."""
+validation BLEU and a test BLEU are the same figure.
+
+BLEU counts words, so its tokenization follows the target language as sacreBLEU chooses it:
+13a (the WMT figure), except for Chinese (``zh``), Japanese (``ja-mecab``) and Korean
+(``ko-mecab``), written without spaces between words, where 13a would see a sentence as one
+word and score nearly every translation 0. The signature names the tokenization."""
 
 from __future__ import annotations
 
@@ -9,6 +14,8 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from sacrebleu.metrics import BLEU, CHRF, BLEUScore, CHRFScore
+
+from minitx.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 
@@ -21,24 +28,39 @@ _said_tokenized = False  # said once per process: every validation of a run woul
 class CorpusScores(NamedTuple):
     """sacreBLEU's corpus scores of one set of translations, and what to cite for each."""
 
-    bleu: BLEUScore  # cased, 13a tokenisation: `.score`, `.precisions`, `.bp`, lengths
+    bleu: BLEUScore  # cased, the language's tokenization: `.score`, `.precisions`, `.bp`
     chrf: CHRFScore  # chrF2, sacreBLEU's defaults
     bleu_signature: str
     chrf_signature: str
 
 
-def bleu_metric(*, lowercase: bool = False) -> BLEU:
-    """sacreBLEU's BLEU with 13a tokenisation (the standard WMT-style figure), cased unless
-    `lowercase`. Its own warning of tokenized text is off (``force``, which changes no score):
-    three lines at every scoring, naming a parameter no minitx flag has; `corpus_scores`
-    says it once, in minitx's words."""
-    return BLEU(tokenize="13a", lowercase=lowercase, force=True)
+def bleu_metric(*, lowercase: bool = False, language: str | None = None) -> BLEU:
+    """sacreBLEU's BLEU, cased unless `lowercase`, with the tokenization sacreBLEU chooses for
+    the target `language` (an ISO code such as ``en``; 13a when None or another language).
+    Its own warning of tokenized text is off (``force``, which changes no score): three lines
+    at every scoring, naming a parameter no minitx flag has; `corpus_scores` says it once, in
+    minitx's words.
+
+    Raises:
+        ConfigError: `language` is ``ja`` or ``ko`` and sacreBLEU's MeCab tokenizer for it is
+            not installed.
+    """
+    try:
+        return BLEU(lowercase=lowercase, force=True, trg_lang=language or "")
+    except RuntimeError:  # sacreBLEU's word for a missing MeCab, in a 6-line message
+        raise ConfigError(
+            f"BLEU of {language!r} text splits its words with MeCab: pip install "
+            f"'sacrebleu[{language}]'"
+        ) from None
 
 
-def corpus_scores(hypotheses: Sequence[str], references: Sequence[str]) -> CorpusScores:
-    """Cased BLEU and chrF of `hypotheses` against one reference each."""
+def corpus_scores(
+    hypotheses: Sequence[str], references: Sequence[str], *, language: str | None = None
+) -> CorpusScores:
+    """Cased BLEU and chrF of `hypotheses` against one reference each, in the target
+    `language` (`bleu_metric`)."""
     global _said_tokenized
-    bleu, chrf = bleu_metric(), CHRF()
+    bleu, chrf = bleu_metric(language=language), CHRF()
     hyps, refs = list(hypotheses), [list(references)]
     tokenized = sum(h.endswith(" .") for h in hyps)
     if tokenized >= TOKENIZED_LINES and not _said_tokenized:

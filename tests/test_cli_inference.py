@@ -887,8 +887,16 @@ def test_evaluate_another_language_pair_keeps_the_checkpoints_hypotheses(
     [
         (["--tgt-lang", "de"], False, "src_lang and tgt_lang are both 'de'"),  # de: the model's
         (["--data", "EMPTY"], True, "has no non-empty sentence pairs (2 lines, none with both"),
+        pytest.param(  # BLEU of Japanese needs MeCab: said before the corpus is read
+            ["--tgt-lang", "ja"],
+            False,
+            "error: BLEU of 'ja' text splits its words with MeCab: pip install 'sacrebleu[ja]'",
+            marks=pytest.mark.skipif(
+                importlib.util.find_spec("MeCab") is not None, reason="MeCab is installed"
+            ),
+        ),
     ],
-    ids=["same-language", "no-pair"],
+    ids=["same-language", "no-pair", "japanese-without-mecab"],
 )
 def test_evaluate_refusals_are_the_only_line(
     args: list[str],

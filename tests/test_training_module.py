@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import socket
 from pathlib import Path
 from types import SimpleNamespace
@@ -558,3 +559,16 @@ def test_a_misspelt_key_of_a_settings_group_is_named(group: str) -> None:
     """Was: TypeError "__init__() got an unexpected keyword argument 'lrr'"."""
     with pytest.raises(ConfigError, match=r"unknown keys \['lrr'\]; known keys are \["):
         TranslationModule(**{group: {"lrr": 1}})
+
+
+def test_a_fit_into_japanese_without_mecab_is_refused_before_its_first_update(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Validation BLEU of Japanese needs sacreBLEU's MeCab tokenizer: without it the fit is
+    refused at its setup, in one line, not at its first validation."""
+    if importlib.util.find_spec("MeCab") is not None:
+        pytest.skip("MeCab is installed: nothing lacks")
+    module = TranslationModule(transformer=SMALL)
+    monkeypatch.setattr(module, "_languages", lambda: ("en", "ja"))
+    with pytest.raises(ConfigError, match=r"pip install 'sacrebleu\[ja\]'"):
+        module.setup("fit")

@@ -8,6 +8,7 @@ quality of a translation.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import pickle
 import re
@@ -848,6 +849,46 @@ def test_score_refuses_what_it_cannot_score(hypotheses, references, error, messa
     with pytest.raises(error, match=message):
         score(hypotheses, references)
     assert score(["a man rides ."], ["a man rides ."]).bleu == pytest.approx(100.0)
+
+
+CHINESE = ["一个男人在骑自行车。", "两只狗在雪地里玩耍。", "一个女孩在海边跑步。"]
+
+
+def test_bleu_of_a_language_written_without_spaces_counts_its_words(
+    translator: Translator,
+) -> None:
+    """BLEU's 13a tokenization reads a Chinese sentence as one word: one character changed
+    scored 0, and a run into Chinese chose its best checkpoint on that 0. The target language
+    picks sacreBLEU's tokenization (its signature says which), in `score` and in `evaluate`,
+    which takes the translator's target language."""
+    from minitx.evaluation import evaluate, score
+
+    near = [sentence[:-2] + "的。" for sentence in CHINESE]  # one character changed
+    assert score(near, CHINESE).bleu == 0.0  # 13a: no sentence matches as a whole
+    chinese = score(near, CHINESE, language="zh")
+    assert chinese.bleu > 50 and "tok:zh" in chinese.signature
+    assert "tok:13a" in score(near, CHINESE, language="de").signature
+    german = ["ein mann .", "zwei hunde ."]
+    languages = translator.languages
+    try:
+        translator.languages = (languages[0], "zh")
+        assert "tok:zh" in evaluate(translator, german, german, beam_size=1).signature
+        assert "tok:13a" in evaluate(translator, german, german, language="en").signature
+    finally:
+        translator.languages = languages
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("MeCab") is not None, reason="MeCab is installed: nothing lacks"
+)
+def test_bleu_of_japanese_without_mecab_says_what_to_install() -> None:
+    """sacreBLEU splits Japanese words with MeCab, an extra: without it, one line that says
+    what to install, not sacreBLEU's six-line RuntimeError."""
+    from minitx.errors import ConfigError
+    from minitx.metrics import bleu_metric
+
+    with pytest.raises(ConfigError, match=r"pip install 'sacrebleu\[ja\]'"):
+        bleu_metric(language="ja")
 
 
 def test_translate_returns_the_best_of_n_best(translator: Translator) -> None:

@@ -49,8 +49,8 @@ SPLIT_NAME = re.compile(r"\w[\w.-]*")
 """A ``--split``: one of `SPLITS` or the stem of a file pair (no path, no braces)."""
 DESCRIPTION = """\
 Translate a corpus split with a minitx model (--checkpoint: a .ckpt, a release directory or a
-hub repo id) and score it: sacreBLEU (cased, 13a) with its signature, lowercased BLEU, chrF,
-the decoding time and sentences per second.
+hub repo id) and score it: sacreBLEU (cased, tokenized as the target language needs) with its
+signature, lowercased BLEU, chrF, the decoding time and sentences per second.
 
 corpus: --data takes anything minitx.data.load_parallel_corpus reads (a directory of
 {split}.{lang}[.gz] files, a {split} jsonl pattern, builtin:toy, a hub id) with the loader's
@@ -243,7 +243,10 @@ def run(args: argparse.Namespace) -> int:
     from minitx.data import DEFAULT_SOURCE  # with the data layer: --help stays fast
     from minitx.data.sources import is_hub_id
     from minitx.evaluation import evaluate, load_split  # its CorpusError is one error line
+    from minitx.metrics import bleu_metric
     from minitx.release import check_not_a_release_file, weights_checksum
+
+    bleu_metric(language=tgt_lang)  # a tokenizer it lacks (Japanese: MeCab), before decoding
 
     source = DEFAULT_SOURCE if args.data is None else args.data
     hub_verbosity(verbose=False)  # offline, the error line comes first, not the hub's retries
@@ -316,6 +319,7 @@ def run(args: argparse.Namespace) -> int:
                     batch_size=args.batch_size,
                     lines=data.lines,  # the file's lines: the pairs with an empty side are out
                     progress=progress,
+                    language=tgt_lang,
                 )
             result.decoding = label  # e.g. "greedy, hard-argmax cross-attention"
             path = hypotheses[beam]

@@ -36,7 +36,7 @@ from minitx.errors import (
     check_known_keys,
     is_whole_number,
 )
-from minitx.metrics import corpus_scores
+from minitx.metrics import bleu_metric, corpus_scores
 from minitx.model import PACK_ROWS, Transformer, TransformerConfig
 from minitx.tokenizer import Tokenizer
 from minitx.training.config import SDPA_BACKENDS, OptimConfig, ValidationConfig
@@ -144,6 +144,8 @@ class TranslationModule(L.LightningModule):
                 "model.optim.skip_bad_batches works in single-process training only (a rank "
                 "that skips a batch would leave the others waiting); set it to 0 for DDP"
             )
+        if stage == TrainerFn.FITTING:  # a BLEU tokenizer it lacks, before the first update
+            bleu_metric(language=(self._languages() or (None, None))[1])
         theirs = getattr(getattr(trainer, "datamodule", None), "tokenizer", None)
         if theirs is None and self.tokenizer is None and stage == TrainerFn.FITTING:
             raise ConfigError(  # BLEU, the maps and the checkpoint's tokenizer were left out
@@ -488,7 +490,8 @@ class TranslationModule(L.LightningModule):
         self.val_nll.reset()
         if self._bleu_this_epoch():
             hypotheses, references = self._all_val_pairs()
-            scores = corpus_scores(hypotheses, references)
+            languages = self._languages() or (None, None)
+            scores = corpus_scores(hypotheses, references, language=languages[1])
             self.log("val/bleu", scores.bleu.score, prog_bar=True, sync_dist=True)
             self.log("val/chrf", scores.chrf.score, sync_dist=True)
             self.val_pairs = []

@@ -193,7 +193,7 @@ def explain(
     print(f"[{NAME}] removing the chosen pieces and translating again", flush=True)
     refs = [references[i] for i in measured]
     originals = [translations[i] for i in measured]
-    bleu = bleu_metric()
+    bleu = bleu_metric(language=translator.languages[1])
     before = log_probabilities(model, [(source_ids[i], translations[i]) for i in measured])
     baseline_bleu = bleu.corpus_score(tokenizer.decode(originals), [refs]).score
     attention_pick = choices.get("attention: mean of layers and heads", [])
