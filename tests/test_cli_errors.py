@@ -464,6 +464,10 @@ def test_a_null_for_a_setting_that_takes_none_is_one_error_line(
             ["--attention_maps.kinds", "[]"],
             "attention_maps.kinds: no attention kinds selected; expected a subset of",
         ),
+        (  # accepted: the logged entropy of cross-attention was twice its value
+            ["--attention_maps.kinds", "[cross, cross]"],
+            "attention_maps.kinds: cross given more than once; name each kind once",
+        ),
         (  # a traceback: the run does not pickle into spawned processes
             ["--trainer.strategy", "ddp_spawn"],
             "trainer.strategy=ddp_spawn: minitx-train starts its processes with",
@@ -494,6 +498,7 @@ def test_a_null_for_a_setting_that_takes_none_is_one_error_line(
         "no-test-split",
         "misnamed-validation-split",
         "no-attention-kinds",
+        "attention-kind-twice",
         "ddp-spawn",
         "padding-past-max-positions",
         "average-over-last",

@@ -158,6 +158,9 @@ def test_figures_for_maps_keys_and_axes(maps: AttentionMaps) -> None:
     assert len(image_axes(only_cross["cross/layer_0"])) == N_HEADS
     with pytest.raises(ValueError, match="unknown attention kind"):
         figures_for_maps(maps, kinds=("encoder", "self"))
+    # a kind twice: the training's maps added its entropy in twice (4.48 nats over 12 keys)
+    with pytest.raises(ValueError, match="cross given more than once; name each kind once"):
+        figures_for_maps(maps, kinds=("cross", "cross"))
     # one string: its letters were named as unknown kinds ['c', 'r', 'o', 's', 's']
     with pytest.raises(TypeError, match=r"give a list of attention kinds, e.g. \['cross'\]"):
         figures_for_maps(maps, kinds="cross")

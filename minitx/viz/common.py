@@ -48,7 +48,8 @@ def check_kinds(kinds: Sequence[str]) -> tuple[str, ...]:
 
     Raises:
         TypeError: `kinds` is one string (its letters would be read as the kinds).
-        ValueError: `kinds` is empty or not a subset of ``KINDS``.
+        ValueError: `kinds` is empty, not a subset of ``KINDS``, or names a kind twice (the
+            training's maps would average its entropy in twice).
     """
     if isinstance(kinds, str):
         raise TypeError(f"give a list of attention kinds, e.g. [{kinds!r}], not one string")
@@ -58,6 +59,9 @@ def check_kinds(kinds: Sequence[str]) -> tuple[str, ...]:
         raise ValueError(f"unknown attention kind(s) {unknown}; expected a subset of {KINDS}")
     if not kinds:
         raise ValueError(f"no attention kinds selected; expected a subset of {KINDS}")
+    twice = sorted({k for k in kinds if kinds.count(k) > 1})
+    if twice:
+        raise ValueError(f"{', '.join(twice)} given more than once; name each kind once")
     return kinds
 
 
