@@ -7,7 +7,8 @@ A release directory holds what inference needs and nothing else (no optimizer st
   `TransformerConfig` (as `model`) and the source and target languages;
 - `tokenizer.model`: the sentencepiece model, the bytes the checkpoint carries;
 - `README.md`: a model card (languages, data, how to load it, BLEU with its signature when
-  an evaluation is given);
+  an evaluation is given), its last line an HTML comment with its checksum: a card edited
+  after export is not replaced by the next export of the directory (`check_release_dir`);
 - `train_config.yaml`: the resolved training config, when the checkpoint holds one.
 - `evaluation.json`: the scores the card shows, when an evaluation is given; a re-export of
   the directory keeps them.
@@ -86,6 +87,8 @@ WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
 TOKENIZER_FILE = "tokenizer.model"
 CARD_FILE = "README.md"
+CARD_CHECKSUM = re.compile(r"<!-- minitx card sha256 ([0-9a-f]{64}) -->\n\Z")
+"""The card's last line: the sha256 of the text above it, as the export wrote it."""
 TRAIN_CONFIG_FILE = "train_config.yaml"
 EVALUATION_FILE = "evaluation.json"
 """The scores the card shows, kept so that a re-export (to push, say) shows them again."""
@@ -583,7 +586,8 @@ def save_pretrained(
     Args:
         evaluation: a `minitx-evaluate --json` report of these weights (`check_evaluation`,
             before anything is written); its BLEU scores and signatures go into the card.
-            None: the release's own (`Release.evaluation`), if it has one.
+            None: the release's own (`Release.evaluation`), or else the scores of the
+            release in `directory` when they are of these weights.
         evaluation_name: how an error names the report (its file).
 
     Returns:
@@ -602,13 +606,15 @@ def save_pretrained(
                 "- and _, such as de or pt-BR), and a release's card names it: train with "
                 "data.src_lang and data.tgt_lang set to codes, or fix them in config.json"
             )
-    kept = release.evaluation if evaluation is None else None
+    kept, whose = (release.evaluation, "the release's") if evaluation is None else (None, "")
+    if evaluation is None and kept is None:  # the same weights exported again keep their scores
+        kept, whose = _scores_in(Path(directory)), f"{Path(directory) / EVALUATION_FILE}:"
     if evaluation is not None or kept is not None:
         checksum = weights_checksum(release.model)  # once: it reads every weight
         if kept is not None and kept.get("weights_sha256") == checksum:
             evaluation, evaluation_name = kept, EVALUATION_FILE
-        elif kept is not None:  # the weights changed since it was loaded (fine-tuned, averaged)
-            logger.warning("the release's scores are of other weights: left out of the card")
+        elif kept is not None:  # other weights (fine-tuned, averaged, another checkpoint)
+            logger.warning("%s scores are of other weights: left out of the card", whose)
         if evaluation is not None:
             check_evaluation(evaluation, release.languages, evaluation_name, checksum)
     directory = Path(directory)
@@ -618,6 +624,18 @@ def save_pretrained(
     with written_whole(directory, kind=None) as tmp:
         names = _write_release(release, tmp, evaluation)
     return [directory / name for name in names]
+
+
+def _scores_in(directory: Path) -> dict[str, Any] | None:
+    """The `EVALUATION_FILE` of the release `directory` as JSON, if it holds one it can read
+    (checked against the weights by the caller)."""
+    if not _is_release(directory):
+        return None
+    try:
+        scores = json.loads((directory / EVALUATION_FILE).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    return scores if isinstance(scores, dict) else None
 
 
 def check_release_dir(directory: Path, flag: str = "the release directory") -> None:
@@ -655,6 +673,30 @@ def check_release_dir(directory: Path, flag: str = "the release directory") -> N
             f"{flag} {directory} holds files that are not a minitx release ({CONFIG_FILE}: "
             f"{' '.join(str(exc).split())[:200]}); give a new or empty directory"
         ) from None
+    if card_edited(directory):
+        raise OutputError(
+            f"{flag} {directory}: its {CARD_FILE} was edited after export, and an export "
+            "writes the card anew; keep your text elsewhere and remove the file, or give a new "
+            "directory"
+        )
+
+
+def card_edited(directory: Path) -> bool:
+    """Whether the release `directory`'s card differs from the text its checksum line was
+    made of. False without a card, and for a card with no such line that begins as minitx's
+    cards do (an export before 2026-12-05 wrote none: an edit of it cannot be told); a card of
+    other text is the user's."""
+    try:
+        text = (directory / CARD_FILE).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return False
+    except (OSError, UnicodeDecodeError):  # unreadable: not the card an export wrote
+        return True
+    signed = CARD_CHECKSUM.search(text)
+    if signed is None:
+        return not text.startswith("---\nlibrary_name: minitx\n")  # an older minitx's card
+    body = text[: signed.start()]
+    return hashlib.sha256(body.encode("utf-8")).hexdigest() != signed.group(1)
 
 
 def check_not_a_release_file(out: str | os.PathLike[str], flag: str = "--output") -> None:
@@ -715,7 +757,7 @@ def _write_release(
     files = {
         CONFIG_FILE: text,
         TOKENIZER_FILE: release.tokenizer.model_bytes,
-        CARD_FILE: model_card(release, evaluation),
+        CARD_FILE: _signed(model_card(release, evaluation)),
     }
     if release.train_config is not None:
         files[TRAIN_CONFIG_FILE] = fresh_run_config(release.train_config)
@@ -732,6 +774,13 @@ def _write_release(
     with contextlib.suppress(OSError):  # a file system without modes
         shutil.copymode(directory / CONFIG_FILE, directory / WEIGHTS_FILE)
     return [WEIGHTS_FILE, *files]
+
+
+def _signed(card: str) -> str:
+    """`card` with a last line of its checksum (`CARD_CHECKSUM`), an HTML comment that the
+    hub's page does not show."""
+    digest = hashlib.sha256(card.encode("utf-8")).hexdigest()
+    return f"{card}<!-- minitx card sha256 {digest} -->\n"
 
 
 def check_repo_id(repo_id: str, *, flag: str = "repo_id") -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -707,7 +708,10 @@ def test_the_weights_checksum_is_the_same_from_a_checkpoint_and_its_release(
 
 
 def test_export_records_the_evaluation_in_the_card(
-    release_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+    release_dir: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     from minitx.cli import evaluate as evaluate_cli
 
@@ -753,11 +757,45 @@ def test_export_records_the_evaluation_in_the_card(
     from_python = tmp_path / "python"
     Translator.from_pretrained(out).save_pretrained(from_python)
     assert (from_python / "README.md").read_text(encoding="utf-8") == card
-    # an export from the checkpoint with no report has no scores: none are carried over
+    # the same weights from elsewhere (the checkpoint, no report) into the release: its scores
+    # are of these weights and stay (they were dropped without a word)
     assert export_cli.main(["--checkpoint", str(release_dir), "--out", str(again)]) == 0
+    assert (again / "README.md").read_text(encoding="utf-8") == card
+    # other weights: the scores go, and that is said
+    other = Translator.from_pretrained(release_dir)
+    with torch.no_grad():
+        next(other.model.parameters())[0, 0] += 1e-3
+    with caplog.at_level(logging.WARNING, logger="minitx.release"):
+        other.save_pretrained(again)
+    assert f"{again / 'evaluation.json'}: scores are of other weights" in caplog.text
     assert "Not measured" in (again / "README.md").read_text(encoding="utf-8")
     assert not (again / "evaluation.json").exists()
     capsys.readouterr()
+
+
+def test_a_card_edited_after_export_is_not_written_over(
+    release_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """The export guide re-exports a release into itself (to add scores, to push it): a card
+    the user had edited was replaced without a word. Its last line is its checksum: edited, the
+    export is refused and the card stays; a card with no checksum line (an older export) is
+    replaced as before, a README.md of other text is the user's."""
+    out = tmp_path / "rel"
+    again = ["--checkpoint", str(out), "--out", str(out)]
+    assert export_cli.main(["--checkpoint", str(release_dir), "--out", str(out)]) == 0
+    card = out / "README.md"
+    written = card.read_text(encoding="utf-8")
+    assert written.splitlines()[-1].startswith("<!-- minitx card sha256 ")
+    assert export_cli.main(again) == 0 and card.read_text(encoding="utf-8") == written
+    card.write_text(written.replace("## Use", "My notes.\n\n## Use"), encoding="utf-8")
+    assert export_cli.main(again) == 2
+    err = capsys.readouterr().err
+    assert f"error: --out {out}: its README.md was edited after export" in err, err
+    assert "My notes." in card.read_text(encoding="utf-8")
+    card.write_text("# My model\n", encoding="utf-8")
+    assert export_cli.main(again) == 2 and "README.md was edited" in capsys.readouterr().err
+    card.write_text(written.split("<!-- minitx card")[0], encoding="utf-8")  # an older card
+    assert export_cli.main(again) == 0 and card.read_text(encoding="utf-8") == written
 
 
 def test_the_card_says_when_the_scores_were_decoded_in_bf16(
