@@ -268,6 +268,11 @@ def check_weight_shapes(weights: Path, config: TransformerConfig) -> None:
             that differs (naming the tensor and both shapes), or a tensor of integers (loading
             would cast it to floats without a word).
     """
+    if not _utf8(weights):
+        raise CheckpointError(
+            f"{weights}: {UTF8_PATHS}; rename the directory (or give it through a link of a "
+            "UTF-8 name)"
+        )
     try:
         with safe_open(weights, framework="pt") as file:
             slices = {name: file.get_slice(name) for name in file.keys()}
@@ -285,6 +290,20 @@ def check_weight_shapes(weights: Path, config: TransformerConfig) -> None:
                 f"{fit}: {name} holds {dtypes[name]} values, not floating-point weights (one of "
                 f"{', '.join(FLOAT_DTYPES)}); write the release again with minitx-export"
             )
+
+
+UTF8_PATHS = (
+    "safetensors reads only files whose path is UTF-8, and this one holds bytes of another encoding"
+)
+
+
+def _utf8(path: Path) -> bool:
+    """Whether `path` is UTF-8 (a name that is not holds its bytes as lone surrogates)."""
+    try:
+        str(path).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _is_ct2_model(directory: Path) -> bool:
@@ -651,6 +670,8 @@ def check_release_dir(directory: Path, flag: str = "the release directory") -> N
     """
     if directory.exists() and not directory.is_dir():
         raise OutputError(f"{flag} {directory} is a file; give a directory")
+    if not _utf8(directory.absolute()):  # written, it would load nowhere
+        raise OutputError(f"{flag} {directory}: {UTF8_PATHS}; give a directory of a UTF-8 name")
     if not directory.exists() and (blocked := file_in_the_way(directory.parent)):
         raise OutputError(f"{flag} {directory}: {blocked}")
     if (outer := enclosing_release(directory)) is not None:

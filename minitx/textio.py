@@ -7,6 +7,7 @@ import contextlib
 import errno
 import gzip
 import os
+import re
 import shutil
 import socket
 import stat
@@ -407,6 +408,12 @@ def write_bytes_atomic(path: str | Path, data: bytes) -> None:
     """Write `data` to `path` through `atomic_path` (whole file or no change)."""
     with atomic_path(path) as tmp:
         tmp.write_bytes(data)
+
+
+def without_surrogates(text: str) -> str:
+    """`text` with each lone surrogate (the bytes of a file name that is no UTF-8, as Python
+    holds them) as U+FFFD, which UTF-8 can encode."""
+    return re.sub("[\ud800-\udfff]", "\ufffd", text)
 
 
 def write_text_atomic(path: str | Path, text: str) -> None:

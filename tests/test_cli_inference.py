@@ -1467,3 +1467,26 @@ def test_tokenized_translations_are_warned_of_once_in_minitx_words(
     from sacrebleu.metrics import BLEU
 
     assert result.bleu == BLEU(tokenize="13a").corpus_score(hyps, [refs]).score  # unchanged
+
+
+def test_evaluate_reads_and_writes_under_a_directory_whose_name_is_not_utf8(
+    evaluate_command, greedy_on_toy, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A folder named in Latin-1 (its bytes held as lone surrogates): the hypotheses' file name
+    hashed the path as UTF-8, and the report could not be written, both with a traceback after
+    the whole decoding. The report is UTF-8, the undecodable byte shown as U+FFFD."""
+    # standard error as Python sets it up: the path's byte printed as \udce9 (pytest's
+    # capture is strict)
+    err = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", errors="backslashreplace")
+    monkeypatch.setattr(sys, "stderr", err)
+    odd = tmp_path / os.fsdecode(b"caf\xe9")
+    corpus = odd / "data"
+    shutil.copytree(TOY_CORPUS_DIR, corpus)
+    report = odd / "scores.json"
+    args = [*greedy_on_toy, "--data", str(corpus), "--hyp-out", str(odd / "{beam}.hyp")]
+    assert evaluate_command.main([*args, "--json", str(report)]) == 0
+    scores = json.loads(report.read_bytes().decode("utf-8"))
+    assert scores["data"] == f"{tmp_path}/caf\ufffd/data"
+    assert (odd / "1.hyp").read_text(encoding="utf-8").count("\n") == 10
+    assert evaluate_command.main([*greedy_on_toy, "--data", str(corpus)]) == 0  # its file name
+    assert len(list(tmp_path.glob("model.test.data-*.greedy.hyp"))) == 1

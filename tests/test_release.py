@@ -1199,3 +1199,17 @@ def test_the_weights_are_as_readable_as_the_other_release_files(release_dir: Pat
     writer could read."""
     modes = {p.name: p.stat().st_mode & 0o777 for p in release_dir.iterdir()}
     assert modes["model.safetensors"] == modes["config.json"], modes
+
+
+def test_a_release_path_that_is_not_utf8_is_refused_in_one_line(
+    release_dir: Path, tmp_path: Path
+) -> None:
+    """safetensors reads only UTF-8 paths: a release under a Latin-1 folder name was written,
+    then could not be loaded ("not a readable safetensors file", as if damaged). The export
+    refuses it, and a release moved there says why it does not load."""
+    odd = tmp_path / os.fsdecode(b"caf\xe9")
+    with pytest.raises(OutputError, match="safetensors reads only files whose path is UTF-8"):
+        release.save_pretrained(release.load(release_dir), odd / "rel")
+    shutil.copytree(release_dir, odd / "rel")
+    with pytest.raises(CheckpointError, match="path is UTF-8.*rename the directory"):
+        release.load(odd / "rel")

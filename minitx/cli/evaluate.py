@@ -38,7 +38,7 @@ from minitx.cli.common import (
     sentence_progress,
 )
 from minitx.outputs import check_output_file, files_read_from, is_standard_output
-from minitx.textio import write_text_atomic
+from minitx.textio import without_surrogates, write_text_atomic
 
 if TYPE_CHECKING:  # the inference stack (torch, sacreBLEU) loads lazily: --help stays fast
     from minitx.evaluation import Split
@@ -222,7 +222,8 @@ def data_tag(data: str) -> str:
         parts = [where.resolve().name]
     name = re.sub(r"[^\w.-]+", "_", parts[-1] if parts else data).strip("._") or "data"
     if where.is_dir():
-        name += "-" + hashlib.sha1(str(where.resolve()).encode()).hexdigest()[:6]
+        # the path's bytes: a name that is no UTF-8 is held as lone surrogates
+        name += "-" + hashlib.sha1(os.fsencode(where.resolve())).hexdigest()[:6]
     return name
 
 
@@ -364,7 +365,9 @@ def run(args: argparse.Namespace) -> int:
             "attention": attention_from_args(args),
             "results": results,
         }
-        text = json.dumps(report, indent=2, ensure_ascii=False) + "\n"
+        # a path whose name is no UTF-8 (its bytes held as lone surrogates) shows U+FFFD
+        # there: the report stays UTF-8, as JSON must be
+        text = without_surrogates(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
         if json_to_stdout:
             sys.stdout.write(text)
             return 0
