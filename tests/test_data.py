@@ -476,6 +476,22 @@ def test_clean_pairs_counts_every_skip(tmp_path: Path, caplog: pytest.LogCapture
     assert "validation: skipped 1 of 3 pairs with an empty side (line 2)" in caplog.text
 
 
+@pytest.mark.parametrize(
+    "invisible",
+    ["\u200b", "\ufeff", "\u200e \u200f", "\u00a0\u3000", "\x01"],
+    ids=["zero-width-space", "byte-order-mark", "direction-marks", "wide-spaces", "control"],
+)
+def test_a_side_of_invisible_characters_is_an_empty_side(invisible: str) -> None:
+    """sentencepiece's normalization drops control and format characters: a side of only
+    those was kept and encoded to no piece, so the model learned to translate into nothing,
+    and the pair was not counted as skipped."""
+    from minitx.data import usable_pairs
+
+    src = ["ein hund .", "ein hund .", invisible, "\u200bein hund\u200b"]
+    tgt = [invisible, "a dog .", "a dog .", "a dog ."]
+    assert usable_pairs(src, tgt) == [1, 3]
+
+
 # ============================================================================== batching
 def _padded_len(lengths: np.ndarray, batch: list[int], multiple: int) -> int:
     return round_up(int(lengths[batch].max()), multiple)

@@ -4,6 +4,7 @@ and logged with their line numbers (nothing is lost silently)."""
 from __future__ import annotations
 
 import logging
+import unicodedata
 from collections.abc import Sequence
 
 import datasets
@@ -23,9 +24,22 @@ def side_texts(dataset: datasets.Dataset, lang: str) -> list[str]:
     return flat.column(f"translation.{lang}").to_pylist()
 
 
+INVISIBLE = ("Cc", "Cf")
+"""Unicode categories of characters that show nothing and that sentencepiece's normalization
+drops: control and format characters (zero-width space, byte order mark, direction marks)."""
+
+
+def _visible(text: str) -> bool:
+    """Whether `text` holds a character other than white space and `INVISIBLE` ones: a side
+    of only those has no piece, and its pair would teach the model to translate into
+    nothing."""
+    return any(not c.isspace() and unicodedata.category(c) not in INVISIBLE for c in text)
+
+
 def usable_pairs(src: Sequence[str], tgt: Sequence[str]) -> list[int]:
-    """Indices of the pairs whose sides both hold more than white space."""
-    return [i for i, (s, t) in enumerate(zip(src, tgt, strict=True)) if s.strip() and t.strip()]
+    """Indices of the pairs whose sides both hold more than white space and invisible
+    characters (`_visible`)."""
+    return [i for i, (s, t) in enumerate(zip(src, tgt, strict=True)) if _visible(s) and _visible(t)]
 
 
 def log_skips(
