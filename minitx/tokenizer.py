@@ -349,15 +349,37 @@ def _read_cached(path: Path) -> Tokenizer | None:
 
 
 def _usable(sentences: Iterable[str]) -> list[str]:
-    """The sentences with more than white space (a list: iterated once more to train).
+    """The sentences with more than white space, up to sentencepiece's length limit (a list:
+    iterated once more to train). The trainer would skip a longer one without a word, and
+    the counts said would include it: it is left out here, counted and logged.
 
     Raises:
         DataError: there are none.
     """
     usable = [s for s in sentences if s and not s.isspace()]
-    if not usable:
-        raise DataError("Tokenizer.train got no (non-empty) sentences to train on.")
-    return usable
+    fits = [s for s in usable if len(s.encode("utf-8", "surrogatepass")) <= SPM_MAX_SENTENCE_BYTES]
+    if len(fits) < len(usable):
+        logger.warning(
+            "%d of %d tokenizer training sentences are longer than %s bytes, sentencepiece's "
+            "limit: the tokenizer learns from the other %d (a character only those hold is "
+            "read as <unk>)",
+            len(usable) - len(fits),
+            len(usable),
+            f"{SPM_MAX_SENTENCE_BYTES:,}",
+            len(fits),
+        )
+    if not fits:
+        raise DataError(
+            "Tokenizer.train got no sentences to train on: "
+            + (
+                f"all {len(usable)} are longer than sentencepiece's limit of "
+                f"{SPM_MAX_SENTENCE_BYTES:,} bytes. Is the training corpus one sentence per "
+                "line, with \\n line ends (not a single long line, nor \\r alone)?"
+                if usable
+                else "none holds more than white space."
+            )
+        )
+    return fits
 
 
 def _cache_name(settings: dict[str, Any], sentences: Iterable[str], cache_key: str | None) -> str:

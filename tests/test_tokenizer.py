@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import logging
 import pickle
 import re
 import time
@@ -188,7 +189,7 @@ def test_bad_arguments(sentences: list[str], kwargs: dict[str, object], message:
 
 
 def test_no_sentences() -> None:
-    with pytest.raises(ValueError, match="no \\(non-empty\\) sentences"):
+    with pytest.raises(ValueError, match="none holds more than white space"):
         Tokenizer.train(["", "  "], vocab_size=100)
 
 
@@ -196,8 +197,22 @@ def test_only_over_long_sentences_say_so(sentences: list[str]) -> None:
     """A corpus read as one line per side (one long line, or \\r line ends): sentencepiece
     skips it as too long and failed with its internal `[!sentences_.empty()]`."""
     one_line = " ".join(sentences * 40)
-    with pytest.raises(DataError, match=r"no sentence to learn from among the 1 .* 4,192 bytes"):
+    with pytest.raises(DataError, match=r"all 1 are longer than sentencepiece's limit of 4,192"):
         Tokenizer.train([one_line], vocab_size=100)
+
+
+def test_sentences_over_sentencepieces_limit_are_counted_not_passed_over(
+    sentences: list[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """sentencepiece's trainer skips a sentence over 4,192 bytes without a word, and the log
+    said the tokenizer trained on every sentence it was given."""
+    long = [" ".join(sentences) * 2] * 3
+    assert all(len(s.encode()) > 4192 for s in long)
+    with caplog.at_level(logging.INFO, logger="minitx.tokenizer"):
+        Tokenizer.train(sentences + long, vocab_size=100)
+    n = len(sentences)
+    assert f"3 of {n + 3} tokenizer training sentences are longer than 4,192 bytes" in caplog.text
+    assert f"pieces on {n} sentences" in caplog.text
 
 
 def test_garbage_bytes_and_missing_file(tmp_path: Path) -> None:
