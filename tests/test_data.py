@@ -683,6 +683,19 @@ def toy_dm(toy_corpus_dir: Path, tmp_path: Path) -> TranslationDataModule:
     return dm
 
 
+def test_the_warning_of_over_long_examples_names_the_split_and_its_setting(
+    toy_dm: TranslationDataModule, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Evaluation batches take data.eval_max_tokens: the warning named max_tokens (another
+    value) and no split, so a user raised the wrong setting."""
+    toy_dm.hparams.eval_max_tokens = 8
+    with caplog.at_level(logging.WARNING, logger="minitx.data"):
+        toy_dm.val_dataloader()
+        toy_dm.train_dataloader()
+    assert "longer than the validation split's data.eval_max_tokens=8 (padded)" in caplog.text
+    assert "the train split's" not in caplog.text  # its max_tokens, 64, holds every pair
+
+
 def test_datamodule_setup_on_toy_corpus(
     toy_dm: TranslationDataModule, toy_corpus_dir: Path
 ) -> None:

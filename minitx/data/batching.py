@@ -57,6 +57,8 @@ class TokenBucketBatchSampler(Sampler[list[int]]):
         seed: base seed for shuffling (the same on every rank).
         num_replicas: number of ranks; default: the ``torch.distributed`` world size, else 1.
         rank: this rank; default: the ``torch.distributed`` rank, else 0.
+        setting: what the warning of over-long examples calls ``max_tokens`` (the setting
+            a user raises, e.g. ``data.eval_max_tokens``), and the split they belong to.
     """
 
     def __init__(
@@ -69,6 +71,7 @@ class TokenBucketBatchSampler(Sampler[list[int]]):
         seed: int = 0,
         num_replicas: int | None = None,
         rank: int | None = None,
+        setting: str = "max_tokens",
     ) -> None:
         lengths = np.asarray(lengths, dtype=np.int64)
         if lengths.ndim != 1 or len(lengths) == 0:
@@ -106,8 +109,9 @@ class TokenBucketBatchSampler(Sampler[list[int]]):
         over = int((self._padded > max_tokens).sum())
         if over:
             logger.warning(
-                "%d examples are longer than max_tokens=%d (padded); each gets a batch of its own.",
+                "%d examples are longer than %s=%d (padded); each gets a batch of its own.",
                 over,
+                setting,
                 max_tokens,
             )
         total = len(self._all_batches(None))

@@ -306,12 +306,14 @@ class TranslationDataModule(L.LightningDataModule):
         config = self.hparams
         dataset = self._split(split)
         train = split == "train"
+        key = "max_tokens" if train or not config.eval_max_tokens else "eval_max_tokens"
         sampler = TokenBucketBatchSampler(
             example_lengths(dataset),
-            max_tokens=config.max_tokens if train else config.eval_max_tokens or config.max_tokens,
+            max_tokens=config[key],
             pad_multiple=config.pad_multiple,
             shuffle=train,
             seed=config.seed,
+            setting=f"the {split} split's data.{key}",
         )
         return (ResumableDataLoader if train else DataLoader)(
             dataset,
