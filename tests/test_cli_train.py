@@ -699,7 +699,29 @@ def test_more_map_sentences_than_the_split_has_is_said(
         assert len(pairs) == 2 and caplog.text == ""
         pairs = AttentionMapLogger(num_sentences=5, max_pieces=24)._select_pairs(trainer, tokenizer)
     assert len(pairs) == 2
-    assert "num_sentences asks for 5 sentences, but only 2 validation sentences" in caplog.text
+    # 3 in all: too few sentences, not too long ones (it said only "2 ... have <= 24 pieces")
+    assert "num_sentences asks for 5 sentences, but only 2 of the 3 validation" in caplog.text
+
+
+@pytest.mark.parametrize(("whole", "tag"), [(True, "epoch_001"), (False, "step_30")])
+def test_maps_of_an_epoch_a_stop_cut_short_are_named_by_their_step(whole: bool, tag: str) -> None:
+    """A run its max_steps (or clock) ends inside an epoch ends the epoch there: its maps went
+    under that epoch's name, and the resume's real epoch end wrote over their PNGs."""
+    from types import SimpleNamespace
+
+    from minitx.training.callbacks import AttentionMapLogger
+
+    progress = SimpleNamespace(is_last_batch=whole)
+    trainer = SimpleNamespace(
+        current_epoch=1,
+        global_step=30,
+        fit_loop=SimpleNamespace(epoch_loop=SimpleNamespace(batch_progress=progress)),
+    )
+    maps = AttentionMapLogger(every_n_epochs=1)
+    tags = []
+    maps._log = lambda trainer, module, tag: tags.append(tag)
+    maps.on_train_epoch_end(trainer, None)
+    assert tags == [tag]
 
 
 def test_no_sentences_means_no_maps(tmp_path: Path) -> None:

@@ -45,10 +45,10 @@ class AttentionMapLogger(L.Callback):
     with their reference, so that the axes stay the same from epoch to epoch; each layer and
     kind gets a figure (one panel per head plus their average) in TensorBoard (tag
     `attention/s{i}/{kind}/layer_{l}`) and as a PNG under `{log_dir}/attention/start/` (before
-    the first update) or `{log_dir}/attention/epoch_{e:03d}/`,
-    and per-head mean entropies as `attention_entropy/{kind}/layer_{l}/head_{h}`. A
-    `fast_dev_run` logs none: Lightning turns the loggers off in that smoke run, and drawing
-    the maps would take most of its time.
+    the first update) or `{log_dir}/attention/epoch_{e:03d}/` (`step_{n}/` when the run stops
+    inside the epoch, after update n), and per-head mean entropies as
+    `attention_entropy/{kind}/layer_{l}/head_{h}`. A `fast_dev_run` logs none: Lightning turns
+    the loggers off in that smoke run, and drawing the maps would take most of its time.
 
     Args:
         num_sentences: number of validation sentences to show; 0 logs no maps (a run timed
@@ -108,10 +108,11 @@ class AttentionMapLogger(L.Callback):
         elif len(pairs) < self.num_sentences:
             logger.warning(
                 "AttentionMapLogger: attention_maps.num_sentences asks for %d sentences, but "
-                "only %d validation sentences have <= %d pieces (attention_maps.max_pieces): "
-                "logging those",
+                "only %d of the %d validation sentences have <= %d pieces "
+                "(attention_maps.max_pieces): logging those",
                 self.num_sentences,
                 len(pairs),
+                len(sources),
                 self.max_pieces,
             )
         return pairs
@@ -122,7 +123,11 @@ class AttentionMapLogger(L.Callback):
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if (trainer.current_epoch + 1) % self.every_n_epochs == 0:
-            self._log(trainer, pl_module, tag=f"epoch_{trainer.current_epoch:03d}")
+            # A run its plan, its clock or a stop ends inside an epoch ends the epoch there:
+            # those maps are of part of it, and the resume's epoch end would write over them.
+            whole = trainer.fit_loop.epoch_loop.batch_progress.is_last_batch
+            tag = f"epoch_{trainer.current_epoch:03d}" if whole else f"step_{trainer.global_step}"
+            self._log(trainer, pl_module, tag=tag)
 
     @torch.no_grad()
     def _log(self, trainer: L.Trainer, pl_module: L.LightningModule, tag: str) -> None:
