@@ -18,6 +18,7 @@ import logging
 import os
 import re
 import time
+import unicodedata
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal, get_args
@@ -200,7 +201,10 @@ class Tokenizer:
         # One character at a time: a run of unknown characters is one <unk> piece, and
         # encoding applies the model's normalisation (a full-width letter may be known).
         # Spaces are asked too: the normalisation knows most, not all (U+0085 is unknown).
-        return [ch for ch in dict.fromkeys(text) if UNK_ID in self._sp.encode(ch, out_type=int)]
+        # Composed first, as the normalisation (NFKC) composes them: a combining mark alone
+        # may be unknown where the letter it makes with the one before it is known.
+        composed = unicodedata.normalize("NFKC", text)
+        return [ch for ch in dict.fromkeys(composed) if UNK_ID in self._sp.encode(ch, out_type=int)]
 
     def decode(self, ids: list[list[int]]) -> list[str]:
         """One sentence per id sequence (lists of ints, or the rows of a 2-D tensor of
