@@ -87,12 +87,7 @@ def check_output_dir(
     """
     out = Path(out)
     where = out.resolve()
-    here = Path.cwd().resolve()
-    if here.is_relative_to(where):
-        raise OutputError(
-            f"{flag} {out} is the current directory or one of its parents; minitx never writes "
-            f"over it: give a new directory, e.g. {flag} {out / 'model'}"
-        )
+    check_not_the_working_dir(out, flag)
     for item in inputs:
         source = Path(item).resolve()
         if source.is_relative_to(where) or where.is_relative_to(source):
@@ -112,6 +107,21 @@ def check_output_dir(
     if not force:
         raise OutputError(f"{flag} {out} exists already; pass --force to replace it")
     check_dir_takes_files(out, flag)
+
+
+def check_not_the_working_dir(out: str | os.PathLike[str], flag: str) -> None:
+    """Refuse an output directory that is the current directory or holds it: replaced whole,
+    it would take the working directory with it (a rename onto it fails with EBUSY).
+
+    Raises:
+        OutputError: naming `flag` and a directory to give instead.
+    """
+    out = Path(out)
+    if Path.cwd().resolve().is_relative_to(out.resolve()):
+        raise OutputError(
+            f"{flag} {out} is the current directory or one of its parents; minitx never writes "
+            f"over it: give a new directory, e.g. {flag} {out / 'model'}"
+        )
 
 
 def _why_force_refuses(out: Path, flag: str, kind: str | None, replacer: str) -> str | None:

@@ -70,7 +70,12 @@ from minitx.errors import (
     check_known_keys,
 )
 from minitx.model import Transformer, TransformerConfig
-from minitx.outputs import check_dir_takes_files, file_in_the_way, written_whole
+from minitx.outputs import (
+    check_dir_takes_files,
+    check_not_the_working_dir,
+    file_in_the_way,
+    written_whole,
+)
 from minitx.positional import POSITIONAL_ENCODINGS
 from minitx.registry import UNREGISTERED_WHEN_LOADING
 from minitx.tokenizer import Tokenizer
@@ -670,6 +675,7 @@ def check_release_dir(directory: Path, flag: str = "the release directory") -> N
     """
     if directory.exists() and not directory.is_dir():
         raise OutputError(f"{flag} {directory} is a file; give a directory")
+    check_not_the_working_dir(directory, flag)
     if not _utf8(directory.absolute()):  # written, it would load nowhere
         raise OutputError(f"{flag} {directory}: {UTF8_PATHS}; give a directory of a UTF-8 name")
     if not directory.exists() and (blocked := file_in_the_way(directory.parent)):

@@ -742,7 +742,8 @@ def test_export_records_the_evaluation_in_the_card(
     marked = json.loads(report.read_text(encoding="utf-8"))
     marked["results"][0]["decoding"] = "<script>alert(1)</script>"
     marked_report = tmp_path / "marked.json"
-    marked_report.write_text(json.dumps(marked), encoding="utf-8")
+    # with a byte order mark, as Notepad saves it: it was "not a readable JSON file"
+    marked_report.write_text("\ufeff" + json.dumps(marked), encoding="utf-8")
     args = ["--checkpoint", str(release_dir), "--out", str(out)]
     assert export_cli.main([*args, "--evaluation", str(marked_report)]) == 0
     card = (out / "README.md").read_text(encoding="utf-8")
@@ -1213,3 +1214,17 @@ def test_a_release_path_that_is_not_utf8_is_refused_in_one_line(
     shutil.copytree(release_dir, odd / "rel")
     with pytest.raises(CheckpointError, match="path is UTF-8.*rename the directory"):
         release.load(odd / "rel")
+
+
+def test_an_export_into_the_working_directory_is_refused_in_words(
+    release_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """``--out .`` (inside a release, or an empty directory) failed as "cannot write into
+    --out .: Device or resource busy", the rename onto the working directory's error."""
+    out = tmp_path / "rel"
+    assert export_cli.main(["--checkpoint", str(release_dir), "--out", str(out)]) == 0
+    monkeypatch.chdir(out)
+    capsys.readouterr()
+    assert export_cli.main(["--checkpoint", str(release_dir), "--out", "."]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --out . is the current directory or one of its parents"), err

@@ -55,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
 def read_evaluation(path: Path) -> dict:
     """The `minitx-evaluate --json` report at `path`."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(path.read_text(encoding="utf-8-sig"))  # a BOM, as Notepad writes
     except FileNotFoundError:
         raise UsageError(f"--evaluation file not found: {path}") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
