@@ -269,6 +269,19 @@ def test_average_command_end_to_end(tiny_checkpoint: Path, tmp_path: Path) -> No
     assert Translator.from_pretrained(out).translate(SENTENCES, GREEDY) == reference
 
 
+def test_one_checkpoint_averaged_is_said(
+    tiny_checkpoint: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """A glob that matched one file wrote a weights-only copy, said as "averaged 1
+    checkpoint"."""
+    from minitx.cli import average
+
+    out = tmp_path / "one.ckpt"
+    assert average.main(["--out", str(out), str(tiny_checkpoint)]) == 0
+    err = capsys.readouterr().err
+    assert f"note: one checkpoint given: {out} holds its weights alone, nothing averaged" in err
+
+
 def test_average_command_bad_input_is_one_line_and_status_2(
     tiny_checkpoint: Path, tmp_path: Path
 ) -> None:

@@ -77,6 +77,11 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"cannot write --out {out}: {exc.strerror or exc}") from None
     files = f"{len(args.checkpoints)} checkpoint{'s' if len(args.checkpoints) > 1 else ''}"
     print(f"averaged {files} into {out} ({out.stat().st_size:,} bytes)")
+    if len(args.checkpoints) == 1:  # a glob that matched one file, most often
+        print(
+            f"note: one checkpoint given: {out} holds its weights alone, nothing averaged",
+            file=sys.stderr,
+        )
     return 0
 
 
