@@ -38,11 +38,11 @@ def decode_utf8(raw: bytes, name: str, *, first_line: int = 1) -> str:
     """
     if first_line == 1:
         _check_not_packed(raw, name)
+    bom = first_line == 1 and raw.startswith((b"\xff\xfe", b"\xfe\xff"))  # UTF-16's
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         start, what = exc.start, f"is not valid UTF-8 ({exc.reason}"
-        bom = first_line == 1 and raw.startswith((b"\xff\xfe", b"\xfe\xff"))
         utf16 = bom or b"\x00" in raw[:start]
     else:
         start = raw.find(b"\x00")
@@ -52,11 +52,22 @@ def decode_utf8(raw: bytes, name: str, *, first_line: int = 1) -> str:
         # (every other byte NUL) and would translate or train as garbage.
         what, utf16 = "is not UTF-8 text (a NUL byte, as in UTF-16 or binary files,", True
     line = raw.count(b"\n", 0, start) + first_line
-    column = start - (raw.rfind(b"\n", 0, start) + 1) + 1
-    raise DataError(
-        f"{name}: line {line} {what} at byte {column} of the line). "
+    line_start = raw.rfind(b"\n", 0, start) + 1
+    before = raw[:line_start]  # decoded without a fault: UTF-8, or ASCII
+    fix = (
         f"Re-encode the file as UTF-8, e.g. `iconv -f {'utf-16' if utf16 else 'latin1'} -t utf-8`."
-    ) from None
+    )
+    if before and b"\x00" not in before and not bom:
+        if not utf16 and not before.isascii():  # UTF-8 accents before it: one bad line
+            fix = (
+                "The lines before it are UTF-8, accents and all: fix or delete that line (a "
+                "re-encoding of the whole file, as with iconv, would garble them)."
+            )
+        elif utf16 and b"\x00" not in raw[start + 1 : start + 3]:  # UTF-16 holds NUL in pairs
+            fix = "The lines before it hold none: remove it, e.g. `tr -d '\\000'`."
+    raise DataError(
+        f"{name}: line {line} {what} at byte {start - line_start + 1} of the line). {fix}"
+    )
 
 
 def _check_not_packed(start: bytes, name: str) -> None:

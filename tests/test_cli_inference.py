@@ -453,25 +453,36 @@ def test_translate_invalid_utf8_names_the_line(
 
 
 @pytest.mark.parametrize(
-    ("encoding", "line", "how"),
-    [("utf-16-le", 1, "NUL byte"), ("utf-16", 1, "invalid start byte"), (None, 2, "NUL byte")],
-    ids=["utf16-ascii", "utf16-bom", "nul-in-utf8"],
+    ("encoding", "line", "how", "fix"),
+    [
+        ("utf-16-le", 1, "NUL byte", "iconv -f utf-16"),
+        ("utf-16", 1, "invalid start byte", "iconv -f utf-16"),
+        # one NUL in a file of UTF-8 lines: re-encoding it from UTF-16 would garble them all
+        (None, 2, "NUL byte", "The lines before it hold none: remove it, e.g. `tr -d '\\000'`"),
+        # one Latin-1 line among UTF-8 ones with umlauts: the same
+        ("mixed", 3, "invalid continuation byte", "fix or delete that line"),
+    ],
+    ids=["utf16-ascii", "utf16-bom", "nul-in-utf8", "latin1-line-in-utf8"],
 )
 def test_translate_refuses_utf16_and_nul_bytes_naming_utf16(
-    translate_command, tiny_checkpoint, tmp_path, capsys, encoding, line, how
+    translate_command, tiny_checkpoint, tmp_path, capsys, encoding, line, how, fix
 ) -> None:
     """UTF-16 of plain ASCII is valid UTF-8 with a NUL in every other byte: refused, not
-    translated as garbage, and the hint names UTF-16 rather than Latin-1."""
+    translated as garbage, and the hint names UTF-16 rather than Latin-1. A file whose lines
+    before the bad byte are UTF-8 is told to fix that line, not to re-encode the file."""
     source = tmp_path / "input.de"
     text = "ein mann\nzwei hunde\n"
-    data = text.encode(encoding) if encoding else b"ein mann\nzwei\x00 hunde\n"
+    if encoding == "mixed":
+        data = "ein mädchen\nzwei hunde\n".encode() + "drei mädchen\n".encode("latin-1")
+    else:
+        data = text.encode(encoding) if encoding else b"ein mann\nzwei\x00 hunde\n"
     source.write_bytes(data)
     assert (
         translate_command.main(["--checkpoint", str(tiny_checkpoint), "--input", str(source)]) == 2
     )
     out, err = capsys.readouterr()
     assert out == "" and err.startswith("error: ") and err.count("\n") == 1
-    assert f"{source}: line {line} " in err and how in err and "iconv -f utf-16" in err
+    assert f"{source}: line {line} " in err and how in err and fix in err, err
 
 
 @pytest.mark.parametrize("name", ["input.de.gz", "input.txt"])
