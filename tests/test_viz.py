@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import json
+import logging
 import re
 import sys
 import types
@@ -263,6 +264,28 @@ def test_save_attention_images_writes_valid_pngs(maps: AttentionMaps, tmp_path: 
 
     subset = save_attention_images(maps, tmp_path / "sub", kinds=["decoder"], dpi=40)
     assert [p.name for p in subset] == ["decoder_layer0.png", "decoder_layer1.png"]
+
+
+def test_characters_the_font_lacks_are_one_warning_not_one_per_label_and_drawing(
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    recwarn: pytest.WarningsRecorder,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A Japanese target drew its tokens as empty boxes with one raw matplotlib UserWarning
+    per label and drawing (18 in one log of the maps): one minitx warning names each character
+    and the fix, once."""
+    import minitx.viz.heatmaps
+
+    monkeypatch.setattr(minitx.viz.heatmaps, "_said_glyphs", set())  # none said in this process
+    maps = make_maps(tgt=["<s>", "▁日本", "▁語", "x"])
+    with caplog.at_level(logging.WARNING, logger="minitx.viz.heatmaps"):
+        save_attention_images(maps, tmp_path / "a", kinds=["cross"], dpi=20)
+        save_attention_images(maps, tmp_path / "b", kinds=["cross"], dpi=20)  # said already
+    assert not [w for w in recwarn if "missing from font" in str(w.message)]
+    said = [r.getMessage() for r in caplog.records if "drawn as empty boxes" in r.getMessage()]
+    assert len(said) == 1 and "font.sans-serif" in said[0], said
+    assert all(f"'{ch}'" in said[0] for ch in "日本語") and "'x'" not in said[0]
 
 
 def test_save_images_refuses_a_dpi_it_cannot_draw_before_writing(

@@ -9,8 +9,11 @@ of scope.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
+import re
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
@@ -35,6 +38,41 @@ from minitx.viz.common import (
 
 logger = logging.getLogger(__name__)
 
+_MISSING_GLYPH = re.compile(r"Glyph (\d+) .* missing from font\(s\) (.+?)\.?$")
+"""matplotlib's warning of a character its font cannot draw."""
+_said_glyphs: set[str] = set()  # each said once a process: every later log draws them again
+
+
+@contextlib.contextmanager
+def glyphs_said_once() -> Iterator[None]:
+    """Draw figures inside: matplotlib warns of a character its font lacks once per label
+    and drawing (18 raw warnings for one log of Japanese tokens), and the figure shows an
+    empty box. Those warnings become one that names the characters and the fix, each
+    character once a process; other warnings pass through."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield
+    missing: dict[str, None] = {}
+    fonts: dict[str, None] = {}
+    for record in caught:
+        found = _MISSING_GLYPH.match(str(record.message))
+        if found is None:
+            warnings.warn_explicit(record.message, record.category, record.filename, record.lineno)
+            continue
+        missing[chr(int(found.group(1)))] = None
+        fonts[found.group(2)] = None
+    new = [ch for ch in missing if ch not in _said_glyphs]
+    if new:
+        _said_glyphs.update(new)
+        logger.warning(
+            "the figures' font (%s) has no %s: drawn as empty boxes; name a font that has "
+            "them first in matplotlib's font.sans-serif (a matplotlibrc line such as "
+            "'font.sans-serif: Noto Sans CJK JP, DejaVu Sans')",
+            ", ".join(fonts),
+            " ".join(repr(ch) for ch in new[:10]) + (" ..." if len(new) > 10 else ""),
+        )
+
+
 _CELL_IN = 0.19  # inches per token along each heatmap axis (~14 pt: room for 7 pt labels)
 _MIN_PANEL_IN = 1.6  # smallest heatmap side, so that tiny maps stay legible
 _MAX_PANEL_IN = 8.0  # largest heatmap side: long sentences shrink cells and thin the labels
@@ -47,8 +85,9 @@ _TICK_FONTSIZE = 7
 def _max_text_width_in(texts: Sequence[str], fontsize: float = _TICK_FONTSIZE) -> float:
     """Width in inches of the widest of ``texts`` when drawn as plain text (no mathtext)."""
     font, measure = FontProperties(size=fontsize), TextToPath()
-    widths = [measure.get_text_width_height_descent(t, font, ismath=False)[0] for t in set(texts)]
-    return max(widths, default=0.0) / 72.0
+    with glyphs_said_once():  # measured with the font that draws them
+        widths = [measure.get_text_width_height_descent(t, font, ismath=False) for t in set(texts)]
+    return max((width for width, _, _ in widths), default=0.0) / 72.0
 
 
 def _axis_labels(tokens: Sequence[str], side_in: float) -> tuple[list[int], list[str]]:
@@ -293,7 +332,8 @@ def _save_figures(
     paths: list[Path] = []
     for _, stem, fig in figures:
         path = out_dir / f"{prefix}{stem}.png"
-        fig.savefig(path, dpi=dpi)
+        with glyphs_said_once():
+            fig.savefig(path, dpi=dpi)
         fig.clear()  # drop artists now; the figure itself is unreferenced after this
         paths.append(path)
         logger.debug("wrote %s", path)
