@@ -330,7 +330,8 @@ class TranslationModule(L.LightningModule):
         hyperparameters, None each where it has none); None without a data module."""
         if datamodule is None:
             return None
-        return datamodule.hparams.get("src_lang"), datamodule.hparams.get("tgt_lang")
+        hparams = getattr(datamodule, "hparams", None) or {}  # a data module of one's own
+        return hparams.get("src_lang"), hparams.get("tgt_lang")
 
     # ---------------------------------------------------------------- loss
 
