@@ -464,6 +464,11 @@ def test_a_null_for_a_setting_that_takes_none_is_one_error_line(
             ["--attention_maps.kinds", "[]"],
             "attention_maps.kinds: no attention kinds selected; expected a subset of",
         ),
+        (  # jsonargparse's "Expected a <class 'tuple'>. Got value: cross"
+            ["--attention_maps.kinds", "cross"],
+            "attention_maps.kinds=cross: give a list in brackets, as in --attention_maps.kinds "
+            "'[cross, ...]'",
+        ),
         (  # accepted: the logged entropy of cross-attention was twice its value
             ["--attention_maps.kinds", "[cross, cross]"],
             "attention_maps.kinds: cross given more than once; name each kind once",
@@ -498,6 +503,7 @@ def test_a_null_for_a_setting_that_takes_none_is_one_error_line(
         "no-test-split",
         "misnamed-validation-split",
         "no-attention-kinds",
+        "attention-kinds-without-brackets",
         "attention-kind-twice",
         "ddp-spawn",
         "padding-past-max-positions",

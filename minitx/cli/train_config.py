@@ -668,6 +668,9 @@ def _choices_message(message: str) -> str:
     typed = re.fullmatch(
         r"Parser key \"([\w.]+)\": Expected a <class '(\w+)'>\. Got value: (.*)", message
     )
+    if typed and typed.group(2) == "tuple":  # kinds: [cross], betas: [0.9, 0.98]
+        key, given = typed.group(1), typed.group(3)
+        return f"{key}={given}: give a list in brackets, as in --{key} '[{given}, ...]'"
     if typed and typed.group(2) in _KINDS:  # Python's class names are not what a user types
         given = "null" if typed.group(3) == "None" else typed.group(3)  # as YAML writes it
         return f"{typed.group(1)}={given}: give {_KINDS[typed.group(2)]}"
