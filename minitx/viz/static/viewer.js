@@ -225,8 +225,13 @@
     readout.removeAttribute("data-q");
     readout.textContent = "";
     readout.appendChild(el("span", {"class": "hint"},
-      "Hover a query token to see its attention over the " + current.keys.length +
-      " key tokens."));
+      "Hover a query token to see its attention over the " +
+      counted(current.keys.length, "key token") + "."));
+  }
+
+  // "1 key", "3 keys": the viewer shows one-token sentences too.
+  function counted(n, one, many) {
+    return n + " " + (n === 1 ? one : (many || one + "s"));
   }
 
   function focusQuery(q, k) {
@@ -312,7 +317,8 @@
     renderLines();
     statusEl.textContent = info.label + (info.attribution ? " \u00b7 beside " +
       current.compareLabel : " \u00b7 layer " + layer + " \u00b7 " + headName) + " \u00b7 " +
-      current.queries.length + " queries \u00d7 " + current.keys.length + " keys";
+      counted(current.queries.length, "query", "queries") + " \u00d7 " +
+      counted(current.keys.length, "key");
     statusEl.setAttribute("data-kind", kind);
     statusEl.setAttribute("data-layer", layer);
     statusEl.setAttribute("data-head", head);
