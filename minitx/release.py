@@ -457,6 +457,12 @@ def resolve(source: str | Path, *, revision: str | None = None) -> Path:
         return path
     if _REPO_ID.match(str(source)) and not str(source).endswith(".ckpt"):
         return download(str(source), revision=revision)
+    # a repo's page (a path, as the commands read it, keeps one slash of "https://")
+    page = re.match(r"https?:/+(?:www\.)?(?:huggingface|hf)\.co/([\w.-]+/[\w.-]+)", str(source))
+    if page:
+        raise MissingFileError(
+            f"{source} is the address of a hub repo's page; give the repo id, {page.group(1)}"
+        )
     raise MissingFileError(
         f"checkpoint not found: {path} (pass a .ckpt written under <run dir>/checkpoints/, a "
         "release directory written by minitx-export, or a hub repo id owner/name)"

@@ -1228,3 +1228,16 @@ def test_an_export_into_the_working_directory_is_refused_in_words(
     assert export_cli.main(["--checkpoint", str(release_dir), "--out", "."]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: --out . is the current directory or one of its parents"), err
+
+
+@pytest.mark.parametrize(
+    "address",
+    ["https://huggingface.co/you/minitx-de-en", "https:/hf.co/you/minitx-de-en/tree/main"],
+)
+def test_a_hub_repos_address_is_answered_with_its_id(address: str) -> None:
+    """Was "checkpoint not found: https:/huggingface.co/you/minitx-de-en" (the path had eaten
+    a slash), with no word of the id to give."""
+    with pytest.raises(MissingFileError, match="address of a hub repo's page; give the repo id, "):
+        release.resolve(address)
+    with pytest.raises(MissingFileError, match="give the repo id, you/minitx-de-en$"):
+        release.resolve(Path(address))  # as a command's --checkpoint holds it
