@@ -69,7 +69,8 @@ progress bar on a terminal, otherwise one line per decoding such as `greedy: tra
 sentences in 5.7 s (175.4 sentences/s)`. The hypotheses of each decoding are written to
 --hyp-out (default: next to the checkpoint, <checkpoint stem>.<split>.<decoding>[.bf16].hyp,
 <decoding> being greedy, beam<N> or sample, the names training uses too, with .<corpus>
-(the last part of --data, when given), .first<L> under a --limit L below the split's size
+(the last part of --data, when given, and for a local directory six hex digits of its path,
+e.g. .iwslt-3fa2c1), .first<L> under a --limit L below the split's size
 and .<src>-<tgt> for a language pair other than the checkpoint's before <decoding>, and
 .<mode>-<scope> after it under a hard --attention, e.g. greedy.hard-argmax-cross), one line
 per line of the split's source file, in order (empty for a pair with an empty side). --json

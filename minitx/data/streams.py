@@ -136,11 +136,15 @@ class RawFilesStream(PairStream):
                 longer = row + 1 + sum(1 for _ in pairs)
                 n_src, n_tgt = (row, longer) if s is None else (longer, row)
                 raise DataError(
-                    f"split {self.split!r}: {self.src_path} has {n_src} lines but "
+                    f"split {self.split!r}: {self.src_path} has {_lines(n_src)} but "
                     f"{self.tgt_path} has {n_tgt}; parallel files must be line-aligned (one "
                     "sentence pair per line)."
                 )
             yield s, t
+
+
+def _lines(n: int) -> str:
+    return f"{n} line" if n == 1 else f"{n} lines"
 
 
 # ---------------------------------------------------------------------------------- jsonl
