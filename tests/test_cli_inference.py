@@ -1501,3 +1501,16 @@ def test_evaluate_reads_and_writes_under_a_directory_whose_name_is_not_utf8(
     assert (odd / "1.hyp").read_text(encoding="utf-8").count("\n") == 10
     assert evaluate_command.main([*greedy_on_toy, "--data", str(corpus)]) == 0  # its file name
     assert len(list(tmp_path.glob("model.test.data-*.greedy.hyp"))) == 1
+
+
+def test_a_beam_wider_than_the_vocabulary_is_refused_before_the_input_is_read(
+    translate_command, tiny_checkpoint: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """The refusal came after the input was read and encoded: a warning of its characters
+    (here the toy vocabulary's missing 'Ж') came first, and standard input was read whole."""
+    args = ["--checkpoint", str(tiny_checkpoint), "--beam", "100000", "Ж ein mann ."]
+    assert translate_command.main(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: beam size 100000 is larger than the model's target") and (
+        err.count("\n") == 1
+    ), err

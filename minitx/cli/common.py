@@ -855,6 +855,10 @@ def load_translator(args: argparse.Namespace) -> Translator:
 
     translator = Translator.from_pretrained(args.checkpoint, device=args.device, bf16=args.bf16)
     translator.set_attention(**attention_from_args(args))
+    decodings = getattr(args, "decodings", None) or {0: getattr(args, "decoding", None)}
+    for decoding in decodings.values():  # before any input is read, or a warning printed
+        if decoding is not None and decoding.strategy == "beam":
+            decoding.check_beam_fits(translator.model.config.tgt_vocab_size)
     if args.bf16 and translator.device.type == "cpu" and not hardware.cpu_has_fast_bf16():
         # Training falls back to fp32 here; the user asked for bf16, so keep it and say why
         # it is slow.
