@@ -1515,3 +1515,23 @@ def test_a_training_parse_error_names_the_command_that_lists_the_keys(
         train_main(["--config", str(TINY_CONFIG), "--model.transformer.d_model", "abc"])
     assert exit_info.value.code == 2
     assert capsys.readouterr().err.rstrip().endswith(f"({hint} lists every key)")
+
+
+def test_a_bad_value_from_a_config_file_names_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """The line "model.optim.lr=abc: give a number" named the key, not the file among several
+    --config files that set it; a value given as a flag is not blamed on a file."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "typo.yaml").write_text("model:\n  optim:\n    lr: abc\n")
+    (tmp_path / "negative.yaml").write_text("model:\n  optim:\n    lr: -3\n")
+    cases = [
+        (["--config", "typo.yaml"], "lr=abc: give a number (set in --config typo.yaml)"),
+        (["--config", "negative.yaml"], "got lr=-3.0, warmup_steps=20, weight_decay=0.1 (set in "),
+        (["--config", "negative.yaml", "--model.optim.lr", "-2"], "weight_decay=0.1\n"),
+    ]
+    for args, said in cases:
+        with pytest.raises(SystemExit) as exit_info:
+            train_main(["--config", str(TINY_CONFIG), *args])
+        err = capsys.readouterr().err
+        assert exit_info.value.code == 2 and said in err, err

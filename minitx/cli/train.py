@@ -13,6 +13,7 @@ directory is, and which ``last.ckpt`` a resume takes, in `train_runs.py`.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import math
@@ -24,7 +25,7 @@ import signal
 import sys
 import time
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -65,6 +66,7 @@ from minitx.cli.train_config import (
     config_message,
     packaged_names,
     resolve_config_names,
+    with_source,
 )
 from minitx.cli.train_runs import (
     checkpoint_step,
@@ -267,19 +269,36 @@ class MinitxCLI(LightningCLI):
         """Parse, then quiet the libraries unless ``--verbose`` (before the seed is set: its
         message is Lightning's first line)."""
         given = sys.argv[1:] if args is None else list(args)
-        check_config_sections(given, parser)
+        # which config file set what: an error about a setting names the file it came from
+        self.sources = parser.sources = check_config_sections(given, parser)
         printed = [a for a in given if a == "--print_config" or a.startswith("--print_config=")]
         if printed:
             # jsonargparse prints inside its parse, before any value is checked: a config it
             # printed (lr nan, max_time "bad") would then be refused by the run
-            check_values(parser, parser.parse_args([a for a in given if a not in printed]))
+            with self.naming_sources():
+                check_values(parser, parser.parse_args([a for a in given if a not in printed]))
         super().parse_arguments(parser, args)
         # as given: Lightning replaces true by the seed it chooses (which may differ at a resume)
         self.seed_given = self.config.get("seed_everything")
         set_verbosity(bool(self.config.get("verbose")))
-        check_values(parser, self.config)
+        with self.naming_sources():
+            check_values(parser, self.config)
         if self.seed_given is True:
             self.config["seed_everything"] = random_seed()
+
+    @contextlib.contextmanager
+    def naming_sources(self) -> Iterator[None]:
+        """A setting's error, raised inside, with the config file that set it (`with_source`)."""
+        try:
+            yield
+        except (ConfigError, UsageError) as exc:
+            if type(exc) not in (ConfigError, UsageError):  # a subclass keeps its own fields
+                raise
+            raise type(exc)(with_source(str(config_message(exc)), self.sources)) from exc
+
+    def instantiate_classes(self) -> None:
+        with self.naming_sources():  # the model's and data's own checks of their settings
+            super().instantiate_classes()
 
     def before_instantiate_classes(self) -> None:
         config = self.config

@@ -380,7 +380,7 @@ def _check_config_text(flag: str, path: Path) -> None:
         ) from None
 
 
-def check_config_sections(args: list[str], parser: LightningArgumentParser) -> None:
+def check_config_sections(args: list[str], parser: LightningArgumentParser) -> dict[str, str]:
     """Refuse a config file that is not valid YAML, is empty, or gives a section (``model``,
     ``model.transformer``, ``trainer``, ...) a value that is not a mapping of its keys.
 
@@ -390,16 +390,45 @@ def check_config_sections(args: list[str], parser: LightningArgumentParser) -> N
     A key whose default in `parser` is a (jsonargparse) Namespace is a section; the defaults
     are built only when a config file is given (a tenth of a second, not every start).
 
+    Returns:
+        The user's config files' settings that no later flag or file replaced: dotted key ->
+        "--config FILE" (`with_source` names the file in an error about the key).
+
     Raises:
         UsageError: naming the file, the key and what to write instead.
     """
     defaults: list[Any] = []  # built once, at the first file
+    set_at: dict[int, tuple[str, set[str]]] = {}  # the file's item -> (its flag, its keys)
     for flag, value, index in _config_args(args):
         path = Path(value)
         if path.is_file():  # else jsonargparse reports a missing file (or parses inline YAML)
             keys = _check_config_file(f"{flag} {path}", path, parser, defaults, [])
             at = index if args[index].startswith("--config=") else index - 1  # the flag's item
             _check_flags_before(args[:at], keys, flag, value)
+            # a packaged config's values are valid: an error is of what the user changed
+            set_at[index] = ("" if path.parent == CONFIG_DIR else f"{flag} {value}", keys)
+    sources: dict[str, str] = {}  # in command-line order: the last setter wins
+    for i, arg in enumerate(args):
+        if i in set_at:
+            where, keys = set_at[i]
+            sources |= dict.fromkeys(keys, where)
+        elif arg.startswith("--") and not arg.startswith(("--config", "--print_config")):
+            key = _without_init_args(arg[2:].split("=", 1)[0])
+            sources |= {k: "" for k in sources if k == key or k.startswith(f"{key}.")}
+            sources[key] = ""
+    return {key: where for key, where in sources.items() if where}
+
+
+def with_source(message: str, sources: dict[str, str]) -> str:
+    """`message` with the config file that set its setting (the dotted key it begins with, or
+    every key it sets of the section it begins with) when one file of the user's did:
+    jsonargparse's and the checks' messages name the key, not where its value came from."""
+    named = re.match(r"([a-z_]\w*(?:\.\w+)+|[a-z_]\w*)[=:]", message)
+    if named is None:
+        return message
+    key = named.group(1)
+    files = {where for k, where in sources.items() if k == key or k.startswith(f"{key}.")}
+    return f"{message} (set in {files.pop()})" if len(files) == 1 else message
 
 
 def _check_flags_before(earlier: list[str], keys: set[str], flag: str, value: str) -> None:
@@ -604,6 +633,7 @@ class OneLineErrorParser(LightningArgumentParser):
         one_line = " ".join(str(message).split())
         one_line = self._section_message(one_line) or _choices_message(one_line)
         one_line = with_negative_value_hint(one_line)
+        one_line = with_source(one_line, getattr(self, "sources", {}))
         one_line += self._did_you_mean(message)
         print(f"error: {one_line}  ({train_command()} --help lists every key)", file=sys.stderr)
         raise SystemExit(EXIT_USER_ERROR)
