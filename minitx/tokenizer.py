@@ -202,8 +202,9 @@ class Tokenizer:
         # encoding applies the model's normalisation (a full-width letter may be known).
         # Spaces are asked too: the normalisation knows most, not all (U+0085 is unknown).
         # Composed first, as the normalisation (NFKC) composes them: a combining mark alone
-        # may be unknown where the letter it makes with the one before it is known.
-        composed = unicodedata.normalize("NFKC", text)
+        # may be unknown where the letter it makes with the one before it is known. NFC, not
+        # NFKC: a character NFKC spells out ('㍿' as four) is named as it was typed.
+        composed = unicodedata.normalize("NFC", text)
         return [ch for ch in dict.fromkeys(composed) if UNK_ID in self._sp.encode(ch, out_type=int)]
 
     def decode(self, ids: list[list[int]]) -> list[str]:

@@ -656,6 +656,7 @@ def test_characters_outside_the_vocabulary_are_named_not_silently_unk(
     # the tokenizer knows: the mark alone was named as unknown
     assert translator.tokenizer.encode(["ma\u0308nner"]) == translator.tokenizer.encode(["männer"])
     assert translator.tokenizer.unknown_characters("ma\u0308nner") == []
+    assert translator.tokenizer.unknown_characters("\u337f") == ["\u337f"]  # as typed
     sentences = [TOY_TEST_SOURCES[0], f"{TOY_TEST_SOURCES[1]} {unknown}", "", unknown]
     with caplog.at_level("WARNING", logger="minitx.translator"):
         translator.translate(TOY_TEST_SOURCES[:2], beam_size=1)
