@@ -92,7 +92,7 @@ WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
 TOKENIZER_FILE = "tokenizer.model"
 CARD_FILE = "README.md"
-CARD_CHECKSUM = re.compile(r"<!-- minitx card sha256 ([0-9a-f]{64}) -->\n\Z")
+CARD_CHECKSUM = re.compile(r"^<!-- minitx card sha256 ([0-9a-f]{64}) -->$", re.M)
 """The card's last line: the sha256 of the text above it, as the export wrote it."""
 TRAIN_CONFIG_FILE = "train_config.yaml"
 EVALUATION_FILE = "evaluation.json"
@@ -404,7 +404,7 @@ def _read_evaluation(directory: Path, model: Transformer) -> dict[str, Any] | No
     if not path.is_file():
         return None
     try:
-        evaluation = json.loads(path.read_text(encoding="utf-8"))
+        evaluation = json.loads(path.read_text(encoding="utf-8-sig"))  # a BOM: an editor's
         check_evaluation(evaluation, where=str(path), weights=weights_checksum(model))
     except (UnicodeDecodeError, json.JSONDecodeError, ConfigError) as exc:
         logger.warning("%s left out: %s", path, exc)
@@ -636,36 +636,25 @@ def save_pretrained(
                 "- and _, such as de or pt-BR), and a release's card names it: train with "
                 "data.src_lang and data.tgt_lang set to codes, or fix them in config.json"
             )
-    kept, whose = (release.evaluation, "the release's") if evaluation is None else (None, "")
-    if evaluation is None and kept is None:  # the same weights exported again keep their scores
-        kept, whose = _scores_in(Path(directory)), f"{Path(directory) / EVALUATION_FILE}:"
+    directory = Path(directory)
+    check_release_dir(directory)  # before the weights are read for their checksum
+    kept = release.evaluation if evaluation is None else None
+    if evaluation is None and kept is None and _is_release(directory):
+        # the same weights exported again keep their scores (other weights': said, left out)
+        kept = _read_evaluation(directory, release.model)
     if evaluation is not None or kept is not None:
         checksum = weights_checksum(release.model)  # once: it reads every weight
         if kept is not None and kept.get("weights_sha256") == checksum:
             evaluation, evaluation_name = kept, EVALUATION_FILE
-        elif kept is not None:  # other weights (fine-tuned, averaged, another checkpoint)
-            logger.warning("%s scores are of other weights: left out of the card", whose)
+        elif kept is not None:  # the weights changed since it was loaded (fine-tuned, averaged)
+            logger.warning("the release's scores are of other weights: left out of the card")
         if evaluation is not None:
             check_evaluation(evaluation, release.languages, evaluation_name, checksum)
-    directory = Path(directory)
-    check_release_dir(directory)
     # written whole beside it, then swapped in: an interrupted export leaves the earlier
     # release (or nothing), never new weights under an old card
     with written_whole(directory, kind=None) as tmp:
         names = _write_release(release, tmp, evaluation)
     return [directory / name for name in names]
-
-
-def _scores_in(directory: Path) -> dict[str, Any] | None:
-    """The `EVALUATION_FILE` of the release `directory` as JSON, if it holds one it can read
-    (checked against the weights by the caller)."""
-    if not _is_release(directory):
-        return None
-    try:
-        scores = json.loads((directory / EVALUATION_FILE).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return None
-    return scores if isinstance(scores, dict) else None
 
 
 def check_release_dir(directory: Path, flag: str = "the release directory") -> None:
@@ -708,26 +697,26 @@ def check_release_dir(directory: Path, flag: str = "the release directory") -> N
         ) from None
     if card_edited(directory):
         raise OutputError(
-            f"{flag} {directory}: its {CARD_FILE} was edited after export, and an export "
-            "writes the card anew; keep your text elsewhere and remove the file, or give a new "
-            "directory"
+            f"{flag} {directory}: its {CARD_FILE} was edited after export (or has no checksum "
+            "line, as an export before 2026-12-05 wrote it), and an export writes the card "
+            "anew; keep your text elsewhere and remove the file, or give a new directory"
         )
 
 
 def card_edited(directory: Path) -> bool:
-    """Whether the release `directory`'s card differs from the text its checksum line was
-    made of. False without a card, and for a card with no such line that begins as minitx's
-    cards do (an export before 2026-12-05 wrote none: an edit of it cannot be told); a card of
-    other text is the user's."""
-    try:
-        text = (directory / CARD_FILE).read_text(encoding="utf-8")
+    """Whether the release `directory`'s card (if any) is other than the text its checksum
+    line was made of: changed above the line, text added below it, the line removed, or a
+    README.md of other text. A card with no line, from an export before 2026-12-05, cannot be
+    told from an edited one, and counts as edited."""
+    try:  # a BOM or CRLF line ends an editor added change no word
+        text = (directory / CARD_FILE).read_text(encoding="utf-8-sig")
     except FileNotFoundError:
         return False
     except (OSError, UnicodeDecodeError):  # unreadable: not the card an export wrote
         return True
     signed = CARD_CHECKSUM.search(text)
-    if signed is None:
-        return not text.startswith("---\nlibrary_name: minitx\n")  # an older minitx's card
+    if signed is None or text[signed.end() :].strip():
+        return True
     body = text[: signed.start()]
     return hashlib.sha256(body.encode("utf-8")).hexdigest() != signed.group(1)
 

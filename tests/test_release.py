@@ -768,7 +768,8 @@ def test_export_records_the_evaluation_in_the_card(
         next(other.model.parameters())[0, 0] += 1e-3
     with caplog.at_level(logging.WARNING, logger="minitx.release"):
         other.save_pretrained(again)
-    assert f"{again / 'evaluation.json'}: scores are of other weights" in caplog.text
+    assert f"{again / 'evaluation.json'} left out: " in caplog.text
+    assert "scores other weights than this model's" in caplog.text
     assert "Not measured" in (again / "README.md").read_text(encoding="utf-8")
     assert not (again / "evaluation.json").exists()
     capsys.readouterr()
@@ -778,9 +779,8 @@ def test_a_card_edited_after_export_is_not_written_over(
     release_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
     """The export guide re-exports a release into itself (to add scores, to push it): a card
-    the user had edited was replaced without a word. Its last line is its checksum: edited, the
-    export is refused and the card stays; a card with no checksum line (an older export) is
-    replaced as before, a README.md of other text is the user's."""
+    the user had edited was replaced without a word. Its last line is its checksum: edited
+    (above or below it, or the line removed), the export is refused and the card stays."""
     out = tmp_path / "rel"
     again = ["--checkpoint", str(out), "--out", str(out)]
     assert export_cli.main(["--checkpoint", str(release_dir), "--out", str(out)]) == 0
@@ -793,9 +793,18 @@ def test_a_card_edited_after_export_is_not_written_over(
     err = capsys.readouterr().err
     assert f"error: --out {out}: its README.md was edited after export" in err, err
     assert "My notes." in card.read_text(encoding="utf-8")
-    card.write_text("# My model\n", encoding="utf-8")
-    assert export_cli.main(again) == 2 and "README.md was edited" in capsys.readouterr().err
-    card.write_text(written.split("<!-- minitx card")[0], encoding="utf-8")  # an older card
+    edits = [
+        "# My model\n",  # another text
+        written + "## My notes\n",  # below the checksum line
+        written.replace("## Use", "My notes.\n\n## Use").split("<!-- minitx card")[0],  # line gone
+        written.split("<!-- minitx card")[0],  # an export's before 2026-12-05: cannot be told
+    ]
+    for edited in edits:
+        card.write_text(edited, encoding="utf-8")
+        assert export_cli.main(again) == 2 and "README.md was edited" in capsys.readouterr().err
+        assert card.read_text(encoding="utf-8") == edited
+    # what an editor or a checkout may add changes no word: a BOM, CRLF, a last blank line
+    card.write_bytes(b"\xef\xbb\xbf" + (written + "\n").replace("\n", "\r\n").encode())
     assert export_cli.main(again) == 0 and card.read_text(encoding="utf-8") == written
 
 
