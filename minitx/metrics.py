@@ -10,6 +10,7 @@ word and score nearly every translation 0. The signature names the tokenization.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -45,12 +46,16 @@ def bleu_metric(*, lowercase: bool = False, language: str | None = None) -> BLEU
         ConfigError: `language` is ``ja`` or ``ko`` and sacreBLEU's MeCab tokenizer for it is
             not installed.
     """
+    # sacreBLEU knows bare codes: zh-TW, zh_CN (as OPUS names files) and ZH are Chinese too
+    base = re.split(r"[-_]", language)[0].lower() if language else ""
     try:
-        return BLEU(lowercase=lowercase, force=True, trg_lang=language or "")
+        return BLEU(lowercase=lowercase, force=True, trg_lang=base)
     except RuntimeError:  # sacreBLEU's word for a missing MeCab, in a 6-line message
+        if base not in ("ja", "ko"):
+            raise
         raise ConfigError(
             f"BLEU of {language!r} text splits its words with MeCab: pip install "
-            f"'sacrebleu[{language}]'"
+            f"'sacrebleu[{base}]'"
         ) from None
 
 

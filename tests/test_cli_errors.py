@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import errno
 import importlib
+import importlib.util
 import io
 import json
 import os
@@ -464,6 +465,13 @@ def test_a_null_for_a_setting_that_takes_none_is_one_error_line(
             ["--attention_maps.kinds", "[]"],
             "attention_maps.kinds: no attention kinds selected; expected a subset of",
         ),
+        pytest.param(  # refused at the module's setup, after the tokenizer was trained
+            ["--data.tgt_lang", "ja"],
+            "BLEU of 'ja' text splits its words with MeCab: pip install 'sacrebleu[ja]'",
+            marks=pytest.mark.skipif(
+                importlib.util.find_spec("MeCab") is not None, reason="MeCab is installed"
+            ),
+        ),
         (  # jsonargparse's "Expected a <class 'tuple'>. Got value: cross"
             ["--attention_maps.kinds", "cross"],
             "attention_maps.kinds=cross: give a list in brackets, as in --attention_maps.kinds "
@@ -503,6 +511,7 @@ def test_a_null_for_a_setting_that_takes_none_is_one_error_line(
         "no-test-split",
         "misnamed-validation-split",
         "no-attention-kinds",
+        "japanese-without-mecab",
         "attention-kinds-without-brackets",
         "attention-kind-twice",
         "ddp-spawn",

@@ -873,6 +873,8 @@ def test_bleu_of_a_language_written_without_spaces_counts_its_words(
     chinese = score(near, CHINESE, language="zh")
     assert chinese.bleu > 50 and "tok:zh" in chinese.signature
     assert "tok:13a" in score(near, CHINESE, language="de").signature
+    for code in ("zh-TW", "zh_CN", "ZH"):  # a region, OPUS's file suffix, capitals
+        assert "tok:zh" in score(near, CHINESE, language=code).signature, code
     german = ["ein mann .", "zwei hunde ."]
     languages = translator.languages
     try:

@@ -36,6 +36,7 @@ from minitx.errors import (
     debug_requested,
     is_whole_number,
 )
+from minitx.metrics import bleu_metric
 from minitx.training.cadence import duration
 from minitx.training.module import VALIDATION_METRICS
 
@@ -247,6 +248,16 @@ def _check_checkpoint(config: Any) -> None:
             f"checkpoint.monitor={checkpoint.monitor} with checkpoint.mode={checkpoint.mode} keeps "
             f"the worst checkpoint as the best; set --checkpoint.mode {better}"
         )
+
+
+def _check_bleu_language(config: Any) -> None:
+    """BLEU of the target language can be scored (`minitx.metrics.bleu_metric`: Japanese and
+    Korean need MeCab): refused now, not once the corpus is read and its tokenizer trained.
+
+    Raises:
+        ConfigError: naming what to install.
+    """
+    bleu_metric(language=config.data.tgt_lang)
 
 
 def _check_splits(config: Any) -> None:
@@ -807,6 +818,7 @@ def check_values(parser: LightningArgumentParser, config: Any) -> None:
     _check_checkpoint(config)
     _check_bleu_schedule(config)
     _check_splits(config)
+    _check_bleu_language(config)
     _check_averaging(config)
     _check_run_settings(config)
 
