@@ -28,13 +28,16 @@ ZIP_MAGIC = b"PK\x03\x04"
 """The first bytes of a zip archive, such as a checkpoint (torch.save's format since 1.6)."""
 
 
-def decode_utf8(raw: bytes, name: str, *, first_line: int = 1) -> str:
+def decode_utf8(raw: bytes, name: str, *, first_line: int = 1, utf8_before: bool = False) -> str:
     """Decode UTF-8 bytes of file `name` whose first line is line `first_line` (a later part
-    of a stream); a byte-order mark opening the file (at `first_line` 1) is dropped.
+    of a stream, whose earlier parts held non-ASCII UTF-8 when `utf8_before`); a byte-order
+    mark opening the file (at `first_line` 1) is dropped.
 
     Raises:
         DataError: invalid UTF-8, or a NUL byte; the message names `name`, the line and the
-            byte within it, and how to re-encode the file. Compressed text is said as such.
+            byte within it, and how to fix it: that line, where the file's other lines are
+            UTF-8 with accents (a re-encoding of the whole file would garble them), else the
+            file, re-encoded. Compressed text is said as such.
     """
     if first_line == 1:
         _check_not_packed(raw, name)
@@ -53,21 +56,31 @@ def decode_utf8(raw: bytes, name: str, *, first_line: int = 1) -> str:
         what, utf16 = "is not UTF-8 text (a NUL byte, as in UTF-16 or binary files,", True
     line = raw.count(b"\n", 0, start) + first_line
     line_start = raw.rfind(b"\n", 0, start) + 1
-    before = raw[:line_start]  # decoded without a fault: UTF-8, or ASCII
+    line_end = raw.find(b"\n", start) % (len(raw) + 1)  # -1 (the last line): the end
+    others = raw[:line_start] + raw[line_end:]  # the file's other lines at hand
     fix = (
         f"Re-encode the file as UTF-8, e.g. `iconv -f {'utf-16' if utf16 else 'latin1'} -t utf-8`."
     )
-    if before and b"\x00" not in before and not bom:
-        if not utf16 and not before.isascii():  # UTF-8 accents before it: one bad line
+    if not bom and b"\x00" not in others:  # UTF-16 holds a NUL in every other byte
+        if not utf16 and (utf8_before or _utf8_with_accents(others)):
             fix = (
-                "The lines before it are UTF-8, accents and all: fix or delete that line (a "
+                "The file's other lines are UTF-8, accents and all: fix or delete that line (a "
                 "re-encoding of the whole file, as with iconv, would garble them)."
             )
-        elif utf16 and b"\x00" not in raw[start + 1 : start + 3]:  # UTF-16 holds NUL in pairs
-            fix = "The lines before it hold none: remove it, e.g. `tr -d '\\000'`."
+        elif utf16 and (others or first_line > 1) and b"\x00" not in raw[start + 1 : start + 3]:
+            fix = "The file's other lines hold none: remove it, e.g. `tr -d '\\000'`."
     raise DataError(
         f"{name}: line {line} {what} at byte {start - line_start + 1} of the line). {fix}"
     )
+
+
+def _utf8_with_accents(raw: bytes) -> bool:
+    """Whether `raw` is UTF-8 holding more than ASCII: text a Latin-1 re-encoding garbles."""
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return not raw.isascii()
 
 
 def _check_not_packed(start: bytes, name: str) -> None:
@@ -149,7 +162,7 @@ def iter_lines(path: Path) -> Iterator[str]:
 
 def _lines_in_blocks(file: BinaryIO, name: str, fix: str) -> Iterator[str]:
     """`iter_lines` of an open binary `file` called `name`; `fix` converts \\r line ends."""
-    line_number, partial = 1, b""
+    line_number, partial, utf8_before = 1, b"", False
     while block := file.read(READ_BYTES):
         if line_number == 1 and not partial:  # a whole file in one "line", \r inside
             check_line_ends(block.split(b"\n", 1)[0] + b"\n" * (b"\n" in block), name, fix)
@@ -165,12 +178,16 @@ def _lines_in_blocks(file: BinaryIO, name: str, fix: str) -> Iterator[str]:
         if end < 0:
             partial = data
             continue
-        lines = decode_utf8(data[:end], name, first_line=line_number).split("\n")
+        lines = decode_utf8(
+            data[:end], name, first_line=line_number, utf8_before=utf8_before
+        ).split("\n")
         yield from (line.removesuffix("\r") for line in lines)
+        utf8_before = utf8_before or not data[:end].isascii()  # for a bad byte's advice
         line_number += len(lines)
         partial = data[end + 1 :]
     if partial:  # the last line, without a newline
-        yield decode_utf8(partial, name, first_line=line_number).removesuffix("\r")
+        last = decode_utf8(partial, name, first_line=line_number, utf8_before=utf8_before)
+        yield last.removesuffix("\r")
 
 
 def sentence_list(sentences: Iterable[str], what: str = "sentence") -> list[str]:

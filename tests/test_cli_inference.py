@@ -458,11 +458,13 @@ def test_translate_invalid_utf8_names_the_line(
         ("utf-16-le", 1, "NUL byte", "iconv -f utf-16"),
         ("utf-16", 1, "invalid start byte", "iconv -f utf-16"),
         # one NUL in a file of UTF-8 lines: re-encoding it from UTF-16 would garble them all
-        (None, 2, "NUL byte", "The lines before it hold none: remove it, e.g. `tr -d '\\000'`"),
-        # one Latin-1 line among UTF-8 ones with umlauts: the same
+        (None, 2, "NUL byte", "other lines hold none: remove it, e.g. `tr -d '\\000'`"),
+        # one Latin-1 line among UTF-8 ones with umlauts, before or after it: the same
         ("mixed", 3, "invalid continuation byte", "fix or delete that line"),
+        ("mixed-first", 1, "invalid continuation byte", "fix or delete that line"),
+        ("latin-1", 3, "invalid continuation byte", "iconv -f latin1"),  # a Latin-1 file
     ],
-    ids=["utf16-ascii", "utf16-bom", "nul-in-utf8", "latin1-line-in-utf8"],
+    ids=["utf16-ascii", "utf16-bom", "nul-in-utf8", "latin1-in-utf8", "latin1-first", "latin1"],
 )
 def test_translate_refuses_utf16_and_nul_bytes_naming_utf16(
     translate_command, tiny_checkpoint, tmp_path, capsys, encoding, line, how, fix
@@ -474,6 +476,10 @@ def test_translate_refuses_utf16_and_nul_bytes_naming_utf16(
     text = "ein mann\nzwei hunde\n"
     if encoding == "mixed":
         data = "ein mädchen\nzwei hunde\n".encode() + "drei mädchen\n".encode("latin-1")
+    elif encoding == "mixed-first":
+        data = "drei mädchen\n".encode("latin-1") + "ein mädchen\nzwei hunde\n".encode()
+    elif encoding == "latin-1":
+        data = "ein mann\nzwei hunde\ndrei mädchen\n".encode("latin-1")
     else:
         data = text.encode(encoding) if encoding else b"ein mann\nzwei\x00 hunde\n"
     source.write_bytes(data)
@@ -1514,3 +1520,18 @@ def test_a_beam_wider_than_the_vocabulary_is_refused_before_the_input_is_read(
     assert err.startswith("error: beam size 100000 is larger than the model's target") and (
         err.count("\n") == 1
     ), err
+
+
+def test_a_bad_line_after_the_first_block_knows_the_lines_before_it_were_utf8(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Files are read in blocks (1 MiB): the umlauts of a block before the bad line were not
+    seen, and a Latin-1 re-encoding of the whole file was advised, garbling them."""
+    from minitx import textio
+    from minitx.errors import DataError
+
+    monkeypatch.setattr(textio, "READ_BYTES", 16)
+    source = tmp_path / "input.de"
+    source.write_bytes("ein mädchen\n".encode() + b"ein hund\n" * 20 + "ä\n".encode("latin-1"))
+    with pytest.raises(DataError, match="line 22 is not valid UTF-8.*fix or delete that line"):
+        list(textio.iter_lines(source))

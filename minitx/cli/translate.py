@@ -323,13 +323,14 @@ def stdin_chunks(size: int) -> Iterator[list[str]]:
     binary = getattr(stream, "buffer", None)
     if binary is None:  # a text stream without bytes beneath (e.g. io.StringIO)
         binary = io.BytesIO(stream.read().encode("utf-8", "surrogateescape"))
-    first_line = 1
+    first_line, utf8_before = 1, False
     for chunk in _line_chunks(binary, size):
         if first_line == 1:
             check_line_ends(chunk[0], "<stdin>", "pipe the text through tr '\\r' '\\n'")
-        chunk = [line.removesuffix(b"\n") for line in chunk]
-        text = decode_utf8(b"\n".join(chunk), "<stdin>", first_line=first_line)
+        raw = b"\n".join(line.removesuffix(b"\n") for line in chunk)
+        text = decode_utf8(raw, "<stdin>", first_line=first_line, utf8_before=utf8_before)
         yield [line.removesuffix("\r") for line in text.split("\n")]
+        utf8_before = utf8_before or not raw.isascii()  # for a bad byte's advice
         first_line += len(chunk)
 
 
