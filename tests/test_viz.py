@@ -10,6 +10,7 @@ import sys
 import types
 from pathlib import Path
 
+import matplotlib
 import matplotlib.image as mpimg
 import numpy as np
 import pytest
@@ -279,12 +280,13 @@ def test_characters_the_font_lacks_are_one_warning_not_one_per_label_and_drawing
 
     monkeypatch.setattr(minitx.viz.heatmaps, "_said_glyphs", set())  # none said in this process
     maps = make_maps(tgt=["<s>", "▁日本", "▁語", "x"])
-    with caplog.at_level(logging.WARNING, logger="minitx.viz.heatmaps"):
+    only_dejavu = matplotlib.rc_context({"font.family": ["DejaVu Sans"]})  # no CJK font here
+    with only_dejavu, caplog.at_level(logging.WARNING, logger="minitx.viz.heatmaps"):
         save_attention_images(maps, tmp_path / "a", kinds=["cross"], dpi=20)
         save_attention_images(maps, tmp_path / "b", kinds=["cross"], dpi=20)  # said already
     assert not [w for w in recwarn if "missing from font" in str(w.message)]
     said = [r.getMessage() for r in caplog.records if "drawn as empty boxes" in r.getMessage()]
-    assert len(said) == 1 and "font.sans-serif" in said[0], said
+    assert len(said) == 1 and "font (DejaVu Sans)" in said[0] and "font.family" in said[0], said
     assert all(f"'{ch}'" in said[0] for ch in "日本語") and "'x'" not in said[0]
 
 
@@ -420,6 +422,8 @@ def test_script_runs_with_a_translator(
     calls: dict[str, object] = {}
 
     class FakeTranslator:
+        model = types.SimpleNamespace(config=types.SimpleNamespace(tgt_vocab_size=1000))
+
         @classmethod
         def from_pretrained(cls, path, device="cpu", bf16=False):
             calls["checkpoint"], calls["device"] = Path(path), device
@@ -603,6 +607,8 @@ def test_script_writes_attributions_when_asked(
     asked: dict[str, object] = {}
 
     class FakeTranslator:
+        model = types.SimpleNamespace(config=types.SimpleNamespace(tgt_vocab_size=1000))
+
         @classmethod
         def from_pretrained(cls, path, device="cpu", bf16=False):
             return cls()

@@ -31,7 +31,7 @@ from minitx.maps import KINDS, AttentionMaps, attention_entropy, teacher_forced_
 from minitx.textio import print_stop
 from minitx.training.loggers import run_directory
 from minitx.training.schedules import BudgetSchedule
-from minitx.viz import figures_for_maps, glyphs_said_once, update_figures_for_maps
+from minitx.viz import figures_for_maps, update_figures_for_maps
 from minitx.viz.common import check_kinds
 from minitx.vocab import PAD_ID
 
@@ -179,8 +179,7 @@ class AttentionMapLogger(L.Callback):
             # would each draw it again. A new canvas each time: the last one's pixel buffer
             # (megabytes per figure) goes with it, not kept between logs.
             canvas = FigureCanvasAgg(fig)
-            with glyphs_said_once():
-                canvas.draw()
+            canvas.draw()
             rgba = np.asarray(canvas.buffer_rgba())  # (H, W, 4) at the figure's dpi
             for tb in tensorboards:
                 tag = f"attention/s{index}/{name}"

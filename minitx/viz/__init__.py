@@ -10,7 +10,6 @@ from minitx.viz.common import ATTRIBUTION_LABELS, DEFAULT_DPI, KIND_LABELS
 from minitx.viz.heatmaps import (
     figures_for_attributions,
     figures_for_maps,
-    glyphs_said_once,
     plot_attention_heads,
     save_attention_images,
     save_attribution_images,
@@ -25,7 +24,6 @@ __all__ = [
     "KIND_LABELS",
     "figures_for_attributions",
     "figures_for_maps",
-    "glyphs_said_once",
     "plot_attention_heads",
     "save_attention_images",
     "save_attribution_images",

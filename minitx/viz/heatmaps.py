@@ -9,19 +9,18 @@ of scope.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
-import re
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 import torch
+from matplotlib import rcParams
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
-from matplotlib.font_manager import FontProperties
+from matplotlib.font_manager import FontProperties, findfont, get_font
 from matplotlib.textpath import TextToPath
 
 from minitx.maps import KINDS, AttentionMaps
@@ -38,39 +37,36 @@ from minitx.viz.common import (
 
 logger = logging.getLogger(__name__)
 
-_MISSING_GLYPH = re.compile(r"Glyph (\d+) .* missing from font\(s\) (.+?)\.?$")
-"""matplotlib's warning of a character its font cannot draw."""
+_GLYPH_WARNING = r"Glyph \d+ .* missing from font"
+"""matplotlib's warning of a character its fonts cannot draw: once per label and drawing."""
 _said_glyphs: set[str] = set()  # each said once a process: every later log draws them again
 
 
-@contextlib.contextmanager
-def glyphs_said_once() -> Iterator[None]:
-    """Draw figures inside: matplotlib warns of a character its font lacks once per label
-    and drawing (18 raw warnings for one log of Japanese tokens), and the figure shows an
-    empty box. Those warnings become one that names the characters and the fix, each
-    character once a process; other warnings pass through."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        yield
-    missing: dict[str, None] = {}
-    fonts: dict[str, None] = {}
-    for record in caught:
-        found = _MISSING_GLYPH.match(str(record.message))
-        if found is None:
-            warnings.warn_explicit(record.message, record.category, record.filename, record.lineno)
-            continue
-        missing[chr(int(found.group(1)))] = None
-        fonts[found.group(2)] = None
-    new = [ch for ch in missing if ch not in _said_glyphs]
-    if new:
-        _said_glyphs.update(new)
-        logger.warning(
-            "the figures' font (%s) has no %s: drawn as empty boxes; name a font that has "
-            "them first in matplotlib's font.sans-serif (a matplotlibrc line such as "
-            "'font.sans-serif: Noto Sans CJK JP, DejaVu Sans')",
-            ", ".join(fonts),
-            " ".join(repr(ch) for ch in new[:10]) + (" ..." if len(new) > 10 else ""),
-        )
+def _say_missing_glyphs(texts: Sequence[str]) -> None:
+    """Warn once, naming them and the fix, of the characters of `texts` that none of
+    matplotlib's fonts (``font.family``, as it falls back from one to the next) can draw: the
+    figure shows an empty box for each. matplotlib's own warning (a raw UserWarning per label
+    and drawing, 18 for one log of Japanese maps) is then silenced in this process, ours
+    standing for it."""
+    fonts = [get_font(findfont(FontProperties(family=[f]))) for f in rcParams["font.family"]]
+    characters = dict.fromkeys(ch for text in texts for ch in text if ch.isprintable())
+    missing = [
+        ch
+        for ch in characters
+        if ch not in _said_glyphs and all(font.get_char_index(ord(ch)) == 0 for font in fonts)
+    ]
+    if not missing:
+        return
+    if not _said_glyphs:  # once: a change of the filters shows every "once" warning again
+        warnings.filterwarnings("ignore", message=_GLYPH_WARNING, category=UserWarning)
+    _said_glyphs.update(missing)
+    logger.warning(
+        "the figures' font (%s) has no %s: drawn as empty boxes; name a font that has them "
+        "first in matplotlib's font.family (a matplotlibrc line such as 'font.family: Noto "
+        "Sans CJK JP, DejaVu Sans')",
+        ", ".join(font.family_name for font in fonts),
+        " ".join(repr(ch) for ch in missing[:10]) + (" ..." if len(missing) > 10 else ""),
+    )
 
 
 _CELL_IN = 0.19  # inches per token along each heatmap axis (~14 pt: room for 7 pt labels)
@@ -85,9 +81,8 @@ _TICK_FONTSIZE = 7
 def _max_text_width_in(texts: Sequence[str], fontsize: float = _TICK_FONTSIZE) -> float:
     """Width in inches of the widest of ``texts`` when drawn as plain text (no mathtext)."""
     font, measure = FontProperties(size=fontsize), TextToPath()
-    with glyphs_said_once():  # measured with the font that draws them
-        widths = [measure.get_text_width_height_descent(t, font, ismath=False) for t in set(texts)]
-    return max((width for width, _, _ in widths), default=0.0) / 72.0
+    widths = [measure.get_text_width_height_descent(t, font, ismath=False)[0] for t in set(texts)]
+    return max(widths, default=0.0) / 72.0
 
 
 def _axis_labels(tokens: Sequence[str], side_in: float) -> tuple[list[int], list[str]]:
@@ -168,6 +163,7 @@ def plot_attention_heads(
     heat_h = min(_MAX_PANEL_IN, max(_MIN_PANEL_IN, _CELL_IN * tq))
     x_ticks, x_labels = _axis_labels(key_tokens, heat_w)
     y_ticks, y_labels = _axis_labels(query_tokens, heat_h)
+    _say_missing_glyphs([*x_labels, *y_labels])  # before they are measured and drawn
     ylab = _max_text_width_in(y_labels) + 0.08  # query labels, left of each heatmap
     xlab = _max_text_width_in(x_labels) + 0.08  # rotated key labels, below each heatmap
     cell_w = ylab + heat_w + _PANEL_GAP_IN
@@ -332,8 +328,7 @@ def _save_figures(
     paths: list[Path] = []
     for _, stem, fig in figures:
         path = out_dir / f"{prefix}{stem}.png"
-        with glyphs_said_once():
-            fig.savefig(path, dpi=dpi)
+        fig.savefig(path, dpi=dpi)
         fig.clear()  # drop artists now; the figure itself is unreferenced after this
         paths.append(path)
         logger.debug("wrote %s", path)
