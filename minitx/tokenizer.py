@@ -300,9 +300,8 @@ def _training_error(
     if "sentences_.empty()" in message:  # it skips sentences over its length limit
         return DataError(
             f"sentencepiece found no sentence to learn from among the {n_sentences} it was "
-            f"given: each is empty or longer than its limit of {SPM_MAX_SENTENCE_BYTES:,} bytes. "
-            "Is the training corpus one sentence per line, with \\n line ends (not a single "
-            "long line, nor \\r alone)?"
+            "given: each is empty once normalized (only characters it drops, such as "
+            "zero-width spaces)"
         )
     return DataError(f"sentencepiece training failed: {message}")
 

@@ -25,14 +25,16 @@ def side_texts(dataset: datasets.Dataset, lang: str) -> list[str]:
 
 
 INVISIBLE = ("Cc", "Cf")
-"""Unicode categories of characters that show nothing and that sentencepiece's normalization
-drops: control and format characters (zero-width space, byte order mark, direction marks)."""
+"""Unicode categories of characters that show nothing: control and format characters. A side
+of only those holds no word: sentencepiece's normalization drops most (a zero-width space, a
+byte order mark, direction marks), and reads the others (a word joiner, a soft hyphen) as
+<unk>."""
 
 
 def _visible(text: str) -> bool:
     """Whether `text` holds a character other than white space and `INVISIBLE` ones: a side
-    of only those has no piece, and its pair would teach the model to translate into
-    nothing."""
+    of only those has no piece (or only <unk>), and its pair would teach the model to translate
+    into nothing."""
     return any(not c.isspace() and unicodedata.category(c) not in INVISIBLE for c in text)
 
 
