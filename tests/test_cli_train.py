@@ -805,6 +805,7 @@ def test_bf16_becomes_fp32_on_a_cpu_without_bf16(
     assert "has no bf16 instructions" in capsys.readouterr().err
 
 
+@pytest.mark.ci_step  # two training processes: the suite's DDP step (pyproject.toml)
 def test_a_corpus_error_under_ddp_is_one_line_not_buried_by_the_other_rank(
     tmp_path: Path,
 ) -> None:
@@ -853,6 +854,7 @@ def patched_ddp_run(
     )
 
 
+@pytest.mark.ci_step  # two training processes: the suite's DDP step (pyproject.toml)
 def test_a_sigterm_while_ddp_starts_its_processes_ends_them_all_and_says_so(
     tmp_path: Path,
 ) -> None:
@@ -884,6 +886,7 @@ def test_a_sigterm_while_ddp_starts_its_processes_ends_them_all_and_says_so(
     assert found.stdout.strip() == "", "the second process still runs"
 
 
+@pytest.mark.ci_step  # two training processes: the suite's DDP step (pyproject.toml)
 def test_a_ctrl_c_of_one_ddp_process_stops_them_all_at_one_update(tmp_path: Path) -> None:
     """The second process alone gets a Ctrl-C after update 3 (a Ctrl-C reaches each
     process at its own moment): every process stops before update 4, and last.ckpt holds 3.
@@ -911,6 +914,7 @@ def test_a_ctrl_c_of_one_ddp_process_stops_them_all_at_one_update(tmp_path: Path
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.ci_step  # two training processes: the suite's DDP step (pyproject.toml)
 def test_a_master_port_in_use_is_one_line_and_ends_the_second_process(tmp_path: Path) -> None:
     """Was: torch's DistNetworkError traceback, exit status 1, the new run directory left, and
     the second process waiting for the first (gloo: 30 minutes) after the command returned."""
@@ -941,6 +945,7 @@ def test_a_master_port_in_use_is_one_line_and_ends_the_second_process(tmp_path: 
     assert found.stdout.strip() == "", "the second process still runs"
 
 
+@pytest.mark.ci_step  # two training processes: the suite's DDP step (pyproject.toml)
 def test_ddp_two_cpu_processes(tmp_path: Path) -> None:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     cmd = [

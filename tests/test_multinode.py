@@ -66,6 +66,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.ci_step  # two training processes: the suite's DDP step (pyproject.toml)
 def test_two_nodes_on_localhost_see_disjoint_batches_and_end_equal(tmp_path: Path) -> None:
     extra = tmp_path / "record.yaml"
     extra.write_text(
