@@ -249,6 +249,8 @@ def evaluate(
         TypeError: `sources` or `references` is one string or holds something else than
             strings (`minitx.textio.sentence_list`).
         ValueError: their numbers differ, or there are none (BLEU of nothing is no score).
+        ConfigError: BLEU of the target language needs a tokenizer not installed (MeCab, for
+            Japanese and Korean): before anything is decoded.
     """
     # checked before any decoding: a string of references scored each character
     sources, references = sentence_list(sources), sentence_list(references, "reference")
@@ -257,11 +259,12 @@ def evaluate(
     if not sources:
         raise ValueError("evaluate: no sentences to score; give at least one source and reference")
     config = DecodingConfig.from_arguments(decoding, **changes)
+    language = language or translator.languages[1]  # BLEU's tokenization follows it
+    bleu_metric(language=language)  # one it cannot score (Japanese without MeCab): said now
     start = time.perf_counter()
     hypotheses = translator.translate(
         sources, config, batch_size=batch_size, lines=lines, progress=progress
     )
-    language = language or translator.languages[1]  # BLEU's tokenization follows it
     result = score(hypotheses, references, time.perf_counter() - start, language=language)
     result.decoding = config.describe()
     return result

@@ -647,7 +647,9 @@ def save_pretrained(
         if kept is not None and kept.get("weights_sha256") == checksum:
             evaluation, evaluation_name = kept, EVALUATION_FILE
         elif kept is not None:  # the weights changed since it was loaded (fine-tuned, averaged)
-            logger.warning("the release's scores are of other weights: left out of the card")
+            logger.warning(
+                "the release's scores are of other weights: left out of the card and the release"
+            )
         if evaluation is not None:
             check_evaluation(evaluation, release.languages, evaluation_name, checksum)
     # written whole beside it, then swapped in: an interrupted export leaves the earlier

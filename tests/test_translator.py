@@ -898,6 +898,24 @@ def test_bleu_of_japanese_without_mecab_says_what_to_install() -> None:
         bleu_metric(language="ja")
 
 
+@pytest.mark.skipif(
+    importlib.util.find_spec("MeCab") is not None, reason="MeCab is installed: nothing lacks"
+)
+def test_evaluate_into_japanese_without_mecab_is_refused_before_it_decodes(
+    translator: Translator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`evaluate` decoded every sentence, then failed at scoring."""
+    from minitx.errors import ConfigError
+    from minitx.evaluation import evaluate
+
+    def no_decoding(*args, **kwargs):
+        raise AssertionError("decoded before the refusal")
+
+    monkeypatch.setattr(translator, "translate", no_decoding)
+    with pytest.raises(ConfigError, match=r"sacrebleu\[ja\]"):
+        evaluate(translator, ["ein mann ."], ["a man ."], language="ja")
+
+
 def test_translate_returns_the_best_of_n_best(translator: Translator) -> None:
     """`translate` with `n_best` returns the first of `translate_n_best`'s hypotheses, best
     first: the best-scoring of n samples (it set n_best to 1 without a word, so asking for 4
