@@ -178,11 +178,10 @@ def _lines_in_blocks(file: BinaryIO, name: str, fix: str) -> Iterator[str]:
         if end < 0:
             partial = data
             continue
-        lines = decode_utf8(
-            data[:end], name, first_line=line_number, utf8_before=utf8_before
-        ).split("\n")
+        text = decode_utf8(data[:end], name, first_line=line_number, utf8_before=utf8_before)
+        lines = text.split("\n")
         yield from (line.removesuffix("\r") for line in lines)
-        utf8_before = utf8_before or not data[:end].isascii()  # for a bad byte's advice
+        utf8_before = utf8_before or not text.isascii()  # for a bad byte's advice (O(1))
         line_number += len(lines)
         partial = data[end + 1 :]
     if partial:  # the last line, without a newline

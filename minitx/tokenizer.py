@@ -297,7 +297,7 @@ def _training_error(
             f"special pieces need {too_low.group(2)}. Set {vocab_setting} to "
             f"{too_low.group(2)} or more."
         )
-    if "sentences_.empty()" in message:  # it skips sentences over its length limit
+    if "sentences_.empty()" in message:  # `_usable` left out the over-long: normalized away
         return DataError(
             f"sentencepiece found no sentence to learn from among the {n_sentences} it was "
             "given: each is empty once normalized (only characters it drops, such as "

@@ -330,7 +330,7 @@ def stdin_chunks(size: int) -> Iterator[list[str]]:
         raw = b"\n".join(line.removesuffix(b"\n") for line in chunk)
         text = decode_utf8(raw, "<stdin>", first_line=first_line, utf8_before=utf8_before)
         yield [line.removesuffix("\r") for line in text.split("\n")]
-        utf8_before = utf8_before or not raw.isascii()  # for a bad byte's advice
+        utf8_before = utf8_before or not text.isascii()  # for a bad byte's advice (O(1))
         first_line += len(chunk)
 
 
