@@ -396,16 +396,20 @@ def load_pretrained(directory: str | Path) -> Release:
     return Release(model, tokenizer, languages, train_config, _read_evaluation(directory, model))
 
 
-def _read_evaluation(directory: Path, model: Transformer) -> dict[str, Any] | None:
+def _read_evaluation(
+    directory: Path, model: Transformer, checksum: str | None = None
+) -> dict[str, Any] | None:
     """The release's kept scores; a file that cannot be read, or that scored other weights (a
     hub repo keeps an older push's file), is named and left out: the model translates
-    without it."""
+    without it. `checksum`: the model's `weights_checksum`, when the caller has it (it reads
+    every weight)."""
     path = directory / EVALUATION_FILE
     if not path.is_file():
         return None
     try:
         evaluation = json.loads(path.read_text(encoding="utf-8-sig"))  # a BOM: an editor's
-        check_evaluation(evaluation, where=str(path), weights=weights_checksum(model))
+        weights = checksum or weights_checksum(model)
+        check_evaluation(evaluation, where=str(path), weights=weights)
     except (UnicodeDecodeError, json.JSONDecodeError, ConfigError) as exc:
         logger.warning("%s left out: %s", path, exc)
         return None
@@ -639,11 +643,12 @@ def save_pretrained(
     directory = Path(directory)
     check_release_dir(directory)  # before the weights are read for their checksum
     kept = release.evaluation if evaluation is None else None
-    if evaluation is None and kept is None and _is_release(directory):
-        # the same weights exported again keep their scores (other weights': said, left out)
-        kept = _read_evaluation(directory, release.model)
-    if evaluation is not None or kept is not None:
+    # the same weights exported again keep the scores of the release there (checked above)
+    earlier = evaluation is None and kept is None and (directory / EVALUATION_FILE).is_file()
+    if evaluation is not None or kept is not None or earlier:
         checksum = weights_checksum(release.model)  # once: it reads every weight
+        if earlier:  # other weights' scores are said and left out
+            kept = _read_evaluation(directory, release.model, checksum)
         if kept is not None and kept.get("weights_sha256") == checksum:
             evaluation, evaluation_name = kept, EVALUATION_FILE
         elif kept is not None:  # the weights changed since it was loaded (fine-tuned, averaged)
