@@ -423,11 +423,23 @@ def check_config_sections(args: list[str], parser: LightningArgumentParser) -> d
         if i in set_at:
             where, keys = set_at[i]
             sources |= dict.fromkeys(keys, where)
-        elif arg.startswith("--") and not arg.startswith(("--config", "--print_config")):
-            key = _without_init_args(arg[2:].split("=", 1)[0])
-            sources |= {k: "" for k in sources if k == key or k.startswith(f"{key}.")}
+        elif (key := _flag_key(arg)) is not None:
+            sources |= {k: "" for k in sources if _within(k, key)}
             sources[key] = ""
     return {key: where for key, where in sources.items() if where}
+
+
+def _flag_key(arg: str) -> str | None:
+    """The dotted key a command-line item sets (``--model.optim.lr=3`` -> model.optim.lr), or
+    None for a value, a ``--config`` or ``--print_config``."""
+    if not arg.startswith("--") or arg.startswith(("--config", "--print_config")):
+        return None
+    return _without_init_args(arg[2:].split("=", 1)[0])
+
+
+def _within(key: str, section: str) -> bool:
+    """Whether the dotted `key` is `section` or one of its keys."""
+    return key == section or key.startswith(f"{section}.")
 
 
 def with_source(message: str, sources: dict[str, str]) -> str:
@@ -438,7 +450,7 @@ def with_source(message: str, sources: dict[str, str]) -> str:
     if named is None:
         return message
     key = named.group(1)
-    files = {where for k, where in sources.items() if k == key or k.startswith(f"{key}.")}
+    files = {where for k, where in sources.items() if _within(k, key)}
     return f"{message} (set in {files.pop()})" if len(files) == 1 else message
 
 
@@ -453,10 +465,8 @@ def _check_flags_before(earlier: list[str], keys: set[str], flag: str, value: st
             order to write.
     """
     for arg in earlier:
-        if not arg.startswith("--") or arg.startswith(("--config", "--print_config")):
-            continue
-        key = _without_init_args(arg[2:].split("=", 1)[0])
-        if any(k == key or key.startswith(f"{k}.") for k in keys):
+        key = _flag_key(arg)
+        if key is not None and any(_within(key, k) for k in keys):
             shown = Path(value).stem if Path(value).parent == CONFIG_DIR else value
             raise UsageError(
                 f"--{key} comes before {flag} {shown}, which sets {key} again and wins (the "
